@@ -1,0 +1,322 @@
+"""The PerformanceCard: everything perfpredict knows about one job, as versioned JSON.
+
+Profilers fill it from measurements, the Predictor (later) fills it from estimators, and schedulers read
+only this. Each section says where its numbers came from (``source``: measured / fitted / analytic /
+predicted) and on which device (``device``: ``cpu``, ``cuda:0``, ... or ``None`` for device-independent
+graph analysis), so a scheduler can always tell a measured number from a derived one, and a CPU number from
+a GPU number.
+
+Compatibility: ``schema_version`` is ``MAJOR.MINOR``. Minor bumps only add optional fields; loading a card
+whose major version differs from :data:`SCHEMA_VERSION` raises a clear error.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from perfpredict.errors import PerfPredictError
+
+SCHEMA_VERSION = "1.0"
+
+Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+
+class DeviceInfo(_Section):
+    """The hardware and software the measurements came from."""
+
+    kind: Literal["cpu", "cuda"]
+    name: str = Field(description="CPU model name or GPU product name")
+    index: int | None = Field(None, description="CUDA device index used (None on CPU)")
+    uuid: str | None = None
+    threads: int | None = Field(None, description="torch intra-op threads used by the measuring process")
+    cpu_count: int | None = Field(None, description="logical CPUs available to the measuring process")
+    memory_bytes: int | None = Field(None, description="GPU memory (cuda) or system RAM (cpu)")
+    compute_capability: str | None = None
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    hostname: str | None = None
+    torch_version: str | None = None
+    python_version: str | None = None
+    platform: str | None = None
+
+
+class ModelInfo(_Section):
+    name: str
+    source: str = Field(description="the model file path or zoo:<family>[params] that was profiled")
+    parameters: int = Field(description="total parameter count (exact, from the built module)")
+    trainable_parameters: int
+    param_bytes: int
+    buffer_bytes: int = 0
+    family: str | None = None
+    config: dict[str, Any] | None = None
+    file_sha256: str | None = Field(None, description="hash of the model file, for provenance")
+
+
+class TimingStats(_Section):
+    """Per-iteration wall times of the timed window (seconds)."""
+
+    median_s: float
+    p10_s: float
+    p90_s: float
+    mean_s: float
+    std_s: float
+    cv: float = Field(description="coefficient of variation, std/mean")
+    iterations: int
+    timed_s: float = Field(description="sum of timed iteration times")
+    warmup_iterations: int
+    warmup_s: float
+    stop_reason: Literal["stable", "max_iters", "time_cap"]
+
+
+class StartupTimes(_Section):
+    """Where a fresh process spends time before steady state; their sum is the latency model's ν."""
+
+    load_s: float = Field(description="loading the model file / zoo entry")
+    build_s: float = Field(description="build_model() and moving it to the device")
+    setup_s: float = Field(description="optimizer creation and example inputs")
+    first_iter_extra_s: float = Field(description="first iteration time minus the steady-state median")
+
+    @property
+    def total_s(self) -> float:
+        return self.load_s + self.build_s + self.setup_s + max(self.first_iter_extra_s, 0.0)
+
+
+class ThroughputPoint(_Section):
+    batch_size: int
+    status: Literal["ok", "oom", "error", "nonfinite", "timeout"]
+    samples_per_s: float | None = None
+    iter_time_s: float | None = Field(None, description="median iteration time")
+    p10_s: float | None = None
+    p90_s: float | None = None
+    cv: float | None = None
+    iterations: int | None = None
+    timing: TimingStats | None = None
+    startup: StartupTimes | None = None
+    error: str | None = None
+    source: Source = "measured"
+    device: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+class HorusMemoryEstimate(_Section):
+    """Horus eq. 2: GMem = (B·A + P) + B·G + δ, with the terms perfpredict used (bytes)."""
+
+    batch_size: int
+    activations: int = Field(description="B·A: forward activation bytes")
+    parameters: int = Field(description="P: parameter bytes (+ parameter gradients and optimizer state in train mode)")
+    gradients: int = Field(description="B·G: activation-gradient bytes of the backward pass (0 in infer mode)")
+    overhead: int = Field(description="δ: initialisation overhead (CUDA context when measured; 0 on CPU)")
+    total: int
+
+
+class MemoryPoint(_Section):
+    batch_size: int
+    peak_bytes: int | None = Field(None, description="cuda: torch peak allocated; cpu: peak RSS increase of the "
+                                                     "measuring subprocess over its pre-model baseline")
+    kind: Literal["cpu_rss_increase", "cuda_peak_allocated"]
+    cuda_reserved_bytes: int | None = None
+    nvml_process_bytes: int | None = None
+    baseline_bytes: int | None = Field(None, description="RSS (cpu) or NVML process memory (cuda) before the model")
+    analytic: HorusMemoryEstimate | None = None
+    source: Source = "measured"
+    device: str | None = None
+
+
+class EnergyPoint(_Section):
+    batch_size: int
+    gpu_utilization: float | None = Field(None, description="mean fraction of NVML samples with a kernel running, 0..1")
+    utilization_samples: int | None = None
+    mean_power_w: float | None = None
+    energy_per_iter_j: float | None = None
+    energy_method: str | None = Field(None, description="nvml_total_energy | nvml_power_integral | rapl_package")
+    source: Source = "measured"
+    device: str | None = None
+
+
+class EnergyInfo(_Section):
+    available: bool
+    reason: str | None = Field(None, description="why energy/utilisation was not measured, when it was not")
+    scope: str | None = Field(None, description="what the counter covers, e.g. 'whole GPU' or 'CPU package(s)'")
+    points: list[EnergyPoint] = Field(default_factory=list)
+
+
+class RateCandidateCard(_Section):
+    kind: Literal["quadratic_rate", "linear_time", "constant_rate"]
+    coefficients: dict[str, float]
+    r2: float | None = Field(None, description="R² on the candidate's own target")
+    target: Literal["samples_per_s", "iter_time_s"]
+    loo_rel_error: float | None = Field(None, description="mean |relative error| of iteration time, leave-one-out")
+
+
+class RateModelCard(_Section):
+    """The selected throughput model and every candidate that was considered."""
+
+    kind: Literal["quadratic_rate", "linear_time", "constant_rate"]
+    coefficients: dict[str, float]
+    r2: float | None = None
+    loo_rel_error: float | None = None
+    selection: str = Field(description="how the kind was chosen")
+    batch_range: tuple[int, int]
+    fit_points: int
+    rel_uncertainty: float = Field(description="relative 1-sigma uncertainty inside the measured range")
+    extrapolation: str = Field(description="how predictions outside batch_range are formed")
+    candidates: list[RateCandidateCard]
+    source: Source = "fitted"
+    device: str | None = None
+
+
+class LatencyModel(_Section):
+    """GENIE eq. 4 on one device: Lat(iterations, batch) = iterations · T(batch) + ν."""
+
+    nu_s: float = Field(description="ν, measured start-up time (median over the measured batch sizes)")
+    formula: str = "Lat(n, b) = n * T(b) + nu"
+    nu_excludes: str = "interpreter start and `import torch` (paid by any launcher, environment-dependent)"
+    source: Source = "measured"
+    device: str | None = None
+
+
+class GraphFeatures(_Section):
+    """Compute-graph features from the ONNX export (Horus Table 3), with an fvcore cross-check."""
+
+    available: bool
+    error: str | None = None
+    exporter: str | None = None
+    opset: int | None = None
+    onnx_file: str | None = None
+    export_batch_size: int | None = None
+    forward_macs_per_sample: int | None = None
+    forward_macs_fixed: int | None = Field(None, description="batch-independent part of the forward MACs")
+    macs_by_op: dict[str, int] = Field(default_factory=dict)
+    fvcore_macs_per_sample: int | None = Field(None, description="fvcore count over the same op classes")
+    fvcore_flops_per_sample: int | None = Field(None, description="fvcore total incl. norms/pools (its own convention)")
+    fvcore_by_operator: dict[str, int] = Field(default_factory=dict)
+    fvcore_unsupported: dict[str, int] = Field(default_factory=dict)
+    fvcore_error: str | None = None
+    macs_rel_diff: float | None = Field(None, description="|onnx - fvcore| / onnx for the per-sample MACs")
+    param_bytes: int | None = None
+    activation_bytes_per_sample: int | None = None
+    activation_bytes_fixed: int | None = None
+    op_counts: dict[str, int] = Field(default_factory=dict)
+    num_nodes: int | None = None
+    source: Source = "analytic"
+    device: str | None = None
+
+
+class CardError(_Section):
+    step: str
+    message: str
+    batch_size: int | None = None
+
+
+class ProfileRun(_Section):
+    mode: Literal["train", "infer"]
+    batch_sizes: list[int]
+    started_at: str
+    finished_at: str | None = None
+    wall_s: float | None = None
+    timed_s: float | None = Field(None, description="total time inside timed iterations")
+    perfpredict_version: str
+    library_versions: dict[str, str] = Field(default_factory=dict)
+    command: str | None = None
+    settings: dict[str, Any] = Field(default_factory=dict)
+
+
+class PerformanceCard(_Section):
+    schema_version: str = SCHEMA_VERSION
+    status: Literal["complete", "partial"] = "complete"
+    model: ModelInfo
+    device: DeviceInfo
+    run: ProfileRun
+    throughput: list[ThroughputPoint] = Field(default_factory=list)
+    rate_model: RateModelCard | None = None
+    latency: LatencyModel | None = None
+    memory: list[MemoryPoint] = Field(default_factory=list)
+    features: GraphFeatures | None = None
+    energy: EnergyInfo | None = None
+    errors: list[CardError] = Field(default_factory=list)
+
+    # -- serialisation --------------------------------------------------------------------------------
+    def to_json(self, indent: int | None = 2) -> str:
+        return self.model_dump_json(indent=indent)
+
+    @classmethod
+    def from_json(cls, text: str, *, source: str | None = None) -> PerformanceCard:
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise PerfPredictError(f"not valid JSON ({e.msg} at line {e.lineno})", source=source,
+                                   step="read card") from None
+        if not isinstance(raw, dict) or "schema_version" not in raw:
+            raise PerfPredictError("not a perfpredict card (no schema_version)", source=source, step="read card")
+        major = str(raw["schema_version"]).split(".")[0]
+        if major != SCHEMA_VERSION.split(".")[0]:
+            raise PerfPredictError(f"card schema {raw['schema_version']} is not readable by this perfpredict "
+                                   f"(schema {SCHEMA_VERSION})", source=source, step="read card")
+        try:
+            return cls.model_validate(raw)
+        except ValidationError as e:
+            first = e.errors()[0]
+            loc = ".".join(str(p) for p in first["loc"])
+            raise PerfPredictError(f"invalid card: {loc}: {first['msg']} ({e.error_count()} problem(s))",
+                                   source=source, step="read card") from None
+
+    def save(self, path: str | Path) -> Path:
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_suffix(p.suffix + ".tmp")
+        tmp.write_text(self.to_json())
+        tmp.replace(p)
+        return p
+
+    @classmethod
+    def load(cls, path: str | Path) -> PerformanceCard:
+        p = Path(path)
+        try:
+            text = p.read_text()
+        except OSError as e:
+            raise PerfPredictError(f"cannot read: {e.strerror}", source=str(path), step="read card") from None
+        return cls.from_json(text, source=str(path))
+
+    # -- questions a scheduler asks ---------------------------------------------------------------------
+    def measured_points(self) -> list[ThroughputPoint]:
+        return [p for p in self.throughput if p.ok]
+
+    def rate(self):
+        """The fitted :class:`perfpredict.fit.RateModel` (raises when the card has none)."""
+        from perfpredict.fit.rate import RateModel
+
+        if self.rate_model is None:
+            raise PerfPredictError("card has no rate model (fewer than one successful measurement)",
+                                   source=self.model.name, step="rate model")
+        return RateModel.from_card(self.rate_model)
+
+    def iter_time(self, batch_size: float) -> float:
+        return float(self.rate().iter_time(batch_size))
+
+    def throughput_at(self, batch_size: float) -> float:
+        return float(self.rate().throughput(batch_size))
+
+    def latency_s(self, iterations: float, batch_size: float) -> float:
+        """GENIE's Lat(iterations, batch) = iterations · T(batch) + ν, in seconds."""
+        nu = self.latency.nu_s if self.latency else 0.0
+        return self.rate().latency(iterations, batch_size, nu_s=nu)
+
+    def max_feasible_batch(self) -> int | None:
+        ok = [p.batch_size for p in self.throughput if p.ok]
+        return max(ok) if ok else None
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,98 @@
+"""Graph features of a workload: ONNX export → shape inference → MACs / bytes / op counts, fvcore cross-check.
+
+Per-sample quantities are exact rather than divided-by-batch approximations: the model is analysed at batch
+sizes 1 and 2 and the difference is the per-sample part (what remains is the batch-independent part).
+A failure here never ends a profile: it is recorded on the card (``features.available = False``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from perfpredict.card import GraphFeatures
+from perfpredict.features.fvcore_check import fvcore_counts
+from perfpredict.features.graph import GraphStats, analyze_onnx
+from perfpredict.features.onnx_export import export_onnx
+from perfpredict.workload.spec import Workload
+
+__all__ = ["extract_features", "features_from_onnx", "analyze_onnx", "export_onnx", "fvcore_counts"]
+
+
+def _split(at1: int, at2: int, b1: int, b2: int) -> tuple[int, int]:
+    """(per-sample, fixed) from values measured at two batch sizes, assuming value = fixed + b·per_sample."""
+    per = (at2 - at1) // (b2 - b1)
+    return int(per), int(at1 - b1 * per)
+
+
+def extract_features(workload: Workload, model: torch.nn.Module | None = None,
+                     onnx_path: str | Path | None = None, *, use_fvcore: bool = True) -> GraphFeatures:
+    """Graph features for ``workload`` (built fresh unless ``model`` is given); never raises."""
+    try:
+        if model is None:
+            torch.manual_seed(0)
+            model = workload.build_model()
+        model = model.to("cpu")
+        b1, b2 = 1, 2
+        try:
+            args1, args2 = workload.inputs(b1), workload.inputs(b2)
+            first = export_onnx(model, args1, onnx_path)
+        except Exception:  # noqa: BLE001 - some models reject batch 1 (e.g. squeeze()); retry at 2 and 4
+            b1, b2 = 2, 4
+            args1, args2 = workload.inputs(b1), workload.inputs(b2)
+            first = export_onnx(model, args1, onnx_path)
+        second = export_onnx(model, args2)
+        s1, s2 = analyze_onnx(first.model_proto), analyze_onnx(second.model_proto)
+    except Exception as e:  # noqa: BLE001
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return GraphFeatures(available=False, error=f"{type(e).__name__}: {msg}"[:1000])
+
+    feats = _from_stats(s1, s2, b1, b2)
+    feats.exporter, feats.opset = first.exporter, first.opset
+    feats.onnx_file = Path(onnx_path).name if onnx_path else None
+    feats.export_batch_size = b1
+    if use_fvcore:
+        try:
+            f1, f2 = fvcore_counts(model, args1), fvcore_counts(model, args2)
+            feats.fvcore_macs_per_sample, _ = _split(f1["macs"], f2["macs"], b1, b2)
+            feats.fvcore_flops_per_sample, _ = _split(f1["total"], f2["total"], b1, b2)
+            feats.fvcore_by_operator = {k: _split(f1["by_operator"].get(k, 0), v, b1, b2)[0]
+                                        for k, v in f2["by_operator"].items()}
+            feats.fvcore_unsupported = f2["unsupported"]
+            if feats.forward_macs_per_sample:
+                feats.macs_rel_diff = abs(feats.forward_macs_per_sample - feats.fvcore_macs_per_sample) \
+                    / feats.forward_macs_per_sample
+        except Exception as e:  # noqa: BLE001 - the cross-check is optional
+            feats.fvcore_error = f"{type(e).__name__}: {str(e).strip()[:300]}"
+    return feats
+
+
+def features_from_onnx(model_proto, batch_size: int = 1) -> GraphFeatures:
+    """Features of an already-exported ONNX graph at its fixed ``batch_size`` (no per-sample split).
+
+    Per-sample values are the whole-graph values divided by ``batch_size``: use :func:`extract_features`
+    when the PyTorch model is at hand, which separates the batch-independent part exactly.
+    """
+    s = analyze_onnx(model_proto)
+    return GraphFeatures(
+        available=True, export_batch_size=batch_size,
+        forward_macs_per_sample=s.macs // batch_size,
+        macs_by_op={k: v // batch_size for k, v in s.macs_by_op.items()},
+        param_bytes=s.initializer_bytes, activation_bytes_per_sample=s.activation_bytes // batch_size,
+        op_counts=s.op_counts, num_nodes=s.num_nodes)
+
+
+def _from_stats(s1: GraphStats, s2: GraphStats, b1: int, b2: int) -> GraphFeatures:
+    macs, macs_fixed = _split(s1.macs, s2.macs, b1, b2)
+    act, act_fixed = _split(s1.activation_bytes, s2.activation_bytes, b1, b2)
+    by_op = {k: _split(s1.macs_by_op.get(k, 0), v, b1, b2)[0] for k, v in s2.macs_by_op.items()}
+    err = None
+    if s1.unknown_shape_ops:
+        err = f"shapes unknown for {sum(s1.unknown_shape_ops.values())} compute op(s) " \
+              f"({', '.join(sorted(s1.unknown_shape_ops))}); their MACs are not counted"
+    return GraphFeatures(
+        available=True, error=err,
+        forward_macs_per_sample=macs, forward_macs_fixed=macs_fixed, macs_by_op=by_op,
+        param_bytes=s1.initializer_bytes, activation_bytes_per_sample=act, activation_bytes_fixed=act_fixed,
+        op_counts=s1.op_counts, num_nodes=s1.num_nodes)

@@ -1,0 +1,251 @@
+"""Static analysis of an ONNX graph: MACs, parameter and activation bytes, op counts (Horus Table 3).
+
+MACs (multiply-accumulates) are counted for the ops that dominate DNN compute, from the shapes ONNX shape
+inference gives:
+
+- ``Conv``: output elements × (C_in / groups) × kernel elements
+- ``ConvTranspose``: input elements × (C_out / groups) × kernel elements
+- ``Gemm`` / ``MatMul``: output elements × the contracted dimension
+- ``Einsum``: the product of the sizes of every index in the equation
+- ``LSTM`` / ``GRU`` / ``RNN``: steps × batch × directions × (gates·H·I + gates·H·H)
+- ``Attention`` (opset 23): batch × heads × L × S × (E_qk + E_v)
+
+Biases, normalisation, pooling, activations and element-wise ops are not MACs (they appear in
+``op_counts``). Nodes inside subgraphs (If/Loop bodies) are counted in ``op_counts`` and, when their
+shapes are known, in the MACs.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from math import prod
+from typing import Any
+
+MAC_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum", "LSTM", "GRU", "RNN", "Attention")
+
+
+@dataclass
+class GraphStats:
+    macs: int = 0
+    macs_by_op: dict[str, int] = field(default_factory=dict)
+    activation_bytes: int = 0
+    initializer_bytes: int = 0
+    op_counts: dict[str, int] = field(default_factory=dict)
+    num_nodes: int = 0
+    unknown_shape_ops: dict[str, int] = field(default_factory=dict)
+
+
+def _dtype_size(elem_type: int) -> int:
+    from onnx import helper
+
+    try:
+        return helper.tensor_dtype_to_np_dtype(elem_type).itemsize
+    except (KeyError, ValueError, TypeError):
+        return 4
+
+
+class _Shapes:
+    """name → (shape or None, element byte size) for every value in the graph."""
+
+    def __init__(self) -> None:
+        self.info: dict[str, tuple[list[int] | None, int]] = {}
+
+    def add_value_info(self, vi) -> None:
+        t = vi.type.tensor_type
+        if not t.HasField("elem_type"):
+            return
+        dims: list[int] | None = []
+        if not t.HasField("shape"):
+            dims = None
+        else:
+            for d in t.shape.dim:
+                if d.HasField("dim_value"):
+                    dims.append(int(d.dim_value))
+                else:
+                    dims = None
+                    break
+        self.info[vi.name] = (dims, _dtype_size(t.elem_type))
+
+    def add_initializer(self, init) -> None:
+        self.info[init.name] = (list(init.dims), _dtype_size(init.data_type))
+
+    def shape(self, name: str) -> list[int] | None:
+        v = self.info.get(name)
+        return v[0] if v else None
+
+    def nbytes(self, name: str) -> int | None:
+        v = self.info.get(name)
+        if not v or v[0] is None:
+            return None
+        return prod(v[0]) * v[1]
+
+
+def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats:
+    """Shape-infer ``model_proto`` and compute :class:`GraphStats` over the whole graph.
+
+    ONNX shape inference loses dimensions that flow through computed shapes (e.g. the Reshapes of
+    ``nn.MultiheadAttention``). With ``run_for_shapes`` the values it leaves unknown are resolved by
+    executing the graph once in onnxruntime on zero-filled inputs of the declared (static) input shapes.
+    """
+    import onnx
+    from onnx import shape_inference
+
+    try:
+        inferred = shape_inference.infer_shapes(model_proto, data_prop=True)
+    except Exception:  # noqa: BLE001 - inference is best-effort; unknown shapes are reported, not fatal
+        inferred = model_proto
+    g = inferred.graph
+    shapes = _Shapes()
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        shapes.add_value_info(vi)
+    if run_for_shapes:
+        unknown = [o for n in g.node for o in n.output if o and shapes.shape(o) is None]
+        if unknown:
+            shapes.info.update(_runtime_shapes(inferred, unknown))
+    init_names = set()
+    stats = GraphStats()
+    for init in g.initializer:
+        shapes.add_initializer(init)
+        init_names.add(init.name)
+        stats.initializer_bytes += prod(init.dims) * _dtype_size(init.data_type)
+
+    macs: Counter = Counter()
+    ops: Counter = Counter()
+    unknown: Counter = Counter()
+    act = 0
+    # Graph inputs that are not weights are activations too (the batch itself).
+    for vi in g.input:
+        if vi.name not in init_names:
+            act += shapes.nbytes(vi.name) or 0
+
+    def visit(graph) -> None:
+        nonlocal act
+        for node in graph.node:
+            ops[node.op_type] += 1
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    visit(attr.g)
+                elif attr.type == onnx.AttributeProto.GRAPHS:
+                    for sub in attr.graphs:
+                        visit(sub)
+            if node.op_type == "Constant":
+                continue
+            for o in node.output:
+                if o:
+                    act += shapes.nbytes(o) or 0
+            if node.op_type in MAC_OPS:
+                m = _node_macs(node, shapes)
+                if m is None:
+                    unknown[node.op_type] += 1
+                else:
+                    macs[node.op_type] += m
+
+    visit(g)
+    stats.macs = int(sum(macs.values()))
+    stats.macs_by_op = {k: int(v) for k, v in sorted(macs.items())}
+    stats.activation_bytes = int(act)
+    stats.op_counts = dict(sorted(ops.items()))
+    stats.num_nodes = int(sum(ops.values()))
+    stats.unknown_shape_ops = dict(unknown)
+    return stats
+
+
+_ORT_INPUT_DTYPES = {"tensor(float)": "float32", "tensor(double)": "float64", "tensor(float16)": "float16",
+                     "tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(bool)": "bool",
+                     "tensor(uint8)": "uint8", "tensor(int8)": "int8"}
+
+
+def _runtime_shapes(model_proto: Any, names: list[str]) -> dict[str, tuple[list[int], int]]:
+    """Shapes of ``names`` observed by running the graph in onnxruntime; {} if it cannot run."""
+    try:
+        import numpy as np
+        import onnxruntime as ort
+        from onnx import helper
+
+        m = type(model_proto)()
+        m.CopyFrom(model_proto)
+        have = {o.name for o in m.graph.output}
+        for n in names:
+            if n not in have:
+                m.graph.output.append(helper.make_empty_tensor_value_info(n))
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        opts.log_severity_level = 3
+        sess = ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        feeds = {}
+        for i in sess.get_inputs():
+            if any(not isinstance(d, int) for d in i.shape):
+                return {}
+            feeds[i.name] = np.zeros(i.shape, dtype=_ORT_INPUT_DTYPES.get(i.type, "float32"))
+        outs = sess.run(names, feeds)
+    except Exception:  # noqa: BLE001 - best effort: those values stay unknown and are reported
+        return {}
+    return {n: (list(o.shape), o.dtype.itemsize) for n, o in zip(names, outs) if hasattr(o, "shape")}
+
+
+def _attr(node, name: str, default: Any = None) -> Any:
+    from onnx import helper
+
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+def _node_macs(node, shapes: _Shapes) -> int | None:
+    op = node.op_type
+    ins = list(node.input)
+    if op == "Conv":
+        w, y = shapes.shape(ins[1]), shapes.shape(node.output[0])
+        if w is None or y is None:
+            return None
+        return prod(y) * w[1] * prod(w[2:])
+    if op == "ConvTranspose":
+        x, w = shapes.shape(ins[0]), shapes.shape(ins[1])
+        if w is None or x is None:
+            return None
+        return prod(x) * w[1] * prod(w[2:])  # W: [C_in, C_out/groups, k...]
+    if op == "Gemm":
+        a, y = shapes.shape(ins[0]), shapes.shape(node.output[0])
+        if a is None or y is None:
+            return None
+        k = a[0] if _attr(node, "transA", 0) else a[1]
+        return prod(y) * k
+    if op == "MatMul":
+        a, y = shapes.shape(ins[0]), shapes.shape(node.output[0])
+        if a is None or y is None:
+            return None
+        return prod(y) * a[-1]
+    if op == "Einsum":
+        eq = _attr(node, "equation")
+        eq = eq.decode() if isinstance(eq, bytes) else eq
+        in_shapes = [shapes.shape(i) for i in ins]
+        if eq is None or any(s is None for s in in_shapes) or "..." in eq:
+            return None
+        lhs = eq.replace(" ", "").split("->")[0].split(",")
+        sizes: dict[str, int] = {}
+        for term, shp in zip(lhs, in_shapes):
+            for letter, dim in zip(term, shp):
+                sizes[letter] = dim
+        return prod(sizes.values())
+    if op in ("LSTM", "GRU", "RNN"):
+        x, w, r = shapes.shape(ins[0]), shapes.shape(ins[1]), shapes.shape(ins[2])
+        if x is None or w is None or r is None:
+            return None
+        layout = int(_attr(node, "layout", 0))
+        seq, batch = (x[1], x[0]) if layout == 1 else (x[0], x[1])
+        # W: [dirs, gates*H, I], R: [dirs, gates*H, H]
+        return seq * batch * w[0] * (w[1] * w[2] + r[1] * r[2])
+    if op == "Attention":
+        q, k, v = (shapes.shape(i) for i in ins[:3])
+        if q is None or k is None or v is None:
+            return None
+        if len(q) == 4:  # [B, H, L, E], [B, Hkv, S, E], [B, Hkv, S, Ev]
+            b, h, l_, e = q
+            return b * h * l_ * k[2] * (e + v[3])
+        # 3-D: [B, L, H*E], [B, S, Hkv*E], [B, S, Hkv*Ev]; heads cancel: B·L·S·(q_hidden + v_hidden·H/Hkv)
+        qh = int(_attr(node, "q_num_heads", 1) or 1)
+        kvh = int(_attr(node, "kv_num_heads", qh) or qh)
+        return q[0] * q[1] * k[1] * (q[2] + v[2] * qh // max(kvh, 1))
+    return None

@@ -1,0 +1,307 @@
+"""Throughput-vs-batch models fitted to measurements, and GENIE's latency Lat(n, b).
+
+Two candidate forms are fitted to the same (batch size, samples/s) measurements:
+
+``quadratic_rate``
+    GENIE eq. 7, the per-GPU processing rate as a quadratic in the (local) batch size:
+    ``sPR(b) = k0 + k1·b + k2·b²`` (samples/s); iteration time ``T(b) = b / sPR(b)``.
+``linear_time``
+    Iteration time linear in batch size, ``T(b) = alpha + beta·b`` (s), throughput ``b / T(b)``: a fixed
+    per-iteration cost plus a per-sample cost, saturating at ``1/beta`` samples/s.
+
+Both are fitted by least squares on *relative* residuals (each point weighs the same whatever its
+magnitude). The form used for a job is the one with the lower leave-one-out (LOO) relative error of the
+iteration time — the error each would have made predicting a batch size it had not seen. A quadratic
+extrapolates badly (it can turn negative or explode), so outside the measured batch range predictions
+always use the linear-time form, anchored to the selected model's value at the nearest measured edge, and
+carry an uncertainty that widens with the distance (in doublings) from that edge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.optimize import lsq_linear
+
+from perfpredict.errors import FitError
+
+QUADRATIC = "quadratic_rate"
+LINEAR = "linear_time"
+CONSTANT = "constant_rate"
+
+#: Uncertainty assumed when there is nothing to estimate it from (a single measured point).
+_UNKNOWN_REL_UNCERTAINTY = 0.5
+#: Floor on the in-range relative uncertainty: timing noise on shared machines is rarely below this.
+_MIN_REL_UNCERTAINTY = 0.01
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One fitted functional form."""
+
+    kind: str
+    coefficients: dict[str, float]
+    r2: float | None = None
+    loo_rel_error: float | None = None
+
+    @property
+    def target(self) -> str:
+        return "samples_per_s" if self.kind == QUADRATIC else "iter_time_s"
+
+    def iter_time(self, b: np.ndarray | float) -> np.ndarray:
+        b = np.asarray(b, dtype=float)
+        c = self.coefficients
+        if self.kind == LINEAR:
+            return c["alpha"] + c["beta"] * b
+        if self.kind == QUADRATIC:
+            rate = c["k0"] + c["k1"] * b + c["k2"] * b * b
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return np.where(rate > 0, b / np.where(rate > 0, rate, 1.0), np.inf)
+        if self.kind == CONSTANT:
+            return b / c["rate"]
+        raise ValueError(self.kind)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    batch_size: float
+    iter_time_s: float
+    samples_per_s: float
+    rel_uncertainty: float
+    extrapolated: bool
+
+    @property
+    def iter_time_interval(self) -> tuple[float, float]:
+        """A 1-sigma band on the iteration time (lower bound kept positive)."""
+        lo = self.iter_time_s / (1.0 + self.rel_uncertainty)
+        return lo, self.iter_time_s * (1.0 + self.rel_uncertainty)
+
+
+@dataclass
+class RateModel:
+    """A fitted throughput model: ``throughput(b)``, ``iter_time(b)``, ``predict(b)``, ``latency(n, b)``."""
+
+    kind: str
+    coefficients: dict[str, float]
+    batch_range: tuple[int, int]
+    candidates: list[Candidate]
+    selection: str
+    fit_points: int
+    rel_uncertainty: float
+    r2: float | None = None
+    loo_rel_error: float | None = None
+    _linear: Candidate | None = field(default=None, repr=False)
+
+    # -- predictions -----------------------------------------------------------------------------------
+    @property
+    def selected(self) -> Candidate:
+        return next(c for c in self.candidates if c.kind == self.kind)
+
+    def iter_time(self, batch_size: float | Sequence[float] | np.ndarray) -> np.ndarray | float:
+        """Predicted seconds per iteration at ``batch_size`` (scalar in → scalar out)."""
+        b = np.asarray(batch_size, dtype=float)
+        if np.any(b <= 0):
+            raise ValueError("batch size must be positive")
+        out = self._iter_time(b)
+        return float(out) if out.ndim == 0 else out
+
+    def throughput(self, batch_size: float | Sequence[float] | np.ndarray) -> np.ndarray | float:
+        """Predicted samples per second at ``batch_size``."""
+        b = np.asarray(batch_size, dtype=float)
+        t = np.asarray(self.iter_time(b))
+        out = b / t
+        return float(out) if out.ndim == 0 else out
+
+    def predict(self, batch_size: float) -> Prediction:
+        b = float(batch_size)
+        t = float(self.iter_time(b))
+        return Prediction(b, t, b / t, self.uncertainty(b), self.is_extrapolation(b))
+
+    def uncertainty(self, batch_size: float) -> float:
+        """Relative 1-sigma uncertainty: the in-range value, times (1 + doublings outside the range)."""
+        lo, hi = self.batch_range
+        b = float(batch_size)
+        if lo <= b <= hi:
+            return self.rel_uncertainty
+        edge = lo if b < lo else hi
+        return float(self.rel_uncertainty * (1.0 + abs(np.log2(b / edge))))
+
+    def is_extrapolation(self, batch_size: float) -> bool:
+        lo, hi = self.batch_range
+        return not (lo <= batch_size <= hi)
+
+    def latency(self, iterations: float, batch_size: float, nu_s: float = 0.0) -> float:
+        """GENIE eq. 4 on one device: ``iterations · T(batch_size) + nu_s`` seconds."""
+        if iterations < 0:
+            raise ValueError("iterations must be non-negative")
+        return float(iterations) * float(self.iter_time(batch_size)) + float(nu_s)
+
+    def _iter_time(self, b: np.ndarray) -> np.ndarray:
+        lo, hi = self.batch_range
+        inside = self.selected.iter_time(b)
+        if self.kind == LINEAR or self.kind == CONSTANT or self._linear is None:
+            return inside
+        # Quadratic inside the measured range; outside, the linear-time form anchored at the nearest edge
+        # so the curve is continuous and stays positive and increasing.
+        lin = self._linear
+        below, above = b < lo, b > hi
+        out = np.array(inside, dtype=float, copy=True)
+        if np.any(above):
+            out = np.where(above, self.selected.iter_time(hi) * lin.iter_time(b) / lin.iter_time(hi), out)
+        if np.any(below):
+            out = np.where(below, self.selected.iter_time(lo) * lin.iter_time(b) / lin.iter_time(lo), out)
+        return out
+
+    # -- card round trip --------------------------------------------------------------------------------
+    def to_card(self, device: str | None = None):
+        from perfpredict.card import RateCandidateCard, RateModelCard
+
+        return RateModelCard(
+            kind=self.kind, coefficients=self.coefficients, r2=self.r2, loo_rel_error=self.loo_rel_error,
+            selection=self.selection, batch_range=self.batch_range, fit_points=self.fit_points,
+            rel_uncertainty=self.rel_uncertainty,
+            extrapolation=("linear_time anchored at the nearest measured batch size; uncertainty x (1 + "
+                           "doublings beyond the range)"),
+            candidates=[RateCandidateCard(kind=c.kind, coefficients=c.coefficients, r2=c.r2, target=c.target,
+                                          loo_rel_error=c.loo_rel_error) for c in self.candidates],
+            device=device,
+        )
+
+    @classmethod
+    def from_card(cls, card) -> RateModel:
+        cands = [Candidate(c.kind, dict(c.coefficients), c.r2, c.loo_rel_error) for c in card.candidates]
+        lin = next((c for c in cands if c.kind == LINEAR), None)
+        return cls(kind=card.kind, coefficients=dict(card.coefficients), batch_range=tuple(card.batch_range),
+                   candidates=cands, selection=card.selection, fit_points=card.fit_points,
+                   rel_uncertainty=card.rel_uncertainty, r2=card.r2, loo_rel_error=card.loo_rel_error,
+                   _linear=lin)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# fitting
+# ---------------------------------------------------------------------------------------------------------
+def fit_rate_model(batch_sizes: Sequence[float], samples_per_s: Sequence[float], *,
+                   kind: str | None = None, cross_validate: bool = True) -> RateModel:
+    """Fit the throughput model to measured ``samples_per_s`` at ``batch_sizes``.
+
+    With ≥ 4 distinct batch sizes both forms are fitted and the one with the lower leave-one-out error is
+    selected (``kind`` forces one). With 3 only ``linear_time`` can be cross-validated; with 2 it is fitted
+    exactly; with 1 the rate is assumed constant (with a large uncertainty). ``cross_validate=False`` skips
+    the LOO errors (used for the held-out fits themselves).
+    """
+    b, r = _clean(batch_sizes, samples_per_s)
+    n = len(b)
+    if kind is not None and kind not in (QUADRATIC, LINEAR, CONSTANT):
+        raise FitError(f"unknown rate model kind {kind!r}", step="fit rate model")
+    if kind == QUADRATIC and n < 3:
+        raise FitError(f"a quadratic rate model needs at least 3 batch sizes, got {n}", step="fit rate model")
+    if n == 1 or kind == CONSTANT:
+        rate = float(np.exp(np.mean(np.log(r))))
+        cand = Candidate(CONSTANT, {"rate": rate})
+        return RateModel(CONSTANT, cand.coefficients, (int(b.min()), int(b.max())), [cand],
+                         "single measurement: constant samples/s assumed" if n == 1 else "forced",
+                         n, _UNKNOWN_REL_UNCERTAINTY)
+
+    lin = _fit_linear(b, r)
+    cv = cross_validate and kind is None
+    lin = Candidate(LINEAR, lin.coefficients, lin.r2, _loo(b, r, LINEAR) if cv and n >= 3 else None)
+    cands = [lin]
+    if n >= 3:
+        quad = _fit_quadratic(b, r)
+        cands.append(Candidate(QUADRATIC, quad.coefficients, quad.r2, _loo(b, r, QUADRATIC) if cv and n >= 4 else None))
+
+    if kind is not None:
+        chosen, how = kind, "forced"
+    elif n >= 4:
+        # Lower LOO error wins; on a tie the simpler, safer linear form.
+        q, l_ = cands[1].loo_rel_error, cands[0].loo_rel_error
+        chosen = QUADRATIC if q < l_ else LINEAR
+        how = f"leave-one-out relative error ({LINEAR} {l_:.3g} vs {QUADRATIC} {q:.3g})"
+    else:
+        chosen = LINEAR
+        how = ("fewer than 4 batch sizes: the quadratic cannot be cross-validated, so linear_time is used"
+               if n == 3 else "2 batch sizes: linear_time fitted exactly")
+    sel = next(c for c in cands if c.kind == chosen)
+    model = RateModel(chosen, sel.coefficients, (int(b.min()), int(b.max())), cands, how, n,
+                      _UNKNOWN_REL_UNCERTAINTY, sel.r2, sel.loo_rel_error, _linear=lin)
+    model.rel_uncertainty = _in_range_uncertainty(model, b, r)
+    return model
+
+
+def _clean(batch_sizes, samples_per_s) -> tuple[np.ndarray, np.ndarray]:
+    b = np.asarray(list(batch_sizes), dtype=float)
+    r = np.asarray(list(samples_per_s), dtype=float)
+    if b.shape != r.shape:
+        raise FitError(f"{len(b)} batch sizes but {len(r)} throughputs", step="fit rate model")
+    keep = np.isfinite(b) & np.isfinite(r) & (b > 0) & (r > 0)
+    b, r = b[keep], r[keep]
+    if len(b) == 0:
+        raise FitError("no positive, finite measurements to fit", step="fit rate model")
+    # Repeated batch sizes: average their iteration times (the quantity we predict).
+    uniq = np.unique(b)
+    if len(uniq) != len(b):
+        t = b / r
+        r = np.array([u / t[b == u].mean() for u in uniq])
+        b = uniq
+    order = np.argsort(b)
+    return b[order], r[order]
+
+
+def _fit_linear(b: np.ndarray, r: np.ndarray) -> Candidate:
+    t = b / r
+    # Minimise sum(((alpha + beta*b) - t) / t)^2 with alpha, beta >= 0.
+    A = np.column_stack([np.ones_like(b), b]) / t[:, None]
+    sol = lsq_linear(A, np.ones_like(b), bounds=([0.0, 0.0], [np.inf, np.inf]))
+    alpha, beta = (float(v) for v in sol.x)
+    if alpha + beta * b.min() <= 0:  # degenerate: all-zero solution; fall back to proportional time
+        beta = float(np.mean(t / b))
+    return Candidate(LINEAR, {"alpha": alpha, "beta": beta}, _r2(t, alpha + beta * b))
+
+
+def _fit_quadratic(b: np.ndarray, r: np.ndarray) -> Candidate:
+    A = np.column_stack([np.ones_like(b), b, b * b]) / r[:, None]
+    coef, *_ = np.linalg.lstsq(A, np.ones_like(b), rcond=None)
+    k0, k1, k2 = (float(v) for v in coef)
+    return Candidate(QUADRATIC, {"k0": k0, "k1": k1, "k2": k2}, _r2(r, k0 + k1 * b + k2 * b * b))
+
+
+def _r2(y: np.ndarray, yhat: np.ndarray) -> float | None:
+    ss_tot = float(np.sum((y - y.mean()) ** 2))
+    if ss_tot <= 0:
+        return None
+    return 1.0 - float(np.sum((y - yhat) ** 2)) / ss_tot
+
+
+def _loo(b: np.ndarray, r: np.ndarray, kind: str) -> float:
+    """Mean |relative error| of iteration time when each point is predicted by a model fitted without it.
+
+    The held-out model is the full predictor restricted to ``kind`` — including the anchored-linear
+    extrapolation at the range edges — so this is the error perfpredict itself would make.
+    """
+    errs = []
+    for i in range(len(b)):
+        keep = np.arange(len(b)) != i
+        sub = fit_rate_model(b[keep], r[keep], kind=kind, cross_validate=False)
+        t_pred = float(sub.iter_time(b[i]))
+        t_true = b[i] / r[i]
+        errs.append(abs(t_pred - t_true) / t_true if np.isfinite(t_pred) else np.inf)
+    return float(np.mean(errs))
+
+
+def _in_range_uncertainty(model: RateModel, b: np.ndarray, r: np.ndarray) -> float:
+    """LOO error when available (honest out-of-sample), else the in-sample relative RMS residual."""
+    if model.loo_rel_error is not None and np.isfinite(model.loo_rel_error):
+        return max(model.loo_rel_error, _MIN_REL_UNCERTAINTY)
+    t = b / r
+    pred = model.selected.iter_time(b)
+    resid = float(np.sqrt(np.mean(((pred - t) / t) ** 2)))
+    if len(b) <= 2:  # an exact fit says nothing about its own error
+        return max(_UNKNOWN_REL_UNCERTAINTY / 2, resid)
+    return max(resid, _MIN_REL_UNCERTAINTY)
+
+
+def lat(model: RateModel, iterations: float, batch_size: float, nu_s: float = 0.0) -> float:
+    """GENIE's ``Lat(iterations, batch) = iterations · T(batch) + ν`` for a fitted :class:`RateModel`."""
+    return model.latency(iterations, batch_size, nu_s)

@@ -1,0 +1,96 @@
+"""Run each measurement point in a fresh process, so memory and caches never leak between points.
+
+Processes come from a multiprocessing *fork server* that has torch (and the worker module) preloaded: a
+new measuring process is a fork of a clean interpreter that has imported torch but never run a model or
+touched CUDA, so it starts in milliseconds instead of re-importing torch for every batch size. Where fork
+servers are unavailable (Windows), ``spawn`` is used.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import signal
+import time
+from typing import Any
+
+from perfpredict.profile.worker import PointRequest, run_point
+
+_PRELOAD = ["perfpredict.profile.worker"]
+_context: mp.context.BaseContext | None = None
+
+
+def _ctx() -> mp.context.BaseContext:
+    global _context
+    if _context is None:
+        if "forkserver" in mp.get_all_start_methods():
+            ctx = mp.get_context("forkserver")
+            ctx.set_forkserver_preload(_PRELOAD)
+        else:  # pragma: no cover - Windows
+            ctx = mp.get_context("spawn")
+        _context = ctx
+    return _context
+
+
+def warm_up() -> None:
+    """Start the fork server now (it imports torch in the background while the caller does other work)."""
+    ctx = _ctx()
+    if ctx.get_start_method() == "forkserver":
+        from multiprocessing import forkserver
+
+        forkserver.ensure_running()
+
+
+def run_in_subprocess(req: PointRequest, timeout_s: float) -> dict[str, Any]:
+    """Measure ``req`` in a fresh process; always returns a result dict (status ``ok`` or a failure).
+
+    A process that dies without answering is classified by its exit: SIGKILL is taken as the kernel's OOM
+    killer (status ``oom``), other signals as a crash (``error``). Past ``timeout_s`` it is killed
+    (``timeout``).
+    """
+    ctx = _ctx()
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=run_point, args=(req, send), name=f"perfpredict-b{req.batch_size}", daemon=True)
+    try:
+        proc.start()
+        send.close()
+        deadline = time.monotonic() + timeout_s
+        result = None
+        while result is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            if recv.poll(min(remaining, 0.5)):
+                try:
+                    result = recv.recv()
+                except EOFError:
+                    break
+            elif not proc.is_alive():
+                # It may have sent just before exiting: one last look.
+                if recv.poll(0.1):
+                    try:
+                        result = recv.recv()
+                    except EOFError:
+                        pass
+                break
+        if result is not None:
+            proc.join(timeout=30)
+            return result
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=10)
+            return {"status": "timeout", "batch_size": req.batch_size, "phase": "measure",
+                    "error": f"no result within {timeout_s:.0f} s; the measuring process was killed"}
+        proc.join(timeout=10)
+        code = proc.exitcode
+        if code is not None and code < 0 and -code == signal.SIGKILL:
+            return {"status": "oom", "batch_size": req.batch_size, "phase": "measure",
+                    "error": "the measuring process was killed (SIGKILL), most likely by the kernel's "
+                             "out-of-memory killer"}
+        how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
+        return {"status": "error", "batch_size": req.batch_size, "phase": "measure",
+                "error": f"the measuring process died with {how} before reporting"}
+    finally:
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=5)
+        recv.close()

@@ -1,0 +1,241 @@
+"""Measure one (workload, batch size) point. Runs inside a fresh subprocess started by the runner.
+
+Everything that can go wrong is caught and turned into a result dict with a status (``ok``, ``oom``,
+``nonfinite``, ``error``) and the phase that failed, so the parent always gets an answer it can put on
+the card. This module imports torch at import time on purpose: the runner preloads it in a fork server, so
+each measuring process starts with torch already imported.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch._dynamo  # noqa: F401 - optimizers import it lazily (~1.7 s); pay that once in the fork server
+
+from perfpredict.errors import ModelLoadError, PerfPredictError
+from perfpredict.profile import memory as mem
+from perfpredict.profile.energy import GpuSampler, RaplReader, nvml_handle_for_torch_device, nvml_process_memory
+from perfpredict.profile.timing import TimingConfig, time_iterations
+from perfpredict.workload.spec import WorkloadRef
+
+
+@dataclass(frozen=True)
+class PointRequest:
+    ref: WorkloadRef
+    batch_size: int
+    mode: str = "train"  # "train" | "infer"
+    device: str = "cpu"  # "cpu" | "cuda:<i>"
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    threads: int | None = None
+    memory_limit_bytes: int | None = None  # CPU only: data memory allowed beyond the process's baseline
+    seed: int = 0
+    measure_energy: bool = True
+
+
+class _NonFiniteLoss(Exception):
+    pass
+
+
+def run_point(req: PointRequest, conn) -> None:
+    """Subprocess entry point: measure and send the result dict through ``conn``."""
+    try:
+        result = measure_point(req)
+    except BaseException as e:  # noqa: BLE001 - last line of defence; the parent must get an answer
+        result = {"status": "error", "batch_size": req.batch_size, "phase": "worker",
+                  "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+    try:
+        conn.send(result)
+    finally:
+        conn.close()
+
+
+def measure_point(req: PointRequest) -> dict[str, Any]:
+    """Measure one batch size for ``req`` in this process; never raises for model errors."""
+    state = {"phase": "setup"}
+    out: dict[str, Any] = {"batch_size": req.batch_size, "device": req.device, "mode": req.mode}
+    is_cuda = req.device.startswith("cuda")
+    try:
+        t_start = time.perf_counter()
+        if req.threads:
+            torch.set_num_threads(req.threads)
+        out["threads"] = torch.get_num_threads()
+        mem.prefer_oom_kill()
+        if not is_cuda and req.memory_limit_bytes:
+            out["memory_limit_bytes"] = mem.limit_data_memory(req.memory_limit_bytes)
+        device = torch.device(req.device)
+        handle = None
+        cuda_context_bytes = None
+        if is_cuda:
+            state["phase"] = "cuda init"
+            torch.cuda.set_device(device)
+            torch.zeros(1, device=device)
+            torch.cuda.synchronize(device)
+            try:
+                handle = nvml_handle_for_torch_device(device.index or 0)
+                cuda_context_bytes = nvml_process_memory(handle)
+            except Exception as e:  # noqa: BLE001 - NVML missing: memory/energy fall back or are unavailable
+                out["nvml_error"] = f"{type(e).__name__}: {e}"
+            torch.cuda.reset_peak_memory_stats(device)
+        mem.reset_peak_rss()
+        rss0 = mem.current_rss_bytes()
+
+        state["phase"] = "load"
+        t0 = time.perf_counter()
+        workload = req.ref.load()
+        t_load = time.perf_counter() - t0
+
+        state["phase"] = "build_model"
+        t0 = time.perf_counter()
+        torch.manual_seed(req.seed)
+        model = workload.build_model()
+        if not isinstance(model, torch.nn.Module):
+            raise ModelLoadError(f"build_model() returned {type(model).__name__}, expected a torch.nn.Module",
+                                 step="build_model")
+        model = model.to(device)
+        model.train(req.mode == "train")
+        t_build = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        state["phase"] = "example_inputs"
+        inputs = workload.inputs(req.batch_size, device)
+        targets = workload.targets(req.batch_size, device)
+        opt = None
+        if req.mode == "train":
+            state["phase"] = "make_optimizer"
+            opt = workload.make_optimizer(model.parameters())
+        t_setup = time.perf_counter() - t0
+
+        step = _train_step(model, workload, inputs, targets, opt, state) if req.mode == "train" \
+            else _infer_step(model, inputs, state)
+        sync = (lambda: torch.cuda.synchronize(device)) if is_cuda else (lambda: None)
+
+        energy = _EnergyProbe(req, handle)
+        timing = time_iterations(step, sync, req.timing, before_timed=energy.start)
+        energy.stop()
+        stats = timing.stats()
+        state["phase"] = "collect"
+
+        out["status"] = "ok"
+        out["timing"] = stats
+        out["startup"] = {"load_s": t_load, "build_s": t_build, "setup_s": t_setup,
+                          "first_iter_extra_s": timing.first_iter_s - stats["median_s"]}
+        out["worker_wall_s"] = time.perf_counter() - t_start
+        if is_cuda:
+            out["memory"] = {
+                "kind": "cuda_peak_allocated",
+                "peak_bytes": int(torch.cuda.max_memory_allocated(device)),
+                "cuda_reserved_bytes": int(torch.cuda.max_memory_reserved(device)),
+                "nvml_process_bytes": nvml_process_memory(handle) if handle is not None else None,
+                "baseline_bytes": cuda_context_bytes,
+            }
+        else:
+            out["memory"] = {"kind": "cpu_rss_increase", "peak_bytes": max(0, mem.peak_rss_bytes() - rss0),
+                             "baseline_bytes": rss0}
+        out["energy"] = energy.result(stats["iterations"])
+        return out
+    except BaseException as e:  # noqa: BLE001
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        out["phase"] = getattr(e, "step", None) or state["phase"]
+        out["traceback"] = traceback.format_exc()
+        if isinstance(e, _NonFiniteLoss):
+            out["status"] = "nonfinite"
+            out["error"] = str(e)
+        elif mem.is_oom_error(e):
+            out["status"] = "oom"
+            out["error"] = _first_line(e)
+        elif isinstance(e, PerfPredictError):
+            out["status"] = "error"
+            out["error"] = e.message
+        else:
+            out["status"] = "error"
+            out["error"] = f"{type(e).__name__}: {_first_line(e)}"
+        return out
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0][:500]
+
+
+def _train_step(model, workload, inputs, targets, opt, state):
+    def step() -> None:
+        state["phase"] = "zero_grad"
+        opt.zero_grad(set_to_none=True)
+        state["phase"] = "forward"
+        outputs = model(*inputs)
+        state["phase"] = "loss"
+        loss = workload.loss(outputs, targets)
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            raise TypeError(f"loss_fn must return a scalar tensor, got "
+                            f"{tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__}")
+        if not bool(torch.isfinite(loss.detach())):
+            raise _NonFiniteLoss(f"loss is {float(loss.detach())} (not finite)")
+        state["phase"] = "backward"
+        loss.backward()
+        state["phase"] = "optimizer_step"
+        opt.step()
+
+    return step
+
+
+def _infer_step(model, inputs, state):
+    def step() -> None:
+        state["phase"] = "forward"
+        with torch.inference_mode():
+            model(*inputs)
+
+    return step
+
+
+class _EnergyProbe:
+    """Starts the right counter at the beginning of the timed window and reads it at the end."""
+
+    def __init__(self, req: PointRequest, handle) -> None:
+        self.enabled = req.measure_energy
+        self.cuda = req.device.startswith("cuda")
+        self.handle = handle
+        self.sampler: GpuSampler | None = None
+        self.rapl: RaplReader | None = None
+        self.reason: str | None = None
+        self._r0: list[int] | None = None
+        self._t0 = 0.0
+        self._joules: float | None = None
+        if not self.enabled:
+            self.reason = "energy measurement disabled"
+        elif self.cuda:
+            if handle is None:
+                self.reason = "NVML unavailable in the measuring process"
+        else:
+            self.rapl, self.reason = RaplReader.probe()
+
+    def start(self) -> None:
+        if self.cuda and self.handle is not None and self.enabled:
+            self.sampler = GpuSampler(self.handle)
+            self.sampler.start()
+        elif self.rapl is not None:
+            self._r0 = self.rapl.read()
+            self._t0 = time.perf_counter()
+
+    def stop(self) -> None:
+        if self.sampler is not None:
+            self.sampler.stop()
+        elif self.rapl is not None and self._r0 is not None:
+            r1 = self.rapl.read()
+            self._joules = self.rapl.joules_between(self._r0, r1)
+            self._dt = time.perf_counter() - self._t0
+
+    def result(self, iterations: int) -> dict:
+        if self.sampler is not None:
+            return {"available": True, "scope": "whole GPU (NVML)", **self.sampler.result(iterations)}
+        if self._joules is not None:
+            return {"available": True, "scope": "CPU package(s), whole socket (RAPL)",
+                    "energy_per_iter_j": self._joules / max(iterations, 1),
+                    "mean_power_w": self._joules / self._dt if self._dt > 0 else None,
+                    "energy_method": "rapl_package"}
+        return {"available": False, "reason": self.reason or "no energy counter"}
+

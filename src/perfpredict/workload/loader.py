@@ -1,0 +1,119 @@
+"""Load a user's ``model.py`` by path, in isolation, and check it follows the convention.
+
+The convention (README, "The model.py convention"):
+
+required
+    ``build_model() -> torch.nn.Module`` and ``example_inputs(batch_size) -> Tensor | tuple[Tensor, ...]``
+optional
+    ``loss_fn(outputs) -> Tensor`` (or ``loss_fn(outputs, targets)`` with ``example_targets``),
+    ``example_targets(batch_size)``, ``make_optimizer(params)``, ``BATCH_SIZES``, ``MODEL_NAME``.
+
+Each file is executed as a fresh module under a unique name (two files both called ``model.py`` never
+collide), with its own directory importable so it can import sibling helpers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import sys
+import traceback
+from pathlib import Path
+from types import ModuleType
+
+from perfpredict.errors import ModelLoadError
+from perfpredict.workload.spec import (
+    DEFAULT_BATCH_SIZES,
+    Workload,
+    WorkloadRef,
+    default_loss,
+    default_optimizer,
+)
+
+REQUIRED_HOOKS = ("build_model", "example_inputs")
+OPTIONAL_HOOKS = ("loss_fn", "example_targets", "make_optimizer")
+
+
+def load_model_file(path: str | Path) -> Workload:
+    """Import ``path`` and return its :class:`Workload`; raise :class:`ModelLoadError` naming the problem."""
+    p = Path(path).expanduser()
+    shown = str(path)
+    if not p.exists():
+        raise ModelLoadError("file not found", source=shown, step="load")
+    if p.is_dir():
+        raise ModelLoadError("is a directory, expected a Python file defining build_model() and "
+                             "example_inputs(batch_size)", source=shown, step="load")
+    module = _import_isolated(p.resolve(), shown)
+    return _workload_from_module(module, p.resolve(), shown)
+
+
+def _import_isolated(path: Path, shown: str) -> ModuleType:
+    digest = hashlib.sha1(str(path).encode()).hexdigest()[:12]
+    mod_name = f"perfpredict_user_{path.stem}_{digest}"
+    loader = importlib.machinery.SourceFileLoader(mod_name, str(path))
+    spec = importlib.util.spec_from_file_location(mod_name, str(path), loader=loader)
+    if spec is None:  # pragma: no cover - SourceFileLoader always yields a spec for an existing path
+        raise ModelLoadError("cannot be imported as a Python module", source=shown, step="load")
+    module = importlib.util.module_from_spec(spec)
+    parent = str(path.parent)
+    added = parent not in sys.path
+    if added:
+        sys.path.insert(0, parent)
+    sys.modules[mod_name] = module
+    try:
+        loader.exec_module(module)
+    except SyntaxError as e:
+        sys.modules.pop(mod_name, None)
+        where = f"line {e.lineno}" if e.lineno else "unknown line"
+        raise ModelLoadError(f"syntax error at {where}: {e.msg}", source=shown, step="import",
+                             detail=traceback.format_exc()) from None
+    except BaseException as e:  # noqa: BLE001 - user code may raise anything, SystemExit included
+        sys.modules.pop(mod_name, None)
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        raise ModelLoadError(f"raised {type(e).__name__} while importing: {e}", source=shown, step="import",
+                             detail=traceback.format_exc()) from None
+    finally:
+        if added:
+            try:
+                sys.path.remove(parent)
+            except ValueError:
+                pass
+    return module
+
+
+def _workload_from_module(module: ModuleType, path: Path, shown: str) -> Workload:
+    missing = [h for h in REQUIRED_HOOKS if not hasattr(module, h)]
+    if missing:
+        raise ModelLoadError(
+            f"does not define {' and '.join(f'{m}()' for m in missing)}; a model file needs "
+            "build_model() -> torch.nn.Module and example_inputs(batch_size) -> Tensor | tuple of Tensors",
+            source=shown, step="validate")
+    for hook in REQUIRED_HOOKS + OPTIONAL_HOOKS:
+        if hasattr(module, hook) and not callable(getattr(module, hook)):
+            raise ModelLoadError(f"{hook} must be a function, found {type(getattr(module, hook)).__name__}",
+                                 source=shown, step="validate")
+    batch_sizes = DEFAULT_BATCH_SIZES
+    if hasattr(module, "BATCH_SIZES"):
+        raw = module.BATCH_SIZES
+        try:
+            batch_sizes = tuple(sorted({int(b) for b in raw}))
+        except (TypeError, ValueError):
+            raise ModelLoadError(f"BATCH_SIZES must be a list of positive integers, got {raw!r}",
+                                 source=shown, step="validate") from None
+        if not batch_sizes or min(batch_sizes) <= 0:
+            raise ModelLoadError(f"BATCH_SIZES must be a non-empty list of positive integers, got {raw!r}",
+                                 source=shown, step="validate")
+    name = str(getattr(module, "MODEL_NAME", path.stem))
+    return Workload(
+        name=name,
+        ref=WorkloadRef(kind="file", target=str(path)),
+        build_model=module.build_model,
+        example_inputs=module.example_inputs,
+        loss_fn=getattr(module, "loss_fn", default_loss),
+        make_optimizer=getattr(module, "make_optimizer", default_optimizer),
+        example_targets=getattr(module, "example_targets", None),
+        batch_sizes=batch_sizes,
+        description=(module.__doc__ or "").strip().splitlines()[0] if module.__doc__ else "",
+    )

@@ -1,0 +1,144 @@
+"""What perfpredict knows how to run: a :class:`Workload` (callables) and its picklable :class:`WorkloadRef`.
+
+A workload comes either from a user's ``model.py`` (see README, "The model.py convention") or from the
+built-in zoo. Profiling runs every measurement in a fresh subprocess, so a workload must be re-creatable
+from a small, picklable reference — that is :class:`WorkloadRef`; :meth:`WorkloadRef.load` rebuilds the
+callables in whatever process needs them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+#: Batch sizes swept when neither the model file nor the command line says otherwise.
+DEFAULT_BATCH_SIZES: tuple[int, ...] = (4, 8, 16, 32, 64)
+
+
+@dataclass(frozen=True)
+class WorkloadRef:
+    """A picklable pointer to a workload: a model file path, or a zoo family plus its parameters."""
+
+    kind: Literal["file", "zoo"]
+    target: str
+    params: tuple[tuple[str, Any], ...] = ()
+
+    def load(self) -> Workload:
+        if self.kind == "file":
+            from perfpredict.workload.loader import load_model_file
+
+            return load_model_file(self.target)
+        from perfpredict.workload.zoo import load_zoo_workload
+
+        return load_zoo_workload(self.target, dict(self.params))
+
+    def describe(self) -> str:
+        if self.kind == "file":
+            return self.target
+        args = ",".join(f"{k}={v}" for k, v in self.params)
+        return f"zoo:{self.target}" + (f"[{args}]" if args else "")
+
+
+def default_loss(outputs: Any) -> torch.Tensor:
+    """The mean of the model's outputs, as a float scalar: the documented default ``loss_fn``.
+
+    Nested outputs (tuples, lists, dicts — e.g. an LSTM's ``(output, (h, c))``) contribute the mean of each
+    floating-point tensor they contain, summed, so every output takes part in the backward pass.
+    """
+    tensors = [t for t in _iter_tensors(outputs) if t.is_floating_point()]
+    if not tensors:
+        raise TypeError("the model returned no floating-point tensor, so the default loss (mean of outputs) "
+                        "cannot be formed; define loss_fn(outputs) in the model file")
+    total = tensors[0].float().mean()
+    for t in tensors[1:]:
+        total = total + t.float().mean()
+    return total
+
+
+def _iter_tensors(obj: Any):
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, Mapping):
+        for v in obj.values():
+            yield from _iter_tensors(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from _iter_tensors(v)
+
+
+def default_optimizer(params) -> torch.optim.Optimizer:
+    """SGD with momentum 0.9: the documented default ``make_optimizer`` (momentum gives realistic state memory)."""
+    return torch.optim.SGD(params, lr=0.01, momentum=0.9)
+
+
+@dataclass
+class Workload:
+    """A runnable training job: the hooks of the ``model.py`` convention, with defaults filled in.
+
+    ``loss_fn`` takes ``(outputs)`` or, when ``example_targets`` is given, ``(outputs, targets)``.
+    """
+
+    name: str
+    ref: WorkloadRef
+    build_model: Callable[[], torch.nn.Module]
+    example_inputs: Callable[[int], Any]
+    loss_fn: Callable[..., torch.Tensor] = default_loss
+    make_optimizer: Callable[[Any], torch.optim.Optimizer] = default_optimizer
+    example_targets: Callable[[int], Any] | None = None
+    batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
+    description: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def source(self) -> str:
+        """What the user typed to name this workload (a path or ``zoo:<family>[...]``)."""
+        return self.ref.describe()
+
+    def inputs(self, batch_size: int, device: torch.device | str = "cpu") -> tuple[Any, ...]:
+        """The forward arguments for ``batch_size``, moved to ``device``, always as a tuple."""
+        args = self.example_inputs(batch_size)
+        if not isinstance(args, tuple):
+            args = (args,)
+        return tuple(to_device(a, device) for a in args)
+
+    def targets(self, batch_size: int, device: torch.device | str = "cpu") -> Any:
+        if self.example_targets is None:
+            return None
+        return to_device(self.example_targets(batch_size), device)
+
+    def loss(self, outputs: Any, targets: Any = None) -> torch.Tensor:
+        if self.example_targets is None:
+            return self.loss_fn(outputs)
+        return self.loss_fn(outputs, targets)
+
+
+def to_device(obj: Any, device: torch.device | str) -> Any:
+    """Move tensors (possibly nested in tuples/lists/dicts) to ``device``; leave everything else as is."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, Mapping):
+        return {k: to_device(v, device) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_device(v, device) for v in obj)
+    return obj
+
+
+def parse_batch_sizes(value: str | Sequence[int]) -> tuple[int, ...]:
+    """Parse ``"8,16,32"`` (or a sequence) into sorted, unique, positive batch sizes."""
+    from perfpredict.errors import UsageError
+
+    if isinstance(value, str):
+        items = [v.strip() for v in value.split(",") if v.strip()]
+        try:
+            sizes = [int(v) for v in items]
+        except ValueError:
+            raise UsageError(f"batch sizes must be comma-separated integers, got {value!r}",
+                             step="arguments") from None
+    else:
+        sizes = [int(v) for v in value]
+    if not sizes or any(s <= 0 for s in sizes):
+        raise UsageError(f"batch sizes must be positive integers, got {value!r}", step="arguments")
+    return tuple(sorted(set(sizes)))

@@ -1,0 +1,141 @@
+"""The contract every built-in zoo family meets.
+
+A family is a parametric model (ResNet-style, VGG-style, ...) with a few depth/width knobs. Families must be
+cheap to enumerate (``grid()`` returns plain dicts, nothing is built) and reproducible (same parameters →
+same architecture, same initial weights under a fixed seed, same example inputs). ``closed_form_macs``
+gives the per-sample forward multiply-accumulate count from the architecture's formula, independently of
+any graph tracing: tests hold the ONNX and fvcore counts against it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+
+from perfpredict.errors import UsageError
+
+
+@dataclass(frozen=True)
+class ZooParam:
+    """One knob of a family. Its type is the type of ``default``; ``choices`` restricts the values."""
+
+    name: str
+    default: Any
+    help: str
+    choices: tuple[Any, ...] | None = None
+    minimum: float | None = None
+
+    def parse(self, value: Any) -> Any:
+        """Convert ``value`` (a CLI string or a Python value) to this knob's type and validate it."""
+        kind = type(self.default)
+        try:
+            if kind is bool:
+                if isinstance(value, str):
+                    low = value.strip().lower()
+                    if low not in ("1", "0", "true", "false", "yes", "no"):
+                        raise ValueError(value)
+                    out: Any = low in ("1", "true", "yes")
+                else:
+                    out = bool(value)
+            elif kind is int:
+                if isinstance(value, float) and not value.is_integer():
+                    raise ValueError(value)
+                out = int(value)
+            elif kind is float:
+                out = float(value)
+            else:
+                out = str(value)
+        except (TypeError, ValueError):
+            raise UsageError(f"parameter {self.name} expects {kind.__name__}, got {value!r}",
+                             step="zoo parameters") from None
+        if self.choices is not None and out not in self.choices:
+            raise UsageError(f"parameter {self.name} must be one of {list(self.choices)}, got {out!r}",
+                             step="zoo parameters")
+        if self.minimum is not None and out < self.minimum:
+            raise UsageError(f"parameter {self.name} must be >= {self.minimum}, got {out!r}",
+                             step="zoo parameters")
+        return out
+
+
+class ZooFamily(ABC):
+    """A parametric model family in the built-in zoo (pure torch, no torchvision)."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    #: "image", "language" or "tabular": what kind of data the family consumes.
+    task: ClassVar[str]
+    params: ClassVar[tuple[ZooParam, ...]]
+    default_batch_sizes: ClassVar[tuple[int, ...]] = (4, 8, 16, 32, 64)
+
+    # -- configuration -------------------------------------------------------------------------------
+    def resolve(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Defaults updated with ``overrides``, every value parsed and validated; unknown names rejected."""
+        overrides = dict(overrides or {})
+        known = {p.name: p for p in self.params}
+        unknown = sorted(set(overrides) - set(known))
+        if unknown:
+            raise UsageError(f"zoo family {self.name!r} has no parameter {', '.join(unknown)}; "
+                             f"it takes {', '.join(known)}", step="zoo parameters")
+        cfg = {p.name: p.default for p in self.params}
+        for k, v in overrides.items():
+            cfg[k] = known[k].parse(v)
+        self.validate(cfg)
+        return cfg
+
+    def validate(self, cfg: Mapping[str, Any]) -> None:
+        """Cross-parameter checks (e.g. heads divide d_model); raise UsageError. Default: none."""
+
+    def config_name(self, cfg: Mapping[str, Any]) -> str:
+        """A stable, filesystem-safe name listing every parameter, e.g. ``mlp-depth3-width256-...``."""
+        def fmt(v: Any) -> str:
+            if isinstance(v, bool):
+                return str(int(v))
+            if isinstance(v, float):
+                return f"{v:g}"
+            return str(v)
+
+        return "-".join([self.name] + [f"{p.name}{fmt(cfg[p.name])}" for p in self.params])
+
+    @abstractmethod
+    def grid(self) -> list[dict[str, Any]]:
+        """The configurations dataset sweeps enumerate: partial dicts of overrides, deterministic order."""
+
+    # -- the model.py hooks ----------------------------------------------------------------------------
+    @abstractmethod
+    def build_model(self, cfg: Mapping[str, Any]) -> torch.nn.Module:
+        """Build the network for ``cfg`` (weights follow torch's global RNG; callers seed it)."""
+
+    @abstractmethod
+    def example_inputs(self, cfg: Mapping[str, Any], batch_size: int) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        """Deterministic forward arguments for ``batch_size`` (use :func:`generator`)."""
+
+    @abstractmethod
+    def example_targets(self, cfg: Mapping[str, Any], batch_size: int) -> torch.Tensor:
+        """Deterministic integer class targets matching the model's output."""
+
+    def loss_fn(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy; sequence outputs ``[B, T, C]`` are flattened against targets ``[B, T]``."""
+        if outputs.dim() == 3:
+            return F.cross_entropy(outputs.reshape(-1, outputs.shape[-1]), targets.reshape(-1))
+        return F.cross_entropy(outputs, targets)
+
+    # -- ground truth for tests ------------------------------------------------------------------------
+    @abstractmethod
+    def closed_form_macs(self, cfg: Mapping[str, Any]) -> int:
+        """Per-sample forward MACs of conv / linear / matmul / recurrent layers, from the formula."""
+
+    def closed_form_params(self, cfg: Mapping[str, Any]) -> int | None:
+        """Exact trainable parameter count from the formula, when the family provides one."""
+        return None
+
+
+def generator(seed: int = 0) -> torch.Generator:
+    """A CPU generator with a fixed seed, so example inputs are identical run to run."""
+    g = torch.Generator()
+    g.manual_seed(seed)
+    return g

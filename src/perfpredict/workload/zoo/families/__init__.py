@@ -1,0 +1,23 @@
+"""The built-in zoo's families, one per module, in registration order."""
+
+from __future__ import annotations
+
+from perfpredict.workload.zoo.base import ZooFamily
+from perfpredict.workload.zoo.families.lstm import LSTMFamily
+from perfpredict.workload.zoo.families.mlp import MLPFamily
+from perfpredict.workload.zoo.families.mobilenetv2 import MobileNetV2Family
+from perfpredict.workload.zoo.families.resnet import ResNetFamily
+from perfpredict.workload.zoo.families.transformer import TransformerFamily
+from perfpredict.workload.zoo.families.vgg import VGGFamily
+
+ALL_FAMILIES: tuple[type[ZooFamily], ...] = (
+    ResNetFamily,
+    VGGFamily,
+    MobileNetV2Family,
+    TransformerFamily,
+    LSTMFamily,
+    MLPFamily,
+)
+
+__all__ = ["ALL_FAMILIES", "ResNetFamily", "VGGFamily", "MobileNetV2Family", "TransformerFamily", "LSTMFamily",
+           "MLPFamily"]
