@@ -11,7 +11,8 @@ Two candidate forms are fitted to the same (batch size, samples/s) measurements:
 
 Both are fitted by least squares on *relative* residuals (each point weighs the same whatever its
 magnitude). The form used for a job is the one with the lower leave-one-out (LOO) relative error of the
-iteration time — the error each would have made predicting a batch size it had not seen. A quadratic
+iteration time — the error each would have made predicting a batch size it had not seen; the quadratic, having
+one more parameter, must be lower by more than :data:`QUADRATIC_MARGIN` (relative) to win. A quadratic
 extrapolates badly (it can turn negative or explode), so outside the measured batch range predictions
 always use the linear-time form, anchored to the selected model's value at the nearest measured edge, and
 carry an uncertainty that widens with the distance (in doublings) from that edge.
@@ -31,6 +32,8 @@ QUADRATIC = "quadratic_rate"
 LINEAR = "linear_time"
 CONSTANT = "constant_rate"
 
+#: Relative LOO-error advantage the quadratic needs over the linear form to be selected.
+QUADRATIC_MARGIN = 0.10
 #: Uncertainty assumed when there is nothing to estimate it from (a single measured point).
 _UNKNOWN_REL_UNCERTAINTY = 0.5
 #: Floor on the in-range relative uncertainty: timing noise on shared machines is rarely below this.
@@ -215,10 +218,13 @@ def fit_rate_model(batch_sizes: Sequence[float], samples_per_s: Sequence[float],
     if kind is not None:
         chosen, how = kind, "forced"
     elif n >= 4:
-        # Lower LOO error wins; on a tie the simpler, safer linear form.
+        # Lower LOO error wins, but the 3-parameter quadratic must beat the 2-parameter linear form by a
+        # clear margin (parsimony, in the spirit of the one-standard-error rule): on noisy timings a hair's
+        # advantage is noise, and the quadratic's wiggles are what it would then fit.
         q, l_ = cands[1].loo_rel_error, cands[0].loo_rel_error
-        chosen = QUADRATIC if q < l_ else LINEAR
-        how = f"leave-one-out relative error ({LINEAR} {l_:.3g} vs {QUADRATIC} {q:.3g})"
+        chosen = QUADRATIC if q < l_ * (1.0 - QUADRATIC_MARGIN) else LINEAR
+        how = (f"leave-one-out relative error ({LINEAR} {l_:.3g} vs {QUADRATIC} {q:.3g}; the quadratic must be "
+               f">{QUADRATIC_MARGIN:.0%} lower to be chosen)")
     else:
         chosen = LINEAR
         how = ("fewer than 4 batch sizes: the quadratic cannot be cross-validated, so linear_time is used"

@@ -18,6 +18,7 @@ import torch._dynamo  # noqa: F401 - optimizers import it lazily (~1.7 s); pay t
 
 from perfpredict.errors import ModelLoadError, PerfPredictError
 from perfpredict.profile import memory as mem
+from perfpredict.profile.device import describe_device
 from perfpredict.profile.energy import GpuSampler, RaplReader, nvml_handle_for_torch_device, nvml_process_memory
 from perfpredict.profile.timing import TimingConfig, time_iterations
 from perfpredict.workload.spec import WorkloadRef
@@ -136,6 +137,11 @@ def measure_point(req: PointRequest) -> dict[str, Any]:
             out["memory"] = {"kind": "cpu_rss_increase", "peak_bytes": max(0, mem.peak_rss_bytes() - rss0),
                              "baseline_bytes": rss0}
         out["energy"] = energy.result(stats["iterations"])
+        if opt is not None:
+            out["optimizer_state_bytes"] = sum(t.numel() * t.element_size() for st in opt.state.values()
+                                               for t in st.values() if isinstance(t, torch.Tensor))
+        # Described here, not in the parent, so the parent never creates a CUDA context of its own.
+        out["device_info"] = describe_device(req.device, torch.get_num_threads())
         return out
     except BaseException as e:  # noqa: BLE001
         if isinstance(e, KeyboardInterrupt):

@@ -1,0 +1,36 @@
+"""perfpredict: profile, model and predict the performance of deep-learning training jobs.
+
+Python API (the CLI is ``perfpredict``)::
+
+    from perfpredict import profile, PerformanceCard, fit_rate_model
+    card = profile("model.py", batch_sizes=[8, 16, 32]).card
+    card.latency_s(iterations=1000, batch_size=64)
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from perfpredict.card import SCHEMA_VERSION, PerformanceCard  # noqa: E402
+from perfpredict.errors import PerfPredictError  # noqa: E402
+from perfpredict.fit.rate import RateModel, fit_rate_model, lat  # noqa: E402
+
+
+def profile(target: str, *, params: dict | None = None, batch_sizes=None, mode: str = "train",
+            device: str = "auto", out_dir=None, **settings):
+    """Profile a model file or ``zoo:<family>`` and return a :class:`perfpredict.profile.ProfileOutcome`.
+
+    ``settings`` are further :class:`perfpredict.profile.ProfileSettings` fields (``timing``, ``threads``,
+    ``features``, ...). Nothing is logged to MLflow; use the CLI or :mod:`perfpredict.tracking` for that.
+    """
+    from perfpredict.profile.profiler import ProfileSettings, profile_workload
+    from perfpredict.workload import parse_batch_sizes, resolve_workload
+
+    workload = resolve_workload(target, params)
+    s = ProfileSettings(batch_sizes=parse_batch_sizes(batch_sizes) if batch_sizes else None, mode=mode,
+                        device=device, **settings)
+    return profile_workload(workload, s, out_dir=out_dir)
+
+
+__all__ = ["__version__", "SCHEMA_VERSION", "PerformanceCard", "PerfPredictError", "RateModel", "fit_rate_model",
+           "lat", "profile"]

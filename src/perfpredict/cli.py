@@ -1,0 +1,309 @@
+"""The ``perfpredict`` command.
+
+User mistakes (a broken model file, a bad flag, an OOM at every batch size, a NaN loss) end in one readable
+line on stderr and a non-zero exit; the traceback is shown only with ``--debug``. Whatever was measured
+before a failure is written first.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+import traceback
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from perfpredict import __version__
+from perfpredict.errors import PerfPredictError, UsageError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Profile, model and predict the performance of deep-learning training jobs.")
+# Piped output has no terminal width; 80 columns would wrap the summary table, so use a wider page.
+out_console = Console(width=None if sys.stdout.isatty() else 130)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 130)
+
+
+class Mode(str, Enum):
+    train = "train"
+    infer = "infer"
+
+
+def _bytes(text: str | None) -> int | None:
+    """``"4GB"``, ``"512MiB"``, ``"1e9"`` → bytes."""
+    if text is None:
+        return None
+    m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([kKmMgGtT]?)(i?)[bB]?\s*", text)
+    if not m:
+        raise UsageError(f"cannot read a memory size from {text!r} (try 4GB or 512MiB)", step="arguments")
+    value = float(m.group(1))
+    power = " KMGT".index(m.group(2).upper() or " ")
+    base = 1024 if m.group(3) else 1000
+    return int(value * base**power)
+
+
+def _fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return "–"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _fmt_count(n: float | None) -> str:
+    if n is None:
+        return "–"
+    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= div:
+            return f"{n / div:.3g}{unit}"
+    return f"{n:.3g}"
+
+
+class _RichListener:
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.task = progress.add_task("starting", total=None)
+
+    def stage(self, name: str) -> None:
+        self.progress.update(self.task, description=name)
+
+    def point_started(self, batch_size: int, index: int, total: int) -> None:
+        self.progress.update(self.task, total=total, completed=index,
+                             description=f"measuring batch size {batch_size}")
+
+    def point_finished(self, point, index: int, total: int) -> None:
+        self.progress.update(self.task, completed=index + 1)
+        if point.ok:
+            msg = (f"  batch {point.batch_size:>5}: {point.samples_per_s:10.1f} samples/s  "
+                   f"median {point.iter_time_s * 1e3:8.2f} ms  cv {point.cv:.1%}  ({point.iterations} iters)")
+        else:
+            msg = f"  batch {point.batch_size:>5}: [yellow]{point.status}[/]: {point.error}"
+        self.progress.console.print(msg, markup=True, highlight=False)
+
+
+def print_summary(card, console: Console = out_console) -> None:
+    """A human-readable summary of a card: the per-batch table, then the fitted models and features."""
+    mem = {m.batch_size: m for m in card.memory}
+    t = Table(title=f"{card.model.name} · {card.run.mode} · {card.device.kind}: {card.device.name}",
+              title_style="bold")
+    for col, just in (("batch", "right"), ("status", "left"), ("samples/s", "right"), ("iter median", "right"),
+                      ("p10–p90", "right"), ("cv", "right"), ("iters", "right"), ("peak mem", "right"),
+                      ("Horus eq.2", "right")):
+        t.add_column(col, justify=just)
+    for p in card.throughput:
+        m = mem.get(p.batch_size)
+        if p.ok:
+            t.add_row(str(p.batch_size), "ok", f"{p.samples_per_s:.1f}", f"{p.iter_time_s * 1e3:.2f} ms",
+                      f"{p.p10_s * 1e3:.1f}–{p.p90_s * 1e3:.1f} ms", f"{p.cv:.1%}", str(p.iterations),
+                      _fmt_bytes(m.peak_bytes if m else None),
+                      _fmt_bytes(m.analytic.total if m and m.analytic else None))
+        else:
+            t.add_row(str(p.batch_size), f"[yellow]{p.status}[/]", "–", "–", "–", "–", "–", "–", "–")
+    console.print(t)
+    console.print(f"model: {card.model.parameters:,} parameters ({_fmt_bytes(card.model.param_bytes)}), "
+                  f"source {card.model.source}", highlight=False)
+    rm = card.rate_model
+    if rm is not None:
+        coef = ", ".join(f"{k}={v:.4g}" for k, v in rm.coefficients.items())
+        console.print(f"rate model: [bold]{rm.kind}[/] ({coef}); R²={_fmt_opt(rm.r2)}, "
+                      f"LOO rel. error={_fmt_opt(rm.loo_rel_error, pct=True)}; selected by {rm.selection}",
+                      highlight=False)
+    if card.latency is not None:
+        console.print(f"latency: Lat(n, b) = n·T(b) + ν, ν = {card.latency.nu_s:.3f} s (measured start-up)",
+                      highlight=False)
+    f = card.features
+    if f is not None:
+        if f.available:
+            console.print(f"graph ({f.exporter} exporter, opset {f.opset}): {_fmt_count(f.forward_macs_per_sample)} "
+                          f"MACs/sample (fvcore {_fmt_count(f.fvcore_macs_per_sample)}), activations "
+                          f"{_fmt_bytes(f.activation_bytes_per_sample)}/sample, {f.num_nodes} nodes",
+                          highlight=False)
+        else:
+            console.print(f"graph features: [yellow]unavailable[/]: {f.error}", highlight=False)
+    if card.energy is not None:
+        if card.energy.available and card.energy.points:
+            e = card.energy.points[-1]
+            util = f"GPU util {e.gpu_utilization:.0%}, " if e.gpu_utilization is not None else ""
+            console.print(f"energy ({card.energy.scope}): {util}{_fmt_opt(e.energy_per_iter_j)} J/iter at batch "
+                          f"{e.batch_size}", highlight=False)
+        else:
+            console.print(f"energy/utilisation: unavailable ({card.energy.reason})", highlight=False)
+    if card.run.wall_s and card.run.timed_s:
+        console.print(f"profile wall time {card.run.wall_s:.1f} s, of which timed iterations "
+                      f"{card.run.timed_s:.1f} s", highlight=False)
+
+
+def _fmt_opt(v: float | None, pct: bool = False) -> str:
+    if v is None:
+        return "n/a"
+    return f"{v:.1%}" if pct else f"{v:.4g}"
+
+
+@app.command()
+def profile(
+    target: Annotated[str, typer.Argument(help="path to a model.py, or zoo:<family> (see `perfpredict zoo`)")],
+    param: Annotated[Optional[list[str]], typer.Option("--param", "-p", help="zoo parameter name=value (repeatable)")] = None,
+    batch_sizes: Annotated[Optional[str], typer.Option("--batch-sizes", "-b", help="comma-separated, e.g. 8,16,32")] = None,
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:<i>")] = "auto",
+    mode: Annotated[Mode, typer.Option(help="train (fwd+bwd+step) or infer (forward only)")] = Mode.train,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="output dir [./perfpredict-out/<model>/]")] = None,
+    no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="do not log to MLflow")] = False,
+    experiment: Annotated[str, typer.Option(help="MLflow experiment name")] = "perfpredict-profiles",
+    threads: Annotated[Optional[int], typer.Option(help="torch intra-op threads per measurement [all cores]")] = None,
+    min_time: Annotated[float, typer.Option(help="minimum timed seconds per batch size")] = 1.0,
+    max_time: Annotated[float, typer.Option(help="cap on timed seconds per batch size")] = 15.0,
+    memory_limit: Annotated[Optional[str], typer.Option(help="CPU: memory a measurement may use, e.g. 4GB")] = None,
+    no_features: Annotated[bool, typer.Option("--no-features", help="skip ONNX export and graph features")] = False,
+    no_fvcore: Annotated[bool, typer.Option("--no-fvcore", help="skip the fvcore MAC cross-check")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="show tracebacks")] = False,
+) -> None:
+    """Profile a model on this machine and write its performance card (+ ONNX, plots, MLflow run)."""
+    from perfpredict.plots import plot_card
+    from perfpredict.profile import ProfileSettings, TimingConfig, profile_workload
+    from perfpredict.workload import parse_batch_sizes, parse_params, resolve_workload
+
+    workload = resolve_workload(target, parse_params(param))
+    if min_time <= 0 or max_time < min_time:
+        raise UsageError("need 0 < --min-time <= --max-time", step="arguments")
+    settings = ProfileSettings(
+        batch_sizes=parse_batch_sizes(batch_sizes) if batch_sizes else None, mode=mode.value, device=device,
+        timing=TimingConfig(min_time_s=min_time, max_time_s=max_time), threads=threads,
+        memory_limit_bytes=_bytes(memory_limit), features=not no_features, fvcore=not no_fvcore)
+    out_dir = out or Path("perfpredict-out") / workload.name
+    command = "perfpredict " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err_console, transient=True) as progress:
+        outcome = profile_workload(workload, settings, out_dir=out_dir, listener=_RichListener(progress),
+                                   command=command)
+    card = outcome.card
+    try:
+        plots = plot_card(card, out_dir)
+    except Exception as e:  # noqa: BLE001 - a plotting problem must not hide the measurements
+        plots = []
+        err_console.print(f"[yellow]warning[/]: plots not written: {type(e).__name__}: {e}")
+    print_summary(card)
+    out_console.print(f"card: {outcome.card_path}", highlight=False)
+    if outcome.onnx_path:
+        out_console.print(f"onnx: {outcome.onnx_path}", highlight=False)
+    for p in plots:
+        out_console.print(f"plot: {p}", highlight=False)
+    if not no_mlflow:
+        from perfpredict.tracking import log_profile, tracking_uri, ui_command
+
+        try:
+            run_id = log_profile(card, out_dir, experiment=experiment, failed=outcome.error is not None)
+            out_console.print(f"mlflow: run {run_id} in {tracking_uri()} (experiment {experiment!r}); "
+                              f"view with: {ui_command()}", highlight=False)
+        except Exception as e:  # noqa: BLE001 - tracking failure must not lose the card (already on disk)
+            err_console.print(f"[yellow]warning[/]: MLflow logging failed ({type(e).__name__}: {e}); "
+                              f"the card is at {outcome.card_path}")
+    if outcome.error is not None:
+        raise outcome.error
+
+
+@app.command()
+def zoo(
+    family: Annotated[Optional[str], typer.Argument(help="show one family's parameters")] = None,
+    grid: Annotated[bool, typer.Option("--grid", help="list the family's dataset-sweep configurations")] = False,
+) -> None:
+    """List the built-in model zoo (pure-torch families with depth/width knobs)."""
+    from perfpredict.workload.zoo import families, get_family
+
+    if family is None:
+        t = Table(title="perfpredict zoo — profile with: perfpredict profile zoo:<family> --param k=v")
+        for col in ("family", "task", "parameters (defaults)", "grid", "description"):
+            t.add_column(col)
+        for name, fam in families().items():
+            params = ", ".join(f"{p.name}={p.default}" for p in fam.params)
+            t.add_row(name, fam.task, params, str(len(fam.grid())), fam.description)
+        out_console.print(t)
+        return
+    fam = get_family(family)
+    if not grid:
+        t = Table(title=f"zoo:{fam.name} — {fam.description}")
+        for col in ("parameter", "default", "choices / min", "meaning"):
+            t.add_column(col)
+        for p in fam.params:
+            lim = ", ".join(map(str, p.choices)) if p.choices else (f">= {p.minimum}" if p.minimum is not None else "")
+            t.add_row(p.name, str(p.default), lim, p.help)
+        out_console.print(t)
+        cfg = fam.resolve({})
+        out_console.print(f"default: {fam.config_name(cfg)}: {_fmt_count(fam.closed_form_macs(cfg))} MACs/sample, "
+                          f"batch sizes {list(fam.default_batch_sizes)}", highlight=False)
+        return
+    t = Table(title=f"zoo:{fam.name} grid")
+    for col in ("name", "MACs/sample", "parameters"):
+        t.add_column(col)
+    for overrides in fam.grid():
+        cfg = fam.resolve(overrides)
+        t.add_row(fam.config_name(cfg), _fmt_count(fam.closed_form_macs(cfg)), _fmt_count(fam.closed_form_params(cfg)))
+    out_console.print(t)
+
+
+@app.command()
+def show(card_path: Annotated[Path, typer.Argument(help="a card.json written by perfpredict profile")]) -> None:
+    """Print the summary of a saved performance card."""
+    from perfpredict.card import PerformanceCard
+
+    print_summary(PerformanceCard.load(card_path))
+
+
+@app.command()
+def latency(
+    card_path: Annotated[Path, typer.Argument(help="a card.json")],
+    iterations: Annotated[int, typer.Option("--iterations", "-n", help="training iterations")],
+    batch_size: Annotated[int, typer.Option("--batch-size", "-b", help="batch size")],
+) -> None:
+    """Predict a job's run time from its card: Lat(n, b) = n·T(b) + ν (GENIE eq. 4, one device)."""
+    from perfpredict.card import PerformanceCard
+
+    card = PerformanceCard.load(card_path)
+    if iterations < 0 or batch_size <= 0:
+        raise UsageError("need --iterations >= 0 and --batch-size > 0", step="arguments")
+    pred = card.rate().predict(batch_size)
+    total = card.latency_s(iterations, batch_size)
+    where = "extrapolated" if pred.extrapolated else "within the measured range"
+    out_console.print(f"T({batch_size}) = {pred.iter_time_s * 1e3:.3f} ms/iter ({pred.samples_per_s:.1f} samples/s, "
+                      f"±{pred.rel_uncertainty:.0%}, {where}); Lat({iterations}, {batch_size}) = {total:.2f} s "
+                      f"on {card.device.kind} ({card.device.name})", highlight=False)
+
+
+@app.command()
+def version() -> None:
+    """Print the perfpredict version."""
+    out_console.print(f"perfpredict {__version__}")
+
+
+def main() -> None:
+    debug = "--debug" in sys.argv
+    try:
+        app()
+    except PerfPredictError as e:
+        err_console.print(f"[bold red]error[/]: {e}", highlight=False, soft_wrap=True)
+        if debug and e.detail:
+            err_console.print(e.detail, highlight=False, markup=False)
+        elif debug:
+            err_console.print(traceback.format_exc(), highlight=False, markup=False)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        err_console.print("[yellow]interrupted[/]; measurements finished so far were written to the card")
+        sys.exit(130)
+    except Exception as e:  # noqa: BLE001 - a bug in perfpredict itself: still one line unless --debug
+        if debug:
+            raise
+        err_console.print(f"[bold red]internal error[/]: {type(e).__name__}: {e} (re-run with --debug for the "
+                          "traceback, and please report it)", highlight=False, soft_wrap=True)
+        sys.exit(70)
+
+
+if __name__ == "__main__":
+    main()

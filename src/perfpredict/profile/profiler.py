@@ -1,0 +1,316 @@
+"""``profile_workload``: measure a workload across batch sizes and assemble its PerformanceCard.
+
+Order of work, chosen so that nothing measured can be lost:
+
+1. load and build the model in this process (fast failure for a broken ``model.py``; exact parameter count);
+2. measure each batch size in a fresh subprocess; the card is rewritten to ``card.json`` after every point,
+   so an interrupt, a crash or a later failure still leaves every finished measurement on disk;
+3. fit the rate model and the latency's ν to the successful points;
+4. export to ONNX and extract graph features (never fatal), then the Horus memory estimate per batch.
+
+Failures of the model itself (an exception in forward, a NaN loss) are recorded per batch size; the sweep
+stops early when the same failure repeats, since then it is the model, not the batch size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perfpredict import __version__
+from perfpredict.card import (
+    CardError,
+    DeviceInfo,
+    EnergyInfo,
+    EnergyPoint,
+    GraphFeatures,
+    LatencyModel,
+    MemoryPoint,
+    ModelInfo,
+    PerformanceCard,
+    ProfileRun,
+    StartupTimes,
+    ThroughputPoint,
+    TimingStats,
+    utc_now,
+)
+from perfpredict.errors import ModelRunError, NonFiniteLossError, PerfPredictError
+from perfpredict.profile.timing import TimingConfig
+from perfpredict.workload.spec import Workload
+
+
+@dataclass
+class ProfileSettings:
+    batch_sizes: tuple[int, ...] | None = None  # None: the workload's own (BATCH_SIZES or zoo default)
+    mode: str = "train"
+    device: str = "auto"
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    threads: int | None = None
+    memory_limit_bytes: int | None = None  # CPU; None → 90% of the memory available when the sweep starts
+    point_timeout_s: float | None = None  # None → derived from the timing caps
+    features: bool = True
+    fvcore: bool = True
+    measure_energy: bool = True
+    seed: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "device": self.device, "threads": self.threads,
+                "memory_limit_bytes": self.memory_limit_bytes, "point_timeout_s": self.point_timeout_s,
+                "features": self.features, "fvcore": self.fvcore, "measure_energy": self.measure_energy,
+                "seed": self.seed, "timing": self.timing.as_dict()}
+
+
+class ProfileListener:
+    """Progress callbacks (the CLI draws a progress bar from these). All optional."""
+
+    def stage(self, name: str) -> None: ...
+
+    def point_started(self, batch_size: int, index: int, total: int) -> None: ...
+
+    def point_finished(self, point: ThroughputPoint, index: int, total: int) -> None: ...
+
+
+@dataclass
+class ProfileOutcome:
+    card: PerformanceCard
+    card_path: Path | None
+    onnx_path: Path | None
+    #: The failure to report (non-zero exit) after everything measured was written; None on success.
+    error: PerfPredictError | None = None
+
+
+def library_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for pkg in ("torch", "numpy", "scipy", "onnx", "onnxruntime", "fvcore", "mlflow", "pydantic"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+def _model_info(workload: Workload) -> tuple[ModelInfo, Any]:
+    import torch
+
+    torch.manual_seed(0)
+    try:
+        model = workload.build_model()
+    except Exception as e:  # noqa: BLE001 - user code
+        import traceback
+
+        raise ModelRunError(f"build_model() raised {type(e).__name__}: {e}", source=workload.source,
+                            step="build_model", detail=traceback.format_exc()) from None
+    if not isinstance(model, torch.nn.Module):
+        raise ModelRunError(f"build_model() returned {type(model).__name__}, expected a torch.nn.Module",
+                            source=workload.source, step="build_model")
+    params = list(model.parameters())
+    sha = None
+    if workload.ref.kind == "file":
+        sha = hashlib.sha256(Path(workload.ref.target).read_bytes()).hexdigest()
+    info = ModelInfo(
+        name=workload.name, source=workload.source,
+        parameters=sum(p.numel() for p in params),
+        trainable_parameters=sum(p.numel() for p in params if p.requires_grad),
+        param_bytes=sum(p.numel() * p.element_size() for p in params),
+        buffer_bytes=sum(b.numel() * b.element_size() for b in model.buffers()),
+        family=workload.extra.get("family"), config=workload.extra.get("config"), file_sha256=sha)
+    return info, model
+
+
+def profile_workload(workload: Workload, settings: ProfileSettings | None = None, *,
+                     out_dir: str | Path | None = None, listener: ProfileListener | None = None,
+                     command: str | None = None) -> ProfileOutcome:
+    """Profile ``workload`` and return its card (also written to ``out_dir/card.json`` when given).
+
+    Raises :class:`PerfPredictError` only for failures before anything is measured (a model that cannot
+    be built, a CUDA request without a GPU); later failures are returned in ``ProfileOutcome.error``.
+    """
+    from perfpredict.profile import runner
+    from perfpredict.profile.device import describe_device, resolve_device
+    from perfpredict.profile.memory import available_memory_bytes
+    from perfpredict.profile.worker import PointRequest
+
+    settings = settings or ProfileSettings()
+    listener = listener or ProfileListener()
+    t_begin = time.perf_counter()
+    runner.warm_up()  # the fork server imports torch while we build the model here
+    device = resolve_device(settings.device)
+    batch_sizes = tuple(settings.batch_sizes or workload.batch_sizes)
+    listener.stage("building model")
+    info, model = _model_info(workload)
+    del model
+
+    mem_limit = settings.memory_limit_bytes
+    if device == "cpu" and mem_limit is None:
+        mem_limit = int(available_memory_bytes() * 0.9)
+    timeout = settings.point_timeout_s or (settings.timing.max_time_s * 4 + 300)
+
+    out = Path(out_dir) if out_dir is not None else None
+    card_path = out / "card.json" if out else None
+    card = PerformanceCard(
+        status="partial", model=info,
+        device=DeviceInfo(kind="cuda" if device.startswith("cuda") else "cpu", name="(not yet measured)"),
+        run=ProfileRun(mode=settings.mode, batch_sizes=list(batch_sizes), started_at=utc_now(),
+                       perfpredict_version=__version__, library_versions=library_versions(), command=command,
+                       settings={**settings.as_dict(), "device": device, "memory_limit_bytes": mem_limit}))
+    energy = EnergyInfo(available=False)
+    optimizer_state: list[int] = []
+    overheads: list[int] = []
+    device_described = False
+    last_failure: tuple[str, str] | None = None
+
+    def save() -> None:
+        if card_path is not None:
+            card.save(card_path)
+
+    save()
+    for i, b in enumerate(batch_sizes):
+        listener.point_started(b, i, len(batch_sizes))
+        req = PointRequest(ref=workload.ref, batch_size=b, mode=settings.mode, device=device,
+                           timing=settings.timing, threads=settings.threads, memory_limit_bytes=mem_limit,
+                           seed=settings.seed, measure_energy=settings.measure_energy)
+        try:
+            res = runner.run_in_subprocess(req, timeout)
+        except KeyboardInterrupt:
+            card.errors.append(CardError(step="interrupted", batch_size=b,
+                                         message="interrupted by the user; earlier points are kept"))
+            _finish(card, t_begin)
+            save()
+            raise
+        point = _throughput_point(res, device)
+        card.throughput.append(point)
+        if point.ok:
+            if not device_described and res.get("device_info"):
+                card.device = DeviceInfo(**res["device_info"])
+                device_described = True
+            card.memory.append(MemoryPoint(batch_size=b, device=device, **res["memory"]))
+            e = res.get("energy") or {}
+            if e.get("available"):
+                energy.available, energy.scope = True, e.get("scope")
+                energy.points.append(EnergyPoint(batch_size=b, device=device, **{
+                    k: e.get(k) for k in ("gpu_utilization", "utilization_samples", "mean_power_w",
+                                          "energy_per_iter_j", "energy_method")}))
+            elif not energy.available:
+                energy.reason = e.get("reason")
+            if res.get("optimizer_state_bytes") is not None:
+                optimizer_state.append(int(res["optimizer_state_bytes"]))
+            if res["memory"].get("baseline_bytes") and device != "cpu":
+                overheads.append(int(res["memory"]["baseline_bytes"]))
+            last_failure = None
+        else:
+            card.errors.append(CardError(step=res.get("phase") or "measure", batch_size=b,
+                                         message=res.get("error") or point.status))
+            if point.status in ("error", "nonfinite", "timeout"):
+                key = (point.status, res.get("error") or "")
+                if key == last_failure:
+                    for rest in batch_sizes[i + 1:]:
+                        card.errors.append(CardError(step="not measured", batch_size=rest,
+                                                     message="sweep stopped: the same failure repeated at two "
+                                                             "batch sizes, so it is the model, not the batch"))
+                    listener.point_finished(point, i, len(batch_sizes))
+                    save()
+                    break
+                last_failure = key
+        listener.point_finished(point, i, len(batch_sizes))
+        save()
+
+    if not device_described:
+        try:
+            card.device = DeviceInfo(**describe_device(device, settings.threads))
+        except Exception:  # noqa: BLE001 - describing must not hide the real failure
+            pass
+    card.energy = energy
+
+    ok = card.measured_points()
+    if ok:
+        listener.stage("fitting rate model")
+        _fit(card, ok, device)
+
+    onnx_path = None
+    if settings.features:
+        listener.stage("exporting ONNX / graph features")
+        from perfpredict.features import extract_features
+
+        onnx_path = out / "model.onnx" if out else None
+        card.features = extract_features(workload, onnx_path=onnx_path, use_fvcore=settings.fvcore)
+        if not card.features.available:
+            onnx_path = None
+            card.errors.append(CardError(step="export_onnx", message=card.features.error or "export failed"))
+        _attach_memory_estimates(card, settings.mode, optimizer_state, overheads)
+
+    _finish(card, t_begin)
+    save()
+    return ProfileOutcome(card, card_path, onnx_path if onnx_path and onnx_path.exists() else None,
+                          _outcome_error(card, workload))
+
+
+def _throughput_point(res: dict, device: str) -> ThroughputPoint:
+    status = res.get("status", "error")
+    b = int(res["batch_size"])
+    if status != "ok":
+        return ThroughputPoint(batch_size=b, status=status, error=res.get("error"), device=device)
+    t = res["timing"]
+    return ThroughputPoint(
+        batch_size=b, status="ok", samples_per_s=b / t["median_s"], iter_time_s=t["median_s"],
+        p10_s=t["p10_s"], p90_s=t["p90_s"], cv=t["cv"], iterations=t["iterations"],
+        timing=TimingStats(**t), startup=StartupTimes(**res["startup"]), device=device)
+
+
+def _fit(card: PerformanceCard, ok: list[ThroughputPoint], device: str) -> None:
+    from perfpredict.fit.rate import fit_rate_model
+
+    model = fit_rate_model([p.batch_size for p in ok], [p.samples_per_s for p in ok])
+    card.rate_model = model.to_card(device=device)
+    nus = [p.startup.total_s for p in ok if p.startup is not None]
+    if nus:
+        card.latency = LatencyModel(nu_s=statistics.median(nus), device=device)
+
+
+def _attach_memory_estimates(card: PerformanceCard, mode: str, optimizer_state: list[int],
+                             overheads: list[int]) -> None:
+    from perfpredict.fit.memory import horus_memory_estimate
+
+    feats: GraphFeatures | None = card.features
+    if feats is None or not feats.available:
+        return
+    opt_bytes = max(optimizer_state) if optimizer_state else 0
+    overhead = int(statistics.median(overheads)) if overheads else 0
+    for i, mp in enumerate(card.memory):
+        est = horus_memory_estimate(feats, mp.batch_size, mode=mode, param_bytes=card.model.param_bytes,
+                                    optimizer_state_bytes=opt_bytes, overhead_bytes=overhead)
+        card.memory[i] = mp.model_copy(update={"analytic": est})
+
+
+def _finish(card: PerformanceCard, t_begin: float) -> None:
+    card.run.finished_at = utc_now()
+    card.run.wall_s = time.perf_counter() - t_begin
+    card.run.timed_s = sum(p.timing.timed_s for p in card.throughput if p.timing is not None)
+    model_failures = [e for e in card.errors if e.step not in ("export_onnx",)]
+    card.status = "complete" if card.throughput and not model_failures else "partial"
+
+
+def _outcome_error(card: PerformanceCard, workload: Workload) -> PerfPredictError | None:
+    """The failure to report after the card is written, or None when the profile succeeded."""
+    bad = [p for p in card.throughput if p.status in ("error", "nonfinite", "timeout")]
+    step_of = {(e.batch_size, e.message): e.step for e in card.errors}
+    if bad:
+        p = bad[0]
+        step = step_of.get((p.batch_size, p.error), "measure")
+        cls = NonFiniteLossError if p.status == "nonfinite" else ModelRunError
+        n_ok = len(card.measured_points())
+        kept = f"; {n_ok} batch size(s) measured before/around it were kept" if n_ok else ""
+        return cls(f"{p.error} (batch size {p.batch_size}){kept}", source=workload.source, step=step)
+    if card.throughput and not card.measured_points():
+        p = card.throughput[0]
+        step = step_of.get((p.batch_size, p.error), "measure")
+        return ModelRunError(f"out of memory at every batch size tried (smallest {p.batch_size}): {p.error}",
+                             source=workload.source, step=step)
+    return None
+

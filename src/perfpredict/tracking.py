@@ -1,0 +1,115 @@
+"""MLflow tracking of profiles: one run per profile, with params, metrics and the card as artifacts.
+
+The default store is embedded: a SQLite database ``mlruns.db`` in the working directory (artifacts under
+``./mlruns``), viewable with ``mlflow ui --backend-store-uri sqlite:///mlruns.db``. ``MLFLOW_TRACKING_URI``
+points perfpredict at any other store or server.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from perfpredict.card import PerformanceCard
+
+DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
+PROFILE_EXPERIMENT = "perfpredict-profiles"
+
+
+def tracking_uri() -> str:
+    return os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+def ui_command(uri: str | None = None) -> str:
+    uri = uri or tracking_uri()
+    if uri.startswith(("http://", "https://", "databricks")):
+        return f"open {uri} in a browser"
+    return f"mlflow ui --backend-store-uri {uri}"
+
+
+def _quiet_mlflow() -> None:
+    """MLflow configures its loggers on import: call after importing it."""
+    for name in ("mlflow", "alembic", "alembic.runtime.migration"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def log_profile(card: PerformanceCard, out_dir: str | Path | None, *, experiment: str = PROFILE_EXPERIMENT,
+                failed: bool = False) -> str:
+    """Log ``card`` (and every file in ``out_dir``) as one MLflow run; return the run id."""
+    import mlflow
+
+    _quiet_mlflow()
+
+    mlflow.set_tracking_uri(tracking_uri())
+    mlflow.set_experiment(experiment)
+    with mlflow.start_run(run_name=card.model.name) as run:
+        mlflow.set_tags({
+            "perfpredict.kind": "profile",
+            "perfpredict.status": card.status,
+            "perfpredict.card_schema": card.schema_version,
+            "device.kind": card.device.kind,
+            "device.name": card.device.name,
+            "model.source": card.model.source,
+        })
+        params = {
+            "model": card.model.name,
+            "model_source": card.model.source,
+            "device": card.device.kind,
+            "device_name": card.device.name,
+            "mode": card.run.mode,
+            "batch_sizes": ",".join(str(b) for b in card.run.batch_sizes),
+            "threads": card.device.threads,
+            "perfpredict_version": card.run.perfpredict_version,
+            **{f"version.{k}": v for k, v in card.run.library_versions.items()},
+        }
+        if card.model.config:
+            params.update({f"config.{k}": v for k, v in card.model.config.items()})
+        mlflow.log_params({k: str(v)[:500] for k, v in params.items() if v is not None})
+
+        metrics: dict[str, float] = {"parameters": card.model.parameters}
+        if card.run.wall_s is not None:
+            metrics["profile_wall_s"] = card.run.wall_s
+        if card.run.timed_s is not None:
+            metrics["timed_s"] = card.run.timed_s
+        ok = card.measured_points()
+        if ok:
+            metrics["max_samples_per_s"] = max(p.samples_per_s for p in ok)
+            metrics["max_feasible_batch"] = max(p.batch_size for p in ok)
+        if card.rate_model is not None:
+            if card.rate_model.r2 is not None:
+                metrics["rate_model_r2"] = card.rate_model.r2
+            if card.rate_model.loo_rel_error is not None:
+                metrics["rate_model_loo_rel_error"] = card.rate_model.loo_rel_error
+        if card.latency is not None:
+            metrics["startup_nu_s"] = card.latency.nu_s
+        f = card.features
+        if f is not None and f.available:
+            for key in ("forward_macs_per_sample", "fvcore_macs_per_sample", "param_bytes",
+                        "activation_bytes_per_sample", "macs_rel_diff"):
+                if getattr(f, key) is not None:
+                    metrics[key] = float(getattr(f, key))
+        mlflow.log_metrics(metrics)
+        # Per-batch series: step = batch size, so MLflow charts them against batch size.
+        for p in ok:
+            mlflow.log_metric("samples_per_s", p.samples_per_s, step=p.batch_size)
+            mlflow.log_metric("iter_time_s", p.iter_time_s, step=p.batch_size)
+            mlflow.log_metric("iter_time_cv", p.cv, step=p.batch_size)
+        for m in card.memory:
+            if m.peak_bytes is not None:
+                mlflow.log_metric("peak_memory_bytes", m.peak_bytes, step=m.batch_size)
+            if m.analytic is not None:
+                mlflow.log_metric("horus_memory_estimate_bytes", m.analytic.total, step=m.batch_size)
+        if card.energy is not None:
+            for e in card.energy.points:
+                if e.gpu_utilization is not None:
+                    mlflow.log_metric("gpu_utilization", e.gpu_utilization, step=e.batch_size)
+                if e.energy_per_iter_j is not None:
+                    mlflow.log_metric("energy_per_iter_j", e.energy_per_iter_j, step=e.batch_size)
+        if out_dir is not None and Path(out_dir).is_dir():
+            mlflow.log_artifacts(str(out_dir))
+        else:
+            mlflow.log_text(card.to_json(), "card.json")
+        if failed:
+            mlflow.end_run(status="FAILED")
+        return run.info.run_id
