@@ -13,6 +13,7 @@ import contextlib
 import io
 import logging
 import os
+import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,15 +34,32 @@ class ExportResult:
 
 @contextlib.contextmanager
 def _quiet():
-    """Silence exporter chatter (progress lines, deprecation warnings) on stdout/stderr and logging."""
-    devnull = io.StringIO()
+    """Silence exporter chatter while exporting.
+
+    The exporters print progress lines, deprecation warnings and, when they fail, whole tracebacks through
+    loggers bound to the original stderr and from C++ — so Python-level redirection is not enough: the
+    process's file descriptors 1 and 2 are pointed at /dev/null for the duration, and logging is disabled.
+    """
     prev = logging.root.manager.disable
-    logging.disable(logging.WARNING)
+    logging.disable(logging.CRITICAL)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    devnull = os.open(os.devnull, os.O_WRONLY)
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(devnull), contextlib.redirect_stderr(devnull):
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()):
             warnings.simplefilter("ignore")
             yield
     finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, devnull):
+            os.close(fd)
         logging.disable(prev)
 
 

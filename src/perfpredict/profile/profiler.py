@@ -140,8 +140,8 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
     settings = settings or ProfileSettings()
     listener = listener or ProfileListener()
     t_begin = time.perf_counter()
-    runner.warm_up()  # the fork server imports torch while we build the model here
     device = resolve_device(settings.device)
+    runner.warm_up()  # the fork server imports torch while we build the model here
     batch_sizes = tuple(settings.batch_sizes or workload.batch_sizes)
     listener.stage("building model")
     info, model = _model_info(workload)
@@ -234,7 +234,11 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
         _fit(card, ok, device)
 
     onnx_path = None
-    if settings.features:
+    model_broken = not ok and any(p.status in ("error", "nonfinite", "timeout") for p in card.throughput)
+    if settings.features and model_broken:
+        # Exporting runs the same forward that just failed; both exporters would fail, slowly.
+        card.features = GraphFeatures(available=False, error="skipped: the model failed at every batch size")
+    elif settings.features:
         listener.stage("exporting ONNX / graph features")
         from perfpredict.features import extract_features
 

@@ -1,0 +1,3 @@
+from perfpredict.cli import main
+
+main()

@@ -1,0 +1,54 @@
+"""Shared fixtures: tiny real model files, a fast timing configuration, and a CLI runner."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from perfpredict.profile import TimingConfig
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples"
+
+#: Short but real timing windows: enough iterations for a median and spread, quick on a 2-core CI box.
+FAST_TIMING = TimingConfig(warmup_iters=1, warmup_s=0.05, min_iters=5, min_time_s=0.2, max_time_s=2.0)
+
+TINY_MODEL = """
+import torch
+import torch.nn as nn
+
+def build_model():
+    return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8))
+
+def example_inputs(batch_size):
+    return torch.randn(batch_size, 32)
+"""
+
+
+@pytest.fixture
+def write_model(tmp_path):
+    """Write a model file from source text; returns its path."""
+
+    def _write(body: str, name: str = "model.py") -> Path:
+        p = tmp_path / name
+        p.write_text(textwrap.dedent(body))
+        return p
+
+    return _write
+
+
+@pytest.fixture
+def run_cli(tmp_path):
+    """Run the real ``perfpredict`` command in a subprocess, with MLflow pointed into tmp_path."""
+
+    def _run(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 300):
+        e = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlruns.db", **(env or {})}
+        return subprocess.run([sys.executable, "-m", "perfpredict", *map(str, args)], capture_output=True,
+                              text=True, cwd=cwd or tmp_path, env=e, timeout=timeout)
+
+    return _run

@@ -1,0 +1,191 @@
+"""The ``perfpredict`` command end to end: real profiles, MLflow runs, and every bad input's message."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+import torch
+
+from perfpredict.card import PerformanceCard
+from tests.conftest import EXAMPLES, TINY_MODEL
+
+FAST = ("--min-time", "0.2", "--max-time", "1")
+
+
+def _one_error_line(proc) -> str:
+    """Assert the failure is reported as exactly one 'error:' line with no traceback; return it."""
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+def test_profile_writes_card_onnx_plots_and_an_mlflow_run(run_cli, tmp_path):
+    proc = run_cli("profile", EXAMPLES / "minimal_mlp.py", "--batch-sizes", "8,16,32,64", "--out", "out", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "out"
+    for name in ("card.json", "model.onnx", "throughput.png", "memory.png"):
+        assert (out / name).stat().st_size > 0, name
+
+    raw = json.loads((out / "card.json").read_text())
+    assert raw["schema_version"] and raw["device"]["kind"] == "cpu"
+    # The exact parameter count of examples/minimal_mlp.py, by formula.
+    assert raw["model"]["parameters"] == (128 * 256 + 256) + (256 * 256 + 256) + (256 * 10 + 10)
+    assert [p["batch_size"] for p in raw["throughput"]] == [8, 16, 32, 64]
+    assert all(p["samples_per_s"] > 0 and p["iter_time_s"] > 0 for p in raw["throughput"])
+    assert raw["rate_model"]["kind"] in ("linear_time", "quadratic_rate")
+    assert {c["kind"] for c in raw["rate_model"]["candidates"]} == {"linear_time", "quadratic_rate"}
+    assert all(m["peak_bytes"] > 0 for m in raw["memory"])
+    f = raw["features"]
+    assert f["forward_macs_per_sample"] == 128 * 256 + 256 * 256 + 256 * 10
+    assert f["fvcore_macs_per_sample"] == f["forward_macs_per_sample"]
+    assert f["op_counts"]["Gemm"] == 3 and f["param_bytes"] > 0 and f["activation_bytes_per_sample"] > 0
+
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns.db")
+    client = MlflowClient()
+    exp = client.get_experiment_by_name("perfpredict-profiles")
+    runs = client.search_runs([exp.experiment_id])
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.data.params["model"] == "minimal_mlp" and run.data.params["device"] == "cpu"
+    assert run.data.params["version.torch"] == torch.__version__
+    hist = client.get_metric_history(run.info.run_id, "samples_per_s")
+    assert sorted(m.step for m in hist) == [8, 16, 32, 64]
+    assert run.data.metrics["forward_macs_per_sample"] == f["forward_macs_per_sample"]
+    arts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"card.json", "model.onnx", "throughput.png", "memory.png"} <= arts
+    assert "mlflow ui --backend-store-uri" in proc.stdout
+
+    # The saved card answers questions from the command line too.
+    show = run_cli("show", out / "card.json")
+    assert show.returncode == 0 and "rate model" in show.stdout
+    lat = run_cli("latency", out / "card.json", "-n", "1000", "-b", "32")
+    assert lat.returncode == 0, lat.stderr
+    card = PerformanceCard.load(out / "card.json")
+    assert f"= {card.latency_s(1000, 32):.2f} s" in lat.stdout
+
+
+def test_profile_zoo_with_params_and_no_mlflow(run_cli, tmp_path):
+    proc = run_cli("profile", "zoo:mlp", "--param", "depth=1", "-p", "width=64", "-b", "16,32", "--no-mlflow",
+                   "--no-fvcore", "--mode", "infer", *FAST)
+    assert proc.returncode == 0, proc.stderr
+    cards = list((tmp_path / "perfpredict-out").glob("mlp-*/card.json"))
+    assert len(cards) == 1
+    card = PerformanceCard.load(cards[0])
+    assert card.model.config["depth"] == 1 and card.model.config["width"] == 64
+    assert card.run.mode == "infer" and card.features.fvcore_macs_per_sample is None
+    assert not (tmp_path / "mlruns.db").exists()
+
+
+def test_zoo_lists_every_family(run_cli):
+    proc = run_cli("zoo")
+    assert proc.returncode == 0
+    for fam in ("resnet", "vgg", "mobilenetv2", "transformer", "lstm", "mlp"):
+        assert fam in proc.stdout
+    grid = run_cli("zoo", "resnet", "--grid")
+    assert grid.returncode == 0 and "resnet-depth50" in grid.stdout
+
+
+# -- bad input: one readable message naming the file and the step; non-zero exit; no traceback --------------
+BROKEN = {
+    "syntax": ("def build_model(:\n    pass\n", "import", "syntax error at line 1"),
+    "no_build_model": ("import torch\ndef example_inputs(b):\n    return torch.randn(b, 3)\n", "validate",
+                       "does not define build_model()"),
+    "import_raises": ("raise RuntimeError('cannot find dataset')\n", "import", "cannot find dataset"),
+    "build_raises": (TINY_MODEL + "\ndef build_model():\n    raise ValueError('bad width')\n", "build_model",
+                     "bad width"),
+    "forward_raises": (TINY_MODEL + textwrap.dedent("""
+        class Bad(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.w = torch.nn.Parameter(torch.randn(3, 3))
+            def forward(self, x):
+                return x @ self.w  # wrong shape: x has 32 features
+        def build_model():
+            return Bad()
+        """), "forward", "RuntimeError"),
+    "nan_loss": (TINY_MODEL + "\ndef loss_fn(out):\n    return out.mean() * float('nan')\n", "loss", "not finite"),
+    "inputs_raise": (TINY_MODEL + "\ndef example_inputs(b):\n    raise KeyError('images')\n", "example_inputs",
+                     "KeyError"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_broken_model_files_end_in_one_readable_message(case, run_cli, write_model, tmp_path):
+    src, step, text = BROKEN[case]
+    path = write_model(src, name=f"{case}.py")
+    proc = run_cli("profile", path, "-b", "4,8,16", "--no-mlflow", *FAST)
+    line = _one_error_line(proc)
+    assert f"{case}.py" in line and f": {step}:" in line and text in line, line
+
+
+def test_missing_file(run_cli):
+    line = _one_error_line(run_cli("profile", "no/such/model.py"))
+    assert "no/such/model.py: load: file not found" in line
+
+
+def test_oom_at_every_batch_size_is_an_error_with_the_card_kept(run_cli, write_model, tmp_path):
+    path = write_model(TINY_MODEL + "\ndef example_inputs(b):\n    return torch.randn(b, 32, 1000, 100)\n")
+    proc = run_cli("profile", path, "-b", "64,128", "--memory-limit", "100MB", "--no-mlflow", "--out", "out", *FAST)
+    line = _one_error_line(proc)
+    assert "out of memory at every batch size" in line and "model.py" in line
+    card = PerformanceCard.load(tmp_path / "out" / "card.json")
+    assert [p.status for p in card.throughput] == ["oom", "oom"]
+
+
+def test_failure_after_some_points_keeps_them_and_debug_shows_the_traceback(run_cli, write_model, tmp_path):
+    path = write_model(TINY_MODEL + textwrap.dedent("""
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = torch.nn.Linear(32, 8)
+            def forward(self, x):
+                assert x.shape[0] <= 8, "batch too large for this toy"
+                return self.lin(x)
+        def build_model():
+            return Net()
+        """))
+    proc = run_cli("profile", path, "-b", "4,8,16", "--no-mlflow", "--out", "out", *FAST)
+    line = _one_error_line(proc)
+    assert "batch too large" in line and "2 batch size(s)" in line
+    card = PerformanceCard.load(tmp_path / "out" / "card.json")
+    assert [p.status for p in card.measured_points()] == ["ok", "ok"] and card.status == "partial"
+    dbg = run_cli("profile", path, "-b", "16", "--no-mlflow", "--no-features", "--debug", *FAST)
+    assert dbg.returncode != 0 and "Traceback" in dbg.stderr
+
+
+@pytest.mark.parametrize("args,step", [
+    (("profile", "zoo:nosuch"), "zoo"),
+    (("profile", "zoo:mlp", "--param", "depth=deep"), "zoo parameters"),
+    (("profile", "zoo:mlp", "--param", "colour=red"), "zoo parameters"),
+    (("profile", "zoo:mlp", "-b", "8,x"), "arguments"),
+    (("profile", "zoo:mlp", "-b", "0"), "arguments"),
+    (("profile", "zoo:mlp", "--memory-limit", "lots"), "arguments"),
+])
+def test_bad_arguments(run_cli, args, step):
+    line = _one_error_line(run_cli(*args, "--no-mlflow"))
+    assert step in line
+
+
+def test_param_on_a_model_file_is_rejected(run_cli, write_model):
+    line = _one_error_line(run_cli("profile", write_model(TINY_MODEL), "--param", "depth=3"))
+    assert "arguments" in line and "--param only applies to zoo models" in line
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
+def test_cuda_requested_without_a_gpu(run_cli, write_model):
+    line = _one_error_line(run_cli("profile", write_model(TINY_MODEL), "--device", "cuda", "--no-mlflow"))
+    assert "device" in line and "no CUDA device" in line
+
+
+def test_show_rejects_a_file_that_is_not_a_card(run_cli, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"hello": 1}')
+    line = _one_error_line(run_cli("show", bad))
+    assert "bad.json" in line and "not a perfpredict card" in line
