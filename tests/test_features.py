@@ -7,8 +7,6 @@ one-layer models are held against MAC counts computed by hand from the layer's s
 from __future__ import annotations
 
 import copy
-import functools
-import tempfile
 from math import prod
 from pathlib import Path
 
@@ -35,17 +33,27 @@ EXPECTED_OPS: dict[str, dict[str, int | None]] = {
     "mlp": {"Gemm": 4, "Relu": 3},
 }
 
-_TMP = Path(tempfile.mkdtemp(prefix="perfpredict-test-features-"))
+class _Zoo:
+    """Extracts each family's default features once per module; ``dir`` keeps the exported ONNX files."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self._cache: dict[str, tuple] = {}
+
+    def __call__(self, name: str):
+        """(features, workload, cfg, built model) for ``name``'s default config."""
+        if name not in self._cache:
+            w = load_zoo_workload(name, {})
+            feats = extract_features(w, onnx_path=self.dir / f"{name}.onnx")
+            torch.manual_seed(0)
+            model = w.build_model()
+            self._cache[name] = (feats, w, get_family(name).resolve({}), model)
+        return self._cache[name]
 
 
-@functools.lru_cache(maxsize=None)
-def zoo(name: str):
-    """(features, workload, cfg, built model) for a family's default config; the ONNX file is kept."""
-    w = load_zoo_workload(name, {})
-    feats = extract_features(w, onnx_path=_TMP / f"{name}.onnx")
-    torch.manual_seed(0)
-    model = w.build_model()
-    return feats, w, get_family(name).resolve({}), model
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory) -> _Zoo:
+    return _Zoo(tmp_path_factory.mktemp("zoo-onnx"))
 
 
 def test_family_list_is_complete():
@@ -54,7 +62,7 @@ def test_family_list_is_complete():
 
 # --- zoo defaults --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", FAMILIES)
-def test_zoo_default_exports_with_torchscript(name):
+def test_zoo_default_exports_with_torchscript(name, zoo):
     f, *_ = zoo(name)
     assert f.available, f.error
     assert f.error is None
@@ -66,7 +74,7 @@ def test_zoo_default_exports_with_torchscript(name):
 
 
 @pytest.mark.parametrize("name", FAMILIES)
-def test_zoo_default_macs_match_closed_form(name):
+def test_zoo_default_macs_match_closed_form(name, zoo):
     f, _, cfg, _ = zoo(name)
     expected = get_family(name).closed_form_macs(cfg)
     assert expected > 0
@@ -76,7 +84,7 @@ def test_zoo_default_macs_match_closed_form(name):
 
 
 @pytest.mark.parametrize("name", FAMILIES)
-def test_zoo_default_fvcore_agrees_with_onnx(name):
+def test_zoo_default_fvcore_agrees_with_onnx(name, zoo):
     f, *_ = zoo(name)
     assert f.fvcore_error is None
     assert f.fvcore_macs_per_sample is not None
@@ -88,7 +96,7 @@ def test_zoo_default_fvcore_agrees_with_onnx(name):
 
 
 @pytest.mark.parametrize("name", FAMILIES)
-def test_zoo_default_activation_bytes(name):
+def test_zoo_default_activation_bytes(name, zoo):
     f, w, _, _ = zoo(name)
     assert f.activation_bytes_per_sample > 0
     # the per-sample input batch itself is an activation, and so is the output
@@ -99,25 +107,28 @@ def test_zoo_default_activation_bytes(name):
     assert f.activation_bytes_fixed >= 0
 
 
-_DEDUP = pytest.mark.xfail(
-    strict=True,
-    reason="bug: onnx_export._export_torchscript lets torch.onnx deduplicate initializers with equal values "
-           "(fresh BatchNorm weights/biases/running stats, deep-copied TransformerEncoder layers), so "
-           "param_bytes undercounts the parameters")
-
-
-@pytest.mark.parametrize("name", [
-    pytest.param("resnet", marks=_DEDUP), pytest.param("vgg", marks=_DEDUP),
-    pytest.param("mobilenetv2", marks=_DEDUP), pytest.param("transformer", marks=_DEDUP), "lstm", "mlp"])
-def test_zoo_default_param_bytes_cover_torch_parameters(name):
-    f, _, cfg, model = zoo(name)
+@pytest.mark.parametrize("name", ["resnet", "vgg", "mobilenetv2", "transformer", "lstm", "mlp"])
+def test_zoo_default_param_bytes_cover_torch_parameters(name, zoo):
+    f, _, _, model = zoo(name)
     torch_param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    assert sum(p.numel() for p in model.parameters()) == get_family(name).closed_form_params(cfg)
     assert f.param_bytes >= torch_param_bytes
+    # Exactly the parameters plus the buffers the eval graph reads (BatchNorm's num_batches_tracked is unused).
+    buffers = sum(b.numel() * b.element_size() for n, b in model.named_buffers() if "num_batches_tracked" not in n)
+    assert f.param_bytes == torch_param_bytes + buffers
+    assert "Identity" not in f.op_counts
 
 
 @pytest.mark.parametrize("name", FAMILIES)
-def test_zoo_default_op_counts(name):
+def test_zoo_default_param_bytes_bounded_by_parameters_and_buffers(name, zoo):
+    f, _, cfg, model = zoo(name)
+    assert sum(p.numel() for p in model.parameters()) == get_family(name).closed_form_params(cfg)
+    # ONNX initializers are (at most) the parameters plus the buffers
+    limit = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    assert 0 < f.param_bytes <= limit
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_zoo_default_op_counts(name, zoo):
     f, *_ = zoo(name)
     for op, n in EXPECTED_OPS[name].items():
         assert f.op_counts.get(op, 0) >= (n or 1), (op, f.op_counts)
@@ -126,9 +137,9 @@ def test_zoo_default_op_counts(name):
     assert f.num_nodes == sum(f.op_counts.values())
 
 
-def test_mobilenetv2_has_depthwise_convs():
+def test_mobilenetv2_has_depthwise_convs(zoo):
     f, _, cfg, _ = zoo("mobilenetv2")
-    proto = onnx.load(str(_TMP / "mobilenetv2.onnx"))
+    proto = onnx.load(str(zoo.dir / "mobilenetv2.onnx"))
     inits = {i.name: list(i.dims) for i in proto.graph.initializer}
     depthwise = 0
     for node in proto.graph.node:
@@ -224,8 +235,9 @@ def test_linear_on_3d_input_is_matmul_not_gemm():
 
 
 def test_recurrent_op_counts():
-    gru = extract_features(workload("gru", MINI[6][1], MINI[6][2]))
-    lstm = extract_features(workload("lstm", MINI[7][1], MINI[7][2]))
+    by_id = {c[0]: c for c in MINI}
+    gru = extract_features(workload("gru", *by_id["gru_2layer"][1:3]))
+    lstm = extract_features(workload("lstm", *by_id["bilstm_2layer"][1:3]))
     assert gru.op_counts["GRU"] == 2  # one ONNX node per stacked layer
     assert lstm.op_counts["LSTM"] == 2  # bidirectional is one node with direction=bidirectional
 
@@ -241,8 +253,6 @@ def test_conv_bn_relu_keeps_batchnorm():
     assert f.forward_macs_per_sample == 4 * 6 * 6 * 3 * 9  # BN adds no MACs
 
 
-@pytest.mark.xfail(strict=True, reason="bug: equal-valued initializers are deduplicated by the TorchScript "
-                                       "exporter, so two identical layers report the bytes of one")
 def test_param_bytes_count_identical_layers_twice():
     def build():
         layer = nn.Linear(4, 4)
@@ -272,10 +282,10 @@ def test_onnx_file_written_and_loadable(tmp_path):
     assert dims == [f.export_batch_size, 20]
 
 
-def test_features_from_onnx_matches_extract_features(tmp_path):
+def test_features_from_onnx_matches_extract_features(zoo):
     name = "resnet"
     f, w, _, model = zoo(name)
-    proto = onnx.load(str(_TMP / f"{name}.onnx"))
+    proto = onnx.load(str(zoo.dir / f"{name}.onnx"))
     g1 = features_from_onnx(proto, 1)
     assert g1.available and g1.export_batch_size == 1
     assert g1.forward_macs_per_sample == f.forward_macs_per_sample
@@ -288,10 +298,10 @@ def test_features_from_onnx_matches_extract_features(tmp_path):
     assert g2.forward_macs_per_sample == f.forward_macs_per_sample
 
 
-def test_features_from_onnx_on_transformer_resolves_runtime_shapes():
+def test_features_from_onnx_on_transformer_resolves_runtime_shapes(zoo):
     # nn.MultiheadAttention's reshapes defeat static shape inference; the onnxruntime fallback recovers them
     f, *_ = zoo("transformer")
-    g = features_from_onnx(onnx.load(str(_TMP / "transformer.onnx")), 1)
+    g = features_from_onnx(onnx.load(str(zoo.dir / "transformer.onnx")), 1)
     assert g.forward_macs_per_sample == f.forward_macs_per_sample
     assert g.macs_by_op.get("MatMul", 0) > 0
 

@@ -6,8 +6,10 @@ predicted) and on which device (``device``: ``cpu``, ``cuda:0``, ... or ``None``
 graph analysis), so a scheduler can always tell a measured number from a derived one, and a CPU number from
 a GPU number.
 
-Compatibility: ``schema_version`` is ``MAJOR.MINOR``. Minor bumps only add optional fields; loading a card
-whose major version differs from :data:`SCHEMA_VERSION` raises a clear error.
+Compatibility: ``schema_version`` is ``MAJOR.MINOR``. Minor bumps only add optional fields, so a card from a
+newer minor version loads here with the fields this version does not know dropped; unknown fields in a card
+of this or an older minor version are an error (a typo in a hand-written card must not pass silently).
+Loading a card whose major version differs from :data:`SCHEMA_VERSION` raises a clear error.
 """
 
 from __future__ import annotations
@@ -260,10 +262,14 @@ class PerformanceCard(_Section):
                                    step="read card") from None
         if not isinstance(raw, dict) or "schema_version" not in raw:
             raise PerfPredictError("not a perfpredict card (no schema_version)", source=source, step="read card")
-        major = str(raw["schema_version"]).split(".")[0]
-        if major != SCHEMA_VERSION.split(".")[0]:
+        version = str(raw["schema_version"]).split(".")
+        ours = SCHEMA_VERSION.split(".")
+        if version[0] != ours[0]:
             raise PerfPredictError(f"card schema {raw['schema_version']} is not readable by this perfpredict "
                                    f"(schema {SCHEMA_VERSION})", source=source, step="read card")
+        if len(version) > 1 and version[1].isdigit() and int(version[1]) > int(ours[1]):
+            # A newer minor version may only add optional fields: drop the ones this reader does not know.
+            raw = _drop_unknown_fields(cls, raw)
         try:
             return cls.model_validate(raw)
         except ValidationError as e:
@@ -284,7 +290,10 @@ class PerformanceCard(_Section):
     def load(cls, path: str | Path) -> PerformanceCard:
         p = Path(path)
         try:
-            text = p.read_text()
+            text = p.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise PerfPredictError("not a UTF-8 text file, so not a card", source=str(path),
+                                   step="read card") from None
         except OSError as e:
             raise PerfPredictError(f"cannot read: {e.strerror}", source=str(path), step="read card") from None
         return cls.from_json(text, source=str(path))
@@ -316,6 +325,37 @@ class PerformanceCard(_Section):
     def max_feasible_batch(self) -> int | None:
         ok = [p.batch_size for p in self.throughput if p.ok]
         return max(ok) if ok else None
+
+
+def _drop_unknown_fields(model: type[BaseModel], data: Any) -> Any:
+    """``data`` without the keys ``model`` (recursively, through nested sections and lists) does not define."""
+    import typing
+
+    if not isinstance(data, dict):
+        return data
+    out = {}
+    for name, value in data.items():
+        field = model.model_fields.get(name)
+        if field is None:
+            continue
+        sub = _section_type(field.annotation, typing)
+        if sub is not None and isinstance(value, dict):
+            value = _drop_unknown_fields(sub, value)
+        elif sub is not None and isinstance(value, list):
+            value = [_drop_unknown_fields(sub, v) for v in value]
+        out[name] = value
+    return out
+
+
+def _section_type(annotation: Any, typing) -> type[BaseModel] | None:
+    """The card section class inside ``annotation`` (``X``, ``X | None``, ``list[X]``), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _section_type(arg, typing)
+        if found is not None:
+            return found
+    return None
 
 
 def utc_now() -> str:

@@ -98,9 +98,19 @@ def _export_torchscript(model: torch.nn.Module, args: tuple):
     import onnx
 
     buf = io.BytesIO()
+    # keep_initializers_as_inputs: without it the exporter merges initializers that hold equal values
+    # (fresh BatchNorm affine params, identical layers of a new TransformerEncoder) into one tensor plus
+    # Identity nodes, so the graph would under-count parameter bytes and show ops the model does not have.
     torch.onnx.export(model, args, buf, dynamo=False, opset_version=TORCHSCRIPT_OPSET,
-                      training=torch.onnx.TrainingMode.EVAL, do_constant_folding=False)
-    return onnx.load_from_string(buf.getvalue())
+                      training=torch.onnx.TrainingMode.EVAL, do_constant_folding=False,
+                      keep_initializers_as_inputs=True)
+    proto = onnx.load_from_string(buf.getvalue())
+    # ... then take the weights back out of the graph inputs: a standard graph, nothing merged.
+    weights = {i.name for i in proto.graph.initializer}
+    inputs = [i for i in proto.graph.input if i.name not in weights]
+    del proto.graph.input[:]
+    proto.graph.input.extend(inputs)
+    return proto
 
 
 def _export_dynamo(model: torch.nn.Module, args: tuple):

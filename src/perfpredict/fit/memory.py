@@ -24,6 +24,8 @@ from perfpredict.card import GraphFeatures, HorusMemoryEstimate
 def horus_memory_estimate(features: GraphFeatures, batch_size: int, *, mode: str, param_bytes: int,
                           optimizer_state_bytes: int = 0, overhead_bytes: int = 0) -> HorusMemoryEstimate | None:
     """Eq. 2 for ``batch_size``; None when the graph features are unavailable."""
+    if mode not in ("train", "infer"):
+        raise ValueError(f"mode must be 'train' or 'infer', got {mode!r}")
     if not features.available or features.activation_bytes_per_sample is None:
         return None
     a = batch_size * features.activation_bytes_per_sample + (features.activation_bytes_fixed or 0)

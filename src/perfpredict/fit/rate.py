@@ -303,7 +303,7 @@ def _in_range_uncertainty(model: RateModel, b: np.ndarray, r: np.ndarray) -> flo
     t = b / r
     pred = model.selected.iter_time(b)
     resid = float(np.sqrt(np.mean(((pred - t) / t) ** 2)))
-    if len(b) <= 2:  # an exact fit says nothing about its own error
+    if len(b) <= len(model.selected.coefficients):  # an exact fit says nothing about its own error
         return max(_UNKNOWN_REL_UNCERTAINTY / 2, resid)
     return max(resid, _MIN_REL_UNCERTAINTY)
 

@@ -1,0 +1,94 @@
+"""Benchmark (a): how well the rate model predicts a batch size it was not fitted on, across the zoo.
+
+For each zoo family (default config) five batch sizes are measured for real with perfpredict's profiler.
+Then:
+
+- interior: fit on the 1st, 2nd, 4th and 5th, predict the 3rd (interpolation);
+- extrapolated: fit on the four smallest, predict the largest.
+
+The error is |predicted − measured| / measured of the iteration time. Targets (issue #2, CPU): median
+interior error ≤ 10%, median extrapolated error ≤ 20%. For context, the same fits are also scored with each
+candidate forced (quadratic-only, linear-only), so the value of per-job selection is visible.
+
+    python benchmarks/rate_model_accuracy.py [--families resnet,mlp] [--min-time 1.0] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+from perfpredict.fit.rate import LINEAR, QUADRATIC, fit_rate_model
+from perfpredict.profile import ProfileSettings, TimingConfig, profile_workload
+from perfpredict.workload.zoo import families, load_zoo_workload
+
+
+def rel_err(pred: float, true: float) -> float:
+    return abs(pred - true) / true
+
+
+def score(b: list[int], r: list[float], fit_idx: list[int], test_idx: int, kind: str | None) -> tuple[float, str]:
+    m = fit_rate_model([b[i] for i in fit_idx], [r[i] for i in fit_idx], kind=kind)
+    t_true = b[test_idx] / r[test_idx]
+    return rel_err(float(m.iter_time(b[test_idx])), t_true), m.kind
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--families", default=",".join(families()), help="comma-separated zoo families")
+    ap.add_argument("--min-time", type=float, default=1.0, help="minimum timed seconds per batch size")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--json", help="also write the results here")
+    args = ap.parse_args(argv)
+
+    rows = []
+    t0 = time.perf_counter()
+    for fam in args.families.split(","):
+        w = load_zoo_workload(fam)
+        settings = ProfileSettings(device=args.device, timing=TimingConfig(min_time_s=args.min_time),
+                                   features=False)
+        card = profile_workload(w, settings).card
+        pts = card.measured_points()
+        if len(pts) < 5:
+            print(f"{fam}: only {len(pts)} batch sizes measured, skipped", file=sys.stderr)
+            continue
+        b = [p.batch_size for p in pts[:5]]
+        r = [p.samples_per_s for p in pts[:5]]
+        row = {"family": fam, "device": card.device.name, "batch_sizes": b, "samples_per_s": r,
+               "cv": [p.cv for p in pts[:5]]}
+        for name, fit_idx, test_idx in (("interior", [0, 1, 3, 4], 2), ("extrapolated", [0, 1, 2, 3], 4)):
+            err, kind = score(b, r, fit_idx, test_idx, None)
+            row[name] = {"error": err, "selected": kind,
+                         "error_quadratic_only": score(b, r, fit_idx, test_idx, QUADRATIC)[0],
+                         "error_linear_only": score(b, r, fit_idx, test_idx, LINEAR)[0]}
+        rows.append(row)
+        print(f"{fam:12s} b={b}  interior {row['interior']['error']:6.1%} ({row['interior']['selected']})  "
+              f"extrapolated {row['extrapolated']['error']:6.1%} ({row['extrapolated']['selected']})", flush=True)
+
+    if not rows:
+        print("nothing measured", file=sys.stderr)
+        return 1
+    summary = {}
+    print()
+    print(f"{'':14s}{'selected':>10s}{'quadratic':>11s}{'linear':>9s}   target")
+    for name, target in (("interior", 0.10), ("extrapolated", 0.20)):
+        med = statistics.median(r[name]["error"] for r in rows)
+        med_q = statistics.median(r[name]["error_quadratic_only"] for r in rows)
+        med_l = statistics.median(r[name]["error_linear_only"] for r in rows)
+        summary[name] = {"median_error": med, "median_error_quadratic_only": med_q,
+                         "median_error_linear_only": med_l, "target": target, "met": med <= target}
+        print(f"{name:14s}{med:10.1%}{med_q:11.1%}{med_l:9.1%}   <= {target:.0%}  "
+              f"{'MET' if med <= target else 'NOT MET'}")
+    print(f"\n{len(rows)} zoo models on {rows[0]['device']} ({args.device}); median relative error of the "
+          f"predicted iteration time; {time.perf_counter() - t0:.0f} s")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": rows, "summary": summary, "min_time_s": args.min_time}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
