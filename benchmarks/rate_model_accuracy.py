@@ -39,7 +39,8 @@ def score(b: list[int], r: list[float], fit_idx: list[int], test_idx: int, kind:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--families", default=",".join(families()), help="comma-separated zoo families")
-    ap.add_argument("--min-time", type=float, default=1.0, help="minimum timed seconds per batch size")
+    ap.add_argument("--min-time", type=float, default=TimingConfig().min_time_s,
+                    help="minimum timed seconds per batch size [the profiler's default]")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args(argv)

@@ -158,7 +158,7 @@ def profile(
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="do not log to MLflow")] = False,
     experiment: Annotated[str, typer.Option(help="MLflow experiment name")] = "perfpredict-profiles",
     threads: Annotated[Optional[int], typer.Option(help="torch intra-op threads per measurement [all cores]")] = None,
-    min_time: Annotated[float, typer.Option(help="minimum timed seconds per batch size")] = 1.0,
+    min_time: Annotated[float, typer.Option(help="minimum timed seconds per batch size")] = 2.0,
     max_time: Annotated[float, typer.Option(help="cap on timed seconds per batch size")] = 15.0,
     memory_limit: Annotated[Optional[str], typer.Option(help="CPU: memory a measurement may use, e.g. 4GB")] = None,
     no_features: Annotated[bool, typer.Option("--no-features", help="skip ONNX export and graph features")] = False,
@@ -166,6 +166,11 @@ def profile(
     debug: Annotated[bool, typer.Option("--debug", help="show tracebacks")] = False,
 ) -> None:
     """Profile a model on this machine and write its performance card (+ ONNX, plots, MLflow run)."""
+    from perfpredict.profile import runner
+
+    # Start the measuring processes' fork server first: it imports torch on the other core while this
+    # process imports, loads the model, exports it and opens the MLflow store.
+    runner.warm_up()
     from perfpredict.plots import plot_card
     from perfpredict.profile import ProfileSettings, TimingConfig, profile_workload
     from perfpredict.workload import parse_batch_sizes, parse_params, resolve_workload
@@ -179,6 +184,15 @@ def profile(
         memory_limit_bytes=_bytes(memory_limit), features=not no_features, fvcore=not no_fvcore)
     out_dir = out or Path("perfpredict-out") / workload.name
     command = "perfpredict " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    if not no_mlflow:
+        from perfpredict.tracking import prepare, tracking_uri
+
+        try:
+            prepare(experiment)
+        except Exception as e:  # noqa: BLE001 - an unusable store is a usage problem, found before measuring
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise UsageError(f"cannot use the MLflow store {tracking_uri()} ({type(e).__name__}: {first}); "
+                             "fix MLFLOW_TRACKING_URI or pass --no-mlflow", step="mlflow") from None
 
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err_console, transient=True) as progress:

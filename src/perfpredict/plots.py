@@ -9,12 +9,13 @@ import numpy as np
 from perfpredict.card import PerformanceCard
 
 
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
 def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     return plt
 
 

@@ -34,15 +34,25 @@ def _quiet_mlflow() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
+def prepare(experiment: str = PROFILE_EXPERIMENT) -> str:
+    """Connect to the tracking store and create ``experiment`` if needed; return its id.
+
+    The CLI calls this *before* measuring: a bad ``MLFLOW_TRACKING_URI`` fails in seconds instead of after a
+    long profile, and the store's one-time set-up overlaps the measuring processes' start-up.
+    """
+    import mlflow
+
+    _quiet_mlflow()
+    mlflow.set_tracking_uri(tracking_uri())
+    return mlflow.set_experiment(experiment).experiment_id
+
+
 def log_profile(card: PerformanceCard, out_dir: str | Path | None, *, experiment: str = PROFILE_EXPERIMENT,
                 failed: bool = False) -> str:
     """Log ``card`` (and every file in ``out_dir``) as one MLflow run; return the run id."""
     import mlflow
 
-    _quiet_mlflow()
-
-    mlflow.set_tracking_uri(tracking_uri())
-    mlflow.set_experiment(experiment)
+    prepare(experiment)
     with mlflow.start_run(run_name=card.model.name) as run:
         mlflow.set_tags({
             "perfpredict.kind": "profile",

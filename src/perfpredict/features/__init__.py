@@ -35,13 +35,14 @@ def extract_features(workload: Workload, model: torch.nn.Module | None = None,
             model = workload.build_model()
         model = model.to("cpu")
         b1, b2 = 1, 2
-        try:
-            args1, args2 = workload.inputs(b1), workload.inputs(b2)
-            first = export_onnx(model, args1, onnx_path)
-        except Exception:  # noqa: BLE001 - some models reject batch 1 (e.g. squeeze()); retry at 2 and 4
+        if not _forward_runs(model, workload.inputs(b1)):  # some models reject batch 1 (e.g. squeeze())
             b1, b2 = 2, 4
-            args1, args2 = workload.inputs(b1), workload.inputs(b2)
-            first = export_onnx(model, args1, onnx_path)
+            if not _forward_runs(model, workload.inputs(b1)):
+                # Both exporters run this forward; they would fail too, one of them slowly.
+                return GraphFeatures(available=False, error="not exported: the model's forward pass fails "
+                                                            "in eval mode at batch sizes 1 and 2")
+        args1, args2 = workload.inputs(b1), workload.inputs(b2)
+        first = export_onnx(model, args1, onnx_path)
         second = export_onnx(model, args2)
         s1, s2 = analyze_onnx(first.model_proto), analyze_onnx(second.model_proto)
     except Exception as e:  # noqa: BLE001
@@ -66,6 +67,19 @@ def extract_features(workload: Workload, model: torch.nn.Module | None = None,
         except Exception as e:  # noqa: BLE001 - the cross-check is optional
             feats.fvcore_error = f"{type(e).__name__}: {str(e).strip()[:300]}"
     return feats
+
+
+def _forward_runs(model: torch.nn.Module, args: tuple) -> bool:
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(*args)
+        return True
+    except Exception:  # noqa: BLE001 - any failure means "cannot export at this batch size"
+        return False
+    finally:
+        model.train(was_training)
 
 
 def features_from_onnx(model_proto, batch_size: int = 1) -> GraphFeatures:

@@ -24,7 +24,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import lsq_linear
 
 from perfpredict.errors import FitError
 
@@ -259,11 +258,29 @@ def _fit_linear(b: np.ndarray, r: np.ndarray) -> Candidate:
     t = b / r
     # Minimise sum(((alpha + beta*b) - t) / t)^2 with alpha, beta >= 0.
     A = np.column_stack([np.ones_like(b), b]) / t[:, None]
-    sol = lsq_linear(A, np.ones_like(b), bounds=([0.0, 0.0], [np.inf, np.inf]))
-    alpha, beta = (float(v) for v in sol.x)
+    alpha, beta = _nnls2(A, np.ones_like(b))
     if alpha + beta * b.min() <= 0:  # degenerate: all-zero solution; fall back to proportional time
         beta = float(np.mean(t / b))
     return Candidate(LINEAR, {"alpha": alpha, "beta": beta}, _r2(t, alpha + beta * b))
+
+
+def _nnls2(A: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """min ||A x - y|| subject to x >= 0 for two unknowns, exactly (KKT: the optimum is the unconstrained
+    solution if feasible, else the best solution with one unknown pinned at 0). Avoids importing scipy."""
+    x, *_ = np.linalg.lstsq(A, y, rcond=None)
+    if np.all(x >= 0):
+        return float(x[0]), float(x[1])
+    best, best_res = (0.0, 0.0), float(y @ y)
+    for j in (0, 1):
+        col = A[:, j]
+        denom = float(col @ col)
+        v = max(0.0, float(col @ y) / denom) if denom > 0 else 0.0
+        cand = [0.0, 0.0]
+        cand[j] = v
+        res = float(np.sum((A @ np.array(cand) - y) ** 2))
+        if res < best_res:
+            best, best_res = (cand[0], cand[1]), res
+    return best
 
 
 def _fit_quadratic(b: np.ndarray, r: np.ndarray) -> Candidate:

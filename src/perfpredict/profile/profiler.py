@@ -135,7 +135,7 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
     from perfpredict.profile import runner
     from perfpredict.profile.device import describe_device, resolve_device
     from perfpredict.profile.memory import available_memory_bytes
-    from perfpredict.profile.worker import PointRequest
+    from perfpredict.profile.request import PointRequest
 
     settings = settings or ProfileSettings()
     listener = listener or ProfileListener()
@@ -145,7 +145,6 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
     batch_sizes = tuple(settings.batch_sizes or workload.batch_sizes)
     listener.stage("building model")
     info, model = _model_info(workload)
-    del model
 
     mem_limit = settings.memory_limit_bytes
     if device == "cpu" and mem_limit is None:
@@ -169,6 +168,21 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
     def save() -> None:
         if card_path is not None:
             card.save(card_path)
+
+    # Graph features first: they need only the model, and the fork server is still importing torch, so this
+    # work overlaps its start-up instead of adding to the wall time. Nothing is measured yet, so a crash in
+    # an exporter cannot lose measurements.
+    onnx_path = None
+    if settings.features:
+        listener.stage("exporting ONNX / graph features")
+        from perfpredict.features import extract_features
+
+        onnx_path = out / "model.onnx" if out else None
+        card.features = extract_features(workload, model=model, onnx_path=onnx_path, use_fvcore=settings.fvcore)
+        if not card.features.available:
+            onnx_path = None
+            card.errors.append(CardError(step="export_onnx", message=card.features.error or "export failed"))
+    del model
 
     save()
     for i, b in enumerate(batch_sizes):
@@ -233,20 +247,7 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
         listener.stage("fitting rate model")
         _fit(card, ok, device)
 
-    onnx_path = None
-    model_broken = not ok and any(p.status in ("error", "nonfinite", "timeout") for p in card.throughput)
-    if settings.features and model_broken:
-        # Exporting runs the same forward that just failed; both exporters would fail, slowly.
-        card.features = GraphFeatures(available=False, error="skipped: the model failed at every batch size")
-    elif settings.features:
-        listener.stage("exporting ONNX / graph features")
-        from perfpredict.features import extract_features
-
-        onnx_path = out / "model.onnx" if out else None
-        card.features = extract_features(workload, onnx_path=onnx_path, use_fvcore=settings.fvcore)
-        if not card.features.available:
-            onnx_path = None
-            card.errors.append(CardError(step="export_onnx", message=card.features.error or "export failed"))
+    if card.features is not None:
         _attach_memory_estimates(card, settings.mode, optimizer_state, overheads)
 
     _finish(card, t_begin)

@@ -13,7 +13,7 @@ import signal
 import time
 from typing import Any
 
-from perfpredict.profile.worker import PointRequest, run_point
+from perfpredict.profile.request import PointRequest
 
 _PRELOAD = ["perfpredict.profile.worker"]
 _context: mp.context.BaseContext | None = None
@@ -29,6 +29,14 @@ def _ctx() -> mp.context.BaseContext:
             ctx = mp.get_context("spawn")
         _context = ctx
     return _context
+
+
+def _entry(req: PointRequest, conn) -> None:
+    """Child-side entry point. The worker module (torch, torch._dynamo) is imported here, in the child,
+    where the fork server has preloaded it, so the parent process never pays for importing it."""
+    from perfpredict.profile.worker import run_point
+
+    run_point(req, conn)
 
 
 def warm_up() -> None:
@@ -49,7 +57,7 @@ def run_in_subprocess(req: PointRequest, timeout_s: float) -> dict[str, Any]:
     """
     ctx = _ctx()
     recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=run_point, args=(req, send), name=f"perfpredict-b{req.batch_size}", daemon=True)
+    proc = ctx.Process(target=_entry, args=(req, send), name=f"perfpredict-b{req.batch_size}", daemon=True)
     try:
         proc.start()
         send.close()

@@ -27,9 +27,9 @@ class TimingConfig:
 
     warmup_iters: int = 2
     warmup_s: float = 0.25
-    min_iters: int = 5
+    min_iters: int = 10
     max_iters: int = 500
-    min_time_s: float = 1.0
+    min_time_s: float = 2.0
     max_time_s: float = 15.0
     rel_tol: float = 0.01
     stable_window: int = 5

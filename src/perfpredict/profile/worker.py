@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 import traceback
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -20,21 +19,8 @@ from perfpredict.errors import ModelLoadError, PerfPredictError
 from perfpredict.profile import memory as mem
 from perfpredict.profile.device import describe_device
 from perfpredict.profile.energy import GpuSampler, RaplReader, nvml_handle_for_torch_device, nvml_process_memory
-from perfpredict.profile.timing import TimingConfig, time_iterations
-from perfpredict.workload.spec import WorkloadRef
-
-
-@dataclass(frozen=True)
-class PointRequest:
-    ref: WorkloadRef
-    batch_size: int
-    mode: str = "train"  # "train" | "infer"
-    device: str = "cpu"  # "cpu" | "cuda:<i>"
-    timing: TimingConfig = field(default_factory=TimingConfig)
-    threads: int | None = None
-    memory_limit_bytes: int | None = None  # CPU only: data memory allowed beyond the process's baseline
-    seed: int = 0
-    measure_energy: bool = True
+from perfpredict.profile.request import PointRequest
+from perfpredict.profile.timing import time_iterations
 
 
 class _NonFiniteLoss(Exception):
