@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
                 configs.append((name, cfg, family.config_name(cfg), gmacs))
     print(f"{len(configs)} configurations", file=sys.stderr)
     if args.dry_run:
-        for name, _, cname, gmacs in configs:
+        for _, _, cname, gmacs in configs:
             print(f"{cname}\t{gmacs:.3f} GMACs/sample")
         return 0
 

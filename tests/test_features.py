@@ -367,3 +367,54 @@ def test_dynamo_fallback_when_tracer_fails():
     assert f.exporter == "dynamo"
     assert f.forward_macs_per_sample == 4 * 3
     assert f.fvcore_macs_per_sample is None and f.fvcore_error is None  # cross-check skipped on request
+
+
+# --- model-file patterns the zoo does not use ---------------------------------------------------------------
+class _SDPAttention(nn.Module):
+    """Hand-written multi-head attention through F.scaled_dot_product_attention (4 heads of 16)."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv, self.o = nn.Linear(64, 192), nn.Linear(64, 64)
+
+    def forward(self, x):
+        b, l_, _ = x.shape
+        q, k, v = self.qkv(x).view(b, l_, 3, 4, 16).permute(2, 0, 3, 1, 4)
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return self.o(y.transpose(1, 2).reshape(b, l_, 64))
+
+
+class _SeqFirstMHA(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.m = nn.MultiheadAttention(64, 4)
+
+    def forward(self, x):
+        return self.m(x, x, x)[0]
+
+
+class _Conv1dBaddbmmLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv1d(8, 16, 5, padding=2)
+        self.w = nn.Parameter(torch.randn(32, 16))
+
+    def forward(self, x):
+        y = self.c(x)
+        z = torch.baddbmm(torch.zeros(1), y, y.transpose(1, 2))
+        return torch.nn.functional.linear(z, self.w)
+
+
+_ATTN_MACS = 16 * 64 * 192 + 4 * 16 * 16 * 16 * 2 + 16 * 64 * 64  # qkv proj + QK^T + AV + out proj
+
+
+@pytest.mark.parametrize("cls,inputs,expected", [
+    (_SDPAttention, lambda b: torch.randn(b, 16, 64), _ATTN_MACS),
+    (_SeqFirstMHA, lambda b: torch.randn(16, b, 64), _ATTN_MACS),  # batch is dim 1 here
+    (_Conv1dBaddbmmLinear, lambda b: torch.randn(b, 8, 32), 16 * 32 * 8 * 5 + 16 * 16 * 32 + 16 * 16 * 32),
+], ids=["sdpa", "mha_seq_first", "conv1d_baddbmm_linear"])
+def test_foreign_model_patterns_count_exactly(cls, inputs, expected):
+    w = Workload(name=cls.__name__, ref=WorkloadRef("file", cls.__name__), build_model=cls, example_inputs=inputs)
+    f = extract_features(w)
+    assert f.available and f.forward_macs_per_sample == expected
+    assert f.fvcore_macs_per_sample == expected

@@ -11,9 +11,9 @@ import torch
 
 from perfpredict.errors import ModelRunError, NonFiniteLossError
 from perfpredict.profile import ProfileSettings, TimingConfig, profile_workload
+from perfpredict.profile.request import PointRequest
 from perfpredict.profile.runner import run_in_subprocess
 from perfpredict.profile.timing import time_iterations
-from perfpredict.profile.request import PointRequest
 from perfpredict.workload import load_model_file
 from perfpredict.workload.spec import WorkloadRef
 from tests.conftest import EXAMPLES, FAST_TIMING, TINY_MODEL

@@ -16,7 +16,12 @@ from torch import nn
 
 from perfpredict.errors import UsageError
 from perfpredict.workload.spec import Workload
-from perfpredict.workload.zoo import enumerate_configs, families, get_family, load_zoo_workload
+from perfpredict.workload.zoo import (
+    enumerate_configs,
+    families,
+    get_family,
+    load_zoo_workload,
+)
 from perfpredict.workload.zoo.base import ZooFamily
 from perfpredict.workload.zoo.families import ALL_FAMILIES
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from perfpredict.card import SCHEMA_VERSION, PerformanceCard  # noqa: E402
-from perfpredict.errors import PerfPredictError  # noqa: E402
-from perfpredict.fit.rate import RateModel, fit_rate_model, lat  # noqa: E402
+from perfpredict.card import SCHEMA_VERSION, PerformanceCard
+from perfpredict.errors import PerfPredictError
+from perfpredict.fit.rate import RateModel, fit_rate_model, lat
 
 
 def profile(target: str, *, params: dict | None = None, batch_sizes=None, mode: str = "train",
@@ -32,5 +32,13 @@ def profile(target: str, *, params: dict | None = None, batch_sizes=None, mode: 
     return profile_workload(workload, s, out_dir=out_dir)
 
 
-__all__ = ["__version__", "SCHEMA_VERSION", "PerformanceCard", "PerfPredictError", "RateModel", "fit_rate_model",
-           "lat", "profile"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "PerfPredictError",
+    "PerformanceCard",
+    "RateModel",
+    "__version__",
+    "fit_rate_model",
+    "lat",
+    "profile",
+]

@@ -13,11 +13,18 @@ import sys
 import traceback
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from perfpredict import __version__
@@ -150,17 +157,17 @@ def _fmt_opt(v: float | None, pct: bool = False) -> str:
 @app.command()
 def profile(
     target: Annotated[str, typer.Argument(help="path to a model.py, or zoo:<family> (see `perfpredict zoo`)")],
-    param: Annotated[Optional[list[str]], typer.Option("--param", "-p", help="zoo parameter name=value (repeatable)")] = None,
-    batch_sizes: Annotated[Optional[str], typer.Option("--batch-sizes", "-b", help="comma-separated, e.g. 8,16,32")] = None,
+    param: Annotated[list[str] | None, typer.Option("--param", "-p", help="zoo parameter name=value (repeatable)")] = None,
+    batch_sizes: Annotated[str | None, typer.Option("--batch-sizes", "-b", help="comma-separated, e.g. 8,16,32")] = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:<i>")] = "auto",
     mode: Annotated[Mode, typer.Option(help="train (fwd+bwd+step) or infer (forward only)")] = Mode.train,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="output dir [./perfpredict-out/<model>/]")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="output dir [./perfpredict-out/<model>/]")] = None,
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="do not log to MLflow")] = False,
     experiment: Annotated[str, typer.Option(help="MLflow experiment name")] = "perfpredict-profiles",
-    threads: Annotated[Optional[int], typer.Option(help="torch intra-op threads per measurement [all cores]")] = None,
+    threads: Annotated[int | None, typer.Option(help="torch intra-op threads per measurement [all cores]")] = None,
     min_time: Annotated[float, typer.Option(help="minimum timed seconds per batch size")] = 2.0,
     max_time: Annotated[float, typer.Option(help="cap on timed seconds per batch size")] = 15.0,
-    memory_limit: Annotated[Optional[str], typer.Option(help="CPU: memory a measurement may use, e.g. 4GB")] = None,
+    memory_limit: Annotated[str | None, typer.Option(help="CPU: memory a measurement may use, e.g. 4GB")] = None,
     no_features: Annotated[bool, typer.Option("--no-features", help="skip ONNX export and graph features")] = False,
     no_fvcore: Annotated[bool, typer.Option("--no-fvcore", help="skip the fvcore MAC cross-check")] = False,
     debug: Annotated[bool, typer.Option("--debug", help="show tracebacks")] = False,
@@ -226,7 +233,7 @@ def profile(
 
 @app.command()
 def zoo(
-    family: Annotated[Optional[str], typer.Argument(help="show one family's parameters")] = None,
+    family: Annotated[str | None, typer.Argument(help="show one family's parameters")] = None,
     grid: Annotated[bool, typer.Option("--grid", help="list the family's dataset-sweep configurations")] = False,
 ) -> None:
     """List the built-in model zoo (pure-torch families with depth/width knobs)."""
@@ -311,7 +318,7 @@ def main() -> None:
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted[/]; measurements finished so far were written to the card")
         sys.exit(130)
-    except Exception as e:  # noqa: BLE001 - a bug in perfpredict itself: still one line unless --debug
+    except Exception as e:  # a bug in perfpredict itself: still one line unless --debug
         if debug:
             raise
         err_console.print(f"[bold red]internal error[/]: {type(e).__name__}: {e} (re-run with --debug for the "

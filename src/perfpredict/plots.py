@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import matplotlib
 import numpy as np
 
 from perfpredict.card import PerformanceCard
 
-
-import matplotlib  # noqa: E402
-
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 
 def _pyplot():
@@ -52,16 +50,8 @@ def plot_throughput(card: PerformanceCard, path: str | Path) -> Path | None:
     for p in card.throughput:
         if p.status == "oom":
             ax.axvline(p.batch_size, color="tab:red", ls=":", lw=1)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("batch size")
-    ax.set_ylabel("samples / s")
-    ax.set_title(f"{card.model.name} — {card.run.mode} on {card.device.kind} ({card.device.name[:40]})", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return Path(path)
+    return _save(fig, ax, path, "samples / s",
+                 f"{card.model.name} — {card.run.mode} on {card.device.kind} ({card.device.name[:40]})")
 
 
 def plot_memory(card: PerformanceCard, path: str | Path) -> Path | None:
@@ -80,10 +70,15 @@ def plot_memory(card: PerformanceCard, path: str | Path) -> Path | None:
     if est:
         ax.plot([m.batch_size for m in est], [m.analytic.total / 2**20 for m in est], "^--", color="tab:green",
                 label="Horus eq. 2 estimate (analytic)")
+    return _save(fig, ax, path, "MiB", f"{card.model.name} — memory ({card.device.kind})")
+
+
+def _save(fig, ax, path: str | Path, ylabel: str, title: str) -> Path:
+    """Batch size on a log2 x-axis, labels, grid, legend; write the PNG and free the figure."""
     ax.set_xscale("log", base=2)
     ax.set_xlabel("batch size")
-    ax.set_ylabel("MiB")
-    ax.set_title(f"{card.model.name} — memory ({card.device.kind})", fontsize=9)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -17,7 +17,7 @@ from perfpredict.features.graph import GraphStats, analyze_onnx
 from perfpredict.features.onnx_export import export_onnx
 from perfpredict.workload.spec import Workload
 
-__all__ = ["extract_features", "features_from_onnx", "analyze_onnx", "export_onnx", "fvcore_counts"]
+__all__ = ["analyze_onnx", "export_onnx", "extract_features", "features_from_onnx", "fvcore_counts"]
 
 
 def _split(at1: int, at2: int, b1: int, b2: int) -> tuple[int, int]:

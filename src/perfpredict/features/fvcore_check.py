@@ -65,7 +65,16 @@ def _sdpa_handle(inputs: list, outputs: list) -> int:
     return batch * q[-2] * k[-2] * (q[-1] + v[-1])
 
 
+def _baddbmm_handle(inputs: list, outputs: list) -> int:
+    """aten::baddbmm(input, batch1 [b, n, m], batch2 [b, m, p], ...): b·n·m·p (fvcore has no handle)."""
+    b1, b2 = _shape(inputs[1]), _shape(inputs[2])
+    if b1 is None or b2 is None:
+        return 0
+    return b1[0] * b1[1] * b1[2] * b2[2]
+
+
 _EXTRA_HANDLES = {
+    "aten::baddbmm": _baddbmm_handle,
     "aten::lstm": _rnn_handle(),
     "aten::gru": _rnn_handle(),
     "aten::rnn_tanh": _rnn_handle(),

@@ -83,6 +83,10 @@ def run_in_subprocess(req: PointRequest, timeout_s: float) -> dict[str, Any]:
         if result is not None:
             proc.join(timeout=30)
             return result
+        if time.monotonic() < deadline:
+            # The pipe closed early (EOF) because the child died; with the fork server its exit status
+            # arrives a moment later, so wait for it rather than misreading a dead child as a hang.
+            proc.join(timeout=max(1.0, min(10.0, deadline - time.monotonic())))
         if proc.is_alive():
             proc.kill()
             proc.join(timeout=10)

@@ -59,7 +59,7 @@ class TimingResult:
             "mean_s": mean,
             "std_s": std,
             "cv": std / mean if mean > 0 else 0.0,
-            "iterations": int(len(t)),
+            "iterations": len(t),
             "timed_s": float(t.sum()),
             "warmup_iterations": len(self.warmup_times_s),
             "warmup_s": float(sum(self.warmup_times_s)),

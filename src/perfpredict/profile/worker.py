@@ -13,12 +13,17 @@ import traceback
 from typing import Any
 
 import torch
-import torch._dynamo  # noqa: F401 - optimizers import it lazily (~1.7 s); pay that once in the fork server
+import torch._dynamo  # optimizers import it lazily (~1.7 s); pay that once in the fork server
 
 from perfpredict.errors import ModelLoadError, PerfPredictError
 from perfpredict.profile import memory as mem
 from perfpredict.profile.device import describe_device
-from perfpredict.profile.energy import GpuSampler, RaplReader, nvml_handle_for_torch_device, nvml_process_memory
+from perfpredict.profile.energy import (
+    GpuSampler,
+    RaplReader,
+    nvml_handle_for_torch_device,
+    nvml_process_memory,
+)
 from perfpredict.profile.request import PointRequest
 from perfpredict.profile.timing import time_iterations
 
@@ -129,7 +134,7 @@ def measure_point(req: PointRequest) -> dict[str, Any]:
         # Described here, not in the parent, so the parent never creates a CUDA context of its own.
         out["device_info"] = describe_device(req.device, torch.get_num_threads())
         return out
-    except BaseException as e:  # noqa: BLE001
+    except BaseException as e:
         if isinstance(e, KeyboardInterrupt):
             raise
         out["phase"] = getattr(e, "step", None) or state["phase"]

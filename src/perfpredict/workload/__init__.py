@@ -7,7 +7,12 @@ from typing import Any
 
 from perfpredict.errors import UsageError
 from perfpredict.workload.loader import load_model_file
-from perfpredict.workload.spec import DEFAULT_BATCH_SIZES, Workload, WorkloadRef, parse_batch_sizes
+from perfpredict.workload.spec import (
+    DEFAULT_BATCH_SIZES,
+    Workload,
+    WorkloadRef,
+    parse_batch_sizes,
+)
 
 ZOO_PREFIX = "zoo:"
 
@@ -37,5 +42,12 @@ def parse_params(items: list[str] | None) -> dict[str, str]:
     return out
 
 
-__all__ = ["Workload", "WorkloadRef", "DEFAULT_BATCH_SIZES", "resolve_workload", "parse_params",
-           "parse_batch_sizes", "load_model_file"]
+__all__ = [
+    "DEFAULT_BATCH_SIZES",
+    "Workload",
+    "WorkloadRef",
+    "load_model_file",
+    "parse_batch_sizes",
+    "parse_params",
+    "resolve_workload",
+]

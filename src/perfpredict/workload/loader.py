@@ -68,7 +68,7 @@ def _import_isolated(path: Path, shown: str) -> ModuleType:
         where = f"line {e.lineno}" if e.lineno else "unknown line"
         raise ModelLoadError(f"syntax error at {where}: {e.msg}", source=shown, step="import",
                              detail=traceback.format_exc()) from None
-    except BaseException as e:  # noqa: BLE001 - user code may raise anything, SystemExit included
+    except BaseException as e:  # user code may raise anything, SystemExit included
         sys.modules.pop(mod_name, None)
         if isinstance(e, KeyboardInterrupt):
             raise

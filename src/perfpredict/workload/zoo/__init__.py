@@ -59,4 +59,4 @@ def load_zoo_workload(family: str, params: Mapping[str, Any] | None = None) -> W
     )
 
 
-__all__ = ["ZooFamily", "ZooParam", "families", "get_family", "enumerate_configs", "load_zoo_workload"]
+__all__ = ["ZooFamily", "ZooParam", "enumerate_configs", "families", "get_family", "load_zoo_workload"]

@@ -134,6 +134,19 @@ class ZooFamily(ABC):
         return None
 
 
+class ImageClassifierFamily(ZooFamily):
+    """A family whose models classify ``image_size``×``image_size`` RGB images into ``num_classes``."""
+
+    task = "image"
+
+    def example_inputs(self, cfg: Mapping[str, Any], batch_size: int) -> torch.Tensor:
+        s = cfg["image_size"]
+        return torch.randn(batch_size, 3, s, s, generator=generator(0))
+
+    def example_targets(self, cfg: Mapping[str, Any], batch_size: int) -> torch.Tensor:
+        return torch.randint(0, cfg["num_classes"], (batch_size,), generator=generator(1))
+
+
 def generator(seed: int = 0) -> torch.Generator:
     """A CPU generator with a fixed seed, so example inputs are identical run to run."""
     g = torch.Generator()

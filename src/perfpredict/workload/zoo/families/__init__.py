@@ -19,5 +19,12 @@ ALL_FAMILIES: tuple[type[ZooFamily], ...] = (
     MLPFamily,
 )
 
-__all__ = ["ALL_FAMILIES", "ResNetFamily", "VGGFamily", "MobileNetV2Family", "TransformerFamily", "LSTMFamily",
-           "MLPFamily"]
+__all__ = [
+    "ALL_FAMILIES",
+    "LSTMFamily",
+    "MLPFamily",
+    "MobileNetV2Family",
+    "ResNetFamily",
+    "TransformerFamily",
+    "VGGFamily",
+]

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from perfpredict.workload.zoo.base import ZooFamily, ZooParam, generator
+from perfpredict.workload.zoo.base import ImageClassifierFamily, ZooParam
 
 #: (expansion t, output channels c, repeats n, first stride s) per stage, from the paper's Table 2
 STAGES: tuple[tuple[int, int, int, int], ...] = (
@@ -113,12 +113,11 @@ class MobileNetV2(nn.Module):
         return self.classifier(torch.flatten(self.pool(self.features(x)), 1))
 
 
-class MobileNetV2Family(ZooFamily):
+class MobileNetV2Family(ImageClassifierFamily):
     """MobileNetV2 with width and depth multipliers."""
 
     name = "mobilenetv2"
     description = "MobileNetV2-style CNN (Sandler et al. 2018): inverted residuals, depthwise 3x3 convs"
-    task = "image"
     params = (
         ZooParam("width_mult", 0.5, "channel multiplier; channels rounded to multiples of 8 (paper: 0.35-1.4)",
                  minimum=0.05),
@@ -144,13 +143,6 @@ class MobileNetV2Family(ZooFamily):
 
     def build_model(self, cfg: Mapping[str, Any]) -> nn.Module:
         return MobileNetV2(cfg["width_mult"], cfg["depth_mult"], cfg["image_size"], cfg["num_classes"])
-
-    def example_inputs(self, cfg: Mapping[str, Any], batch_size: int) -> torch.Tensor:
-        s = cfg["image_size"]
-        return torch.randn(batch_size, 3, s, s, generator=generator(0))
-
-    def example_targets(self, cfg: Mapping[str, Any], batch_size: int) -> torch.Tensor:
-        return torch.randint(0, cfg["num_classes"], (batch_size,), generator=generator(1))
 
     def closed_form_macs(self, cfg: Mapping[str, Any]) -> int:
         wm, s = cfg["width_mult"], cfg["image_size"]

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from perfpredict.workload.zoo.base import ZooFamily, ZooParam, generator
+from perfpredict.workload.zoo.base import ImageClassifierFamily, ZooParam
 
 #: depth -> (block kind, blocks per stage)
 LAYOUTS: dict[int, tuple[str, tuple[int, int, int, int]]] = {
@@ -122,12 +122,11 @@ class ResNet(nn.Module):
         return self.fc(torch.flatten(self.pool(x), 1))
 
 
-class ResNetFamily(ZooFamily):
+class ResNetFamily(ImageClassifierFamily):
     """ResNet-10/18/34 (basic blocks) and ResNet-50/101/152 (bottlenecks) with a base-width knob."""
 
     name = "resnet"
     description = "ResNet-style CNN (He et al. 2016): basic blocks for depth<=34, bottlenecks for 50+"
-    task = "image"
     params = (
         ZooParam("depth", 18, "number of weighted layers: 10/18/34 basic blocks, 50/101/152 bottlenecks",
                  choices=tuple(LAYOUTS)),
@@ -162,13 +161,6 @@ class ResNetFamily(ZooFamily):
 
     def build_model(self, cfg: Mapping[str, Any]) -> nn.Module:
         return ResNet(cfg["depth"], cfg["width"], cfg["image_size"], cfg["num_classes"])
-
-    def example_inputs(self, cfg: Mapping[str, Any], batch_size: int) -> torch.Tensor:
-        s = cfg["image_size"]
-        return torch.randn(batch_size, 3, s, s, generator=generator(0))
-
-    def example_targets(self, cfg: Mapping[str, Any], batch_size: int) -> torch.Tensor:
-        return torch.randint(0, cfg["num_classes"], (batch_size,), generator=generator(1))
 
     def closed_form_macs(self, cfg: Mapping[str, Any]) -> int:
         kind, counts = LAYOUTS[cfg["depth"]]

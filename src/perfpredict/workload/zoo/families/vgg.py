@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from perfpredict.errors import UsageError
-from perfpredict.workload.zoo.base import ZooFamily, ZooParam, generator
+from perfpredict.workload.zoo.base import ImageClassifierFamily, ZooParam
 
 #: depth -> the paper's channel list at width 64; "M" is a 2x2 max pool
 CONFIGS: dict[int, tuple[int | str, ...]] = {
@@ -62,12 +62,11 @@ class VGG(nn.Module):
         return self.classifier(torch.flatten(self.features(x), 1))
 
 
-class VGGFamily(ZooFamily):
+class VGGFamily(ImageClassifierFamily):
     """VGG-11/13/16/19 with channel-width, BatchNorm and classifier-width knobs."""
 
     name = "vgg"
     description = "VGG-style CNN (Simonyan & Zisserman 2015), configs A/B/D/E, optional BatchNorm"
-    task = "image"
     params = (
         ZooParam("depth", 16, "weighted layers: 11/13/16/19 = the paper's configs A/B/D/E",
                  choices=tuple(CONFIGS)),
@@ -107,13 +106,6 @@ class VGGFamily(ZooFamily):
     def build_model(self, cfg: Mapping[str, Any]) -> nn.Module:
         return VGG(cfg["depth"], cfg["width"], cfg["batch_norm"], cfg["image_size"], cfg["hidden"],
                    cfg["num_classes"])
-
-    def example_inputs(self, cfg: Mapping[str, Any], batch_size: int) -> torch.Tensor:
-        s = cfg["image_size"]
-        return torch.randn(batch_size, 3, s, s, generator=generator(0))
-
-    def example_targets(self, cfg: Mapping[str, Any], batch_size: int) -> torch.Tensor:
-        return torch.randint(0, cfg["num_classes"], (batch_size,), generator=generator(1))
 
     def closed_form_macs(self, cfg: Mapping[str, Any]) -> int:
         s, in_ch, macs = cfg["image_size"], 3, 0
