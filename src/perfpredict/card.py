@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from perfpredict.errors import PerfPredictError
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -216,6 +216,147 @@ class GraphFeatures(_Section):
     device: str | None = None
 
 
+class ScalingPoint(_Section):
+    """Data-parallel training at a fixed global batch with ``workers`` ranks (DDP)."""
+
+    workers: int = Field(description="k, the number of data-parallel ranks (CPU: core groups; CUDA: GPUs)")
+    nodes: int = Field(1, description="d_node: separate network endpoints the ranks are spread over")
+    workers_per_node: int = Field(description="d_g/n")
+    global_batch: int
+    local_batch: int
+    status: Literal["ok", "oom", "error", "nonfinite", "timeout"]
+    samples_per_s: float | None = Field(None, description="global batch / slowest rank's median iteration time")
+    iter_time_s: float | None = None
+    speedup: float | None = Field(None, description="samples_per_s / samples_per_s at k = 1 (same global batch)")
+    cv: float | None = None
+    iterations: int | None = None
+    threads_per_worker: int | None = None
+    backend: str | None = None
+    link: str | None = Field(None, description="what connects the nodes, e.g. 'loopback' or 'veth, tbf 1gbit'")
+    error: str | None = None
+    source: Source = "measured"
+    device: str | None = None
+
+
+class ScalingInfo(_Section):
+    global_batch: int
+    backend: str
+    points: list[ScalingPoint] = Field(default_factory=list)
+    note: str | None = None
+    source: Source = "measured"
+    device: str | None = None
+
+
+class ColocationPoint(_Section):
+    """n copies of the job running at once on one device (the fractional allocation p = 1/n)."""
+
+    copies: int
+    batch_size: int
+    status: Literal["ok", "oom", "error", "nonfinite", "timeout"]
+    per_copy_samples_per_s: list[float] = Field(default_factory=list)
+    per_copy_relative: float | None = Field(None, description="mean per-copy speed / solo speed (p = 1/n point)")
+    aggregate_samples_per_s: float | None = None
+    aggregate_relative: float | None = Field(None, description="sum over copies / solo")
+    threads_per_copy: int | None = None
+    gpu_utilization: float | None = Field(None, description="CUDA: whole-GPU NVML utilisation during the run")
+    error: str | None = None
+    source: Source = "measured"
+    device: str | None = None
+
+
+class PairColocation(_Section):
+    """The job co-located with a different (reference) job: Horus slowdown T_deg per job."""
+
+    partner: str
+    job_solo_samples_per_s: float | None = None
+    partner_solo_samples_per_s: float | None = None
+    job_colocated_samples_per_s: float | None = None
+    partner_colocated_samples_per_s: float | None = None
+    job_slowdown: float | None = Field(None, description="T_deg = |T_colo - T_solo| / T_solo for the job")
+    partner_slowdown: float | None = None
+    job_solo_gpu_utilization: float | None = None
+    partner_solo_gpu_utilization: float | None = None
+    cumulative_gpu_utilization: float | None = Field(None, description="sum of the two solo utilisations (CUDA)")
+    status: Literal["ok", "oom", "error", "nonfinite", "timeout"] = "ok"
+    error: str | None = None
+    source: Source = "measured"
+    device: str | None = None
+
+
+class ColocationInfo(_Section):
+    batch_size: int
+    window_s: float
+    points: list[ColocationPoint] = Field(default_factory=list)
+    pairs: list[PairColocation] = Field(default_factory=list)
+    source: Source = "measured"
+    device: str | None = None
+
+
+class SpeedupPointCard(_Section):
+    p: float = Field(description="allocation in devices: 1/n for n co-located copies, k for k data-parallel ranks")
+    speedup: float
+    kind: Literal["colocated", "data_parallel", "solo"]
+
+
+class SpeedupCurveCard(_Section):
+    points: list[SpeedupPointCard]
+    fit: dict[str, Any] = Field(description="the fitted monotone concave curve (SpeedupCurve.to_dict())")
+    source: Source = "fitted"
+    device: str | None = None
+
+
+class PlacementPoint(_Section):
+    d_node: int
+    d_gn: int
+    global_batch: int
+    samples_per_s: float
+    predicted_samples_per_s: float | None = None
+    comm_observed: float | None = Field(None, description="n - PR / sPR(b/n), devices' worth of throughput lost")
+    held_out: bool = False
+
+
+class CommModelCard(_Section):
+    """GENIE eq. 8 fitted to measured placements; PR(s) = (n - Comm(s)) * sPR(b / n) (eq. 5)."""
+
+    gamma: float | None
+    lambda_: float | None = Field(None, alias="lambda")
+    residuals: list[float] = Field(default_factory=list, description="relative rate residuals per fitted placement")
+    identifiable: dict[str, bool] = Field(default_factory=dict)
+    placements: list[PlacementPoint] = Field(default_factory=list)
+    holdout_rel_error: float | None = None
+    link: str | None = None
+    spr_source: str | None = Field(None, description="where sPR(b) came from (the card's rate model)")
+    source: Source = "fitted"
+    device: str | None = None
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=(), populate_by_name=True,
+                              serialize_by_alias=True)
+
+
+class SensitivityDemand(_Section):
+    cpus: int
+    mem_gb: float
+
+
+class SensitivityCard(_Section):
+    """Synergy's resource-sensitivity matrix W[c, m] (samples/s) at the job's fixed device count."""
+
+    cpu_values: list[int]
+    mem_values_gb: list[float]
+    matrix: list[list[float]]
+    profiled_cpu_values: list[int]
+    probed_throughput: list[float] = Field(default_factory=list)
+    exhaustive_probes: int | None = None
+    demand: SensitivityDemand
+    threshold: float
+    dataset_bytes: int | None = None
+    storage_bytes_per_s: float | None = None
+    mean_item_bytes: float | None = None
+    note: str | None = None
+    source: Source = "fitted"
+    device: str | None = None
+
+
 class CardError(_Section):
     step: str
     message: str
@@ -247,6 +388,11 @@ class PerformanceCard(_Section):
     memory: list[MemoryPoint] = Field(default_factory=list)
     features: GraphFeatures | None = None
     energy: EnergyInfo | None = None
+    scaling: ScalingInfo | None = None
+    colocation: ColocationInfo | None = None
+    speedup_curve: SpeedupCurveCard | None = None
+    comm_model: CommModelCard | None = None
+    sensitivity: SensitivityCard | None = None
     errors: list[CardError] = Field(default_factory=list)
 
     # -- serialisation --------------------------------------------------------------------------------

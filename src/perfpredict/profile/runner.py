@@ -15,7 +15,7 @@ from typing import Any
 
 from perfpredict.profile.request import PointRequest
 
-_PRELOAD = ["perfpredict.profile.worker"]
+_PRELOAD = ["perfpredict.profile.worker", "perfpredict.profile.group_worker"]
 _context: mp.context.BaseContext | None = None
 
 

@@ -32,7 +32,7 @@ from perfpredict.workload.spec import (
 )
 
 REQUIRED_HOOKS = ("build_model", "example_inputs")
-OPTIONAL_HOOKS = ("loss_fn", "example_targets", "make_optimizer")
+OPTIONAL_HOOKS = ("loss_fn", "example_targets", "make_optimizer", "make_dataset", "preprocess")
 
 
 def load_model_file(path: str | Path) -> Workload:
@@ -114,6 +114,8 @@ def _workload_from_module(module: ModuleType, path: Path, shown: str) -> Workloa
         loss_fn=getattr(module, "loss_fn", default_loss),
         make_optimizer=getattr(module, "make_optimizer", default_optimizer),
         example_targets=getattr(module, "example_targets", None),
+        make_dataset=getattr(module, "make_dataset", None),
+        preprocess=getattr(module, "preprocess", None),
         batch_sizes=batch_sizes,
         description=(module.__doc__ or "").strip().splitlines()[0] if module.__doc__ else "",
     )

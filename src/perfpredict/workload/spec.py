@@ -95,6 +95,11 @@ class Workload:
     loss_fn: Callable[..., torch.Tensor] = default_loss
     make_optimizer: Callable[[Any], torch.optim.Optimizer] = default_optimizer
     example_targets: Callable[[int], Any] | None = None
+    #: Input pipeline (Synergy sensitivity profiling): ``make_dataset()`` returns a map-style dataset of raw
+    #: items as read from storage; ``preprocess(item)`` is the per-sample CPU work (decode, augment) that
+    #: turns one into a training sample. Either may be absent.
+    make_dataset: Callable[[], Any] | None = None
+    preprocess: Callable[[Any], Any] | None = None
     batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
     description: str = ""
     extra: dict[str, Any] = field(default_factory=dict)

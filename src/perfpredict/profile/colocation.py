@@ -1,0 +1,113 @@
+"""Co-location: n copies of a job (or the job and a different one) running at once on one device.
+
+These measurements give the fractional points of the speedup curve (n copies sharing a device → each copy
+holds p = 1/n of it; Moldable/Malleable scheduling, Fig. 1) and Horus's co-location slowdown
+T_deg = |T_colo − T_solo| / T_solo.
+
+CUDA: every copy runs on the same GPU (time-slicing, as co-located jobs do without MPS/MIG). CPU: the copies
+share the process's cores: like a job on a GPU, each copy believes it owns the device (intra-op threads = all
+cores, no pinning) and the operating system time-shares the cores between the copies, as it would between
+co-located jobs. ``threads=`` overrides the per-copy thread count (e.g. to study partitioning instead).
+
+Copies warm up, meet at a barrier, then each times iterations for the same wall-clock window, so every copy
+is measured while all the others run; the solo run (n = 1) uses the same harness and window, so the ratios
+compare like with like.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from perfpredict.card import ColocationInfo, ColocationPoint, PairColocation
+from perfpredict.profile.group import run_group
+from perfpredict.profile.group_request import GroupMember, GroupTiming
+from perfpredict.profile.scaling import available_cpus
+from perfpredict.workload.spec import WorkloadRef
+
+
+def _threads(device: str, threads: int | None) -> int | None:
+    if device.startswith("cuda"):
+        return None
+    return threads or len(available_cpus())
+
+
+def _run(refs: Sequence[tuple[WorkloadRef, int]], device: str, mode: str, timing: GroupTiming,
+         timeout_s: float, threads: int | None = None) -> list[dict]:
+    members = [GroupMember(ref=ref, batch_size=b, mode=mode, device=device, threads=_threads(device, threads),
+                           seed=i, label=f"copy{i}") for i, (ref, b) in enumerate(refs)]
+    return run_group(members, timing, timeout_s)
+
+
+def _gpu_util(r: dict) -> float | None:
+    return (r.get("gpu") or {}).get("gpu_utilization")
+
+
+def _failure(results: list[dict]) -> dict | None:
+    """The root failure: not a copy that merely timed out or was released from the start barrier."""
+    bad = [r for r in results if r.get("status") != "ok"]
+    roots = [r for r in bad if r.get("status") != "timeout" and r.get("phase") != "start barrier"]
+    return (roots or bad)[0] if bad else None
+
+
+def measure_colocation(ref: WorkloadRef, batch_size: int, copies: Sequence[int] = (1, 2, 3, 4),
+                       device: str = "cpu", mode: str = "train", timing: GroupTiming | None = None,
+                       timeout_s: float = 600.0, threads: int | None = None, on_point=None) -> ColocationInfo:
+    """Per-copy and aggregate throughput for each n in ``copies`` (n = 1, the solo baseline, always runs)."""
+    timing = timing or GroupTiming()
+    ns = sorted(set(int(n) for n in copies) | {1})
+    info = ColocationInfo(batch_size=batch_size, window_s=timing.window_s, device=device)
+    solo = None
+    for n in ns:
+        results = _run([(ref, batch_size)] * n, device, mode, timing, timeout_s, threads)
+        bad = _failure(results)
+        if bad is not None:
+            pt = ColocationPoint(copies=n, batch_size=batch_size, status=bad.get("status", "error"),
+                                 error=f"{bad.get('label')}: {bad.get('error')}", device=device,
+                                 threads_per_copy=_threads(device, threads))
+        else:
+            rates = [r["samples_per_s"] for r in results]
+            if n == 1:
+                solo = rates[0]
+            pt = ColocationPoint(
+                copies=n, batch_size=batch_size, status="ok", per_copy_samples_per_s=rates,
+                per_copy_relative=(sum(rates) / n / solo) if solo else None,
+                aggregate_samples_per_s=sum(rates), aggregate_relative=(sum(rates) / solo) if solo else None,
+                threads_per_copy=results[0].get("threads"), gpu_utilization=_gpu_util(results[0]), device=device)
+        info.points.append(pt)
+        if on_point is not None:
+            on_point(pt)
+    return info
+
+
+def measure_pair(ref: WorkloadRef, batch_size: int, partner: WorkloadRef, partner_batch: int,
+                 device: str = "cpu", mode: str = "train", timing: GroupTiming | None = None,
+                 timeout_s: float = 600.0, solo: dict[str, dict] | None = None) -> PairColocation:
+    """The job next to ``partner``: each one's slowdown against its own solo run (same harness and window).
+
+    ``solo`` may carry already-measured solo results (``{"job": result, "partner": result}``) to skip those runs.
+    """
+    timing = timing or GroupTiming()
+    solo = dict(solo or {})
+    if "job" not in solo:
+        solo["job"] = _run([(ref, batch_size)], device, mode, timing, timeout_s)[0]
+    if "partner" not in solo:
+        solo["partner"] = _run([(partner, partner_batch)], device, mode, timing, timeout_s)[0]
+    name = partner.describe()
+    bad = _failure([solo["job"], solo["partner"]])
+    if bad is not None:
+        return PairColocation(partner=name, status=bad.get("status", "error"), error=bad.get("error"),
+                              device=device)
+    both = _run([(ref, batch_size), (partner, partner_batch)], device, mode, timing, timeout_s)
+    bad = _failure(both)
+    if bad is not None:
+        return PairColocation(partner=name, status=bad.get("status", "error"), error=bad.get("error"),
+                              device=device)
+    js, ps = solo["job"]["samples_per_s"], solo["partner"]["samples_per_s"]
+    jc, pc = both[0]["samples_per_s"], both[1]["samples_per_s"]
+    ju, pu = _gpu_util(solo["job"]), _gpu_util(solo["partner"])
+    # T is time per iteration, i.e. batch / rate; T_deg = |T_colo − T_solo| / T_solo = |solo/colo − 1|.
+    return PairColocation(
+        partner=name, job_solo_samples_per_s=js, partner_solo_samples_per_s=ps, job_colocated_samples_per_s=jc,
+        partner_colocated_samples_per_s=pc, job_slowdown=abs(js / jc - 1.0), partner_slowdown=abs(ps / pc - 1.0),
+        job_solo_gpu_utilization=ju, partner_solo_gpu_utilization=pu,
+        cumulative_gpu_utilization=(ju + pu) if ju is not None and pu is not None else None, device=device)

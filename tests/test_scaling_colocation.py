@@ -1,0 +1,121 @@
+"""Real multi-process runs: DDP over gloo, co-located copies, virtual network nodes."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from perfpredict.profile.colocation import measure_colocation, measure_pair
+from perfpredict.profile.group import run_group
+from perfpredict.profile.group_request import GroupTiming
+from perfpredict.profile.netns import VirtualNodes, netns_support
+from perfpredict.profile.scaling import Placement, measure_placement, measure_scaling, plan_members
+from perfpredict.errors import UsageError
+from perfpredict.workload.spec import WorkloadRef
+from tests.conftest import TINY_MODEL
+
+QUICK = GroupTiming(warmup_iters=2, warmup_s=0.05, window_s=0.4, min_iters=5, max_iters=100, barrier_timeout_s=60)
+
+LEARNING_MODEL = TINY_MODEL + """
+def make_optimizer(params):
+    return torch.optim.SGD(params, lr=0.05)
+"""
+
+
+def test_two_gloo_ranks_train_in_sync(write_model):
+    ref = WorkloadRef("file", str(write_model(LEARNING_MODEL)))
+    members = plan_members(ref, Placement(1, 2), 32, "cpu")
+    assert [m.batch_size for m in members] == [16, 16]
+    assert members[0].seed != members[1].seed  # different data per rank, as with a sharded sampler
+    res = run_group(members, QUICK, 120)
+    assert [r["status"] for r in res] == ["ok", "ok"], res
+    # Both ranks ran the broadcast iteration count, and all-reduce kept the learning replicas identical even
+    # though each saw different inputs.
+    assert res[0]["iterations"] == res[1]["iterations"] >= QUICK.min_iters
+    assert res[0]["param_checksum"] == pytest.approx(res[1]["param_checksum"], rel=1e-9, abs=1e-9)
+    assert res[0]["cpus"] != res[1]["cpus"]  # pinned to disjoint core groups
+    assert {r["threads"] for r in res} == {1}
+
+
+def test_scaling_reports_speedup_relative_to_one_worker(write_model):
+    ref = WorkloadRef("file", str(write_model(TINY_MODEL)))
+    info = measure_scaling(ref, 32, [2], timing=QUICK, timeout_s=120)
+    assert [p.workers for p in info.points] == [1, 2]  # k = 1 is always measured as the baseline
+    one, two = info.points
+    assert one.status == two.status == "ok", (one.error, two.error)
+    assert one.speedup == 1.0
+    assert two.speedup == pytest.approx(two.samples_per_s / one.samples_per_s)
+    assert two.local_batch == 16 and two.backend == "gloo" and two.device == "cpu"
+
+
+def test_uneven_split_and_too_many_workers_are_usage_errors(write_model):
+    ref = WorkloadRef("file", str(write_model(TINY_MODEL)))
+    with pytest.raises(UsageError, match="does not split evenly"):
+        plan_members(ref, Placement(1, 2), 33, "cpu")
+    with pytest.raises(UsageError, match="cores"):
+        plan_members(ref, Placement(1, 64), 64, "cpu")
+
+
+def test_a_failing_rank_stops_the_group_quickly(write_model):
+    src = TINY_MODEL + """
+import os
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(32, 8)
+    def forward(self, x):
+        if torch.distributed.get_rank() == 1:
+            raise RuntimeError("rank one is broken")
+        return self.lin(x)
+
+def build_model():
+    return Net()
+"""
+    ref = WorkloadRef("file", str(write_model(src)))
+    t0 = time.monotonic()
+    pt = measure_placement(ref, Placement(1, 2), 16, timing=QUICK, timeout_s=60)
+    assert pt.status == "error" and "rank one is broken" in pt.error and "rank1" in pt.error
+    assert time.monotonic() - t0 < 30  # not the 60 s deadline: rank 0 was stopped when rank 1 failed
+
+
+def test_colocated_copies_are_measured_together(write_model):
+    ref = WorkloadRef("file", str(write_model(TINY_MODEL)))
+    info = measure_colocation(ref, 16, copies=(2,), timing=QUICK, timeout_s=120)
+    assert [p.copies for p in info.points] == [1, 2]
+    solo, pair = info.points
+    assert solo.status == pair.status == "ok"
+    assert solo.per_copy_relative == 1.0 and len(pair.per_copy_samples_per_s) == 2
+    assert pair.aggregate_samples_per_s == pytest.approx(sum(pair.per_copy_samples_per_s))
+    assert pair.per_copy_relative == pytest.approx(pair.aggregate_samples_per_s / 2 / solo.aggregate_samples_per_s)
+    assert pair.threads_per_copy == solo.threads_per_copy  # each copy sees the whole device
+
+
+def test_pair_slowdown_follows_its_definition(write_model):
+    job = WorkloadRef("file", str(write_model(TINY_MODEL)))
+    partner = WorkloadRef("zoo", "mlp", (("depth", 2), ("width", 64)))
+    pr = measure_pair(job, 16, partner, 16, timing=QUICK, timeout_s=120)
+    assert pr.status == "ok", pr.error
+    assert pr.partner == "zoo:mlp[depth=2,width=64]"
+    assert pr.job_slowdown == pytest.approx(abs(pr.job_solo_samples_per_s / pr.job_colocated_samples_per_s - 1))
+    assert pr.cumulative_gpu_utilization is None  # CPU: no GPU utilisation is invented
+
+
+def test_a_broken_copy_is_reported_not_the_barrier(write_model):
+    bad = write_model(TINY_MODEL.replace("nn.Linear(64, 8)", "nn.Linear(63, 8)"), name="bad.py")
+    good = WorkloadRef("file", str(write_model(TINY_MODEL)))
+    pr = measure_pair(good, 8, WorkloadRef("file", str(bad)), 8, timing=QUICK, timeout_s=60)
+    assert pr.status == "error" and "shapes cannot be multiplied" in pr.error
+
+
+SUPPORT = netns_support()
+
+
+@pytest.mark.skipif(not SUPPORT[0], reason=f"virtual network nodes unavailable: {SUPPORT[1]}")
+def test_ranks_on_two_virtual_nodes_cross_a_capped_link(write_model):
+    ref = WorkloadRef("file", str(write_model(LEARNING_MODEL)))
+    with VirtualNodes(2, rate_mbit=50) as nodes:
+        assert len(set(nodes.addresses)) == 2
+        pt = measure_placement(ref, Placement(2, 1), 32, timing=QUICK, nodes=nodes, timeout_s=120)
+    assert pt.status == "ok", pt.error
+    assert pt.nodes == 2 and pt.workers_per_node == 1 and "tbf 50 Mbit/s" in pt.link
