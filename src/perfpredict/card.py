@@ -394,6 +394,7 @@ class PerformanceCard(_Section):
     comm_model: CommModelCard | None = None
     sensitivity: SensitivityCard | None = None
     errors: list[CardError] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list, description="what was not measured here and why")
 
     # -- serialisation --------------------------------------------------------------------------------
     def to_json(self, indent: int | None = 2) -> str:

@@ -143,9 +143,45 @@ def print_summary(card, console: Console = out_console) -> None:
                           f"{e.batch_size}", highlight=False)
         else:
             console.print(f"energy/utilisation: unavailable ({card.energy.reason})", highlight=False)
+    _print_extended(card, console)
     if card.run.wall_s and card.run.timed_s:
         console.print(f"profile wall time {card.run.wall_s:.1f} s, of which timed iterations "
                       f"{card.run.timed_s:.1f} s", highlight=False)
+
+
+def _print_extended(card, console: Console) -> None:
+    """Scaling, co-location, comm model and sensitivity lines, for the sections the card has."""
+    co = card.colocation
+    if co is not None:
+        for p in co.points:
+            if p.status == "ok":
+                console.print(f"co-location ×{p.copies}: per copy {p.per_copy_relative:.2f}× solo, aggregate "
+                              f"{p.aggregate_relative:.2f}× ({p.aggregate_samples_per_s:.1f} samples/s)", highlight=False)
+            else:
+                console.print(f"co-location ×{p.copies}: [yellow]{p.status}[/]: {p.error}", highlight=False)
+        for q in co.pairs:
+            if q.status == "ok":
+                console.print(f"next to {q.partner}: slowdown T_deg {q.job_slowdown:.1%} (partner {q.partner_slowdown:.1%})",
+                              highlight=False)
+    sc = card.scaling
+    if sc is not None:
+        for p in sc.points:
+            if p.status == "ok":
+                console.print(f"DDP k={p.workers} ({sc.backend}, global batch {p.global_batch}): "
+                              f"{p.samples_per_s:.1f} samples/s, S={p.speedup:.2f}", highlight=False)
+            else:
+                console.print(f"DDP k={p.workers}: [yellow]{p.status}[/]: {p.error}", highlight=False)
+    cm = card.comm_model
+    if cm is not None:
+        held = f", held-out placement error {cm.holdout_rel_error:.1%}" if cm.holdout_rel_error is not None else ""
+        console.print(f"GENIE comm model: γ={_fmt_opt(cm.gamma)}, λ={_fmt_opt(cm.lambda_)} from "
+                      f"{len(cm.placements)} placements{held}", highlight=False)
+    se = card.sensitivity
+    if se is not None:
+        console.print(f"sensitivity: probed CPUs {se.profiled_cpu_values} of {len(se.cpu_values)}; demand "
+                      f"{se.demand.cpus} CPUs, {se.demand.mem_gb:.2f} GB", highlight=False)
+    for n in card.notes:
+        console.print(f"[dim]note: {n}[/]", highlight=False)
 
 
 def _fmt_opt(v: float | None, pct: bool = False) -> str:
@@ -170,6 +206,17 @@ def profile(
     memory_limit: Annotated[str | None, typer.Option(help="CPU: memory a measurement may use, e.g. 4GB")] = None,
     no_features: Annotated[bool, typer.Option("--no-features", help="skip ONNX export and graph features")] = False,
     no_fvcore: Annotated[bool, typer.Option("--no-fvcore", help="skip the fvcore MAC cross-check")] = False,
+    scaling: Annotated[bool, typer.Option("--scaling", help="data-parallel S(k) with DDP (+ GENIE comm model)")] = False,
+    colocation: Annotated[bool, typer.Option("--colocation", help="1-4 co-located copies and a pair with --partner")] = False,
+    sensitivity: Annotated[bool, typer.Option("--sensitivity", help="Synergy CPU/memory sensitivity (needs make_dataset)")] = False,
+    all_: Annotated[bool, typer.Option("--all", help="--scaling --colocation --sensitivity")] = False,
+    extended_batch: Annotated[int | None, typer.Option("--extended-batch", help="batch for the extended profiles [from the sweep]")] = None,
+    workers: Annotated[str | None, typer.Option(help="data-parallel worker counts, e.g. 1,2,4 [powers of two that fit]")] = None,
+    copies: Annotated[str, typer.Option(help="co-located copy counts")] = "1,2,3,4",
+    partner: Annotated[str, typer.Option(help="reference job co-located with this one ('none' to skip)")] = "zoo:mlp",
+    window: Annotated[float, typer.Option(help="seconds each co-location/scaling/pipeline run is timed")] = 3.0,
+    link_mbit: Annotated[float, typer.Option(help="bandwidth cap of the virtual inter-node link, Mbit/s")] = 1000.0,
+    storage_bandwidth: Annotated[str | None, typer.Option(help="storage read bandwidth for the cache model, e.g. 200MB (per second)")] = None,
     debug: Annotated[bool, typer.Option("--debug", help="show tracebacks")] = False,
 ) -> None:
     """Profile a model on this machine and write its performance card (+ ONNX, plots, MLflow run)."""
@@ -189,6 +236,15 @@ def profile(
         batch_sizes=parse_batch_sizes(batch_sizes) if batch_sizes else None, mode=mode.value, device=device,
         timing=TimingConfig(min_time_s=min_time, max_time_s=max_time), threads=threads,
         memory_limit_bytes=_bytes(memory_limit), features=not no_features, fvcore=not no_fvcore)
+    from perfpredict.profile.extended import ExtendedSettings
+
+    if window <= 0 or link_mbit <= 0:
+        raise UsageError("--window and --link-mbit must be positive", step="arguments")
+    extended = ExtendedSettings(
+        scaling=scaling or all_, colocation=colocation or all_, sensitivity=sensitivity or all_,
+        batch_size=extended_batch, workers=parse_batch_sizes(workers) if workers else None,
+        copies=parse_batch_sizes(copies), partner=None if partner.lower() == "none" else partner, window_s=window,
+        link_mbit=link_mbit, storage_bytes_per_s=_bytes(storage_bandwidth))
     out_dir = out or Path("perfpredict-out") / workload.name
     command = "perfpredict " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     if not no_mlflow:
@@ -204,7 +260,7 @@ def profile(
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err_console, transient=True) as progress:
         outcome = profile_workload(workload, settings, out_dir=out_dir, listener=_RichListener(progress),
-                                   command=command)
+                                   command=command, extended=extended)
     card = outcome.card
     try:
         plots = plot_card(card, out_dir)

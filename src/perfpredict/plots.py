@@ -73,10 +73,10 @@ def plot_memory(card: PerformanceCard, path: str | Path) -> Path | None:
     return _save(fig, ax, path, "MiB", f"{card.model.name} — memory ({card.device.kind})")
 
 
-def _save(fig, ax, path: str | Path, ylabel: str, title: str) -> Path:
-    """Batch size on a log2 x-axis, labels, grid, legend; write the PNG and free the figure."""
+def _save(fig, ax, path: str | Path, ylabel: str, title: str, xlabel: str = "batch size") -> Path:
+    """A log2 x-axis, labels, grid, legend; write the PNG and free the figure."""
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("batch size")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
@@ -87,8 +87,64 @@ def _save(fig, ax, path: str | Path, ylabel: str, title: str) -> Path:
     return Path(path)
 
 
+def plot_speedup(card: PerformanceCard, path: str | Path) -> Path | None:
+    """Measured speedup points (fractional p = 1/n from co-location, p = k from DDP) and the fitted curve."""
+    sc = card.speedup_curve
+    if sc is None:
+        return None
+    from perfpredict.fit.speedup import SpeedupCurve
+
+    curve = SpeedupCurve.from_dict(sc.fit)
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    p = np.array([q.p for q in sc.points])
+    grid = np.geomspace(p.min() / 1.5, p.max() * 2, 200)
+    y = np.asarray(curve.speedup(grid), float)
+    unc = np.asarray(curve.uncertainty(grid), float)
+    ax.plot(grid, grid, ls=":", color="grey", label="linear (ideal)")
+    ax.plot(grid, y, color="tab:blue", label="fitted: monotone, concave")
+    ax.fill_between(grid, y / (1 + unc), y * (1 + unc), color="tab:blue", alpha=0.15, label="±1σ")
+    for kind, marker, color in (("colocated", "s", "tab:orange"), ("data_parallel", "o", "black"),
+                                ("solo", "D", "tab:green")):
+        pts = [q for q in sc.points if q.kind == kind]
+        if pts:
+            ax.plot([q.p for q in pts], [q.speedup for q in pts], marker, color=color, ls="none",
+                    label={"colocated": "co-located copies (p = 1/n)", "data_parallel": "DDP ranks (p = k)",
+                           "solo": "solo (p = 1)"}[kind], zorder=3)
+    ax.set_yscale("log", base=2)
+    out = _save(fig, ax, path, "speedup S(p)", f"{card.model.name} — speedup curve ({sc.device})",
+                xlabel="allocation p (devices)")
+    return out
+
+
+def plot_sensitivity(card: PerformanceCard, path: str | Path) -> Path | None:
+    """Synergy's W[c, m] as a heat-map, probed CPU counts marked, the demand vector circled."""
+    sens = card.sensitivity
+    if sens is None:
+        return None
+    w = np.asarray(sens.matrix, float)
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    im = ax.imshow(w, origin="lower", aspect="auto", cmap="viridis")
+    fig.colorbar(im, ax=ax, label="samples / s")
+    ax.set_xticks(range(len(sens.mem_values_gb)), [f"{m:.2g}" for m in sens.mem_values_gb], fontsize=7)
+    ax.set_yticks(range(len(sens.cpu_values)), [str(c) for c in sens.cpu_values], fontsize=7)
+    ax.set_xlabel("memory (GB)")
+    ax.set_ylabel("CPUs")
+    for c in sens.profiled_cpu_values:
+        ax.annotate("probed", (-0.45, sens.cpu_values.index(c)), color="white", fontsize=6, va="center")
+    ci = sens.cpu_values.index(sens.demand.cpus)
+    mi = int(np.argmin([abs(m - sens.demand.mem_gb) for m in sens.mem_values_gb]))
+    ax.plot([mi], [ci], "o", mfc="none", mec="red", ms=14, mew=2, label="demand")
+    ax.legend(fontsize=8, loc="upper right")
+    ax.set_title(f"{card.model.name} — CPU/memory sensitivity ({sens.device})", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return Path(path)
+
+
 def plot_card(card: PerformanceCard, out_dir: str | Path) -> list[Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    made = [plot_throughput(card, out / "throughput.png"), plot_memory(card, out / "memory.png")]
+    made = [plot_throughput(card, out / "throughput.png"), plot_memory(card, out / "memory.png"),
+            plot_speedup(card, out / "speedup.png"), plot_sensitivity(card, out / "sensitivity.png")]
     return [p for p in made if p is not None]

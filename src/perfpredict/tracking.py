@@ -116,6 +116,7 @@ def log_profile(card: PerformanceCard, out_dir: str | Path | None, *, experiment
                     mlflow.log_metric("gpu_utilization", e.gpu_utilization, step=e.batch_size)
                 if e.energy_per_iter_j is not None:
                     mlflow.log_metric("energy_per_iter_j", e.energy_per_iter_j, step=e.batch_size)
+        _log_extended(mlflow, card)
         if out_dir is not None and Path(out_dir).is_dir():
             mlflow.log_artifacts(str(out_dir))
         else:
@@ -123,3 +124,33 @@ def log_profile(card: PerformanceCard, out_dir: str | Path | None, *, experiment
         if failed:
             mlflow.end_run(status="FAILED")
         return run.info.run_id
+
+
+def _log_extended(mlflow, card: PerformanceCard) -> None:
+    """Metrics of the scaling / co-location / comm-model / sensitivity sections (step = k, n or c)."""
+    if card.scaling is not None:
+        for p in card.scaling.points:
+            if p.status == "ok":
+                mlflow.log_metric("dp_samples_per_s", p.samples_per_s, step=p.workers)
+                if p.speedup is not None:
+                    mlflow.log_metric("dp_speedup", p.speedup, step=p.workers)
+    if card.colocation is not None:
+        for p in card.colocation.points:
+            if p.status == "ok":
+                mlflow.log_metric("colocated_per_copy_relative", p.per_copy_relative, step=p.copies)
+                mlflow.log_metric("colocated_aggregate_relative", p.aggregate_relative, step=p.copies)
+        for i, pair in enumerate(card.colocation.pairs):
+            if pair.status == "ok":
+                mlflow.log_metrics({f"pair{i}_job_slowdown": pair.job_slowdown,
+                                    f"pair{i}_partner_slowdown": pair.partner_slowdown})
+                mlflow.set_tag(f"pair{i}_partner", pair.partner)
+    cm = card.comm_model
+    if cm is not None:
+        extra = {"comm_gamma": cm.gamma, "comm_lambda": cm.lambda_, "comm_holdout_rel_error": cm.holdout_rel_error}
+        mlflow.log_metrics({k: float(v) for k, v in extra.items() if v is not None})
+    sens = card.sensitivity
+    if sens is not None:
+        mlflow.log_metrics({"sensitivity_demand_cpus": sens.demand.cpus, "sensitivity_demand_mem_gb": sens.demand.mem_gb,
+                            "sensitivity_probes": len(sens.profiled_cpu_values)})
+        for c, t in zip(sens.profiled_cpu_values, sens.probed_throughput):
+            mlflow.log_metric("pipeline_samples_per_s", t, step=c)

@@ -126,8 +126,11 @@ def _model_info(workload: Workload) -> tuple[ModelInfo, Any]:
 
 def profile_workload(workload: Workload, settings: ProfileSettings | None = None, *,
                      out_dir: str | Path | None = None, listener: ProfileListener | None = None,
-                     command: str | None = None) -> ProfileOutcome:
+                     command: str | None = None, extended=None) -> ProfileOutcome:
     """Profile ``workload`` and return its card (also written to ``out_dir/card.json`` when given).
+
+    ``extended`` (:class:`~perfpredict.profile.extended.ExtendedSettings`) adds co-location, data-parallel
+    scaling, the comm model and CPU/memory sensitivity after the batch sweep.
 
     Raises :class:`PerfPredictError` only for failures before anything is measured (a model that cannot
     be built, a CUDA request without a GPU); later failures are returned in ``ProfileOutcome.error``.
@@ -249,6 +252,21 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
 
     if card.features is not None:
         _attach_memory_estimates(card, settings.mode, optimizer_state, overheads)
+
+    if extended is not None and extended.any:
+        from dataclasses import replace
+
+        from perfpredict.profile.extended import run_extended
+
+        save()
+        try:
+            run_extended(card, workload, replace(extended, device=device, mode=settings.mode), save, listener.stage)
+        except KeyboardInterrupt:
+            card.errors.append(CardError(step="interrupted", message="interrupted by the user during the "
+                                         "extended profiles; everything measured before is kept"))
+            _finish(card, t_begin)
+            save()
+            raise
 
     _finish(card, t_begin)
     save()

@@ -15,7 +15,7 @@ from typing import Any
 
 from perfpredict.profile.request import PointRequest
 
-_PRELOAD = ["perfpredict.profile.worker", "perfpredict.profile.group_worker"]
+_PRELOAD = ["perfpredict.profile.worker", "perfpredict.profile.group_worker", "perfpredict.profile.pipeline_worker"]
 _context: mp.context.BaseContext | None = None
 
 
@@ -55,9 +55,26 @@ def run_in_subprocess(req: PointRequest, timeout_s: float) -> dict[str, Any]:
     killer (status ``oom``), other signals as a crash (``error``). Past ``timeout_s`` it is killed
     (``timeout``).
     """
+    return run_entry(_entry, req, timeout_s, {"batch_size": req.batch_size})
+
+
+def _pipeline_entry(req, conn) -> None:
+    from perfpredict.profile.pipeline_worker import run_pipeline
+
+    run_pipeline(req, conn)
+
+
+def run_pipeline_in_subprocess(req, timeout_s: float) -> dict[str, Any]:
+    """Like :func:`run_in_subprocess`, for a :class:`~perfpredict.profile.pipeline_worker.PipelineRequest`."""
+    # Not a daemon: it starts DataLoader worker processes of its own.
+    return run_entry(_pipeline_entry, req, timeout_s, {"cpus": list(req.cpus)}, daemon=False)
+
+
+def run_entry(entry, req, timeout_s: float, tags: dict[str, Any], daemon: bool = True) -> dict[str, Any]:
+    """Run ``entry(req, conn)`` in a fresh fork-server process and return what it sent (see above)."""
     ctx = _ctx()
     recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_entry, args=(req, send), name=f"perfpredict-b{req.batch_size}", daemon=True)
+    proc = ctx.Process(target=entry, args=(req, send), name="perfpredict-measure", daemon=daemon)
     try:
         proc.start()
         send.close()
@@ -90,16 +107,16 @@ def run_in_subprocess(req: PointRequest, timeout_s: float) -> dict[str, Any]:
         if proc.is_alive():
             proc.kill()
             proc.join(timeout=10)
-            return {"status": "timeout", "batch_size": req.batch_size, "phase": "measure",
+            return {"status": "timeout", **tags, "phase": "measure",
                     "error": f"no result within {timeout_s:.0f} s; the measuring process was killed"}
         proc.join(timeout=10)
         code = proc.exitcode
         if code is not None and code < 0 and -code == signal.SIGKILL:
-            return {"status": "oom", "batch_size": req.batch_size, "phase": "measure",
+            return {"status": "oom", **tags, "phase": "measure",
                     "error": "the measuring process was killed (SIGKILL), most likely by the kernel's "
                              "out-of-memory killer"}
         how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
-        return {"status": "error", "batch_size": req.batch_size, "phase": "measure",
+        return {"status": "error", **tags, "phase": "measure",
                 "error": f"the measuring process died with {how} before reporting"}
     finally:
         if proc.is_alive():

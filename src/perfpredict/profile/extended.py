@@ -1,0 +1,180 @@
+"""The profiles beyond the batch sweep: co-location, data-parallel scaling, GENIE's comm model, sensitivity.
+
+``perfpredict profile model.py --all`` runs them after the batch sweep, on one reference batch size, and puts
+each on the card as soon as it is measured (the card is rewritten after every section, so nothing measured is
+lost when a later section fails). A section that fails is recorded in ``card.errors``; a section that this
+machine cannot run (no virtual nodes, no input pipeline) is explained in ``card.notes``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from perfpredict.card import CardError, PerformanceCard, SpeedupCurveCard, SpeedupPointCard
+from perfpredict.errors import PerfPredictError
+from perfpredict.profile.group_request import GroupTiming
+from perfpredict.workload.spec import Workload, WorkloadRef
+
+
+@dataclass
+class ExtendedSettings:
+    scaling: bool = False
+    colocation: bool = False
+    sensitivity: bool = False
+    #: Fit GENIE's Comm(s) across virtual network nodes (with ``scaling``, when the machine supports them).
+    comm_model: bool = True
+    batch_size: int | None = None  # None → chosen from the batch sweep
+    workers: tuple[int, ...] | None = None
+    copies: tuple[int, ...] = (1, 2, 3, 4)
+    partner: str | None = "zoo:mlp"
+    window_s: float = 3.0
+    link_mbit: float = 1000.0
+    storage_bytes_per_s: float | None = None
+    sensitivity_threshold: float = 0.1
+    timeout_s: float = 600.0
+    mode: str = "train"
+    device: str = "cpu"
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def any(self) -> bool:
+        return self.scaling or self.colocation or self.sensitivity
+
+
+def reference_batch(card: PerformanceCard, workers: int) -> int | None:
+    """A batch the job is known to run at: the largest measured one up to 64, rounded to a multiple of
+    ``workers`` so it splits over the data-parallel ranks."""
+    ok = sorted(p.batch_size for p in card.measured_points())
+    if not ok:
+        return None
+    small = [b for b in ok if b <= 64] or ok[:1]
+    b = small[-1]
+    return max(workers, (b // workers) * workers)
+
+
+def run_extended(card: PerformanceCard, workload: Workload, settings: ExtendedSettings,
+                 save: Callable[[], None], stage: Callable[[str], None] = lambda s: None) -> None:
+    from perfpredict.profile.scaling import max_workers
+
+    ref = workload.ref
+    device = settings.device
+    timing = GroupTiming(window_s=settings.window_s)
+    k_max = max(settings.workers) if settings.workers else max_workers(device)
+    batch = settings.batch_size or reference_batch(card, max(1, k_max))
+    if batch is None:
+        card.errors.append(CardError(step="extended profiles", message="no batch size ran in the sweep, so "
+                                     "scaling/co-location/sensitivity were not measured"))
+        save()
+        return
+
+    def guarded(name: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except PerfPredictError as e:
+            card.errors.append(CardError(step=name, message=e.message))
+        save()
+
+    if settings.colocation:
+        guarded("colocation", lambda: _colocation(card, ref, batch, settings, timing, stage))
+    if settings.scaling:
+        guarded("scaling", lambda: _scaling(card, ref, batch, settings, timing, stage))
+        if settings.comm_model:
+            guarded("comm_model", lambda: _comm(card, ref, batch, settings, timing, stage))
+    if card.colocation is not None or card.scaling is not None:
+        guarded("speedup_curve", lambda: _speedup(card))
+    if settings.sensitivity:
+        guarded("sensitivity", lambda: _sensitivity(card, workload, batch, settings, stage))
+
+
+def _colocation(card, ref: WorkloadRef, batch: int, s: ExtendedSettings, timing, stage) -> None:
+    from perfpredict.profile.colocation import measure_colocation, measure_pair
+    from perfpredict.workload import parse_params, resolve_workload
+
+    stage(f"co-location: {', '.join(str(n) for n in s.copies)} copies at batch {batch}")
+    info = measure_colocation(ref, batch, s.copies, device=s.device, mode=s.mode, timing=timing,
+                              timeout_s=s.timeout_s)
+    card.colocation = info
+    if s.partner:
+        stage(f"co-location with {s.partner}")
+        partner = resolve_workload(s.partner, parse_params(None))
+        pb = min(partner.batch_sizes, key=lambda b: abs(b - batch))
+        info.pairs.append(measure_pair(ref, batch, partner.ref, pb, device=s.device, mode=s.mode, timing=timing,
+                                       timeout_s=s.timeout_s))
+
+
+def _scaling(card, ref: WorkloadRef, batch: int, s: ExtendedSettings, timing, stage) -> None:
+    from perfpredict.profile.scaling import measure_scaling
+
+    stage(f"data-parallel scaling at global batch {batch}")
+    card.scaling = measure_scaling(ref, batch, s.workers, device=s.device, mode=s.mode, timing=timing,
+                                   timeout_s=s.timeout_s)
+
+
+def _comm(card, ref: WorkloadRef, batch: int, s: ExtendedSettings, timing, stage) -> None:
+    from perfpredict.profile.comm_profile import measure_comm_model
+    from perfpredict.profile.netns import VirtualNodes, netns_support
+
+    ok, why = netns_support()
+    if not ok:
+        card.notes.append(f"comm_model: multi-node placements need virtual network nodes, unavailable here ({why}); "
+                          "fitted from single-node placements only where they identify it")
+        nodes_cm = None
+    else:
+        nodes_cm = VirtualNodes(2, rate_mbit=s.link_mbit)
+    stage("GENIE placements ⟨d_node, d_g/n⟩")
+    if nodes_cm is None:
+        card.comm_model = measure_comm_model(ref, [batch, 2 * batch], device=s.device, mode=s.mode, timing=timing,
+                                             timeout_s=s.timeout_s, on_point=stage)
+    else:
+        with nodes_cm as nodes:
+            card.comm_model = measure_comm_model(ref, [batch, 2 * batch], device=s.device, mode=s.mode,
+                                                 timing=timing, nodes=nodes, timeout_s=s.timeout_s, on_point=stage)
+
+
+def speedup_points(card: PerformanceCard) -> list[SpeedupPointCard]:
+    pts: list[SpeedupPointCard] = []
+    if card.colocation is not None:
+        for p in card.colocation.points:
+            if p.status == "ok" and p.per_copy_relative is not None and p.copies > 1:
+                pts.append(SpeedupPointCard(p=1.0 / p.copies, speedup=p.per_copy_relative, kind="colocated"))
+    if card.scaling is not None:
+        for p in card.scaling.points:
+            if p.status == "ok" and p.speedup is not None and p.workers > 1:
+                pts.append(SpeedupPointCard(p=float(p.workers), speedup=p.speedup, kind="data_parallel"))
+    pts.append(SpeedupPointCard(p=1.0, speedup=1.0, kind="solo"))
+    return sorted(pts, key=lambda q: q.p)
+
+
+def _speedup(card: PerformanceCard) -> None:
+    from perfpredict.fit.speedup import fit_speedup_curve
+
+    pts = speedup_points(card)
+    if len(pts) < 2:
+        return
+    curve = fit_speedup_curve([q.p for q in pts], [q.speedup for q in pts])
+    device = (card.colocation or card.scaling).device
+    card.speedup_curve = SpeedupCurveCard(points=pts, fit=curve.to_dict(), device=device)
+
+
+def _sensitivity(card, workload: Workload, batch: int, s: ExtendedSettings, stage) -> None:
+    from perfpredict.profile.sensitivity_profile import profile_sensitivity
+
+    if workload.make_dataset is None:
+        card.notes.append("sensitivity: the model file defines no make_dataset() hook, so there is no input "
+                          "pipeline to profile (see the README's model.py convention)")
+        return
+    # The job's memory without any cache: its measured peak at this batch (CPU RSS or CUDA allocated).
+    mems = [m for m in card.memory if m.peak_bytes is not None]
+    near = min(mems, key=lambda m: abs(m.batch_size - batch)) if mems else None
+    process = (near.peak_bytes + (near.baseline_bytes or 0)) if near is not None else 0
+
+    def probe(c: int, res: dict) -> None:
+        got = f"{res['samples_per_s']:.1f} samples/s" if res.get("status") == "ok" else res.get("status")
+        stage(f"sensitivity: {c} CPU(s): {got}")
+
+    stage("sensitivity: optimistic CPU search")
+    card.sensitivity = profile_sensitivity(workload.ref, batch, device=s.device, process_bytes=process,
+                                           storage_bytes_per_s=s.storage_bytes_per_s,
+                                           threshold=s.sensitivity_threshold, window_s=s.window_s,
+                                           timeout_s=s.timeout_s, on_probe=probe)

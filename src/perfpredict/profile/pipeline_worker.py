@@ -1,0 +1,155 @@
+"""Measure a job *with its input pipeline* on c CPUs (Synergy's profiling unit). Child side.
+
+The process is pinned to ``cpus`` (affinity, inherited by the DataLoader workers), uses ``len(cpus)`` intra-op
+threads and ``len(cpus)`` DataLoader workers, reads the workload's ``make_dataset()`` through ``preprocess`` in
+a real :class:`torch.utils.data.DataLoader`, and trains on the batches it delivers. Throughput is samples
+consumed by the training step per second over a wall-clock window, after a warm-up that starts the workers
+and (for a cached dataset) fills the cache, i.e. memory at its maximum, as optimistic profiling assumes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from perfpredict.errors import ModelLoadError
+from perfpredict.profile import memory as mem
+from perfpredict.profile.worker import _first_line, _NonFiniteLoss
+from perfpredict.workload.spec import WorkloadRef, to_device
+
+
+@dataclass(frozen=True)
+class PipelineRequest:
+    ref: WorkloadRef
+    batch_size: int
+    cpus: tuple[int, ...]
+    device: str = "cpu"
+    window_s: float = 3.0
+    warmup_batches: int = 3
+    #: DataLoader workers; None → one per CPU.
+    num_workers: int | None = None
+    seed: int = 0
+
+
+class Preprocessed(torch.utils.data.Dataset):
+    """``dataset`` with the workload's per-sample ``preprocess`` applied (runs in the DataLoader workers)."""
+
+    def __init__(self, dataset, preprocess) -> None:
+        self.dataset, self.preprocess = dataset, preprocess
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i: int):
+        item = self.dataset[i]
+        return self.preprocess(item) if self.preprocess is not None else item
+
+
+def prepare_dataset(workload, full_cache: bool = True):
+    """The workload's dataset, wrapped in a MinIO cache sized to hold all of it when it reads from storage."""
+    if workload.make_dataset is None:
+        raise ModelLoadError("defines no make_dataset() hook, so it has no input pipeline to profile",
+                             step="make_dataset")
+    ds = workload.make_dataset()
+    if full_cache and getattr(ds, "dataset_bytes", None):
+        from perfpredict.data.minio_cache import MinIOCache
+
+        ds = MinIOCache(ds, capacity_bytes=int(ds.dataset_bytes))
+    return ds
+
+
+def run_pipeline(req: PipelineRequest, conn) -> None:
+    try:
+        result = measure_pipeline(req)
+    except BaseException as e:  # noqa: BLE001 - last line of defence; the parent must get an answer
+        result = {"status": "error", "phase": "worker", "error": f"{type(e).__name__}: {e}",
+                  "traceback": traceback.format_exc()}
+    try:
+        conn.send(result)
+    finally:
+        conn.close()
+
+
+def _split(batch: Any) -> tuple[Any, Any]:
+    """A collated batch → (forward input, target or None): preprocess returns x or (x, target)."""
+    if isinstance(batch, (list, tuple)) and len(batch) == 2:
+        return batch[0], batch[1]
+    return batch, None
+
+
+def measure_pipeline(req: PipelineRequest) -> dict[str, Any]:
+    state = {"phase": "setup"}
+    out: dict[str, Any] = {"cpus": list(req.cpus), "batch_size": req.batch_size, "device": req.device}
+    try:
+        os.sched_setaffinity(0, set(req.cpus))
+        torch.set_num_threads(len(req.cpus))
+        mem.prefer_oom_kill()
+        device = torch.device(req.device)
+        is_cuda = device.type == "cuda"
+        state["phase"] = "load"
+        workload = req.ref.load()
+        state["phase"] = "make_dataset"
+        ds = Preprocessed(prepare_dataset(workload), workload.preprocess)
+        if len(ds) < req.batch_size:
+            raise ModelLoadError(f"make_dataset() has {len(ds)} items, fewer than one batch of {req.batch_size}",
+                                 step="make_dataset")
+        workers = len(req.cpus) if req.num_workers is None else req.num_workers
+        loader = torch.utils.data.DataLoader(ds, batch_size=req.batch_size, shuffle=True, drop_last=True,
+                                             num_workers=workers, persistent_workers=workers > 0,
+                                             generator=torch.Generator().manual_seed(req.seed),
+                                             # fork: workers inherit the loaded model module and the affinity
+                                             multiprocessing_context="fork" if workers > 0 else None)
+        state["phase"] = "build_model"
+        torch.manual_seed(req.seed)
+        model = workload.build_model().to(device).train()
+        opt = workload.make_optimizer(model.parameters())
+        sync = (lambda: torch.cuda.synchronize(device)) if is_cuda else (lambda: None)
+
+        def batches():
+            while True:
+                yield from loader
+
+        def train(batch) -> None:
+            x, y = _split(batch)
+            x = to_device(x, device)
+            outputs = model(*(x if isinstance(x, tuple) else (x,)))
+            loss = workload.loss(outputs, to_device(y, device)) if workload.example_targets is not None \
+                else workload.loss(outputs)
+            if not bool(torch.isfinite(loss.detach())):
+                raise _NonFiniteLoss(f"loss is {float(loss.detach())} (not finite)")
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+
+        it = batches()
+        state["phase"] = "warm-up"
+        # One full epoch first when the data is cached: the cache is filled (memory at its maximum).
+        warm = max(req.warmup_batches, len(loader) if getattr(ds.dataset, "capacity_bytes", None) else 0)
+        for _ in range(warm):
+            train(next(it))
+        sync()
+        state["phase"] = "timed"
+        n, start = 0, time.perf_counter()
+        while True:
+            train(next(it))
+            n += 1
+            if time.perf_counter() - start >= req.window_s and n >= 3:
+                sync()
+                break
+        elapsed = time.perf_counter() - start
+        out.update(status="ok", samples_per_s=n * req.batch_size / elapsed, batches=n, window_s=elapsed,
+                   num_workers=workers, threads=torch.get_num_threads())
+        return out
+    except BaseException as e:
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        out["phase"] = getattr(e, "step", None) or state["phase"]
+        out["traceback"] = traceback.format_exc()
+        out["status"] = "oom" if mem.is_oom_error(e) else ("nonfinite" if isinstance(e, _NonFiniteLoss) else "error")
+        out["error"] = getattr(e, "message", None) or f"{type(e).__name__}: {_first_line(e)}"
+        return out
