@@ -28,6 +28,8 @@ class DistSpec:
     master_port: int
     #: Network interface gloo should use (set when ranks live in different network namespaces).
     ifname: str | None = None
+    #: Overrides the tcp:// rendezvous, e.g. ``env://`` under torchrun (which already runs a store).
+    init_method: str | None = None
 
 
 @dataclass(frozen=True)

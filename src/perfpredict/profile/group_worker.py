@@ -93,7 +93,8 @@ def measure_member(member: GroupMember, timing: GroupTiming, barrier) -> dict[st
             import torch.distributed as tdist
             from torch.nn.parallel import DistributedDataParallel
 
-            tdist.init_process_group(dist.backend, init_method=f"tcp://{dist.master_addr}:{dist.master_port}",
+            tdist.init_process_group(dist.backend,
+                                     init_method=dist.init_method or f"tcp://{dist.master_addr}:{dist.master_port}",
                                      rank=dist.rank, world_size=dist.world_size,
                                      timeout=timedelta(seconds=timing.barrier_timeout_s))
             pg_started = True
