@@ -44,8 +44,11 @@ def enumerate_configs(family: str | None = None) -> list[tuple[str, dict[str, An
 
 def load_zoo_workload(family: str, params: Mapping[str, Any] | None = None) -> Workload:
     """A :class:`Workload` for ``family`` with ``params`` overriding the family defaults."""
+    from perfpredict.workload.zoo.pipelines import pipeline_for
+
     fam = get_family(family)
     cfg = fam.resolve(params)
+    make_dataset, preprocess = pipeline_for(fam.task, cfg) or (None, None)
     return Workload(
         name=fam.config_name(cfg),
         ref=WorkloadRef(kind="zoo", target=family, params=tuple(sorted(cfg.items()))),
@@ -53,6 +56,8 @@ def load_zoo_workload(family: str, params: Mapping[str, Any] | None = None) -> W
         example_inputs=lambda b: fam.example_inputs(cfg, b),
         loss_fn=fam.loss_fn,
         example_targets=lambda b: fam.example_targets(cfg, b),
+        make_dataset=make_dataset,
+        preprocess=preprocess,
         batch_sizes=fam.default_batch_sizes,
         description=fam.description,
         extra={"family": family, "config": cfg},
