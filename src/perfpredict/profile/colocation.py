@@ -5,9 +5,11 @@ holds p = 1/n of it; Moldable/Malleable scheduling, Fig. 1) and Horus's co-locat
 T_deg = |T_colo − T_solo| / T_solo.
 
 CUDA: every copy runs on the same GPU (time-slicing, as co-located jobs do without MPS/MIG). CPU: the copies
-share the process's cores: like a job on a GPU, each copy believes it owns the device (intra-op threads = all
-cores, no pinning) and the operating system time-shares the cores between the copies, as it would between
-co-located jobs. ``threads=`` overrides the per-copy thread count (e.g. to study partitioning instead).
+share the process's cores, each with ``max(1, cores // n)`` intra-op threads and no pinning, so the copies
+hold 1/n of the compute each and the operating system schedules them on the shared cores. Giving every copy
+all cores' threads instead (as a job "owning" a GPU would) measures OpenMP's spin-waiting thrash, not sharing:
+on the 2-core development VM two such LSTM copies reached 0.04× the solo aggregate throughput, a CPU artifact
+GPU time-slicing does not have. ``threads=`` overrides the per-copy thread count.
 
 Copies warm up, meet at a barrier, then each times iterations for the same wall-clock window, so every copy
 is measured while all the others run; the solo run (n = 1) uses the same harness and window, so the ratios
@@ -25,15 +27,15 @@ from perfpredict.profile.scaling import available_cpus
 from perfpredict.workload.spec import WorkloadRef
 
 
-def _threads(device: str, threads: int | None) -> int | None:
+def _threads(device: str, n: int, threads: int | None) -> int | None:
     if device.startswith("cuda"):
         return None
-    return threads or len(available_cpus())
+    return threads or max(1, len(available_cpus()) // n)
 
 
 def _run(refs: Sequence[tuple[WorkloadRef, int]], device: str, mode: str, timing: GroupTiming,
          timeout_s: float, threads: int | None = None) -> list[dict]:
-    members = [GroupMember(ref=ref, batch_size=b, mode=mode, device=device, threads=_threads(device, threads),
+    members = [GroupMember(ref=ref, batch_size=b, mode=mode, device=device, threads=_threads(device, len(refs), threads),
                            seed=i, label=f"copy{i}") for i, (ref, b) in enumerate(refs)]
     return run_group(members, timing, timeout_s)
 
@@ -63,7 +65,7 @@ def measure_colocation(ref: WorkloadRef, batch_size: int, copies: Sequence[int] 
         if bad is not None:
             pt = ColocationPoint(copies=n, batch_size=batch_size, status=bad.get("status", "error"),
                                  error=f"{bad.get('label')}: {bad.get('error')}", device=device,
-                                 threads_per_copy=_threads(device, threads))
+                                 threads_per_copy=_threads(device, n, threads))
         else:
             rates = [r["samples_per_s"] for r in results]
             if n == 1:
