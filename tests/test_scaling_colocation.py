@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -121,3 +122,31 @@ def test_ranks_on_two_virtual_nodes_cross_a_capped_link(write_model):
         pt = measure_placement(ref, Placement(2, 1), 32, timing=QUICK, nodes=nodes, timeout_s=120)
     assert pt.status == "ok", pt.error
     assert pt.nodes == 2 and pt.workers_per_node == 1 and "tbf 50 Mbit/s" in pt.link
+
+
+def test_torchrun_launcher_measures_and_summarizes(write_model, tmp_path):
+    """profilers/ddp_scaling_torchrun.py under real torchrun (2 local ranks), then --summarize."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    torchrun = shutil.which("torchrun", path=str(Path(sys.executable).parent))
+    if torchrun is None:
+        pytest.skip("torchrun is not installed next to this interpreter")
+    model = write_model(TINY_MODEL)
+    script = REPO / "profilers" / "ddp_scaling_torchrun.py"
+    out = tmp_path / "ranks"
+    proc = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "2", str(script), str(model),
+                           "--global-batch", "16", "--window", "0.3", "--out", str(out)],
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert sorted(p.name for p in out.iterdir()) == ["rank0.json", "rank1.json"]
+    summary = subprocess.run([sys.executable, str(script), "--summarize", str(out)], capture_output=True, text=True,
+                             timeout=60)
+    assert summary.returncode == 0, summary.stderr
+    point = json.loads(summary.stdout)
+    assert (point["workers"], point["d_node"], point["d_gn"], point["global_batch"]) == (2, 1, 2, 16)
+    assert point["samples_per_s"] > 0
