@@ -27,7 +27,10 @@ import numpy as np
 def main() -> None:
     from perfpredict.profile.pipeline_worker import PipelineRequest
     from perfpredict.profile.runner import run_pipeline_in_subprocess, warm_up
-    from perfpredict.profile.sensitivity import max_relative_error, optimistic_cpu_search
+    from perfpredict.profile.sensitivity import (
+        max_relative_error,
+        optimistic_cpu_search,
+    )
     from perfpredict.workload.spec import WorkloadRef
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

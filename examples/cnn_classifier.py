@@ -5,8 +5,8 @@ It follows the perfpredict model.py convention (see README): the two required ho
 """
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import nn
 
 NUM_CLASSES = 10
 BATCH_SIZES = [8, 16, 32, 64, 128]

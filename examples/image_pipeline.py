@@ -7,8 +7,8 @@ crop, flip, blur and normalise. Its cost grows with `DECODE_WORK`, so the job ca
 
 import numpy as np
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import nn
 
 IMAGE = 48  # stored side length
 CROP = 32  # training crop

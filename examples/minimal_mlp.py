@@ -5,7 +5,7 @@ sizes are the default sweep.
 """
 
 import torch
-import torch.nn as nn
+from torch import nn
 
 
 def build_model() -> nn.Module:

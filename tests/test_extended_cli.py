@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from perfpredict.profile.netns import netns_support
-from tests.conftest import TINY_MODEL
+from tests.conftest import EXAMPLES, TINY_MODEL
 
 FAST = ("--min-time", "0.2", "--max-time", "1", "--no-features", "--window", "0.4")
 
@@ -45,3 +47,32 @@ def test_sensitivity_without_an_input_pipeline_is_a_note_not_a_failure(run_cli, 
     card = json.loads((tmp_path / "out" / "card.json").read_text())
     assert card["sensitivity"] is None
     assert any("make_dataset" in n for n in card["notes"])
+
+
+def test_sensitivity_on_files_behind_a_capped_disk_fills_the_memory_dimension(run_cli, tmp_path):
+    """examples/file_pipeline.py reads real files through a 4 MB/s reader: W must rise with the cache."""
+    env = {"PERFPREDICT_FILE_PIPELINE_DIR": str(tmp_path / "items")}
+    proc = run_cli("profile", EXAMPLES / "file_pipeline.py", "-b", "16", "--sensitivity", "--out", "out",
+                   "--no-mlflow", *FAST, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "sensitivity: probed CPUs" in proc.stdout
+    sens = json.loads((tmp_path / "out" / "card.json").read_text())["sensitivity"]
+    ncpu = len(sens["cpu_values"])
+    assert sens["cpu_values"] == list(range(1, ncpu + 1))
+    assert sens["storage_bytes_per_s"] == 4e6 and sens["dataset_bytes"] == 256 * 12 * 1024
+    assert sens["cache_fractions"] == [0.0, 0.25, 0.5, 0.75, 1.0]
+    w = sens["matrix"]
+    assert len(w) == ncpu and all(len(row) == 5 for row in w)
+    # The search measured the ends first; its measurements are the full-cache column at those CPU counts.
+    assert sens["profiled_cpu_values"][:2] == [ncpu, 1][:ncpu]
+    for c, t in zip(sens["profiled_cpu_values"], sens["probed_throughput"]):
+        assert w[c - 1][-1] == pytest.approx(t)
+    for row in w:
+        assert all(a <= b + 1e-9 for a, b in zip(row, row[1:]))  # more cache never reads more
+        # With nothing cached every item comes off the 4 MB/s disk: at most 4e6 / 12 KiB ≈ 326 samples/s.
+        assert row[0] <= 4e6 / (12 * 1024) * 1.001
+    assert sens["demand"]["cpus"] in sens["cpu_values"]
+    assert sens["mem_values_gb"][0] == pytest.approx(sens["process_gb"])
+    assert (tmp_path / "out" / "sensitivity.png").stat().st_size > 0
+    # The dataset's item files were really written where the example was told to put them.
+    assert len(list((tmp_path / "items").glob("item_*.bin"))) == 256

@@ -8,12 +8,17 @@ from pathlib import Path
 
 import pytest
 
+from perfpredict.errors import UsageError
 from perfpredict.profile.colocation import measure_colocation, measure_pair
 from perfpredict.profile.group import run_group
 from perfpredict.profile.group_request import GroupTiming
 from perfpredict.profile.netns import VirtualNodes, netns_support
-from perfpredict.profile.scaling import Placement, measure_placement, measure_scaling, plan_members
-from perfpredict.errors import UsageError
+from perfpredict.profile.scaling import (
+    Placement,
+    measure_placement,
+    measure_scaling,
+    plan_members,
+)
 from perfpredict.workload.spec import WorkloadRef
 from tests.conftest import TINY_MODEL
 

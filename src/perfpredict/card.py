@@ -349,6 +349,10 @@ class SensitivityCard(_Section):
     exhaustive_probes: int | None = None
     demand: SensitivityDemand
     threshold: float
+    #: Share of the dataset a MinIO cache holds in each memory column (memory = process_gb + fraction × dataset).
+    cache_fractions: list[float] | None = None
+    #: The job's own memory without any cache (its measured peak), in GB.
+    process_gb: float | None = None
     dataset_bytes: int | None = None
     storage_bytes_per_s: float | None = None
     mean_item_bytes: float | None = None

@@ -125,7 +125,16 @@ def plot_sensitivity(card: PerformanceCard, path: str | Path) -> Path | None:
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     im = ax.imshow(w, origin="lower", aspect="auto", cmap="viridis")
     fig.colorbar(im, ax=ax, label="samples / s")
-    ax.set_xticks(range(len(sens.mem_values_gb)), [f"{m:.2g}" for m in sens.mem_values_gb], fontsize=7)
+    mem = sens.mem_values_gb
+    # The memory values differ by cache sizes that can be tiny next to the process itself: label each column
+    # with enough digits to tell them apart, and with the share of the dataset its cache holds.
+    digits = 2
+    while digits < 9 and len({f"{m:.{digits}g}" for m in mem}) < len(set(mem)):
+        digits += 1
+    labels = [f"{m:.{digits}g}" for m in mem]
+    if sens.cache_fractions and len(sens.cache_fractions) == len(mem):
+        labels = [f"{lab}\n{f:.0%} cached" for lab, f in zip(labels, sens.cache_fractions)]
+    ax.set_xticks(range(len(mem)), labels, fontsize=7)
     ax.set_yticks(range(len(sens.cpu_values)), [str(c) for c in sens.cpu_values], fontsize=7)
     ax.set_xlabel("memory (GB)")
     ax.set_ylabel("CPUs")

@@ -1,5 +1,11 @@
-"""Analytic models fitted to measurements: rate model, speedup curve, GENIE comm penalty (cache model later)."""
+"""Analytic models fitted to measurements: rate model, speedup curve, GENIE comm penalty, MinIO cache model."""
 
+from perfpredict.fit.cache_model import (
+    cached_throughput,
+    demand_vector,
+    hit_fraction,
+    sensitivity_matrix,
+)
 from perfpredict.fit.comm import (
     CommFitError,
     CommModel,
@@ -17,6 +23,6 @@ from perfpredict.fit.speedup import (
 
 __all__ = [
     "Candidate", "CommFitError", "CommModel", "Prediction", "RateModel", "SpeedupCurve", "SpeedupFitError",
-    "SpeedupPoint", "comm_penalty", "fit_comm_penalty", "fit_rate_model", "fit_speedup_curve", "holdout_error",
-    "lat",
+    "SpeedupPoint", "cached_throughput", "comm_penalty", "demand_vector", "fit_comm_penalty", "fit_rate_model",
+    "fit_speedup_curve", "hit_fraction", "holdout_error", "lat", "sensitivity_matrix",
 ]

@@ -17,7 +17,12 @@ from collections.abc import Callable, Sequence
 from perfpredict.card import CommModelCard, PlacementPoint
 from perfpredict.errors import PerfPredictError
 from perfpredict.profile.group_request import GroupTiming
-from perfpredict.profile.scaling import Placement, available_cpus, max_workers, measure_placement
+from perfpredict.profile.scaling import (
+    Placement,
+    available_cpus,
+    max_workers,
+    measure_placement,
+)
 from perfpredict.workload.spec import WorkloadRef
 
 

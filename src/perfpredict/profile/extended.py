@@ -11,7 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from perfpredict.card import CardError, PerformanceCard, SpeedupCurveCard, SpeedupPointCard
+from perfpredict.card import (
+    CardError,
+    PerformanceCard,
+    SpeedupCurveCard,
+    SpeedupPointCard,
+)
 from perfpredict.errors import PerfPredictError
 from perfpredict.profile.group_request import GroupTiming
 from perfpredict.workload.spec import Workload, WorkloadRef

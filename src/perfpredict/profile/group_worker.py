@@ -22,7 +22,12 @@ from perfpredict.profile.device import describe_device
 from perfpredict.profile.energy import GpuSampler, nvml_handle_for_torch_device
 from perfpredict.profile.group_request import GroupMember, GroupTiming
 from perfpredict.profile.timing import TimingResult
-from perfpredict.profile.worker import _first_line, _infer_step, _NonFiniteLoss, _train_step
+from perfpredict.profile.worker import (
+    _first_line,
+    _infer_step,
+    _NonFiniteLoss,
+    _train_step,
+)
 
 _CLONE_NEWNET = 0x40000000
 

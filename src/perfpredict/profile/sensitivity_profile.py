@@ -73,7 +73,10 @@ def profile_sensitivity(ref: WorkloadRef, batch_size: int, *, device: str = "cpu
     from perfpredict.fit.cache_model import demand_vector, sensitivity_matrix
     from perfpredict.profile.pipeline_worker import PipelineRequest
     from perfpredict.profile.runner import run_pipeline_in_subprocess
-    from perfpredict.profile.sensitivity import exhaustive_cpu_sweep, optimistic_cpu_search
+    from perfpredict.profile.sensitivity import (
+        exhaustive_cpu_sweep,
+        optimistic_cpu_search,
+    )
 
     stats = dataset_stats(ref)
     cores = available_cpus()
@@ -102,7 +105,10 @@ def profile_sensitivity(ref: WorkloadRef, batch_size: int, *, device: str = "cpu
     cache_sizes = [f * stats["dataset_bytes"] for f in fractions]
     mem_values = [process_bytes + s for s in cache_sizes]
     if bw:
-        w = sensitivity_matrix(cpu_values, curve, cache_sizes, stats["dataset_bytes"], bw, stats["mean_item_bytes"])
+        # The pipeline runs one DataLoader worker per CPU, which bounds how far storage reads overlap the
+        # CPU work (see perfpredict.fit.cache_model).
+        w = sensitivity_matrix(cpu_values, curve, cache_sizes, stats["dataset_bytes"], bw, stats["mean_item_bytes"],
+                               workers=list(cpu_values))
         note = None
     else:
         w = np.tile(np.asarray(curve, dtype=float)[:, None], (1, len(mem_values)))
@@ -113,5 +119,6 @@ def profile_sensitivity(ref: WorkloadRef, batch_size: int, *, device: str = "cpu
         cpu_values=list(cpu_values), mem_values_gb=[m / GB for m in mem_values], matrix=np.asarray(w).tolist(),
         profiled_cpu_values=[int(c) for c, _ in search.probed], probed_throughput=[float(t) for _, t in search.probed],
         exhaustive_probes=len(cpu_values), demand=SensitivityDemand(cpus=int(cpus_needed), mem_gb=mem_needed / GB),
-        threshold=threshold, dataset_bytes=stats["dataset_bytes"], storage_bytes_per_s=bw,
+        threshold=threshold, cache_fractions=fractions, process_gb=process_bytes / GB,
+        dataset_bytes=stats["dataset_bytes"], storage_bytes_per_s=bw,
         mean_item_bytes=stats["mean_item_bytes"], note=note, device=device)

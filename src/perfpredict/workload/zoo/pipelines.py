@@ -57,11 +57,7 @@ def image_preprocess(item: tuple[bytes, int], stored: int, size: int) -> tuple[t
     return ((x - _MEAN) / _STD).contiguous(), label
 
 
-_WORDS = [w.encode() for w in ("the of and to in is was for on as with by he at from his an were are which this be "
-                               "or has had first one their its new after who they have her she two been other when "
-                               "there all during into school time may years more most only over city some world "
-                               "would where later up such used many can state about national out known university "
-                               "united then made").split()]
+_WORDS = [w.encode() for w in ["the", "of", "and", "to", "in", "is", "was", "for", "on", "as", "with", "by", "he", "at", "from", "his", "an", "were", "are", "which", "this", "be", "or", "has", "had", "first", "one", "their", "its", "new", "after", "who", "they", "have", "her", "she", "two", "been", "other", "when", "there", "all", "during", "into", "school", "time", "may", "years", "more", "most", "only", "over", "city", "some", "world", "would", "where", "later", "up", "such", "used", "many", "can", "state", "about", "national", "out", "known", "university", "united", "then", "made"]]
 
 
 class TextItems(torch.utils.data.Dataset):
