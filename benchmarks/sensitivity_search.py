@@ -10,6 +10,12 @@ For each model: measure the job (DataLoader + preprocess + training step) at eve
 
     python benchmarks/sensitivity_search.py                    # resnet, vgg, transformer on this machine
     python benchmarks/sensitivity_search.py --models resnet lstm --window 3
+    python benchmarks/sensitivity_search.py --json sweeps.json   # also save the measured curves
+    python benchmarks/sensitivity_search.py --replay sweeps.json # re-run the search on saved curves
+
+``--json`` writes every exhaustive curve (and the live search's probes) with the machine it came from, so a
+sweep taken on a many-core machine can be committed under ``datasets/`` and replayed anywhere with
+``--replay`` (no re-measurement: the replayed column only).
 
 Needs a machine with many cores to mean much: with C CPUs the exhaustive sweep has C probes and the
 search always makes at least 2 (the ends), so on a 2-core machine the ratio is 1 by construction.
@@ -18,7 +24,9 @@ search always makes at least 2 (the ends), so on a 2-core machine the ratio is 1
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import platform
 import time
 
 import numpy as np
@@ -39,7 +47,12 @@ def main() -> None:
     ap.add_argument("--window", type=float, default=2.0, help="timed seconds per probe")
     ap.add_argument("--threshold", type=float, default=0.1)
     ap.add_argument("--max-cpus", type=int, default=None)
+    ap.add_argument("--json", default=None, help="write the measured curves and results here")
+    ap.add_argument("--replay", default=None, help="run the search on curves saved by --json; measure nothing")
     args = ap.parse_args()
+    if args.replay:
+        replay_saved(args.replay, args.threshold)
+        return
 
     warm_up()
     cores = sorted(os.sched_getaffinity(0))[: args.max_cpus or None]
@@ -70,7 +83,8 @@ def main() -> None:
                    err_live=max_relative_error(live.curve, ex_curve),
                    err_replay=max_relative_error(replay.curve, ex_curve), replay_ratio=replay.n_probes / len(cpu_values),
                    noise=noise, t_ex=t_ex, t_live=t_live,
-                   curve=" ".join(f"{c}:{v:.0f}" for c, v in zip(cpu_values, ex_curve)))
+                   curve=" ".join(f"{c}:{v:.0f}" for c, v in zip(cpu_values, ex_curve)), ex_curve=ex_curve,
+                   live_probed=[list(p) for p in live.probed])
         rows.append(row)
         print(f"{fam:12s} exhaustive samples/s by CPUs: {row['curve']}")
         print(f"{'':12s} live search probed {row['probes']} in {t_live:.0f} s (exhaustive {t_ex:.0f} s)\n")
@@ -79,8 +93,42 @@ def main() -> None:
           f"{'re-measure noise':>17s}")
     for r in rows:
         print(f"{r['model']:12s} {r['ratio']:12.2f} {r['err_live']:17.1%} {r['err_replay']:11.1%} {r['noise']:17.1%}")
+    if args.json:
+        import torch
+
+        doc = {"machine": {"cpus": len(cores), "processor": platform.processor() or platform.machine(),
+                           "torch": torch.__version__, "host": platform.node()},
+               "batch": args.batch, "window_s": args.window, "threshold": args.threshold, "cpu_values": cpu_values,
+               "models": [{k: v for k, v in r.items() if k != "curve"} | {"exhaustive": r["ex_curve"]}
+                          for r in rows]}
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1)
+        print(f"wrote {args.json}")
     print(f"\nmedian probes ratio {np.median([r['ratio'] for r in rows]):.2f} (target <= 0.5); "
           f"worst live error {max(r['err_live'] for r in rows):.1%} (target <= 10%)")
+
+
+def replay_saved(path: str, threshold: float) -> None:
+    """The search replayed on curves a previous run saved: probe ratio and reconstruction error, no noise."""
+    from perfpredict.profile.sensitivity import (
+        max_relative_error,
+        optimistic_cpu_search,
+    )
+
+    with open(path) as f:
+        doc = json.load(f)
+    values = doc["cpu_values"]
+    print(f"replaying {path}: measured on {doc['machine']}, cpu_values {values}, threshold {threshold:.0%}\n")
+    ratios, errs = [], []
+    for m in doc["models"]:
+        curve = dict(zip(values, m["exhaustive"]))
+        r = optimistic_cpu_search(lambda c, curve=curve: curve[c], values, threshold=threshold)
+        ratios.append(r.n_probes / len(values))
+        errs.append(max_relative_error(r.curve, m["exhaustive"]))
+        print(f"{m['model']:12s} probed {sorted(r.probed_cpu_values)}  ratio {ratios[-1]:.2f}  "
+              f"worst error {errs[-1]:.1%}")
+    print(f"\nmedian probes ratio {np.median(ratios):.2f} (target <= 0.5); worst error {max(errs):.1%} "
+          f"(target <= 10%)")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Analytic models fitted to measurements: rate model, speedup curve, GENIE comm penalty, MinIO cache model."""
+"""Analytic models fitted to measurements: rate model, speedup curve, GENIE comm penalty, MinIO cache model,
+Horus interference."""
 
 from perfpredict.fit.cache_model import (
     cached_throughput,
@@ -13,6 +14,11 @@ from perfpredict.fit.comm import (
     fit_comm_penalty,
     holdout_error,
 )
+from perfpredict.fit.interference import (
+    InterferenceModel,
+    fit_interference,
+    interference_points,
+)
 from perfpredict.fit.rate import Candidate, Prediction, RateModel, fit_rate_model, lat
 from perfpredict.fit.speedup import (
     SpeedupCurve,
@@ -22,7 +28,7 @@ from perfpredict.fit.speedup import (
 )
 
 __all__ = [
-    "Candidate", "CommFitError", "CommModel", "Prediction", "RateModel", "SpeedupCurve", "SpeedupFitError",
-    "SpeedupPoint", "cached_throughput", "comm_penalty", "demand_vector", "fit_comm_penalty", "fit_rate_model",
-    "fit_speedup_curve", "hit_fraction", "holdout_error", "lat", "sensitivity_matrix",
+    "Candidate", "CommFitError", "CommModel", "InterferenceModel", "Prediction", "RateModel", "SpeedupCurve", "SpeedupFitError",
+    "SpeedupPoint", "cached_throughput", "comm_penalty", "demand_vector", "fit_comm_penalty", "fit_interference", "fit_rate_model",
+    "fit_speedup_curve", "hit_fraction", "holdout_error", "interference_points", "lat", "sensitivity_matrix",
 ]
