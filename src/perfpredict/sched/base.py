@@ -1,0 +1,65 @@
+"""The two things a scheduler is made of, kept apart so they compose freely (ARCHITECTURE.md):
+
+* a :class:`Policy` *orders* the active jobs (who should run first: FIFO, SRTF, LAS, FTF, ...);
+* a :class:`Mechanism` *places and sizes* them, in that order, on the cluster (GPU-proportional,
+  Synergy-Tune, Equipartition, ...), returning one :class:`~perfpredict.sched.cluster.Allocation` per job
+  that should run until the next decision.
+
+The simulator calls ``policy.order`` then ``mechanism.allocate`` at every decision point and enforces the
+result: allocations must fit the cluster together (it takes them on a fresh
+:class:`~perfpredict.sched.cluster.Ledger`), and a non-preemptive mechanism must return every running job
+with its allocation unchanged.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from perfpredict.sched.cluster import Allocation, ClusterSpec
+from perfpredict.sched.job import JobState
+
+__all__ = ["Mechanism", "Policy"]
+
+
+class Policy(ABC):
+    """Orders jobs; the first should be served first."""
+
+    name: str = "policy"
+    #: True if the order can change while nothing happens (progress changes it: SRTF, LAS, FTF). Such a
+    #: policy makes a round-based simulator decide every round even when no job arrived or finished.
+    time_dependent: bool = False
+
+    @abstractmethod
+    def key(self, js: JobState, now: float, cluster: ClusterSpec, n_active: int) -> Any:
+        """Sort key (smaller = served first); ties break by arrival then id."""
+
+    def order(self, jobs: Sequence[JobState], now: float, cluster: ClusterSpec) -> list[JobState]:
+        n = len(jobs)
+        return sorted(jobs, key=lambda js: (self.key(js, now, cluster, n), js.job.arrival, js.id))
+
+
+class Mechanism(ABC):
+    """Maps ordered jobs to allocations."""
+
+    name: str = "mechanism"
+    #: May resize, move or suspend running jobs. A non-preemptive mechanism only starts waiting jobs.
+    preemptive: bool = True
+    #: Whether the mechanism wants to be called every round (round-based mode) or only on arrivals and
+    #: completions (event-based mode). The simulator can override.
+    round_based: bool = True
+
+    def __init__(self) -> None:
+        #: Anything worth reporting about the last decision (bound, fragmentation, ...): the simulator logs it.
+        self.last_stats: dict[str, float] = {}
+
+    @abstractmethod
+    def allocate(self, ordered: Sequence[JobState], cluster: ClusterSpec, running: Mapping[str, Allocation],
+                 now: float) -> dict[str, Allocation]:
+        """Allocations for the jobs that should run now, keyed by job id.
+
+        ``ordered``: every active job (arrived, unfinished), running or not, in policy order.
+        ``running``: the current allocation of each running job (a hint for keeping jobs in place; a job
+        whose GPU placement changes pays the simulator's restart overhead). Jobs left out are suspended.
+        """

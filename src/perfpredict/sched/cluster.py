@@ -1,0 +1,314 @@
+"""The cluster model: servers, the allocation a job gets, and a ledger that never over-commits a server.
+
+An :class:`Allocation` is a set of per-server :class:`Share` s. A share has whole GPUs (``devices`` lists
+which ones) or a *fraction* of one device (``gpus = 1/n`` on a single device, the moldable/malleable paper's
+co-location: n tasks time-share a GPU), plus CPUs and memory on that server. A multi-server allocation is a
+gang: Synergy (seed 001 §4.2) requires its CPU and memory to be split in proportion to the GPUs on each
+server, which :meth:`Allocation.proportional` builds and :meth:`Allocation.is_gpu_proportional_split` checks.
+
+:class:`Ledger` is the only place free resources are tracked. ``take`` checks every dimension (GPUs per
+device, CPUs, memory, device memory for fractional shares) before it changes anything, so a mechanism that
+tries to over-commit gets :class:`CapacityError` and the cluster state stays as it was.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+__all__ = ["Allocation", "CapacityError", "ClusterSpec", "Ledger", "ServerSpec", "Share"]
+
+#: Slack for float comparisons of resource amounts (fractions like 1/3 do not add up exactly).
+EPS = 1e-9
+
+
+class CapacityError(ValueError):
+    """An allocation does not fit the free resources (or names a server/device that does not exist)."""
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """One machine. ``gpu_mem_gb`` bounds the device memory of tasks sharing a device; ``energy_cost`` is
+    the cost of one GPU-hour on this server (ANDREAS), optional."""
+
+    gpus: int = 8
+    cpus: float = 24
+    mem_gb: float = 500.0
+    gpu_type: str = "V100"
+    gpu_mem_gb: float = 32.0
+    energy_cost: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.gpus < 0 or self.cpus < 0 or self.mem_gb < 0 or self.gpu_mem_gb <= 0:
+            raise ValueError(f"server resources must be non-negative (device memory positive): {self}")
+
+    @property
+    def cpus_per_gpu(self) -> float:
+        return self.cpus / self.gpus if self.gpus else 0.0
+
+    @property
+    def mem_per_gpu(self) -> float:
+        return self.mem_gb / self.gpus if self.gpus else 0.0
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """An ordered tuple of servers (server ids are their indices)."""
+
+    servers: tuple[ServerSpec, ...]
+    name: str = "cluster"
+
+    @classmethod
+    def homogeneous(cls, n_servers: int, gpus: int = 8, cpus: float = 24, mem_gb: float = 500.0,
+                    gpu_type: str = "V100", gpu_mem_gb: float = 32.0, energy_cost: float | None = None,
+                    name: str | None = None) -> ClusterSpec:
+        """``n_servers`` identical servers; defaults are Synergy's (§5.1): 8 GPUs, 24 CPUs, 500 GB."""
+        if n_servers <= 0:
+            raise ValueError(f"n_servers must be positive, got {n_servers}")
+        s = ServerSpec(gpus=gpus, cpus=cpus, mem_gb=mem_gb, gpu_type=gpu_type, gpu_mem_gb=gpu_mem_gb,
+                       energy_cost=energy_cost)
+        return cls(servers=(s,) * n_servers, name=name or f"{n_servers}x{gpus}{gpu_type}")
+
+    @property
+    def n_servers(self) -> int:
+        return len(self.servers)
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(s.gpus for s in self.servers)
+
+    @property
+    def total_cpus(self) -> float:
+        return sum(s.cpus for s in self.servers)
+
+    @property
+    def total_mem_gb(self) -> float:
+        return sum(s.mem_gb for s in self.servers)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "servers": [asdict(s) for s in self.servers]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ClusterSpec:
+        """``{"servers": [{...}, ...]}`` or the compact ``{"homogeneous": {"n_servers": 16, ...}}``."""
+        if not isinstance(d, dict):
+            raise ValueError(f"a cluster spec is a JSON object, got {type(d).__name__}")
+        if "homogeneous" in d:
+            return cls.homogeneous(**d["homogeneous"], name=d.get("name"))
+        if "servers" not in d or not d["servers"]:
+            raise ValueError("a cluster spec needs a non-empty 'servers' list or a 'homogeneous' block")
+        servers: list[ServerSpec] = []
+        for i, s in enumerate(d["servers"]):
+            count = int(s.get("count", 1)) if isinstance(s, dict) else 1
+            fields = {k: v for k, v in s.items() if k != "count"}
+            try:
+                servers.extend([ServerSpec(**fields)] * count)
+            except TypeError as e:
+                raise ValueError(f"server {i}: {e}") from None
+        return cls(servers=tuple(servers), name=d.get("name", "cluster"))
+
+    @classmethod
+    def load(cls, path: str | Path) -> ClusterSpec:
+        try:
+            return cls.from_dict(json.loads(Path(path).read_text()))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+
+
+@dataclass(frozen=True)
+class Share:
+    """A job's resources on one server. Whole GPUs: ``devices`` names them and ``gpus == len(devices)``.
+    Fractional: ``gpus < 1`` on exactly one device. ``device_mem_gb`` is the job's footprint on each of its
+    devices, checked against the device memory when a device is shared."""
+
+    server: int
+    gpus: float
+    cpus: float
+    mem_gb: float
+    devices: tuple[int, ...] = ()
+    device_mem_gb: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.gpus < 0 or self.cpus < -EPS or self.mem_gb < -EPS:
+            raise ValueError(f"negative resources in {self}")
+        if self.devices:
+            if self.gpus >= 1 - EPS and abs(self.gpus - len(self.devices)) > EPS:
+                raise ValueError(f"a whole-GPU share names {len(self.devices)} devices for {self.gpus} GPUs")
+            if self.gpus < 1 - EPS and len(self.devices) != 1:
+                raise ValueError("a fractional-GPU share must sit on exactly one device")
+            if len(set(self.devices)) != len(self.devices):
+                raise ValueError(f"devices repeated in {self.devices}")
+
+
+@dataclass(frozen=True)
+class Allocation:
+    shares: tuple[Share, ...]
+
+    def __post_init__(self) -> None:
+        servers = [s.server for s in self.shares]
+        if len(set(servers)) != len(servers):
+            raise ValueError(f"an allocation has at most one share per server, got servers {servers}")
+
+    @property
+    def gpus(self) -> float:
+        return sum(s.gpus for s in self.shares)
+
+    @property
+    def cpus(self) -> float:
+        return sum(s.cpus for s in self.shares)
+
+    @property
+    def mem_gb(self) -> float:
+        return sum(s.mem_gb for s in self.shares)
+
+    @property
+    def servers(self) -> tuple[int, ...]:
+        return tuple(s.server for s in self.shares)
+
+    @property
+    def placement(self) -> tuple[tuple[int, tuple[int, ...], float], ...]:
+        """Where the job's GPUs are (servers, devices, amounts), ignoring CPU and memory: two allocations with
+        the same placement do not need a restart to switch between (only a CPU/memory resize)."""
+        return tuple(sorted((s.server, s.devices, round(s.gpus, 9)) for s in self.shares))
+
+    @property
+    def is_fractional(self) -> bool:
+        return any(0 < s.gpus < 1 - EPS for s in self.shares)
+
+    def is_gpu_proportional_split(self, rel_tol: float = 1e-6) -> bool:
+        """CPU and memory per GPU equal on every server (Synergy's rule for multi-server jobs)."""
+        if len(self.shares) <= 1:
+            return True
+        ref = self.shares[0]
+        for s in self.shares[1:]:
+            if abs(s.cpus / s.gpus - ref.cpus / ref.gpus) > rel_tol * max(1.0, ref.cpus / ref.gpus):
+                return False
+            if abs(s.mem_gb / s.gpus - ref.mem_gb / ref.gpus) > rel_tol * max(1.0, ref.mem_gb / ref.gpus):
+                return False
+        return True
+
+    @classmethod
+    def proportional(cls, gpus_by_server: dict[int, Sequence[int]], cpus: float, mem_gb: float,
+                     device_mem_gb: float = 0.0) -> Allocation:
+        """Whole GPUs on several servers (``{server: devices}``), ``cpus``/``mem_gb`` split in proportion."""
+        total = sum(len(d) for d in gpus_by_server.values())
+        if total <= 0:
+            raise ValueError("an allocation needs at least one GPU")
+        return cls(tuple(Share(server=srv, gpus=float(len(devs)), cpus=cpus * len(devs) / total,
+                               mem_gb=mem_gb * len(devs) / total, devices=tuple(devs), device_mem_gb=device_mem_gb)
+                         for srv, devs in sorted(gpus_by_server.items()) if devs))
+
+    @classmethod
+    def fraction(cls, server: int, device: int, share: float, cpus: float, mem_gb: float,
+                 device_mem_gb: float = 0.0) -> Allocation:
+        """``share`` (e.g. 1/3) of one device."""
+        if not 0 < share <= 1:
+            raise ValueError(f"a GPU fraction is in (0, 1], got {share}")
+        return cls((Share(server=server, gpus=share, cpus=cpus, mem_gb=mem_gb, devices=(device,),
+                          device_mem_gb=device_mem_gb),))
+
+
+@dataclass
+class Ledger:
+    """Free resources of a cluster, per device for GPUs. ``take``/``release`` are all-or-nothing."""
+
+    spec: ClusterSpec
+    device_free: list[list[float]] = field(init=False)
+    device_mem_used: list[list[float]] = field(init=False)
+    free_cpus: list[float] = field(init=False)
+    free_mem: list[float] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.device_free = [[1.0] * s.gpus for s in self.spec.servers]
+        self.device_mem_used = [[0.0] * s.gpus for s in self.spec.servers]
+        self.free_cpus = [float(s.cpus) for s in self.spec.servers]
+        self.free_mem = [float(s.mem_gb) for s in self.spec.servers]
+
+    def copy(self) -> Ledger:
+        new = Ledger.__new__(Ledger)
+        new.spec = self.spec
+        new.device_free = [list(d) for d in self.device_free]
+        new.device_mem_used = [list(d) for d in self.device_mem_used]
+        new.free_cpus = list(self.free_cpus)
+        new.free_mem = list(self.free_mem)
+        return new
+
+    # -- queries ---------------------------------------------------------------------------------------
+    def free_gpus(self, server: int) -> int:
+        """Whole devices nobody uses on ``server``."""
+        return sum(1 for f in self.device_free[server] if f >= 1 - EPS)
+
+    def free_devices(self, server: int) -> list[int]:
+        return [d for d, f in enumerate(self.device_free[server]) if f >= 1 - EPS]
+
+    @property
+    def total_free_gpus(self) -> int:
+        return sum(self.free_gpus(i) for i in range(self.spec.n_servers))
+
+    def used(self) -> tuple[float, float, float]:
+        """(GPUs, CPUs, memory) allocated now, GPUs counting device fractions."""
+        g = sum(len(d) - sum(d) for d in self.device_free)
+        c = self.spec.total_cpus - sum(self.free_cpus)
+        m = self.spec.total_mem_gb - sum(self.free_mem)
+        return g, c, m
+
+    def fits(self, alloc: Allocation) -> str | None:
+        """None if ``alloc`` fits the free resources, else why not."""
+        for s in alloc.shares:
+            if not 0 <= s.server < self.spec.n_servers:
+                return f"no server {s.server}"
+            srv = self.spec.servers[s.server]
+            if s.cpus > self.free_cpus[s.server] + EPS:
+                return f"server {s.server}: {s.cpus:g} CPUs asked, {self.free_cpus[s.server]:g} free"
+            if s.mem_gb > self.free_mem[s.server] + EPS:
+                return f"server {s.server}: {s.mem_gb:g} GB asked, {self.free_mem[s.server]:g} free"
+            if s.gpus > 0 and not s.devices:
+                return f"server {s.server}: a GPU share must name its devices"
+            per_device = min(s.gpus, 1.0)
+            for d in s.devices:
+                if not 0 <= d < srv.gpus:
+                    return f"server {s.server} has no device {d}"
+                if per_device > self.device_free[s.server][d] + EPS:
+                    return (f"server {s.server} device {d}: {per_device:g} of a GPU asked, "
+                            f"{self.device_free[s.server][d]:g} free")
+                if s.device_mem_gb + self.device_mem_used[s.server][d] > srv.gpu_mem_gb + EPS:
+                    return (f"server {s.server} device {d}: {s.device_mem_gb:g} GB device memory asked, "
+                            f"{srv.gpu_mem_gb - self.device_mem_used[s.server][d]:g} GB free")
+        return None
+
+    # -- changes ---------------------------------------------------------------------------------------
+    def take(self, alloc: Allocation) -> None:
+        why = self.fits(alloc)
+        if why is not None:
+            raise CapacityError(why)
+        for s in alloc.shares:
+            per_device = min(s.gpus, 1.0)
+            for d in s.devices:
+                self.device_free[s.server][d] -= per_device
+                self.device_mem_used[s.server][d] += s.device_mem_gb
+            self.free_cpus[s.server] -= s.cpus
+            self.free_mem[s.server] -= s.mem_gb
+
+    def release(self, alloc: Allocation) -> None:
+        for s in alloc.shares:
+            srv = self.spec.servers[s.server]
+            per_device = min(s.gpus, 1.0)
+            for d in s.devices:
+                self.device_free[s.server][d] = min(1.0, self.device_free[s.server][d] + per_device)
+                self.device_mem_used[s.server][d] = max(0.0, self.device_mem_used[s.server][d] - s.device_mem_gb)
+            self.free_cpus[s.server] = min(float(srv.cpus), self.free_cpus[s.server] + s.cpus)
+            self.free_mem[s.server] = min(float(srv.mem_gb), self.free_mem[s.server] + s.mem_gb)
+
+    def take_all(self, allocs: Iterable[Allocation]) -> None:
+        """Take several allocations, all or none."""
+        done: list[Allocation] = []
+        try:
+            for a in allocs:
+                self.take(a)
+                done.append(a)
+        except CapacityError:
+            for a in done:
+                self.release(a)
+            raise

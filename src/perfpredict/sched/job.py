@@ -1,0 +1,124 @@
+"""Jobs as a scheduler sees them: what was asked for (:class:`Job`) and where it stands (:class:`JobState`).
+
+Work is measured in *reference seconds*: ``Job.work`` is how long the job runs at its reference allocation
+(its GPU demand with the reference CPUs and memory per GPU of its :class:`~perfpredict.sched.perf.PerfModel`),
+so a trace's "duration" column is the work, and a job whose allocation makes it 1.5× faster finishes its
+work in duration / 1.5. The perf model turns an allocation into that speed factor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from perfpredict.sched.cluster import Allocation
+    from perfpredict.sched.perf import PerfModel
+
+__all__ = ["Job", "JobState"]
+
+
+@dataclass(frozen=True)
+class Job:
+    """One training job of a trace.
+
+    ``gpus`` is the demand: a gang (all or nothing) for rigid mechanisms, the requested size for moldable
+    ones, which may choose any size in ``[min_gpus, max_gpus]`` (fractions = shared devices). ``model`` keys
+    the job's :class:`~perfpredict.sched.perf.PerfModel` in the simulator's card provider. ``task`` is the
+    workload class (image / language / speech, Synergy's split). ``user`` groups tasks into jobs for flow
+    time (seed 002 §III-C). ``priority``, ``deadline`` and ``qos`` are for the policies that use them.
+    """
+
+    id: str
+    arrival: float
+    gpus: float
+    work: float
+    model: str = ""
+    task: str = ""
+    user: str = ""
+    min_gpus: float | None = None
+    max_gpus: float | None = None
+    priority: int = 0
+    deadline: float | None = None
+    qos: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.arrival >= 0:
+            raise ValueError(f"job {self.id}: arrival must be >= 0, got {self.arrival}")
+        if not self.gpus > 0:
+            raise ValueError(f"job {self.id}: GPU demand must be > 0, got {self.gpus}")
+        if not self.work > 0:
+            raise ValueError(f"job {self.id}: work must be > 0, got {self.work}")
+        lo, hi = self.min_gpus, self.max_gpus
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(f"job {self.id}: min_gpus {lo} > max_gpus {hi}")
+
+
+@dataclass
+class JobState:
+    """A job in the simulator: its progress, its allocation, and the history metrics are computed from.
+
+    ``remaining`` is work left in reference seconds as of ``updated_at``; while the job runs it falls at
+    ``rate`` per second. ``attained`` is GPU-seconds received (LAS's priority). ``estimated_remaining`` is
+    what SRTF sees (remaining work at the reference allocation, i.e. the trace's knowledge).
+    """
+
+    job: Job
+    perf: PerfModel
+    remaining: float = field(init=False)
+    updated_at: float = field(init=False)
+    allocation: Allocation | None = None
+    rate: float = 0.0
+    attained: float = 0.0
+    first_start: float | None = None
+    finish: float | None = None
+    preemptions: int = 0
+    restarts: int = 0
+    #: time the job stops being charged preemption/start overhead (no progress until then)
+    overhead_until: float = 0.0
+    #: total time spent running (allocated), for queueing delay = JCT - run time
+    run_time: float = 0.0
+    #: integral of allocated CPUs and memory over time (for per-job averages)
+    cpu_seconds: float = 0.0
+    mem_gb_seconds: float = 0.0
+    version: int = 0
+
+    def __post_init__(self) -> None:
+        self.remaining = self.job.work
+        self.updated_at = self.job.arrival
+
+    @property
+    def id(self) -> str:
+        return self.job.id
+
+    def rate_on(self, alloc: Allocation) -> float:
+        """This job's speed on ``alloc``, relative to its reference allocation (its requested GPUs)."""
+        return self.perf.rate(alloc, self.job.gpus)
+
+    @property
+    def running(self) -> bool:
+        return self.allocation is not None
+
+    @property
+    def done(self) -> bool:
+        return self.finish is not None
+
+    def remaining_at(self, t: float) -> float:
+        """Work left at time ``t`` (≥ ``updated_at``) if nothing changes in between."""
+        if self.allocation is None:
+            return self.remaining
+        productive = max(0.0, t - max(self.updated_at, self.overhead_until))
+        return max(0.0, self.remaining - self.rate * productive)
+
+    def advance(self, t: float) -> None:
+        """Bring the accounting up to time ``t``."""
+        dt = t - self.updated_at
+        if dt < 0:
+            raise ValueError(f"job {self.id}: time went backwards ({self.updated_at} -> {t})")
+        if self.allocation is not None and dt > 0:
+            self.remaining = self.remaining_at(t)
+            self.attained += self.allocation.gpus * dt
+            self.run_time += dt
+            self.cpu_seconds += self.allocation.cpus * dt
+            self.mem_gb_seconds += self.allocation.mem_gb * dt
+        self.updated_at = t

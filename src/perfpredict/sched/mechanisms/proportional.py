@@ -1,0 +1,32 @@
+"""GPU-proportional allocation: the baseline every Synergy result is measured against (seed 001 §2).
+
+Each job gets its GPU demand and, with every GPU, that server's CPUs and memory per GPU (3 CPUs and 62.5 GB
+on Synergy's servers), whatever the job would do with more or less. Jobs are taken in policy order; one
+whose GPU demand exceeds the GPUs left is skipped, not waited for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from perfpredict.sched.base import Mechanism
+from perfpredict.sched.cluster import Allocation, ClusterSpec, Ledger
+from perfpredict.sched.job import JobState
+from perfpredict.sched.placement import choose_devices, place_sticky, proportional_allocation, select_by_gpus
+
+__all__ = ["GpuProportional"]
+
+
+class GpuProportional(Mechanism):
+    name = "proportional"
+
+    def allocate(self, ordered: Sequence[JobState], cluster: ClusterSpec, running: Mapping[str, Allocation],
+                 now: float) -> dict[str, Allocation]:
+        ledger = Ledger(cluster)
+        selected = select_by_gpus(ordered, cluster.total_gpus)
+
+        def build(js: JobState, led: Ledger, prev: Allocation | None) -> Allocation | None:
+            devices = choose_devices(led, int(round(js.job.gpus)), prefer=prev)
+            return None if devices is None else proportional_allocation(led, devices, js.perf.device_mem_gb)
+
+        return place_sticky(selected, ledger, running, build)

@@ -1,0 +1,196 @@
+"""How fast a job runs on a given allocation: the one number a mechanism and the simulator need.
+
+A :class:`PerfModel` combines two curves, either of which may be absent:
+
+* a **sensitivity grid** ``W[c, m]`` over CPUs and memory *per GPU* (Synergy's resource-sensitivity matrix,
+  seed 001 §3.1; measured by ``perfpredict profile --sensitivity`` or taken from a paper), and
+* a **speedup curve** ``S(p)`` over the GPUs given, fractional ``p = 1/n`` included (seed 002 Fig. 1;
+  measured by ``--colocation --scaling``).
+
+``rate(alloc, ref_gpus)`` is the job's speed relative to its *reference* allocation (``ref_gpus`` GPUs, the
+job's requested size, each with ``ref_cpus_per_gpu`` CPUs and ``ref_mem_per_gpu`` GB), the allocation a
+trace's duration refers to. One model serves every job of that model, whatever GPU count each asks for:
+
+    rate = S(g) / S(ref_gpus) × min over servers s of W(c_s/g_s, m_s/g_s) / W(ref_cpus_per_gpu, ref_mem_per_gpu)
+
+The minimum over servers is Synergy's observation that a data-parallel job runs at the pace of its
+worst-provisioned worker (§4.2). Without a speedup curve the job scales linearly in GPUs; without a grid it
+is insensitive to CPU and memory. Between grid points ``W`` is interpolated bilinearly; above the grid it is
+flat (more CPUs than profiled do not help); below the smallest CPU value it falls linearly to 0 at 0 CPUs
+(a job with no CPU makes no progress); below the smallest memory value it is clamped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from perfpredict.card import PerformanceCard
+    from perfpredict.sched.cluster import Allocation
+
+__all__ = ["PerfModel"]
+
+
+@dataclass(frozen=True, eq=False)
+class PerfModel:
+    name: str
+    cpus_per_gpu: tuple[float, ...] | None = None
+    mem_per_gpu: tuple[float, ...] | None = None
+    #: W[i][j]: throughput per GPU at cpus_per_gpu[i], mem_per_gpu[j] (any unit: only ratios are used)
+    matrix: tuple[tuple[float, ...], ...] | None = None
+    speedup: Callable[[float], float] | None = None
+    ref_cpus_per_gpu: float = 3.0
+    ref_mem_per_gpu: float = 62.5
+    #: the job's GPU memory footprint per device (fractional sharing must fit it)
+    device_mem_gb: float = 0.0
+    source: str = "paper"
+
+    def __post_init__(self) -> None:
+        grid = (self.cpus_per_gpu, self.mem_per_gpu, self.matrix)
+        if any(g is not None for g in grid) and any(g is None for g in grid):
+            raise ValueError(f"{self.name}: cpus_per_gpu, mem_per_gpu and matrix go together")
+        if self.matrix is not None:
+            w = np.asarray(self.matrix, dtype=float)
+            c, m = np.asarray(self.cpus_per_gpu, float), np.asarray(self.mem_per_gpu, float)
+            if w.shape != (c.size, m.size):
+                raise ValueError(f"{self.name}: matrix shape {w.shape} != ({c.size}, {m.size})")
+            if np.any(np.diff(c) <= 0) or np.any(np.diff(m) <= 0):
+                raise ValueError(f"{self.name}: cpus_per_gpu and mem_per_gpu must be strictly increasing")
+            if not np.all(np.isfinite(w)) or np.any(w < 0) or w.max() <= 0:
+                raise ValueError(f"{self.name}: matrix must be finite, >= 0 and not all zero")
+            object.__setattr__(self, "_w", w)
+            object.__setattr__(self, "_c", c)
+            object.__setattr__(self, "_m", m)
+        object.__setattr__(self, "_ref_w", self.w(self.ref_cpus_per_gpu, self.ref_mem_per_gpu)
+                           if self.matrix is not None else 1.0)
+        if self._ref_w <= 0:  # type: ignore[attr-defined]
+            raise ValueError(f"{self.name}: throughput at the reference allocation is 0")
+
+    # -- the grid --------------------------------------------------------------------------------------
+    @property
+    def has_grid(self) -> bool:
+        return self.matrix is not None
+
+    def w(self, cpus_per_gpu: float, mem_per_gpu: float) -> float:
+        """Throughput per GPU at the given per-GPU CPUs and memory (grid units); 1.0 without a grid."""
+        if self.matrix is None:
+            return 1.0
+        c, m, w = self._c, self._m, self._w  # type: ignore[attr-defined]
+        scale = 1.0
+        if cpus_per_gpu < c[0]:
+            scale = max(0.0, cpus_per_gpu) / c[0]
+            cpus_per_gpu = c[0]
+        col = np.array([np.interp(cpus_per_gpu, c, w[:, j]) for j in range(m.size)])
+        return float(np.interp(mem_per_gpu, m, col)) * scale
+
+    def relative_w(self, cpus_per_gpu: float, mem_per_gpu: float) -> float:
+        """``w(c, m) / w(reference)``: the speed factor of a CPU/memory allocation alone."""
+        return self.w(cpus_per_gpu, mem_per_gpu) / self._ref_w  # type: ignore[attr-defined]
+
+    def demand(self, threshold: float = 0.1) -> tuple[float, float]:
+        """Per-GPU (CPUs, memory) Synergy would ask for: the fewest CPUs, then the least memory, whose
+        throughput is within ``threshold`` of the grid's best. The reference allocation without a grid."""
+        if self.matrix is None:
+            return self.ref_cpus_per_gpu, self.ref_mem_per_gpu
+        w = self._w  # type: ignore[attr-defined]
+        target = (1 - threshold) * w.max()
+        for i in range(w.shape[0]):
+            for j in range(w.shape[1]):
+                if w[i, j] >= target:
+                    return float(self._c[i]), float(self._m[j])  # type: ignore[attr-defined]
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- speedup ---------------------------------------------------------------------------------------
+    def gpu_factor(self, gpus: float, ref_gpus: float) -> float:
+        """``S(gpus) / S(ref_gpus)``: linear without a curve."""
+        if gpus <= 0:
+            return 0.0
+        if ref_gpus <= 0:
+            raise ValueError(f"ref_gpus must be > 0, got {ref_gpus}")
+        if self.speedup is None:
+            return gpus / ref_gpus
+        return float(self.speedup(gpus)) / float(self.speedup(ref_gpus))
+
+    # -- the number everyone needs ---------------------------------------------------------------------
+    def rate(self, alloc: Allocation, ref_gpus: float) -> float:
+        """Speed on ``alloc`` relative to the reference allocation of ``ref_gpus`` GPUs (reference seconds of
+        work per second): 1.0 on exactly the reference allocation."""
+        g = alloc.gpus
+        if g <= 0:
+            return 0.0
+        factor = self.gpu_factor(g, ref_gpus)
+        if self.matrix is not None:
+            factor *= min(self.relative_w(s.cpus / s.gpus, s.mem_gb / s.gpus) for s in alloc.shares if s.gpus > 0)
+        return factor
+
+    def rate_at(self, gpus: float, ref_gpus: float, cpus: float | None = None, mem_gb: float | None = None) -> float:
+        """``rate`` of a single-server allocation given as totals (CPUs/memory default to the reference)."""
+        c = self.ref_cpus_per_gpu * gpus if cpus is None else cpus
+        m = self.ref_mem_per_gpu * gpus if mem_gb is None else mem_gb
+        f = self.gpu_factor(gpus, ref_gpus)
+        return f * self.relative_w(c / gpus, m / gpus) if self.matrix is not None else f
+
+    # -- construction ----------------------------------------------------------------------------------
+    @classmethod
+    def from_card(cls, card: PerformanceCard, *, name: str | None = None, ref_cpus_per_gpu: float | None = None, ref_mem_per_gpu: float | None = None,
+                  devices_profiled: int = 1) -> PerfModel:
+        """A perf model from a card's ``sensitivity`` and ``speedup_curve`` sections (either may be absent).
+
+        The card's sensitivity matrix is for the job on ``devices_profiled`` devices (1 for a CPU or
+        single-GPU profile), so its CPU and memory values are divided by that to get per-GPU units. The
+        reference defaults to the card's demand vector when it has one (what the job was profiled to need),
+        else the middle of the grid.
+        """
+        from perfpredict.fit.speedup import SpeedupCurve
+
+        sens = card.sensitivity
+        kwargs: dict[str, Any] = {"name": name or card.model.name,
+                                  "source": (sens.source if sens is not None else
+                                             card.speedup_curve.source if card.speedup_curve else "measured")}
+        if sens is not None:
+            c = tuple(v / devices_profiled for v in sens.cpu_values)
+            m = tuple(v / devices_profiled for v in sens.mem_values_gb)
+            kwargs.update(cpus_per_gpu=c, mem_per_gpu=_strictly_increasing(m), matrix=tuple(map(tuple, sens.matrix)))
+            kwargs["ref_cpus_per_gpu"] = (ref_cpus_per_gpu if ref_cpus_per_gpu is not None
+                                          else sens.demand.cpus / devices_profiled)
+            kwargs["ref_mem_per_gpu"] = (ref_mem_per_gpu if ref_mem_per_gpu is not None
+                                         else sens.demand.mem_gb / devices_profiled)
+        if card.speedup_curve is not None and card.speedup_curve.fit:
+            curve = SpeedupCurve.from_dict(card.speedup_curve.fit)
+            kwargs["speedup"] = _Speedup(curve)
+        peak = [p.peak_bytes for p in card.memory if getattr(p, "peak_bytes", None)] if card.memory else []
+        if peak and card.device.kind == "cuda":
+            kwargs["device_mem_gb"] = max(peak) / 1e9
+        return cls(**kwargs)
+
+    def describe(self) -> str:
+        parts = [self.name]
+        if self.matrix is not None:
+            c, m = self.demand()
+            parts.append(f"demand {c:g} CPU/GPU, {m:g} GB/GPU")
+        if self.speedup is not None:
+            parts.append(f"S(4)/S(1) = {self.speedup(4) / self.speedup(1):.2f}")
+        return ", ".join(parts)
+
+
+class _Speedup:
+    """A picklable wrapper of a fitted curve (simulations may run in worker processes)."""
+
+    def __init__(self, curve: Any) -> None:
+        self.curve = curve
+
+    def __call__(self, p: float) -> float:
+        return float(self.curve.speedup(p))
+
+
+def _strictly_increasing(values: Sequence[float]) -> tuple[float, ...]:
+    """Memory columns that differ by less than float noise are nudged apart so interpolation is defined."""
+    out: list[float] = []
+    for v in values:
+        out.append(v if not out or v > out[-1] else math.nextafter(out[-1], math.inf))
+    return tuple(out)

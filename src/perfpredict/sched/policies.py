@@ -1,0 +1,77 @@
+"""Job-ordering policies: FIFO, SRTF, LAS, FTF (Synergy §5), Rigid Shortest (seed 002 §IV-C)."""
+
+from __future__ import annotations
+
+from perfpredict.sched.base import Policy
+from perfpredict.sched.cluster import ClusterSpec
+from perfpredict.sched.job import JobState
+
+__all__ = ["FIFO", "FTF", "LAS", "POLICIES", "SRTF", "ShortestFirst", "make_policy"]
+
+
+class FIFO(Policy):
+    """First come, first served (by arrival)."""
+
+    name = "fifo"
+
+    def key(self, js: JobState, now: float, cluster: ClusterSpec, n_active: int) -> float:
+        return js.job.arrival
+
+
+class SRTF(Policy):
+    """Shortest remaining time first: remaining work at the reference allocation (what the trace knows)."""
+
+    name = "srtf"
+    time_dependent = True
+
+    def key(self, js: JobState, now: float, cluster: ClusterSpec, n_active: int) -> float:
+        return js.remaining_at(now)
+
+
+class LAS(Policy):
+    """Least attained service first (Tiresias-style): GPU-seconds received so far."""
+
+    name = "las"
+    time_dependent = True
+
+    def key(self, js: JobState, now: float, cluster: ClusterSpec, n_active: int) -> float:
+        attained = js.attained
+        if js.allocation is not None:
+            attained += js.allocation.gpus * max(0.0, now - js.updated_at)
+        return attained
+
+
+class FTF(Policy):
+    """Finish-time fairness (Themis): serve the job whose ρ = T_shared / T_isolated is largest.
+
+    T_shared is the time since arrival plus the remaining work at the reference speed; T_isolated is the
+    job's work run on its fair 1/N share of the cluster, i.e. slowed by ``max(1, N·g / G)`` for N active
+    jobs of demand g on G GPUs.
+    """
+
+    name = "ftf"
+    time_dependent = True
+
+    def key(self, js: JobState, now: float, cluster: ClusterSpec, n_active: int) -> float:
+        contention = max(1.0, n_active * js.job.gpus / max(1, cluster.total_gpus))
+        t_shared = (now - js.job.arrival) + js.remaining_at(now)
+        return -t_shared / (js.job.work * contention)
+
+
+class ShortestFirst(Policy):
+    """Rigid Shortest (seed 002): smallest total work first, regardless of progress (non-preemptive use)."""
+
+    name = "shortest"
+
+    def key(self, js: JobState, now: float, cluster: ClusterSpec, n_active: int) -> float:
+        return js.job.work * js.job.gpus
+
+
+POLICIES: dict[str, type[Policy]] = {p.name: p for p in (FIFO, SRTF, LAS, FTF, ShortestFirst)}
+
+
+def make_policy(name: str) -> Policy:
+    try:
+        return POLICIES[name.lower()]()
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}") from None
