@@ -219,8 +219,11 @@ class Ledger:
     device_mem_used: list[list[float]] = field(init=False)
     free_cpus: list[float] = field(init=False)
     free_mem: list[float] = field(init=False)
+    #: whole free devices per server, kept in step with device_free (queried far more often than changed)
+    free_whole: list[int] = field(init=False)
 
     def __post_init__(self) -> None:
+        self.free_whole = [s.gpus for s in self.spec.servers]
         self.device_free = [[1.0] * s.gpus for s in self.spec.servers]
         self.device_mem_used = [[0.0] * s.gpus for s in self.spec.servers]
         self.free_cpus = [float(s.cpus) for s in self.spec.servers]
@@ -233,19 +236,23 @@ class Ledger:
         new.device_mem_used = [list(d) for d in self.device_mem_used]
         new.free_cpus = list(self.free_cpus)
         new.free_mem = list(self.free_mem)
+        new.free_whole = list(self.free_whole)
         return new
 
     # -- queries ---------------------------------------------------------------------------------------
     def free_gpus(self, server: int) -> int:
         """Whole devices nobody uses on ``server``."""
-        return sum(1 for f in self.device_free[server] if f >= 1 - EPS)
+        return self.free_whole[server]
+
+    def _recount(self, server: int) -> None:
+        self.free_whole[server] = sum(1 for f in self.device_free[server] if f >= 1 - EPS)
 
     def free_devices(self, server: int) -> list[int]:
         return [d for d, f in enumerate(self.device_free[server]) if f >= 1 - EPS]
 
     @property
     def total_free_gpus(self) -> int:
-        return sum(self.free_gpus(i) for i in range(self.spec.n_servers))
+        return sum(self.free_whole)
 
     def used(self) -> tuple[float, float, float]:
         """(GPUs, CPUs, memory) allocated now, GPUs counting device fractions."""
@@ -290,6 +297,7 @@ class Ledger:
                 self.device_mem_used[s.server][d] += s.device_mem_gb
             self.free_cpus[s.server] -= s.cpus
             self.free_mem[s.server] -= s.mem_gb
+            self._recount(s.server)
 
     def release(self, alloc: Allocation) -> None:
         for s in alloc.shares:
@@ -300,6 +308,7 @@ class Ledger:
                 self.device_mem_used[s.server][d] = max(0.0, self.device_mem_used[s.server][d] - s.device_mem_gb)
             self.free_cpus[s.server] = min(float(srv.cpus), self.free_cpus[s.server] + s.cpus)
             self.free_mem[s.server] = min(float(srv.mem_gb), self.free_mem[s.server] + s.mem_gb)
+            self._recount(s.server)
 
     def take_all(self, allocs: Iterable[Allocation]) -> None:
         """Take several allocations, all or none."""

@@ -86,10 +86,9 @@ class JobState:
     def __post_init__(self) -> None:
         self.remaining = self.job.work
         self.updated_at = self.job.arrival
-
-    @property
-    def id(self) -> str:
-        return self.job.id
+        self.id: str = self.job.id
+        #: (arrival, id): FIFO's order and every policy's tie-break, precomputed (sorting is hot in the simulator)
+        self.arrival_key: tuple[float, str] = (self.job.arrival, self.job.id)
 
     def rate_on(self, alloc: Allocation) -> float:
         """This job's speed on ``alloc``, relative to its reference allocation (its requested GPUs)."""

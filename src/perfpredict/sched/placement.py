@@ -39,7 +39,7 @@ def choose_devices(ledger: Ledger, n: int, prefer: Allocation | None = None,
     if prefer is not None and not prefer.is_fractional and abs(prefer.gpus - n) < EPS:
         if all(ledger.device_free[s.server][d] >= 1 - EPS for s in prefer.shares for d in s.devices):
             return {s.server: list(s.devices) for s in prefer.shares}
-    free = [(ledger.free_gpus(i), i) for i in range(ledger.spec.n_servers)]
+    free = list(zip(ledger.free_whole, range(ledger.spec.n_servers)))
     fitting = [(f, i) for f, i in free if f >= n]
     if fitting:
         _, i = min(fitting)

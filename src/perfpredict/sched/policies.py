@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from operator import attrgetter
+
 from perfpredict.sched.base import Policy
 from perfpredict.sched.cluster import ClusterSpec
 from perfpredict.sched.job import JobState
@@ -16,6 +19,12 @@ class FIFO(Policy):
 
     def key(self, js: JobState, now: float, cluster: ClusterSpec, n_active: int) -> float:
         return js.job.arrival
+
+    def order(self, jobs: Sequence[JobState], now: float, cluster: ClusterSpec) -> list[JobState]:
+        return sorted(jobs, key=_ARRIVAL)  # same order as the generic key, without a Python call per job
+
+
+_ARRIVAL = attrgetter("arrival_key")
 
 
 class SRTF(Policy):

@@ -22,11 +22,23 @@ class GpuProportional(Mechanism):
 
     def allocate(self, ordered: Sequence[JobState], cluster: ClusterSpec, running: Mapping[str, Allocation],
                  now: float) -> dict[str, Allocation]:
-        ledger = Ledger(cluster)
         selected = select_by_gpus(ordered, cluster.total_gpus)
 
         def build(js: JobState, led: Ledger, prev: Allocation | None) -> Allocation | None:
+            if prev is not None and led.fits(prev) is None:
+                return prev  # lease renewed: same GPUs, same proportional CPUs and memory
             devices = choose_devices(led, int(round(js.job.gpus)), prefer=prev)
             return None if devices is None else proportional_allocation(led, devices, js.perf.device_mem_gb)
 
-        return place_sticky(selected, ledger, running, build)
+        if sum(1 for js in selected if js.id in running) == len(running):
+            # Every running job keeps its lease: only the newly selected ones need placing, in the free space.
+            out = dict(running)
+            ledger = self.current_ledger(cluster, running)
+            for js in selected:
+                if js.id not in out:
+                    alloc = build(js, ledger, None)
+                    if alloc is not None:
+                        ledger.take(alloc)
+                        out[js.id] = alloc
+            return out
+        return place_sticky(selected, Ledger(cluster), running, build)

@@ -1,0 +1,323 @@
+"""A discrete-event simulator of a GPU cluster running a trace under a (policy, mechanism) pair.
+
+Events are arrivals, completions and scheduling decisions. Two modes (``SimConfig.mode``):
+
+* ``"round"`` (Synergy, seed 001 §4.3): decisions happen on round boundaries (``round_s``, 300 s). Jobs that
+  arrive or finish mid-round wait for the next boundary; at each boundary the mechanism re-decides every
+  allocation (lease renewal: a job that keeps its GPUs keeps running; one that loses them is suspended). A
+  boundary where nothing happened since the last decision is skipped unless the policy's order moves with
+  time and jobs are waiting (SRTF, LAS, FTF), so a quiet cluster costs nothing to simulate.
+* ``"event"`` (moldable/malleable, seed 002): a decision right after every batch of arrivals/completions.
+
+``"auto"`` takes the mechanism's ``round_based`` flag.
+
+Between events each running job progresses at the rate its perf model gives for its allocation (reference
+seconds of work per second, :meth:`perfpredict.sched.job.JobState.rate_on`), so completion times are exact,
+not stepped. A job that starts, resumes, or whose GPU placement changes pays ``restart_overhead_s`` of no
+progress (``start_overhead_s`` the first time); a CPU/memory resize on the same GPUs is free (Synergy
+resizes in place). Every decision is checked: allocations must fit the cluster together (the simulator keeps
+its own :class:`~perfpredict.sched.cluster.Ledger`), refer to active jobs, give each rigid job its GPU demand
+when the mechanism says it is rigid, and a non-preemptive mechanism must leave running jobs untouched; a
+violation is a :class:`SimulationError` naming the mechanism, not a silently wrong result.
+
+Deterministic: no randomness here (traces carry the seed); ties break by job arrival then id.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from perfpredict.sched.base import Mechanism, Policy
+from perfpredict.sched.cluster import EPS, Allocation, CapacityError, ClusterSpec, Ledger
+from perfpredict.sched.job import Job, JobState
+from perfpredict.sched.perf import PerfModel
+
+__all__ = ["SimConfig", "SimResult", "SimulationError", "simulate"]
+
+
+class SimulationError(RuntimeError):
+    """The simulation cannot go on: a mechanism broke a rule, or the inputs contradict each other."""
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    mode: Literal["auto", "round", "event"] = "auto"
+    round_s: float = 300.0
+    start_overhead_s: float = 0.0
+    restart_overhead_s: float = 0.0
+    #: stop at this simulated time (jobs not finished by then are reported as unfinished)
+    max_time_s: float | None = None
+    #: jobs whose GPU demand exceeds the cluster: "error" (default) or "drop" (reported in the result)
+    oversized: Literal["error", "drop"] = "error"
+
+
+@dataclass
+class SimResult:
+    finished: list[JobState]
+    unfinished: list[JobState]
+    dropped: list[Job]
+    #: (time, GPUs, CPUs, memory GB) allocated, after every change; piecewise constant
+    usage: list[tuple[float, float, float, float]]
+    cluster: ClusterSpec
+    policy: str
+    mechanism: str
+    mode: str
+    decisions: int = 0
+    decision_time_s: float = 0.0
+    wall_s: float = 0.0
+    end_time: float = 0.0
+    mechanism_stats: list[dict] = field(default_factory=list)
+
+    @property
+    def states(self) -> list[JobState]:
+        return self.finished + self.unfinished
+
+
+# Event kinds, in the order they are handled at equal times: completions free resources before arrivals are
+# queued, and both happen before the decision at that instant.
+_COMPLETION, _ARRIVAL = 0, 1
+
+
+class _Sim:
+    def __init__(self, jobs: Sequence[Job], cluster: ClusterSpec, policy: Policy, mechanism: Mechanism,
+                 perf_for: Callable[[Job], PerfModel], cfg: SimConfig,
+                 on_decision: Callable[[float, int, int], None] | None) -> None:
+        self.cluster, self.policy, self.mech, self.cfg = cluster, policy, mechanism, cfg
+        self.mode = cfg.mode if cfg.mode != "auto" else ("round" if mechanism.round_based else "event")
+        self.on_decision = on_decision
+        self.dropped: list[Job] = []
+        ids = set()
+        kept: list[Job] = []
+        for j in jobs:
+            if j.id in ids:
+                raise SimulationError(f"job id {j.id!r} appears twice in the trace")
+            ids.add(j.id)
+            if j.gpus > cluster.total_gpus + EPS:
+                if cfg.oversized == "drop":
+                    self.dropped.append(j)
+                    continue
+                raise SimulationError(f"job {j.id} asks for {j.gpus:g} GPUs; the cluster has {cluster.total_gpus}")
+            kept.append(j)
+        kept.sort(key=lambda j: (j.arrival, j.id))
+        self.arrivals = kept
+        self.next_arrival = 0
+        self.perf_cache: dict[str, PerfModel] = {}
+        self.perf_for = perf_for
+        self.active: dict[str, JobState] = {}
+        self.running: dict[str, Allocation] = {}
+        self.finished: list[JobState] = []
+        self.heap: list[tuple[float, int, str]] = []  # (finish time, version, job id)
+        self.ledger = Ledger(cluster)
+        self.used = [0.0, 0.0, 0.0]
+        self.usage: list[tuple[float, float, float, float]] = [(0.0, 0.0, 0.0, 0.0)]
+        self.decisions = 0
+        self.decision_time = 0.0
+        self.stats: list[dict] = []
+
+    # -- bookkeeping -----------------------------------------------------------------------------------
+    def _record_usage(self, t: float) -> None:
+        g, c, m = self.used
+        if self.usage and self.usage[-1][0] == t:
+            self.usage[-1] = (t, g, c, m)
+        else:
+            self.usage.append((t, g, c, m))
+
+    def _set_allocation(self, js: JobState, alloc: Allocation | None, t: float, overhead: float) -> None:
+        old = js.allocation
+        if old is not None:
+            self.ledger.release(old)
+            self.used[0] -= old.gpus
+            self.used[1] -= old.cpus
+            self.used[2] -= old.mem_gb
+        js.allocation = alloc
+        js.version += 1
+        if alloc is None:
+            js.rate = 0.0
+            self.running.pop(js.id, None)
+            return
+        try:
+            self.ledger.take(alloc)
+        except CapacityError as e:  # the simulator's ledger holds every allocation that stays: this is the check
+            raise SimulationError(f"{self.mech.name} over-committed the cluster with job {js.id}: {e}") from None
+        self.used[0] += alloc.gpus
+        self.used[1] += alloc.cpus
+        self.used[2] += alloc.mem_gb
+        self.running[js.id] = alloc
+        js.rate = js.rate_on(alloc)
+        js.overhead_until = t + overhead
+        if js.rate > 0:
+            finish = js.overhead_until + js.remaining / js.rate
+            heapq.heappush(self.heap, (finish, js.version, js.id))
+
+    def _perf(self, job: Job) -> PerfModel:
+        key = job.model
+        p = self.perf_cache.get(key)
+        if p is None:
+            p = self.perf_for(job)
+            self.perf_cache[key] = p
+        return p
+
+    # -- events ----------------------------------------------------------------------------------------
+    def _peek_completion(self) -> float:
+        while self.heap:
+            t, version, jid = self.heap[0]
+            js = self.active.get(jid)
+            if js is None or js.version != version:
+                heapq.heappop(self.heap)
+                continue
+            return t
+        return math.inf
+
+    def _complete_until(self, t: float) -> bool:
+        any_done = False
+        while self._peek_completion() <= t:
+            _, _, jid = heapq.heappop(self.heap)
+            js = self.active.pop(jid)
+            js.advance(t)
+            js.remaining = 0.0
+            js.finish = t
+            self._set_allocation(js, None, t, 0.0)
+            self.finished.append(js)
+            any_done = True
+        return any_done
+
+    def _arrive_until(self, t: float) -> bool:
+        any_new = False
+        while self.next_arrival < len(self.arrivals) and self.arrivals[self.next_arrival].arrival <= t:
+            job = self.arrivals[self.next_arrival]
+            self.next_arrival += 1
+            self.active[job.id] = JobState(job, self._perf(job))
+            any_new = True
+        return any_new
+
+    # -- decisions -------------------------------------------------------------------------------------
+    def _decide(self, t: float) -> None:
+        ordered = self.policy.order(list(self.active.values()), t, self.cluster)
+        self.mech._current = self.ledger.copy
+        t0 = time.perf_counter()
+        try:
+            new = self.mech.allocate(ordered, self.cluster, dict(self.running), t)
+        finally:
+            self.mech._current = None
+        self.decision_time += time.perf_counter() - t0
+        self.decisions += 1
+        if self.mech.last_stats:
+            self.stats.append({"time": t, **self.mech.last_stats})
+        name = self.mech.name
+        changed: list[tuple[JobState, Allocation, Allocation | None]] = []
+        for jid, alloc in new.items():
+            prev = self.running.get(jid)
+            if prev is alloc:
+                continue
+            js = self.active.get(jid)
+            if js is None:
+                raise SimulationError(f"{name} allocated job {jid!r}, which is not active")
+            if alloc.gpus <= 0:
+                raise SimulationError(f"{name} gave job {jid} an allocation without GPUs")
+            if prev is not None and prev == alloc:
+                continue
+            changed.append((js, alloc, prev))
+        stopped = [jid for jid in self.running if jid not in new]
+        if not self.mech.preemptive and (stopped or any(prev is not None for _, _, prev in changed)):
+            jid = stopped[0] if stopped else next(js.id for js, _, prev in changed if prev is not None)
+            raise SimulationError(f"{name} is non-preemptive but changed or stopped running job {jid}")
+        # Stop or shrink first, so that what the moved and new jobs take is free.
+        for jid in stopped:
+            js = self.active[jid]
+            js.advance(t)
+            js.preemptions += 1
+            self._set_allocation(js, None, t, 0.0)
+        plan: list[tuple[JobState, Allocation, float]] = []
+        for js, alloc, prev in changed:
+            js.advance(t)
+            if prev is None:
+                overhead = self.cfg.start_overhead_s if js.first_start is None else self.cfg.restart_overhead_s
+                if js.first_start is None:
+                    js.first_start = t
+                else:
+                    js.restarts += 1
+            elif prev.placement != alloc.placement:
+                overhead = self.cfg.restart_overhead_s
+                js.restarts += 1
+            else:
+                overhead = max(0.0, js.overhead_until - t)  # a resize in place keeps any overhead still due
+            if prev is not None:
+                self._set_allocation(js, None, t, 0.0)
+            plan.append((js, alloc, overhead))
+        for js, alloc, overhead in plan:
+            self._set_allocation(js, alloc, t, overhead)
+        self._record_usage(t)
+        if self.on_decision is not None:
+            self.on_decision(t, len(self.finished), len(self.active))
+
+    # -- the loop --------------------------------------------------------------------------------------
+    def run(self) -> tuple[float, list[JobState]]:
+        R = self.cfg.round_s
+        horizon = self.cfg.max_time_s if self.cfg.max_time_s is not None else math.inf
+        pending: float | None = None  # next decision time (round mode)
+        t = 0.0
+        while True:
+            t_arr = self.arrivals[self.next_arrival].arrival if self.next_arrival < len(self.arrivals) else math.inf
+            t_done = self._peek_completion()
+            t_dec = pending if pending is not None else math.inf
+            t_next = min(t_arr, t_done, t_dec)
+            if t_next == math.inf:
+                break
+            if t_next > horizon:
+                t = horizon
+                break
+            t = t_next
+            changed = self._complete_until(t)
+            changed = self._arrive_until(t) or changed
+            if self.mode == "event":
+                if changed and self.active:
+                    self._decide(t)
+                elif changed:
+                    self._record_usage(t)
+                continue
+            if changed:
+                self._record_usage(t)
+                boundary = math.ceil(t / R - 1e-12) * R
+                pending = boundary if pending is None else min(pending, boundary)
+            if pending is not None and t >= pending - 1e-9:
+                if self.active:
+                    self._decide(t)
+                waiting = len(self.active) > len(self.running)
+                pending = t + R if (waiting and self.policy.time_dependent) else None
+            if (not self.running and self.active and self.next_arrival >= len(self.arrivals)
+                    and pending is None and self._peek_completion() == math.inf):
+                break  # nothing runs and nothing will change: the rest can never be scheduled
+        for js in self.active.values():
+            js.advance(max(t, js.updated_at))
+        return t, list(self.active.values())
+
+
+def simulate(jobs: Sequence[Job], cluster: ClusterSpec, policy: Policy, mechanism: Mechanism,
+             perf_for: Callable[[Job], PerfModel] | dict[str, PerfModel], config: SimConfig | None = None,
+             on_decision: Callable[[float, int, int], None] | None = None) -> SimResult:
+    """Run ``jobs`` on ``cluster``. ``perf_for`` maps a job to its perf model (a dict keys by ``job.model``;
+    a model missing from it is an error naming the job). ``on_decision(t, finished, active)`` is called after
+    every decision (progress bars)."""
+    cfg = config or SimConfig()
+    if isinstance(perf_for, dict):
+        table = perf_for
+
+        def perf_for(job: Job) -> PerfModel:  # type: ignore[no-redef]
+            try:
+                return table[job.model]
+            except KeyError:
+                raise SimulationError(f"job {job.id}: no performance model for {job.model!r} "
+                                      f"(have {', '.join(sorted(table)) or 'none'})") from None
+
+    sim = _Sim(jobs, cluster, policy, mechanism, perf_for, cfg, on_decision)
+    t0 = time.perf_counter()
+    end, unfinished = sim.run()
+    return SimResult(finished=sim.finished, unfinished=unfinished, dropped=sim.dropped, usage=sim.usage,
+                     cluster=cluster, policy=policy.name, mechanism=mechanism.name, mode=sim.mode,
+                     decisions=sim.decisions, decision_time_s=sim.decision_time, wall_s=time.perf_counter() - t0,
+                     end_time=end, mechanism_stats=sim.stats)
