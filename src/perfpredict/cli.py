@@ -288,6 +288,83 @@ def profile(
 
 
 @app.command()
+def simulate(
+    cluster: Annotated[str, typer.Option(help="cluster JSON file, or SERVERSxGPUS[:cpus=24,mem=500,gpu_mem=32]")] = "16x8",
+    trace: Annotated[str, typer.Option(help="trace .csv/.swf, or synergy:n=1000,load=9,split=20/70/10,multi=0")] = "synergy:n=1000,load=9",
+    policy: Annotated[str, typer.Option(help="fifo | srtf | las | ftf | shortest")] = "fifo",
+    mechanism: Annotated[str, typer.Option(help="proportional | greedy | tune | opt | drf | tetris | moldable-equipartition | malleable-equipartition | moldable-proportional | malleable-proportional | rigid")] = "proportional",
+    cards: Annotated[str, typer.Option(help="'paper' or a directory of card.json files (override paper models)")] = "paper",
+    seed: Annotated[int, typer.Option(help="seed for generated traces")] = 0,
+    mode: Annotated[str, typer.Option(help="auto | round | event")] = "auto",
+    round_s: Annotated[float, typer.Option("--round", help="round length in seconds (round mode)")] = 300.0,
+    restart_overhead: Annotated[float, typer.Option(help="seconds without progress when a job resumes or moves")] = 0.0,
+    steady: Annotated[str | None, typer.Option(help="steady-state window of job indices for JCT, e.g. 1000:6000")] = None,
+    max_time: Annotated[float | None, typer.Option(help="stop at this simulated time (s)")] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="output directory")] = Path("perfpredict-sim"),
+    no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="do not log to MLflow")] = False,
+    experiment: Annotated[str, typer.Option(help="MLflow experiment name")] = "perfpredict-simulations",
+    debug: Annotated[bool, typer.Option("--debug", help="show tracebacks")] = False,
+) -> None:
+    """Replay a trace on a simulated cluster under a policy and a mechanism; write jobs.csv, metrics.json, plots."""
+    from perfpredict.sim.run import run_simulation
+    from perfpredict.sim.simulator import SimConfig
+
+    if mode not in ("auto", "round", "event"):
+        raise UsageError(f"--mode must be auto, round or event, not {mode!r}", step="arguments")
+    if round_s <= 0 or restart_overhead < 0:
+        raise UsageError("need --round > 0 and --restart-overhead >= 0", step="arguments")
+    window = None
+    if steady:
+        try:
+            a, b = (int(x) for x in steady.split(":"))
+        except ValueError:
+            raise UsageError(f"--steady {steady!r}: expected FIRST:LAST job indices, e.g. 1000:6000",
+                             step="arguments") from None
+        window = (a, b)
+    cfg = SimConfig(mode=mode, round_s=round_s, restart_overhead_s=restart_overhead, max_time_s=max_time)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err_console, transient=True) as progress:
+        task = progress.add_task(f"simulating {policy} + {mechanism}", total=None)
+
+        def tick(t: float, finished: int, active: int) -> None:
+            progress.update(task, completed=finished, total=finished + active,
+                            description=f"simulating {policy} + {mechanism}: t = {t / 3600:.1f} h")
+
+        run = run_simulation(trace, cluster, policy, mechanism, cards=cards, config=cfg, seed=seed, steady=window,
+                             out_dir=out, on_decision=tick)
+    m = run.metrics.to_dict()
+    r = run.result
+    table = Table(title=f"{run.params['policy']} + {run.params['mechanism']} on {run.params['cluster']} "
+                        f"({run.params['jobs']} jobs, {r.mode} mode)", title_style="bold")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in m.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        if key.endswith("_s"):
+            text = f"{value / 3600:,.2f} h"
+        elif key.endswith("util"):
+            text = f"{value:.1%}"
+        else:
+            text = f"{value:,.4g}" if isinstance(value, float) else str(value)
+        table.add_row(key, text)
+    out_console.print(table)
+    out_console.print(f"simulated in {r.wall_s:.2f} s ({len(r.finished) / max(r.wall_s, 1e-9):,.0f} jobs/s), "
+                      f"{r.decisions} decisions, {r.decision_time_s:.2f} s deciding; "
+                      f"{len(r.unfinished)} unfinished, {len(r.dropped)} dropped", highlight=False)
+    out_console.print(f"records: {out / 'jobs.csv'}  metrics: {out / 'metrics.json'}", highlight=False)
+    if not no_mlflow:
+        from perfpredict.tracking import log_simulation, tracking_uri
+
+        try:
+            run_id = log_simulation(run, experiment=experiment)
+            out_console.print(f"mlflow: run {run_id} in {tracking_uri()} (experiment {experiment!r})", highlight=False)
+        except Exception as e:  # noqa: BLE001 - tracking failure must not lose the results (already on disk)
+            err_console.print(f"[yellow]warning[/]: MLflow logging failed ({type(e).__name__}: {e}); "
+                              f"results are in {out}")
+
+
+@app.command()
 def zoo(
     family: Annotated[str | None, typer.Argument(help="show one family's parameters")] = None,
     grid: Annotated[bool, typer.Option("--grid", help="list the family's dataset-sweep configurations")] = False,

@@ -8,6 +8,7 @@ points perfpredict at any other store or server.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from pathlib import Path
 
@@ -154,3 +155,27 @@ def _log_extended(mlflow, card: PerformanceCard) -> None:
                             "sensitivity_probes": len(sens.profiled_cpu_values)})
         for c, t in zip(sens.profiled_cpu_values, sens.probed_throughput):
             mlflow.log_metric("pipeline_samples_per_s", t, step=c)
+
+
+SIMULATION_EXPERIMENT = "perfpredict-simulations"
+
+
+def log_simulation(run, *, experiment: str = SIMULATION_EXPERIMENT) -> str:
+    """Log a :class:`perfpredict.sim.run.SimRun` as one MLflow run: its parameters, every numeric metric, and
+    the output directory (jobs.csv, metrics.json, plots) as artifacts. Returns the run id."""
+    import mlflow
+
+    prepare(experiment)
+    name = f"{run.params['policy']}+{run.params['mechanism']}@{run.params['cluster']}"
+    with mlflow.start_run(run_name=name) as active:
+        mlflow.set_tags({"perfpredict.kind": "simulation", "perfpredict.mode": run.result.mode})
+        mlflow.log_params({k: str(v)[:500] for k, v in run.params.items()})
+        metrics = {k: float(v) for k, v in run.metrics.to_dict().items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool) and v is not None}
+        metrics.update({"sim_wall_s": run.result.wall_s, "sim_decisions": run.result.decisions,
+                        "sim_decision_time_s": run.result.decision_time_s,
+                        "unfinished_jobs": len(run.result.unfinished)})
+        mlflow.log_metrics({k: v for k, v in metrics.items() if not math.isnan(v)})
+        if run.out_dir is not None:
+            mlflow.log_artifacts(str(run.out_dir))
+        return active.info.run_id

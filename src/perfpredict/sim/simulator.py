@@ -33,7 +33,13 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from perfpredict.sched.base import Mechanism, Policy
-from perfpredict.sched.cluster import EPS, Allocation, CapacityError, ClusterSpec, Ledger
+from perfpredict.sched.cluster import (
+    EPS,
+    Allocation,
+    CapacityError,
+    ClusterSpec,
+    Ledger,
+)
 from perfpredict.sched.job import Job, JobState
 from perfpredict.sched.perf import PerfModel
 

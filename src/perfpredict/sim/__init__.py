@@ -1,0 +1,21 @@
+"""Trace-driven simulation: trace readers and generators (:mod:`.traces`), the event-driven simulator
+(:mod:`.simulator`), the metrics computed from its output (:mod:`.metrics`), and :func:`run_simulation`, which
+does all of it from text specs (what ``perfpredict simulate`` calls)."""
+
+from perfpredict.sim.metrics import SimMetrics, compute_metrics, metrics_from_result
+from perfpredict.sim.run import SimRun, run_simulation
+from perfpredict.sim.simulator import SimConfig, SimResult, SimulationError, simulate
+from perfpredict.sim.traces import (
+    TraceError,
+    load_trace,
+    read_csv_trace,
+    read_swf,
+    synergy_trace,
+    write_csv_trace,
+)
+
+__all__ = [
+    "SimConfig", "SimMetrics", "SimResult", "SimRun", "SimulationError", "TraceError", "compute_metrics",
+    "load_trace", "metrics_from_result", "read_csv_trace", "read_swf", "run_simulation", "simulate",
+    "synergy_trace", "write_csv_trace",
+]

@@ -1,0 +1,75 @@
+"""Plots of simulation runs: JCT CDF and utilisation over time for one run; JCT vs load across runs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # before pyplot is imported
+import matplotlib.pyplot as plt
+import numpy as np
+
+__all__ = ["plot_jct_vs_load", "plot_run"]
+
+
+def plot_run(run: Any, out_dir: str | Path) -> list[Path]:
+    """``jct_cdf.png`` and ``utilisation.png`` for one :class:`perfpredict.sim.run.SimRun`."""
+    out = Path(out_dir)
+    made = []
+    jct = np.sort([(s.finish - s.job.arrival) / 3600 for s in run.result.finished])
+    if jct.size:
+        fig, ax = plt.subplots(figsize=(5.5, 3.6))
+        ax.plot(jct, np.arange(1, jct.size + 1) / jct.size, lw=1.5)
+        ax.set_xscale("log")
+        ax.set_xlabel("job completion time (h)")
+        ax.set_ylabel("fraction of jobs")
+        ax.set_title(f"{run.params['policy']} + {run.params['mechanism']} on {run.params['cluster']}", fontsize=9)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(out / "jct_cdf.png", dpi=110)
+        plt.close(fig)
+        made.append(out / "jct_cdf.png")
+    usage = np.asarray(run.result.usage, dtype=float)
+    if len(usage) > 1:
+        spec = run.result.cluster
+        fig, ax = plt.subplots(figsize=(6.5, 3.4))
+        t = usage[:, 0] / 3600
+        for col, total, label in ((1, spec.total_gpus, "GPU"), (2, spec.total_cpus, "CPU"), (3, spec.total_mem_gb, "memory")):
+            ax.step(t, usage[:, col] / total * 100, where="post", lw=1, label=label)
+        ax.set_xlabel("time (h)")
+        ax.set_ylabel("allocated (%)")
+        ax.set_ylim(0, 105)
+        ax.legend(fontsize=8, loc="lower right")
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(out / "utilisation.png", dpi=110)
+        plt.close(fig)
+        made.append(out / "utilisation.png")
+    return made
+
+
+def plot_jct_vs_load(rows: Sequence[Mapping[str, Any]], path: str | Path, *, x: str = "load", y: str = "avg_jct_h",
+                     series: str = "mechanism", title: str = "", xlabel: str = "load (jobs/hour)",
+                     ylabel: str = "average JCT (h)", bound: Mapping[Any, float] | None = None) -> Path:
+    """One line per ``series`` value of ``y`` against ``x`` (e.g. average JCT vs load per mechanism)."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.6))
+    for name in dict.fromkeys(r[series] for r in rows):
+        pts = sorted((r[x], r[y]) for r in rows if r[series] == name and r.get(y) is not None)
+        if pts:
+            ax.plot(*zip(*pts), marker="o", ms=4, label=str(name))
+    if bound:
+        pts = sorted(bound.items())
+        ax.plot(*zip(*pts), ls="--", color="k", lw=1, label="opt bound")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return Path(path)

@@ -1,0 +1,211 @@
+"""One simulation from user-facing inputs: cluster and trace specs, policy and mechanism names, card sources.
+
+This is what ``perfpredict simulate`` and the experiments call. It turns text into objects (with clear errors
+for bad input), runs :func:`perfpredict.sim.simulator.simulate`, computes the metrics, and writes the per-job
+records (CSV), the metrics (JSON) and plots to an output directory.
+
+Spec formats:
+
+* cluster: a JSON file (see :meth:`perfpredict.sched.cluster.ClusterSpec.from_dict`) or ``SxG`` for S servers
+  of G GPUs, optionally with per-server resources: ``16x8:cpus=24,mem=500,gpu_mem=32,type=V100``.
+* trace: a ``.csv`` or ``.swf`` file, or a generator: ``synergy:n=1000,load=9,split=20/70/10,multi=0``
+  (load in jobs/hour; omit it for a static trace where every job arrives at 0).
+* cards: ``paper`` (models derived from the seeds' statements, the default) or a directory of
+  ``card.json`` files from ``perfpredict profile`` (keyed by the file's stem and by ``model.name``), which
+  override paper models of the same name.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from perfpredict.errors import UsageError
+from perfpredict.sched.cluster import ClusterSpec
+from perfpredict.sched.job import Job
+from perfpredict.sched.mechanisms import make_mechanism
+from perfpredict.sched.perf import PerfModel
+from perfpredict.sched.policies import make_policy
+from perfpredict.sim.simulator import SimConfig, SimResult, SimulationError, simulate
+
+__all__ = ["SimRun", "load_perf_models", "parse_cluster", "parse_trace", "run_simulation", "write_outputs"]
+
+
+def parse_cluster(text: str | Path | ClusterSpec) -> ClusterSpec:
+    if isinstance(text, ClusterSpec):
+        return text
+    s = str(text)
+    p = Path(s)
+    if s.endswith(".json") or p.is_file():
+        if not p.is_file():
+            raise UsageError(f"cluster file {s} does not exist", step="cluster")
+        try:
+            return ClusterSpec.load(p)
+        except (ValueError, TypeError) as e:
+            raise UsageError(f"cluster file {s}: {e}", step="cluster") from None
+    head, _, opts = s.partition(":")
+    try:
+        n, g = (int(x) for x in head.lower().split("x"))
+    except ValueError:
+        raise UsageError(f"cluster {s!r}: expected a JSON file or SERVERSxGPUS like 16x8[:cpus=24,mem=500]",
+                         step="cluster") from None
+    kw: dict[str, Any] = {}
+    names = {"cpus": ("cpus", float), "mem": ("mem_gb", float), "gpu_mem": ("gpu_mem_gb", float),
+             "type": ("gpu_type", str), "energy": ("energy_cost", float)}
+    for item in filter(None, opts.split(",")):
+        key, _, val = item.partition("=")
+        if key not in names:
+            raise UsageError(f"cluster {s!r}: unknown option {key!r} (use {', '.join(names)})", step="cluster")
+        field_name, conv = names[key]
+        try:
+            kw[field_name] = conv(val)
+        except ValueError:
+            raise UsageError(f"cluster {s!r}: {key}={val!r} is not a valid value", step="cluster") from None
+    try:
+        return ClusterSpec.homogeneous(n, gpus=g, **kw)
+    except ValueError as e:
+        raise UsageError(f"cluster {s!r}: {e}", step="cluster") from None
+
+
+def _kv(spec: str) -> dict[str, str]:
+    out = {}
+    for item in filter(None, spec.split(",")):
+        k, sep, v = item.partition("=")
+        if not sep:
+            raise UsageError(f"expected key=value, got {item!r}", step="trace")
+        out[k.strip()] = v.strip()
+    return out
+
+
+def parse_trace(text: str | Path | list[Job], seed: int = 0) -> list[Job]:
+    """A trace file or a generator spec (see the module docstring) → jobs."""
+    if isinstance(text, list):
+        return text
+    from perfpredict.sim import traces
+
+    s = str(text)
+    if s.startswith("synergy:") or s == "synergy":
+        kv = _kv(s.partition(":")[2])
+        allowed = {"n", "load", "split", "multi", "seed"}
+        if set(kv) - allowed:
+            raise UsageError(f"trace {s!r}: unknown option(s) {sorted(set(kv) - allowed)}; use {sorted(allowed)}",
+                             step="trace")
+        try:
+            split = tuple(float(x) for x in kv.get("split", "20/70/10").split("/"))
+            return traces.synergy_trace(int(kv.get("n", 1000)),
+                                        load_jobs_per_hour=float(kv["load"]) if "load" in kv else None,
+                                        split=split, multi_gpu=kv.get("multi", "0") in ("1", "true", "yes"),
+                                        seed=int(kv.get("seed", seed)))
+        except ValueError as e:
+            raise UsageError(f"trace {s!r}: {e}", step="trace") from None
+    p = Path(s)
+    if not p.is_file():
+        raise UsageError(f"trace {s} does not exist (give a .csv/.swf file or synergy:n=...,load=...)",
+                         step="trace")
+    try:
+        return traces.load_trace(p)
+    except traces.TraceError as e:
+        raise UsageError(str(e), step="trace") from None
+
+
+def load_perf_models(cards: str | Path | dict[str, PerfModel] | None = "paper") -> dict[str, PerfModel]:
+    """Paper-derived models, overridden by any cards in a directory."""
+    if isinstance(cards, dict):
+        return cards
+    from perfpredict.sched import paper_cards
+
+    models: dict[str, PerfModel] = dict(paper_cards.synergy_models())
+    models.update(paper_cards.moldable_models())
+    if cards in (None, "paper"):
+        return models
+    d = Path(cards)
+    if not d.is_dir():
+        raise UsageError(f"cards: {d} is not a directory of card.json files (or use 'paper')", step="cards")
+    from perfpredict.card import PerformanceCard
+
+    found = sorted(d.rglob("*.json"))
+    if not found:
+        raise UsageError(f"cards: no .json files under {d}", step="cards")
+    for f in found:
+        card = PerformanceCard.load(f)
+        # Trace durations are at the GPU-proportional share of Synergy's reference server (3 CPUs, 62.5 GB
+        # per GPU): measure every card's grid against that, not against the card's own demand.
+        model = PerfModel.from_card(card, ref_cpus_per_gpu=paper_cards.REF_CPUS_PER_GPU,
+                                    ref_mem_per_gpu=paper_cards.REF_MEM_PER_GPU)
+        models[card.model.name] = model
+        models[f.stem if f.stem != "card" else f.parent.name] = model
+    return models
+
+
+@dataclass
+class SimRun:
+    result: SimResult
+    metrics: Any  # perfpredict.sim.metrics.SimMetrics
+    params: dict[str, Any]
+    out_dir: Path | None = None
+
+
+def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterSpec, policy: str = "fifo",
+                   mechanism: str = "proportional", *, cards: str | Path | dict[str, PerfModel] | None = "paper",
+                   config: SimConfig | None = None, seed: int = 0, steady: tuple[int, int] | None = None,
+                   out_dir: str | Path | None = None,
+                   on_decision: Callable[[float, int, int], None] | None = None,
+                   mechanism_kwargs: dict[str, Any] | None = None) -> SimRun:
+    """Parse, simulate, measure, and (with ``out_dir``) write ``jobs.csv``, ``metrics.json`` and plots."""
+    from perfpredict.sim.metrics import metrics_from_result
+
+    spec = parse_cluster(cluster)
+    jobs = parse_trace(trace, seed)
+    models = load_perf_models(cards)
+    try:
+        pol = make_policy(policy)
+        mech = make_mechanism(mechanism, **(mechanism_kwargs or {}))
+    except ValueError as e:
+        raise UsageError(str(e), step="arguments") from None
+    cfg = config or SimConfig()
+    try:
+        result = simulate(jobs, spec, pol, mech, models, cfg, on_decision=on_decision)
+    except SimulationError as e:
+        raise UsageError(str(e), step="simulate") from None
+    metrics = metrics_from_result(result, steady=steady)
+    params = {"cluster": spec.name, "gpus": spec.total_gpus, "trace": str(trace) if not isinstance(trace, list)
+              else f"{len(trace)} jobs", "jobs": len(jobs), "policy": pol.name, "mechanism": mech.name,
+              "mode": result.mode, "round_s": cfg.round_s, "restart_overhead_s": cfg.restart_overhead_s,
+              "seed": seed, "cards": str(cards) if not isinstance(cards, dict) else "custom"}
+    run = SimRun(result=result, metrics=metrics, params=params)
+    if out_dir is not None:
+        run.out_dir = write_outputs(run, out_dir)
+    return run
+
+
+def write_outputs(run: SimRun, out_dir: str | Path) -> Path:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "jobs.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["id", "model", "task", "user", "arrival_s", "gpus", "work_s", "first_start_s", "finish_s",
+                    "jct_s", "run_time_s", "queueing_s", "preemptions", "restarts", "mean_cpus", "mean_mem_gb",
+                    "finished"])
+        for js in run.result.states:
+            j = js.job
+            jct = (js.finish - j.arrival) if js.finish is not None else None
+            rt = js.run_time
+            w.writerow([j.id, j.model, j.task, j.user, j.arrival, j.gpus, j.work, js.first_start, js.finish, jct, rt,
+                        (jct - rt) if jct is not None else None, js.preemptions, js.restarts,
+                        js.cpu_seconds / rt if rt else None, js.mem_gb_seconds / rt if rt else None,
+                        js.finish is not None])
+    doc = {"params": run.params, "metrics": run.metrics.to_dict(),
+           "simulation": {"decisions": run.result.decisions, "decision_time_s": run.result.decision_time_s,
+                          "wall_s": run.result.wall_s, "end_time_s": run.result.end_time,
+                          "unfinished": len(run.result.unfinished), "dropped": len(run.result.dropped)}}
+    if run.result.mechanism_stats:
+        doc["mechanism_stats"] = run.result.mechanism_stats
+    (out / "metrics.json").write_text(json.dumps(doc, indent=2, default=float))
+    from perfpredict.sim.plots import plot_run
+
+    plot_run(run, out)
+    return out

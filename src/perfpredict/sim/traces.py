@@ -1,0 +1,419 @@
+"""Traces: the Synergy trace generator, the Standard Workload Format reader, and perfpredict's CSV format.
+
+Every reader returns :class:`~perfpredict.sched.job.Job` s with ``work`` in *reference seconds* (the run time
+at the job's requested GPUs with its perf model's reference CPUs and memory, see :mod:`perfpredict.sched.job`)
+and ``arrival`` in seconds from the start of the trace. Malformed input raises :class:`TraceError` naming the
+file and line, never an exception from deep inside a parser.
+
+Synergy's production-derived trace (seed 001 §5.1), :func:`synergy_trace`
+    * duration ``10**x`` minutes, ``x ~ U[1.5, 3]`` with probability 0.8 and ``U[3, 4]`` with 0.2 — the
+      duration at the GPU-proportional allocation, hence ``Job.work``;
+    * arrivals all at 0 (static trace) or a Poisson process of ``load_jobs_per_hour`` (dynamic trace);
+    * a model per job: the task by the workload split (exact counts, shuffled — the paper's split is the
+      percentage of jobs of each task in the trace), then a Table 4 model of that task uniformly (the paper
+      does not weigh the models of a task);
+    * GPU demand 1, or for multi-GPU traces a Philly-like distribution, :data:`PHILLY_LIKE_GPU_DEMAND`. The
+      paper says only that the demand is extracted from the Philly trace and that jobs ask for "up to 16
+      GPUs" (§5.1, §5.3.2); the authors' released generator keeps Philly demands of 1, 2, 4, 8, 16 and, in its
+      synthetic mode, draws 1/2/4/8 GPUs with probabilities 0.70/0.10/0.15/0.05 (the Gavel distribution). We
+      take those probabilities and move one point of the 8-GPU mass to 16 GPUs, so the largest class the paper
+      names exists but stays rare, as large jobs are in Philly.
+
+    Arrivals, durations, tasks/models and GPU demands come from independent streams of one seed, so two
+    traces with the same seed and different loads (or single vs multi-GPU) share everything else — common
+    random numbers for comparing loads.
+
+Standard Workload Format (Parallel Workloads Archive), :func:`read_swf`
+    ``;`` header lines (``; Key: value`` pairs are kept), then 18 whitespace-separated fields per job, ``-1``
+    meaning unknown. Seed 002 (§VI) replays HPC2N "treating a CPU in the workload as a GPU", so by default
+    one processor is one GPU (``gpus_per_proc=1``); ``gpus = ceil(procs * gpus_per_proc)`` otherwise (e.g.
+    ``1/8`` for 8-core nodes with one GPU each), at least 1. The processors are the allocated ones (field 5,
+    what the run time was measured on), else the requested ones (field 8). ``work`` is the run time: the job
+    is taken to need its recorded run time on its mapped GPUs (seed 002's volume ``runtime x procs`` is then
+    ``work x gpus`` under its linear speedup). Jobs with a non-positive run time or processor count, or an
+    unknown submit time, are skipped and counted (:func:`read_swf_report`).
+
+CSV (perfpredict's own), :func:`read_csv_trace` / :func:`write_csv_trace`
+    A header row naming the columns, in any order: ``id``, ``arrival_s``, ``gpus``, ``work_s`` (required),
+    ``model``, ``task``, ``user``, ``min_gpus``, ``max_gpus``, ``priority``, ``deadline_s``, ``qos``
+    (optional; a blank cell is "not given"). ``arrival_s`` is seconds from the trace start, ``work_s``
+    reference seconds, ``deadline_s`` an absolute time on the same clock as ``arrival_s``. Lines starting
+    with ``#`` before the header are comments (provenance); blank lines are ignored. Unknown columns are an error (a misspelt optional column must not be silently
+    ignored).
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import logging
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from perfpredict.errors import PerfPredictError
+from perfpredict.sched.job import Job
+from perfpredict.sched.paper_cards import SYNERGY_TASK_MODELS
+
+__all__ = [
+    "CSV_COLUMNS", "PHILLY_LIKE_GPU_DEMAND", "SwfReport", "TraceError", "load_trace", "read_csv_trace", "read_swf",
+    "read_swf_report", "synergy_trace", "write_csv_trace",
+]
+
+log = logging.getLogger(__name__)
+
+#: GPU demand -> probability for multi-GPU Synergy traces (see the module docstring for why these).
+PHILLY_LIKE_GPU_DEMAND: dict[int, float] = {1: 0.70, 2: 0.10, 4: 0.15, 8: 0.04, 16: 0.01}
+_TASKS = ("image", "language", "speech")
+
+
+class TraceError(PerfPredictError, ValueError):
+    """Malformed trace input: ``<file>: line <n>: <what is wrong>`` (a :class:`ValueError` too)."""
+
+    def __init__(self, message: str, *, path: str | Path | None = None, line: int | None = None) -> None:
+        super().__init__(message, source=None if path is None else str(path),
+                         step=None if line is None else f"line {line}")
+        self.path = None if path is None else str(path)
+        self.line = line
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Synergy's generator
+# ---------------------------------------------------------------------------------------------------------
+def synergy_trace(n_jobs: int, *, load_jobs_per_hour: float | None = None,
+                  split: Sequence[float] = (20, 70, 10), multi_gpu: bool = False, seed: int = 0,
+                  gpu_demand: Mapping[int, float] | None = None) -> list[Job]:
+    """``n_jobs`` jobs of Synergy's production-derived trace (seed 001 §5.1), deterministic for ``seed``.
+
+    ``load_jobs_per_hour``: Poisson arrival rate λ (mean gap 3600/λ s, the first job one gap after 0);
+    ``None`` is the static trace (all jobs at 0). ``split``: percent of image, language and speech jobs
+    (normalised, so (33, 33, 33) works). ``multi_gpu``: draw demands from ``gpu_demand`` (default
+    :data:`PHILLY_LIKE_GPU_DEMAND`) instead of 1. Job ids are ``"0"`` .. ``str(n_jobs - 1)`` in arrival order.
+    """
+    if n_jobs < 0:
+        raise ValueError(f"n_jobs must be >= 0, got {n_jobs}")
+    if load_jobs_per_hour is not None and not (load_jobs_per_hour > 0 and math.isfinite(load_jobs_per_hour)):
+        raise ValueError(f"load_jobs_per_hour must be a positive number or None, got {load_jobs_per_hour}")
+    weights = np.asarray(split, dtype=float)
+    if weights.shape != (3,) or np.any(weights < 0) or not np.all(np.isfinite(weights)) or weights.sum() <= 0:
+        raise ValueError(f"split must be three non-negative percentages (image, language, speech), got {split}")
+    demand = dict(gpu_demand) if gpu_demand is not None else PHILLY_LIKE_GPU_DEMAND
+    if not demand or any(g <= 0 or p < 0 for g, p in demand.items()) or sum(demand.values()) <= 0:
+        raise ValueError(f"gpu_demand must map positive GPU counts to non-negative probabilities, got {demand}")
+
+    arr_rng, dur_rng, task_rng, gpu_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(4))
+
+    if load_jobs_per_hour is None:
+        arrivals = np.zeros(n_jobs)
+    else:
+        arrivals = np.cumsum(arr_rng.exponential(3600.0 / load_jobs_per_hour, size=n_jobs))
+
+    long = dur_rng.random(n_jobs) < 0.2
+    x = np.where(long, dur_rng.uniform(3.0, 4.0, n_jobs), dur_rng.uniform(1.5, 3.0, n_jobs))
+    work = 60.0 * 10.0 ** x
+
+    counts = _exact_counts(weights / weights.sum(), n_jobs)
+    tasks = np.repeat(np.arange(3), counts)
+    task_rng.shuffle(tasks)
+    model_pick = task_rng.random(n_jobs)
+
+    if multi_gpu:
+        sizes = np.array(sorted(demand), dtype=float)
+        probs = np.array([demand[int(s)] for s in sizes], dtype=float)
+        gpus = gpu_rng.choice(sizes, size=n_jobs, p=probs / probs.sum())
+    else:
+        gpus = np.ones(n_jobs)
+
+    jobs = []
+    for i in range(n_jobs):
+        task = _TASKS[int(tasks[i])]
+        names = SYNERGY_TASK_MODELS[task]
+        model = names[min(int(model_pick[i] * len(names)), len(names) - 1)]
+        jobs.append(Job(id=str(i), arrival=float(arrivals[i]), gpus=float(gpus[i]), work=float(work[i]),
+                        model=model, task=task))
+    return jobs
+
+
+def _exact_counts(fractions: np.ndarray, n: int) -> np.ndarray:
+    """Integer counts summing to ``n`` closest to ``fractions * n`` (largest remainder)."""
+    raw = fractions * n
+    counts = np.floor(raw).astype(int)
+    short = n - int(counts.sum())
+    order = np.argsort(-(raw - counts), kind="stable")
+    counts[order[:short]] += 1
+    return counts
+
+
+# ---------------------------------------------------------------------------------------------------------
+# reading files
+# ---------------------------------------------------------------------------------------------------------
+def _open_text(path: Path) -> io.TextIOBase:
+    try:
+        if path.suffix == ".gz":
+            return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
+        return open(path, encoding="utf-8", newline="")
+    except OSError as e:
+        raise TraceError(f"cannot read: {e.strerror or e}", path=path) from None
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of a text file, decoding and I/O errors as :class:`TraceError`."""
+    with _open_text(path) as f:
+        n = 0
+        try:
+            for n, text in enumerate(f, start=1):
+                yield n, text
+        except UnicodeDecodeError:
+            raise TraceError("not a UTF-8 text file", path=path, line=n + 1) from None
+        except (OSError, EOFError) as e:
+            raise TraceError(f"cannot read: {e}", path=path, line=n + 1) from None
+
+
+def _number(token: str, what: str, path: Path, line: int) -> float:
+    try:
+        v = float(token)
+    except ValueError:
+        raise TraceError(f"{what} is not a number: {token!r}", path=path, line=line) from None
+    if not math.isfinite(v):
+        raise TraceError(f"{what} is not finite: {token!r}", path=path, line=line)
+    return v
+
+
+# -- SWF ------------------------------------------------------------------------------------------------------
+_SWF_FIELDS = ("job number", "submit time", "wait time", "run time", "allocated processors", "average CPU time",
+               "used memory", "requested processors", "requested time", "requested memory", "status", "user id",
+               "group id", "executable", "queue", "partition", "preceding job", "think time")
+
+
+@dataclass
+class SwfReport:
+    """What :func:`read_swf_report` read: the jobs, how many records it skipped and why, the header pairs."""
+
+    jobs: list[Job]
+    skipped: int = 0
+    skip_reasons: dict[str, int] = field(default_factory=dict)
+    header: dict[str, str] = field(default_factory=dict)
+    #: submit time (trace clock, s) that arrival 0 corresponds to
+    time_origin: float = 0.0
+
+
+def read_swf_report(path: str | Path, *, gpus_per_proc: float = 1.0, max_jobs: int | None = None,
+                    model: str = "", min_gpus: float | None = None, max_gpus: float | None = None) -> SwfReport:
+    """Read a Standard Workload Format file (``.swf`` or ``.swf.gz``); see the module docstring for the mapping.
+
+    ``max_jobs``: stop after that many kept jobs. ``model``: the perf-model key every job gets (e.g.
+    ``"linear"`` for seed 002's HPC2N runs). ``min_gpus``/``max_gpus``: set on every job (seed 002 uses
+    (1, 240) for its moldable runs); ``None`` leaves them unset.
+    """
+    p = Path(path)
+    if not gpus_per_proc > 0 or not math.isfinite(gpus_per_proc):
+        raise ValueError(f"gpus_per_proc must be a positive number, got {gpus_per_proc}")
+    if max_jobs is not None and max_jobs < 0:
+        raise ValueError(f"max_jobs must be >= 0, got {max_jobs}")
+    rep = SwfReport(jobs=[])
+    raw: list[tuple[str, float, float, float, str, int]] = []  # id, submit, run, gpus, user, line
+    seen: dict[str, int] = {}
+
+    def skip(reason: str) -> None:
+        rep.skipped += 1
+        rep.skip_reasons[reason] = rep.skip_reasons.get(reason, 0) + 1
+
+    for n, text in _lines(p):
+        if max_jobs is not None and len(raw) >= max_jobs:
+            break
+        s = text.strip()
+        if not s:
+            continue
+        if s.startswith(";"):
+            key, sep, value = s.lstrip(";").partition(":")
+            if sep and key.strip() and " " not in key.strip():
+                rep.header[key.strip()] = value.strip()
+            continue
+        tokens = s.split()
+        if len(tokens) != len(_SWF_FIELDS):
+            raise TraceError(f"expected {len(_SWF_FIELDS)} whitespace-separated fields, got {len(tokens)}",
+                             path=p, line=n)
+        v = [_number(tok, name, p, n) for tok, name in zip(tokens, _SWF_FIELDS, strict=True)]
+        for i in (1, 3, 4, 7, 11):  # the fields used: -1 is "unknown", anything below is malformed
+            if v[i] < -1:
+                raise TraceError(f"{_SWF_FIELDS[i]} is negative ({tokens[i]}); SWF uses -1 for unknown",
+                                 path=p, line=n)
+        job_id = tokens[0] if not v[0].is_integer() else str(int(v[0]))
+        if job_id in seen:
+            raise TraceError(f"job number {job_id} already used on line {seen[job_id]}", path=p, line=n)
+        seen[job_id] = n
+        submit, run_time = v[1], v[3]
+        procs = v[4] if v[4] > 0 else v[7]
+        if submit < 0:
+            skip("unknown submit time")
+            continue
+        if run_time <= 0:
+            skip("non-positive run time")
+            continue
+        if procs <= 0:
+            skip("non-positive processors")
+            continue
+        gpus = max(1.0, float(math.ceil(procs * gpus_per_proc - 1e-9)))
+        user = str(int(v[11])) if v[11] >= 0 else ""
+        raw.append((job_id, submit, run_time, gpus, user, n))
+
+    origin = min((r[1] for r in raw), default=0.0)
+    rep.time_origin = origin
+    for job_id, submit, run_time, gpus, user, n in sorted(raw, key=lambda r: r[1]):  # stable: file order on ties
+        rep.jobs.append(_job(p, n, id=job_id, arrival=submit - origin, gpus=gpus, work=run_time, model=model,
+                             user=user, min_gpus=min_gpus, max_gpus=max_gpus))
+    if rep.skipped:
+        log.warning("%s: skipped %d of %d job records (%s)", p, rep.skipped, rep.skipped + len(raw),
+                    ", ".join(f"{k}: {c}" for k, c in sorted(rep.skip_reasons.items())))
+    return rep
+
+
+def read_swf(path: str | Path, *, gpus_per_proc: float = 1.0, max_jobs: int | None = None, model: str = "",
+             min_gpus: float | None = None, max_gpus: float | None = None) -> list[Job]:
+    """The jobs of an SWF file (:func:`read_swf_report` without the report; skipped records are logged)."""
+    return read_swf_report(path, gpus_per_proc=gpus_per_proc, max_jobs=max_jobs, model=model, min_gpus=min_gpus,
+                           max_gpus=max_gpus).jobs
+
+
+def _job(path: Path, line: int, **kwargs) -> Job:
+    """A Job, its own validation errors reported as :class:`TraceError` at ``line``."""
+    try:
+        return Job(**kwargs)
+    except ValueError as e:
+        raise TraceError(str(e), path=path, line=line) from None
+
+
+# -- CSV ------------------------------------------------------------------------------------------------------
+#: Column order written by :func:`write_csv_trace`; the first four are required.
+CSV_COLUMNS: tuple[str, ...] = ("id", "arrival_s", "gpus", "work_s", "model", "task", "user", "min_gpus",
+                                "max_gpus", "priority", "deadline_s", "qos")
+_CSV_REQUIRED = CSV_COLUMNS[:4]
+
+
+def read_csv_trace(path: str | Path) -> list[Job]:
+    """Read perfpredict's CSV trace format (see the module docstring); jobs in file order."""
+    p = Path(path)
+    numbered = _NumberedLines(_csv_lines(p))
+    reader = csv.reader(numbered)
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise TraceError("empty: no header row", path=p) from None
+    except csv.Error as e:
+        raise TraceError(f"bad CSV: {e}", path=p, line=numbered.line) from None
+    cols = [h.strip() for h in header]
+    unknown = [c for c in cols if c not in CSV_COLUMNS]
+    if unknown:
+        raise TraceError(f"unknown column(s) {', '.join(map(repr, unknown))}; columns are {', '.join(CSV_COLUMNS)}",
+                         path=p, line=numbered.line)
+    missing = [c for c in _CSV_REQUIRED if c not in cols]
+    if missing:
+        raise TraceError(f"missing required column(s) {', '.join(missing)}", path=p, line=numbered.line)
+    if len(set(cols)) != len(cols):
+        raise TraceError("a column appears twice in the header", path=p, line=numbered.line)
+
+    jobs: list[Job] = []
+    seen: dict[str, int] = {}
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as e:
+            raise TraceError(f"bad CSV: {e}", path=p, line=numbered.line) from None
+        n = numbered.line
+        if len(row) != len(cols):
+            raise TraceError(f"expected {len(cols)} fields (as the header), got {len(row)}", path=p, line=n)
+        cell = {c: v.strip() for c, v in zip(cols, row, strict=True)}
+        for c in _CSV_REQUIRED:
+            if not cell[c]:
+                raise TraceError(f"{c} is blank", path=p, line=n)
+        job_id = cell["id"]
+        if job_id in seen:
+            raise TraceError(f"job id {job_id!r} already used on line {seen[job_id]}", path=p, line=n)
+        seen[job_id] = n
+
+        def opt_num(c: str, cell: dict[str, str] = cell, n: int = n) -> float | None:
+            return _number(cell[c], c, p, n) if cell.get(c) else None
+
+        priority = opt_num("priority")
+        if priority is not None and not priority.is_integer():
+            raise TraceError(f"priority must be an integer, got {cell['priority']!r}", path=p, line=n)
+        jobs.append(_job(p, n, id=job_id, arrival=_number(cell["arrival_s"], "arrival_s", p, n),
+                         gpus=_number(cell["gpus"], "gpus", p, n), work=_number(cell["work_s"], "work_s", p, n),
+                         model=cell.get("model", ""), task=cell.get("task", ""), user=cell.get("user", ""),
+                         min_gpus=opt_num("min_gpus"), max_gpus=opt_num("max_gpus"),
+                         priority=0 if priority is None else int(priority), deadline=opt_num("deadline_s"),
+                         qos=cell.get("qos") or None))
+    return jobs
+
+
+def _csv_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Non-blank lines, without the ``#`` comment lines before the header (after it, ``#`` starts data)."""
+    in_preamble = True
+    for n, text in _lines(path):
+        if not text.strip():
+            continue
+        if in_preamble and text.lstrip().startswith("#"):
+            continue
+        in_preamble = False
+        yield n, text
+
+
+class _NumberedLines:
+    """Feeds (line number, text) pairs to ``csv.reader`` and remembers the file line of the last one read."""
+
+    def __init__(self, lines: Iterable[tuple[int, str]]) -> None:
+        self._it = iter(lines)
+        self.line = 0
+
+    def __iter__(self) -> _NumberedLines:
+        return self
+
+    def __next__(self) -> str:
+        self.line, text = next(self._it)
+        return text
+
+
+def write_csv_trace(jobs: Iterable[Job], path: str | Path) -> Path:
+    """Write ``jobs`` in the CSV format :func:`read_csv_trace` reads (all columns; blanks for ``None``).
+
+    Numbers are written exactly (``repr`` of the float; integral values without a fraction), so reading the
+    file back gives equal jobs.
+    """
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with open(p, "w", encoding="utf-8", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(CSV_COLUMNS)
+        for j in jobs:
+            w.writerow([j.id, _fmt(j.arrival), _fmt(j.gpus), _fmt(j.work), j.model, j.task, j.user,
+                        _fmt(j.min_gpus), _fmt(j.max_gpus), str(j.priority), _fmt(j.deadline), j.qos or ""])
+    return p
+
+
+def _fmt(x: float | None) -> str:
+    if x is None:
+        return ""
+    x = float(x)
+    return str(int(x)) if x.is_integer() and abs(x) < 1e15 else repr(x)
+
+
+# ---------------------------------------------------------------------------------------------------------
+def load_trace(path: str | Path, **swf_options) -> list[Job]:
+    """A trace file by its suffix: ``.swf`` / ``.swf.gz`` (options go to :func:`read_swf`), ``.csv`` / ``.csv.gz``."""
+    p = Path(path)
+    suffixes = [s.lower() for s in p.suffixes]
+    kind = suffixes[-2] if len(suffixes) >= 2 and suffixes[-1] == ".gz" else (suffixes[-1] if suffixes else "")
+    if kind == ".swf":
+        return read_swf(p, **swf_options)
+    if kind == ".csv":
+        if swf_options:
+            raise TypeError(f"options {sorted(swf_options)} apply to SWF traces only")
+        return read_csv_trace(p)
+    raise TraceError(f"unknown trace format {kind or '(no suffix)'!r}; expected .swf or .csv (optionally .gz)",
+                     path=p)
