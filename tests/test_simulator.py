@@ -8,7 +8,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from perfpredict.sched import Allocation, ClusterSpec, Job, Ledger, Mechanism, PerfModel, Share, make_policy
+from perfpredict.sched import (
+    Allocation,
+    ClusterSpec,
+    Job,
+    Ledger,
+    Mechanism,
+    PerfModel,
+    Share,
+    make_policy,
+)
 from perfpredict.sched.mechanisms import make_mechanism
 from perfpredict.sim.simulator import SimConfig, SimulationError, simulate
 
@@ -182,3 +191,23 @@ def test_invariants_on_random_traces(spec, servers, policy, mode):
     # deterministic
     again = simulate(jobs, cluster, make_policy(policy), make_mechanism("proportional"), perf, SimConfig(mode=mode))
     assert {s.id: s.finish for s in again.finished} == finish
+
+
+def test_rigid_mechanisms_must_give_exact_demands_and_jobs_must_fit_device_memory():
+    cluster = ClusterSpec.homogeneous(1, gpus=4, gpu_mem_gb=16)
+
+    class Stingy(Fixed):
+        name, rigid = "stingy", True
+
+        def allocate(self, ordered, cluster, running, now):
+            return {js.id: Allocation((Share(0, 1, 3, 62.5, (0,)),)) for js in ordered[:1]}
+
+    with pytest.raises(SimulationError, match="stingy is rigid but gave job a 1 GPUs for a demand of 2"):
+        simulate([Job("a", 0, 2, 100, model="flat")], cluster, make_policy("fifo"), Stingy(3.0), {"flat": FLAT})
+    huge = PerfModel("huge", device_mem_gb=40.0)
+    jobs = [Job("a", 0, 1, 100, model="huge"), Job("b", 0, 1, 100, model="flat")]
+    with pytest.raises(SimulationError, match="needs 40 GB of device memory"):
+        simulate(jobs, cluster, make_policy("fifo"), make_mechanism("proportional"), {"flat": FLAT, "huge": huge})
+    r = simulate(jobs, cluster, make_policy("fifo"), make_mechanism("proportional"), {"flat": FLAT, "huge": huge},
+                 SimConfig(oversized="drop"))
+    assert [j.id for j in r.dropped] == ["a"] and [s.id for s in r.finished] == ["b"]

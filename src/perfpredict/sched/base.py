@@ -49,6 +49,8 @@ class Mechanism(ABC):
     #: Whether the mechanism wants to be called every round (round-based mode) or only on arrivals and
     #: completions (event-based mode). The simulator can override.
     round_based: bool = True
+    #: Every job gets exactly its requested GPUs (gang, no resizing); the simulator checks it.
+    rigid: bool = False
 
     def __init__(self) -> None:
         #: Anything worth reporting about the last decision (bound, fragmentation, ...): the simulator logs it.

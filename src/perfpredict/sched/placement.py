@@ -8,12 +8,13 @@ a job larger than any server's free GPUs, the fewest servers (largest free first
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 
 from perfpredict.sched.cluster import EPS, Allocation, Ledger, Share
 from perfpredict.sched.job import JobState
 
-__all__ = ["choose_devices", "place_sticky", "proportional_allocation", "select_by_gpus"]
+__all__ = ["choose_devices", "place_sticky", "proportional_allocation", "select_by_gpus", "whole_gpus"]
 
 DevicesByServer = dict[int, list[int]]
 
@@ -32,14 +33,22 @@ def select_by_gpus(ordered: Sequence[JobState], total_gpus: float) -> list[JobSt
     return out
 
 
+def whole_gpus(gpus: float) -> int:
+    """The whole devices a GPU demand occupies on a whole-GPU mechanism: at least 1, fractions rounded up."""
+    return max(1, math.ceil(gpus - EPS))
+
+
 def choose_devices(ledger: Ledger, n: int, prefer: Allocation | None = None,
-                   single_server: bool = False) -> DevicesByServer | None:
+                   single_server: bool = False, device_mem_gb: float = 0.0) -> DevicesByServer | None:
     """Whole free devices for an ``n``-GPU job: ``prefer``'s devices if they are all free, else best fit on one
-    server, else (unless ``single_server``) spread over the fewest servers. None if they do not exist."""
+    server, else (unless ``single_server``) spread over the fewest servers. Servers whose devices are smaller
+    than ``device_mem_gb`` are not used. None if the devices do not exist."""
     if prefer is not None and not prefer.is_fractional and abs(prefer.gpus - n) < EPS:
         if all(ledger.device_free[s.server][d] >= 1 - EPS for s in prefer.shares for d in s.devices):
             return {s.server: list(s.devices) for s in prefer.shares}
     free = list(zip(ledger.free_whole, range(ledger.spec.n_servers)))
+    if device_mem_gb > 0:
+        free = [(f, i) for f, i in free if ledger.spec.servers[i].gpu_mem_gb + EPS >= device_mem_gb]
     fitting = [(f, i) for f, i in free if f >= n]
     if fitting:
         _, i = min(fitting)

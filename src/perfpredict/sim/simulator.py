@@ -89,6 +89,11 @@ class SimResult:
 _COMPLETION, _ARRIVAL = 0, 1
 
 
+def _whole_or_fraction(gpus: float) -> float:
+    """What a rigid mechanism owes a demand: the fraction itself below one GPU, whole GPUs (rounded up) above."""
+    return gpus if gpus < 1 else float(math.ceil(gpus - EPS))
+
+
 class _Sim:
     def __init__(self, jobs: Sequence[Job], cluster: ClusterSpec, policy: Policy, mechanism: Mechanism,
                  perf_for: Callable[[Job], PerfModel], cfg: SimConfig,
@@ -109,11 +114,23 @@ class _Sim:
                     continue
                 raise SimulationError(f"job {j.id} asks for {j.gpus:g} GPUs; the cluster has {cluster.total_gpus}")
             kept.append(j)
+        biggest_device = max((srv.gpu_mem_gb for srv in cluster.servers if srv.gpus), default=0.0)
+        self.perf_cache: dict[str, PerfModel] = {}
+        self.perf_for = perf_for
+        fitting: list[Job] = []
+        for j in kept:
+            need = self._perf(j).device_mem_gb
+            if need > biggest_device + EPS:
+                if cfg.oversized == "drop":
+                    self.dropped.append(j)
+                    continue
+                raise SimulationError(f"job {j.id} ({j.model}) needs {need:g} GB of device memory; the cluster's "
+                                      f"largest GPU has {biggest_device:g} GB")
+            fitting.append(j)
+        kept = fitting
         kept.sort(key=lambda j: (j.arrival, j.id))
         self.arrivals = kept
         self.next_arrival = 0
-        self.perf_cache: dict[str, PerfModel] = {}
-        self.perf_for = perf_for
         self.active: dict[str, JobState] = {}
         self.running: dict[str, Allocation] = {}
         self.finished: list[JobState] = []
@@ -227,6 +244,9 @@ class _Sim:
                 raise SimulationError(f"{name} gave job {jid} an allocation without GPUs")
             if prev is not None and prev == alloc:
                 continue
+            if self.mech.rigid and abs(alloc.gpus - _whole_or_fraction(js.job.gpus)) > EPS:
+                raise SimulationError(f"{name} is rigid but gave job {jid} {alloc.gpus:g} GPUs for a demand of "
+                                      f"{js.job.gpus:g}")
             changed.append((js, alloc, prev))
         stopped = [jid for jid in self.running if jid not in new]
         if not self.mech.preemptive and (stopped or any(prev is not None for _, _, prev in changed)):

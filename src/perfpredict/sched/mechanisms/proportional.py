@@ -12,13 +12,22 @@ from collections.abc import Mapping, Sequence
 from perfpredict.sched.base import Mechanism
 from perfpredict.sched.cluster import Allocation, ClusterSpec, Ledger
 from perfpredict.sched.job import JobState
-from perfpredict.sched.placement import choose_devices, place_sticky, proportional_allocation, select_by_gpus
+from perfpredict.sched.placement import (
+    choose_devices,
+    place_sticky,
+    proportional_allocation,
+    select_by_gpus,
+    whole_gpus,
+)
 
 __all__ = ["GpuProportional"]
 
 
 class GpuProportional(Mechanism):
+    """Whole GPUs only: a fractional request (< 1) gets one whole GPU."""
+
     name = "proportional"
+    rigid = True
 
     def allocate(self, ordered: Sequence[JobState], cluster: ClusterSpec, running: Mapping[str, Allocation],
                  now: float) -> dict[str, Allocation]:
@@ -27,7 +36,7 @@ class GpuProportional(Mechanism):
         def build(js: JobState, led: Ledger, prev: Allocation | None) -> Allocation | None:
             if prev is not None and led.fits(prev) is None:
                 return prev  # lease renewed: same GPUs, same proportional CPUs and memory
-            devices = choose_devices(led, int(round(js.job.gpus)), prefer=prev)
+            devices = choose_devices(led, whole_gpus(js.job.gpus), prefer=prev, device_mem_gb=js.perf.device_mem_gb)
             return None if devices is None else proportional_allocation(led, devices, js.perf.device_mem_gb)
 
         if sum(1 for js in selected if js.id in running) == len(running):
