@@ -9,7 +9,8 @@ Spec formats:
 * cluster: a JSON file (see :meth:`perfpredict.sched.cluster.ClusterSpec.from_dict`) or ``SxG`` for S servers
   of G GPUs, optionally with per-server resources: ``16x8:cpus=24,mem=500,gpu_mem=32,type=V100``.
 * trace: a ``.csv`` or ``.swf`` file, or a generator: ``synergy:n=1000,load=9,split=20/70/10,multi=0``
-  (load in jobs/hour; omit it for a static trace where every job arrives at 0).
+  (load in jobs/hour; omit it for a static trace where every job arrives at 0), or seed 002's synthetic DL
+  bag-of-tasks workload: ``dlbags:n=2000,bags_per_day=12,median=1800,opennmt=0.2``.
 * cards: ``paper`` (models derived from the seeds' statements, the default) or a directory of
   ``card.json`` files from ``perfpredict profile`` (keyed by the file's stem and by ``model.name``), which
   override paper models of the same name.
@@ -100,6 +101,21 @@ def parse_trace(text: str | Path | list[Job], seed: int = 0) -> list[Job]:
                                         load_jobs_per_hour=float(kv["load"]) if "load" in kv else None,
                                         split=split, multi_gpu=kv.get("multi", "0") in ("1", "true", "yes"),
                                         seed=int(kv.get("seed", seed)))
+        except ValueError as e:
+            raise UsageError(f"trace {s!r}: {e}", step="trace") from None
+    if s.startswith("dlbags:") or s == "dlbags":
+        kv = _kv(s.partition(":")[2])
+        allowed = {"n": int, "users": int, "bag": float, "bags_per_day": float, "median": float, "opennmt": float,
+                   "seed": int}
+        if set(kv) - set(allowed):
+            raise UsageError(f"trace {s!r}: unknown option(s) {sorted(set(kv) - set(allowed))}; use {sorted(allowed)}",
+                             step="trace")
+        try:
+            a = {k: allowed[k](v) for k, v in kv.items()}
+            return traces.dl_bag_trace(a.get("n", 2000), users=a.get("users", 14), tasks_per_bag=a.get("bag", 33.5),
+                                       bags_per_day=a.get("bags_per_day", 12.0),
+                                       median_runtime_s=a.get("median", 1800.0),
+                                       opennmt_share=a.get("opennmt", 0.2), seed=a.get("seed", seed))
         except ValueError as e:
             raise UsageError(f"trace {s!r}: {e}", step="trace") from None
     p = Path(s)
