@@ -81,6 +81,12 @@ def measure_colocation(ref: WorkloadRef, batch_size: int, copies: Sequence[int] 
     return info
 
 
+def measure_solo(ref: WorkloadRef, batch_size: int, device: str = "cpu", mode: str = "train",
+                 timing: GroupTiming | None = None, timeout_s: float = 600.0) -> dict:
+    """One job alone, in the same harness and window as the co-located runs (the ``solo`` of :func:`measure_pair`)."""
+    return _run([(ref, batch_size)], device, mode, timing or GroupTiming(), timeout_s)[0]
+
+
 def measure_pair(ref: WorkloadRef, batch_size: int, partner: WorkloadRef, partner_batch: int,
                  device: str = "cpu", mode: str = "train", timing: GroupTiming | None = None,
                  timeout_s: float = 600.0, solo: dict[str, dict] | None = None) -> PairColocation:

@@ -1,0 +1,118 @@
+"""Build the estimators' datasets: measure zoo architectures × batch sizes on one device (resumable).
+
+Two steps, each resumable (re-running skips what is already in the file):
+
+    # 1. graph features of every zoo architecture (CPU, ONNX export; device-independent)
+    python profilers/collect_dataset.py features --out datasets/zoo_features.csv
+
+    # 2. measurements on this machine's device, one row per (architecture, batch size)
+    python profilers/collect_dataset.py measure --device cpu  --out datasets/cpu_xeon2c.csv --max-gflop-iter 60
+    python profilers/collect_dataset.py measure --device cuda --out datasets/cuda_h100.csv --batch-sizes 8,16,32,64,128
+
+    python profilers/collect_dataset.py measure --dry-run ...     # list the points without measuring
+
+Each dataset gets ``<name>.meta.json`` with its provenance (device, driver, CUDA, torch, date, command, git
+commit), one entry per collection run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from pathlib import Path
+
+
+def _features(args: argparse.Namespace) -> int:
+    from perfpredict.dataset.collect import plan_sweep
+    from perfpredict.dataset.features_table import build_features_table
+
+    plans = plan_sweep(args.families.split(",") if args.families else None, max_gmacs=args.max_gmacs)
+    print(f"{len(plans)} architectures -> {args.out}", file=sys.stderr)
+    t0 = time.perf_counter()
+
+    def progress(name, row):
+        if row is not None:
+            err = f"  ERROR {row['error']}" if row["error"] else ""
+            print(f"  {name}: {row['forward_macs_per_sample']} MACs/sample, {row['export_s']} s{err}",
+                  file=sys.stderr, flush=True)
+
+    added = build_features_table([(p.family, p.cfg) for p in plans], args.out, progress)
+    print(f"added {added} rows in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    return 0
+
+
+def _measure(args: argparse.Namespace) -> int:
+    from perfpredict.dataset.collect import (
+        CUDA_DATASET_TIMING,
+        CollectSettings,
+        collect,
+        git_commit_of,
+        plan_sweep,
+    )
+    from perfpredict.profile.device import resolve_device
+    from perfpredict.profile.timing import TimingConfig
+
+    bss = [int(b) for b in args.batch_sizes.split(",")] if args.batch_sizes else None
+    plans = plan_sweep(args.families.split(",") if args.families else None, batch_sizes=bss,
+                       max_gmacs=args.max_gmacs,
+                       max_sample_gmacs_per_iter=args.max_gflop_iter / 6 if args.max_gflop_iter else None)
+    n_points = sum(len(p.batch_sizes) for p in plans)
+    print(f"{len(plans)} architectures, {n_points} points", file=sys.stderr)
+    if args.dry_run:
+        for p in plans:
+            print(f"{p.config}\t{p.gmacs_per_sample:.3f} GMACs/sample\tbatch sizes {list(p.batch_sizes)}")
+        return 0
+    device = resolve_device(args.device)
+    timing = CUDA_DATASET_TIMING if device.startswith("cuda") else TimingConfig()
+    if args.min_time is not None:
+        timing = TimingConfig(**{**timing.as_dict(), "min_time_s": args.min_time})
+    settings = CollectSettings(device=device, mode=args.mode, timing=timing, threads=args.threads,
+                               time_budget_s=args.time_budget,
+                               command=" ".join(shlex.quote(a) for a in sys.argv),
+                               git_commit=args.git_commit or git_commit_of(Path(__file__).resolve().parent.parent))
+    t0 = time.perf_counter()
+    i = 0
+
+    def progress(plan, row):
+        nonlocal i
+        i += 1
+        what = (f"{row['iter_time_s'] * 1e3:8.2f} ms  {row['peak_memory_bytes'] / 2**20:8.1f} MiB"
+                + (f"  util {row['gpu_utilization']:.2f}" if row["gpu_utilization"] is not None else "")
+                if row["status"] == "ok" else f"{row['status']}: {row['error']}")
+        print(f"[{i}] {time.perf_counter() - t0:6.0f}s {plan.config} b={row['batch_size']}: {what}",
+              file=sys.stderr, flush=True)
+
+    summary = collect(plans, args.out, settings, progress)
+    print(f"done: {summary}", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    f = sub.add_parser("features", help="graph features of every zoo architecture (CPU)")
+    f.add_argument("--out", type=Path, default=Path("datasets/zoo_features.csv"))
+    f.add_argument("--families")
+    f.add_argument("--max-gmacs", type=float)
+    m = sub.add_parser("measure", help="measure architectures x batch sizes on a device")
+    m.add_argument("--out", type=Path, required=True)
+    m.add_argument("--device", default="auto")
+    m.add_argument("--mode", default="train", choices=("train", "infer"))
+    m.add_argument("--families")
+    m.add_argument("--batch-sizes", help="override every family's default batch sizes, e.g. 8,16,32,64,128")
+    m.add_argument("--max-gmacs", type=float, help="skip architectures above this many forward GMACs per sample")
+    m.add_argument("--max-gflop-iter", type=float,
+                   help="skip points above this many training GFLOPs per iteration (~6 x forward GMACs x batch)")
+    m.add_argument("--min-time", type=float, default=None, help="timed seconds per point")
+    m.add_argument("--threads", type=int)
+    m.add_argument("--time-budget", type=float, help="stop starting new architectures after this many seconds")
+    m.add_argument("--git-commit", help="commit to record in the provenance (default: this checkout's HEAD)")
+    m.add_argument("--dry-run", action="store_true")
+    args = ap.parse_args(argv)
+    return _features(args) if args.cmd == "features" else _measure(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

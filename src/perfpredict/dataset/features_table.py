@@ -1,0 +1,103 @@
+"""Graph features of every zoo architecture, computed once and kept in ``datasets/zoo_features.csv``.
+
+The features of an architecture (ONNX MACs, parameter and activation bytes, op counts: Horus Table 3) do not
+depend on the device or the batch size, so they are computed once, on the CPU, and joined to every device's
+measurements by ``config``. That keeps the GPU lease for measuring only, and makes every dataset row of one
+architecture carry identical features whatever machine measured it.
+
+Each row is flat: scalar features in their own columns, the full ``op_counts`` and ``macs_by_op`` as JSON.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+#: Scalar columns of the features table, in file order (``config`` is the join key).
+FEATURE_TABLE_COLUMNS = [
+    "config", "family", "task", "config_json",
+    "forward_macs_per_sample", "forward_macs_fixed", "closed_form_macs_per_sample",
+    "param_count", "param_bytes", "activation_bytes_per_sample", "activation_bytes_fixed", "num_nodes",
+    "input_bytes_per_sample", "op_counts_json", "macs_by_op_json", "exporter", "opset", "error", "export_s",
+]
+
+
+def arch_features_row(family: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """Export ``family`` at ``cfg`` to ONNX on the CPU and return its features-table row (never raises)."""
+    import torch
+
+    from perfpredict.features import extract_features
+    from perfpredict.workload.zoo import get_family, load_zoo_workload
+
+    fam = get_family(family)
+    workload = load_zoo_workload(family, cfg)
+    t0 = time.perf_counter()
+    torch.manual_seed(0)
+    model = workload.build_model()
+    params = sum(p.numel() for p in model.parameters())
+    inputs = workload.inputs(1)
+    input_bytes = sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))
+    feats = extract_features(workload, model=model, use_fvcore=False)
+    return {
+        "config": fam.config_name(cfg), "family": family, "task": fam.task,
+        "config_json": json.dumps(dict(cfg), sort_keys=True),
+        "forward_macs_per_sample": feats.forward_macs_per_sample,
+        "forward_macs_fixed": feats.forward_macs_fixed,
+        "closed_form_macs_per_sample": fam.closed_form_macs(cfg),
+        "param_count": params, "param_bytes": feats.param_bytes,
+        "activation_bytes_per_sample": feats.activation_bytes_per_sample,
+        "activation_bytes_fixed": feats.activation_bytes_fixed,
+        "num_nodes": feats.num_nodes, "input_bytes_per_sample": input_bytes,
+        "op_counts_json": json.dumps(feats.op_counts, sort_keys=True),
+        "macs_by_op_json": json.dumps(feats.macs_by_op, sort_keys=True),
+        "exporter": feats.exporter, "opset": feats.opset,
+        "error": None if feats.available else feats.error,
+        "export_s": round(time.perf_counter() - t0, 2),
+    }
+
+
+def read_features_table(path: str | Path) -> dict[str, dict[str, str]]:
+    """``config`` → row (strings, as stored) of an existing features table; empty if there is none."""
+    p = Path(path)
+    if not p.exists():
+        return {}
+    with open(p, newline="") as f:
+        return {row["config"]: row for row in csv.DictReader(f)}
+
+
+def build_features_table(configs: Iterable[tuple[str, Mapping[str, Any]]], path: str | Path,
+                         progress: Callable[[str, dict[str, Any] | None], None] | None = None) -> int:
+    """Append a row to ``path`` for each configuration not already in it (resumable); return rows added.
+
+    Rows whose export failed are kept too, with the error, so a broken architecture is visible rather than
+    silently missing; delete the row to retry it.
+    """
+    from perfpredict.workload.zoo import get_family
+
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    done = read_features_table(p)
+    new_file = not p.exists()
+    added = 0
+    with open(p, "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FEATURE_TABLE_COLUMNS)
+        if new_file:
+            w.writeheader()
+        for family, cfg in configs:
+            name = get_family(family).config_name(cfg)
+            if name in done:
+                if progress:
+                    progress(name, None)
+                continue
+            row = arch_features_row(family, cfg)
+            w.writerow(row)
+            f.flush()
+            done[name] = row
+            added += 1
+            if progress:
+                progress(name, row)
+    return added

@@ -1,0 +1,111 @@
+"""The CUDA paths, on a real GPU: skipped where torch sees none (CI), run on a lent GPU machine.
+
+    PYTHONPATH=src python -m pytest -q -m cuda tests/test_cuda.py
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from perfpredict.profile.colocation import measure_colocation, measure_pair
+from perfpredict.profile.group_request import GroupTiming
+from perfpredict.profile.profiler import ProfileSettings, profile_workload
+from perfpredict.workload import resolve_workload
+from perfpredict.workload.spec import WorkloadRef
+from tests.conftest import FAST_TIMING, TINY_MODEL
+
+pytestmark = [pytest.mark.cuda,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+QUICK = GroupTiming(warmup_iters=3, warmup_s=0.2, window_s=1.0, barrier_timeout_s=120)
+
+#: Asks for far more memory than any GPU has when the batch is larger than 8: a real CUDA OOM.
+OOM_MODEL = TINY_MODEL + """
+class Hungry(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(32, 8)
+
+    def forward(self, x):
+        if x.shape[0] > 8:
+            torch.empty(int(4e12), dtype=torch.uint8, device=x.device)  # 4 TB
+        return self.fc(x)
+
+def build_model():
+    return Hungry()
+"""
+
+
+def _settings(**kw) -> ProfileSettings:
+    return ProfileSettings(device="cuda", timing=FAST_TIMING, fvcore=False, **kw)
+
+
+def test_profile_on_cuda_records_gpu_device_memory_and_utilisation(write_model, tmp_path):
+    wl = resolve_workload("zoo:resnet", {"depth": 18, "width": 32})
+    outcome = profile_workload(wl, _settings(batch_sizes=(16, 64)), out_dir=tmp_path / "out")
+    card = outcome.card
+    assert outcome.error is None
+    assert card.device.kind == "cuda" and card.device.compute_capability
+    pts = card.measured_points()
+    assert [p.batch_size for p in pts] == [16, 64]
+    assert all(p.device.startswith("cuda") for p in pts)
+    # A 4x larger batch costs more time per iteration but gives more samples/s on a GPU this size.
+    assert pts[1].iter_time_s > pts[0].iter_time_s and pts[1].samples_per_s > pts[0].samples_per_s
+    mem = {m.batch_size: m for m in card.memory}
+    params = card.features.param_bytes
+    for m in mem.values():
+        assert m.kind == "cuda_peak_allocated"
+        # weights + gradients + momentum at least; the reserved pool covers the peak allocation
+        assert m.peak_bytes >= 3 * params
+        assert m.cuda_reserved_bytes >= m.peak_bytes
+    assert mem[64].peak_bytes > mem[16].peak_bytes  # activations grow with the batch
+    assert card.energy.available, card.energy.reason
+    for e in card.energy.points:
+        assert 0.0 < e.gpu_utilization <= 1.0
+        assert e.utilization_samples > 0 and e.mean_power_w > 0
+
+
+def test_cuda_oom_is_recorded_and_the_sweep_continues(write_model, tmp_path):
+    wl = resolve_workload(str(write_model(OOM_MODEL)))
+    outcome = profile_workload(wl, _settings(batch_sizes=(8, 16)), out_dir=tmp_path / "out")
+    status = {p.batch_size: p.status for p in outcome.card.throughput}
+    assert status == {8: "ok", 16: "oom"}
+    assert outcome.error is None  # one infeasible batch size is a finding, not a failure
+
+
+def test_colocated_copies_share_the_gpu(write_model):
+    ref = WorkloadRef("zoo", "mlp", ())
+    info = measure_colocation(ref, 64, copies=(2,), device="cuda", timing=QUICK, timeout_s=300)
+    solo, two = info.points
+    assert solo.status == two.status == "ok", (solo.error, two.error)
+    assert len(two.per_copy_samples_per_s) == 2
+    assert 0.0 < two.per_copy_relative <= 1.2  # a copy never gets much more than the whole GPU
+    assert two.gpu_utilization is not None and 0.0 < two.gpu_utilization <= 1.0
+
+
+def test_pair_slowdown_carries_cumulative_utilisation():
+    job = WorkloadRef("zoo", "resnet", (("depth", 18), ("width", 64)))
+    partner = WorkloadRef("zoo", "mlp", ())
+    pc = measure_pair(job, 64, partner, 64, device="cuda", timing=QUICK, timeout_s=300)
+    assert pc.status == "ok", pc.error
+    assert pc.job_slowdown >= 0 and pc.partner_slowdown >= 0
+    assert pc.cumulative_gpu_utilization == pytest.approx(pc.job_solo_gpu_utilization
+                                                          + pc.partner_solo_gpu_utilization)
+
+
+def test_dataset_collector_on_cuda_one_process_per_architecture(tmp_path):
+    from perfpredict.dataset.collect import CUDA_DATASET_TIMING, CollectSettings, collect, plan_sweep, read_dataset
+
+    plans = plan_sweep(["mlp"], batch_sizes=[32, 128], max_gmacs=0.0005)[:1]
+    out = tmp_path / "cuda.csv"
+    summary = collect(plans, out, CollectSettings(device="cuda:0", timing=CUDA_DATASET_TIMING))
+    assert summary["counts"] == {"ok": 2}
+    rows = read_dataset(out)
+    assert [int(r["batch_size"]) for r in rows] == [32, 128]
+    for r in rows:
+        assert r["device_kind"] == "cuda" and r["memory_kind"] == "cuda_peak_allocated"
+        assert 0 < float(r["gpu_utilization"]) <= 1
+        assert int(r["nvml_process_bytes"]) >= int(r["cuda_reserved_bytes"])
+    # The second point's peak is its own (reset between points), not the first one's.
+    assert int(rows[1]["peak_memory_bytes"]) >= int(rows[0]["peak_memory_bytes"])
