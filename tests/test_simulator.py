@@ -141,6 +141,23 @@ def test_max_time_leaves_the_rest_unfinished_with_progress_kept():
     assert r.unfinished[0].first_start == 1200.0 and r.unfinished[0].remaining == pytest.approx(700.0)
 
 
+
+def test_stop_after_ends_when_the_measured_jobs_are_done():
+    cluster = ClusterSpec.homogeneous(1, gpus=1)
+    # a: 0-1000; b arrives at 500 and waits for the next boundary after a (1200); c arrives at 5000
+    jobs = [Job("a", 0, 1, 1000, model="flat"), Job("b", 500, 1, 1000, model="flat"),
+            Job("c", 5000, 1, 100, model="flat")]
+    r = simulate(jobs, cluster, make_policy("fifo"), make_mechanism("proportional"), {"flat": FLAT},
+                 SimConfig(stop_after=frozenset({"a"})))
+    assert [s.id for s in r.finished] == ["a"] and [s.id for s in r.unfinished] == ["b"]
+    assert r.end_time == 1000.0  # c has not arrived yet: left out
+    r = simulate(jobs, cluster, make_policy("fifo"), make_mechanism("proportional"), {"flat": FLAT},
+                 SimConfig(stop_after=frozenset({"a", "b"})))
+    assert [s.id for s in r.finished] == ["a", "b"] and not r.unfinished and r.end_time == 2200.0
+    with pytest.raises(SimulationError, match="not in the trace"):
+        simulate(jobs, cluster, make_policy("fifo"), make_mechanism("proportional"), {"flat": FLAT},
+                 SimConfig(stop_after=frozenset({"zz"})))
+
 # -- invariants on random traces -------------------------------------------------------------------------
 
 jobs_strategy = st.lists(
@@ -163,14 +180,14 @@ def _work_done(log: list[tuple[float, dict[str, Allocation]]], finish: dict[str,
     return done
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spec=jobs_strategy, servers=st.integers(1, 3), policy=st.sampled_from(["fifo", "srtf", "las", "ftf"]),
-       mode=st.sampled_from(["round", "event"]))
-def test_invariants_on_random_traces(spec, servers, policy, mode):
+       mode=st.sampled_from(["round", "event"]), mechanism=st.sampled_from(["proportional", "tune", "greedy"]))
+def test_invariants_on_random_traces(spec, servers, policy, mode, mechanism):
     cluster = ClusterSpec.homogeneous(servers)
     jobs = [Job(f"j{i}", a, g, w, model=m) for i, (a, g, w, m) in enumerate(spec)]
     perf = {"flat": FLAT, "sens": SENSITIVE}
-    mech = Recording(make_mechanism("proportional"))
+    mech = Recording(make_mechanism(mechanism))
     r = simulate(jobs, cluster, make_policy(policy), mech, perf, SimConfig(mode=mode))
     # every job finishes, never before it arrived, and got exactly its work
     assert len(r.finished) == len(jobs) and not r.unfinished
@@ -180,16 +197,18 @@ def test_invariants_on_random_traces(spec, servers, policy, mode):
         s = next(s for s in r.finished if s.id == j.id)
         assert s.first_start >= j.arrival and s.finish > s.first_start
         assert done[j.id] == pytest.approx(j.work, rel=1e-6)
-    # every decision fits the cluster, and gangs get all their GPUs (on proportional shares)
+    # every decision fits the cluster, and gangs get all their GPUs (CPU/memory split in proportion to them)
     for _, allocs in mech.log:
         Ledger(cluster).take_all(allocs.values())
         for jid, alloc in allocs.items():
             job = next(j for j in jobs if j.id == jid)
             assert alloc.gpus == job.gpus and alloc.is_gpu_proportional_split()
+            if mechanism == "tune":  # never below the GPU-proportional share's speed (rate 1 on this cluster)
+                assert perf[job.model].rate(alloc, job.gpus) >= 1 - 1e-9
     for _, g, c, m in r.usage:
         assert g <= cluster.total_gpus + 1e-9 and c <= cluster.total_cpus + 1e-9 and m <= cluster.total_mem_gb + 1e-6
     # deterministic
-    again = simulate(jobs, cluster, make_policy(policy), make_mechanism("proportional"), perf, SimConfig(mode=mode))
+    again = simulate(jobs, cluster, make_policy(policy), make_mechanism(mechanism), perf, SimConfig(mode=mode))
     assert {s.id: s.finish for s in again.finished} == finish
 
 

@@ -60,6 +60,10 @@ class SimConfig:
     max_time_s: float | None = None
     #: jobs whose GPU demand exceeds the cluster: "error" (default) or "drop" (reported in the result)
     oversized: Literal["error", "drop"] = "error"
+    #: stop as soon as every job with one of these ids has finished (the others still active are reported as
+    #: unfinished; those not yet arrived are left out). Synergy's simulator measures a window of jobs this
+    #: way: arrivals go on, keeping the cluster loaded, until the window's last job completes (seed 001 §5.1).
+    stop_after: frozenset[str] | None = None
 
 
 @dataclass
@@ -129,6 +133,14 @@ class _Sim:
             fitting.append(j)
         kept = fitting
         kept.sort(key=lambda j: (j.arrival, j.id))
+        #: ids of cfg.stop_after still to finish (dropped jobs never will, so they are not waited for)
+        self.watch: set[str] = set()
+        if cfg.stop_after is not None:
+            unknown = set(cfg.stop_after) - ids
+            if unknown:
+                raise SimulationError(f"stop_after names {len(unknown)} job(s) not in the trace, e.g. "
+                                      f"{sorted(unknown)[0]!r}")
+            self.watch = set(cfg.stop_after) - {j.id for j in self.dropped}
         self.arrivals = kept
         self.next_arrival = 0
         self.active: dict[str, JobState] = {}
@@ -206,6 +218,7 @@ class _Sim:
             js.finish = t
             self._set_allocation(js, None, t, 0.0)
             self.finished.append(js)
+            self.watch.discard(jid)
             any_done = True
         return any_done
 
@@ -299,6 +312,8 @@ class _Sim:
                 break
             t = t_next
             changed = self._complete_until(t)
+            if self.cfg.stop_after is not None and not self.watch:
+                break  # the measured jobs are done
             changed = self._arrive_until(t) or changed
             if self.mode == "event":
                 if changed and self.active:
