@@ -181,6 +181,19 @@ def test_opt_bound_and_stats_on_a_small_case():
                                                  if js.perf.has_grid else 1.0 for js in jobs), rel=1e-6)
 
 
+def test_opt_bound_alone_matches_allocate_and_bounds_tune():
+    cluster = ClusterSpec.homogeneous(1)  # 8 GPUs, 12 jobs: the runnable set is a subset; CPUs are contended
+    jobs = [job(i, (SENSITIVE, MEDIUM, INSENSITIVE)[i % 3], gpus=1) for i in range(12)]
+    opt = SynergyOpt(ilp=False)
+    opt.allocate(jobs, cluster, {}, 0.0)
+    bound = SynergyOpt().bound(jobs, cluster)
+    assert bound == pytest.approx(opt.last_stats["opt_bound"], rel=1e-9)
+    tune = SynergyTune().allocate(jobs, cluster, {}, 0.0)
+    assert len(tune) == 8 <= bound + 1e-9  # every runnable job at least at its proportional rate (1)
+    assert bound >= total_rate(tune, jobs) - 1e-6
+    assert SynergyOpt().bound([], cluster) == 0.0
+
+
 def test_opt_without_ilp_still_realisable():
     cluster = ClusterSpec.homogeneous(2)
     jobs = [job(i, SENSITIVE if i % 2 else MEDIUM, gpus=1 + i % 3) for i in range(8)]

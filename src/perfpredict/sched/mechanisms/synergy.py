@@ -853,8 +853,31 @@ class SynergyOpt(Mechanism):
         a_ub = sparse.vstack([a_res, a_floor]).tocsr()
         return wvec, a_ub, a_eq, offs
 
+    def _lp1_relaxation(self, reqs: Sequence[_Req], cluster: ClusterSpec, share: tuple[float, float]):
+        """LP1's relaxation over the extended candidates: (scipy result, extended candidates, offsets)."""
+        from scipy.optimize import linprog
+
+        floors = np.array([r.w_prop for r in reqs])
+        ext = [_lp1_candidates(r, share, extended=True) for r in reqs]
+        w, a_ub, a_eq, offs = self._lp1_matrices(reqs, ext)
+        b_ub = np.concatenate([[cluster.total_cpus, cluster.total_mem_gb], -floors + _WTOL])
+        res = linprog(-w, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=np.ones(len(reqs)), bounds=(0, 1), method="highs")
+        if res.status != 0:  # pragma: no cover - all-proportional is always feasible
+            raise RuntimeError(f"Synergy-Opt LP1 failed: {res.message}")
+        return res, ext, offs
+
+    def bound(self, ordered: Sequence[JobState], cluster: ClusterSpec) -> float:
+        """LP1's upper bound on the total rate of the runnable set of ``ordered`` (what ``allocate`` reports as
+        ``last_stats["opt_bound"]``), without the ILP, LP2 or rounding: cheap enough to sample during a
+        simulation run by another mechanism, e.g. to compare Synergy-Tune's allocations with it (§5.6)."""
+        reqs = _select(self._requests.build(ordered, cluster), cluster.total_gpus)
+        if not reqs:
+            return 0.0
+        res, _, _ = self._lp1_relaxation(reqs, cluster, proportional_share(cluster))
+        return float(-res.fun)
+
     def _solve_lp1(self, reqs: Sequence[_Req], cluster: ClusterSpec, share: tuple[float, float]):
-        from scipy.optimize import Bounds, LinearConstraint, linprog, milp
+        from scipy.optimize import Bounds, LinearConstraint, milp
 
         floors = np.array([r.w_prop for r in reqs])
         cap = [cluster.total_cpus, cluster.total_mem_gb]
@@ -862,13 +885,8 @@ class SynergyOpt(Mechanism):
 
         # The bound: LP relaxation on the extended candidates.
         t0 = time.perf_counter()
-        ext = [_lp1_candidates(r, share, extended=True) for r in reqs]
-        w, a_ub, a_eq, offs = self._lp1_matrices(reqs, ext)
-        b_ub = np.concatenate([cap, -floors + _WTOL])
-        res = linprog(-w, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=np.ones(len(reqs)), bounds=(0, 1), method="highs")
+        res, ext, offs = self._lp1_relaxation(reqs, cluster, share)
         stats["lp1_s"] = time.perf_counter() - t0
-        if res.status != 0:  # pragma: no cover - all-proportional is always feasible
-            raise RuntimeError(f"Synergy-Opt LP1 failed: {res.message}")
         stats["opt_bound"] = float(-res.fun)
 
         # The configurations: ILP (the paper's) or the LP's heaviest point.
