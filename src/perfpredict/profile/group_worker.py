@@ -76,6 +76,8 @@ def measure_member(member: GroupMember, timing: GroupTiming, barrier) -> dict[st
         out["cpus"] = sorted(os.sched_getaffinity(0))
         mem.prefer_oom_kill()
         device = torch.device(member.device)
+        if is_cuda and device.index is None:  # plain "cuda": the first visible GPU, as torch means it
+            device = torch.device("cuda", 0)
         if is_cuda:
             state["phase"] = "cuda init"
             torch.cuda.set_device(device)

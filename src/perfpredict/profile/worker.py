@@ -59,6 +59,8 @@ def measure_point(req: PointRequest) -> dict[str, Any]:
         if not is_cuda and req.memory_limit_bytes:
             out["memory_limit_bytes"] = mem.limit_data_memory(req.memory_limit_bytes)
         device = torch.device(req.device)
+        if is_cuda and device.index is None:  # plain "cuda": the first visible GPU, as torch means it
+            device = torch.device("cuda", 0)
         handle = None
         cuda_context_bytes = None
         if is_cuda:
