@@ -58,6 +58,7 @@ def _measure(args: argparse.Namespace) -> int:
     plans = plan_sweep(args.families.split(",") if args.families else None, batch_sizes=bss,
                        max_gmacs=args.max_gmacs,
                        max_sample_gmacs_per_iter=args.max_gflop_iter / 6 if args.max_gflop_iter else None)
+    plans = plans[:: args.every]
     n_points = sum(len(p.batch_sizes) for p in plans)
     print(f"{len(plans)} architectures, {n_points} points", file=sys.stderr)
     if args.dry_run:
@@ -109,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--threads", type=int)
     m.add_argument("--time-budget", type=float, help="stop starting new architectures after this many seconds")
     m.add_argument("--git-commit", help="commit to record in the provenance (default: this checkout's HEAD)")
+    m.add_argument("--every", type=int, default=1, help="measure every N-th architecture of the plan (e.g. a "
+                   "repeat run for the noise floor)")
     m.add_argument("--dry-run", action="store_true")
     args = ap.parse_args(argv)
     return _features(args) if args.cmd == "features" else _measure(args)

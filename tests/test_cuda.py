@@ -50,8 +50,9 @@ def test_profile_on_cuda_records_gpu_device_memory_and_utilisation(write_model, 
     pts = card.measured_points()
     assert [p.batch_size for p in pts] == [16, 64]
     assert all(p.device.startswith("cuda") for p in pts)
-    # A 4x larger batch costs more time per iteration but gives more samples/s on a GPU this size.
-    assert pts[1].iter_time_s > pts[0].iter_time_s and pts[1].samples_per_s > pts[0].samples_per_s
+    # A small CNN is launch-bound on a large GPU (on an H100 both batches took ~9.5 ms per iteration), so a
+    # 4x larger batch gives clearly more samples/s.
+    assert pts[1].samples_per_s > 1.5 * pts[0].samples_per_s
     mem = {m.batch_size: m for m in card.memory}
     params = card.features.param_bytes
     for m in mem.values():
