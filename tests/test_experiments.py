@@ -1,0 +1,70 @@
+"""The experiments' ``--fast`` modes run end to end (as CI-sized versions of the README's tables) and what they
+write says what their tables say."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _run_fast(script: str, out: Path, *extra: str) -> tuple[str, dict[str, Any]]:
+    r = subprocess.run([sys.executable, str(REPO / "experiments" / script), "--fast", "--out", str(out), *extra],
+                       capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout, json.loads((out / "results.json").read_text())
+
+
+def test_synergy_jct_fast(tmp_path):
+    stdout, res = _run_fast("synergy_jct.py", tmp_path)
+    rows = res["rows"]
+    assert {r["table"] for r in rows} == {"fifo-single", "split-50-0-50", "srtf-multi", "las-multi", "ratio"}
+    lo, hi = res["plan"]["window"]
+    # every run measured exactly its window of arrivals and stopped once all of them had finished
+    assert all(r["measured"] == hi - lo and r["window_unfinished"] == 0 for r in rows)
+
+    fifo = {(r["load"], r["mechanism"]): r for r in rows if r["table"] == "fifo-single"}
+    assert {m for _, m in fifo} == {"proportional", "greedy", "tune"}
+    saturated = max(load for load, _ in fifo)
+    prop, tune = fifo[(saturated, "proportional")], fifo[(saturated, "tune")]
+    assert prop["offered_load"] >= 1.0
+    assert tune["avg_jct_h"] <= prop["avg_jct_h"]
+    # LP1 is an upper bound on any allocation's total rate: Tune's sampled rounds sit below it, and close
+    assert tune["bound_samples"] > 0
+    assert 0.8 <= tune["bound_ratio_min"] <= tune["bound_ratio_mean"] <= 1 + 1e-9
+
+    split = {r["mechanism"]: r for r in rows if r["table"] == "split-50-0-50"}
+    assert split["greedy"]["avg_jct_h"] > split["tune"]["avg_jct_h"]  # greedy strands GPUs when all are sensitive
+
+    ratio = {r["cpus_per_gpu"]: r for r in rows if r["table"] == "ratio" and r["mechanism"] == "proportional"}
+    assert sorted(ratio) == [3.0, 6.0]
+    assert ratio[6.0]["avg_jct_h"] <= ratio[3.0]["avg_jct_h"]  # more CPUs per GPU only help the baseline
+
+    assert set(res["checks"]) == {"gain", "bound", "never_worse", "greedy", "ratio"}
+    for check in res["checks"].values():
+        assert f"{'PASS' if check['ok'] else 'FAIL'}: {check['text']}" in stdout
+    assert "| load (jobs/h) | offered load ρ | proportional | greedy | tune |" in stdout
+    for png in ("fifo-single_jct_vs_load", "split-50-0-50_jct_vs_load", "srtf_las_multi_jct_vs_load", "cpu_gpu_ratio"):
+        assert (tmp_path / f"{png}.png").stat().st_size > 0
+
+
+def test_moldable_flow_time_fast(tmp_path):
+    stdout, res = _run_fast("moldable_flow_time.py", tmp_path, "--tasks", "400")  # 600 by default: ~1 min here
+    rows = res["rows"]
+    sizes = sorted({r["gpus"] for r in rows})
+    assert len(sizes) == 2 and len(rows) == 5 * len(sizes)
+    assert all(r["unfinished"] == 0 for r in rows)
+    # rigid FCFS and moldable never preempt; malleable does
+    assert all(r["preemptions"] == 0 for r in rows if r["schedule"] in ("rigid-fcfs", "moldable-equipartition"))
+    assert any(r["preemptions"] > 0 for r in rows if r["schedule"].startswith("malleable"))
+    for s in res["summary"]:
+        # malleable without overhead beats both rigid FCFS and moldable (it can grow tasks again later)...
+        assert s["malleable_reduction"] > max(0.0, s["moldable_reduction"])
+        # ...and a preemption overhead eats into that gain
+        assert s["malleable_reduction"] > s["malleable_150_reduction"] > s["malleable_300_reduction"]
+    assert "Moldable EQ flow-time reduction vs Rigid FCFS" in stdout
+    assert (tmp_path / "flow_time_vs_gpus.png").stat().st_size > 0
