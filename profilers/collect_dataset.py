@@ -39,7 +39,11 @@ def _features(args: argparse.Namespace) -> int:
                   file=sys.stderr, flush=True)
 
     added = build_features_table([(p.family, p.cfg) for p in plans], args.out, progress)
-    print(f"added {added} rows in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    from perfpredict.dataset.features_table import add_saved_bytes
+
+    filled = add_saved_bytes(args.out)  # rows from before the saved-tensor columns existed
+    print(f"added {added} rows, filled saved-tensor bytes of {filled}, in {time.perf_counter() - t0:.0f} s",
+          file=sys.stderr)
     return 0
 
 

@@ -32,7 +32,17 @@ def profile(target: str, *, params: dict | None = None, batch_sizes=None, mode: 
     return profile_workload(workload, s, out_dir=out_dir)
 
 
+def __getattr__(name: str):
+    # The Predictor pulls in xgboost: import it only when asked for.
+    if name == "Predictor":
+        from perfpredict.predictor import Predictor
+
+        return Predictor
+    raise AttributeError(f"module 'perfpredict' has no attribute {name!r}")
+
+
 __all__ = [
+    "Predictor",
     "SCHEMA_VERSION",
     "PerfPredictError",
     "PerformanceCard",

@@ -23,7 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from perfpredict.errors import PerfPredictError
 
-SCHEMA_VERSION = "1.1"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity
+SCHEMA_VERSION = "1.2"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
+#                                             features.activation_bytes_by_op
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -210,8 +211,12 @@ class GraphFeatures(_Section):
     param_bytes: int | None = None
     activation_bytes_per_sample: int | None = None
     activation_bytes_fixed: int | None = None
+    activation_bytes_by_op: dict[str, int] = Field(default_factory=dict, description="per-sample activation bytes "
+                                                   "by the op type that produced them (graph inputs: 'input')")
     op_counts: dict[str, int] = Field(default_factory=dict)
     num_nodes: int | None = None
+    saved_bytes_per_sample: int | None = Field(None, description="bytes autograd saves for backward per sample "
+                                                                 "(CPU count, perfpredict.features.saved)")
     source: Source = "analytic"
     device: str | None = None
 
@@ -380,6 +385,45 @@ class ProfileRun(_Section):
     settings: dict[str, Any] = Field(default_factory=dict)
 
 
+class PredictedPoint(_Section):
+    """Estimator output at one batch size: the median and the 80% interval [q10, q90] of each target."""
+
+    batch_size: int
+    iter_time_s: float
+    iter_time_interval_s: tuple[float, float]
+    samples_per_s: float
+    peak_memory_bytes: float
+    peak_memory_interval_bytes: tuple[float, float]
+    peak_memory_safe_bytes: float = Field(description="the upper quantile: what a placement should reserve")
+    gpu_utilization: float | None = None
+    gpu_utilization_interval: tuple[float, float] | None = None
+    gpu_utilization_safe: float | None = None
+    outside_trained_batches: bool = False
+
+
+class NearestProfiled(_Section):
+    name: str
+    family: str | None = None
+    distance: float = Field(description="standardised graph-feature distance to the request")
+    threshold: float = Field(description="largest nearest-neighbour distance among the training architectures")
+
+
+class PredictionInfo(_Section):
+    """How a predicted card was made: which estimators, from which data, and whether it fell back."""
+
+    method: Literal["estimator", "nearest_profiled"]
+    model_set: str = Field(description="trained_models/<model_set>: the dataset the estimators were trained on")
+    dataset_sha256: str
+    device_type: str
+    out_of_distribution: bool
+    nearest: NearestProfiled | None = None
+    points: list[PredictedPoint] = Field(default_factory=list)
+    estimator_scores: dict[str, dict[str, float]] = Field(default_factory=dict,
+                                                          description="grouped-CV scores of the estimators used")
+    notes: list[str] = Field(default_factory=list)
+    source: Source = "predicted"
+
+
 class PerformanceCard(_Section):
     schema_version: str = SCHEMA_VERSION
     status: Literal["complete", "partial"] = "complete"
@@ -397,6 +441,7 @@ class PerformanceCard(_Section):
     speedup_curve: SpeedupCurveCard | None = None
     comm_model: CommModelCard | None = None
     sensitivity: SensitivityCard | None = None
+    prediction: PredictionInfo | None = None
     errors: list[CardError] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list, description="what was not measured here and why")
 

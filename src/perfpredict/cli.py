@@ -438,6 +438,8 @@ def version() -> None:
 
 
 def main() -> None:
+    import perfpredict.cli_models  # noqa: F401 - registers train / predict / serve on `app`
+
     debug = "--debug" in sys.argv
     try:
         app()

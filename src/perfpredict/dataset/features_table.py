@@ -22,7 +22,8 @@ FEATURE_TABLE_COLUMNS = [
     "config", "family", "task", "config_json",
     "forward_macs_per_sample", "forward_macs_fixed", "closed_form_macs_per_sample",
     "param_count", "param_bytes", "activation_bytes_per_sample", "activation_bytes_fixed", "num_nodes",
-    "input_bytes_per_sample", "op_counts_json", "macs_by_op_json", "exporter", "opset", "error", "export_s",
+    "input_bytes_per_sample", "op_counts_json", "macs_by_op_json", "act_bytes_by_op_json",
+    "saved_bytes_per_sample", "saved_bytes_fixed", "exporter", "opset", "error", "export_s",
 ]
 
 
@@ -31,6 +32,7 @@ def arch_features_row(family: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
     import torch
 
     from perfpredict.features import extract_features
+    from perfpredict.features.saved import saved_bytes_split
     from perfpredict.workload.zoo import get_family, load_zoo_workload
 
     fam = get_family(family)
@@ -42,6 +44,7 @@ def arch_features_row(family: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
     inputs = workload.inputs(1)
     input_bytes = sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))
     feats = extract_features(workload, model=model, use_fvcore=False)
+    saved, saved_fixed = saved_bytes_split(workload, model)
     return {
         "config": fam.config_name(cfg), "family": family, "task": fam.task,
         "config_json": json.dumps(dict(cfg), sort_keys=True),
@@ -54,6 +57,8 @@ def arch_features_row(family: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
         "num_nodes": feats.num_nodes, "input_bytes_per_sample": input_bytes,
         "op_counts_json": json.dumps(feats.op_counts, sort_keys=True),
         "macs_by_op_json": json.dumps(feats.macs_by_op, sort_keys=True),
+        "act_bytes_by_op_json": json.dumps(feats.activation_bytes_by_op, sort_keys=True),
+        "saved_bytes_per_sample": saved, "saved_bytes_fixed": saved_fixed,
         "exporter": feats.exporter, "opset": feats.opset,
         "error": None if feats.available else feats.error,
         "export_s": round(time.perf_counter() - t0, 2),
@@ -101,3 +106,32 @@ def build_features_table(configs: Iterable[tuple[str, Mapping[str, Any]]], path:
             if progress:
                 progress(name, row)
     return added
+
+
+def add_saved_bytes(path: str | Path) -> int:
+    """Fill the saved-tensor columns of an existing table in place (rows that lack them); return rows filled.
+
+    The saved-bytes count takes seconds where the ONNX export takes minutes, so an older table gains the
+    columns without being rebuilt.
+    """
+    from perfpredict.features.saved import saved_bytes_split
+    from perfpredict.workload.zoo import load_zoo_workload
+
+    p = Path(path)
+    with open(p, newline="") as f:
+        rows = list(csv.DictReader(f))
+    filled = 0
+    for row in rows:
+        if row.get("saved_bytes_per_sample") not in (None, ""):
+            continue
+        wl = load_zoo_workload(row["family"], json.loads(row["config_json"]))
+        row["saved_bytes_per_sample"], row["saved_bytes_fixed"] = saved_bytes_split(wl)
+        filled += 1
+    tmp = p.with_suffix(".tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FEATURE_TABLE_COLUMNS)
+        w.writeheader()
+        for row in rows:
+            w.writerow({k: row.get(k) for k in FEATURE_TABLE_COLUMNS})
+    tmp.replace(p)
+    return filled

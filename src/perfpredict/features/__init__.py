@@ -94,6 +94,7 @@ def features_from_onnx(model_proto, batch_size: int = 1) -> GraphFeatures:
         forward_macs_per_sample=s.macs // batch_size,
         macs_by_op={k: v // batch_size for k, v in s.macs_by_op.items()},
         param_bytes=s.initializer_bytes, activation_bytes_per_sample=s.activation_bytes // batch_size,
+        activation_bytes_by_op={k: v // batch_size for k, v in s.activation_bytes_by_op.items()},
         op_counts=s.op_counts, num_nodes=s.num_nodes)
 
 
@@ -101,6 +102,8 @@ def _from_stats(s1: GraphStats, s2: GraphStats, b1: int, b2: int) -> GraphFeatur
     macs, macs_fixed = _split(s1.macs, s2.macs, b1, b2)
     act, act_fixed = _split(s1.activation_bytes, s2.activation_bytes, b1, b2)
     by_op = {k: _split(s1.macs_by_op.get(k, 0), v, b1, b2)[0] for k, v in s2.macs_by_op.items()}
+    act_by_op = {k: _split(s1.activation_bytes_by_op.get(k, 0), v, b1, b2)[0]
+                 for k, v in s2.activation_bytes_by_op.items()}
     err = None
     if s1.unknown_shape_ops:
         err = f"shapes unknown for {sum(s1.unknown_shape_ops.values())} compute op(s) " \
@@ -109,4 +112,5 @@ def _from_stats(s1: GraphStats, s2: GraphStats, b1: int, b2: int) -> GraphFeatur
         available=True, error=err,
         forward_macs_per_sample=macs, forward_macs_fixed=macs_fixed, macs_by_op=by_op,
         param_bytes=s1.initializer_bytes, activation_bytes_per_sample=act, activation_bytes_fixed=act_fixed,
+        activation_bytes_by_op={k: v for k, v in act_by_op.items() if v > 0},
         op_counts=s1.op_counts, num_nodes=s1.num_nodes)

@@ -30,6 +30,8 @@ class GraphStats:
     macs: int = 0
     macs_by_op: dict[str, int] = field(default_factory=dict)
     activation_bytes: int = 0
+    #: ``activation_bytes`` split by the op type that produced each tensor (graph inputs under ``"input"``).
+    activation_bytes_by_op: dict[str, int] = field(default_factory=dict)
     initializer_bytes: int = 0
     op_counts: dict[str, int] = field(default_factory=dict)
     num_nodes: int = 0
@@ -114,10 +116,13 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
     ops: Counter = Counter()
     unknown: Counter = Counter()
     act = 0
+    act_by_op: Counter = Counter()
     # Graph inputs that are not weights are activations too (the batch itself).
     for vi in g.input:
         if vi.name not in init_names:
-            act += shapes.nbytes(vi.name) or 0
+            nb = shapes.nbytes(vi.name) or 0
+            act += nb
+            act_by_op["input"] += nb
 
     def visit(graph) -> None:
         nonlocal act
@@ -133,7 +138,9 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
                 continue
             for o in node.output:
                 if o:
-                    act += shapes.nbytes(o) or 0
+                    nb = shapes.nbytes(o) or 0
+                    act += nb
+                    act_by_op[node.op_type] += nb
             if node.op_type in MAC_OPS:
                 m = _node_macs(node, shapes)
                 if m is None:
@@ -145,6 +152,7 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
     stats.macs = int(sum(macs.values()))
     stats.macs_by_op = {k: int(v) for k, v in sorted(macs.items())}
     stats.activation_bytes = int(act)
+    stats.activation_bytes_by_op = {k: int(v) for k, v in sorted(act_by_op.items()) if v}
     stats.op_counts = dict(sorted(ops.items()))
     stats.num_nodes = int(sum(ops.values()))
     stats.unknown_shape_ops = dict(unknown)

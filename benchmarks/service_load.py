@@ -1,0 +1,103 @@
+"""Bounded load test of `perfpredict serve` on loopback: 100 concurrent requests, then bad input, then health.
+
+Starts the real command (``python -m perfpredict serve``) on a free loopback port, waits for ``/health``,
+fires ``--requests`` POST /predict requests (feature vectors of the zoo's architectures) from ``--concurrency``
+threads at once, counts non-200 answers, then sends a malformed ONNX file (expects 400), an oversized upload
+(413) and a wrong-schema JSON (422), and checks the service still answers.
+
+    python benchmarks/service_load.py [--requests 100] [--concurrency 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main() -> int:
+    import httpx
+
+    from perfpredict.estimators.data import load_training_data
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=100)
+    ap.add_argument("--concurrency", type=int, default=100)
+    args = ap.parse_args()
+
+    data = load_training_data(REPO / "datasets" / "cuda_h100.csv")
+    bodies = [{"features": {k: v for k, v in a.as_dict().items() if k not in ("family", "notes")},
+               "batch_sizes": [int(b)]} for a, b in zip(data.archs, data.batch)]
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "perfpredict", "serve", "--port", str(port), "--max-upload-mb", "1",
+                             "--models", str(REPO / "trained_models")], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        t0 = time.monotonic()
+        while True:
+            try:
+                if httpx.get(f"{base}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() - t0 > 60:
+                print("the service did not start:", proc.stderr.read() if proc.stderr else "")
+                return 1
+            time.sleep(0.2)
+        print(f"service up in {time.monotonic() - t0:.1f} s on {base}")
+
+        def one(i: int) -> tuple[int, float]:
+            t = time.perf_counter()
+            r = httpx.post(f"{base}/predict", json=bodies[i % len(bodies)], timeout=60)
+            return r.status_code, time.perf_counter() - t
+
+        t = time.perf_counter()
+        with ThreadPoolExecutor(args.concurrency) as ex:
+            results = list(ex.map(one, range(args.requests)))
+        wall = time.perf_counter() - t
+        errors = sum(code != 200 for code, _ in results)
+        lat = sorted(d for _, d in results)
+        print(f"{args.requests} requests, {args.concurrency} concurrent: {errors} errors, {wall:.2f} s wall, "
+              f"{args.requests / wall:.0f} req/s, latency p50 {statistics.median(lat) * 1e3:.0f} ms, "
+              f"max {lat[-1] * 1e3:.0f} ms")
+
+        checks = {
+            "malformed ONNX -> 400": httpx.post(f"{base}/predict/onnx", timeout=30, files={
+                "file": ("bad.onnx", b"definitely not protobuf", "application/octet-stream")}).status_code == 400,
+            "oversized upload -> 413": httpx.post(f"{base}/predict/onnx", timeout=30, files={
+                "file": ("big.onnx", b"\0" * 2_000_000, "application/octet-stream")}).status_code == 413,
+            "wrong-schema JSON -> 422": httpx.post(f"{base}/predict", timeout=30,
+                                                   content=json.dumps({"features": {"param_count": "x"}}),
+                                                   headers={"content-type": "application/json"}).status_code == 422,
+            "still serving afterwards": httpx.post(f"{base}/predict", json=bodies[0], timeout=30).status_code == 200,
+        }
+        for k, ok in checks.items():
+            print(f"{k}: {'ok' if ok else 'FAILED'}")
+        passed = errors == 0 and all(checks.values())
+        print(f"\nload test: {'PASS' if passed else 'FAIL'}")
+        return 0 if passed else 1
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,251 @@
+"""What the estimators know about an architecture: its graph features, from whichever source is at hand.
+
+Three sources give the same :class:`ArchFeatures`, so training and prediction share one code path:
+
+- a row of ``datasets/zoo_features.csv`` (training);
+- a PyTorch workload (``model.py`` or ``zoo:``), exported to ONNX at batch sizes 1 and 2 on the CPU;
+- an ONNX file, analysed statically — *nothing in it is executed* (the HTTP service relies on this). A
+  symbolic batch dimension is fixed to 1 and then 2 and shape inference run on each, which separates the
+  per-sample part exactly, as the profiler does; a static batch dimension b is divided out (the fixed part
+  is then unknown and taken as 0).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perfpredict.errors import PerfPredictError
+
+
+class ArchFeaturesError(PerfPredictError):
+    """The input cannot be turned into graph features (malformed ONNX, export failure, ...)."""
+
+
+@dataclass(frozen=True)
+class ArchFeatures:
+    """Device- and batch-independent graph features of one architecture (Horus Table 3 and a few more)."""
+
+    forward_macs_per_sample: float
+    param_count: float
+    param_bytes: float
+    activation_bytes_per_sample: float
+    num_nodes: float
+    forward_macs_fixed: float = 0.0
+    activation_bytes_fixed: float = 0.0
+    input_bytes_per_sample: float = 0.0
+    op_counts: Mapping[str, int] = field(default_factory=dict)
+    macs_by_op: Mapping[str, int] = field(default_factory=dict)
+    #: per-sample activation bytes by producing op type (graph inputs: "input")
+    activation_bytes_by_op: Mapping[str, int] = field(default_factory=dict)
+    #: bytes autograd saves for backward per sample / fixed (CPU count, :mod:`perfpredict.features.saved`);
+    #: None when only an ONNX graph is at hand (the Predictor then estimates it from the graph)
+    saved_bytes_per_sample: float | None = None
+    saved_bytes_fixed: float = 0.0
+    name: str = ""
+    family: str | None = None
+    notes: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "family": self.family, "forward_macs_per_sample": self.forward_macs_per_sample,
+                "forward_macs_fixed": self.forward_macs_fixed, "param_count": self.param_count,
+                "param_bytes": self.param_bytes, "activation_bytes_per_sample": self.activation_bytes_per_sample,
+                "activation_bytes_fixed": self.activation_bytes_fixed, "num_nodes": self.num_nodes,
+                "input_bytes_per_sample": self.input_bytes_per_sample, "op_counts": dict(self.op_counts),
+                "macs_by_op": dict(self.macs_by_op), "activation_bytes_by_op": dict(self.activation_bytes_by_op),
+                "saved_bytes_per_sample": self.saved_bytes_per_sample, "saved_bytes_fixed": self.saved_bytes_fixed,
+                "notes": list(self.notes)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ArchFeatures:
+        known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        if "notes" in known:
+            known["notes"] = tuple(known["notes"])
+        return cls(**known)
+
+
+def _num(v: Any, default: float = 0.0) -> float:
+    if v is None or v == "":
+        return default
+    return float(v)
+
+
+def from_table_row(row: Mapping[str, Any]) -> ArchFeatures:
+    """An :class:`ArchFeatures` from a ``zoo_features.csv`` row (strings as read by ``csv``, or numbers)."""
+    oc, mb = row.get("op_counts_json") or "{}", row.get("macs_by_op_json") or "{}"
+    ab = row.get("act_bytes_by_op_json") or "{}"
+    return ArchFeatures(
+        forward_macs_per_sample=_num(row["forward_macs_per_sample"]),
+        forward_macs_fixed=_num(row.get("forward_macs_fixed")),
+        param_count=_num(row["param_count"]), param_bytes=_num(row["param_bytes"]),
+        activation_bytes_per_sample=_num(row["activation_bytes_per_sample"]),
+        activation_bytes_fixed=_num(row.get("activation_bytes_fixed")),
+        num_nodes=_num(row["num_nodes"]), input_bytes_per_sample=_num(row.get("input_bytes_per_sample")),
+        op_counts=json.loads(oc) if isinstance(oc, str) else dict(oc),
+        macs_by_op=json.loads(mb) if isinstance(mb, str) else dict(mb),
+        activation_bytes_by_op=json.loads(ab) if isinstance(ab, str) else dict(ab),
+        saved_bytes_per_sample=_num(row["saved_bytes_per_sample"]) if row.get("saved_bytes_per_sample") not in
+        (None, "") else None, saved_bytes_fixed=_num(row.get("saved_bytes_fixed")),
+        name=str(row.get("config", "")), family=row.get("family") or None)
+
+
+def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchFeatures:
+    """Export a ``model.py`` / ``zoo:<family>`` to ONNX on the CPU (runs the user's code: not for the service)."""
+    import torch
+
+    from perfpredict.features import extract_features
+    from perfpredict.features.saved import saved_bytes_split
+    from perfpredict.workload import resolve_workload
+
+    wl = resolve_workload(target, params)
+    torch.manual_seed(0)
+    model = wl.build_model()
+    feats = extract_features(wl, model=model, use_fvcore=False)
+    if not feats.available:
+        raise ArchFeaturesError(f"graph features unavailable: {feats.error}", source=target, step="features")
+    inputs = wl.inputs(1)
+    try:
+        saved, saved_fixed = saved_bytes_split(wl, model)
+    except Exception as e:  # noqa: BLE001 - the user's forward failed in train mode: report, do not guess
+        raise ArchFeaturesError(f"training-mode forward failed while counting saved tensors: {type(e).__name__}: "
+                                f"{str(e)[:200]}", source=target, step="features") from None
+    return ArchFeatures(
+        forward_macs_per_sample=float(feats.forward_macs_per_sample or 0),
+        forward_macs_fixed=float(feats.forward_macs_fixed or 0),
+        param_count=float(sum(p.numel() for p in model.parameters())), param_bytes=float(feats.param_bytes or 0),
+        activation_bytes_per_sample=float(feats.activation_bytes_per_sample or 0),
+        activation_bytes_fixed=float(feats.activation_bytes_fixed or 0), num_nodes=float(feats.num_nodes or 0),
+        input_bytes_per_sample=float(sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))),
+        op_counts=feats.op_counts, macs_by_op=feats.macs_by_op, activation_bytes_by_op=feats.activation_bytes_by_op,
+        saved_bytes_per_sample=float(saved), saved_bytes_fixed=float(saved_fixed), name=wl.name,
+        notes=(feats.error,) if feats.error else ())
+
+
+# ---------------------------------------------------------------------------------------------------------
+# ONNX, statically
+# ---------------------------------------------------------------------------------------------------------
+def load_onnx_bytes(data: bytes, source: str = "upload"):
+    """Parse ONNX bytes into a ModelProto and check it; raises :class:`ArchFeaturesError` with one line."""
+    import onnx
+
+    try:
+        proto = onnx.load_from_string(data)
+    except Exception as e:  # noqa: BLE001 - protobuf raises several types for garbage
+        raise ArchFeaturesError(f"not an ONNX model ({type(e).__name__})", source=source, step="parse onnx") from None
+    if not proto.graph.node:
+        raise ArchFeaturesError("ONNX model has an empty graph", source=source, step="parse onnx")
+    try:
+        onnx.checker.check_model(proto)
+    except Exception as e:  # noqa: BLE001
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ArchFeaturesError(f"invalid ONNX model: {msg[:300]}", source=source, step="check onnx") from None
+    return proto
+
+
+def _with_batch(proto, batch: int):
+    """A copy of ``proto`` whose graph inputs' first dimension is ``batch`` (for inputs that have one)."""
+    import onnx
+
+    m = onnx.ModelProto()
+    m.CopyFrom(proto)
+    init = {i.name for i in m.graph.initializer}
+    for vi in m.graph.input:
+        if vi.name in init:
+            continue
+        dims = vi.type.tensor_type.shape.dim
+        if len(dims) > 0:
+            dims[0].Clear()
+            dims[0].dim_value = batch
+    # Drop stale intermediate shapes so inference recomputes them for the new batch.
+    del m.graph.value_info[:]
+    return m
+
+
+def _batch_dim(proto) -> tuple[bool, int | None]:
+    """(symbolic, static value) of the first real input's first dimension."""
+    init = {i.name for i in proto.graph.initializer}
+    for vi in proto.graph.input:
+        if vi.name in init:
+            continue
+        dims = vi.type.tensor_type.shape.dim
+        if not dims:
+            return False, None
+        d = dims[0]
+        if d.HasField("dim_value") and d.dim_value > 0:
+            return False, int(d.dim_value)
+        return True, None
+    return False, None
+
+
+def from_onnx_proto(proto, name: str = "onnx") -> ArchFeatures:
+    """Features of an ONNX graph without executing it (shape inference only)."""
+    import numpy as np
+
+    from perfpredict.features.graph import analyze_onnx
+
+    symbolic, static = _batch_dim(proto)
+    notes: list[str] = []
+    init = proto.graph.initializer
+    param_count = float(sum(int(np.prod(t.dims)) if len(t.dims) else 1 for t in init))
+    try:
+        if symbolic:
+            s1 = analyze_onnx(_with_batch(proto, 1), run_for_shapes=False)
+            s2 = analyze_onnx(_with_batch(proto, 2), run_for_shapes=False)
+            macs, macs_fixed = s2.macs - s1.macs, 2 * s1.macs - s2.macs
+            act, act_fixed = s2.activation_bytes - s1.activation_bytes, 2 * s1.activation_bytes - s2.activation_bytes
+            by_op = {k: v - s1.macs_by_op.get(k, 0) for k, v in s2.macs_by_op.items()}
+            act_by_op = {k: v - s1.activation_bytes_by_op.get(k, 0) for k, v in s2.activation_bytes_by_op.items()}
+            stats = s1
+        else:
+            b = static or 1
+            stats = analyze_onnx(proto, run_for_shapes=False)
+            macs, macs_fixed = stats.macs / b, 0
+            act, act_fixed = stats.activation_bytes / b, 0
+            by_op = {k: v / b for k, v in stats.macs_by_op.items()}
+            act_by_op = {k: v / b for k, v in stats.activation_bytes_by_op.items()}
+            notes.append(f"the ONNX batch dimension is fixed at {b}: per-sample values are totals / {b}")
+    except Exception as e:  # noqa: BLE001 - a graph shape inference cannot follow
+        raise ArchFeaturesError(f"cannot analyse the graph: {type(e).__name__}: {str(e)[:200]}", source=name,
+                                step="analyse onnx") from None
+    if stats.unknown_shape_ops:
+        notes.append(f"shapes unknown for {sum(stats.unknown_shape_ops.values())} compute op(s) "
+                     f"({', '.join(sorted(stats.unknown_shape_ops))}) without executing the graph; their MACs are "
+                     "not counted")
+    if macs <= 0:
+        raise ArchFeaturesError("no multiply-accumulate ops with known shapes in the graph", source=name,
+                                step="analyse onnx")
+    return ArchFeatures(
+        forward_macs_per_sample=float(macs), forward_macs_fixed=float(max(macs_fixed, 0)), param_count=param_count,
+        param_bytes=float(stats.initializer_bytes), activation_bytes_per_sample=float(max(act, 0)),
+        activation_bytes_fixed=float(max(act_fixed, 0)), num_nodes=float(stats.num_nodes),
+        input_bytes_per_sample=_input_bytes_per_sample(proto), op_counts=stats.op_counts,
+        macs_by_op={k: int(v) for k, v in by_op.items()},
+        activation_bytes_by_op={k: int(v) for k, v in act_by_op.items() if v > 0}, name=name, notes=tuple(notes))
+
+
+def _input_bytes_per_sample(proto) -> float:
+    from perfpredict.features.graph import _dtype_size
+
+    init = {i.name for i in proto.graph.initializer}
+    total = 0.0
+    for vi in proto.graph.input:
+        if vi.name in init:
+            continue
+        t = vi.type.tensor_type
+        n = 1
+        for d in list(t.shape.dim)[1:]:
+            n *= d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1
+        total += n * _dtype_size(t.elem_type)
+    return total
+
+
+def from_onnx_file(path: str | Path) -> ArchFeatures:
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise ArchFeaturesError(f"cannot read: {e.strerror}", source=str(path), step="read onnx") from None
+    return from_onnx_proto(load_onnx_bytes(data, str(path)), name=p.stem)

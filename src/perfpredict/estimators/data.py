@@ -1,0 +1,96 @@
+"""Load a measured dataset joined to the architecture features: the estimators' training data."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from perfpredict.errors import PerfPredictError
+from perfpredict.estimators.arch import ArchFeatures, from_table_row
+from perfpredict.estimators.design import design_matrix
+
+#: Dataset files that are not training sets of their own (repeats measure the noise floor; co-location
+#: pairs train the interference model).
+NON_TRAINING_SUFFIXES = ("_repeat", "_colocation")
+FEATURES_FILE = "zoo_features.csv"
+
+
+@dataclass
+class TrainingData:
+    name: str  # dataset stem, e.g. "cuda_h100"
+    device_kind: str  # "cuda" | "cpu"
+    device_name: str
+    archs: list[ArchFeatures]
+    batch: np.ndarray
+    X: np.ndarray
+    families: np.ndarray
+    configs: np.ndarray
+    rows: list[dict[str, str]]
+    sha256: str
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    def column(self, name: str) -> np.ndarray:
+        return np.array([float(r[name]) if r.get(name) not in (None, "") else np.nan for r in self.rows])
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def training_datasets(datasets_dir: str | Path) -> list[Path]:
+    """Every measured dataset CSV under ``datasets_dir`` that is a training set (see NON_TRAINING_SUFFIXES)."""
+    d = Path(datasets_dir)
+    return sorted(p for p in d.glob("*.csv") if p.name != FEATURES_FILE
+                  and not p.stem.endswith(NON_TRAINING_SUFFIXES))
+
+
+def file_sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def load_training_data(dataset_csv: str | Path, features_csv: str | Path | None = None,
+                       mode: str = "train") -> TrainingData:
+    """Successful ``mode`` rows of ``dataset_csv`` (the last row of each point wins), joined to features."""
+    path = Path(dataset_csv)
+    fpath = Path(features_csv) if features_csv else path.parent / FEATURES_FILE
+    if not path.exists():
+        raise PerfPredictError("no such dataset", source=str(path), step="load dataset")
+    if not fpath.exists():
+        raise PerfPredictError("no features table (run `python profilers/collect_dataset.py features`)",
+                               source=str(fpath), step="load dataset")
+    with open(fpath, newline="") as f:
+        feats = {r["config"]: r for r in csv.DictReader(f) if not r.get("error")}
+    latest: dict[tuple[str, str], dict[str, str]] = {}
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            if r.get("mode") == mode:
+                latest[(r["config"], r["batch_size"])] = r
+    rows = [r for r in latest.values() if r["status"] == "ok" and r["config"] in feats]
+    if not rows:
+        raise PerfPredictError(f"no successful {mode} rows joined to features", source=str(path),
+                               step="load dataset")
+    archs_by_config = {c: from_table_row(feats[c]) for c in {r["config"] for r in rows}}
+    archs = [archs_by_config[r["config"]] for r in rows]
+    batch = np.array([int(r["batch_size"]) for r in rows])
+    meta_path = path.with_name(path.stem + ".meta.json")
+    provenance = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    kinds = {r["device_kind"] for r in rows}
+    names = {r["device_name"] for r in rows if r.get("device_name")}
+    if len(kinds) != 1 or len(names) > 1:
+        raise PerfPredictError(f"dataset mixes devices ({sorted(kinds)}, {sorted(names)}); one file per device",
+                               source=str(path), step="load dataset")
+    return TrainingData(
+        name=path.stem, device_kind=kinds.pop(), device_name=names.pop() if names else "unknown", archs=archs,
+        batch=batch, X=design_matrix(zip(archs, batch)), families=np.array([r["family"] for r in rows]),
+        configs=np.array([r["config"] for r in rows]), rows=rows, sha256=file_sha256(path),
+        provenance={"file": path.name, "features_file": fpath.name, "features_sha256": file_sha256(fpath),
+                    "runs": [{k: run.get(k) for k in ("started_at", "command", "git_commit", "device", "torch_version",
+                                                      "cuda_version", "counts")}
+                             for run in provenance.get("runs", [])],
+                    "device_info": next((run.get("device_info") for run in provenance.get("runs", [])
+                                         if run.get("device_info")), None)})

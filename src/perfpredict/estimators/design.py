@@ -1,0 +1,130 @@
+"""The feature vector the estimators see: graph features × batch size, on log scales.
+
+Sizes span six orders of magnitude across the zoo (an MLP's 10⁵ MACs to BERT's 10¹⁰), so every size enters
+as log10; op counts enter as log1p counts grouped by kind (Horus Table 3 counts convolutions, matmuls,
+activations, normalisations, ...); the mix of MACs enters as shares. The per-iteration sizes (× batch) are
+what the device actually processes, so they are features too, as is Horus eq. 2's analytic memory estimate
+for training with SGD-momentum, which the memory estimator corrects rather than replaces (see
+:mod:`perfpredict.estimators.targets`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+
+from perfpredict.estimators.arch import ArchFeatures
+
+#: ONNX op types by kind. Anything else counts in ``ops_other``.
+OP_GROUPS: dict[str, tuple[str, ...]] = {
+    "conv": ("Conv", "ConvTranspose"),
+    "matmul": ("MatMul", "Gemm", "Einsum"),
+    "rnn": ("LSTM", "GRU", "RNN"),
+    "norm": ("BatchNormalization", "LayerNormalization", "InstanceNormalization", "GroupNormalization",
+             "ReduceMean", "Sqrt", "Pow"),
+    "activation": ("Relu", "Clip", "Sigmoid", "Tanh", "Gelu", "Erf", "HardSigmoid", "HardSwish", "LeakyRelu",
+                   "Softmax", "LogSoftmax"),
+    "elementwise": ("Add", "Mul", "Sub", "Div", "Where", "Equal", "Not", "Cast"),
+    "pool": ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"),
+    "shape": ("Reshape", "Transpose", "Concat", "Slice", "Gather", "Squeeze", "Unsqueeze", "Expand", "Shape",
+              "Flatten", "Split", "Constant", "ConstantOfShape", "Identity", "Dropout"),
+}
+
+#: Groups of activation bytes (by producing op) for the memory model: what autograd keeps for the backward
+#: pass differs by kind (a convolution's input is saved, an in-place ReLU's output is not, fused attention
+#: never materialises its softmax).
+ACT_GROUPS: tuple[str, ...] = ("conv", "matmul", "rnn", "norm", "activation", "softmax", "elementwise", "pool",
+                               "shape", "input", "other")
+_ACT_LOOKUP = {op: g for g, ops in OP_GROUPS.items() for op in ops if g in ACT_GROUPS}
+_ACT_LOOKUP.update({"Softmax": "softmax", "LogSoftmax": "softmax", "input": "input"})
+
+
+def act_group(op: str) -> str:
+    return _ACT_LOOKUP.get(op, "other")
+
+
+def activation_bytes_by_group(arch: ArchFeatures) -> dict[str, float]:
+    """Per-sample activation bytes by :data:`ACT_GROUPS` (all in ``other`` when the split is unknown)."""
+    out = dict.fromkeys(ACT_GROUPS, 0.0)
+    if not arch.activation_bytes_by_op:
+        out["other"] = float(arch.activation_bytes_per_sample)
+        return out
+    for op, nb in arch.activation_bytes_by_op.items():
+        out[act_group(op)] += float(nb)
+    return out
+
+
+#: The estimators' input columns, in order (saved in each model's metadata; prediction checks it).
+FEATURE_NAMES: list[str] = [
+    "log2_batch", "log_macs_per_sample", "log_macs_per_iter", "log_params", "log_param_bytes",
+    "log_act_bytes_per_sample", "log_act_bytes_per_iter", "log_input_bytes_per_iter", "log_nodes",
+    "log_intensity", "log_horus_memory", "log_macs_per_node_iter",
+    "share_macs_conv", "share_macs_matmul", "share_macs_rnn",
+    *[f"ops_{g}" for g in OP_GROUPS], "ops_other",
+    *[f"log_act_{g}_iter" for g in ACT_GROUPS],
+    "log_saved_bytes_iter",
+]
+
+
+def _log10(x: float) -> float:
+    return math.log10(max(float(x), 0.0) + 1.0)
+
+
+def horus_train_memory(arch: ArchFeatures, batch_size: int, optimizer_state_copies: float = 1.0) -> float:
+    """Horus eq. 2 for training, bytes: activations + activation gradients + weights, gradients, optimizer
+    state (SGD-momentum: one copy, the datasets' optimizer). The CUDA context (δ) is left out: the datasets'
+    memory target is torch's peak allocated, which does not include it."""
+    acts = batch_size * arch.activation_bytes_per_sample + arch.activation_bytes_fixed
+    return 2.0 * acts + (2.0 + optimizer_state_copies) * arch.param_bytes
+
+
+def design_row(arch: ArchFeatures, batch_size: int) -> dict[str, float]:
+    """The feature vector (``FEATURE_NAMES``) for ``arch`` at ``batch_size``."""
+    b = float(batch_size)
+    macs_iter = arch.forward_macs_per_sample * b + arch.forward_macs_fixed
+    act_iter = arch.activation_bytes_per_sample * b + arch.activation_bytes_fixed
+    total_macs = max(sum(arch.macs_by_op.values()), 1.0)
+    groups = _group_counts(arch.op_counts)
+    row = {
+        "log2_batch": math.log2(max(b, 1.0)),
+        "log_macs_per_sample": _log10(arch.forward_macs_per_sample),
+        "log_macs_per_iter": _log10(macs_iter),
+        "log_params": _log10(arch.param_count),
+        "log_param_bytes": _log10(arch.param_bytes),
+        "log_act_bytes_per_sample": _log10(arch.activation_bytes_per_sample),
+        "log_act_bytes_per_iter": _log10(act_iter),
+        "log_input_bytes_per_iter": _log10(arch.input_bytes_per_sample * b),
+        "log_nodes": _log10(arch.num_nodes),
+        # MACs per byte touched: compute-bound (high) vs memory/launch-bound (low) iterations
+        "log_intensity": _log10(macs_iter / max(act_iter + arch.param_bytes, 1.0)),
+        "log_horus_memory": _log10(horus_train_memory(arch, batch_size)),
+        # work per kernel launch, roughly: small values mean launch-bound on a big GPU
+        "log_macs_per_node_iter": _log10(macs_iter / max(arch.num_nodes, 1.0)),
+        "share_macs_conv": sum(arch.macs_by_op.get(k, 0) for k in OP_GROUPS["conv"]) / total_macs,
+        "share_macs_matmul": sum(arch.macs_by_op.get(k, 0) for k in OP_GROUPS["matmul"] + ("Attention",))
+        / total_macs,
+        "share_macs_rnn": sum(arch.macs_by_op.get(k, 0) for k in OP_GROUPS["rnn"]) / total_macs,
+    }
+    for g, n in groups.items():
+        row[f"ops_{g}"] = math.log1p(n)
+    for g, nb in activation_bytes_by_group(arch).items():
+        row[f"log_act_{g}_iter"] = _log10(nb * b)
+    row["log_saved_bytes_iter"] = (math.nan if arch.saved_bytes_per_sample is None
+                                   else _log10(arch.saved_bytes_per_sample * b + arch.saved_bytes_fixed))
+    return row
+
+
+def _group_counts(op_counts: Mapping[str, int]) -> dict[str, int]:
+    out = {g: 0 for g in OP_GROUPS} | {"other": 0}
+    lookup = {op: g for g, ops in OP_GROUPS.items() for op in ops}
+    for op, n in op_counts.items():
+        out[lookup.get(op, "other")] += int(n)
+    return out
+
+
+def design_matrix(items: Iterable[tuple[ArchFeatures, int]]):
+    """A float ndarray (rows × ``FEATURE_NAMES``) for (architecture, batch size) pairs."""
+    import numpy as np
+
+    rows = [design_row(a, b) for a, b in items]
+    return np.array([[r[k] for k in FEATURE_NAMES] for r in rows], dtype=float).reshape(len(rows), len(FEATURE_NAMES))

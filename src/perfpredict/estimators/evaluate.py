@@ -1,0 +1,114 @@
+"""Cross-validation grouped by architecture family: the score is for families never seen in training.
+
+With leave-one-family-out folds, every prediction is made by a model that saw no member of that family (no
+ResNet when predicting ResNets). Random folds are reported beside it for contrast: there, other depths and
+widths of the same family are in training, which is the easy case.
+
+Metrics: RMSLE (Horus' metric) and MAPE. For GPU utilisation the RMSLE is computed on percent (0-100), the
+scale Horus reports; on fractions (0-1) the same predictions would score several times lower, so both are
+given. Interval models are scored by the coverage of their 80% interval and by how often the upper
+quantile under-predicts (the unsafe side for placement).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from perfpredict.estimators.data import TrainingData
+from perfpredict.estimators.models import QUANTILES
+from perfpredict.estimators.targets import TargetSpec
+
+
+def metrics(y: np.ndarray, yhat: np.ndarray, spec: TargetSpec) -> dict[str, float]:
+    y, yhat = np.asarray(y, float), np.asarray(yhat, float)
+    ape = np.abs(yhat - y) / np.abs(y)
+    out = {"mape": float(np.mean(ape)), "median_ape": float(np.median(ape)), "p90_ape": float(np.percentile(ape, 90)),
+           "n": int(len(y))}
+    if spec.name == "gpu_utilization":
+        out["rmsle"] = float(np.sqrt(np.mean((np.log1p(100 * yhat) - np.log1p(100 * y)) ** 2)))
+        out["rmsle_fraction"] = float(np.sqrt(np.mean((np.log1p(yhat) - np.log1p(y)) ** 2)))
+        out["mae"] = float(np.mean(np.abs(yhat - y)))
+    else:
+        out["rmsle"] = float(np.sqrt(np.mean((np.log1p(yhat) - np.log1p(y)) ** 2)))
+    return out
+
+
+def _folds(data: TrainingData, scheme: str, seed: int = 0):
+    from sklearn.model_selection import KFold, LeaveOneGroupOut
+
+    if scheme == "family":
+        return list(LeaveOneGroupOut().split(data.X, groups=data.families))
+    return list(KFold(n_splits=5, shuffle=True, random_state=seed).split(data.X))
+
+
+def _valid(data: TrainingData, spec: TargetSpec) -> np.ndarray:
+    y = data.column(spec.column)
+    return np.isfinite(y) & (y > 0)
+
+
+def out_of_fold(data: TrainingData, spec: TargetSpec, kind: str, scheme: str = "family") -> tuple[np.ndarray, np.ndarray]:
+    """(y, out-of-fold predictions) over the rows that have the target."""
+    keep = _valid(data, spec)
+    sub = _subset(data, keep)
+    y = sub.column(spec.column)
+    z = spec.to_model(y, sub.X)
+    pred = np.full(len(y), np.nan)
+    for tr, te in _folds(sub, scheme):
+        m = spec.make_model(kind)
+        m.fit(sub.X[tr], z[tr])
+        pred[te] = spec.from_model(m.predict(sub.X[te]), sub.X[te])
+    return y, pred
+
+
+def quantile_out_of_fold(data: TrainingData, spec: TargetSpec, scheme: str = "family",
+                         kind: str = "xgboost") -> dict[str, float]:
+    keep = _valid(data, spec)
+    sub = _subset(data, keep)
+    y = sub.column(spec.column)
+    z = spec.to_model(y, sub.X)
+    q = np.full((len(y), len(QUANTILES)), np.nan)
+    for tr, te in _folds(sub, scheme):
+        m = spec.make_quantile_model(kind)
+        m.fit(sub.X[tr], z[tr])
+        q[te] = spec.from_model(m.predict(sub.X[te]), sub.X[te])
+    lo, hi = q[:, 0], q[:, -1]
+    return {"interval": f"[q{int(QUANTILES[0] * 100)}, q{int(QUANTILES[-1] * 100)}]",
+            "coverage": float(np.mean((y >= lo) & (y <= hi))),
+            "upper_under_predicts": float(np.mean(hi < y)),
+            "median_rel_width": float(np.median((hi - lo) / y))}
+
+
+def _subset(data: TrainingData, keep: np.ndarray) -> TrainingData:
+    idx = np.flatnonzero(keep)
+    return TrainingData(name=data.name, device_kind=data.device_kind, device_name=data.device_name,
+                        archs=[data.archs[i] for i in idx], batch=data.batch[idx], X=data.X[idx],
+                        families=data.families[idx], configs=data.configs[idx], rows=[data.rows[i] for i in idx],
+                        sha256=data.sha256, provenance=data.provenance)
+
+
+def evaluate_target(data: TrainingData, spec: TargetSpec, kinds: tuple[str, ...]) -> dict[str, Any]:
+    """Grouped-by-family and random 5-fold scores of every model kind, the kind to ship (XGBoost, or for
+    memory the better of the bare physical baseline and baseline × XGBoost correction, by family-CV MAPE),
+    its per-family breakdown, and its interval model's quality."""
+    out: dict[str, Any] = {"family_cv": {}, "random_cv": {}}
+    per_family = {}
+    for kind in kinds:
+        y, p = out_of_fold(data, spec, kind, "family")
+        out["family_cv"][kind] = metrics(y, p, spec)
+        fams = data.families[_valid(data, spec)]
+        per_family[kind] = {f: metrics(y[fams == f], p[fams == f], spec) for f in sorted(set(fams))}
+        y2, p2 = out_of_fold(data, spec, kind, "random")
+        out["random_cv"][kind] = metrics(y2, p2, spec)
+    out["shipped_kind"] = ship_kind(spec, out["family_cv"])
+    out["per_family_shipped"] = per_family.get(out["shipped_kind"], {})
+    out["quantiles_family_cv"] = quantile_out_of_fold(data, spec, "family", out["shipped_kind"])
+    return out
+
+
+def ship_kind(spec: TargetSpec, family_cv: dict[str, dict[str, float]]) -> str:
+    candidates = [k for k in ("none", "xgboost") if k in family_cv]
+    if not candidates:
+        return "xgboost"
+    return min(candidates, key=lambda k: family_cv[k]["mape"])

@@ -1,0 +1,78 @@
+"""What the estimators predict, and on which scale they learn it.
+
+Tree ensembles cannot extrapolate beyond the targets they were trained on, and grouped cross-validation asks
+them to predict architecture families they never saw, whose sizes may lie outside every other family's. So
+each target is learned on a scale where unseen families look like seen ones:
+
+- **peak memory** in bytes through :class:`~perfpredict.estimators.models.StructuredMemoryModel`: a
+  non-negative linear baseline over parameter bytes and activation bytes by op group (what Horus eq. 2 adds
+  up, with coefficients measured instead of assumed), times a learned correction. A model ten times
+  larger than any in training still gets a sensible answer, which a tree on raw bytes cannot give;
+- **iteration time** as log seconds;
+- **GPU utilisation** as the fraction itself, clipped to (0, 1] on the way out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from perfpredict.estimators.models import (
+    MODEL_KINDS,
+    QUANTILES,
+    StructuredMemoryModel,
+    make_model,
+    make_quantile_model,
+)
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    name: str
+    column: str  # the dataset column
+    unit: str
+    transform: str  # "structured_memory" | "log" | "identity01"
+    cuda_only: bool = False
+    #: Over-estimating is the safe side for placement (Horus §4.1.1): the quantile a scheduler should use.
+    safe_quantile: float | None = None
+
+    def to_model(self, y: np.ndarray, X: np.ndarray) -> np.ndarray:
+        y = np.asarray(y, dtype=float)
+        if self.transform == "log":
+            return np.log(y)
+        return y  # identity01, and structured_memory (the model takes bytes)
+
+    def from_model(self, z: np.ndarray, X: np.ndarray) -> np.ndarray:
+        z = np.asarray(z, dtype=float)
+        if self.transform == "log":
+            return np.exp(z)
+        if self.transform == "identity01":
+            return np.clip(z, 0.005, 1.0)
+        return z
+
+    def make_model(self, kind: str):
+        """A fresh regressor of ``kind`` for this target (memory wraps it in the structured model)."""
+        if self.transform == "structured_memory":
+            return StructuredMemoryModel(kind)
+        return make_model(kind)
+
+    def make_quantile_model(self, kind: str = "xgboost"):
+        """The interval model that goes with the point model ``kind`` (the baseline-only memory model gets
+        the training residuals' quantiles; every other one an XGBoost quantile booster)."""
+        if self.transform == "structured_memory":
+            return StructuredMemoryModel("none" if kind == "none" else "xgboost", quantiles=QUANTILES)
+        return make_quantile_model()
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """Model kinds compared; memory adds ``none``: the physical baseline without a learned correction."""
+        return (("none",) if self.transform == "structured_memory" else ()) + MODEL_KINDS
+
+
+TARGETS: dict[str, TargetSpec] = {
+    "peak_memory": TargetSpec("peak_memory", "peak_memory_bytes", "bytes", "structured_memory", safe_quantile=0.9),
+    "iter_time": TargetSpec("iter_time", "iter_time_s", "s", "log"),
+    "gpu_utilization": TargetSpec("gpu_utilization", "gpu_utilization", "fraction", "identity01", cuda_only=True,
+                                  safe_quantile=0.9),
+}

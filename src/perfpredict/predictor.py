@@ -1,0 +1,376 @@
+"""The Predictor: performance cards for jobs nobody has profiled, from the estimators in ``trained_models/``.
+
+    from perfpredict import Predictor
+    pred = Predictor.load()                                   # every model set under trained_models/
+    card = pred.predict("model.py", batch_sizes=[16, 32, 64])  # exports the model to ONNX (runs its code)
+    card = pred.predict(onnx_path="net.onnx", batch_size=32)   # static analysis only, nothing executed
+    card.prediction.points[0].peak_memory_safe_bytes           # the q90 a placement should reserve
+    pred.predict_values(features, [32])                        # the raw numbers, without building a card
+
+Every value on a predicted card says ``source: predicted`` and carries its 80% interval. When the request's
+graph features are farther from every training architecture than any training architecture is from its own
+nearest neighbour, the estimators would be extrapolating: the Predictor then answers with the measurements
+of the most similar profiled architecture (GENIE §6's model database), at the nearest measured batch size,
+and says so on the card (``prediction.method = "nearest_profiled"``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from perfpredict.errors import PerfPredictError, UsageError
+from perfpredict.estimators.arch import ArchFeatures
+from perfpredict.estimators.design import FEATURE_NAMES, design_matrix
+
+#: Features describing the architecture alone (no batch size): the space the fallback measures distance in.
+_ARCH_COLUMNS = [i for i, n in enumerate(FEATURE_NAMES)
+                 if n.startswith(("log_macs_per_sample", "log_params", "log_act_bytes_per_sample", "log_nodes",
+                                  "share_", "ops_"))]
+
+
+def default_models_dir() -> Path:
+    """``$PERFPREDICT_MODELS``, else ``./trained_models``, else the repository's ``trained_models/``."""
+    env = os.environ.get("PERFPREDICT_MODELS")
+    if env:
+        return Path(env)
+    here = Path("trained_models")
+    if (here / "").is_dir() and any(here.glob("*/metadata.json")):
+        return here
+    return Path(__file__).resolve().parents[2] / "trained_models"
+
+
+@dataclass
+class _Target:
+    name: str
+    point: Any  # xgboost.Booster, or None: the physical baseline alone (memory)
+    quantile: Any  # xgboost.Booster, or None: constant residual quantiles
+    coef_point: np.ndarray | None
+    coef_quantile: np.ndarray | None
+    transform: str
+    scores: dict[str, float]
+    residual_quantiles: np.ndarray | None = None
+
+    def _base(self, X: np.ndarray, coef: np.ndarray) -> np.ndarray:
+        from perfpredict.estimators.models import StructuredMemoryModel
+
+        return np.maximum(StructuredMemoryModel.components(X) @ coef, 1.0)
+
+    def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(median point prediction, quantiles n × 3) on the target's natural scale."""
+        z = (np.zeros(len(X)) if self.point is None
+             else np.asarray(self.point.inplace_predict(X), float).reshape(len(X)))
+        q = (np.tile(self.residual_quantiles, (len(X), 1)) if self.quantile is None
+             else np.asarray(self.quantile.inplace_predict(X), float).reshape(len(X), -1))
+        if self.transform == "structured_memory":
+            y, yq = self._base(X, self.coef_point) * np.exp(z), self._base(X, self.coef_quantile)[:, None] * np.exp(q)
+        elif self.transform == "log":
+            y, yq = np.exp(z), np.exp(q)
+        else:
+            y, yq = np.clip(z, 0.005, 1.0), np.clip(q, 0.005, 1.0)
+        yq = np.sort(yq, axis=1)  # quantile crossing: keep q10 <= q50 <= q90
+        return y, yq
+
+
+class ModelSet:
+    """The estimators trained on one dataset (one device type), loaded from ``trained_models/<name>/``."""
+
+    def __init__(self, path: Path) -> None:
+        import xgboost as xgb
+
+        self.path = path
+        self.meta: dict[str, Any] = json.loads((path / "metadata.json").read_text())
+        if self.meta.get("feature_names") != FEATURE_NAMES:
+            raise PerfPredictError("the saved models were trained on a different feature list than this "
+                                   "perfpredict computes; retrain with `perfpredict train`", source=str(path),
+                                   step="load models")
+        self.name: str = self.meta["dataset"]
+        self.device_kind: str = self.meta["device_kind"]
+        self.device_name: str = self.meta["device_name"]
+        self.trained_batches: list[int] = self.meta["batch_sizes"]
+        self.targets: dict[str, _Target] = {}
+        for tname, t in self.meta["targets"].items():
+            boosters = {}
+            for role in ("point", "quantile"):
+                if role in t["files"]:
+                    boosters[role] = xgb.Booster()
+                    boosters[role].load_model(path / t["files"][role])
+            coef = t.get("baseline_coef") or {}
+            ev = t.get("evaluation") or {}
+            scores = ev.get("family_cv", {}).get(t.get("point_kind", "xgboost"), {})
+            rq = t.get("residual_quantiles")
+            self.targets[tname] = _Target(tname, boosters.get("point"), boosters.get("quantile"),
+                                          np.array(coef["point"]) if coef else None,
+                                          np.array(coef["quantile"]) if coef else None, t["transform"],
+                                          {k: v for k, v in scores.items() if k in ("mape", "rmsle", "median_ape")},
+                                          np.array(rq) if rq is not None else None)
+        prof = json.loads((path / "profiled.json").read_text())["architectures"]
+        self.profiled_names = list(prof)
+        self.profiled = prof
+        archs = [ArchFeatures.from_dict(prof[n]["features"]) for n in self.profiled_names]
+        A = design_matrix([(a, 32) for a in archs])[:, _ARCH_COLUMNS]
+        self._mu, self._sd = A.mean(axis=0), np.where(A.std(axis=0) > 1e-9, A.std(axis=0), 1.0)
+        self._ref = (A - self._mu) / self._sd
+        d = np.linalg.norm(self._ref[:, None, :] - self._ref[None, :, :], axis=2)
+        np.fill_diagonal(d, np.inf)
+        self.ood_threshold = float(d.min(axis=1).max())
+        self._saved_model = _fit_saved_bytes_model(archs)
+        self.interference = None
+        if (path / "interference.json").exists():
+            from perfpredict.fit.interference import InterferenceModel
+
+            self.interference = InterferenceModel.from_dict(json.loads((path / "interference.json").read_text()))
+
+    def with_saved_bytes(self, arch: ArchFeatures) -> ArchFeatures:
+        """``arch`` with saved-tensor bytes: its own count when it has one, else an estimate from its ONNX
+        activation bytes (a ridge fit over the training architectures; see :func:`_fit_saved_bytes_model`)."""
+        if arch.saved_bytes_per_sample is not None:
+            return arch
+        from dataclasses import replace
+
+        est = float(10 ** self._saved_model.predict(_saved_inputs([arch]))[0] - 1.0)
+        note = (f"saved-tensor bytes estimated from the ONNX graph ({est / 1e6:.2f} MB/sample): only a model "
+                "file gives the exact count, so memory is less certain than the interval says")
+        return replace(arch, saved_bytes_per_sample=max(est, 0.0), notes=(*arch.notes, note))
+
+    def nearest(self, arch: ArchFeatures) -> tuple[str, float]:
+        a = (design_matrix([(arch, 32)])[:, _ARCH_COLUMNS] - self._mu) / self._sd
+        d = np.linalg.norm(self._ref - a, axis=1)
+        i = int(np.argmin(d))
+        return self.profiled_names[i], float(d[i])
+
+
+def _saved_inputs(archs: Sequence[ArchFeatures]) -> np.ndarray:
+    from perfpredict.estimators.design import ACT_GROUPS, activation_bytes_by_group
+
+    rows = []
+    for a in archs:
+        g = activation_bytes_by_group(a)
+        rows.append([np.log10(g[k] + 1.0) for k in ACT_GROUPS] + [np.log10(a.activation_bytes_per_sample + 1.0),
+                                                                  np.log10(a.param_bytes + 1.0)])
+    return np.array(rows)
+
+
+def _fit_saved_bytes_model(archs: Sequence[ArchFeatures]):
+    """log10 saved bytes per sample from log10 ONNX activation bytes by op group (ridge, training archs)."""
+    from sklearn.linear_model import RidgeCV
+
+    have = [a for a in archs if a.saved_bytes_per_sample is not None]
+    y = np.log10(np.array([a.saved_bytes_per_sample for a in have]) + 1.0)
+    return RidgeCV(alphas=np.logspace(-3, 3, 13)).fit(_saved_inputs(have), y)
+
+
+class Predictor:
+    """Loads every model set under a ``trained_models/`` folder; predicts cards for unprofiled jobs."""
+
+    def __init__(self, sets: Mapping[str, ModelSet]) -> None:
+        if not sets:
+            raise PerfPredictError("no trained models found (run `perfpredict train`)", step="load models")
+        self.sets = dict(sets)
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> Predictor:
+        root = Path(path) if path else default_models_dir()
+        dirs = sorted(p.parent for p in root.glob("*/metadata.json"))
+        if not dirs:
+            raise PerfPredictError("no trained models here (run `perfpredict train`)", source=str(root),
+                                   step="load models")
+        return cls({d.name: ModelSet(d) for d in dirs})
+
+    # -- choosing the model set ------------------------------------------------------------------------
+    @property
+    def device_types(self) -> list[str]:
+        return list(self.sets)
+
+    def model_set(self, device_type: str | None = None) -> ModelSet:
+        """``device_type`` is a model-set name (``cuda_h100``) or a kind (``cuda``/``cpu``); None = a CUDA set."""
+        if device_type in self.sets:
+            return self.sets[device_type]
+        kind = device_type or "cuda"
+        for s in self.sets.values():
+            if s.device_kind == kind:
+                return s
+        raise UsageError(f"no trained models for device type {device_type!r}; available: "
+                         f"{', '.join(self.sets)}", step="predict")
+
+    # -- predictions --------------------------------------------------------------------------------------
+    def predict_values(self, features: ArchFeatures | Mapping[str, Any], batch_sizes: Sequence[int],
+                       device_type: str | None = None) -> dict[str, Any]:
+        """Estimator outputs as plain numbers (the fast path: no card, no fallback)."""
+        arch = features if isinstance(features, ArchFeatures) else ArchFeatures.from_dict(features)
+        bs = _check_batches(batch_sizes)
+        ms = self.model_set(device_type)
+        arch = ms.with_saved_bytes(arch)
+        X = design_matrix([(arch, b) for b in bs])
+        out: dict[str, Any] = {"batch_sizes": bs, "model_set": ms.name}
+        for name, t in ms.targets.items():
+            y, q = t.predict(X)
+            out[name] = {"median": y.tolist(), "q10": q[:, 0].tolist(), "q90": q[:, -1].tolist()}
+        return out
+
+    def predict(self, model: str | None = None, *, onnx_path: str | Path | None = None,
+                features: ArchFeatures | Mapping[str, Any] | None = None, batch_size: int | None = None,
+                batch_sizes: Sequence[int] | None = None, device_type: str | None = None,
+                params: Mapping[str, Any] | None = None, allow_fallback: bool = True):
+        """A :class:`~perfpredict.card.PerformanceCard` predicted for a model file / ``zoo:`` target, an ONNX
+        file, or ready graph features (exactly one of them)."""
+        from perfpredict.estimators import arch as archmod
+
+        given = [x is not None for x in (model, onnx_path, features)]
+        if sum(given) != 1:
+            raise UsageError("give exactly one of a model (model.py or zoo:<family>), onnx_path or features",
+                             step="predict")
+        if model is not None:
+            arch, source = archmod.from_workload(model, params), str(model)
+        elif onnx_path is not None:
+            arch, source = archmod.from_onnx_file(onnx_path), str(onnx_path)
+        else:
+            arch = features if isinstance(features, ArchFeatures) else ArchFeatures.from_dict(features)
+            source = arch.name or "features"
+        bs = _check_batches(batch_sizes or ([batch_size] if batch_size else [32]))
+        return self.card_for(arch, bs, device_type=device_type, source=source, allow_fallback=allow_fallback)
+
+    def card_for(self, arch: ArchFeatures, batch_sizes: Sequence[int], *, device_type: str | None = None,
+                 source: str = "features", allow_fallback: bool = True):
+        from perfpredict.card import NearestProfiled, PredictedPoint, PredictionInfo
+
+        ms = self.model_set(device_type)
+        arch = ms.with_saved_bytes(arch)
+        near_name, dist = ms.nearest(arch)
+        ood = dist > ms.ood_threshold
+        nearest = NearestProfiled(name=near_name, family=ms.profiled[near_name]["family"], distance=dist,
+                                  threshold=ms.ood_threshold)
+        notes = list(arch.notes)
+        X = design_matrix([(arch, b) for b in batch_sizes])
+        preds = {name: t.predict(X) for name, t in ms.targets.items()}
+        method = "estimator"
+        if ood and allow_fallback:
+            method = "nearest_profiled"
+            notes.append(f"the graph features are farther from every training architecture ({dist:.2f}) than "
+                         f"any training architecture is from its nearest neighbour ({ms.ood_threshold:.2f}): "
+                         f"values are the measurements of the most similar profiled model, {near_name}, at "
+                         "its nearest measured batch size; the interval is the estimators' (read it as a "
+                         "lower bound on the uncertainty)")
+            preds = _fallback(ms, near_name, batch_sizes, preds)
+        elif ood:
+            notes.append(f"out of the training distribution (distance {dist:.2f} > {ms.ood_threshold:.2f}); "
+                         "the estimators are extrapolating")
+        points = []
+        for i, b in enumerate(batch_sizes):
+            t, tq = preds["iter_time"][0][i], preds["iter_time"][1][i]
+            m, mq = preds["peak_memory"][0][i], preds["peak_memory"][1][i]
+            pt = dict(batch_size=b, iter_time_s=float(t), iter_time_interval_s=(float(tq[0]), float(tq[-1])),
+                      samples_per_s=float(b / t), peak_memory_bytes=float(m),
+                      peak_memory_interval_bytes=(float(mq[0]), float(mq[-1])),
+                      peak_memory_safe_bytes=float(max(mq[-1], m)),
+                      outside_trained_batches=not (min(ms.trained_batches) <= b <= max(ms.trained_batches)))
+            if "gpu_utilization" in preds:
+                u, uq = preds["gpu_utilization"][0][i], preds["gpu_utilization"][1][i]
+                pt.update(gpu_utilization=float(u), gpu_utilization_interval=(float(uq[0]), float(uq[-1])),
+                          gpu_utilization_safe=float(max(uq[-1], u)))
+            points.append(PredictedPoint(**pt))
+        if any(p.outside_trained_batches for p in points):
+            notes.append(f"batch sizes outside the trained range {min(ms.trained_batches)}-"
+                         f"{max(ms.trained_batches)} are extrapolated")
+        info = PredictionInfo(method=method, model_set=ms.name, dataset_sha256=ms.meta["dataset_sha256"],
+                              device_type=ms.name, out_of_distribution=ood, nearest=nearest, points=points,
+                              estimator_scores={k: t.scores for k, t in ms.targets.items()}, notes=notes)
+        return _assemble_card(arch, source, ms, info)
+
+
+def _check_batches(batch_sizes: Sequence[int]) -> list[int]:
+    try:
+        bs = [int(b) for b in batch_sizes]
+    except (TypeError, ValueError):
+        raise UsageError(f"batch sizes must be integers, got {batch_sizes!r}", step="predict") from None
+    if not bs or any(b < 1 for b in bs) or len(bs) > 64:
+        raise UsageError("give 1 to 64 batch sizes, each >= 1", step="predict")
+    return bs
+
+
+def _fallback(ms: ModelSet, name: str, batch_sizes: Sequence[int], preds: dict) -> dict:
+    """Replace the medians by the nearest profiled model's measurements (interval kept around them)."""
+    pts = ms.profiled[name]["points"]
+    measured = sorted(int(b) for b in pts)
+    out = {}
+    keys = {"iter_time": "iter_time_s", "peak_memory": "peak_memory_bytes", "gpu_utilization": "gpu_utilization"}
+    for tname, (y, q) in preds.items():
+        y2, q2 = y.copy(), q.copy()
+        for i, b in enumerate(batch_sizes):
+            nb = min(measured, key=lambda m: (abs(np.log2(m) - np.log2(b)), m))
+            v = pts[str(nb)][keys[tname]]
+            if v is None:
+                continue
+            if tname == "iter_time":  # same per-sample cost: scale to the requested batch
+                v = v * b / nb
+            ratio = v / y[i] if y[i] > 0 else 1.0
+            y2[i], q2[i] = v, q[i] * ratio
+            if tname == "gpu_utilization":
+                q2[i] = np.clip(q2[i], 0.005, 1.0)
+        out[tname] = (y2, q2)
+    return out
+
+
+def _assemble_card(arch: ArchFeatures, source: str, ms: ModelSet, info):
+    from perfpredict import __version__
+    from perfpredict.card import (
+        DeviceInfo,
+        EnergyInfo,
+        EnergyPoint,
+        GraphFeatures,
+        MemoryPoint,
+        ModelInfo,
+        PerformanceCard,
+        ProfileRun,
+        ThroughputPoint,
+        utc_now,
+    )
+
+    dev = ms.device_kind
+    bs = [p.batch_size for p in info.points]
+    card = PerformanceCard(
+        model=ModelInfo(name=arch.name or Path(source).stem, source=source, parameters=int(arch.param_count),
+                        trainable_parameters=int(arch.param_count), param_bytes=int(arch.param_bytes),
+                        family=arch.family),
+        device=DeviceInfo(kind=dev, name=ms.device_name),
+        run=ProfileRun(mode="train", batch_sizes=bs, started_at=utc_now(), perfpredict_version=__version__,
+                       command=f"Predictor.predict ({ms.name})"),
+        throughput=[ThroughputPoint(batch_size=p.batch_size, status="ok", samples_per_s=p.samples_per_s,
+                                    iter_time_s=p.iter_time_s, p10_s=p.iter_time_interval_s[0],
+                                    p90_s=p.iter_time_interval_s[1], source="predicted", device=dev)
+                    for p in info.points],
+        memory=[MemoryPoint(batch_size=p.batch_size, peak_bytes=int(p.peak_memory_bytes),
+                            kind="cuda_peak_allocated" if dev == "cuda" else "cpu_rss_increase", source="predicted",
+                            device=dev) for p in info.points],
+        features=GraphFeatures(available=True, forward_macs_per_sample=int(arch.forward_macs_per_sample),
+                               forward_macs_fixed=int(arch.forward_macs_fixed), macs_by_op=dict(arch.macs_by_op),
+                               param_bytes=int(arch.param_bytes),
+                               activation_bytes_per_sample=int(arch.activation_bytes_per_sample),
+                               activation_bytes_fixed=int(arch.activation_bytes_fixed),
+                               activation_bytes_by_op=dict(arch.activation_bytes_by_op),
+                               op_counts=dict(arch.op_counts), num_nodes=int(arch.num_nodes),
+                               saved_bytes_per_sample=None if arch.saved_bytes_per_sample is None
+                               else int(arch.saved_bytes_per_sample)),
+        prediction=info,
+        notes=[f"predicted by perfpredict's estimators ({ms.name}, trained on {ms.meta['rows']} measured points "
+               f"on {ms.device_name}); nothing on this card was measured"],
+    )
+    if dev == "cuda" and info.points and info.points[0].gpu_utilization is not None:
+        card.energy = EnergyInfo(available=True, scope="predicted GPU utilisation (NVML definition)",
+                                 points=[EnergyPoint(batch_size=p.batch_size, gpu_utilization=p.gpu_utilization,
+                                                     source="predicted", device=dev) for p in info.points])
+    if len(bs) >= 2:
+        from perfpredict.fit.rate import fit_rate_model
+
+        try:
+            rm = fit_rate_model(bs, [p.samples_per_s for p in info.points]).to_card(device=dev)
+            card.rate_model = rm.model_copy(update={"source": "predicted"})
+        except PerfPredictError:
+            pass
+    return card

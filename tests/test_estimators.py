@@ -1,0 +1,216 @@
+"""Learned estimators, the Predictor and its HTTP service, on the committed datasets and shipped models."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from perfpredict.estimators.arch import ArchFeaturesError, from_onnx_file, from_onnx_proto, load_onnx_bytes
+from perfpredict.estimators.design import FEATURE_NAMES, design_row
+from tests.conftest import REPO
+
+MODELS = REPO / "trained_models"
+DATASETS = REPO / "datasets"
+
+
+def _onnx_bytes(model: torch.nn.Module, x: torch.Tensor, dynamic: bool) -> bytes:
+    buf = io.BytesIO()
+    kw = {"dynamic_axes": {"x": {0: "batch"}}} if dynamic else {}
+    torch.onnx.export(model.eval(), (x,), buf, input_names=["x"], opset_version=17, dynamo=False, **kw)
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def mlp_onnx() -> tuple[bytes, int]:
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    return _onnx_bytes(m, torch.randn(4, 64), dynamic=True), 64 * 128 + 128 * 10
+
+
+def test_onnx_features_are_exact_without_executing(mlp_onnx):
+    data, macs = mlp_onnx
+    arch = from_onnx_proto(load_onnx_bytes(data), name="mlp")
+    assert arch.forward_macs_per_sample == macs  # symbolic batch fixed to 1 and 2: exact per-sample split
+    assert arch.param_count == 64 * 128 + 128 + 128 * 10 + 10
+    assert arch.param_bytes == 4 * arch.param_count
+    assert arch.input_bytes_per_sample == 64 * 4
+    assert arch.activation_bytes_by_op["Gemm"] > 0
+
+
+def test_static_batch_onnx_is_divided_and_says_so():
+    m = torch.nn.Linear(32, 16)
+    arch = from_onnx_proto(load_onnx_bytes(_onnx_bytes(m, torch.randn(8, 32), dynamic=False)))
+    assert arch.forward_macs_per_sample == 32 * 16
+    assert any("fixed at 8" in n for n in arch.notes)
+
+
+@pytest.mark.parametrize("payload, step", [(b"", "parse onnx"), (b"\x00garbage\xff" * 50, "parse onnx")])
+def test_malformed_onnx_is_one_clear_error(payload, step):
+    with pytest.raises(ArchFeaturesError) as e:
+        load_onnx_bytes(payload, "bad.onnx")
+    assert e.value.step in (step, "check onnx")
+    assert "\n" not in str(e.value)
+
+
+def test_missing_onnx_file_is_a_clear_error(tmp_path):
+    with pytest.raises(ArchFeaturesError, match="cannot read"):
+        from_onnx_file(tmp_path / "nope.onnx")
+
+
+def test_design_row_is_finite_and_scales_with_batch(mlp_onnx):
+    arch = from_onnx_proto(load_onnx_bytes(mlp_onnx[0]))
+    r8, r64 = design_row(arch, 8), design_row(arch, 64)
+    assert list(r8) == FEATURE_NAMES
+    # Everything is known from the graph except the saved-tensor bytes, which need the model's code.
+    assert math.isnan(r8["log_saved_bytes_iter"]) and arch.saved_bytes_per_sample is None
+    assert all(math.isfinite(v) for k, v in r8.items() if k != "log_saved_bytes_iter")
+    assert r64["log_macs_per_iter"] > r8["log_macs_per_iter"]
+    assert r64["log_macs_per_sample"] == r8["log_macs_per_sample"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Trained models and the Predictor
+# ---------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def predictor():
+    from perfpredict import Predictor
+
+    return Predictor.load(MODELS)
+
+
+def test_shipped_metadata_records_provenance_and_scores():
+    for meta_path in MODELS.glob("*/metadata.json"):
+        meta = json.loads(meta_path.read_text())
+        ds = DATASETS / meta["provenance"]["file"]
+        from perfpredict.estimators.data import file_sha256
+
+        assert file_sha256(ds) == meta["dataset_sha256"], "shipped models are stale: run `perfpredict train`"
+        assert meta["rows"] >= 200
+        for t in meta["targets"].values():
+            assert set(t["evaluation"]["family_cv"]) >= {"xgboost", "lightgbm", "random_forest", "linear"}
+            for f in t["files"].values():
+                assert (meta_path.parent / f).exists()
+            if t["point_kind"] != "none":
+                assert "point" in t["files"]
+
+
+def test_predicted_card_is_marked_predicted_with_intervals(predictor):
+    from perfpredict.estimators.data import load_training_data
+
+    data = load_training_data(DATASETS / "cuda_h100.csv")
+    i = int(np.flatnonzero((data.families == "resnet") & (data.batch == 64))[0])
+    card = predictor.card_for(data.archs[i], [16, 64], device_type="cuda")
+    info = card.prediction
+    assert card.device.kind == "cuda" and info.source == "predicted"
+    assert all(p.source == "predicted" for p in card.throughput + card.memory)
+    for p in info.points:
+        lo, hi = p.peak_memory_interval_bytes
+        assert lo <= hi and p.peak_memory_safe_bytes >= p.peak_memory_bytes
+        assert 0 < p.gpu_utilization <= 1
+    # An architecture the estimators were trained on is in distribution, and the prediction lands near what
+    # was measured (trees reproduce their training data closely; 35% leaves room for the quantile spread).
+    assert not info.out_of_distribution and info.method == "estimator"
+    measured = float(data.rows[i]["peak_memory_bytes"])
+    assert abs(info.points[1].peak_memory_bytes - measured) / measured < 0.35
+    # Bigger batches need more memory and more time per iteration.
+    assert info.points[1].peak_memory_bytes > info.points[0].peak_memory_bytes
+    assert info.points[1].iter_time_s >= info.points[0].iter_time_s * 0.8
+
+
+def test_far_away_request_falls_back_to_the_nearest_profiled_model(predictor):
+    from perfpredict.estimators.arch import ArchFeatures
+
+    weird = ArchFeatures(forward_macs_per_sample=1e14, param_count=1e12, param_bytes=4e12,
+                         activation_bytes_per_sample=1e12, num_nodes=50_000, op_counts={"Einsum": 40_000},
+                         macs_by_op={"Einsum": 1e14}, name="weird")
+    info = predictor.card_for(weird, [32], device_type="cuda").prediction
+    assert info.out_of_distribution and info.method == "nearest_profiled"
+    assert info.nearest.name in predictor.model_set("cuda").profiled
+    assert any("most similar profiled model" in n for n in info.notes)
+
+
+def test_predict_from_onnx_file_and_feature_values(predictor, mlp_onnx, tmp_path):
+    p = tmp_path / "mlp.onnx"
+    p.write_bytes(mlp_onnx[0])
+    card = predictor.predict(onnx_path=p, batch_sizes=[32, 128])
+    assert [q.batch_size for q in card.prediction.points] == [32, 128]
+    vals = predictor.predict_values(from_onnx_file(p), [32])
+    assert set(vals) >= {"iter_time", "peak_memory", "gpu_utilization"}
+    assert vals["peak_memory"]["q10"][0] <= vals["peak_memory"]["q90"][0]
+
+
+def test_bad_predict_arguments_are_usage_errors(predictor):
+    from perfpredict.errors import UsageError
+
+    with pytest.raises(UsageError):
+        predictor.predict()  # nothing to predict for
+    with pytest.raises(UsageError):
+        predictor.predict("zoo:mlp", batch_sizes=[0])
+    with pytest.raises(UsageError, match="no trained models for device type"):
+        predictor.model_set("tpu")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The HTTP service (in-process ASGI client; the load test on a real socket is in benchmarks/)
+# ---------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def client(predictor):
+    from fastapi.testclient import TestClient
+
+    from perfpredict.service import create_app
+
+    return TestClient(create_app(predictor, max_upload_bytes=200_000))
+
+
+def test_service_health_models_and_feature_prediction(client, mlp_onnx):
+    assert client.get("/health").json()["status"] == "ok"
+    models = client.get("/models").json()
+    assert "cuda_h100" in models and models["cuda_h100"]["rows"] >= 200
+    arch = from_onnx_proto(load_onnx_bytes(mlp_onnx[0]))
+    body = {"features": {k: v for k, v in arch.as_dict().items() if k not in ("family", "notes")},
+            "batch_sizes": [16, 64]}
+    r = client.post("/predict", json=body)
+    assert r.status_code == 200, r.text
+    card = r.json()
+    assert card["prediction"]["source"] == "predicted" and len(card["prediction"]["points"]) == 2
+
+
+def test_service_rejects_bad_input_with_4xx_and_keeps_serving(client, mlp_onnx):
+    r = client.post("/predict/onnx", files={"file": ("x.onnx", b"not an onnx file at all", "application/octet-stream")})
+    assert r.status_code == 400 and "ONNX" in r.json()["detail"]
+    r = client.post("/predict/onnx", files={"file": ("big.onnx", b"\0" * 300_000, "application/octet-stream")})
+    assert r.status_code == 413
+    r = client.post("/predict", json={"features": {"param_count": "lots"}, "batch_sizes": []})
+    assert r.status_code == 422
+    r = client.post("/predict/onnx", files={"file": ("m.onnx", mlp_onnx[0], "application/octet-stream")},
+                    data={"batch_sizes": "8,abc"})
+    assert r.status_code == 422
+    r = client.post("/predict/onnx", files={"file": ("m.onnx", mlp_onnx[0], "application/octet-stream")},
+                    data={"batch_sizes": "8,32"})
+    assert r.status_code == 200, r.text
+    assert client.get("/health").status_code == 200
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Training reproduces the shipped models
+# ---------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_train_reproduces_shipped_metrics(tmp_path):
+    from perfpredict.estimators.train import train_dataset
+
+    shipped = json.loads((MODELS / "cuda_h100" / "metadata.json").read_text())
+    ts = train_dataset(DATASETS / "cuda_h100.csv", tmp_path, kinds=("xgboost",))
+    for name, t in ts.metadata["targets"].items():
+        for kind in ("xgboost", "none"):
+            if kind in t["evaluation"]["family_cv"]:
+                got = t["evaluation"]["family_cv"][kind]["mape"]
+                want = shipped["targets"][name]["evaluation"]["family_cv"][kind]["mape"]
+                assert got == pytest.approx(want, rel=0.02, abs=0.005), (name, kind)
+        assert t["point_kind"] == shipped["targets"][name]["point_kind"]
+        assert all(Path(ts.out_dir / f).exists() for f in t["files"].values())
