@@ -51,6 +51,9 @@ class Mechanism(ABC):
     round_based: bool = True
     #: Every job gets exactly its requested GPUs (gang, no resizing); the simulator checks it.
     rigid: bool = False
+    #: Also decide every ``period_s`` seconds while jobs are active (ANDREAS' periodic rescheduling), in either
+    #: mode; ``SimConfig.period_s`` overrides. None: only on events (event mode) or changes (round mode).
+    period_s: float | None = None
 
     def __init__(self) -> None:
         #: Anything worth reporting about the last decision (bound, fragmentation, ...): the simulator logs it.

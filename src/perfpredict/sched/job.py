@@ -8,11 +8,12 @@ work in duration / 1.5. The perf model turns an allocation into that speed facto
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from perfpredict.sched.cluster import Allocation
+    from perfpredict.sched.cluster import Allocation, ClusterSpec
     from perfpredict.sched.perf import PerfModel
 
 __all__ = ["Job", "JobState"]
@@ -27,6 +28,11 @@ class Job:
     the job's :class:`~perfpredict.sched.perf.PerfModel` in the simulator's card provider. ``task`` is the
     workload class (image / language / speech, Synergy's split). ``user`` groups tasks into jobs for flow
     time (seed 002 §III-C). ``priority``, ``deadline`` and ``qos`` are for the policies that use them.
+
+    ANDREAS (seed 000): ``deadline`` is the due date d_j (absolute, on the trace clock), ``weight`` the tardiness
+    weight ω_j (cost per hour of tardiness, EUR/h in the energy-cost metrics), and ``epochs`` the number of
+    training epochs the work is made of: a checkpoint is taken after every epoch, so a job that is preempted
+    or migrated restarts from its last completed epoch (None: progress is never lost).
     """
 
     id: str
@@ -41,6 +47,8 @@ class Job:
     priority: int = 0
     deadline: float | None = None
     qos: str | None = None
+    weight: float = 1.0
+    epochs: int | None = None
 
     def __post_init__(self) -> None:
         if not self.arrival >= 0:
@@ -52,6 +60,15 @@ class Job:
         lo, hi = self.min_gpus, self.max_gpus
         if lo is not None and hi is not None and lo > hi:
             raise ValueError(f"job {self.id}: min_gpus {lo} > max_gpus {hi}")
+        if not self.weight >= 0:
+            raise ValueError(f"job {self.id}: tardiness weight must be >= 0, got {self.weight}")
+        if self.epochs is not None and self.epochs < 1:
+            raise ValueError(f"job {self.id}: epochs must be >= 1, got {self.epochs}")
+
+    @property
+    def epoch_work(self) -> float | None:
+        """Reference seconds per epoch (the checkpoint granularity), None without epochs."""
+        return None if self.epochs is None else self.work / self.epochs
 
 
 @dataclass
@@ -82,6 +99,12 @@ class JobState:
     cpu_seconds: float = 0.0
     mem_gb_seconds: float = 0.0
     version: int = 0
+    #: work (reference seconds) lost to restarts from the last epoch checkpoint (preemption or migration)
+    lost_work: float = 0.0
+    #: energy cost (EUR) of the GPUs held so far, and its rate while the current allocation holds (EUR/s);
+    #: the simulator sets the rate from the servers' ``energy_cost`` (per GPU-hour)
+    energy_cost: float = 0.0
+    cost_rate: float = 0.0
 
     def __post_init__(self) -> None:
         self.remaining = self.job.work
@@ -90,9 +113,30 @@ class JobState:
         #: (arrival, id): FIFO's order and every policy's tie-break, precomputed (sorting is hot in the simulator)
         self.arrival_key: tuple[float, str] = (self.job.arrival, self.job.id)
 
-    def rate_on(self, alloc: Allocation) -> float:
-        """This job's speed on ``alloc``, relative to its reference allocation (its requested GPUs)."""
-        return self.perf.rate(alloc, self.job.gpus)
+    def rate_on(self, alloc: Allocation, cluster: ClusterSpec | None = None) -> float:
+        """This job's speed on ``alloc``, relative to its reference allocation (its requested GPUs); with
+        ``cluster``, a perf model with per-GPU-type speeds also accounts for the servers' GPU types."""
+        return self.perf.rate(alloc, self.job.gpus, cluster)
+
+    def checkpoint_remaining(self, t: float | None = None) -> float:
+        """Work left (at time ``t``, default ``updated_at``) if the job restarted from its last epoch
+        checkpoint: the remaining work rounded up to a whole number of epochs."""
+        rem = self.remaining if t is None else self.remaining_at(t)
+        epoch = self.job.epoch_work
+        if epoch is None or rem <= 0:
+            return rem
+        done = self.job.work - rem
+        kept = math.floor(done / epoch + 1e-9) * epoch
+        return max(rem, self.job.work - kept)
+
+    def rollback_to_checkpoint(self) -> float:
+        """Drop the progress since the last completed epoch (call after ``advance``); returns the work lost."""
+        ckpt = self.checkpoint_remaining()
+        lost = ckpt - self.remaining
+        if lost > 0:
+            self.remaining = ckpt
+            self.lost_work += lost
+        return max(0.0, lost)
 
     @property
     def running(self) -> bool:
@@ -120,4 +164,5 @@ class JobState:
             self.run_time += dt
             self.cpu_seconds += self.allocation.cpus * dt
             self.mem_gb_seconds += self.allocation.mem_gb * dt
+            self.energy_cost += self.cost_rate * dt
         self.updated_at = t

@@ -18,20 +18,26 @@ worst-provisioned worker (§4.2). Without a speedup curve the job scales linearl
 is insensitive to CPU and memory. Between grid points ``W`` is interpolated bilinearly; above the grid it is
 flat (more CPUs than profiled do not help); below the smallest CPU value it falls linearly to 0 at 0 CPUs
 (a job with no CPU makes no progress); below the smallest memory value it is clamped.
+
+A third, optional factor is the **GPU type** (ANDREAS, seed 000: t_jng depends on the node's GPU type):
+``type_speed`` maps each GPU type to the job's throughput per GPU on it, relative to ``ref_gpu_type`` (the type
+a trace's work refers to). Given the cluster, ``rate`` multiplies by the speed of the slowest GPU type in the
+allocation (a data-parallel job runs at its slowest worker's pace). Without ``type_speed`` the GPU type is
+ignored, as before. :meth:`PerfModel.from_cards` builds it from one card per GPU type.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 if TYPE_CHECKING:
     from perfpredict.card import PerformanceCard
-    from perfpredict.sched.cluster import Allocation
+    from perfpredict.sched.cluster import Allocation, ClusterSpec
 
 __all__ = ["PerfModel"]
 
@@ -49,8 +55,23 @@ class PerfModel:
     #: the job's GPU memory footprint per device (fractional sharing must fit it)
     device_mem_gb: float = 0.0
     source: str = "paper"
+    #: throughput per GPU on each GPU type relative to ``ref_gpu_type`` (ANDREAS); None: type-insensitive.
+    #: Given as a mapping, stored normalised (reference type = 1) as sorted ``(type, speed)`` pairs.
+    type_speed: Mapping[str, float] | tuple[tuple[str, float], ...] | None = None
+    ref_gpu_type: str | None = None
 
     def __post_init__(self) -> None:
+        if self.type_speed is not None:
+            speeds = {str(k): float(v) for k, v in dict(self.type_speed).items()}
+            if not speeds or any(not (math.isfinite(v) and v > 0) for v in speeds.values()):
+                raise ValueError(f"{self.name}: type_speed values must be finite and > 0, got {speeds}")
+            ref = self.ref_gpu_type if self.ref_gpu_type is not None else min(speeds, key=lambda k: (-speeds[k], k))
+            if ref not in speeds:
+                raise ValueError(f"{self.name}: ref_gpu_type {ref!r} is not in type_speed ({', '.join(speeds)})")
+            base = speeds[ref]
+            object.__setattr__(self, "type_speed", tuple(sorted((k, v / base) for k, v in speeds.items())))
+            object.__setattr__(self, "ref_gpu_type", ref)
+            object.__setattr__(self, "_type_speed", dict(self.type_speed))  # type: ignore[arg-type]
         grid = (self.cpus_per_gpu, self.mem_per_gpu, self.matrix)
         if any(g is not None for g in grid) and any(g is None for g in grid):
             raise ValueError(f"{self.name}: cpus_per_gpu, mem_per_gpu and matrix go together")
@@ -116,16 +137,36 @@ class PerfModel:
             return gpus / ref_gpus
         return float(self.speedup(gpus)) / float(self.speedup(ref_gpus))
 
+    # -- GPU types -------------------------------------------------------------------------------------
+    def type_factor(self, gpu_type: str) -> float:
+        """Throughput per GPU on ``gpu_type`` relative to the reference type (1.0 without ``type_speed``)."""
+        if self.type_speed is None:
+            return 1.0
+        try:
+            return self._type_speed[gpu_type]  # type: ignore[attr-defined]
+        except KeyError:
+            raise ValueError(f"{self.name}: no speed for GPU type {gpu_type!r} "
+                             f"(known: {', '.join(self._type_speed)})") from None  # type: ignore[attr-defined]
+
+    def exec_time(self, work: float, gpus: float, ref_gpus: float, gpu_type: str | None = None) -> float:
+        """Seconds to do ``work`` reference seconds on ``gpus`` GPUs of ``gpu_type`` (reference CPUs and memory):
+        ANDREAS' t_jng."""
+        r = self.gpu_factor(gpus, ref_gpus) * (1.0 if gpu_type is None else self.type_factor(gpu_type))
+        return math.inf if r <= 0 else work / r
+
     # -- the number everyone needs ---------------------------------------------------------------------
-    def rate(self, alloc: Allocation, ref_gpus: float) -> float:
+    def rate(self, alloc: Allocation, ref_gpus: float, cluster: ClusterSpec | None = None) -> float:
         """Speed on ``alloc`` relative to the reference allocation of ``ref_gpus`` GPUs (reference seconds of
-        work per second): 1.0 on exactly the reference allocation."""
+        work per second): 1.0 on exactly the reference allocation. With ``cluster`` and ``type_speed``, times
+        the speed of the slowest GPU type the allocation uses."""
         g = alloc.gpus
         if g <= 0:
             return 0.0
         factor = self.gpu_factor(g, ref_gpus)
         if self.matrix is not None:
             factor *= min(self.relative_w(s.cpus / s.gpus, s.mem_gb / s.gpus) for s in alloc.shares if s.gpus > 0)
+        if self.type_speed is not None and cluster is not None:
+            factor *= min(self.type_factor(cluster.servers[s.server].gpu_type) for s in alloc.shares if s.gpus > 0)
         return factor
 
     def rate_at(self, gpus: float, ref_gpus: float, cpus: float | None = None, mem_gb: float | None = None) -> float:
@@ -168,6 +209,23 @@ class PerfModel:
             kwargs["device_mem_gb"] = max(peak) / 1e9
         return cls(**kwargs)
 
+    @classmethod
+    def from_cards(cls, cards: Mapping[str, PerformanceCard], *, ref_gpu_type: str, batch_size: float | None = None,
+                   name: str | None = None, **kwargs: Any) -> PerfModel:
+        """One model from one card per GPU type (``{"V100": card, "T4": card}``): the reference type's card gives
+        the speedup curve and grid (:meth:`from_card`, ``kwargs`` passed on), and each card's throughput at
+        ``batch_size`` (default: the reference card's largest successful batch) gives ``type_speed``. A card's
+        throughput is its rate model's when it has one, else its measured (or paper) point at that batch size."""
+        if ref_gpu_type not in cards:
+            raise ValueError(f"no card for the reference GPU type {ref_gpu_type!r} (have {', '.join(cards)})")
+        ref = cards[ref_gpu_type]
+        bs = batch_size if batch_size is not None else ref.max_feasible_batch()
+        if bs is None:
+            raise ValueError(f"the {ref_gpu_type} card of {ref.model.name} has no successful throughput point")
+        speeds = {t: _card_throughput(c, bs) for t, c in cards.items()}
+        base = cls.from_card(ref, name=name, **kwargs)
+        return replace(base, type_speed=speeds, ref_gpu_type=ref_gpu_type)
+
     def describe(self) -> str:
         parts = [self.name]
         if self.matrix is not None:
@@ -176,6 +234,16 @@ class PerfModel:
         if self.speedup is not None:
             parts.append(f"S(4)/S(1) = {self.speedup(4) / self.speedup(1):.2f}")
         return ", ".join(parts)
+
+
+def _card_throughput(card: PerformanceCard, batch_size: float) -> float:
+    if card.rate_model is not None:
+        return card.throughput_at(batch_size)
+    pts = [p for p in card.measured_points() if p.samples_per_s]
+    if not pts:
+        raise ValueError(f"card {card.model.name} on {card.device.name}: no throughput to compare GPU types with")
+    p = min(pts, key=lambda p: abs(p.batch_size - batch_size))
+    return float(p.samples_per_s)  # type: ignore[arg-type]
 
 
 class _Speedup:

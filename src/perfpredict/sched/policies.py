@@ -1,4 +1,5 @@
-"""Job-ordering policies: FIFO, SRTF, LAS, FTF (Synergy §5), Rigid Shortest (seed 002 §IV-C)."""
+"""Job-ordering policies: FIFO, SRTF, LAS, FTF (Synergy §5), Rigid Shortest (seed 002 §IV-C), EDF and Priority
+Scheduling (ANDREAS §V-B's first-principle baselines)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from perfpredict.sched.base import Policy
 from perfpredict.sched.cluster import ClusterSpec
 from perfpredict.sched.job import JobState
 
-__all__ = ["FIFO", "FTF", "LAS", "POLICIES", "SRTF", "ShortestFirst", "make_policy"]
+__all__ = ["EDF", "FIFO", "FTF", "LAS", "POLICIES", "SRTF", "PriorityScheduling", "ShortestFirst", "make_policy"]
 
 
 class FIFO(Policy):
@@ -76,7 +77,28 @@ class ShortestFirst(Policy):
         return js.job.work * js.job.gpus
 
 
-POLICIES: dict[str, type[Policy]] = {p.name: p for p in (FIFO, SRTF, LAS, FTF, ShortestFirst)}
+class EDF(Policy):
+    """Earliest deadline first: earliest due date (``Job.deadline``) first; jobs without one come last."""
+
+    name = "edf"
+
+    def key(self, js: JobState, now: float, cluster: ClusterSpec, n_active: int) -> float:
+        d = js.job.deadline
+        return float("inf") if d is None else d
+
+
+class PriorityScheduling(Policy):
+    """Priority scheduling: the highest tardiness weight ω_j (``Job.weight``) first, then the highest
+    ``Job.priority`` (ANDREAS' PS baseline orders by the jobs' tardiness weights)."""
+
+    name = "priority"
+
+    def key(self, js: JobState, now: float, cluster: ClusterSpec, n_active: int) -> tuple[float, int]:
+        return -js.job.weight, -js.job.priority
+
+
+POLICIES: dict[str, type[Policy]] = {p.name: p for p in (FIFO, SRTF, LAS, FTF, ShortestFirst, EDF,
+                                                         PriorityScheduling)}
 
 
 def make_policy(name: str) -> Policy:

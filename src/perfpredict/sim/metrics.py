@@ -27,6 +27,12 @@ Moldable/malleable (seed 002 §III-C):
     * system utilisation ``u = Σ v / (|G| · (max t_cmp - min t_arr))`` (can exceed 1 when co-location makes
       fractional GPUs worth more than their share).
 
+ANDREAS (seed 000 §IV, §V-B): a job's tardiness ``τ_j = max(0, finish - d_j)`` (0 without a due date), its
+penalty ``ω_j · τ_j`` with ``ω_j`` (``Job.weight``) read as EUR per hour of tardiness, and its energy cost (the
+simulator's ``JobState.energy_cost``: GPU-hours held on each server times the server's ``energy_cost``); the
+*total cost* is energy plus penalties over the finished jobs. Work lost to restarts from epoch checkpoints is
+summed too.
+
 Windows: the steady-state selection applies to the per-task statistics (JCT, queueing delay, flow time,
 stretch); makespan, utilisation, preemptions and the per-job statistics use every finished job.
 """
@@ -44,8 +50,8 @@ import numpy as np
 from perfpredict.sched.cluster import ClusterSpec
 from perfpredict.sched.job import JobState
 
-__all__ = ["SimMetrics", "compute_metrics", "jct_cdf", "metrics_from_result", "select_steady", "task_volume",
-           "user_jobs", "utilization", "utilization_series"]
+__all__ = ["SimMetrics", "compute_metrics", "jct_cdf", "metrics_from_result", "select_steady", "tardiness",
+           "task_volume", "user_jobs", "utilization", "utilization_series"]
 
 Usage = Sequence[tuple[float, float, float, float]]
 
@@ -85,6 +91,15 @@ class SimMetrics:
     mem_util: float
     #: seed 002's system utilisation Σ v / (|G| · makespan)
     volume_util: float
+    #: ANDREAS (finished jobs): energy (EUR), tardiness penalties Σ ω τ (EUR, ω per hour), their sum
+    energy_cost: float = 0.0
+    tardiness_cost: float = 0.0
+    total_cost: float = 0.0
+    avg_tardiness_s: float = math.nan
+    max_tardiness_s: float = math.nan
+    n_late: int = 0
+    #: reference seconds of work redone after restarts from the last epoch checkpoint
+    lost_work_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -172,6 +187,12 @@ def user_jobs(states: Sequence[JobState], gap_s: float = 60.0) -> list[list[JobS
     return groups + singles
 
 
+def tardiness(js: JobState) -> float:
+    """``max(0, finish - due date)``: 0 without a due date or before the job finishes."""
+    d = js.job.deadline
+    return 0.0 if d is None or js.finish is None else max(0.0, js.finish - d)
+
+
 def _mean(x: Sequence[float]) -> float:
     return float(np.mean(x)) if len(x) else math.nan
 
@@ -236,6 +257,10 @@ def compute_metrics(states: Sequence[JobState], usage: Usage, cluster: ClusterSp
     else:
         makespan = gpu_u = cpu_u = mem_u = vol_u = math.nan
 
+    tard = [tardiness(js) for js in done]
+    energy = float(sum(js.energy_cost for js in done))
+    penalty = float(sum(js.job.weight * t / 3600.0 for js, t in zip(done, tard, strict=True)))
+
     parts = []
     if steady is not None:
         parts.append(f"arrival index [{steady[0]}, {steady[1]})")
@@ -250,7 +275,10 @@ def compute_metrics(states: Sequence[JobState], usage: Usage, cluster: ClusterSp
         avg_flow_time_s=_mean(jcts), max_flow_time_s=_max(jcts), avg_stretch=_mean(stretch), max_stretch=_max(stretch),
         n_user_jobs=len(groups), avg_job_flow_time_s=_mean(g_flow), max_job_flow_time_s=_max(g_flow),
         avg_job_stretch=_mean(g_stretch), max_job_stretch=_max(g_stretch),
-        gpu_util=float(gpu_u), cpu_util=float(cpu_u), mem_util=float(mem_u), volume_util=float(vol_u))
+        gpu_util=float(gpu_u), cpu_util=float(cpu_u), mem_util=float(mem_u), volume_util=float(vol_u),
+        energy_cost=energy, tardiness_cost=penalty, total_cost=energy + penalty, avg_tardiness_s=_mean(tard),
+        max_tardiness_s=_max(tard), n_late=sum(1 for t in tard if t > 0),
+        lost_work_s=float(sum(js.lost_work for js in states)))
 
 
 def metrics_from_result(result: Any, **kwargs: Any) -> SimMetrics:

@@ -11,14 +11,22 @@ Events are arrivals, completions and scheduling decisions. Two modes (``SimConfi
 
 ``"auto"`` takes the mechanism's ``round_based`` flag.
 
+Periodic rescheduling (ANDREAS, seed 000: the optimizer runs on arrivals, completions *and* periodically):
+with ``SimConfig.period_s`` (or the mechanism's ``period_s``) set, there is also a decision at every multiple
+of the period while jobs are active — every round in round mode, on the period's grid in event mode.
+
 Between events each running job progresses at the rate its perf model gives for its allocation (reference
 seconds of work per second, :meth:`perfpredict.sched.job.JobState.rate_on`), so completion times are exact,
 not stepped. A job that starts, resumes, or whose GPU placement changes pays ``restart_overhead_s`` of no
 progress (``start_overhead_s`` the first time); a CPU/memory resize on the same GPUs is free (Synergy
-resizes in place). Every decision is checked: allocations must fit the cluster together (the simulator keeps
-its own :class:`~perfpredict.sched.cluster.Ledger`), refer to active jobs, give each rigid job its GPU demand
-when the mechanism says it is rigid, and a non-preemptive mechanism must leave running jobs untouched; a
-violation is a :class:`SimulationError` naming the mechanism, not a silently wrong result.
+resizes in place). A job with ``epochs`` restarts from its last completed epoch when it is preempted or its
+placement changes: the progress since that checkpoint is lost (``JobState.lost_work``). Each job's
+``energy_cost`` integrates its GPUs' ``ServerSpec.energy_cost`` (per GPU-hour) over the time it holds them.
+
+Every decision is checked: allocations must fit the cluster together (the simulator keeps its own
+:class:`~perfpredict.sched.cluster.Ledger`), refer to active jobs, give each rigid job its GPU demand when the
+mechanism says it is rigid, and a non-preemptive mechanism must leave running jobs untouched; a violation is a
+:class:`SimulationError` naming the mechanism, not a silently wrong result.
 
 Deterministic: no randomness here (traces carry the seed); ties break by job arrival then id.
 """
@@ -64,6 +72,8 @@ class SimConfig:
     #: unfinished; those not yet arrived are left out). Synergy's simulator measures a window of jobs this
     #: way: arrivals go on, keeping the cluster loaded, until the window's last job completes (seed 001 §5.1).
     stop_after: frozenset[str] | None = None
+    #: also decide every period_s seconds while jobs are active (default: the mechanism's ``period_s``)
+    period_s: float | None = None
 
 
 @dataclass
@@ -173,6 +183,7 @@ class _Sim:
         js.version += 1
         if alloc is None:
             js.rate = 0.0
+            js.cost_rate = 0.0
             self.running.pop(js.id, None)
             return
         try:
@@ -183,7 +194,9 @@ class _Sim:
         self.used[1] += alloc.cpus
         self.used[2] += alloc.mem_gb
         self.running[js.id] = alloc
-        js.rate = js.rate_on(alloc)
+        js.rate = js.rate_on(alloc, self.cluster)
+        js.cost_rate = sum(sh.gpus * (self.cluster.servers[sh.server].energy_cost or 0.0)
+                           for sh in alloc.shares) / 3600.0
         js.overhead_until = t + overhead
         if js.rate > 0:
             finish = js.overhead_until + js.remaining / js.rate
@@ -270,6 +283,7 @@ class _Sim:
             js = self.active[jid]
             js.advance(t)
             js.preemptions += 1
+            js.rollback_to_checkpoint()
             self._set_allocation(js, None, t, 0.0)
         plan: list[tuple[JobState, Allocation, float]] = []
         for js, alloc, prev in changed:
@@ -283,6 +297,7 @@ class _Sim:
             elif prev.placement != alloc.placement:
                 overhead = self.cfg.restart_overhead_s
                 js.restarts += 1
+                js.rollback_to_checkpoint()
             else:
                 overhead = max(0.0, js.overhead_until - t)  # a resize in place keeps any overhead still due
             if prev is not None:
@@ -297,13 +312,17 @@ class _Sim:
     # -- the loop --------------------------------------------------------------------------------------
     def run(self) -> tuple[float, list[JobState]]:
         R = self.cfg.round_s
+        P = self.cfg.period_s if self.cfg.period_s is not None else self.mech.period_s
+        if P is not None and not P > 0:
+            raise SimulationError(f"period_s must be > 0, got {P}")
         horizon = self.cfg.max_time_s if self.cfg.max_time_s is not None else math.inf
         pending: float | None = None  # next decision time (round mode)
+        tick: float | None = None  # next periodic decision (with a period)
         t = 0.0
         while True:
             t_arr = self.arrivals[self.next_arrival].arrival if self.next_arrival < len(self.arrivals) else math.inf
             t_done = self._peek_completion()
-            t_dec = pending if pending is not None else math.inf
+            t_dec = min(pending if pending is not None else math.inf, tick if tick is not None else math.inf)
             t_next = min(t_arr, t_done, t_dec)
             if t_next == math.inf:
                 break
@@ -315,21 +334,26 @@ class _Sim:
             if self.cfg.stop_after is not None and not self.watch:
                 break  # the measured jobs are done
             changed = self._arrive_until(t) or changed
+            periodic = tick is not None and t >= tick - 1e-9
             if self.mode == "event":
-                if changed and self.active:
+                if (changed or periodic) and self.active:
                     self._decide(t)
                 elif changed:
                     self._record_usage(t)
-                continue
-            if changed:
-                self._record_usage(t)
-                boundary = math.ceil(t / R - 1e-12) * R
-                pending = boundary if pending is None else min(pending, boundary)
-            if pending is not None and t >= pending - 1e-9:
-                if self.active:
-                    self._decide(t)
-                waiting = len(self.active) > len(self.running)
-                pending = t + R if (waiting and self.policy.time_dependent) else None
+            else:
+                if changed:
+                    self._record_usage(t)
+                    boundary = math.ceil(t / R - 1e-12) * R
+                    pending = boundary if pending is None else min(pending, boundary)
+                if periodic:
+                    pending = t if pending is None else min(pending, t)
+                if pending is not None and t >= pending - 1e-9:
+                    if self.active:
+                        self._decide(t)
+                    waiting = len(self.active) > len(self.running)
+                    pending = t + R if (waiting and self.policy.time_dependent) else None
+            if P is not None:
+                tick = (math.floor(t / P + 1e-9) + 1) * P if self.active else None
             if (not self.running and self.active and self.next_arrival >= len(self.arrivals)
                     and pending is None and self._peek_completion() == math.inf):
                 break  # nothing runs and nothing will change: the rest can never be scheduled

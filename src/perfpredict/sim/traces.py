@@ -35,8 +35,9 @@ Standard Workload Format (Parallel Workloads Archive), :func:`read_swf`
 
 CSV (perfpredict's own), :func:`read_csv_trace` / :func:`write_csv_trace`
     A header row naming the columns, in any order: ``id``, ``arrival_s``, ``gpus``, ``work_s`` (required),
-    ``model``, ``task``, ``user``, ``min_gpus``, ``max_gpus``, ``priority``, ``deadline_s``, ``qos``
-    (optional; a blank cell is "not given"). ``arrival_s`` is seconds from the trace start, ``work_s``
+    ``model``, ``task``, ``user``, ``min_gpus``, ``max_gpus``, ``priority``, ``deadline_s``, ``qos``,
+    ``weight``, ``epochs`` (optional; a blank cell is "not given"; ``weight`` is ANDREAS' tardiness weight ω,
+    ``epochs`` the checkpoint count). ``arrival_s`` is seconds from the trace start, ``work_s``
     reference seconds, ``deadline_s`` an absolute time on the same clock as ``arrival_s``. Lines starting
     with ``#`` before the header are comments (provenance); blank lines are ignored. Unknown columns are an error (a misspelt optional column must not be silently
     ignored).
@@ -323,7 +324,7 @@ def _job(path: Path, line: int, **kwargs) -> Job:
 # -- CSV ------------------------------------------------------------------------------------------------------
 #: Column order written by :func:`write_csv_trace`; the first four are required.
 CSV_COLUMNS: tuple[str, ...] = ("id", "arrival_s", "gpus", "work_s", "model", "task", "user", "min_gpus",
-                                "max_gpus", "priority", "deadline_s", "qos")
+                                "max_gpus", "priority", "deadline_s", "qos", "weight", "epochs")
 _CSV_REQUIRED = CSV_COLUMNS[:4]
 
 
@@ -376,12 +377,17 @@ def read_csv_trace(path: str | Path) -> list[Job]:
         priority = opt_num("priority")
         if priority is not None and not priority.is_integer():
             raise TraceError(f"priority must be an integer, got {cell['priority']!r}", path=p, line=n)
+        epochs = opt_num("epochs")
+        if epochs is not None and not epochs.is_integer():
+            raise TraceError(f"epochs must be an integer, got {cell['epochs']!r}", path=p, line=n)
+        weight = opt_num("weight")
         jobs.append(_job(p, n, id=job_id, arrival=_number(cell["arrival_s"], "arrival_s", p, n),
                          gpus=_number(cell["gpus"], "gpus", p, n), work=_number(cell["work_s"], "work_s", p, n),
                          model=cell.get("model", ""), task=cell.get("task", ""), user=cell.get("user", ""),
                          min_gpus=opt_num("min_gpus"), max_gpus=opt_num("max_gpus"),
                          priority=0 if priority is None else int(priority), deadline=opt_num("deadline_s"),
-                         qos=cell.get("qos") or None))
+                         qos=cell.get("qos") or None, weight=1.0 if weight is None else weight,
+                         epochs=None if epochs is None else int(epochs)))
     return jobs
 
 
@@ -425,7 +431,8 @@ def write_csv_trace(jobs: Iterable[Job], path: str | Path) -> Path:
         w.writerow(CSV_COLUMNS)
         for j in jobs:
             w.writerow([j.id, _fmt(j.arrival), _fmt(j.gpus), _fmt(j.work), j.model, j.task, j.user,
-                        _fmt(j.min_gpus), _fmt(j.max_gpus), str(j.priority), _fmt(j.deadline), j.qos or ""])
+                        _fmt(j.min_gpus), _fmt(j.max_gpus), str(j.priority), _fmt(j.deadline), j.qos or "",
+                        _fmt(j.weight), "" if j.epochs is None else str(j.epochs)])
     return p
 
 
