@@ -164,6 +164,24 @@ def _with_batch(proto, batch: int):
     return m
 
 
+def _without_weight_data(proto, keep_bytes: int = 4096):
+    """A copy of ``proto`` whose large initializers keep their shape and type but drop their values.
+
+    Shape inference and the feature counts need only the dims of weights (small constants such as Reshape
+    targets keep their values for data propagation); dropping ~100 MB of ResNet-50 weights makes each
+    inference pass 10× faster.
+    """
+    import onnx
+
+    m = onnx.ModelProto()
+    m.CopyFrom(proto)
+    for t in m.graph.initializer:
+        if t.ByteSize() > keep_bytes:
+            for f in ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data"):
+                t.ClearField(f)
+    return m
+
+
 def _batch_dim(proto) -> tuple[bool, int | None]:
     """(symbolic, static value) of the first real input's first dimension."""
     init = {i.name for i in proto.graph.initializer}
@@ -190,6 +208,7 @@ def from_onnx_proto(proto, name: str = "onnx") -> ArchFeatures:
     notes: list[str] = []
     init = proto.graph.initializer
     param_count = float(sum(int(np.prod(t.dims)) if len(t.dims) else 1 for t in init))
+    proto = _without_weight_data(proto)
     try:
         if symbolic:
             s1 = analyze_onnx(_with_batch(proto, 1), run_for_shapes=False)
