@@ -21,6 +21,8 @@ MECHANISMS: dict[str, tuple[str, str]] = {
     "moldable-proportional": ("moldable", "MoldableProportional"),
     "malleable-proportional": ("moldable", "MalleableProportional"),
     "rigid": ("moldable", "RigidFCFS"),
+    "andreas": ("andreas", "AndreasRG"),
+    "andreas-baseline": ("andreas", "AndreasBaseline"),
 }
 
 

@@ -1,0 +1,200 @@
+"""ANDREAS (seed 000) as mechanisms: the Randomized Greedy Job Optimizer and the first-principle baselines.
+
+``andreas`` (:class:`AndreasRG`) — §III-IV. At every rescheduling point (a job arrives or finishes, and every
+``period_s``, 300 s by default: the Job Manager's periodic call) it builds the capacity-allocation problem of
+:mod:`perfpredict.sched.andreas` for *every* active job, running or not, and solves it with Alg. 1
+(``max_it`` = MaxIt_RG iterations, ρ = 100). Jobs it does not schedule are preempted (they restart from
+their last epoch checkpoint later); a job whose (GPU type, GPU count) changes is migrated (same). The node
+within a class of identical nodes is a free choice as far as the real cost goes (only the proxy's α term
+depends on how jobs are packed), so running jobs that keep their configuration stay on their GPUs and the
+others go best-fit into the rest; only if that fragments a class does the mechanism take RG's own packing.
+
+``andreas-baseline`` (:class:`AndreasBaseline`) — §V-B's FIFO, EDF and Priority Scheduling, by ``--policy
+fifo|edf|priority``. Non-preemptive: "first-principle methods never change the configuration assigned to a
+job once it has been started". Waiting jobs are taken in policy order; each gets, among the free GPUs, the
+configuration Alg. 1's deterministic rule would pick (the cheapest that meets its due date, else the
+fastest), and keeps it to completion. The baselines thus share RG's configuration rule and differ from it
+in job order, in preemption/migration and in the randomised search: the comparison isolates those.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from perfpredict.sched.andreas import (
+    MAX_IT,
+    RHO,
+    AndreasProblem,
+    NodeClass,
+    node_classes,
+    randomized_greedy,
+)
+from perfpredict.sched.base import Mechanism
+from perfpredict.sched.cluster import Allocation, ClusterSpec, Ledger
+from perfpredict.sched.job import JobState
+from perfpredict.sched.placement import proportional_allocation
+
+__all__ = ["AndreasBaseline", "AndreasRG"]
+
+
+def _best_fit(ledger: Ledger, servers: Sequence[int], g: int) -> int | None:
+    best = None
+    for s in servers:
+        f = ledger.free_whole[s]
+        if f >= g and (best is None or f < ledger.free_whole[best]):
+            best = s
+    return best
+
+
+class _Classes:
+    """Node classes of a cluster, computed once per cluster."""
+
+    def __init__(self) -> None:
+        self._cluster: ClusterSpec | None = None
+        self._classes: tuple[NodeClass, ...] = ()
+        self._class_of: dict[int, int] = {}
+
+    def get(self, cluster: ClusterSpec) -> tuple[tuple[NodeClass, ...], dict[int, int]]:
+        if cluster is not self._cluster:
+            self._cluster = cluster
+            self._classes = node_classes(cluster)
+            self._class_of = {s: c for c, nc in enumerate(self._classes) for s in nc.servers}
+        return self._classes, self._class_of
+
+
+class AndreasRG(Mechanism):
+    """ANDREAS' Job Optimizer: Randomized Greedy at every rescheduling point, with preemption and migration."""
+
+    name = "andreas"
+    preemptive = True
+    round_based = False
+    period_s = 300.0
+
+    def __init__(self, max_it: int = MAX_IT, rho: float = RHO, seed: int = 0, swap_scale: float = 0.5,
+                 period_s: float | None = 300.0, record_problems: bool = False) -> None:
+        super().__init__()
+        self.max_it, self.rho, self.swap_scale = int(max_it), float(rho), float(swap_scale)
+        self.period_s = period_s
+        self.rng = np.random.default_rng(seed)
+        self._classes = _Classes()
+        #: one entry per call: jobs in the problem, RG seconds, whole-call seconds, f_OBJ, the greedy's f_OBJ
+        self.calls: list[dict[str, float]] = []
+        self.record_problems = record_problems
+        self.problems: list[AndreasProblem] = []
+
+    def allocate(self, ordered: Sequence[JobState], cluster: ClusterSpec, running: Mapping[str, Allocation],
+                 now: float) -> dict[str, Allocation]:
+        t0 = time.perf_counter()
+        classes, class_of = self._classes.get(cluster)
+        states = list(ordered)
+        if not states or not classes:
+            return {}
+        p = AndreasProblem.from_states(states, cluster, now, rho=self.rho, horizon_s=self.period_s or 300.0,
+                                       classes=classes)
+        rg = randomized_greedy(p, self.max_it, self.rng, swap_scale=self.swap_scale)
+        if self.record_problems:
+            self.problems.append(p)
+        out, packed = self._place(p, rg.node, rg.cfg, states, cluster, running, class_of)
+        total = time.perf_counter() - t0
+        stats = {"jobs": float(p.n_jobs), "scheduled": float(np.count_nonzero(rg.cfg >= 0)), "rg_s": rg.seconds,
+                 "call_s": total, "f_obj": rg.f_obj, "f_greedy": rg.f_greedy, "rg_packing": float(packed)}
+        self.calls.append(stats)
+        self.last_stats = stats
+        return out
+
+    def _place(self, p: AndreasProblem, node: np.ndarray, cfg: np.ndarray, states: Sequence[JobState],
+               cluster: ClusterSpec, running: Mapping[str, Allocation],
+               class_of: dict[int, int]) -> tuple[dict[str, Allocation], bool]:
+        want = {}
+        for i, js in enumerate(states):
+            if cfg[i] >= 0:
+                want[js.id] = (int(p.cfg_class[cfg[i]]), int(p.cfg_gpus[cfg[i]]), i)
+        ledger = Ledger(cluster)
+        out: dict[str, Allocation] = {}
+        for jid, (c, g, _) in want.items():
+            prev = running.get(jid)
+            if (prev is not None and len(prev.shares) == 1 and not prev.is_fractional
+                    and class_of.get(prev.shares[0].server) == c and abs(prev.gpus - g) < 1e-9):
+                ledger.take(prev)
+                out[jid] = prev
+        movers = sorted((jid for jid in want if jid not in out), key=lambda jid: (-want[jid][1], want[jid][2]))
+        by_id = {js.id: js for js in states}
+        for jid in movers:
+            c, g, _ = want[jid]
+            s = _best_fit(ledger, p.classes[c].servers, g)
+            if s is None:
+                return self._place_packed(p, node, cfg, states, cluster, running), True
+            dm = by_id[jid].perf.device_mem_gb
+            alloc = proportional_allocation(ledger, {s: ledger.free_devices(s)[:g]}, dm)
+            ledger.take(alloc)
+            out[jid] = alloc
+        return out, False
+
+    @staticmethod
+    def _place_packed(p: AndreasProblem, node: np.ndarray, cfg: np.ndarray, states: Sequence[JobState],
+                      cluster: ClusterSpec, running: Mapping[str, Allocation]) -> dict[str, Allocation]:
+        """RG's own node packing (always feasible): jobs staying on their server with the same GPU count keep
+        their devices, the others take free devices there."""
+        server_of = p.node_server
+        ledger = Ledger(cluster)
+        out: dict[str, Allocation] = {}
+        todo = []
+        for i, js in enumerate(states):
+            if cfg[i] < 0:
+                continue
+            s, g = int(server_of[node[i]]), int(p.cfg_gpus[cfg[i]])
+            prev = running.get(js.id)
+            if (prev is not None and len(prev.shares) == 1 and prev.shares[0].server == s
+                    and not prev.is_fractional and abs(prev.gpus - g) < 1e-9 and ledger.fits(prev) is None):
+                ledger.take(prev)
+                out[js.id] = prev
+            else:
+                todo.append((js, s, g))
+        for js, s, g in todo:
+            alloc = proportional_allocation(ledger, {s: ledger.free_devices(s)[:g]}, js.perf.device_mem_gb)
+            ledger.take(alloc)
+            out[js.id] = alloc
+        return out
+
+
+class AndreasBaseline(Mechanism):
+    """§V-B's first-principle methods (order from the policy: fifo, edf, priority): non-preemptive, each job
+    started on the configuration Alg. 1's deterministic rule picks among the free GPUs, kept to completion."""
+
+    name = "andreas-baseline"
+    preemptive = False
+    round_based = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._classes = _Classes()
+
+    def allocate(self, ordered: Sequence[JobState], cluster: ClusterSpec, running: Mapping[str, Allocation],
+                 now: float) -> dict[str, Allocation]:
+        out = dict(running)
+        waiting = [js for js in ordered if js.id not in running]
+        if not waiting:
+            return out
+        ledger = self.current_ledger(cluster, running)
+        if ledger.total_free_gpus == 0:
+            return out
+        classes, _ = self._classes.get(cluster)
+        # only as many waiting jobs as there are free GPUs can start (each takes at least one)
+        head = waiting[:ledger.total_free_gpus]
+        p = AndreasProblem.from_states(head, cluster, now, classes=classes)
+        pref = p.preferences()
+        for i, js in enumerate(head):
+            if ledger.total_free_gpus == 0:
+                break
+            for k in pref[i]:
+                c, g = int(p.cfg_class[k]), int(p.cfg_gpus[k])
+                s = _best_fit(ledger, classes[c].servers, g)
+                if s is not None:
+                    alloc = proportional_allocation(ledger, {s: ledger.free_devices(s)[:g]}, js.perf.device_mem_gb)
+                    ledger.take(alloc)
+                    out[js.id] = alloc
+                    break
+        return out
