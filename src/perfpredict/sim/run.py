@@ -11,6 +11,9 @@ Spec formats:
 * trace: a ``.csv`` or ``.swf`` file, or a generator: ``synergy:n=1000,load=9,split=20/70/10,multi=0``
   (load in jobs/hour; omit it for a static trace where every job arrives at 0), or seed 002's synthetic DL
   bag-of-tasks workload: ``dlbags:n=2000,bags_per_day=12,median=1800,opennmt=0.2``.
+* ANDREAS (seed 000): cluster ``andreas:nodes=N,case=1|2`` or ``armida``, trace
+  ``andreas:nodes=N[,case=,jobs=,load=,phase_h=,seed=]`` or ``andreas-table5``
+  (:mod:`perfpredict.sim.andreas_workload`).
 * cards: ``paper`` (models derived from the seeds' statements, the default) or a directory of
   ``card.json`` files from ``perfpredict profile`` (keyed by the file's stem and by ``model.name``), which
   override paper models of the same name.
@@ -40,6 +43,13 @@ def parse_cluster(text: str | Path | ClusterSpec) -> ClusterSpec:
     if isinstance(text, ClusterSpec):
         return text
     s = str(text)
+    if s == "armida" or s.startswith("andreas:") or s == "andreas":
+        from perfpredict.sim.andreas_workload import cluster_from_spec
+
+        try:
+            return cluster_from_spec(s)
+        except ValueError as e:
+            raise UsageError(f"cluster {s!r}: {e}", step="cluster") from None
     p = Path(s)
     if s.endswith(".json") or p.is_file():
         if not p.is_file():
@@ -89,6 +99,13 @@ def parse_trace(text: str | Path | list[Job], seed: int = 0) -> list[Job]:
     from perfpredict.sim import traces
 
     s = str(text)
+    if s.startswith("andreas:") or s in ("andreas", "andreas-table5"):
+        from perfpredict.sim.andreas_workload import trace_from_spec
+
+        try:
+            return trace_from_spec(s, seed)
+        except ValueError as e:
+            raise UsageError(f"trace {s!r}: {e}", step="trace") from None
     if s.startswith("synergy:") or s == "synergy":
         kv = _kv(s.partition(":")[2])
         allowed = {"n", "load", "split", "multi", "seed"}
@@ -136,6 +153,9 @@ def load_perf_models(cards: str | Path | dict[str, PerfModel] | None = "paper") 
 
     models: dict[str, PerfModel] = dict(paper_cards.synergy_models())
     models.update(paper_cards.moldable_models())
+    from perfpredict.sched.andreas_cards import andreas_models
+
+    models.update(andreas_models())
     if cards in (None, "paper"):
         return models
     d = Path(cards)
