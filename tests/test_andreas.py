@@ -56,8 +56,9 @@ def problems(draw, max_jobs=5, max_nodes=2, max_gpus=2):
     return _problem(t_base, d, w, classes)
 
 
-def _brute_force(p: AndreasProblem) -> float:
-    """min f_OBJ over every feasible schedule (each job postponed or on any (node, g))."""
+def _brute_force(p: AndreasProblem, work_conserving: bool = False) -> float:
+    """min f_OBJ over every feasible schedule (each job postponed or on any (node, g)); ``work_conserving``:
+    only those where a postponed job leaves no GPU free."""
     nc, ng = p.node_class, p.node_gpus
     opts = [(-1, -1)] + [(n, p.cfg_index(int(nc[n]), g)) for n in range(len(ng)) for g in range(1, ng[n] + 1)]
     best = math.inf
@@ -66,7 +67,7 @@ def _brute_force(p: AndreasProblem) -> float:
         for n, k in combo:
             if k >= 0:
                 used[n] += p.cfg_gpus[k]
-        if np.any(used > ng):
+        if np.any(used > ng) or (work_conserving and any(k < 0 for _, k in combo) and np.any(used < ng)):
             continue
         best = min(best, objective(p, np.array([c[0] for c in combo]), np.array([c[1] for c in combo])))
     return best
@@ -148,7 +149,11 @@ def test_milp_is_the_brute_force_optimum_and_bounds_rg(p):
     assert objective(p, exact.node, exact.cfg) == pytest.approx(exact.objective, rel=1e-6, abs=1e-6)
     appendix = solve_milp(p, alpha="appendix")  # α free: the cheapest job of a node, a lower bound
     assert appendix.objective <= exact.objective + 1e-6
-    assert exact.objective <= randomized_greedy(p, 20, 0).f_obj + 1e-6
+    # RG never idles a GPU while a job waits: the work-conserving optimum bounds it and is the brute force's
+    wc = solve_milp(p, work_conserving=True)
+    assert wc.objective == pytest.approx(_brute_force(p, work_conserving=True), rel=1e-6, abs=1e-6)
+    assert exact.objective <= wc.objective + 1e-6
+    assert wc.objective <= randomized_greedy(p, 20, 0).f_obj + 1e-6
 
 
 def test_milp_node_count_constraint():

@@ -136,23 +136,43 @@ class AndreasRG(Mechanism):
     @staticmethod
     def _place_packed(p: AndreasProblem, node: np.ndarray, cfg: np.ndarray, states: Sequence[JobState],
                       cluster: ClusterSpec, running: Mapping[str, Allocation]) -> dict[str, Allocation]:
-        """RG's own node packing (always feasible): jobs staying on their server with the same GPU count keep
-        their devices, the others take free devices there."""
-        server_of = p.node_server
+        """RG's own node packing (always feasible). Nodes of a class are interchangeable, so RG's nodes are
+        matched to the class's servers to keep the most jobs in place (an assignment problem per class); a job
+        whose server and GPU count are unchanged keeps its devices, the others take free devices there."""
+        from scipy.optimize import linear_sum_assignment
+
+        node_class, node_server = p.node_class, p.node_server
+        bins: dict[int, list[tuple[JobState, int]]] = {}
+        for i, js in enumerate(states):
+            if cfg[i] >= 0:
+                bins.setdefault(int(node[i]), []).append((js, int(p.cfg_gpus[cfg[i]])))
+        server_for: dict[int, int] = {}
+        for c in range(len(p.classes)):
+            nodes = np.flatnonzero(node_class == c)
+            servers = node_server[nodes]
+            col = {int(srv): i for i, srv in enumerate(servers)}
+            keep = np.zeros((len(nodes), len(nodes)))
+            for a, n in enumerate(nodes):
+                for js, g in bins.get(int(n), []):
+                    prev = running.get(js.id)
+                    if (prev is not None and len(prev.shares) == 1 and prev.shares[0].server in col
+                            and not prev.is_fractional and abs(prev.gpus - g) < 1e-9):
+                        keep[a, col[prev.shares[0].server]] += 1
+            rows, cols = linear_sum_assignment(keep, maximize=True)
+            server_for.update({int(nodes[a]): int(servers[b]) for a, b in zip(rows, cols, strict=True)})
         ledger = Ledger(cluster)
         out: dict[str, Allocation] = {}
         todo = []
-        for i, js in enumerate(states):
-            if cfg[i] < 0:
-                continue
-            s, g = int(server_of[node[i]]), int(p.cfg_gpus[cfg[i]])
-            prev = running.get(js.id)
-            if (prev is not None and len(prev.shares) == 1 and prev.shares[0].server == s
-                    and not prev.is_fractional and abs(prev.gpus - g) < 1e-9 and ledger.fits(prev) is None):
-                ledger.take(prev)
-                out[js.id] = prev
-            else:
-                todo.append((js, s, g))
+        for n, members in bins.items():
+            s = server_for[n]
+            for js, g in members:
+                prev = running.get(js.id)
+                if (prev is not None and len(prev.shares) == 1 and prev.shares[0].server == s
+                        and not prev.is_fractional and abs(prev.gpus - g) < 1e-9 and ledger.fits(prev) is None):
+                    ledger.take(prev)
+                    out[js.id] = prev
+                else:
+                    todo.append((js, s, g))
         for js, s, g in todo:
             alloc = proportional_allocation(ledger, {s: ledger.free_devices(s)[:g]}, js.perf.device_mem_gb)
             ledger.take(alloc)
