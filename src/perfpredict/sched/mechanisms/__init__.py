@@ -23,6 +23,13 @@ MECHANISMS: dict[str, tuple[str, str]] = {
     "rigid": ("moldable", "RigidFCFS"),
     "andreas": ("andreas", "AndreasRG"),
     "andreas-baseline": ("andreas", "AndreasBaseline"),
+    "swaf": ("genie", "SWAF"),
+    "genie-fifo": ("genie", "GenieFIFO"),
+    "genie-capacity": ("genie", "GenieCapacity"),
+    "genie-min-min": ("genie", "GenieMinMin"),
+    "genie-weighted-fair": ("genie", "GenieWeightedFair"),
+    "genie-tetris-perf": ("genie", "GenieTetrisPerf"),
+    "genie-tetris-cer": ("genie", "GenieTetrisCER"),
 }
 
 
