@@ -289,10 +289,10 @@ def profile(
 
 @app.command()
 def simulate(
-    cluster: Annotated[str, typer.Option(help="cluster JSON file, or SERVERSxGPUS[:cpus=24,mem=500,gpu_mem=32], or andreas:nodes=N,case=1|2, or armida")] = "16x8",
-    trace: Annotated[str, typer.Option(help="trace .csv/.swf, or synergy:n=1000,load=9,split=20/70/10,multi=0, or andreas:nodes=N[,case=,load=] or andreas-table5")] = "synergy:n=1000,load=9",
+    cluster: Annotated[str, typer.Option(help="cluster JSON file, or SERVERSxGPUS[:cpus=24,mem=500,gpu_mem=32], or andreas:nodes=N,case=1|2, or armida, or genie[:nodes=4,gpus=4]")] = "16x8",
+    trace: Annotated[str, typer.Option(help="trace .csv/.swf, or synergy:n=1000,load=9,split=20/70/10,multi=0, or andreas:nodes=N[,case=,load=] or andreas-table5, or genie[:rate=10,hours=24,mix=5/35/60,seed=]")] = "synergy:n=1000,load=9",
     policy: Annotated[str, typer.Option(help="fifo | srtf | las | ftf | shortest | edf | priority")] = "fifo",
-    mechanism: Annotated[str, typer.Option(help="proportional | greedy | tune | opt | drf | tetris | moldable-equipartition | malleable-equipartition | moldable-proportional | malleable-proportional | rigid | andreas | andreas-baseline")] = "proportional",
+    mechanism: Annotated[str, typer.Option(help="proportional | greedy | tune | opt | drf | tetris | moldable-equipartition | malleable-equipartition | moldable-proportional | malleable-proportional | rigid | andreas | andreas-baseline | swaf | genie-fifo | genie-capacity | genie-min-min | genie-weighted-fair | genie-tetris-perf | genie-tetris-cer")] = "proportional",
     cards: Annotated[str, typer.Option(help="'paper' or a directory of card.json files (override paper models)")] = "paper",
     seed: Annotated[int, typer.Option(help="seed for generated traces")] = 0,
     mode: Annotated[str, typer.Option(help="auto | round | event")] = "auto",
@@ -349,6 +349,12 @@ def simulate(
             text = f"{value:,.4g}" if isinstance(value, float) else str(value)
         table.add_row(key, text)
     out_console.print(table)
+    g = run.extra.get("genie")
+    if g:
+        by = ", ".join(f"{c} {v:.1%}" for c, v in g["qos_by_class"].items())
+        out_console.print(f"GENIE §7.1: QoS guarantee {g['qos_guarantee']:.1%} ({by}), makespan "
+                          f"{g['makespan_s'] / 3600:,.2f} h, average normalised latency {g['avg_norm_latency']:.3g}",
+                          highlight=False)
     out_console.print(f"simulated in {r.wall_s:.2f} s ({len(r.finished) / max(r.wall_s, 1e-9):,.0f} jobs/s), "
                       f"{r.decisions} decisions, {r.decision_time_s:.2f} s deciding; "
                       f"{len(r.unfinished)} unfinished, {len(r.dropped)} dropped", highlight=False)

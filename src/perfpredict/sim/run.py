@@ -14,6 +14,10 @@ Spec formats:
 * ANDREAS (seed 000): cluster ``andreas:nodes=N,case=1|2`` or ``armida``, trace
   ``andreas:nodes=N[,case=,jobs=,load=,phase_h=,seed=]`` or ``andreas-table5``
   (:mod:`perfpredict.sim.andreas_workload`).
+* GENIE (seed 003): cluster ``genie[:nodes=4,gpus=4]``, trace ``genie[:rate=10,hours=24,mix=5/35/60,train=0.5,
+  batches=8/16/32/64/128,iters=10000/500000,requests=1/2/4,seed=]`` (Table 3,
+  :mod:`perfpredict.sim.genie_workload`); runs with GENIE task models also report §7.1's metrics
+  (``SimRun.extra["genie"]``: QoS-guarantee %, makespan, average normalised latency).
 * cards: ``paper`` (models derived from the seeds' statements, the default) or a directory of
   ``card.json`` files from ``perfpredict profile`` (keyed by the file's stem and by ``model.name``), which
   override paper models of the same name.
@@ -24,7 +28,7 @@ from __future__ import annotations
 import csv
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +52,13 @@ def parse_cluster(text: str | Path | ClusterSpec) -> ClusterSpec:
 
         try:
             return cluster_from_spec(s)
+        except ValueError as e:
+            raise UsageError(f"cluster {s!r}: {e}", step="cluster") from None
+    if s == "genie" or s.startswith("genie:"):
+        from perfpredict.sim import genie_workload
+
+        try:
+            return genie_workload.cluster_from_spec(s)
         except ValueError as e:
             raise UsageError(f"cluster {s!r}: {e}", step="cluster") from None
     p = Path(s)
@@ -106,6 +117,13 @@ def parse_trace(text: str | Path | list[Job], seed: int = 0) -> list[Job]:
             return trace_from_spec(s, seed)
         except ValueError as e:
             raise UsageError(f"trace {s!r}: {e}", step="trace") from None
+    if s == "genie" or s.startswith("genie:"):
+        from perfpredict.sim import genie_workload
+
+        try:
+            return genie_workload.trace_from_spec(s, seed)
+        except ValueError as e:
+            raise UsageError(f"trace {s!r}: {e}", step="trace") from None
     if s.startswith("synergy:") or s == "synergy":
         kv = _kv(s.partition(":")[2])
         allowed = {"n", "load", "split", "multi", "seed"}
@@ -156,6 +174,9 @@ def load_perf_models(cards: str | Path | dict[str, PerfModel] | None = "paper") 
     from perfpredict.sched.andreas_cards import andreas_models
 
     models.update(andreas_models())
+    from perfpredict.sched.genie_cards import genie_models
+
+    models.update(genie_models())
     if cards in (None, "paper"):
         return models
     d = Path(cards)
@@ -183,6 +204,8 @@ class SimRun:
     metrics: Any  # perfpredict.sim.metrics.SimMetrics
     params: dict[str, Any]
     out_dir: Path | None = None
+    #: metrics of a seed's own (GENIE: ``"genie"``, :func:`perfpredict.sim.genie_workload.genie_metrics`)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterSpec, policy: str = "fifo",
@@ -213,6 +236,12 @@ def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterS
               "mode": result.mode, "round_s": cfg.round_s, "restart_overhead_s": cfg.restart_overhead_s,
               "seed": seed, "cards": str(cards) if not isinstance(cards, dict) else "custom"}
     run = SimRun(result=result, metrics=metrics, params=params)
+    from perfpredict.sched.genie import GeniePerfModel
+
+    if any(isinstance(js.perf, GeniePerfModel) for js in result.states):
+        from perfpredict.sim.genie_workload import genie_metrics
+
+        run.extra["genie"] = genie_metrics(result)
     if out_dir is not None:
         run.out_dir = write_outputs(run, out_dir)
     return run
@@ -240,6 +269,7 @@ def write_outputs(run: SimRun, out_dir: str | Path) -> Path:
                           "unfinished": len(run.result.unfinished), "dropped": len(run.result.dropped)}}
     if run.result.mechanism_stats:
         doc["mechanism_stats"] = run.result.mechanism_stats
+    doc.update(run.extra)
     (out / "metrics.json").write_text(json.dumps(doc, indent=2, default=float))
     from perfpredict.sim.plots import plot_run
 
