@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -68,3 +70,25 @@ def test_moldable_flow_time_fast(tmp_path):
         assert s["malleable_reduction"] > s["malleable_150_reduction"] > s["malleable_300_reduction"]
     assert "Moldable EQ flow-time reduction vs Rigid FCFS" in stdout
     assert (tmp_path / "flow_time_vs_gpus.png").stat().st_size > 0
+
+
+def test_andreas_cost_fast(tmp_path):
+    stdout, res = _run_fast("andreas_cost.py", tmp_path, "--nodes", "10")  # N = 10, 16 by default: ~30 s here
+    rows = res["rows"]
+    assert {(r["case"], r["method"]) for r in rows} == {(c, m) for c in (1, 2) for m in ("FIFO", "EDF", "PS", "RG")}
+    assert all(r["unfinished"] == 0 and r["jobs"] == 100 for r in rows)
+    # the first-principle methods never preempt or move a job; RG does, and pays for it in redone epochs
+    assert all(r["preemptions"] == 0 and r["restarts"] == 0 and r["lost_work_h"] == 0 for r in rows if r["method"] != "RG")
+    rg = [r for r in rows if r["method"] == "RG"]
+    assert all(r["restarts"] + r["preemptions"] > 0 and r["lost_work_h"] > 0 for r in rg)
+    for r in rows:
+        assert r["total_cost"] == pytest.approx(r["energy_cost"] + r["tardiness_cost"])
+    # the MILP optimum never exceeds RG's f_OBJ, and RG is never worse than its own greedy
+    assert res["gap"] and all(x["optimal"] and x["gap"] >= 0 and x["f_rg"] <= x["f_greedy"] + 1e-9 for x in res["gap"])
+    assert len(res["timing"]["snapshots"]) == 16 and all(s["jobs"] > 0 for s in res["timing"]["snapshots"])
+    assert next(v for v in res["validation"] if v["method"] == "RG")["n_late"] == 0
+    assert set(res["checks"]) == {"cost_case1", "cost_case2", "time", "gap"}
+    for check in res["checks"].values():
+        assert f"{'PASS' if check['ok'] else 'FAIL'}: {check['text']}" in stdout
+    assert "| case | N | J | FIFO | EDF | PS | RG |" in stdout
+    assert (tmp_path / "cost_vs_nodes.png").stat().st_size > 0

@@ -80,14 +80,14 @@ class AndreasRG(Mechanism):
         self.period_s = period_s
         self.rng = np.random.default_rng(seed)
         self._classes = _Classes()
-        #: one entry per call: jobs in the problem, RG seconds, whole-call seconds, f_OBJ, the greedy's f_OBJ
+        #: one entry per call: jobs in the problem, RG and whole-call seconds (wall and CPU), f_OBJ, the greedy's
         self.calls: list[dict[str, float]] = []
         self.record_problems = record_problems
         self.problems: list[AndreasProblem] = []
 
     def allocate(self, ordered: Sequence[JobState], cluster: ClusterSpec, running: Mapping[str, Allocation],
                  now: float) -> dict[str, Allocation]:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         classes, class_of = self._classes.get(cluster)
         states = list(ordered)
         if not states or not classes:
@@ -100,7 +100,8 @@ class AndreasRG(Mechanism):
         out, packed = self._place(p, rg.node, rg.cfg, states, cluster, running, class_of)
         total = time.perf_counter() - t0
         stats = {"jobs": float(p.n_jobs), "scheduled": float(np.count_nonzero(rg.cfg >= 0)), "rg_s": rg.seconds,
-                 "call_s": total, "f_obj": rg.f_obj, "f_greedy": rg.f_greedy, "rg_packing": float(packed)}
+                 "rg_cpu_s": rg.cpu_seconds, "call_s": total, "call_cpu_s": time.process_time() - c0,
+                 "f_obj": rg.f_obj, "f_greedy": rg.f_greedy, "rg_packing": float(packed)}
         self.calls.append(stats)
         self.last_stats = stats
         return out
