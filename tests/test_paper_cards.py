@@ -45,10 +45,35 @@ def test_table4_models_by_task():
     assert all(m.source == "paper" for m in MODELS.values())
 
 
-def test_resnet18_memory_62_to_500_gb_is_about_2x_at_enough_cpus():
+def test_resnet18_reaches_its_cpu_gain_at_the_proportional_memory_share():
+    # §2.1's "almost 2x from 62 to 500 GB" was measured on OpenImages; Table 4's ResNet18 trains on ImageNet and
+    # the authors' released res18_1 table has its full CPU curve at 62.5 GB per GPU (2.4x at 9 CPUs there).
     r = MODELS["resnet18"]
-    for cpus in (9, 12, 24):
-        assert r.relative_w(cpus, 500) / r.relative_w(cpus, 62.5) == pytest.approx(2.0, rel=1e-9)
+    assert r.relative_w(9, 62.5) == pytest.approx(2.3)
+    assert r.relative_w(9, 500) == pytest.approx(r.relative_w(9, 62.5))
+    assert r.demand() == (8.0, 62.5)
+
+
+@pytest.mark.parametrize("ratio", [4, 5, 6])
+def test_more_cpus_per_gpu_speed_the_proportional_baseline_up(ratio):
+    # §5.5: servers with 4, 5, 6 CPUs per GPU and the same 500 GB (62.5 GB per GPU): "the baseline
+    # GPU-proportional scheduler gets more CPU cores per GPU, thereby reducing data stalls in the baseline".
+    before = [MODELS[name].relative_w(ratio - 1, 62.5) for name in SENSITIVE]
+    after = [MODELS[name].relative_w(ratio, 62.5) for name in SENSITIVE]
+    assert all(a >= b and a > 1.0 for a, b in zip(after, before, strict=True))
+    assert sum(after) > sum(before) + 0.1 * len(SENSITIVE)  # not capped at one speed (ResNet50 and M5 saturate)
+
+
+@pytest.mark.parametrize(("name", "caps"), [
+    ("alexnet", {62.5: 2.0, 125.0: 3.1}),        # released alexnet_1: 2.0 at 62.5 GB, full speed from 125 GB
+    ("shufflenetv2", {62.5: 2.0, 125.0: 3.0}),   # shufflenet_1: the same shape
+    ("m5", {62.5: 1.5, 125.0: 2.0}),             # m5_1: 1.5 at 62.5 GB, 2.0 at 125 GB
+])
+def test_memory_caps_from_the_released_tables(name, caps):
+    m = MODELS[name]
+    for mem, top in caps.items():
+        assert m.relative_w(24, mem) == pytest.approx(top)
+        assert m.relative_w(24, 500) >= top
 
 
 def test_resnet18_cpus_3_to_9_is_2_3x_and_saturates():
@@ -72,13 +97,14 @@ def test_language_models_are_insensitive(name):
 
 
 @pytest.mark.parametrize("name", SENSITIVE)
-def test_image_and_speech_models_gain_from_cpu_and_memory(name):
+def test_image_and_speech_models_gain_from_cpu_and_starve_below_the_memory_share(name):
     m = MODELS[name]
     c_sat = synergy_spec(name).cpu_anchors[-1][0]
     assert m.relative_w(c_sat, 500) > 1.1
-    # the same storage rate relative to each model's throughput: memory helps once CPUs are added
-    if m.relative_w(c_sat, 500) > 1.2:
-        assert m.relative_w(c_sat, 500) > m.relative_w(c_sat, 62.5)
+    # below the share the released tables starve every sensitive model (0.1 at 20.83 GB), interpolated here
+    for c in (3, c_sat):
+        assert m.relative_w(c, 31.25) == pytest.approx(0.075 + 0.25 * m.relative_w(c, 62.5))
+        assert m.relative_w(c, 31.25) < m.relative_w(c, 62.5)
 
 
 @pytest.mark.parametrize("name", SYNERGY_MODELS)

@@ -10,25 +10,36 @@ section) or an assumption, and the difference is kept visible: each model carrie
 Synergy (seed 001): ten models (Table 4)
     A per-GPU sensitivity grid ``W[c, m]`` over ``c`` = 1..24 CPUs per GPU and ``m`` = 31.25..500 GB per GPU
     (a server has 24 CPUs, 500 GB and 8 GPUs, so the GPU-proportional share is 3 CPUs and 62.5 GB, §5.1 —
-    the reference allocation that trace durations refer to). Built the way Synergy's optimistic profiling
-    builds it (§3.1): a CPU curve at full memory (dataset fully cached, which is how §2.1 measured Fig. 2a),
-    then the memory columns from the MinIO cache model
-    (:func:`perfpredict.fit.cache_model.cached_throughput`).
+    the reference allocation that trace durations refer to). Built like Synergy's optimistic profiling
+    (§3.1): a CPU curve at full memory (dataset fully cached, which is how §2.1 measured Fig. 2a), then
+    the memory columns, which cap that curve where a model's memory share is too small.
 
     *CPU curve.* Throughput relative to 3 CPUs, through the anchor points a paper statement gives,
     piecewise linear between them, flat after the last (more CPUs than the job needs do not help) and
     proportional to the CPUs below 3 (a sensitive job is CPU-bound there: that is what its gain above 3
     says). The anchors are concave, so the curve is too.
 
-    *Memory.* One storage calibration, from the one memory statement: ResNet18 "from 62GB (GPU-proportional
-    allocation) to 500GB (max) ... speeds up training by almost 2×" (§2.1), read as 2.0× at its saturated
-    CPU count (9). The dataset is taken as 500 GB — the smallest size for which the gain still grows all the
-    way to the 500 GB maximum, as the statement implies — and the whole allocation is treated as cache (the
-    job's own footprint is folded in; the calibration absorbs it). With ``W = min(T_cpu, R / (1 - h))``,
-    ``h = m / 500``, the ratio fixes the uncached storage rate ``R`` at ``T_cpu(9) / 2 · (1 - 62.5/500)``
-    ≈ 1.006× ResNet18's reference throughput. The other image and speech models ("image and speech models
-    benefit from larger DRAM caches", §2.1) are assumed to see the same storage rate *relative to their own
-    reference throughput*; language models are "GPU compute bound" and insensitive to memory (§2.1: GNMT's
+    *Memory.* ``W[c, m] = min(T_cpu(c), cap(m))``: memory per GPU caps the throughput a model can reach
+    (storage delivers what the cache misses, §3.1), with ``cap`` read from the authors' own evaluation
+    models. The paper gives no memory numbers for Table 4's jobs: its one memory statement, ResNet18 "from
+    62GB (GPU-proportional allocation) to 500GB (max) ... speeds up training by almost 2×" (§2.1), was
+    measured on *OpenImages*, while the trace's ResNet18 trains on ImageNet (Table 4). Transferring it to
+    every image and speech model (one storage rate, as an earlier version of this module did) caps them
+    all at 1.15× their reference speed at 62.5 GB per GPU whatever their CPUs, which contradicts §5.5: on
+    servers with 4, 5 or 6 CPUs per GPU and the same 500 GB (62.5 GB per GPU), "the baseline
+    GPU-proportional scheduler gets more CPU cores per GPU, thereby reducing data stalls in the baseline".
+    The released simulator (msr-fiddle/synergy ``simulator/models/<model>_1.py``, the ``tput`` tables its
+    ``ModelZoo`` loads through ``use_scores_from_tput``; columns 20.83, 62.5, 125, 187.5, 250 GB per GPU)
+    agrees with §5.5: at 62.5 GB ResNet18, ResNet50 and MobileNetv2 reach their full CPU curves; AlexNet
+    and ShuffleNet stop at 2.0× and need 125 GB for the rest; M5 stops at 1.5× (62.5 GB) and 2.0× (125 GB)
+    and reaches 2.5× at 187.5 GB; DeepSpeech's tables (``deepspeech_2``/``_4``; its ``_1`` file is not in the
+    stored snapshot) have no memory dependence at or above 62.5 GB. Those
+    caps are :attr:`SynergySpec.mem_caps`, in throughput relative to the reference (the tables' unit too:
+    3 CPUs at 62.5 GB is 1.0 in both), constant from one table column to the next and none after a model's
+    last one. Below the share the tables' first column (20.83 GB, a third of the share) is 0.1 for every
+    sensitive model, a job whose cache cannot hold its working set: the 31.25 GB column here is that table
+    interpolated linearly between 20.83 and 62.5 GB (``0.75 · 0.1 + 0.25 · W[c, 62.5]``). Language models
+    are "GPU compute bound" and insensitive to memory (§2.1: GNMT's
     throughput is unaffected down to 20 GB, its process memory), so their columns are flat.
 
 Moldable/malleable scheduling (seed 002): speedup curves ``S(p)``, ``p`` in [1/4, 4]
@@ -47,6 +58,7 @@ Moldable/malleable scheduling (seed 002): speedup curves ``S(p)``, ``p`` in [1/4
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache, lru_cache
@@ -65,7 +77,7 @@ from perfpredict.card import (
     SpeedupPointCard,
     utc_now,
 )
-from perfpredict.fit.cache_model import cached_throughput, demand_vector
+from perfpredict.fit.cache_model import demand_vector
 from perfpredict.fit.speedup import AMDAHL, SpeedupCurve, SpeedupPoint, Tail, point_kind
 from perfpredict.sched.perf import PerfModel
 
@@ -86,11 +98,9 @@ MEM_VALUES_GB: tuple[float, ...] = (31.25, 62.5, 125.0, 187.5, 250.0, 312.5, 375
 REF_CPUS_PER_GPU = 3.0
 REF_MEM_PER_GPU = 62.5
 
-#: Dataset size assumed for the memory model (GB): see the module docstring.
-_DATASET_GB = 500.0
-#: §2.1: ResNet18, 62 GB -> 500 GB at saturating CPUs, "almost 2x".
-_RESNET18_MEMORY_GAIN = 2.0
-_RESNET18_MEMORY_FROM_GB = 62.5
+#: The released simulator's lowest memory column (GB per GPU) and the throughput every sensitive model has there.
+_TABLE_STARVED_GB = 62.5 / 3
+_TABLE_STARVED_W = 0.1
 #: The demand vector's tolerance (Synergy §3.2: the least CPU and memory within 10% of the best throughput).
 _DEMAND_THRESHOLD = 0.1
 
@@ -101,6 +111,9 @@ class SynergySpec:
 
     ``cpu_anchors`` are ``(cpus_per_gpu, throughput relative to 3 CPUs)`` at full memory; the curve is
     ``c / 3`` below 3 for a sensitive model (CPU-bound) and flat at the one anchor for an insensitive one.
+    ``mem_caps`` are ``(GB per GPU, highest throughput relative to the reference reachable with that much
+    memory)`` from the authors' released tables, at and above the proportional 62.5 GB; a cap holds up to
+    the next entry and none is left after the last (empty: the full CPU curve is reachable at 62.5 GB).
     """
 
     name: str
@@ -112,6 +125,7 @@ class SynergySpec:
     assumptions: str
     #: the job's own memory (GB) when known; memory-insensitive models only
     process_gb: float | None = None
+    mem_caps: tuple[tuple[float, float], ...] = ()
 
     @property
     def cpu_sensitive(self) -> bool:
@@ -123,32 +137,33 @@ _SYNERGY_SPECS: tuple[SynergySpec, ...] = (
     SynergySpec(
         "resnet18", "image", "ImageNet", ((3, 1.0), (9, 2.3)), True,
         source="§2.1: 'increasing [the CPU:GPU ratio from 3] to 9 results in 2.3x faster training for ResNet18'; "
-               "'ShuffleNet and ResNet18 require 9-24 CPU cores per GPU'; 'increasing the memory from 62GB "
-               "(GPU-proportional allocation) to 500GB (max) for ResNet18 speeds up training by almost 2x' "
-               "(the memory calibration).",
-        assumptions="saturates at 9 CPUs (the low end of '9-24', where the stated gain is); 'almost 2x' taken "
-                    "as 2.0 at 9 CPUs; the 500 GB dataset of the memory model (§2.1 measured on OpenImages, "
-                    "Table 4 lists ImageNet)."),
+               "'ShuffleNet and ResNet18 require 9-24 CPU cores per GPU'.",
+        assumptions="saturates at 9 CPUs (the low end of '9-24', where the stated gain is); memory: the full "
+                    "CPU curve at 62.5 GB per GPU (released res18_1 table; §2.1's 'almost 2x' from 62 to 500 GB "
+                    "was measured on OpenImages, Table 4's ResNet18 trains on ImageNet, and is not applied)."),
     SynergySpec(
         "alexnet", "image", "ImageNet", ((3, 1.0), (12, 3.1)), True,
         source="§2.1: 'Increasing the CPU:GPU ratio from 3 to 12 results in 3.1x faster training for AlexNet'.",
-        assumptions="saturates at 12 CPUs; memory: the storage rate relative to its reference throughput is "
-                    "ResNet18's."),
+        assumptions="saturates at 12 CPUs; memory: at most 2.0x at 62.5 GB per GPU, the rest from 125 GB "
+                    "(released alexnet_1 table).", mem_caps=((62.5, 2.0), (125.0, math.inf))),
     SynergySpec(
         "shufflenetv2", "image", "ImageNet", ((3, 1.0), (24, 3.0)), True,
         source="§2.1: 'ShuffleNet and ResNet18 require 9-24 CPU cores per GPU'; §1: some image models 'achieve "
                "up to 3x speedup' above their GPU-proportional CPU share.",
-        assumptions="saturates at 24 CPUs (the high end of '9-24') with the 'up to 3x' gain; memory as ResNet18."),
+        assumptions="saturates at 24 CPUs (the high end of '9-24') with the 'up to 3x' gain; memory: at most "
+                    "2.0x at 62.5 GB per GPU, the rest from 125 GB (released shufflenet_1 table).",
+        mem_caps=((62.5, 2.0), (125.0, math.inf))),
     SynergySpec(
         "mobilenetv2", "image", "ImageNet", ((3, 1.0), (6, 1.55)), True,
         source="§2.1: 'most image and speech models are sensitive to CPU allocations' (no number for MobileNetv2).",
         assumptions="1.55x at 6 CPUs, the value in the authors' released simulator model table "
-                    "(msr-fiddle/synergy simulator/jobs/model.py); memory as ResNet18."),
+                    "(msr-fiddle/synergy simulator/jobs/model.py); memory: the full CPU curve at 62.5 GB per GPU "
+                    "(released mobilenet_1 table)."),
     SynergySpec(
         "resnet50", "image", "ImageNet", ((3, 1.0), (4, 1.15)), True,
         source="§2.1: 'most image and speech models are sensitive to CPU allocations' (no number for ResNet50).",
         assumptions="1.15x at 4 CPUs (a larger, more GPU-bound CNN; the authors' released simulator table); "
-                    "memory as ResNet18."),
+                    "memory: the full CPU curve at 62.5 GB per GPU (released res50_1 table)."),
     # -- language (Table 4: GNMT/WMT16, LSTM/Wikitext-2, Transformer-XL/Wikitext-103) ----------------------
     SynergySpec(
         "gnmt", "language", "WMT16", ((1, 1.0),), False,
@@ -172,12 +187,15 @@ _SYNERGY_SPECS: tuple[SynergySpec, ...] = (
         source="§2.1: 'most image and speech models are sensitive to CPU allocations'; 'image and speech models "
                "benefit from larger DRAM caches' (no number for M5).",
         assumptions="2x at 6 CPUs (a small model behind audio decoding; the authors' released simulator's "
-                    "approximate table); memory as ResNet18."),
+                    "approximate table); memory: at most 1.5x at 62.5 GB, 2.0x at 125 GB, 2.5x at 187.5 GB per "
+                    "GPU (released m5_1 table).",
+        mem_caps=((62.5, 1.5), (125.0, 2.0), (187.5, math.inf))),
     SynergySpec(
         "deepspeech", "speech", "LibriSpeech", ((3, 1.0), (6, 1.5)), True,
         source="§2.1: as M5 (no number for DeepSpeech).",
         assumptions="1.5x at 6 CPUs (a large recurrent model: less CPU-bound than M5; the authors' released "
-                    "simulator's approximate table); memory as ResNet18."),
+                    "simulator's approximate table); memory: the full CPU curve at 62.5 GB per GPU (released "
+                    "deepspeech_2/_4 tables; no deepspeech_1 in the stored snapshot)."),
 )
 
 #: Table 4's models by task: what :func:`perfpredict.sim.traces.synergy_trace` draws from.
@@ -205,28 +223,31 @@ def _cpu_curve(spec: SynergySpec, cpus: Sequence[float]) -> np.ndarray:
     return np.interp(c, xs, ys)  # linear through the origin below 3, flat above the last anchor
 
 
-def _storage_rate() -> float:
-    """Uncached storage rate R (in ResNet18's reference throughputs) that gives ResNet18's stated memory gain.
-
-    At ResNet18's saturating CPU count its full-memory throughput is T; at 62.5 GB the cache holds
-    ``h = 62.5/500`` of the dataset, so storage delivers ``R / (1 - h)`` — which must be ``T / 2``.
-    """
-    spec = synergy_spec("resnet18")
-    t_sat = float(_cpu_curve(spec, [spec.cpu_anchors[-1][0]])[0])
-    miss = 1.0 - min(1.0, _RESNET18_MEMORY_FROM_GB / _DATASET_GB)
-    return t_sat / _RESNET18_MEMORY_GAIN * miss
+def _mem_cap(spec: SynergySpec, mem_gb: float) -> float:
+    """Highest throughput (relative to the reference) ``spec`` reaches with ``mem_gb`` per GPU, at or above the
+    proportional share: the cap of the last :attr:`SynergySpec.mem_caps` entry at or below ``mem_gb``."""
+    cap = math.inf
+    for m, c in spec.mem_caps:
+        if mem_gb + 1e-9 >= m:
+            cap = c
+    return cap
 
 
 def _grid(spec: SynergySpec) -> np.ndarray:
-    """``W[c, m]`` on (:data:`CPU_VALUES`, :data:`MEM_VALUES_GB`), relative to the full-memory 3-CPU throughput."""
+    """``W[c, m]`` on (:data:`CPU_VALUES`, :data:`MEM_VALUES_GB`), relative to the full-memory 3-CPU throughput
+    (which is also the reference's, 3 CPUs at 62.5 GB: no cap binds at 3 CPUs)."""
     curve = _cpu_curve(spec, CPU_VALUES)
     if not spec.memory_sensitive:
         return np.repeat(curve[:, None], len(MEM_VALUES_GB), axis=1)
-    # Units: dataset and cache in GB with items of 1 GB-unit; only the rate R (items per unit time, scaled
-    # to the model's reference throughput) matters, so bytes/s and item size are not separately known.
-    out = cached_throughput(curve[:, None], np.asarray(MEM_VALUES_GB)[None, :], _DATASET_GB,
-                            storage_bytes_per_s=_storage_rate(), mean_item_bytes=1.0)
-    return np.asarray(out, dtype=float).reshape(len(CPU_VALUES), len(MEM_VALUES_GB))
+    at_share = np.minimum(curve, _mem_cap(spec, REF_MEM_PER_GPU))
+    cols = []
+    for m in MEM_VALUES_GB:
+        if m >= REF_MEM_PER_GPU - 1e-9:
+            cols.append(np.minimum(curve, _mem_cap(spec, m)))
+        else:  # the released table between its starved first column and the share, linearly
+            t = max(0.0, (m - _TABLE_STARVED_GB) / (REF_MEM_PER_GPU - _TABLE_STARVED_GB))
+            cols.append(_TABLE_STARVED_W + t * (at_share - _TABLE_STARVED_W))
+    return np.stack(cols, axis=1)
 
 
 def _synergy_model(spec: SynergySpec) -> PerfModel:
@@ -351,18 +372,18 @@ def _synergy_card(spec: SynergySpec, run: ProfileRun) -> PerformanceCard:
     w = _grid(spec)
     cpus, mem = demand_vector(CPU_VALUES, MEM_VALUES_GB, w, _DEMAND_THRESHOLD)
     anchors = [a for a, _ in spec.cpu_anchors]
+    caps = ", ".join(f"{c:g}x from {m:g} GB" if math.isfinite(c) else f"none from {m:g} GB" for m, c in spec.mem_caps)
     sens = SensitivityCard(
         cpu_values=list(CPU_VALUES), mem_values_gb=list(MEM_VALUES_GB), matrix=w.tolist(),
         profiled_cpu_values=[int(a) for a in anchors],
         probed_throughput=[float(v) for v in _cpu_curve(spec, anchors)],
         demand=SensitivityDemand(cpus=cpus, mem_gb=mem), threshold=_DEMAND_THRESHOLD,
-        cache_fractions=[min(1.0, m / _DATASET_GB) for m in MEM_VALUES_GB] if spec.memory_sensitive else None,
         process_gb=spec.process_gb,
-        dataset_bytes=int(_DATASET_GB * 1e9) if spec.memory_sensitive else None,
         note=("per GPU of a 1-GPU job; throughput relative to 3 CPUs at full memory; 'profiled' CPU values are "
-              "the paper's anchor points. " + (f"Memory: MinIO cache over a {_DATASET_GB:g} GB dataset, uncached "
-              f"storage rate {_storage_rate():.4g} reference throughputs (calibrated to ResNet18's stated gain)."
-              if spec.memory_sensitive else "Memory-insensitive.")),
+              "the paper's anchor points. " + (("Memory caps the CPU curve as the authors' released simulator "
+              "tables do: " + (caps if caps else "no cap at or above 62.5 GB") + "; below 62.5 GB per GPU the "
+              "tables' starved 20.83 GB column (0.1), interpolated.") if spec.memory_sensitive
+              else "Memory-insensitive.")),
         source="paper", device="cuda")
     return PerformanceCard(
         status="partial",
