@@ -19,6 +19,7 @@ from perfpredict.sched.mechanisms.synergy import (
     SynergyOpt,
     SynergyTune,
     Tetris,
+    consolidation_caps,
     proportional_floor_violations,
     proportional_rate,
     proportional_rate_floor_ok,
@@ -192,6 +193,32 @@ def test_opt_bound_alone_matches_allocate_and_bounds_tune():
     assert len(tune) == 8 <= bound + 1e-9  # every runnable job at least at its proportional rate (1)
     assert bound >= total_rate(tune, jobs) - 1e-6
     assert SynergyOpt().bound([], cluster) == 0.0
+
+
+def test_consolidated_bound_leaves_out_cpus_only_splitting_could_reach():
+    # Two servers: an 8-GPU insensitive job fills one (using 8 of its 24 CPUs), eight sensitive 1-GPU jobs the
+    # other. Plain LP1 pools all 48 CPUs and hands the idle 16 to the sensitive jobs; kept on one server (§6),
+    # the 8-GPU job's server is its own, so the sensitive jobs share 24 CPUs, which is what Tune gives them.
+    cluster = ClusterSpec.homogeneous(2)
+    jobs = [job("big", INSENSITIVE, gpus=8)] + [job(i, SENSITIVE) for i in range(8)]
+    opt = SynergyOpt(ilp=False)
+    plain, consolidated = opt.bound(jobs, cluster), opt.bound(jobs, cluster, consolidated=True)
+    tune = total_rate(SynergyTune().allocate(jobs, cluster, {}, 0.0), jobs)
+    assert consolidated < plain - 0.5
+    assert tune == pytest.approx(consolidated, rel=1e-6)
+    assert consolidation_caps(8, cluster) == (3.0, 62.5) and consolidation_caps(16, cluster) == (3.0, 62.5)
+    assert consolidation_caps(1, cluster) == (24.0, 500.0)
+
+
+def test_consolidated_bound_is_the_plain_one_for_single_gpu_jobs_and_never_above():
+    rng = random.Random(3)
+    for _ in range(6):
+        cluster = ClusterSpec.homogeneous(rng.randint(1, 3), gpus=8, cpus=24, mem_gb=500.0)
+        single = [job(i, rng.choice(MODELS)) for i in range(rng.randint(3, 24))]
+        opt = SynergyOpt(ilp=False)
+        assert opt.bound(single, cluster, consolidated=True) == pytest.approx(opt.bound(single, cluster), rel=1e-9)
+        multi = [job(i, rng.choice(MODELS), gpus=rng.choice([1, 2, 4, 8, 16])) for i in range(rng.randint(3, 20))]
+        assert opt.bound(multi, cluster, consolidated=True) <= opt.bound(multi, cluster) + 1e-6
 
 
 def test_opt_without_ilp_still_realisable():

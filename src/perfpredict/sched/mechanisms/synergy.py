@@ -66,6 +66,7 @@ __all__ = [
     "SynergyOpt",
     "SynergyTune",
     "Tetris",
+    "consolidation_caps",
     "proportional_floor_violations",
     "proportional_rate",
     "proportional_rate_floor_ok",
@@ -770,6 +771,51 @@ def _lp1_candidates(r: _Req, share: tuple[float, float], extended: bool) -> _Can
     return _Candidates(np.concatenate(c), np.concatenate(m), np.concatenate(w))
 
 
+def consolidation_caps(g: int, cluster: ClusterSpec) -> tuple[float, float]:
+    """Per-GPU (CPUs, memory) a ``g``-GPU job can get at most when it is kept on the fewest servers that hold its
+    GPUs (seed 001 §6: "no more than a server's worth of CPU or memory resources can be allocated to a job if
+    its GPU demands can be satisfied by one server"; §4.2 puts a larger job on "a minimum set of servers with
+    sufficient GPU availability"): the CPUs and memory of the fewest (largest) servers with ``g`` GPUs,
+    divided by ``g``. Synergy-Tune stays within it whenever that many servers have the GPUs free; it spreads a
+    job further (and may exceed it) only when the free GPUs are fragmented."""
+    servers = sorted((s for s in cluster.servers if s.gpus > 0), key=lambda s: (-s.gpus, -s.cpus, -s.mem_gb))
+    cpus = mem = 0.0
+    got = 0
+    for s in servers:
+        if got >= g:
+            break
+        got += s.gpus
+        cpus, mem = cpus + s.cpus, mem + s.mem_gb
+    return cpus / g, mem / g
+
+
+def _whole_server_jobs(reqs: Sequence[_Req], cluster: ClusterSpec) -> list[int]:
+    """Indices of the jobs that, kept on the fewest servers, fill whole servers: on a homogeneous cluster, GPU
+    demands that are a multiple of a server's GPUs (an 8-GPU job on 8-GPU servers). Empty otherwise."""
+    with_gpus = [s for s in cluster.servers if s.gpus > 0]
+    if not with_gpus or len({(s.gpus, s.cpus, s.mem_gb) for s in with_gpus}) != 1:
+        return []
+    k = with_gpus[0].gpus
+    return [j for j, r in enumerate(reqs) if r.g % k == 0]
+
+
+def _capped(cd: _Candidates, r: _Req, cap: tuple[float, float]) -> _Candidates:
+    """``cd`` without the points above ``cap`` per GPU, plus the grid's values on the cap's row and column (so
+    every allocation inside the cap stays a convex combination of candidates: a valid bound)."""
+    cc, cm = cap
+    keep = (cd.c <= cc + _RTOL) & (cd.m <= cm + _RTOL)
+    c, m, w = [cd.c[keep]], [cd.m[keep]], [cd.w[keep]]
+    if r.perf.has_grid:
+        cs = np.unique(np.concatenate([cd.c[cd.c <= cc + _RTOL], [min(cc, float(cd.c.max()))]]))
+        ms = np.unique(np.concatenate([cd.m[cd.m <= cm + _RTOL], [min(cm, float(cd.m.max()))]]))
+        extra = [(cc, mi) for mi in ms] + [(ci, cm) for ci in cs]
+        extra = [(ci, mi) for ci, mi in extra if ci <= cc + _RTOL and mi <= cm + _RTOL]
+        c.append(np.array([e[0] for e in extra]))
+        m.append(np.array([e[1] for e in extra]))
+        w.append(np.array([r.w(ci, mi) if ci > 0 else 0.0 for ci, mi in extra]))
+    return _Candidates(np.concatenate(c), np.concatenate(m), np.concatenate(w))
+
+
 class SynergyOpt(Mechanism):
     """Synergy-Opt (§4.1, Appendix A), solved with SciPy's HiGHS.
 
@@ -853,27 +899,54 @@ class SynergyOpt(Mechanism):
         a_ub = sparse.vstack([a_res, a_floor]).tocsr()
         return wvec, a_ub, a_eq, offs
 
-    def _lp1_relaxation(self, reqs: Sequence[_Req], cluster: ClusterSpec, share: tuple[float, float]):
+    def _lp1_relaxation(self, reqs: Sequence[_Req], cluster: ClusterSpec, share: tuple[float, float],
+                        consolidated: bool = False):
         """LP1's relaxation over the extended candidates: (scipy result, extended candidates, offsets)."""
         from scipy.optimize import linprog
 
         floors = np.array([r.w_prop for r in reqs])
         ext = [_lp1_candidates(r, share, extended=True) for r in reqs]
+        cap_c, cap_m = cluster.total_cpus, cluster.total_mem_gb
+        whole: list[int] = []
+        if consolidated:
+            ext = [_capped(cd, r, consolidation_caps(r.g, cluster)) for cd, r in zip(ext, reqs, strict=True)]
+            whole = _whole_server_jobs(reqs, cluster)
+            if whole:
+                # Such a job fills whole servers whose CPUs and memory nobody else can use: its own (capped)
+                # candidates keep it within them, so it leaves the pooled rows and its servers leave the pool.
+                srv = cluster.servers[0]
+                k = sum(reqs[j].g // srv.gpus for j in whole)
+                cap_c, cap_m = cap_c - k * srv.cpus, cap_m - k * srv.mem_gb
         w, a_ub, a_eq, offs = self._lp1_matrices(reqs, ext)
-        b_ub = np.concatenate([[cluster.total_cpus, cluster.total_mem_gb], -floors + _WTOL])
+        if consolidated and whole:
+            a_ub = a_ub.tolil()
+            for j in whole:
+                a_ub[0, offs[j]:offs[j + 1]] = 0.0
+                a_ub[1, offs[j]:offs[j + 1]] = 0.0
+            a_ub = a_ub.tocsr()
+        b_ub = np.concatenate([[cap_c, cap_m], -floors + _WTOL])
         res = linprog(-w, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=np.ones(len(reqs)), bounds=(0, 1), method="highs")
         if res.status != 0:  # pragma: no cover - all-proportional is always feasible
             raise RuntimeError(f"Synergy-Opt LP1 failed: {res.message}")
         return res, ext, offs
 
-    def bound(self, ordered: Sequence[JobState], cluster: ClusterSpec) -> float:
+    def bound(self, ordered: Sequence[JobState], cluster: ClusterSpec, consolidated: bool = False) -> float:
         """LP1's upper bound on the total rate of the runnable set of ``ordered`` (what ``allocate`` reports as
         ``last_stats["opt_bound"]``), without the ILP, LP2 or rounding: cheap enough to sample during a
-        simulation run by another mechanism, e.g. to compare Synergy-Tune's allocations with it (§5.6)."""
+        simulation run by another mechanism, e.g. to compare Synergy-Tune's allocations with it (§5.6).
+
+        ``consolidated=True`` adds §6's consolidation assumption to LP1: no job gets more CPU or memory per GPU
+        than the fewest servers holding its GPUs have (:func:`consolidation_caps`), and on a homogeneous
+        cluster a job that fills whole servers that way (8 or 16 GPUs on 8-GPU servers) keeps their CPUs and
+        memory to itself: they leave the pooled totals. That bounds every allocation that keeps each job on the
+        fewest servers its GPUs need on an empty cluster, as Tune does unless free GPUs are fragmented (a
+        diagnostic, not a bound on every Tune round). The plain bound also counts CPUs that only splitting jobs
+        over more servers than their GPUs need could reach, e.g. the CPUs left over on a server an 8-GPU
+        language job fills (Opt's LP2 may split jobs; Tune does not, §4.2, §6)."""
         reqs = _select(self._requests.build(ordered, cluster), cluster.total_gpus)
         if not reqs:
             return 0.0
-        res, _, _ = self._lp1_relaxation(reqs, cluster, proportional_share(cluster))
+        res, _, _ = self._lp1_relaxation(reqs, cluster, proportional_share(cluster), consolidated=consolidated)
         return float(-res.fun)
 
     def _solve_lp1(self, reqs: Sequence[_Req], cluster: ClusterSpec, share: tuple[float, float]):
