@@ -15,8 +15,10 @@ from hypothesis import strategies as st
 from perfpredict.sched.job import Job
 from perfpredict.sched.paper_cards import SYNERGY_TASK_MODELS, synergy_models
 from perfpredict.sim.traces import (
+    DL_MAX_CONCURRENCY,
     PHILLY_LIKE_GPU_DEMAND,
     TraceError,
+    dl_bag_trace,
     load_trace,
     read_csv_trace,
     read_swf,
@@ -32,6 +34,44 @@ MULTI = synergy_trace(N, load_jobs_per_hour=6.0, multi_gpu=True, seed=1)
 
 def within(observed: float, expected: float, sigma: float, k: float = 4.0) -> bool:
     return abs(observed - expected) <= k * sigma
+
+
+# -- seed 002's bag-of-tasks generator ------------------------------------------------------------------------
+BAGS = dl_bag_trace(20000, seed=3)
+
+
+def test_dl_bags_arrive_in_waves_of_at_most_the_concurrency_not_all_at_once():
+    # §V-A records tasks by their start on the production cluster (concurrency <= 16 per GPU) and §III-C chains
+    # a job's tasks ("start during or within one minute after finishing ... another task of the same user"):
+    # a bag starts a wave of c tasks, then one task per completion.
+    per_instant = Counter((j.user, j.arrival) for j in BAGS)
+    assert max(per_instant.values()) <= DL_MAX_CONCURRENCY
+    assert np.mean(list(per_instant.values())) < 1.5  # most tasks start alone (after a completion)
+    assert max(per_instant.values()) > 4  # but bags do start with waves
+    assert [j.arrival for j in BAGS] == sorted(j.arrival for j in BAGS)
+    assert [j.id for j in BAGS] == [str(i) for i in range(len(BAGS))]
+
+
+def test_dl_bag_volumes_are_run_time_over_concurrency():
+    # v = (t_cmp - t_bgn) / c with observed run times of at least 300 s: OpenNMT cannot share (c = 1), MCNN may.
+    onmt = np.array([j.work for j in BAGS if j.model == "opennmt"])
+    mcnn = np.array([j.work for j in BAGS if j.model == "mcnn"])
+    assert onmt.min() >= 300.0 and mcnn.min() >= 300.0 / DL_MAX_CONCURRENCY - 1e-9
+    assert (mcnn < 300.0).mean() > 0.2  # shared tasks: volumes below the daemon's 300 s
+    # OpenNMT carries the stated share of the volume (an assumption: 0.2 by default)
+    share = onmt.sum() / (onmt.sum() + mcnn.sum())
+    assert 0.12 < share < 0.3
+    assert {j.model for j in BAGS} == {"mcnn", "opennmt"} and {j.gpus for j in BAGS} == {1.0}
+    assert len({j.user for j in BAGS}) == 14
+
+
+def test_dl_bags_are_deterministic_and_check_arguments():
+    assert dl_bag_trace(300, seed=5) == dl_bag_trace(300, seed=5)
+    assert dl_bag_trace(300, seed=5) != dl_bag_trace(300, seed=6)
+    assert dl_bag_trace(0) == []
+    for bad in ({"concurrency": 0.5}, {"concurrency": 20.0}, {"opennmt_share": 1.0}, {"start_gap_s": -1.0}):
+        with pytest.raises(ValueError):
+            dl_bag_trace(10, **bad)
 
 
 # -- Synergy's generator ---------------------------------------------------------------------------------------

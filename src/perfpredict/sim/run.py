@@ -141,7 +141,7 @@ def parse_trace(text: str | Path | list[Job], seed: int = 0) -> list[Job]:
     if s.startswith("dlbags:") or s == "dlbags":
         kv = _kv(s.partition(":")[2])
         allowed = {"n": int, "users": int, "bag": float, "bags_per_day": float, "median": float, "opennmt": float,
-                   "seed": int}
+                   "concurrency": float, "seed": int}
         if set(kv) - set(allowed):
             raise UsageError(f"trace {s!r}: unknown option(s) {sorted(set(kv) - set(allowed))}; use {sorted(allowed)}",
                              step="trace")
@@ -150,7 +150,9 @@ def parse_trace(text: str | Path | list[Job], seed: int = 0) -> list[Job]:
             return traces.dl_bag_trace(a.get("n", 2000), users=a.get("users", 14), tasks_per_bag=a.get("bag", 33.5),
                                        bags_per_day=a.get("bags_per_day", 12.0),
                                        median_runtime_s=a.get("median", 1800.0),
-                                       opennmt_share=a.get("opennmt", 0.2), seed=a.get("seed", seed))
+                                       opennmt_share=a.get("opennmt", 0.2),
+                                       concurrency=a.get("concurrency", traces.DL_MEAN_CONCURRENCY),
+                                       seed=a.get("seed", seed))
         except ValueError as e:
             raise UsageError(f"trace {s!r}: {e}", step="trace") from None
     p = Path(s)

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import heapq
 import io
 import logging
 import math
@@ -61,7 +62,7 @@ from perfpredict.sched.job import Job
 from perfpredict.sched.paper_cards import SYNERGY_TASK_MODELS
 
 __all__ = [
-    "CSV_COLUMNS", "PHILLY_LIKE_GPU_DEMAND", "SwfReport", "TraceError", "load_trace", "read_csv_trace", "read_swf",
+    "CSV_COLUMNS", "DL_MAX_CONCURRENCY", "DL_MEAN_CONCURRENCY", "PHILLY_LIKE_GPU_DEMAND", "SwfReport", "TraceError", "load_trace", "read_csv_trace", "read_swf",
     "dl_bag_trace", "read_swf_report", "synergy_trace", "write_csv_trace",
 ]
 
@@ -139,37 +140,98 @@ def synergy_trace(n_jobs: int, *, load_jobs_per_hour: float | None = None,
     return jobs
 
 
+#: Seed 002 §V-A: processes observed on a GPU together with a task, on average over the tasks, and at most.
+DL_MEAN_CONCURRENCY = 3.95
+DL_MAX_CONCURRENCY = 16
+
+
+def _mcnn_concurrency(opennmt_bag_share: float, mean_concurrency: float, max_concurrency: int) -> float:
+    """Binomial ``q`` of an MCNN bag's concurrency ``1 + Binomial(max - 1, q)`` that makes the task-weighted mean
+    over the workload (OpenNMT bags run at concurrency 1) equal to ``mean_concurrency``."""
+    want = (mean_concurrency - opennmt_bag_share) / max(1e-12, 1.0 - opennmt_bag_share)
+    return min(1.0, max(0.0, (want - 1.0) / max(1, max_concurrency - 1)))
+
+
+def _inv_concurrency_mean(q: float, max_concurrency: int) -> float:
+    """E[1/c] for c = 1 + Binomial(max - 1, q)."""
+    n = max_concurrency - 1
+    k = np.arange(n + 1)
+    logc = np.array([math.lgamma(n + 1) - math.lgamma(x + 1) - math.lgamma(n - x + 1) for x in k])
+    with np.errstate(divide="ignore"):
+        logp = logc + k * (math.log(q) if q > 0 else -np.inf) + (n - k) * (math.log1p(-q) if q < 1 else -np.inf)
+    pmf = np.exp(np.where(np.isfinite(logp), logp, -np.inf))
+    pmf = pmf / pmf.sum()
+    return float(np.sum(pmf / (k + 1)))
+
+
 def dl_bag_trace(n_tasks: int, *, users: int = 14, tasks_per_bag: float = 33.5, bags_per_day: float = 12.0,
                  median_runtime_s: float = 1800.0, runtime_sigma: float = 1.4, opennmt_share: float = 0.2,
-                 spacing_s: float = 0.0, seed: int = 0) -> list[Job]:
+                 concurrency: float = DL_MEAN_CONCURRENCY, max_concurrency: int = DL_MAX_CONCURRENCY,
+                 start_gap_s: float = 60.0, seed: int = 0) -> list[Job]:
     """A synthetic stand-in for seed 002's in-house DL workload (the trace itself is not public).
 
-    What the paper states (§V-A) and this keeps: single-GPU tasks (``gpus = 1``) from 14 users, grouped in
-    bags (77 677 tasks in 2 317 jobs: 33.5 tasks per bag on average), runtimes of at least 300 s on a log
-    scale (Fig. 2), and two applications carrying 97% of the volume: MCNN, which uses ~20% of a 12 GB GPU
-    and can share it, and OpenNMT, which uses > 90% and cannot. What is assumed: bags arrive as a Poisson
-    process (``bags_per_day``) with a random user each; a bag's size is geometric with the stated mean; its
-    runtimes are lognormal (median
-    ``median_runtime_s``, shape ``runtime_sigma``) floored at 300 s; a task is OpenNMT with probability
-    ``opennmt_share``; a bag's tasks are submitted together (``spacing_s`` apart, 0 by default: §II, "users
-    simultaneously submit many tasks" that differ only in their initial parameters). Load is then set by the cluster size, as in the paper (fewer GPUs = more congested).
+    Seed 002's trace is what a daemon saw on its production cluster (§V-A): each task is a process observed on
+    a GPU for more than 300 s, recorded by its *start* and completion time, its concurrency ``c`` (processes
+    on the GPU with it: 3.95 on average, 16 at most) and its device memory; its volume (run time alone on one
+    GPU) is ``v = (t_cmp - t_bgn) / c``. There is no submission time, so the replay's arrival is the observed
+    start. A job (bag) is "tasks that start during or within one minute after finishing the execution of
+    another task of the same user" (§III-C): 77 677 tasks in 2 317 jobs, 33.5 per bag, from 14 users. This
+    generator produces such records by running each bag the way those statistics describe it:
+
+    * bags arrive as a Poisson process (``bags_per_day``; 2 317 jobs in six months is 12.7 a day), each with a
+      random user and a geometric number of tasks of mean ``tasks_per_bag``;
+    * a bag is one application, a parameter survey of one network (§II): OpenNMT or MCNN. OpenNMT tasks use
+      > 90% of a 12 GB GPU and "may not share a GPU" (§V-B), so an OpenNMT bag runs one task at a time
+      (``c = 1``); an MCNN bag (~20% of the memory, §II-B) runs ``c = 1 + Binomial(max_concurrency - 1, q)``
+      tasks at a time on its GPU, with ``q`` such that the task-weighted mean concurrency of the workload is
+      ``concurrency`` (§V-A's 3.95; at most §V-A's 16). The share of OpenNMT bags is set so that OpenNMT
+      carries ``opennmt_share`` of the volume (an assumption: the paper says only that MCNN and OpenNMT
+      together carry 97% of it);
+    * each task's observed run time is lognormal (median ``median_runtime_s``, shape ``runtime_sigma``; Fig. 2
+      plots it on a log scale, its values are not in the text) and at least 300 s (the daemon's threshold);
+      its volume, ``Job.work``, is that run time divided by ``c``;
+    * a bag's first ``c`` tasks start at its arrival; every later one starts when one of its running tasks
+      ends, plus a uniform gap of up to ``start_gap_s`` (the job definition's minute).
+
+    So a bag arrives over its lifetime, a wave of ``c`` tasks and then one task per completion, not all at
+    one instant. Load is then set by the cluster size, as in the paper (fewer GPUs = more congested).
     """
-    if n_tasks < 0 or users <= 0 or tasks_per_bag < 1 or bags_per_day <= 0:
-        raise ValueError("need n_tasks >= 0, users > 0, tasks_per_bag >= 1, bags_per_day > 0")
+    if (n_tasks < 0 or users <= 0 or tasks_per_bag < 1 or bags_per_day <= 0 or not 0 <= opennmt_share < 1
+            or max_concurrency < 1 or not 1 <= concurrency <= max_concurrency or start_gap_s < 0):
+        raise ValueError("need n_tasks >= 0, users > 0, tasks_per_bag >= 1, bags_per_day > 0, 0 <= opennmt_share < 1, "
+                         "1 <= concurrency <= max_concurrency, start_gap_s >= 0")
+    # OpenNMT's share of bags b and MCNN's binomial q, consistently: OpenNMT volume / all volume = opennmt_share
+    # with E[v] = E[r] for OpenNMT and E[r]·E[1/c] for MCNN; task-weighted mean concurrency = ``concurrency``.
+    b = opennmt_share
+    for _ in range(100):
+        q = _mcnn_concurrency(b, concurrency, max_concurrency)
+        inv = _inv_concurrency_mean(q, max_concurrency)
+        b_new = opennmt_share * inv / (opennmt_share * inv + (1.0 - opennmt_share)) if opennmt_share > 0 else 0.0
+        if abs(b_new - b) < 1e-12:
+            break
+        b = b_new
+    q = _mcnn_concurrency(b, concurrency, max_concurrency)
     rng = np.random.default_rng(seed)
-    jobs: list[Job] = []
+    recs: list[tuple[float, float, str, str]] = []  # start, volume, model, user
     t_bag = 0.0
-    while len(jobs) < n_tasks:
+    while len(recs) < n_tasks:
         t_bag += rng.exponential(86400.0 / bags_per_day)
         user = f"u{int(rng.integers(users))}"
-        size = int(rng.geometric(1.0 / tasks_per_bag))
-        for k in range(min(size, n_tasks - len(jobs))):
-            work = max(300.0, float(rng.lognormal(math.log(median_runtime_s), runtime_sigma)))
-            model = "opennmt" if rng.random() < opennmt_share else "mcnn"
-            jobs.append(Job(id=str(len(jobs)), arrival=t_bag + spacing_s * k, gpus=1.0, work=work, model=model,
-                            task="language" if model == "opennmt" else "image", user=user))
-    jobs.sort(key=lambda j: (j.arrival, int(j.id)))
-    return jobs
+        size = min(int(rng.geometric(1.0 / tasks_per_bag)), n_tasks - len(recs))
+        model = "opennmt" if rng.random() < b else "mcnn"
+        c = 1 if model == "opennmt" else 1 + int(rng.binomial(max_concurrency - 1, q))
+        ends = [t_bag] * min(c, size)  # when each of the bag's c slots is next free; a min-heap
+        heapq.heapify(ends)
+        for k in range(size):
+            free = heapq.heappop(ends)
+            start = free if k < c else free + float(rng.uniform(0.0, start_gap_s))
+            runtime = max(300.0, float(rng.lognormal(math.log(median_runtime_s), runtime_sigma)))
+            heapq.heappush(ends, start + runtime)
+            recs.append((start, runtime / c, model, user))
+    recs.sort(key=lambda r: r[0])
+    return [Job(id=str(i), arrival=start, gpus=1.0, work=v, model=model,
+                task="language" if model == "opennmt" else "image", user=user)
+            for i, (start, v, model, user) in enumerate(recs)]
 
 
 def _exact_counts(fractions: np.ndarray, n: int) -> np.ndarray:
