@@ -127,7 +127,12 @@ class SWAF(_Genie):
         super().__init__(theta)
         self.backfill = bool(backfill)
         #: the last decision's queue: (task id, placement, waiting allowance, meets its ECT) in SWAF order
+        #: (empty when no GPU was free: nothing can start, so Alg. 1 is not run)
         self.last_queue: list[tuple[str, Placement, float, bool]] = []
+
+    def allocate(self, ordered, cluster, running, now):
+        self.last_queue = []  # stays empty when no GPU is free (Alg. 1 is not run then)
+        return super().allocate(ordered, cluster, running, now)
 
     def dispatch(self, waiting, ledger, platform, now, running):
         views = [self.view(js, platform) for js in waiting]
