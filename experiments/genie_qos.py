@@ -22,6 +22,7 @@ baseline's.
 
     python experiments/genie_qos.py            # full: the three tables, seeds 0, 1, 2
     python experiments/genie_qos.py --fast     # CI: densities 10 and 20 on 16 GPUs, one seed, one mix and size
+    python experiments/genie_qos.py --iters 10000/250000 --out experiments/out/genie-iters250k   # half the load
 """
 
 from __future__ import annotations
@@ -71,13 +72,15 @@ def run_one(jobs: list, nodes: int, label: str, mech: str, kwargs: dict) -> dict
             "decision_ms": 1e3 * res.decision_time_s / max(1, res.decisions), "wall_s": time.perf_counter() - t0}
 
 
-def sweep(table: str, settings: list[dict], seeds: list[int], hours: float) -> list[dict]:
+def sweep(table: str, settings: list[dict], seeds: list[int], hours: float,
+          iterations: tuple[int, int] | None = None) -> list[dict]:
     from perfpredict.sim.genie_workload import describe_trace, genie_trace
 
     rows = []
     for st in settings:
         for seed in seeds:
-            jobs = genie_trace(st["rate"], hours, mix=st["mix"], seed=seed)
+            kw = {} if iterations is None else {"iterations": iterations}
+            jobs = genie_trace(st["rate"], hours, mix=st["mix"], seed=seed, **kw)
             load = describe_trace(jobs, 4 * st["nodes"], hours)["offered_load"]
             for label, mech, kw in METHODS:
                 row = {"table": table, "rate": st["rate"], "mix": "/".join(f"{x:g}" for x in st["mix"]),
@@ -174,12 +177,16 @@ def main() -> None:
     ap.add_argument("--fast", action="store_true", help="densities 10, 20 on 16 GPUs, seed 0, one mix, 32 GPUs (CI)")
     ap.add_argument("--seeds", default=None, help="trace seeds, comma-separated (default 0,1,2; --fast: 0)")
     ap.add_argument("--hours", type=float, default=24.0, help="arrival window (Table 3: 24 h)")
+    ap.add_argument("--iters", default=None, help="iterations per task LO/HI (default: the workload's 10000/500000)")
     ap.add_argument("--out", default="experiments/out/genie")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else ([0] if args.fast else [0, 1, 2])
+    iters = tuple(int(x) for x in args.iters.split("/")) if args.iters else None
+    if iters is not None and len(iters) != 2:
+        ap.error("--iters is LO/HI")
     table3 = (5.0, 35.0, 60.0)
     if args.fast:
         densities, mixes, scales = [10.0, 20.0], [(20.0, 50.0, 30.0)], [8]
@@ -192,15 +199,18 @@ def main() -> None:
     print("model types (measured H100 rate curves; eq. 8 regressed on analytic placement rates):")
     for m in models:
         print(f"  {m['type']:16s} {m['relation']:8s} {m['rate_model']:14s} LOO {m['rate_loo_rel_error']:.3f}  "
-              f"γ {m['gamma']:.3f} λ {m['lambda']:.3f} (eq. 8 max |rel. residual| {m['comm_max_abs_rel_residual']:.2f})"
-              f"  PR⟨1,1⟩/⟨1,4⟩/⟨4,4⟩ at b=64: {m['pr_1x1_b64']:.0f}/{m['pr_1x4_b64']:.0f}/{m['pr_4x4_b64']:.0f}")
+              f"γ {m['gamma']:.3f} λ {m['lambda']:.3f} "
+              f"(eq. 8 max |rel. residual| {m['comm_max_abs_rel_residual']:.2f})  "
+              "PR⟨1,1⟩/⟨1,4⟩/⟨4,4⟩ at b=64: "
+              f"{m['pr_1x1_b64']:.0f}/{m['pr_1x4_b64']:.0f}/{m['pr_4x4_b64']:.0f}")
 
-    rows = sweep("density", [{"rate": r, "mix": table3, "nodes": 4} for r in densities], seeds, args.hours)
+    rows = sweep("density", [{"rate": r, "mix": table3, "nodes": 4} for r in densities], seeds, args.hours,
+                 iters)
     # the Table 3 mix at 10 tasks/h and 16 GPUs is the density table's row; the 20-tasks/h row is the scale table's
     rows += [dict(r, table="mix") for r in rows if r["rate"] == 10.0]
     rows += [dict(r, table="scale") for r in rows if r["table"] == "density" and r["rate"] == 20.0]
-    rows += sweep("mix", [{"rate": 10.0, "mix": mx, "nodes": 4} for mx in mixes], seeds, args.hours)
-    rows += sweep("scale", [{"rate": 20.0, "mix": table3, "nodes": n} for n in scales], seeds, args.hours)
+    rows += sweep("mix", [{"rate": 10.0, "mix": mx, "nodes": 4} for mx in mixes], seeds, args.hours, iters)
+    rows += sweep("scale", [{"rate": 20.0, "mix": table3, "nodes": n} for n in scales], seeds, args.hours, iters)
 
     print("\nEach cell: QoS guarantee (eq. 14) / makespan / average normalised latency (eq. 15-16), mean of seeds "
           f"{','.join(map(str, seeds))}.\n")
@@ -242,7 +252,7 @@ def main() -> None:
         print(f"{'PASS' if c['ok'] else 'FAIL'}: {c['text']}")
 
     (out / "results.json").write_text(json.dumps({
-        "plan": {"fast": args.fast, "seeds": seeds, "hours": args.hours, "densities": densities,
+        "plan": {"fast": args.fast, "seeds": seeds, "hours": args.hours, "iterations": iters, "densities": densities,
                  "mixes": ["/".join(f"{x:g}" for x in m) for m in mixes], "scale_nodes": scales,
                  "methods": [m for m, _, _ in METHODS], "baselines": list(BASELINES)},
         "models": models, "rows": rows, "tables": tables, "checks": checks,
