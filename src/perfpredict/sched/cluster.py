@@ -6,6 +6,12 @@ co-location: n tasks time-share a GPU), plus CPUs and memory on that server. A m
 gang: Synergy (seed 001 §4.2) requires its CPU and memory to be split in proportion to the GPUs on each
 server, which :meth:`Allocation.proportional` builds and :meth:`Allocation.is_gpu_proportional_split` checks.
 
+A *shared* share (``shared=True``, Horus, seed 004) holds whole devices that other shared shares may hold too:
+the jobs on such a device time-slice it (their kernels interleave) instead of each getting a fraction. A device
+is then either free, held by whole/fractional shares, or held by one or more shared shares, never a mix; the
+device memory of every share on it (``device_mem_gb``, the job's *reserved* footprint) must fit the device. How
+much the co-located jobs slow each other down is the simulator's business (:mod:`perfpredict.sim.sharing`).
+
 :class:`Ledger` is the only place free resources are tracked. ``take`` checks every dimension (GPUs per
 device, CPUs, memory, device memory for fractional shares) before it changes anything, so a mechanism that
 tries to over-commit gets :class:`CapacityError` and the cluster state stays as it was.
@@ -129,10 +135,14 @@ class Share:
     mem_gb: float
     devices: tuple[int, ...] = ()
     device_mem_gb: float = 0.0
+    #: the devices are time-shared with other shared shares (whole devices only; see the module docstring)
+    shared: bool = False
 
     def __post_init__(self) -> None:
         if self.gpus < 0 or self.cpus < -EPS or self.mem_gb < -EPS:
             raise ValueError(f"negative resources in {self}")
+        if self.shared and (not self.devices or abs(self.gpus - len(self.devices)) > EPS):
+            raise ValueError(f"a shared share holds whole devices (gpus == number of devices), got {self}")
         if self.devices:
             if self.gpus >= 1 - EPS and abs(self.gpus - len(self.devices)) > EPS:
                 raise ValueError(f"a whole-GPU share names {len(self.devices)} devices for {self.gpus} GPUs")
@@ -200,6 +210,20 @@ class Allocation:
                                mem_gb=mem_gb * len(devs) / total, devices=tuple(devs), device_mem_gb=device_mem_gb)
                          for srv, devs in sorted(gpus_by_server.items()) if devs))
 
+    @property
+    def is_shared(self) -> bool:
+        return any(s.shared for s in self.shares)
+
+    @classmethod
+    def shared_devices(cls, gpus_by_server: dict[int, Sequence[int]], cpus_per_gpu: float, mem_gb_per_gpu: float,
+                       device_mem_gb: float) -> Allocation:
+        """Whole devices time-shared with other jobs (``{server: devices}``), with ``cpus_per_gpu`` CPUs and
+        ``mem_gb_per_gpu`` GB of host memory per device and ``device_mem_gb`` reserved on each device."""
+        return cls(tuple(Share(server=srv, gpus=float(len(devs)), cpus=cpus_per_gpu * len(devs),
+                               mem_gb=mem_gb_per_gpu * len(devs), devices=tuple(sorted(devs)),
+                               device_mem_gb=device_mem_gb, shared=True)
+                         for srv, devs in sorted(gpus_by_server.items()) if devs))
+
     @classmethod
     def fraction(cls, server: int, device: int, share: float, cpus: float, mem_gb: float,
                  device_mem_gb: float = 0.0) -> Allocation:
@@ -221,9 +245,12 @@ class Ledger:
     free_mem: list[float] = field(init=False)
     #: whole free devices per server, kept in step with device_free (queried far more often than changed)
     free_whole: list[int] = field(init=False)
+    #: shared shares holding each device (a device with sharers has device_free 0 for everyone else)
+    device_sharers: list[list[int]] = field(init=False)
 
     def __post_init__(self) -> None:
         self.free_whole = [s.gpus for s in self.spec.servers]
+        self.device_sharers = [[0] * s.gpus for s in self.spec.servers]
         self.device_free = [[1.0] * s.gpus for s in self.spec.servers]
         self.device_mem_used = [[0.0] * s.gpus for s in self.spec.servers]
         self.free_cpus = [float(s.cpus) for s in self.spec.servers]
@@ -237,6 +264,7 @@ class Ledger:
         new.free_cpus = list(self.free_cpus)
         new.free_mem = list(self.free_mem)
         new.free_whole = list(self.free_whole)
+        new.device_sharers = [list(d) for d in self.device_sharers]
         return new
 
     # -- queries ---------------------------------------------------------------------------------------
@@ -277,7 +305,10 @@ class Ledger:
             for d in s.devices:
                 if not 0 <= d < srv.gpus:
                     return f"server {s.server} has no device {d}"
-                if per_device > self.device_free[s.server][d] + EPS:
+                if s.shared:
+                    if self.device_sharers[s.server][d] == 0 and self.device_free[s.server][d] < 1 - EPS:
+                        return f"server {s.server} device {d}: held by a job that does not share it"
+                elif per_device > self.device_free[s.server][d] + EPS:
                     return (f"server {s.server} device {d}: {per_device:g} of a GPU asked, "
                             f"{self.device_free[s.server][d]:g} free")
                 if s.device_mem_gb + self.device_mem_used[s.server][d] > srv.gpu_mem_gb + EPS:
@@ -293,7 +324,11 @@ class Ledger:
         for s in alloc.shares:
             per_device = min(s.gpus, 1.0)
             for d in s.devices:
-                self.device_free[s.server][d] -= per_device
+                if s.shared:
+                    self.device_sharers[s.server][d] += 1
+                    self.device_free[s.server][d] = 0.0
+                else:
+                    self.device_free[s.server][d] -= per_device
                 self.device_mem_used[s.server][d] += s.device_mem_gb
             self.free_cpus[s.server] -= s.cpus
             self.free_mem[s.server] -= s.mem_gb
@@ -304,7 +339,12 @@ class Ledger:
             srv = self.spec.servers[s.server]
             per_device = min(s.gpus, 1.0)
             for d in s.devices:
-                self.device_free[s.server][d] = min(1.0, self.device_free[s.server][d] + per_device)
+                if s.shared:
+                    self.device_sharers[s.server][d] = max(0, self.device_sharers[s.server][d] - 1)
+                    if self.device_sharers[s.server][d] == 0:
+                        self.device_free[s.server][d] = 1.0
+                else:
+                    self.device_free[s.server][d] = min(1.0, self.device_free[s.server][d] + per_device)
                 self.device_mem_used[s.server][d] = max(0.0, self.device_mem_used[s.server][d] - s.device_mem_gb)
             self.free_cpus[s.server] = min(float(srv.cpus), self.free_cpus[s.server] + s.cpus)
             self.free_mem[s.server] = min(float(srv.mem_gb), self.free_mem[s.server] + s.mem_gb)

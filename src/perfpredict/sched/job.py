@@ -105,6 +105,10 @@ class JobState:
     #: the simulator sets the rate from the servers' ``energy_cost`` (per GPU-hour)
     energy_cost: float = 0.0
     cost_rate: float = 0.0
+    #: GPU sharing (Horus, seed 004): times the job failed with an out-of-memory error on a shared device, and
+    #: the device memory (GB) to reserve for it from then on (None: what its perf model predicts)
+    ooms: int = 0
+    mem_request_gb: float | None = None
 
     def __post_init__(self) -> None:
         self.remaining = self.job.work
@@ -117,6 +121,12 @@ class JobState:
         """This job's speed on ``alloc``, relative to its reference allocation (its requested GPUs); with
         ``cluster``, a perf model with per-GPU-type speeds also accounts for the servers' GPU types."""
         return self.perf.rate(alloc, self.job.gpus, cluster)
+
+    @property
+    def device_mem_request_gb(self) -> float:
+        """Device memory a placement should reserve for this job: the request raised after an OOM failure, else
+        its perf model's (predicted) footprint."""
+        return self.perf.device_mem_gb if self.mem_request_gb is None else self.mem_request_gb
 
     def checkpoint_remaining(self, t: float | None = None) -> float:
         """Work left (at time ``t``, default ``updated_at``) if the job restarted from its last epoch

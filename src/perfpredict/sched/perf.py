@@ -59,6 +59,9 @@ class PerfModel:
     #: Given as a mapping, stored normalised (reference type = 1) as sorted ``(type, speed)`` pairs.
     type_speed: Mapping[str, float] | tuple[tuple[str, float], ...] | None = None
     ref_gpu_type: str | None = None
+    #: the job's GPU utilisation running alone (fraction of time a kernel runs, NVML's definition), as its card
+    #: predicts it: what a co-location scheduler (Horus, seed 004) packs by. None: unknown.
+    gpu_util: float | None = None
 
     def __post_init__(self) -> None:
         if self.type_speed is not None:
@@ -72,6 +75,8 @@ class PerfModel:
             object.__setattr__(self, "type_speed", tuple(sorted((k, v / base) for k, v in speeds.items())))
             object.__setattr__(self, "ref_gpu_type", ref)
             object.__setattr__(self, "_type_speed", dict(self.type_speed))  # type: ignore[arg-type]
+        if self.gpu_util is not None and not (math.isfinite(self.gpu_util) and self.gpu_util >= 0):
+            raise ValueError(f"{self.name}: gpu_util must be a finite fraction >= 0, got {self.gpu_util}")
         grid = (self.cpus_per_gpu, self.mem_per_gpu, self.matrix)
         if any(g is not None for g in grid) and any(g is None for g in grid):
             raise ValueError(f"{self.name}: cpus_per_gpu, mem_per_gpu and matrix go together")

@@ -33,6 +33,13 @@ simulator's ``JobState.energy_cost``: GPU-hours held on each server times the se
 *total cost* is energy plus penalties over the finished jobs. Work lost to restarts from epoch checkpoints is
 summed too.
 
+Horus (seed 004 §5.2): *job waiting time* from arrival to the job's first placement (``first_start - arrival``),
+*JCT* "commencing from the start of job execution" (``finish - first_start``, here ``avg_exec_jct_s``; the
+``avg_jct_s`` above also counts the wait), makespan, and *cluster GPU utilisation* as NVML measures it: a
+device is busy ``min(1, Σ solo utilisations)`` of the time (``busy_gpu_util``, from the simulator's busy
+series when devices are shared, :mod:`perfpredict.sim.sharing`; NaN otherwise). ``n_ooms`` counts
+out-of-memory failures.
+
 Windows: the steady-state selection applies to the per-task statistics (JCT, queueing delay, flow time,
 stretch); makespan, utilisation, preemptions and the per-job statistics use every finished job.
 """
@@ -100,6 +107,13 @@ class SimMetrics:
     n_late: int = 0
     #: reference seconds of work redone after restarts from the last epoch checkpoint
     lost_work_s: float = 0.0
+    #: Horus: waiting time to the first placement, JCT from the first placement, NVML-style busy GPU
+    #: utilisation (shared devices only, else NaN) and out-of-memory failures
+    avg_wait_s: float = math.nan
+    p50_wait_s: float = math.nan
+    avg_exec_jct_s: float = math.nan
+    busy_gpu_util: float = math.nan
+    n_ooms: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -234,13 +248,16 @@ def utilization(usage: Usage, cluster: ClusterSpec, start: float, end: float) ->
 
 def compute_metrics(states: Sequence[JobState], usage: Usage, cluster: ClusterSpec, *,
                     steady: tuple[int, int] | None = None, arrival_window: tuple[float, float] | None = None,
-                    job_gap_s: float = 60.0) -> SimMetrics:
+                    job_gap_s: float = 60.0, busy: Sequence[tuple[float, float]] | None = None) -> SimMetrics:
     """All the metrics of one simulation; see the module docstring for each definition and the windows."""
     done = _finished(states)
     window = select_steady(states, steady=steady, arrival_window=arrival_window)
     measured = _finished(window)
     jcts = [_jct(js) for js in measured]
     queue = [max(0.0, _jct(js) - js.run_time) for js in measured]
+    waits = [js.first_start - js.job.arrival for js in measured if js.first_start is not None]
+    exec_jct = [js.finish - js.first_start for js in measured  # type: ignore[operator]
+                if js.first_start is not None]
     stretch = [_jct(js) / task_volume(js) for js in measured]
 
     groups = user_jobs(done, job_gap_s)
@@ -252,11 +269,17 @@ def compute_metrics(states: Sequence[JobState], usage: Usage, cluster: ClusterSp
         end = max(js.finish for js in done)  # type: ignore[type-var]
         makespan = end - start
         gpu_u, cpu_u, mem_u = utilization(usage, cluster, start, end)
+        if busy:
+            from perfpredict.sim.sharing import busy_series_util
+
+            busy_u = busy_series_util(list(busy), cluster.total_gpus, start, end)
         vol_u = (sum(task_volume(js) for js in done) / (cluster.total_gpus * makespan)
                  if makespan > 0 and cluster.total_gpus > 0 else math.nan)
     else:
         makespan = gpu_u = cpu_u = mem_u = vol_u = math.nan
 
+    if not done or not busy:
+        busy_u = math.nan
     tard = [tardiness(js) for js in done]
     energy = float(sum(js.energy_cost for js in done))
     penalty = float(sum(js.job.weight * t / 3600.0 for js, t in zip(done, tard, strict=True)))
@@ -278,10 +301,13 @@ def compute_metrics(states: Sequence[JobState], usage: Usage, cluster: ClusterSp
         gpu_util=float(gpu_u), cpu_util=float(cpu_u), mem_util=float(mem_u), volume_util=float(vol_u),
         energy_cost=energy, tardiness_cost=penalty, total_cost=energy + penalty, avg_tardiness_s=_mean(tard),
         max_tardiness_s=_max(tard), n_late=sum(1 for t in tard if t > 0),
-        lost_work_s=float(sum(js.lost_work for js in states)))
+        lost_work_s=float(sum(js.lost_work for js in states)),
+        avg_wait_s=_mean(waits), p50_wait_s=_pct(waits, 50), avg_exec_jct_s=_mean(exec_jct),
+        busy_gpu_util=float(busy_u), n_ooms=sum(js.ooms for js in states))
 
 
 def metrics_from_result(result: Any, **kwargs: Any) -> SimMetrics:
     """:func:`compute_metrics` of a simulator result (anything with ``finished``, ``unfinished``, ``usage`` and
     ``cluster``); keyword arguments as for :func:`compute_metrics`."""
+    kwargs.setdefault("busy", getattr(result, "busy", None))
     return compute_metrics(list(result.finished) + list(result.unfinished), result.usage, result.cluster, **kwargs)

@@ -28,6 +28,12 @@ Every decision is checked: allocations must fit the cluster together (the simula
 mechanism says it is rigid, and a non-preemptive mechanism must leave running jobs untouched; a violation is a
 :class:`SimulationError` naming the mechanism, not a silently wrong result.
 
+GPU sharing (Horus, seed 004): with ``SimConfig.sharing`` (:class:`~perfpredict.sim.sharing.Sharing`) the
+simulator also accounts each device's measured utilisation and memory: jobs time-sharing a device (shared
+shares) slow each other down by the cumulative utilisation, a device whose jobs' measured memory exceeds it
+fails the jobs placed last (out of memory; they are resubmitted after a delay with a larger memory request),
+and the NVML-style busy time of the devices is recorded. See :mod:`perfpredict.sim.sharing`.
+
 Deterministic: no randomness here (traces carry the seed); ties break by job arrival then id.
 """
 
@@ -38,7 +44,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from perfpredict.sched.base import Mechanism, Policy
 from perfpredict.sched.cluster import (
@@ -50,6 +56,9 @@ from perfpredict.sched.cluster import (
 )
 from perfpredict.sched.job import Job, JobState
 from perfpredict.sched.perf import PerfModel
+
+if TYPE_CHECKING:
+    from perfpredict.sim.sharing import Sharing
 
 __all__ = ["SimConfig", "SimResult", "SimulationError", "simulate"]
 
@@ -74,6 +83,8 @@ class SimConfig:
     stop_after: frozenset[str] | None = None
     #: also decide every period_s seconds while jobs are active (default: the mechanism's ``period_s``)
     period_s: float | None = None
+    #: GPU sharing: measured utilisation/memory per job, interference and OOM (None: devices are not shared)
+    sharing: Sharing | None = None
 
 
 @dataclass
@@ -92,6 +103,15 @@ class SimResult:
     wall_s: float = 0.0
     end_time: float = 0.0
     mechanism_stats: list[dict] = field(default_factory=list)
+    #: with sharing: (time, busy GPUs) after every change, a device counting min(1, cumulative utilisation)
+    busy: list[tuple[float, float]] = field(default_factory=list)
+    #: with sharing: out-of-memory failures, the largest measured memory / capacity of any device after each
+    #: decision (<= 1: the OOM case resolved) and before resolution (> 1 when something ran out of memory),
+    #: and the per-device snapshots when ``Sharing.record`` is set
+    oom_events: int = 0
+    max_mem_frac: float = 0.0
+    max_mem_frac_attempted: float = 0.0
+    device_log: list[tuple] = field(default_factory=list)
 
     @property
     def states(self) -> list[JobState]:
@@ -131,9 +151,13 @@ class _Sim:
         biggest_device = max((srv.gpu_mem_gb for srv in cluster.servers if srv.gpus), default=0.0)
         self.perf_cache: dict[str, PerfModel] = {}
         self.perf_for = perf_for
+        self.sharing = cfg.sharing
         fitting: list[Job] = []
         for j in kept:
             need = self._perf(j).device_mem_gb
+            if self.sharing is not None:
+                perf = self._perf(j)
+                need = max(need, self.sharing.job_truth(j.model, perf.gpu_util, perf.device_mem_gb)[1])
             if need > biggest_device + EPS:
                 if cfg.oversized == "drop":
                     self.dropped.append(j)
@@ -163,18 +187,135 @@ class _Sim:
         self.decisions = 0
         self.decision_time = 0.0
         self.stats: list[dict] = []
+        # GPU sharing (only used with cfg.sharing)
+        self.dev_jobs: dict[tuple[int, int], dict[str, bool]] = {}  # device -> {job id: holds it shared}
+        self.dev_util: dict[tuple[int, int], float] = {}  # measured cumulative utilisation
+        self.dev_mem: dict[tuple[int, int], float] = {}  # measured device memory in use
+        self.truth: dict[str, tuple[float, float]] = {}  # job id -> (utilisation, memory GB)
+        self.touched: set[tuple[int, int]] = set()
+        self.busy_total = 0.0
+        self.busy: list[tuple[float, float]] = [(0.0, 0.0)]
+        self.wakeups: list[float] = []
+        self.hold_until: dict[str, float] = {}
+        self.oom_events = 0
+        self.max_mem_frac = 0.0
+        self.max_mem_frac_attempted = 0.0
+        self.device_log: list[tuple] = []
 
     # -- bookkeeping -----------------------------------------------------------------------------------
     def _record_usage(self, t: float) -> None:
         g, c, m = self.used
+        if self.sharing is not None:
+            g = float(len(self.dev_jobs))  # devices in use, however many jobs share each
+            if self.busy[-1][0] == t:
+                self.busy[-1] = (t, self.busy_total)
+            else:
+                self.busy.append((t, self.busy_total))
         if self.usage and self.usage[-1][0] == t:
             self.usage[-1] = (t, g, c, m)
         else:
             self.usage.append((t, g, c, m))
 
+    # -- GPU sharing --------------------------------------------------------------------------------------
+    def _occupy(self, js: JobState, alloc: Allocation, sign: int) -> None:
+        """Add (sign 1) or remove (-1) a job's measured utilisation and memory on its devices."""
+        u, mem = self.truth[js.id]
+        for sh in alloc.shares:
+            for d in sh.devices:
+                key = (sh.server, d)
+                jobs = self.dev_jobs.setdefault(key, {})
+                old_busy = min(1.0, self.dev_util.get(key, 0.0))
+                if sign > 0:
+                    jobs[js.id] = sh.shared
+                    self.dev_util[key] = self.dev_util.get(key, 0.0) + u
+                    self.dev_mem[key] = self.dev_mem.get(key, 0.0) + mem
+                else:
+                    jobs.pop(js.id, None)
+                    self.dev_util[key] = self.dev_util.get(key, 0.0) - u
+                    self.dev_mem[key] = self.dev_mem.get(key, 0.0) - mem
+                    if not jobs:
+                        del self.dev_jobs[key]
+                        self.dev_util[key] = 0.0
+                        self.dev_mem[key] = 0.0
+                self.busy_total += min(1.0, max(0.0, self.dev_util[key])) - old_busy
+                self.touched.add(key)
+
+    def _share_factor(self, js: JobState) -> float:
+        assert self.sharing is not None and js.allocation is not None
+        f = 1.0
+        for sh in js.allocation.shares:
+            if not sh.shared:
+                continue
+            for d in sh.devices:
+                key = (sh.server, d)
+                f = min(f, self.sharing.factor(self.dev_util[key], len(self.dev_jobs[key])))
+        return f
+
+    def _refresh(self, t: float) -> None:
+        """Re-rate every job on a device whose set of jobs changed (interference), then forget the changes."""
+        seen: set[str] = set()
+        for key in self.touched:
+            for jid in self.dev_jobs.get(key, ()):
+                if jid in seen:
+                    continue
+                seen.add(jid)
+                js = self.active[jid]
+                assert js.allocation is not None
+                rate = js.rate_on(js.allocation, self.cluster) * self._share_factor(js)
+                if abs(rate - js.rate) <= 1e-12 * max(1.0, rate):
+                    continue
+                js.advance(t)
+                js.rate = rate
+                js.version += 1
+                if rate > 0:
+                    heapq.heappush(self.heap, (max(t, js.overhead_until) + js.remaining / rate, js.version, js.id))
+        if self.sharing is not None and self.sharing.record:
+            for key in sorted(self.touched):
+                srv = self.cluster.servers[key[0]]
+                jobs = self.dev_jobs.get(key, {})
+                self.device_log.append((t, key, tuple(sorted(jobs)), self.dev_mem.get(key, 0.0),
+                                        self.ledger.device_mem_used[key[0]][key[1]], srv.gpu_mem_gb,
+                                        self.dev_util.get(key, 0.0),
+                                        tuple(sorted((jid, self.active[jid].rate) for jid in jobs))))
+        self.touched.clear()
+
+    def _memory_check(self, t: float, placed: Sequence[JobState]) -> None:
+        """Out of memory: fail the jobs placed last on a device whose measured memory exceeds it."""
+        assert self.sharing is not None
+        cap = self.cluster.servers
+        frac = max((self.dev_mem[k] / cap[k[0]].gpu_mem_gb for k in self.touched if k in self.dev_jobs), default=0.0)
+        self.max_mem_frac_attempted = max(self.max_mem_frac_attempted, frac)
+        for js in reversed(placed):
+            alloc = js.allocation
+            if alloc is None:
+                continue
+            keys = [(sh.server, d) for sh in alloc.shares for d in sh.devices]
+            over = [k for k in keys if self.dev_mem[k] > cap[k[0]].gpu_mem_gb + EPS]
+            if not over:
+                continue
+            mem = self.truth[js.id][1]
+            available = min(cap[k[0]].gpu_mem_gb - (self.dev_mem[k] - mem) for k in over)
+            self._set_allocation(js, None, t, 0.0)
+            js.ooms += 1
+            self.oom_events += 1
+            request = max(js.device_mem_request_gb, available)
+            if js.ooms >= self.sharing.max_oom_retries:
+                request = max(request, min(cap[k[0]].gpu_mem_gb for k in keys))
+            js.mem_request_gb = request
+            if js.first_start == t:
+                js.first_start = None  # it never ran
+            self.hold_until[js.id] = t + self.sharing.oom_delay_s
+            heapq.heappush(self.wakeups, t + self.sharing.oom_delay_s)
+        frac = max((self.dev_mem[k] / cap[k[0]].gpu_mem_gb for k in self.touched if k in self.dev_jobs), default=0.0)
+        if frac > 1 + 1e-9:
+            raise SimulationError(f"device memory still over capacity ({frac:.3f}) after the OOM failures")
+        self.max_mem_frac = max(self.max_mem_frac, frac)
+
     def _set_allocation(self, js: JobState, alloc: Allocation | None, t: float, overhead: float) -> None:
         old = js.allocation
         if old is not None:
+            if self.sharing is not None:
+                self._occupy(js, old, -1)
             self.ledger.release(old)
             self.used[0] -= old.gpus
             self.used[1] -= old.cpus
@@ -194,6 +335,8 @@ class _Sim:
         self.used[1] += alloc.cpus
         self.used[2] += alloc.mem_gb
         self.running[js.id] = alloc
+        if self.sharing is not None:
+            self._occupy(js, alloc, +1)
         js.rate = js.rate_on(alloc, self.cluster)
         js.cost_rate = sum(sh.gpus * (self.cluster.servers[sh.server].energy_cost or 0.0)
                            for sh in alloc.shares) / 3600.0
@@ -233,6 +376,8 @@ class _Sim:
             self.finished.append(js)
             self.watch.discard(jid)
             any_done = True
+            if self.sharing is not None:
+                self._refresh(t)  # the job's co-runners speed up now
         return any_done
 
     def _arrive_until(self, t: float) -> bool:
@@ -240,13 +385,18 @@ class _Sim:
         while self.next_arrival < len(self.arrivals) and self.arrivals[self.next_arrival].arrival <= t:
             job = self.arrivals[self.next_arrival]
             self.next_arrival += 1
-            self.active[job.id] = JobState(job, self._perf(job))
+            js = JobState(job, self._perf(job))
+            self.active[job.id] = js
+            if self.sharing is not None:
+                self.truth[job.id] = self.sharing.job_truth(job.model, js.perf.gpu_util, js.perf.device_mem_gb)
             any_new = True
         return any_new
 
     # -- decisions -------------------------------------------------------------------------------------
     def _decide(self, t: float) -> None:
-        ordered = self.policy.order(list(self.active.values()), t, self.cluster)
+        visible = [js for js in self.active.values()
+                   if not self.hold_until or self.hold_until.get(js.id, -math.inf) <= t]
+        ordered = self.policy.order(visible, t, self.cluster)
         self.mech._current = self.ledger.copy
         t0 = time.perf_counter()
         try:
@@ -305,6 +455,9 @@ class _Sim:
             plan.append((js, alloc, overhead))
         for js, alloc, overhead in plan:
             self._set_allocation(js, alloc, t, overhead)
+        if self.sharing is not None:
+            self._memory_check(t, [js for js, _, _ in plan])
+            self._refresh(t)
         self._record_usage(t)
         if self.on_decision is not None:
             self.on_decision(t, len(self.finished), len(self.active))
@@ -323,7 +476,8 @@ class _Sim:
             t_arr = self.arrivals[self.next_arrival].arrival if self.next_arrival < len(self.arrivals) else math.inf
             t_done = self._peek_completion()
             t_dec = min(pending if pending is not None else math.inf, tick if tick is not None else math.inf)
-            t_next = min(t_arr, t_done, t_dec)
+            t_wake = self.wakeups[0] if self.wakeups else math.inf
+            t_next = min(t_arr, t_done, t_dec, t_wake)
             if t_next == math.inf:
                 break
             if t_next > horizon:
@@ -334,6 +488,9 @@ class _Sim:
             if self.cfg.stop_after is not None and not self.watch:
                 break  # the measured jobs are done
             changed = self._arrive_until(t) or changed
+            while self.wakeups and self.wakeups[0] <= t:
+                heapq.heappop(self.wakeups)
+                changed = True
             periodic = tick is not None and t >= tick - 1e-9
             if self.mode == "event":
                 if (changed or periodic) and self.active:
@@ -355,7 +512,7 @@ class _Sim:
             if P is not None:
                 tick = (math.floor(t / P + 1e-9) + 1) * P if self.active else None
             if (not self.running and self.active and self.next_arrival >= len(self.arrivals)
-                    and pending is None and self._peek_completion() == math.inf):
+                    and pending is None and self._peek_completion() == math.inf and not self.wakeups):
                 break  # nothing runs and nothing will change: the rest can never be scheduled
         for js in self.active.values():
             js.advance(max(t, js.updated_at))
@@ -385,4 +542,7 @@ def simulate(jobs: Sequence[Job], cluster: ClusterSpec, policy: Policy, mechanis
     return SimResult(finished=sim.finished, unfinished=unfinished, dropped=sim.dropped, usage=sim.usage,
                      cluster=cluster, policy=policy.name, mechanism=mechanism.name, mode=sim.mode,
                      decisions=sim.decisions, decision_time_s=sim.decision_time, wall_s=time.perf_counter() - t0,
-                     end_time=end, mechanism_stats=sim.stats)
+                     end_time=end, mechanism_stats=sim.stats,
+                     busy=sim.busy if sim.sharing is not None else [], oom_events=sim.oom_events,
+                     max_mem_frac=sim.max_mem_frac, max_mem_frac_attempted=sim.max_mem_frac_attempted,
+                     device_log=sim.device_log)
