@@ -248,6 +248,8 @@ def test_black_box_baselines_orders_requests_and_capacity_quotas():
     jobs = genie_trace(12, hours=6, seed=6)
     quota = GenieCapacity().quotas(cl.total_gpus)
     assert sum(quota.values()) == 8 and max(quota.values()) - min(quota.values()) <= 1
+    assert GenieCapacity().quotas(16) == dict(zip(GENIE_TYPES, (3, 3, 3, 3, 2, 2), strict=True))
+    assert min(GenieCapacity().quotas(4).values()) == 1  # fewer GPUs than types: none starves
     keys = {"genie-fifo": lambda j: j.arrival, "genie-min-min": lambda j: j.deadline,
             "genie-weighted-fair": lambda j: 0.5 * j.arrival + 0.5 * j.deadline}
     for which in ("genie-fifo", "genie-min-min", "genie-weighted-fair", "genie-capacity"):

@@ -22,7 +22,7 @@ stop at the first task that does not fit.
     Arrival order.
 ``genie-capacity`` (:class:`GenieCapacity`)
     One queue per model type with a capacity guarantee: the GPUs are split equally among the types (largest
-    remainder), and "each model type can only access its own allocated resources"; FIFO within a queue (a task
+    remainder, at least one each), and "each model type can only access its own allocated resources"; FIFO within a queue (a task
     that does not fit its queue's remaining quota blocks that queue only); a request above the quota is cut to it.
 ``genie-min-min`` (:class:`GenieMinMin`)
     Earliest ECT first.
@@ -223,10 +223,12 @@ class GenieCapacity(_Genie):
         self.queues = tuple(queues)
 
     def quotas(self, total_gpus: int) -> dict[str, int]:
-        """Equal shares of the GPUs, whole GPUs by largest remainder (earlier queues take the ties)."""
+        """Equal shares of the GPUs, whole GPUs by largest remainder (earlier queues take the ties), at least one
+        per queue: on a cluster with fewer GPUs than queues no type starves, and the quotas then add up to more
+        than the cluster (queues compete for the GPUs beyond their guarantee)."""
         k = len(self.queues)
         base, extra = divmod(total_gpus, k)
-        return {q: base + (1 if i < extra else 0) for i, q in enumerate(self.queues)}
+        return {q: max(1, base + (1 if i < extra else 0)) for i, q in enumerate(self.queues)}
 
     def _queue(self, js: JobState) -> str:
         m = js.perf
