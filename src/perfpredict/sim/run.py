@@ -18,6 +18,11 @@ Spec formats:
   batches=8/16/32/64/128,iters=10000/500000,requests=1/2/4,seed=]`` (Table 3,
   :mod:`perfpredict.sim.genie_workload`); runs with GENIE task models also report §7.1's metrics
   (``SimRun.extra["genie"]``: QoS-guarantee %, makespan, average normalised latency).
+* Horus (seed 004): cluster ``horus-testbed`` (3 x 4 H100), ``horus-scale`` (128 x 8) or
+  ``horus:nodes=3,gpus=4,gpu_mem=80``, trace ``horus-small``, ``horus-large``, ``horus-scale`` or
+  ``horus:workload=large,n=100,interarrival=36,load=1.3,seed=`` (jobs are perfpredict's measured H100 points,
+  :mod:`perfpredict.sim.horus_workload`); such traces, and mechanisms that share devices (``horus``, ``horus-f``,
+  ``obp``, ``pab``), run with GPU sharing (:mod:`perfpredict.sim.sharing`).
 * cards: ``paper`` (models derived from the seeds' statements, the default) or a directory of
   ``card.json`` files from ``perfpredict profile`` (keyed by the file's stem and by ``model.name``), which
   override paper models of the same name.
@@ -59,6 +64,13 @@ def parse_cluster(text: str | Path | ClusterSpec) -> ClusterSpec:
 
         try:
             return genie_workload.cluster_from_spec(s)
+        except ValueError as e:
+            raise UsageError(f"cluster {s!r}: {e}", step="cluster") from None
+    if s in ("horus", "horus-testbed", "horus-scale") or s.startswith("horus:"):
+        from perfpredict.sim import horus_workload
+
+        try:
+            return horus_workload.cluster_from_spec(s)
         except ValueError as e:
             raise UsageError(f"cluster {s!r}: {e}", step="cluster") from None
     p = Path(s)
@@ -122,6 +134,13 @@ def parse_trace(text: str | Path | list[Job], seed: int = 0) -> list[Job]:
 
         try:
             return genie_workload.trace_from_spec(s, seed)
+        except ValueError as e:
+            raise UsageError(f"trace {s!r}: {e}", step="trace") from None
+    if s in ("horus-small", "horus-large", "horus-scale") or s.startswith("horus:"):
+        from perfpredict.sim import horus_workload
+
+        try:
+            return horus_workload.trace_from_spec(s, seed)
         except ValueError as e:
             raise UsageError(f"trace {s!r}: {e}", step="trace") from None
     if s.startswith("synergy:") or s == "synergy":
@@ -228,6 +247,9 @@ def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterS
     except ValueError as e:
         raise UsageError(str(e), step="arguments") from None
     cfg = config or SimConfig()
+    from perfpredict.sim.horus_workload import prepare_sharing
+
+    models, cfg = prepare_sharing(jobs, models, mech, cfg)  # Horus: predicted cards and GPU sharing, if needed
     try:
         result = simulate(jobs, spec, pol, mech, models, cfg, on_decision=on_decision)
     except SimulationError as e:

@@ -1,4 +1,5 @@
-"""Placement mechanisms, by name (``make_mechanism("tune")``)."""
+"""Placement mechanisms, by name (``make_mechanism("tune")``), optionally with keyword options after a colon
+(``make_mechanism("horus:k=3,interference=paper")``; numbers are converted)."""
 
 from __future__ import annotations
 
@@ -30,13 +31,38 @@ MECHANISMS: dict[str, tuple[str, str]] = {
     "genie-weighted-fair": ("genie", "GenieWeightedFair"),
     "genie-tetris-perf": ("genie", "GenieTetrisPerf"),
     "genie-tetris-cer": ("genie", "GenieTetrisCER"),
+    "horus": ("horus", "Horus"),
+    "horus-f": ("horus", "HorusF"),
+    "obp": ("horus", "OpportunisticBinPacking"),
+    "pab": ("horus", "PerformanceAwareBinPacking"),
+    "fifo-exclusive": ("horus", "FifoExclusive"),
 }
 
 
+def _option(value: str):
+    for conv in (int, float):
+        try:
+            return conv(value)
+        except ValueError:
+            pass
+    return value
+
+
 def make_mechanism(name: str, **kwargs) -> Mechanism:
+    name, _, opts = name.partition(":")
+    for item in filter(None, opts.split(",")):
+        k, sep, v = item.partition("=")
+        if not sep:
+            raise ValueError(f"mechanism option {item!r}: expected key=value")
+        kwargs.setdefault(k.strip(), _option(v.strip()))
     key = name.lower()
     if key not in MECHANISMS:
         raise ValueError(f"unknown mechanism {name!r}; choose from {', '.join(MECHANISMS)}")
     module, cls = MECHANISMS[key]
     mod = importlib.import_module(f"perfpredict.sched.mechanisms.{module}")
-    return getattr(mod, cls)(**kwargs)
+    if not opts:
+        return getattr(mod, cls)(**kwargs)
+    try:
+        return getattr(mod, cls)(**kwargs)
+    except TypeError as e:  # an option the mechanism does not take
+        raise ValueError(f"mechanism {name!r}: {e}") from None

@@ -1,0 +1,281 @@
+"""Horus (seed 004) workloads and clusters, following the paper's recipe (§5) and named after it, on jobs
+perfpredict measured on an H100.
+
+Jobs (:func:`horus_jobs_table`)
+    Every job is one of perfpredict's measured training points: a zoo architecture at one batch size from
+    ``datasets/cuda_h100.csv`` (83 architectures × batch 8-128 on an H100 80GB). What the job *really* does in
+    the simulation is what was measured for that point: its solo GPU utilisation (NVML, Horus's definition)
+    and its device memory (NVML process memory: the CUDA context plus everything the caching allocator
+    reserved). What the schedulers *see* is what perfpredict's Predictor (``trained_models/cuda_h100``)
+    predicts from the architecture's graph features (``datasets/zoo_features.csv``): the GPU utilisation
+    (median) and the device memory to reserve, the peak allocated memory's q90 "safe" value (or the median,
+    ``memory="median"``) plus the CUDA context δ of Horus eq. 2 (a device constant: the median NVML process
+    memory above what torch reserved, 0.79 GB on the H100). Prediction error therefore has consequences: a job
+    whose memory is under-predicted can run out of memory next to another; one whose utilisation is
+    mispredicted is co-located where it should not be.
+
+Testbed workloads (:func:`horus_trace`, ``workload="small"`` / ``"large"``): W-Small and W-Large
+    *Stated* (§5.2): 100 single-GPU jobs per run, "job type distributions between 3 minutes to 2 hours
+    following DL job sizes derived from production systems"; jobs are short (≤ 800 s) or long, light (< 60 %
+    GPU utilisation) or heavy; W-Small has "a higher proportion of short and small jobs", W-Large is "long with
+    diverse utilization"; "JCT was controlled by terminating jobs at specified epoch numbers"; 12 GPUs.
+
+    *Assumed* (the paper gives no more): W-Small is 70 % short and 30 % heavy, W-Large 70 % long and 50 %
+    heavy; durations log-uniform in [180, 800] s (short) or (800, 7200] s (long); a job's point drawn
+    uniformly among the measured points of its class (light/heavy by the measured utilisation); its epochs
+    the duration over its measured epoch time (50,000 samples per epoch, CIFAR-10's training set, at its
+    measured iteration time), at least one, which sets its checkpoint granularity; arrivals a Poisson
+    process, one job every ``interarrival_s`` (36 s) on average, so the 100 jobs arrive within about an hour
+    and a queue forms, as in the testbed (FIFO's makespan there is about 1.5× the ideal).
+
+At scale (:func:`horus_trace`, ``workload="scale"``; :func:`horus_cluster` ``"scale"``)
+    *Stated*: 128 nodes × 8 GPUs, 128 CPU cores and 512 GB each; jobs with the GPU counts and execution times
+    of a production trace (not public). *Assumed*: W-Large's job mix, GPU demands from
+    :data:`perfpredict.sim.traces.PHILLY_LIKE_GPU_DEMAND` (1-16 GPUs), Poisson arrivals at an offered load
+    ``load`` (1.3) of the cluster's GPUs (exclusive GPU-seconds asked per second) for ``n`` jobs.
+
+Clusters (:func:`horus_cluster`)
+    ``testbed``: 3 nodes × 4 GPUs (§5.1: 12 GPUs, 4 per node, a 12-core/24-thread CPU and 128 GB each) — of
+    the H100 80GB type the jobs were measured on (the paper's were RTX 2080s); ``scale``: 128 × 8.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from perfpredict.sched.cluster import ClusterSpec, ServerSpec
+from perfpredict.sched.job import Job
+from perfpredict.sched.perf import PerfModel
+
+__all__ = ["HORUS_WORKLOADS", "HorusPoint", "cluster_from_spec", "horus_cluster", "horus_jobs_table", "horus_perf_models",
+           "horus_sharing", "horus_trace", "horus_truth", "is_horus_model", "prepare_sharing", "trace_from_spec"]
+
+REPO = Path(__file__).resolve().parents[3]
+#: Samples per epoch (CIFAR-10's training set), for the epoch count of a job.
+SAMPLES_PER_EPOCH = 50_000
+#: §5.2: short jobs run at most 800 s, light jobs use less than 60 % of the GPU.
+SHORT_S, HEAVY_UTIL = 800.0, 0.6
+MIN_S, MAX_S = 180.0, 7200.0
+#: workload -> (share of short jobs, share of heavy jobs); see the module docstring
+HORUS_WORKLOADS: dict[str, tuple[float, float]] = {"small": (0.7, 0.3), "large": (0.3, 0.5), "scale": (0.3, 0.5)}
+H100_MEM_GB = 80.0
+MODEL_SEP = "@b"
+
+
+@dataclass(frozen=True)
+class HorusPoint:
+    """One measured training point and what the Predictor says about it (memory in GB, decimal)."""
+
+    model: str  # "<config>@b<batch>"
+    config: str
+    family: str
+    batch: int
+    util: float  # measured solo GPU utilisation
+    mem_gb: float  # measured device memory (NVML process memory)
+    iter_time_s: float
+    pred_util: float
+    pred_mem_gb: float  # reserved by the schedulers: predicted peak (safe or median) + CUDA context
+    pred_mem_median_gb: float
+
+    @property
+    def epoch_s(self) -> float:
+        return SAMPLES_PER_EPOCH / self.batch * self.iter_time_s
+
+
+def is_horus_model(name: str) -> bool:
+    return MODEL_SEP in name
+
+
+@lru_cache(maxsize=4)
+def horus_jobs_table(memory: str = "safe", dataset: str | None = None, features: str | None = None,
+                     models_dir: str | None = None) -> tuple[HorusPoint, ...]:
+    """Every measured point with its Predictor predictions (see the module docstring); cached per process."""
+    if memory not in ("safe", "median"):
+        raise ValueError(f"memory must be 'safe' or 'median', got {memory!r}")
+    from perfpredict.estimators.arch import from_table_row
+    from perfpredict.predictor import Predictor
+
+    ds = Path(dataset) if dataset else REPO / "datasets" / "cuda_h100.csv"
+    fs = Path(features) if features else REPO / "datasets" / "zoo_features.csv"
+    with open(ds, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["status"] == "ok" and r.get("gpu_utilization")]
+    with open(fs, newline="") as f:
+        archs = {r["config"]: from_table_row(r) for r in csv.DictReader(f)}
+    ctx = [float(r["nvml_process_bytes"]) - float(r["cuda_reserved_bytes"]) for r in rows
+           if r.get("nvml_process_bytes") and r.get("cuda_reserved_bytes")]
+    delta_gb = float(np.median(ctx)) / 1e9 if ctx else 0.0
+    pred = Predictor.load(models_dir)
+    by_config: dict[str, list[dict]] = {}
+    for r in rows:
+        by_config.setdefault(r["config"], []).append(r)
+    out: list[HorusPoint] = []
+    for config, rs in sorted(by_config.items()):
+        if config not in archs:
+            continue
+        batches = sorted(int(r["batch_size"]) for r in rs)
+        v = pred.predict_values(archs[config], batches, device_type="cuda_h100")
+        for r in rs:
+            i = batches.index(int(r["batch_size"]))
+            med = v["peak_memory"]["median"][i]
+            safe = max(v["peak_memory"]["q90"][i], med)
+            out.append(HorusPoint(
+                model=f"{config}{MODEL_SEP}{int(r['batch_size'])}", config=config, family=r["family"],
+                batch=int(r["batch_size"]), util=float(r["gpu_utilization"]),
+                mem_gb=float(r["nvml_process_bytes"]) / 1e9, iter_time_s=float(r["iter_time_s"]),
+                pred_util=float(v["gpu_utilization"]["median"][i]),
+                pred_mem_gb=(safe if memory == "safe" else med) / 1e9 + delta_gb,
+                pred_mem_median_gb=med / 1e9 + delta_gb))
+    return tuple(out)
+
+
+def horus_perf_models(memory: str = "safe") -> dict[str, PerfModel]:
+    """A perf model per measured point: no CPU/memory sensitivity (single-GPU jobs), the *predicted* GPU
+    utilisation and device memory."""
+    return {p.model: PerfModel(p.model, device_mem_gb=p.pred_mem_gb, gpu_util=p.pred_util, source="predicted")
+            for p in horus_jobs_table(memory)}
+
+
+def horus_truth() -> dict[str, tuple[float, float]]:
+    """model -> (measured solo GPU utilisation, measured device memory GB)."""
+    return {p.model: (p.util, p.mem_gb) for p in horus_jobs_table("safe")}
+
+
+def horus_sharing(interference: str = "measured", *, oom_delay_s: float = 30.0, record: bool = False):
+    """The simulator's :class:`~perfpredict.sim.sharing.Sharing` for these jobs: measured utilisation and memory,
+    slowdown from ``interference`` (``measured``: perfpredict's H100 refit, the truth for H100 jobs)."""
+    from perfpredict.sim.sharing import Sharing, slowdown_model
+
+    return Sharing(slowdown=slowdown_model(interference), truth=horus_truth(), oom_delay_s=oom_delay_s,
+                   record=record)
+
+
+def horus_cluster(kind: str = "testbed", *, gpu_mem_gb: float = H100_MEM_GB) -> ClusterSpec:
+    """``testbed``: 3 nodes × 4 GPUs, 24 CPUs and 128 GB each; ``scale``: 128 × 8, 128 CPUs and 512 GB."""
+    if kind == "testbed":
+        srv = ServerSpec(gpus=4, cpus=24, mem_gb=128.0, gpu_type="H100", gpu_mem_gb=gpu_mem_gb)
+        return ClusterSpec((srv,) * 3, name="horus-testbed (3x4 H100)")
+    if kind == "scale":
+        srv = ServerSpec(gpus=8, cpus=128, mem_gb=512.0, gpu_type="H100", gpu_mem_gb=gpu_mem_gb)
+        return ClusterSpec((srv,) * 128, name="horus-scale (128x8 H100)")
+    raise ValueError(f"unknown Horus cluster {kind!r}; use testbed or scale")
+
+
+def horus_trace(workload: str = "large", n: int | None = None, *, seed: int = 0, interarrival_s: float = 36.0,
+                load: float = 1.3, gpus_total: int = 1024) -> list[Job]:
+    """W-Small / W-Large (``n`` = 100 by default) or the at-scale trace (``n`` = 4000; see the module
+    docstring). Jobs name their measured point as ``model``; ``task`` is the architecture family."""
+    if workload not in HORUS_WORKLOADS:
+        raise ValueError(f"unknown Horus workload {workload!r}; use {', '.join(HORUS_WORKLOADS)}")
+    n = n if n is not None else (4000 if workload == "scale" else 100)
+    if n < 1:
+        raise ValueError(f"need at least one job, got n={n}")
+    p_short, p_heavy = HORUS_WORKLOADS[workload]
+    pts = horus_jobs_table()
+    heavy = [p for p in pts if p.util >= HEAVY_UTIL]
+    light = [p for p in pts if p.util < HEAVY_UTIL]
+    rng = np.random.default_rng(seed)
+    r_kind, r_dur, r_pick, r_arr, r_gpu = (np.random.default_rng(s) for s in rng.integers(0, 2**63 - 1, 5))
+    is_short = r_kind.random(n) < p_short
+    is_heavy = r_kind.random(n) < p_heavy
+    lo = np.where(is_short, math.log(MIN_S), math.log(SHORT_S))
+    hi = np.where(is_short, math.log(SHORT_S), math.log(MAX_S))
+    dur = np.exp(lo + (hi - lo) * r_dur.random(n))
+    if workload == "scale":
+        from perfpredict.sim.traces import PHILLY_LIKE_GPU_DEMAND
+
+        sizes = np.array(sorted(PHILLY_LIKE_GPU_DEMAND))
+        probs = np.array([PHILLY_LIKE_GPU_DEMAND[s] for s in sizes])
+        gpus = r_gpu.choice(sizes, size=n, p=probs / probs.sum())
+        # offered load: GPU-seconds asked per second over the cluster's GPUs
+        mean_demand = float(np.mean(dur * gpus))
+        rate = load * gpus_total / mean_demand
+    else:
+        gpus = np.ones(n, int)
+        rate = 1.0 / interarrival_s
+    arrivals = np.cumsum(r_arr.exponential(1.0 / rate, n))
+    arrivals -= arrivals[0]
+    jobs = []
+    for i in range(n):
+        pool = heavy if is_heavy[i] else light
+        p = pool[int(r_pick.integers(len(pool)))]
+        epochs = max(1, int(round(dur[i] / p.epoch_s)))
+        jobs.append(Job(id=f"h{i}", arrival=float(arrivals[i]), gpus=float(gpus[i]), work=float(dur[i]),
+                        model=p.model, task=p.family, epochs=epochs))
+    return jobs
+
+
+def _kv(spec: str) -> dict[str, str]:
+    out = {}
+    for item in filter(None, spec.split(",")):
+        k, sep, v = item.partition("=")
+        if not sep:
+            raise ValueError(f"expected key=value, got {item!r}")
+        out[k.strip()] = v.strip()
+    return out
+
+
+def trace_from_spec(spec: str, seed: int = 0) -> list[Job]:
+    """``horus-small`` / ``horus-large`` / ``horus-scale``, or ``horus:workload=large,n=100,seed=0,
+    interarrival=36,load=1.3,gpus=1024``."""
+    names = {"horus-small": "small", "horus-large": "large", "horus-scale": "scale"}
+    if spec in names:
+        return horus_trace(names[spec], seed=seed)
+    head, _, opts = spec.partition(":")
+    if head != "horus":
+        raise ValueError(f"not a Horus trace: {spec!r}")
+    kv = _kv(opts)
+    allowed = {"workload", "n", "seed", "interarrival", "load", "gpus"}
+    if set(kv) - allowed:
+        raise ValueError(f"unknown option(s) {sorted(set(kv) - allowed)}; use {sorted(allowed)}")
+    return horus_trace(kv.get("workload", "large"), int(kv["n"]) if "n" in kv else None,
+                       seed=int(kv.get("seed", seed)), interarrival_s=float(kv.get("interarrival", 36.0)),
+                       load=float(kv.get("load", 1.3)), gpus_total=int(kv.get("gpus", 1024)))
+
+
+def cluster_from_spec(spec: str) -> ClusterSpec:
+    """``horus-testbed`` / ``horus-scale``, or ``horus:nodes=3,gpus=4,gpu_mem=80`` (testbed-like nodes)."""
+    if spec in ("horus-testbed", "horus"):
+        return horus_cluster("testbed")
+    if spec == "horus-scale":
+        return horus_cluster("scale")
+    head, _, opts = spec.partition(":")
+    if head != "horus":
+        raise ValueError(f"not a Horus cluster: {spec!r}")
+    kv = _kv(opts)
+    allowed = {"nodes", "gpus", "gpu_mem", "cpus", "mem"}
+    if set(kv) - allowed:
+        raise ValueError(f"unknown option(s) {sorted(set(kv) - allowed)}; use {sorted(allowed)}")
+    g = int(kv.get("gpus", 4))
+    srv = ServerSpec(gpus=g, cpus=float(kv.get("cpus", 6 * g)), mem_gb=float(kv.get("mem", 32 * g)),
+                     gpu_type="H100", gpu_mem_gb=float(kv.get("gpu_mem", H100_MEM_GB)))
+    nodes = int(kv.get("nodes", 3))
+    return ClusterSpec((srv,) * nodes, name=f"horus ({nodes}x{g} H100, {srv.gpu_mem_gb:g} GB)")
+
+
+def prepare_sharing(jobs, models: dict[str, PerfModel], mechanism, config):
+    """What ``run_simulation`` needs for Horus: the predicted perf models of the measured points the trace uses
+    (added to ``models`` unless a card of that name was given), and GPU sharing (measured utilisation and
+    memory, the measured H100 interference) when the trace has such jobs or the mechanism shares devices.
+    Returns ``(models, config)``; ``config`` unchanged if it already has ``sharing``."""
+    from dataclasses import replace
+
+    horus_jobs = any(is_horus_model(j.model) for j in jobs)
+    if horus_jobs:
+        missing = {j.model for j in jobs if j.model not in models}
+        if missing:
+            models = {**{k: v for k, v in horus_perf_models().items() if k in missing}, **models}
+    if config.sharing is None and (horus_jobs or getattr(mechanism, "shares_devices", False)):
+        config = replace(config, sharing=horus_sharing() if horus_jobs else _default_sharing())
+    return models, config
+
+
+def _default_sharing():
+    from perfpredict.sim.sharing import Sharing, slowdown_model
+
+    return Sharing(slowdown=slowdown_model("measured"))
