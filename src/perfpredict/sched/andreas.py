@@ -20,7 +20,8 @@ the first-ending job of every used node (ties: the cheaper one), as §IV-A defin
 **Randomized Greedy** (:func:`randomized_greedy`, Alg. 1). Jobs are sorted by pressure Δ_j = T_c + min t_jng
 - d_j (eq. 2), highest first. For each job, D*_j = {(n, g): T_c + t_jng < d_j}; the best configuration is the
 cheapest (t·c) in D*_j, or the fastest overall when D*_j is empty. The job goes to a node of that class with
-enough free GPUs (best fit: the fewest free GPUs that suffice, then the lowest index); if none has room, the
+enough free GPUs (best fit: the fewest free GPUs that suffice; among those, the node that reached that count
+last, untouched nodes in index order); if none has room, the
 next configurations of D*_j by cost are tried (ASSIGN_TO_SUBOPTIMAL), and — our reading of "jobs are
 executed as soon as resources are available" (App. A, 4n) — then the remaining ones, fastest first, so a job
 is postponed only when no configuration fits. Iteration 0 is that deterministic greedy; every further
