@@ -92,12 +92,17 @@ def is_horus_model(name: str) -> bool:
     return MODEL_SEP in name
 
 
-@lru_cache(maxsize=4)
 def horus_jobs_table(memory: str = "safe", dataset: str | None = None, features: str | None = None,
                      models_dir: str | None = None) -> tuple[HorusPoint, ...]:
     """Every measured point with its Predictor predictions (see the module docstring); cached per process."""
     if memory not in ("safe", "median"):
         raise ValueError(f"memory must be 'safe' or 'median', got {memory!r}")
+    return _jobs_table(memory, dataset, features, models_dir)
+
+
+@lru_cache(maxsize=4)
+def _jobs_table(memory: str, dataset: str | None, features: str | None,
+                models_dir: str | None) -> tuple[HorusPoint, ...]:
     from perfpredict.estimators.arch import from_table_row
     from perfpredict.predictor import Predictor
 

@@ -22,6 +22,8 @@ progress (``start_overhead_s`` the first time); a CPU/memory resize on the same 
 resizes in place). A job with ``epochs`` restarts from its last completed epoch when it is preempted or its
 placement changes: the progress since that checkpoint is lost (``JobState.lost_work``). Each job's
 ``energy_cost`` integrates its GPUs' ``ServerSpec.energy_cost`` (per GPU-hour) over the time it holds them.
+A mechanism with a ``pop_wakeups()`` method may also ask for decisions at given times (returned after each
+decision; Horus's PAB baseline measures a job's effect at the end of its warm-up).
 
 Every decision is checked: allocations must fit the cluster together (the simulator keeps its own
 :class:`~perfpredict.sched.cluster.Ledger`), refer to active jobs, give each rigid job its GPU demand when the
@@ -405,6 +407,11 @@ class _Sim:
             self.mech._current = None
         self.decision_time += time.perf_counter() - t0
         self.decisions += 1
+        wake = getattr(self.mech, "pop_wakeups", None)  # times the mechanism wants to decide again (PAB)
+        if wake is not None:
+            for w in wake():
+                if w > t:
+                    heapq.heappush(self.wakeups, w)
         if self.mech.last_stats:
             self.stats.append({"time": t, **self.mech.last_stats})
         name = self.mech.name

@@ -9,9 +9,10 @@ The simulator runs them with the measured values (:mod:`perfpredict.sim.sharing`
 
 * :class:`Horus` — Algorithm 1: pending jobs in ``k`` k-means queues on the four features of §4.2.2, rounds of
   β jobs picked by weighted fairness (:mod:`perfpredict.sched.horus`), each placed on the top-λ lowest-cost
-  devices of eq. 7-10 among those passing the capacity check. Rounds go on within one decision while a round
-  places something and jobs are left ("while queues in Q is not empty"), so a round whose β jobs fit nowhere
-  ends the decision. A buffer is served in weighted-fair-queuing order ("all pending jobs are now well
+  devices of eq. 7-10 among those passing the capacity check. Rounds go on "while queues in Q is not empty":
+  a picked job leaves its queue, placed or not, so one decision tries every pending job once, in the order
+  the rounds give (one that does not fit waits for the next decision; the queues are rebuilt each time).
+  A buffer is served in weighted-fair-queuing order ("all pending jobs are now well
   ordered ... according to the weighted fairness"): the p-th job of queue x gets the virtual finish tag
   p / w_x, smallest first, so each queue is served in proportion to its weight, longest-waiting first within
   it. ``k = 1`` is Horus, ``k = 3`` Horus-f (:class:`HorusF`), β = 15 (§5.2).
@@ -105,6 +106,10 @@ class _Devices:
         else:
             ok = (self.sharers < max_colocated) & ((self.sharers > 0) | (self.free >= 1 - EPS))
         return ok & (self.used_mem + mem_gb <= self.cap + EPS)
+
+    def n_open(self, max_colocated: int) -> int:
+        """Devices that could take one more job (memory aside)."""
+        return int(np.count_nonzero((self.sharers < max_colocated) & ((self.sharers > 0) | (self.free >= 1 - EPS))))
 
     def key(self, i: int) -> tuple[int, int]:
         s = int(self.server_of[i])
@@ -275,38 +280,46 @@ class Horus(_SharingBase):
             q.sort(key=lambda js: js.arrival_key)
         return qs
 
+    def rounds(self, pending: Sequence[JobState], cluster: ClusterSpec, now: float) -> list[list[JobState]]:
+        """Lines 2-4: the scheduling rounds of one decision, each a buffer of up to β jobs in the order they are
+        tried. Every pending job is in exactly one round; the rounds take jobs from the k queues by
+        weighted fairness, recomputed on what is left of the queues."""
+        queues = self.queues(pending, cluster)
+        out: list[list[JobState]] = []
+        while any(queues):
+            lengths = [len(q) for q in queues]
+            waits = [_median_wait(q, now) for q in queues]
+            quota = weighted_fair_quota(lengths, waits, self.beta)
+            weights = [max(n, m * n) for n, m in zip(lengths, waits, strict=True)]
+            tagged = [((p + 1) / weights[x], js.arrival_key, js)
+                      for x, (q, n) in enumerate(zip(queues, quota, strict=True)) for p, js in enumerate(q[:n])]
+            tagged.sort(key=lambda t: (t[0], t[1]))  # weighted fair queuing order (virtual finish tags)
+            out.append([js for _, _, js in tagged])
+            queues = [q[n:] for q, n in zip(queues, quota, strict=True)]
+        return out
+
     def allocate(self, ordered: Sequence[JobState], cluster: ClusterSpec, running: Mapping[str, Allocation],
                  now: float) -> dict[str, Allocation]:
         out, ledger, pending = self._start(cluster, running, ordered)
         if not pending:
             return out
         view = self._view(cluster, ledger, ordered, running)
-        queues = self.queues(pending, cluster)
         cpus, mem = self._host(cluster)
-        rounds = placed_total = 0
-        while True:
-            lengths = [len(q) for q in queues]
-            if not any(lengths):
-                break
-            waits = [_median_wait(q, now) for q in queues]
-            quota = weighted_fair_quota(lengths, waits, self.beta)
-            weights = [max(n, m * n) for n, m in zip(lengths, waits, strict=True)]
-            tagged = [((p + 1) / weights[x], js.arrival_key, js) for x, (q, n) in enumerate(zip(queues, quota, strict=True))
-                      for p, js in enumerate(q[:n])]
-            tagged.sort(key=lambda t: (t[0], t[1]))  # weighted fair queuing order (virtual finish tags)
-            buffer = [js for _, _, js in tagged]
-            queues = [q[n:] for q, n in zip(queues, quota, strict=True)]
-            rounds += 1
-            placed = 0
+        n_open = view.n_open(self.max_colocated)
+        rounds = self.rounds(pending, cluster, now)
+        placed = 0
+        for buffer in rounds:
             for js in buffer:
+                if n_open < _lam(js):  # line 6: no allocatable resources for it
+                    continue
                 alloc = self._place(js, view, cluster, cpus, mem)
                 if alloc is not None:
                     out[js.id] = alloc
                     placed += 1
-            placed_total += placed
-            if placed == 0:
+                    n_open = view.n_open(self.max_colocated)
+            if n_open == 0:
                 break
-        self.last_stats = {"rounds": float(rounds), "placed": float(placed_total), "queues": float(len(queues))}
+        self.last_stats = {"rounds": float(len(rounds)), "placed": float(placed)}
         return out
 
     def _place(self, js: JobState, view: _Devices, cluster: ClusterSpec, cpus: float, mem: float) -> Allocation | None:
@@ -384,7 +397,7 @@ class PerformanceAwareBinPacking(OpportunisticBinPacking):
         if not warmup_s > 0 or not 0 < threshold <= 1:
             raise ValueError(f"need warmup_s > 0 and 0 < threshold <= 1, got {warmup_s}, {threshold}")
         self.warmup_s, self.threshold = float(warmup_s), float(threshold)
-        self.period_s = self.warmup_s  # a decision at the end of every warm-up
+        self._wake: list[float] = []  # a decision at the end of every warm-up
         #: job on probation -> (placed at, its co-runners' speeds just before)
         self.probation: dict[str, tuple[float, dict[str, float]]] = {}
         #: job -> jobs it slowed down too much (never co-located with them again)
@@ -428,7 +441,14 @@ class PerformanceAwareBinPacking(OpportunisticBinPacking):
             out[js.id] = view.place(js, devs, predicted_util(js), js.device_mem_request_gb, cpus, mem)
             if corunners:
                 self.probation[js.id] = (now, {c: states[c].rate for c in corunners})
+                self._wake.append(now + self.warmup_s)
         self.last_stats = {"requeued": float(len(requeued)), "probation": float(len(self.probation))}
+        return out
+
+
+    def pop_wakeups(self) -> list[float]:
+        """The simulator asks after every decision: the ends of the warm-ups started since."""
+        out, self._wake = self._wake, []
         return out
 
 

@@ -1,0 +1,447 @@
+"""Horus (seed 004): shared devices in the ledger, interference and OOM in the simulator (by hand and as
+hypothesis properties), eq. 7-10, k-means queues and weighted-fair quotas, the mechanisms' rules, the
+measured-point workloads and the CLI."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from perfpredict.sched import Allocation, CapacityError, ClusterSpec, Job, Ledger, Mechanism, PerfModel, Share
+from perfpredict.sched import make_policy
+from perfpredict.sched.horus import job_features, kmeans_l1, placement_cost, weighted_fair_quota
+from perfpredict.sched.mechanisms import make_mechanism
+from perfpredict.sched.mechanisms.horus import (
+    FifoExclusive,
+    Horus,
+    HorusF,
+    OpportunisticBinPacking,
+    PerformanceAwareBinPacking,
+)
+from perfpredict.sim.metrics import metrics_from_result
+from perfpredict.sim.sharing import PAPER_QUADRATICS, PaperSlowdown, Sharing, slowdown_model
+from perfpredict.sim.simulator import SimConfig, SimulationError, simulate
+
+MEASURED = slowdown_model("measured")
+
+
+def linear(u: float) -> float:
+    """A slowdown easy to compute by hand: T_deg(U) = U / 2."""
+    return u / 2
+
+
+def cluster(servers: int = 1, gpus: int = 1, gpu_mem: float = 80.0) -> ClusterSpec:
+    return ClusterSpec.homogeneous(servers, gpus=gpus, cpus=8.0 * gpus, mem_gb=64.0 * gpus, gpu_type="H100",
+                                   gpu_mem_gb=gpu_mem)
+
+
+def model(name: str, util: float, mem: float) -> PerfModel:
+    return PerfModel(name, device_mem_gb=mem, gpu_util=util)
+
+
+class AllOnDevice0(Mechanism):
+    """Puts every waiting job on server 0, device 0, shared (the simulator must sort out the rest)."""
+
+    name = "all-on-0"
+    preemptive = False
+    round_based = False
+
+    def allocate(self, ordered, cluster, running, now):
+        out = dict(running)
+        for js in ordered:
+            if js.id not in out:
+                out[js.id] = Allocation.shared_devices({0: [0]}, 1.0, 1.0, js.device_mem_request_gb)
+        return out
+
+
+# -- the ledger ------------------------------------------------------------------------------------------------
+def test_shared_shares_stack_on_a_device_and_exclude_exclusive_ones():
+    spec = cluster(1, 2, gpu_mem=10.0)
+    led = Ledger(spec)
+    a = Allocation.shared_devices({0: [0]}, 1.0, 1.0, 4.0)
+    b = Allocation.shared_devices({0: [0]}, 1.0, 1.0, 5.0)
+    led.take(a)
+    led.take(b)
+    assert led.device_sharers[0] == [2, 0] and led.device_mem_used[0][0] == pytest.approx(9.0)
+    assert led.used()[0] == pytest.approx(1.0) and led.free_gpus(0) == 1  # one device, however many jobs
+    with pytest.raises(CapacityError, match="device memory"):
+        led.take(Allocation.shared_devices({0: [0]}, 1.0, 1.0, 2.0))
+    with pytest.raises(CapacityError):  # an exclusive job cannot join a shared device
+        led.take(Allocation.proportional({0: [0]}, 1.0, 1.0))
+    copy = led.copy()
+    led.take(Allocation.proportional({0: [1]}, 1.0, 1.0))
+    with pytest.raises(CapacityError, match="does not share"):  # nor a shared job an exclusive one
+        led.take(Allocation.shared_devices({0: [1]}, 1.0, 1.0, 1.0))
+    assert copy.free_gpus(0) == 1 and copy.device_sharers[0] == [2, 0]  # the copy is independent
+    led.release(a)
+    assert led.device_sharers[0][0] == 1 and led.device_free[0][0] == 0.0
+    led.release(b)
+    assert led.device_sharers[0][0] == 0 and led.device_free[0][0] == 1.0 and led.device_mem_used[0][0] == 0.0
+    with pytest.raises(ValueError):
+        Share(0, 0.5, 1.0, 1.0, devices=(0,), shared=True)  # shared shares hold whole devices
+
+
+# -- slowdown models -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("source", ["paper", "paper-1080"])
+def test_paper_slowdown_is_the_quadratic_minus_one_above_the_knee_and_a_line_below(source):
+    c0, c1, c2 = PAPER_QUADRATICS[source]
+    f = slowdown_model(source)
+    assert isinstance(f, PaperSlowdown)
+    for u in (1.2, 1.5, 2.0):
+        assert f(u) == pytest.approx(c2 * u * u + c1 * u + c0 - 1)
+    at_knee = c2 + c1 + c0 - 1
+    assert f(1.0) == pytest.approx(at_knee) and f(0.5) == pytest.approx(at_knee / 2) and f(0.0) == 0.0
+    assert f(1.0 + 1e-9) == pytest.approx(f(1.0), abs=1e-6)  # continuous at 100 %
+    u = np.linspace(0, 2.5, 11)
+    assert np.allclose(f.many(u), [f(x) for x in u])
+    # §3.2: over-committed pairs take 1.5x-3x as long; the reading puts 3x near 150-160 %
+    assert 1.4 < (1 + f(1.5)) / 1 < 3.1
+
+
+def test_measured_slowdown_is_the_refitted_h100_model():
+    import json
+
+    from perfpredict.fit.interference import InterferenceModel
+    from perfpredict.predictor import default_models_dir
+
+    m = InterferenceModel.from_dict(json.loads((default_models_dir() / "cuda_h100" / "interference.json").read_text()))
+    for u in (0.3, 0.9, 1.0, 1.4, 1.8):
+        assert MEASURED(u) == pytest.approx(float(m.predict(u)))
+    with pytest.raises(ValueError, match="unknown interference source"):
+        slowdown_model("nope")
+
+
+# -- eq. 7-10, clustering, quotas ---------------------------------------------------------------------------
+def test_placement_cost_is_eq_7_to_10_by_hand():
+    cost = placement_cost(np.array([0.0, 20.0]), np.array([80.0, 80.0]), np.array([0.0, 0.7]), 4.0, 0.5, linear)
+    # device 0: (0 + 4)/80 + f(0.5) ; device 1: (20 + 4)/80 + f(1.2)
+    assert cost == pytest.approx([4 / 80 + 0.25, 24 / 80 + 0.6])
+    weighted = placement_cost(np.array([20.0]), np.array([80.0]), np.array([0.7]), 4.0, 0.5, linear, 2.0, 0.5)
+    assert weighted == pytest.approx([2 * 24 / 80 + 0.5 * 0.6])
+
+
+def test_job_features_are_tasks_util_gpus_per_task_and_memory():
+    assert job_features(1, 0.4, 3.0, 8) == (1.0, 0.4, 1.0, 3.0)
+    assert job_features(16, 0.9, 5.0, 8) == (2.0, 0.9, 8.0, 5.0)  # σ = ⌈16/8⌉ tasks of 8 GPUs
+    assert job_features(4, 0.9, 5.0, 8) == (1.0, 0.9, 4.0, 5.0)
+
+
+def test_kmeans_l1_separates_obvious_groups_and_is_order_free():
+    rng = np.random.default_rng(0)
+    a = np.column_stack([np.ones(10), rng.uniform(0.05, 0.15, 10), np.ones(10), rng.uniform(0.5, 1.0, 10)])
+    b = np.column_stack([np.ones(10), rng.uniform(0.85, 0.95, 10), np.ones(10), rng.uniform(20, 22, 10)])
+    c = np.column_stack([np.full(10, 2.0), rng.uniform(0.4, 0.5, 10), np.full(10, 8.0), rng.uniform(8, 9, 10)])
+    X = np.vstack([a, b, c])
+    labels = kmeans_l1(X, 3)
+    assert len(set(labels[:10])) == len(set(labels[10:20])) == len(set(labels[20:])) == 1
+    assert len(set(labels)) == 3
+    perm = rng.permutation(30)
+    assert np.array_equal(kmeans_l1(X[perm], 3), labels[perm])  # the same partition, the same names
+    assert np.array_equal(kmeans_l1(X, 1), np.zeros(30))
+    assert set(kmeans_l1(np.repeat(X[:1], 5, axis=0), 3)) == {0}  # fewer distinct jobs than queues
+    assert kmeans_l1(np.zeros((0, 4)), 3).size == 0
+
+
+def test_weighted_fair_quota_by_hand():
+    assert weighted_fair_quota([10, 5, 0], [0.0, 0.0, 0.0], 15) == [10, 5, 0]  # w = len when all just arrived
+    assert weighted_fair_quota([10, 5], [0.0, 0.0], 6) == [4, 2]
+    # w = max(len, median wait × len): a short queue that waited long gets more than its length share
+    assert weighted_fair_quota([2, 20], [1000.0, 10.0], 6) == [2, 4]
+    assert weighted_fair_quota([1, 20], [100.0, 1.0], 15) == [1, 14]  # capped at its length, the rest moves
+
+
+@given(st.lists(st.integers(0, 30), min_size=1, max_size=5), st.data(), st.integers(1, 40))
+@settings(max_examples=60, deadline=None)
+def test_weighted_fair_quota_properties(lengths, data, beta):
+    waits = data.draw(st.lists(st.floats(0, 1e4), min_size=len(lengths), max_size=len(lengths)))
+    q = weighted_fair_quota(lengths, waits, beta)
+    assert sum(q) == min(beta, sum(lengths))
+    assert all(0 <= a <= n for a, n in zip(q, lengths, strict=True))
+
+
+# -- the simulator with sharing, by hand ----------------------------------------------------------------
+def test_co_located_jobs_slow_each_other_by_the_cumulative_utilisation_and_speed_up_when_one_leaves():
+    models = {"a": model("a", 0.5, 1.0), "b": model("b", 0.5, 1.0)}
+    jobs = [Job("A", 0.0, 1, 60.0, model="a"), Job("B", 0.0, 1, 120.0, model="b")]
+    sh = Sharing(slowdown=linear, truth={"a": (0.5, 1.0), "b": (0.5, 1.0)})
+    r = simulate(jobs, cluster(), make_policy("fifo"), AllOnDevice0(), models, SimConfig(sharing=sh))
+    fin = {js.id: js for js in r.finished}
+    # together: U = 1.0, T_deg = 0.5, each at 2/3 speed; A's 60 s take 90 s, then B does its last 60 s alone
+    assert fin["A"].finish == pytest.approx(90.0) and fin["B"].finish == pytest.approx(150.0)
+    m = metrics_from_result(r)
+    assert m.busy_gpu_util == pytest.approx((90 * 1.0 + 60 * 0.5) / 150)  # min(1, U) while each ran
+    assert m.gpu_util == pytest.approx(1.0)  # one device held the whole time
+    assert m.avg_wait_s == 0.0 and m.avg_exec_jct_s == pytest.approx(120.0)
+    # the truth, not the prediction, sets the slowdown: predicted 0.5 each but measured 0.1 each
+    sh2 = Sharing(slowdown=linear, truth={"a": (0.1, 1.0), "b": (0.1, 1.0)})
+    r2 = simulate(jobs, cluster(), make_policy("fifo"), AllOnDevice0(), models, SimConfig(sharing=sh2))
+    assert {js.id: js.finish for js in r2.finished}["A"] == pytest.approx(60 * 1.1)
+
+
+def test_without_sharing_config_nothing_slows_down():
+    models = {"a": model("a", 0.5, 1.0)}
+    jobs = [Job("A", 0.0, 1, 60.0, model="a"), Job("B", 0.0, 1, 60.0, model="a")]
+    r = simulate(jobs, cluster(), make_policy("fifo"), AllOnDevice0(), models)
+    assert [js.finish for js in r.finished] == [pytest.approx(60.0)] * 2
+    assert r.busy == [] and math.isnan(metrics_from_result(r).busy_gpu_util)
+
+
+def test_out_of_memory_fails_the_job_placed_last_and_resubmits_it_with_a_larger_request():
+    # predicted 4 GB each, measured 6 GB each, on a 10 GB device: B (placed after A) runs out of memory
+    models = {"m": model("m", 0.3, 4.0)}
+    jobs = [Job("A", 0.0, 1, 1000.0, model="m"), Job("B", 1.0, 1, 100.0, model="m")]
+    sh = Sharing(slowdown=linear, truth={"m": (0.3, 6.0)}, oom_delay_s=30.0, max_oom_retries=3)
+    r = simulate(jobs, cluster(1, 1, gpu_mem=10.0), make_policy("fifo"), OpportunisticBinPacking(), models,
+                 SimConfig(sharing=sh))
+    fin = {js.id: js for js in r.finished}
+    a, b = fin["A"], fin["B"]
+    assert a.ooms == 0 and a.finish == pytest.approx(1000.0)
+    # B fails at 1 s, 31 s and 61 s (its request stays at the 4 GB that was free), then asks for the whole
+    # device and waits for A
+    assert b.ooms == 3 and r.oom_events == 3 and b.mem_request_gb == pytest.approx(10.0)
+    assert b.first_start == pytest.approx(1000.0) and b.finish == pytest.approx(1100.0)
+    assert r.max_mem_frac <= 1.0 + 1e-9 < r.max_mem_frac_attempted  # resolved, but it did happen
+    assert metrics_from_result(r).n_ooms == 3
+
+
+def test_oom_request_grows_to_the_memory_that_was_available():
+    # A reserves 2 GB (predicted) but uses 3; B reserves 2 but needs 8, on a 10 GB device
+    models = {"small": model("small", 0.2, 2.0), "big": model("big", 0.2, 2.0)}
+    jobs = [Job("A", 0.0, 1, 500.0, model="small"), Job("B", 1.0, 1, 50.0, model="big")]
+    sh = Sharing(slowdown=linear, truth={"small": (0.2, 3.0), "big": (0.2, 8.0)}, max_oom_retries=4)
+    seen: list[float] = []
+
+    class Watch(OpportunisticBinPacking):
+        def allocate(self, ordered, cluster, running, now):
+            seen.extend(js.device_mem_request_gb for js in ordered if js.id == "B" and js.id not in running)
+            return super().allocate(ordered, cluster, running, now)
+
+    r = simulate(jobs, cluster(1, 1, gpu_mem=10.0), make_policy("fifo"), Watch(), models, SimConfig(sharing=sh))
+    b = {js.id: js for js in r.finished}["B"]
+    # after the first failure B asks for the 7 GB that were free to it (§4.2.3); A's under-predicted
+    # reservation still lets it in, so it fails again until, after max_oom_retries, it asks for the device
+    assert list(dict.fromkeys(seen)) == [pytest.approx(2.0), pytest.approx(7.0), pytest.approx(10.0)]
+    assert b.ooms == 4 and b.first_start == pytest.approx(500.0) and b.finish == pytest.approx(550.0)
+
+
+def test_a_job_whose_measured_memory_exceeds_every_device_is_rejected():
+    models = {"m": model("m", 0.3, 4.0)}
+    sh = Sharing(slowdown=linear, truth={"m": (0.3, 12.0)})
+    with pytest.raises(SimulationError, match="device memory"):
+        simulate([Job("A", 0.0, 1, 10.0, model="m")], cluster(1, 1, 10.0), make_policy("fifo"),
+                 OpportunisticBinPacking(), models, SimConfig(sharing=sh))
+
+
+# -- the mechanisms' rules -----------------------------------------------------------------------------------
+def _run(mech, jobs, models, truth, spec, slowdown=MEASURED, record=False):
+    sh = Sharing(slowdown=slowdown, truth=truth, record=record)
+    return simulate(jobs, spec, make_policy("fifo"), mech, models, SimConfig(sharing=sh))
+
+
+def _first_device(r, jid):
+    for _t, key, jobs, *_ in r.device_log:
+        if jid in jobs:
+            return key
+    raise AssertionError(jid)
+
+
+def test_horus_prefers_idle_devices_then_the_lowest_cost_partner_and_refuses_losing_pairs():
+    models = {"heavy": model("heavy", 0.95, 5.0), "light": model("light", 0.1, 1.0)}
+    truth = {"heavy": (0.95, 5.0), "light": (0.1, 1.0)}
+    jobs = [Job("H1", 0.0, 1, 1000.0, model="heavy"), Job("L1", 1.0, 1, 1000.0, model="light"),
+            Job("H2", 2.0, 1, 1000.0, model="heavy"), Job("H3", 3.0, 1, 100.0, model="heavy")]
+    r = _run(Horus(), jobs, models, truth, cluster(1, 2), record=True)
+    fin = {js.id: js for js in r.finished}
+    assert _first_device(r, "H1") != _first_device(r, "L1")  # the idle device costs least
+    assert _first_device(r, "H2") == _first_device(r, "L1")  # next to the light job, not the heavy one
+    # H3 would make a heavy pair with H1 (U 1.9: the measured model predicts T_deg > 1): it waits for a slot
+    # that pays, i.e. until one of the 1000 s jobs leaves
+    assert fin["H3"].first_start > 999.0
+    r2 = _run(Horus(overcommit="none"), jobs, models, truth, cluster(1, 2))
+    assert {js.id: js for js in r2.finished}["H3"].first_start == pytest.approx(3.0)  # memory only: it joins
+    r3 = _run(Horus(overcommit=1.0), jobs, models, truth, cluster(1, 2))
+    assert {js.id: js for js in r3.finished}["H2"].first_start > 999.0  # a 100 % cap: no heavy+light either
+
+
+def test_obp_goes_where_most_memory_is_free_and_fifo_never_shares():
+    models = {"big": model("big", 0.3, 30.0), "small": model("small", 0.3, 2.0)}
+    truth = {"big": (0.3, 30.0), "small": (0.3, 2.0)}
+    jobs = [Job("B1", 0.0, 1, 500.0, model="big"), Job("S1", 1.0, 1, 500.0, model="small"),
+            Job("S2", 2.0, 1, 500.0, model="small")]
+    r = _run(OpportunisticBinPacking(), jobs, models, truth, cluster(1, 2), record=True)
+    assert _first_device(r, "S2") == _first_device(r, "S1")  # 78 GB free there, 50 next to B1
+    f = _run(FifoExclusive(), jobs, models, truth, cluster(1, 2))
+    assert {js.id: js.first_start for js in f.finished}["S2"] == pytest.approx(500.0)
+
+
+def test_pab_requeues_a_job_that_halves_its_co_runner_and_never_pairs_them_again():
+    models = {"heavy": model("heavy", 1.0, 5.0)}
+    truth = {"heavy": (1.0, 5.0)}  # U = 2.0: measured T_deg 1.6, the co-runner drops to 38 % speed
+    jobs = [Job("A", 0.0, 1, 2000.0, model="heavy", epochs=20), Job("B", 10.0, 1, 300.0, model="heavy", epochs=3)]
+    r = _run(PerformanceAwareBinPacking(), jobs, models, truth, cluster(1, 1))
+    fin = {js.id: js for js in r.finished}
+    b = fin["B"]
+    assert b.preemptions == 1 and b.first_start == pytest.approx(10.0)
+    assert b.lost_work > 0  # its progress since the last checkpoint (none in 60 s at 38 % speed) is lost
+    # B ran 60 s at 1/2.6 speed, restarts from scratch, and only runs again once A is done
+    assert fin["A"].finish == pytest.approx(2000.0 + 60.0 * (1 - 1 / (1 + MEASURED(2.0))))
+    assert b.finish == pytest.approx(fin["A"].finish + 300.0)
+    light = {"light": model("light", 0.2, 1.0)}
+    r2 = _run(PerformanceAwareBinPacking(), [Job("A", 0.0, 1, 2000.0, model="light"),
+                                             Job("B", 10.0, 1, 300.0, model="light")],
+              light, {"light": (0.2, 1.0)}, cluster(1, 1))
+    assert sum(js.preemptions for js in r2.finished) == 0
+
+
+def test_horus_f_rounds_follow_weighted_fair_queuing_by_hand():
+    from perfpredict.sched import JobState
+
+    perf = {"a": model("a", 0.1, 1.0), "b": model("b", 0.9, 20.0), "c": model("c", 0.5, 10.0)}
+    spec = cluster(2, 8)
+    arrivals = {"C1": (0.0, "c", 16), "A1": (10.0, "a", 1), "A2": (11.0, "a", 1), "A3": (12.0, "a", 1),
+                "B1": (50.0, "b", 1), "B2": (60.0, "b", 1)}
+    pending = [JobState(Job(j, t, g, 100.0, model=m), perf[m]) for j, (t, m, g) in arrivals.items()]
+    ids = lambda rounds: [[js.id for js in r] for r in rounds]  # noqa: E731
+    # one queue: rounds of β = 4 in arrival order
+    assert ids(Horus(beta=4).rounds(pending, spec, 100.0)) == [["C1", "A1", "A2", "A3"], ["B1", "B2"]]
+    # three queues (one per kind of job): w = max(len, median wait × len) = 267 (A), 90 (B), 100 (C); quotas of
+    # β = 4: 2.34, 0.79, 0.88 -> A 2, then the largest remainders C and B; served by virtual finish tag p / w
+    assert ids(HorusF(beta=4).rounds(pending, spec, 100.0)) == [["A1", "A2", "C1", "B1"], ["A3", "B2"]]
+
+
+# -- invariants under sharing (hypothesis) ---------------------------------------------------------------
+MECHS = ["horus", "horus-f", "obp", "pab", "fifo-exclusive"]
+
+
+@st.composite
+def sharing_cases(draw):
+    servers, gpus = draw(st.integers(1, 2)), draw(st.integers(1, 3))
+    gpu_mem = draw(st.sampled_from([8.0, 16.0, 80.0]))
+    n = draw(st.integers(1, 10))
+    jobs, models, truth = [], {}, {}
+    for i in range(n):
+        u = draw(st.floats(0.05, 1.0))
+        mem = draw(st.floats(0.5, 7.5))
+        models[f"m{i}"] = model(f"m{i}", min(1.0, u * draw(st.floats(0.6, 1.4))), mem * draw(st.floats(0.6, 1.4)))
+        truth[f"m{i}"] = (u, mem)
+        g = draw(st.sampled_from([1, 1, 1, 2])) if servers * gpus >= 2 else 1
+        jobs.append(Job(f"j{i}", draw(st.floats(0, 500)), g, draw(st.floats(10, 2000)), model=f"m{i}",
+                        epochs=draw(st.sampled_from([None, 1, 5]))))
+    mech = draw(st.sampled_from(MECHS))
+    cap = draw(st.integers(1, 3))
+    source = draw(st.sampled_from(["measured", "paper"]))
+    return ClusterSpec.homogeneous(servers, gpus=gpus, cpus=8.0 * gpus, mem_gb=64.0 * gpus, gpu_type="H100",
+                                   gpu_mem_gb=gpu_mem), jobs, models, truth, mech, cap, source
+
+
+@given(sharing_cases())
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_sharing_invariants(case):
+    spec, jobs, models, truth, name, cap, source = case
+    opts = {} if name == "fifo-exclusive" else {"max_colocated": cap}
+    if name in ("horus", "horus-f"):
+        opts["interference"] = source
+    mech = make_mechanism(name, **opts)
+    sh = Sharing(slowdown=slowdown_model(source), truth=truth, record=True, oom_delay_s=20.0)
+    r = simulate(jobs, spec, make_policy("fifo"), mech, models, SimConfig(sharing=sh, oversized="drop"))
+    # every job that fits a device finishes (OOM resubmission and PAB re-queues never livelock)
+    assert not r.unfinished and len(r.finished) + len(r.dropped) == len(jobs)
+    assert all(max(models[j.model].device_mem_gb, truth[j.model][1]) > spec.servers[0].gpu_mem_gb for j in r.dropped)
+    limit = 1 if name == "fifo-exclusive" else cap
+    by_id = {j.id: j for j in jobs}
+    for t, (srv, dev), on, true_mem, reserved, capacity, util, rates in r.device_log:
+        # measured memory on a device never exceeds it once a decision's OOM failures are resolved; the
+        # schedulers' reservations (predicted, raised after OOMs) never do
+        assert true_mem <= capacity + 1e-9 and reserved <= capacity + 1e-9
+        assert len(on) <= limit
+        assert util == pytest.approx(sum(truth[by_id[j].model][0] for j in on), abs=1e-9)
+        if len(on) >= 2:
+            f = 1 / (1 + sh.slowdown(util))
+            for jid, rate in rates:  # a multi-device job runs at its slowest device's pace
+                assert rate <= f + 1e-9
+                if by_id[jid].gpus == 1:
+                    assert rate == pytest.approx(f)
+        else:
+            for _jid, rate in rates:
+                assert rate <= 1 + 1e-12
+    assert r.max_mem_frac <= 1 + 1e-9
+    assert sum(js.ooms for js in r.finished) == r.oom_events
+    event("out of memory" if r.oom_events else "no OOM")
+    event("co-located" if any(len(on) >= 2 for _, _, on, *_ in r.device_log) else "never co-located")
+    event("re-queued" if any(js.preemptions for js in r.finished) else "no re-queue")
+    m = metrics_from_result(r)
+    assert 0 <= m.busy_gpu_util <= m.gpu_util + 1e-9 <= 1 + 1e-9
+    for js in r.finished:
+        # interference only slows down: a job needs at least its work (plus what it redid) to finish
+        assert js.finish - js.first_start >= js.job.work + js.lost_work - 1e-6
+        assert js.first_start >= js.job.arrival
+    if name == "fifo-exclusive":
+        assert r.oom_events == 0
+        assert all(js.finish - js.first_start == pytest.approx(js.job.work) for js in r.finished)
+
+
+# -- workloads and CLI (these load the Predictor: a few seconds) -------------------------------------------
+@pytest.fixture(scope="module")
+def table():
+    from perfpredict.sim.horus_workload import horus_jobs_table
+
+    return horus_jobs_table()
+
+
+def test_jobs_table_is_the_measured_h100_points_with_predictions(table):
+    import csv
+
+    from perfpredict.sim.horus_workload import REPO
+
+    with open(REPO / "datasets" / "cuda_h100.csv", newline="") as f:
+        rows = {f"{r['config']}@b{r['batch_size']}": r for r in csv.DictReader(f) if r["status"] == "ok"}
+    assert len(table) == len(rows) == 415
+    for p in table[::37]:
+        r = rows[p.model]
+        assert p.util == pytest.approx(float(r["gpu_utilization"]))
+        assert p.mem_gb == pytest.approx(float(r["nvml_process_bytes"]) / 1e9)
+        assert 0 < p.pred_util <= 1 and p.pred_mem_gb >= p.pred_mem_median_gb > 0.5  # + the CUDA context
+    util = np.array([p.util for p in table])
+    pred = np.array([p.pred_util for p in table])
+    assert np.mean(np.abs(util - pred)) < 0.1  # the predictions are about these very points
+
+
+def test_horus_traces_follow_the_recipe(table):
+    from perfpredict.sim.horus_workload import HEAVY_UTIL, SHORT_S, horus_trace, horus_truth
+
+    truth = horus_truth()
+    small, large = horus_trace("small", seed=3), horus_trace("large", seed=3)
+    for jobs in (small, large):
+        assert len(jobs) == 100 and all(j.gpus == 1 for j in jobs)
+        assert all(180 <= j.work <= 7200 and j.epochs >= 1 and j.model in truth for j in jobs)
+        assert max(j.arrival for j in jobs) < 3 * 3600
+    short = [np.mean([j.work <= SHORT_S for j in jobs]) for jobs in (small, large)]
+    heavy = [np.mean([truth[j.model][0] >= HEAVY_UTIL for j in jobs]) for jobs in (small, large)]
+    assert short[0] > short[1] and heavy[0] < heavy[1]
+    assert [j.model for j in horus_trace("small", seed=3)] == [j.model for j in small]  # deterministic
+    scale = horus_trace("scale", n=300, seed=1)
+    assert {j.gpus for j in scale} > {1.0} and max(j.gpus for j in scale) <= 16
+
+
+def test_cli_runs_horus_and_its_baselines(tmp_path, table):
+    import json
+
+    from typer.testing import CliRunner
+
+    from perfpredict.cli import app
+
+    for mech in ("fifo-exclusive", "horus-f", "horus:k=2,interference=paper,max_colocated=3"):
+        out = tmp_path / mech.replace(":", "_").replace(",", "_")
+        res = CliRunner().invoke(app, ["simulate", "--cluster", "horus:nodes=1,gpus=4", "--trace",
+                                       "horus:workload=small,n=12,seed=2", "--mechanism", mech, "--no-mlflow",
+                                       "--out", str(out)])
+        assert res.exit_code == 0, res.output
+        m = json.loads((out / "metrics.json").read_text())["metrics"]
+        assert m["n_finished"] == 12 and 0 < m["busy_gpu_util"] <= 1
+    res = CliRunner().invoke(app, ["simulate", "--cluster", "horus-testbed", "--trace", "horus-small",
+                                   "--mechanism", "horus:nope=1", "--no-mlflow", "--out", str(tmp_path / "x")])
+    assert res.exit_code != 0 and "nope" in res.output + str(res.exception)
