@@ -379,10 +379,14 @@ class OpportunisticBinPacking(_SharingBase):
             return out
         view = self._view(cluster, ledger, ordered, running)
         cpus, mem = self._host(cluster)
+        n_open = view.n_open(self.max_colocated)
         for js in pending:
+            if n_open < _lam(js):
+                continue
             devs = self._choose(js, view, cpus, mem)
             if devs is not None:
                 out[js.id] = view.place(js, devs, predicted_util(js), js.device_mem_request_gb, cpus, mem)
+                n_open = view.n_open(self.max_colocated)
         return out
 
 
