@@ -171,6 +171,8 @@ def main() -> None:
             print("|---|---|---|---|---|---|---|---|---|---|")
             for cap in vcaps:
                 for mech in mechs:
+                    if cap != 2 and (mech == "fifo-exclusive" or "paper" in mech):
+                        continue
                     sel = pick("testbed", variant=variant, workload=workload, mechanism=_with_cap(mech, cap))
                     if not sel:
                         continue

@@ -90,8 +90,8 @@ class MeasuredSlowdown:
 
     def describe(self) -> str:
         m = self.model
-        return (f"{self.name}: refitted on perfpredict's co-located pairs, linear {m.linear} up to {m.knee:g}, "  # type: ignore[attr-defined]
-                f"quadratic {m.quadratic} above (lowest order first)")  # type: ignore[attr-defined]
+        return (f"{self.name}: refitted on perfpredict's co-located pairs, linear {m.linear} up to "  # type: ignore[attr-defined]
+                f"{m.knee:g}, quadratic {m.quadratic} above (lowest order first)")  # type: ignore[attr-defined]
 
 
 def _models_dir() -> Path:
