@@ -47,6 +47,7 @@ def run_group(members: Sequence[GroupMember], timing: GroupTiming, timeout_s: fl
         results: list[dict[str, Any] | None] = [None] * len(members)
         deadline = time.monotonic() + timeout_s
         pending = set(range(len(members)))
+        grace_until: float | None = None
         while pending and time.monotonic() < deadline:
             for i in list(pending):
                 if pipes[i].poll(0.05):
@@ -61,7 +62,12 @@ def run_group(members: Sequence[GroupMember], timing: GroupTiming, timeout_s: fl
                     pending.discard(i)
             if members[0].dist is not None and any(r is not None and r.get("status") != "ok" for r in results):
                 # A failed rank leaves the others blocked in a collective until the process-group timeout:
-                # stop them now.
+                # stop them, after a short grace period in which the rank that actually broke can still
+                # report its own error (its peers often notice the broken connection first).
+                if grace_until is None:
+                    grace_until = time.monotonic() + _FAILURE_GRACE_S
+                if time.monotonic() < grace_until and pending:
+                    continue
                 for i in pending:
                     results[i] = {"status": "aborted", "label": members[i].label, "phase": "measure",
                                   "error": "stopped because another rank failed"}
@@ -78,6 +84,10 @@ def run_group(members: Sequence[GroupMember], timing: GroupTiming, timeout_s: fl
             p.join(timeout=5)
         for r in pipes:
             r.close()
+
+
+#: After one data-parallel rank fails, how long the others get to report before they are stopped.
+_FAILURE_GRACE_S = 3.0
 
 
 def _died(member: GroupMember, code: int | None) -> dict[str, Any]:

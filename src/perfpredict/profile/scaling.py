@@ -94,6 +94,12 @@ def plan_members(ref: WorkloadRef, placement: Placement, global_batch: int, devi
     return members
 
 
+def _peer_fallout(error: str) -> bool:
+    """True for the errors a rank raises because *another* rank died (its connection dropped)."""
+    return any(m in error for m in ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
+                                    "remote process exited", "NCCL communicator was aborted"))
+
+
 def measure_placement(ref: WorkloadRef, placement: Placement, global_batch: int, device: str = "cpu",
                       mode: str = "train", timing: GroupTiming | None = None, nodes=None,
                       timeout_s: float = 600.0, cores_per_worker: int | None = None) -> ScalingPoint:
@@ -114,7 +120,9 @@ def _scaling_point(results: list[dict], placement: Placement, global_batch: int,
     bad = [r for r in results if r.get("status") != "ok"]
     if bad:
         # The first failure that is not a consequence of another rank failing is the informative one.
-        first = next((r for r in bad if r.get("status") not in ("timeout", "aborted")), bad[0])
+        first = next((r for r in bad if r.get("status") not in ("timeout", "aborted")
+                      and not _peer_fallout(r.get("error") or "")),
+                     next((r for r in bad if r.get("status") not in ("timeout", "aborted")), bad[0]))
         status = first.get("status", "error")
         return ScalingPoint(status=status if status != "aborted" else "error", error=f"{first.get('label')}: {first.get('error')}",
                             **common)
