@@ -394,7 +394,12 @@ class PredictedPoint(_Section):
     samples_per_s: float
     peak_memory_bytes: float
     peak_memory_interval_bytes: tuple[float, float]
-    peak_memory_safe_bytes: float = Field(description="the upper quantile: what a placement should reserve")
+    peak_memory_safe_bytes: float = Field(description="upper quantile of torch's peak allocated memory")
+    device_memory_bytes: float | None = Field(None, description="CUDA: memory NVML attributes to the process "
+                                              "(context + caching allocator's reserve)")
+    device_memory_interval_bytes: tuple[float, float] | None = None
+    device_memory_safe_bytes: float | None = Field(None, description="its upper quantile: what a placement on a "
+                                                   "GPU should reserve")
     gpu_utilization: float | None = None
     gpu_utilization_interval: tuple[float, float] | None = None
     gpu_utilization_safe: float | None = None

@@ -86,14 +86,16 @@ def predict(
         card = pred.predict(target, batch_sizes=bs, device_type=device_type, params=params or None)
     info = card.prediction
     t = Table(title=f"{card.model.name}: predicted on {card.device.name} ({info.method})")
-    for c in ("batch", "iter time (q10-q90)", "samples/s", "peak memory (q10-q90)", "reserve (q90)", "GPU util"):
+    for c in ("batch", "iter time (q10-q90)", "samples/s", "peak allocated (q10-q90)", "GPU memory to reserve (q90)",
+              "GPU util"):
         t.add_column(c)
     for p in info.points:
         t.add_row(str(p.batch_size),
                   f"{p.iter_time_s * 1e3:.2f} ms ({p.iter_time_interval_s[0] * 1e3:.2f}-{p.iter_time_interval_s[1] * 1e3:.2f})",
                   f"{p.samples_per_s:.0f}",
                   f"{p.peak_memory_bytes / 2**20:.0f} MiB ({p.peak_memory_interval_bytes[0] / 2**20:.0f}-"
-                  f"{p.peak_memory_interval_bytes[1] / 2**20:.0f})", f"{p.peak_memory_safe_bytes / 2**20:.0f} MiB",
+                  f"{p.peak_memory_interval_bytes[1] / 2**20:.0f})",
+                  "-" if p.device_memory_safe_bytes is None else f"{p.device_memory_safe_bytes / 2**20:.0f} MiB",
                   "-" if p.gpu_utilization is None else f"{p.gpu_utilization:.0%}")
     out_console.print(t)
     out_console.print(f"nearest profiled architecture: {info.nearest.name} (distance {info.nearest.distance:.2f}, "

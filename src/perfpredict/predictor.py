@@ -4,7 +4,7 @@
     pred = Predictor.load()                                   # every model set under trained_models/
     card = pred.predict("model.py", batch_sizes=[16, 32, 64])  # exports the model to ONNX (runs its code)
     card = pred.predict(onnx_path="net.onnx", batch_size=32)   # static analysis only, nothing executed
-    card.prediction.points[0].peak_memory_safe_bytes           # the q90 a placement should reserve
+    card.prediction.points[0].device_memory_safe_bytes         # the q90 of GPU memory a placement should reserve
     pred.predict_values(features, [32])                        # the raw numbers, without building a card
 
 Every value on a predicted card says ``source: predicted`` and carries its 80% interval. When the request's
@@ -270,6 +270,10 @@ class Predictor:
                       peak_memory_interval_bytes=(float(mq[0]), float(mq[-1])),
                       peak_memory_safe_bytes=float(max(mq[-1], m)),
                       outside_trained_batches=not (min(ms.trained_batches) <= b <= max(ms.trained_batches)))
+            if "device_memory" in preds:
+                d, dq = preds["device_memory"][0][i], preds["device_memory"][1][i]
+                pt.update(device_memory_bytes=float(d), device_memory_interval_bytes=(float(dq[0]), float(dq[-1])),
+                          device_memory_safe_bytes=float(max(dq[-1], d)))
             if "gpu_utilization" in preds:
                 u, uq = preds["gpu_utilization"][0][i], preds["gpu_utilization"][1][i]
                 pt.update(gpu_utilization=float(u), gpu_utilization_interval=(float(uq[0]), float(uq[-1])),
@@ -299,7 +303,8 @@ def _fallback(ms: ModelSet, name: str, batch_sizes: Sequence[int], preds: dict) 
     pts = ms.profiled[name]["points"]
     measured = sorted(int(b) for b in pts)
     out = {}
-    keys = {"iter_time": "iter_time_s", "peak_memory": "peak_memory_bytes", "gpu_utilization": "gpu_utilization"}
+    keys = {"iter_time": "iter_time_s", "peak_memory": "peak_memory_bytes", "gpu_utilization": "gpu_utilization",
+            "device_memory": "nvml_process_bytes"}
     for tname, (y, q) in preds.items():
         y2, q2 = y.copy(), q.copy()
         for i, b in enumerate(batch_sizes):

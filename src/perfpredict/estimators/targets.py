@@ -72,6 +72,10 @@ class TargetSpec:
 
 TARGETS: dict[str, TargetSpec] = {
     "peak_memory": TargetSpec("peak_memory", "peak_memory_bytes", "bytes", "structured_memory", safe_quantile=0.9),
+    # What the device really holds for the process (NVML): CUDA context + the caching allocator's reserve.
+    # torch's peak allocated (above) can sit gigabytes below it, so placement should reserve this one.
+    "device_memory": TargetSpec("device_memory", "nvml_process_bytes", "bytes", "structured_memory", cuda_only=True,
+                                safe_quantile=0.9),
     "iter_time": TargetSpec("iter_time", "iter_time_s", "s", "log"),
     "gpu_utilization": TargetSpec("gpu_utilization", "gpu_utilization", "fraction", "identity01", cuda_only=True,
                                   safe_quantile=0.9),

@@ -144,6 +144,7 @@ def _profiled_table(data: TrainingData) -> dict[str, Any]:
         e["points"][row["batch_size"]] = {k: (float(row[c]) if row.get(c) not in (None, "") else None)
                                           for k, c in (("iter_time_s", "iter_time_s"),
                                                        ("peak_memory_bytes", "peak_memory_bytes"),
+                                                       ("nvml_process_bytes", "nvml_process_bytes"),
                                                        ("gpu_utilization", "gpu_utilization"))}
     return {"dataset": data.name, "device_name": data.device_name, "architectures": archs}
 
