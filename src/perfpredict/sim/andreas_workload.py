@@ -37,6 +37,7 @@ import numpy as np
 from perfpredict.sched.andreas_cards import ANDREAS_APPS, ANDREAS_GPU_TYPES, andreas_model, gpu_hour_cost
 from perfpredict.sched.cluster import ClusterSpec, ServerSpec
 from perfpredict.sched.job import Job
+from perfpredict.sim.spec_options import spec_options
 
 __all__ = ["TABLE_V", "TableVJob", "andreas_cluster", "andreas_trace", "armida_cluster", "cluster_from_spec", "table_v_trace",
            "trace_from_spec"]
@@ -158,22 +159,11 @@ def andreas_trace(n_nodes: int, case: int = 1, *, n_jobs: int | None = None, loa
     return jobs
 
 
-def _spec_options(spec: str, allowed: dict[str, type]) -> dict:
-    out = {}
-    for item in filter(None, spec.partition(":")[2].split(",")):
-        k, sep, v = item.partition("=")
-        k = k.strip()
-        if not sep or k not in allowed:
-            raise ValueError(f"expected key=value with keys {', '.join(allowed)}, got {item!r}")
-        out[k] = allowed[k](v.strip())
-    return out
-
-
 def cluster_from_spec(spec: str) -> ClusterSpec:
     """``andreas:nodes=N,case=1|2`` (§V-B) or ``armida`` (§V-C's three validation nodes)."""
     if spec == "armida":
         return armida_cluster()
-    kv = _spec_options(spec, {"nodes": int, "case": int})
+    kv = spec_options(spec, {"nodes": int, "case": int})
     return andreas_cluster(kv.get("nodes", 10), kv.get("case", 1))
 
 
@@ -181,6 +171,6 @@ def trace_from_spec(spec: str, seed: int = 0) -> list[Job]:
     """``andreas:nodes=N[,case=1,jobs=10N,load=1,phase_h=1,seed=]`` (§V-B) or ``andreas-table5`` (Table V)."""
     if spec == "andreas-table5":
         return table_v_trace()
-    kv = _spec_options(spec, {"nodes": int, "case": int, "jobs": int, "load": float, "phase_h": float, "seed": int})
+    kv = spec_options(spec, {"nodes": int, "case": int, "jobs": int, "load": float, "phase_h": float, "seed": int})
     return andreas_trace(kv.get("nodes", 10), kv.get("case", 1), n_jobs=kv.get("jobs"), load=kv.get("load", 1.0),
                          phase_h=kv.get("phase_h", 1.0), seed=kv.get("seed", seed))

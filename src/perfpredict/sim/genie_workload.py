@@ -50,6 +50,7 @@ from perfpredict.sched.genie import (
 )
 from perfpredict.sched.genie_cards import DEFAULT_BATCHES, GENIE_TYPES, genie_model
 from perfpredict.sched.job import Job, JobState
+from perfpredict.sim.spec_options import spec_options
 
 __all__ = ["DEFAULT_ITERATIONS", "DEFAULT_MIX", "DEFAULT_REQUESTS", "cluster_from_spec", "describe_trace",
            "genie_cluster", "genie_metrics", "genie_trace", "lat_single", "trace_from_spec"]
@@ -175,17 +176,6 @@ def genie_metrics(result_or_states: Any) -> dict[str, Any]:
             if done else math.nan}
 
 
-def _options(spec: str, allowed: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in filter(None, spec.partition(":")[2].split(",")):
-        k, sep, v = item.partition("=")
-        k = k.strip()
-        if not sep or k not in allowed:
-            raise ValueError(f"expected key=value with keys {', '.join(allowed)}, got {item!r}")
-        out[k] = allowed[k](v.strip())
-    return out
-
-
 def _ints(v: str) -> tuple[int, ...]:
     return tuple(int(x) for x in v.split("/") if x)
 
@@ -196,14 +186,14 @@ def _floats(v: str) -> tuple[float, ...]:
 
 def cluster_from_spec(spec: str) -> ClusterSpec:
     """``genie[:nodes=4,gpus=4]``."""
-    kv = _options(spec, {"nodes": int, "gpus": int})
+    kv = spec_options(spec, {"nodes": int, "gpus": int})
     return genie_cluster(kv.get("nodes", 4), kv.get("gpus", 4))
 
 
 def trace_from_spec(spec: str, seed: int = 0) -> list[Job]:
     """``genie[:rate=10,hours=24,mix=5/35/60,train=0.5,batches=8/16/32/64/128,iters=10000/500000,
     requests=1/2/4,seed=]`` (Table 3)."""
-    kv = _options(spec, {"rate": float, "hours": float, "mix": _floats, "train": float, "batches": _ints,
+    kv = spec_options(spec, {"rate": float, "hours": float, "mix": _floats, "train": float, "batches": _ints,
                          "iters": _ints, "requests": _ints, "seed": int})
     iters = kv.get("iters", DEFAULT_ITERATIONS)
     if len(iters) != 2:
