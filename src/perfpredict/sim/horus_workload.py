@@ -8,9 +8,10 @@ Jobs (:func:`horus_jobs_table`)
     and its device memory (NVML process memory: the CUDA context plus everything the caching allocator
     reserved). What the schedulers *see* is what perfpredict's Predictor (``trained_models/cuda_h100``)
     predicts from the architecture's graph features (``datasets/zoo_features.csv``): the GPU utilisation
-    (median) and the device memory to reserve, the peak allocated memory's q90 "safe" value (or the median,
-    ``memory="median"``) plus the CUDA context δ of Horus eq. 2 (a device constant: the median NVML process
-    memory above what torch reserved, 0.79 GB on the H100). Prediction error therefore has consequences: a job
+    (median) and the device memory to reserve — the Predictor's NVML-process-memory target (CUDA context +
+    the allocator's reserve), its q90 "safe" value or, with ``memory="median"``, its median. (Model sets
+    trained before that target existed fall back to peak allocated memory plus the CUDA context δ of Horus
+    eq. 2, a device constant: the median NVML process memory above what torch reserved, 0.79 GB here.) Prediction error therefore has consequences: a job
     whose memory is under-predicted can run out of memory next to another; one whose utilisation is
     mispredicted is co-located where it should not be.
 
@@ -81,7 +82,7 @@ class HorusPoint:
     mem_gb: float  # measured device memory (NVML process memory)
     iter_time_s: float
     pred_util: float
-    pred_mem_gb: float  # reserved by the schedulers: predicted peak (safe or median) + CUDA context
+    pred_mem_gb: float  # reserved by the schedulers: predicted device memory (safe q90 or median)
     pred_mem_median_gb: float
 
     @property
@@ -128,15 +129,19 @@ def _jobs_table(memory: str, dataset: str | None, features: str | None,
         v = pred.predict_values(archs[config], batches, device_type="cuda_h100")
         for r in rs:
             i = batches.index(int(r["batch_size"]))
-            med = v["peak_memory"]["median"][i]
-            safe = max(v["peak_memory"]["q90"][i], med)
+            if "device_memory" in v:  # predicted directly: what NVML will see, context included
+                med = v["device_memory"]["median"][i]
+                safe, ctx_gb = max(v["device_memory"]["q90"][i], med), 0.0
+            else:
+                med = v["peak_memory"]["median"][i]
+                safe, ctx_gb = max(v["peak_memory"]["q90"][i], med), delta_gb
             out.append(HorusPoint(
                 model=f"{config}{MODEL_SEP}{int(r['batch_size'])}", config=config, family=r["family"],
                 batch=int(r["batch_size"]), util=float(r["gpu_utilization"]),
                 mem_gb=float(r["nvml_process_bytes"]) / 1e9, iter_time_s=float(r["iter_time_s"]),
                 pred_util=float(v["gpu_utilization"]["median"][i]),
-                pred_mem_gb=(safe if memory == "safe" else med) / 1e9 + delta_gb,
-                pred_mem_median_gb=med / 1e9 + delta_gb))
+                pred_mem_gb=(safe if memory == "safe" else med) / 1e9 + ctx_gb,
+                pred_mem_median_gb=med / 1e9 + ctx_gb))
     return tuple(out)
 
 
