@@ -424,3 +424,21 @@ def test_experiment_fast(tmp_path):
     assert {row["method"] for row in res["rows"]} >= {"SWAF", "FIFO", "Capacity", "Min-Min", "Weighted Fair",
                                                        "Tetris+Perf", "Tetris+CER"}
     assert (tmp_path / "genie_qos.png").stat().st_size > 0
+
+
+def test_genie_metrics_reach_mlflow(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from perfpredict.cli import app
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlruns.db")
+    res = CliRunner().invoke(app, ["simulate", "--cluster", "genie:nodes=2", "--trace", "genie:rate=4,hours=1,seed=3",
+                                   "--mechanism", "swaf", "--mode", "event", "-o", str(tmp_path / "sim")])
+    assert res.exit_code == 0, res.output
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns.db")
+    runs = mlflow.search_runs(experiment_names=["perfpredict-simulations"])
+    assert len(runs) == 1
+    qos = runs.iloc[0]["metrics.genie.qos_guarantee"]
+    assert 0 <= qos <= 1

@@ -175,6 +175,11 @@ def log_simulation(run, *, experiment: str = SIMULATION_EXPERIMENT) -> str:
         metrics.update({"sim_wall_s": run.result.wall_s, "sim_decisions": run.result.decisions,
                         "sim_decision_time_s": run.result.decision_time_s,
                         "unfinished_jobs": len(run.result.unfinished)})
+        # A seed's own metrics (GENIE's QoS guarantee, normalised latency, ...), prefixed with the seed's name.
+        for seed, values in (getattr(run, "extra", None) or {}).items():
+            if isinstance(values, dict):
+                metrics.update({f"{seed}.{k}": float(v) for k, v in values.items()
+                                if isinstance(v, (int, float)) and not isinstance(v, bool)})
         mlflow.log_metrics({k: v for k, v in metrics.items() if not math.isnan(v)})
         if run.out_dir is not None:
             mlflow.log_artifacts(str(run.out_dir))
