@@ -3,7 +3,10 @@ clusters and sensitivity grids."""
 
 from __future__ import annotations
 
+import bisect
+import json
 import random
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -360,3 +363,134 @@ def test_device_memory_restricts_servers():
         assert "j0" not in out, cls.name  # fits no device
         assert all(a.servers == (1,) for j, a in out.items() if j in ("j1", "j2", "j3")), cls.name
         assert sum(1 for j in ("j1", "j2", "j3") if j in out) <= 2  # only 4 large devices
+
+
+# -------------------------------------------------------------------------------------------------------
+# Tune's decisions pinned: recorded before Tune's speed-ups, compared bit for bit
+# -------------------------------------------------------------------------------------------------------
+#: Memory-hungry (saturates at 125 GB per GPU) with a 40 GB device footprint: only 80 GB devices hold it.
+BIG_DEVICE = PerfModel("big-device", CPUS, MEMS, _grid(6.0, (0.5, 0.8, 1.0)), device_mem_gb=40.0)
+TUNE_REFERENCE = Path(__file__).resolve().parent / "data" / "synergy_tune_reference.json"
+
+
+def _tune_reference_runs() -> dict[str, list[dict]]:
+    """Synergy-Tune on two small contended clusters (Synergy's servers; mixed servers with 80 GB devices), 40
+    jobs of mixed sizes (1-16 GPUs) and models, 4 rounds with a different policy order each and the previous
+    round's allocations as the running set (some dropped in round 3), with and without the leftover hand-out.
+    Per round: the allocations (server, devices, CPUs, memory per share) and the stats saying which of Tune's
+    paths ran. ``tests/data/synergy_tune_reference.json`` holds this as the unoptimised Tune computed it;
+    regenerate it (``json.dump(_tune_reference_runs(), ...)``) only for a change meant to alter decisions."""
+    from perfpredict.sched.cluster import ServerSpec
+
+    clusters = {
+        "4x8": ClusterSpec.homogeneous(4, gpus=8, cpus=24, mem_gb=500.0),
+        "mixed": ClusterSpec((ServerSpec(8, 24, 500.0), ServerSpec(8, 48, 800.0, gpu_mem_gb=80.0),
+                              ServerSpec(4, 16, 250.0), ServerSpec(8, 32, 500.0, gpu_mem_gb=80.0))),
+    }
+    sizes = (1, 1, 2, 1, 4, 1, 8, 1, 3, 1, 2, 16)
+    models = (SENSITIVE, MEDIUM, INSENSITIVE, GRIDLESS, SENSITIVE, BIG_DEVICE, MEDIUM)
+    runs: dict[str, list[dict]] = {}
+    for name, cluster in clusters.items():
+        for redistribute in (True, False):
+            jobs = [JobState(Job(id=f"j{i}", arrival=float(i), gpus=sizes[(5 * i) % len(sizes)], work=100.0),
+                             models[(3 * i) % len(models)]) for i in range(40)]
+            tune, running, rounds = SynergyTune(redistribute=redistribute), {}, []
+            for r in range(4):
+                ordered = sorted(jobs, key=lambda js: (int(js.id[1:]) * (7 + 2 * r)) % 41)  # noqa: B023
+                if r == 2:  # some jobs stopped: no longer running
+                    running = {j: a for j, a in running.items() if int(j[1:]) % 3}
+                out = tune.allocate(ordered, cluster, running, float(r))
+                rounds.append({"stats": {k: tune.last_stats[k] for k in ("placed", "reverted", "fallback", "upgraded")},
+                               "allocations": {j: [[s.server, list(s.devices), s.cpus, s.mem_gb] for s in a.shares]
+                                               for j, a in sorted(out.items())}})
+                running = out
+            runs[f"{name}/{'redistribute' if redistribute else 'demand'}"] = rounds
+    return runs
+
+
+def test_tune_decisions_match_the_recorded_reference():
+    """Tune's speed-ups (cached requests, a ledger updated without building allocations, a leftover table,
+    reused device lookups) must not change a single decision: same jobs, servers, devices, and the same CPU
+    and memory floats, round after round."""
+    expected = json.loads(TUNE_REFERENCE.read_text())
+    # the reference exercises every path: reverting others, the fallback vector, hand-outs, multi-server jobs
+    stats = [r["stats"] for runs in expected.values() for r in runs]
+    assert all(sum(s[k] for s in stats) > 0 for k in ("reverted", "fallback", "upgraded"))
+    assert any(len(shares) > 1 for runs in expected.values() for r in runs for shares in r["allocations"].values())
+    got = _tune_reference_runs()
+    assert got.keys() == expected.keys()
+    for key, rounds in expected.items():
+        for r, (want, have) in enumerate(zip(rounds, got[key], strict=True)):
+            assert have["allocations"] == want["allocations"], (key, r)
+            assert have["stats"] == want["stats"], (key, r)
+
+
+def test_tune_returns_the_same_allocation_objects_for_unchanged_jobs():
+    cluster = ClusterSpec.homogeneous(2)
+    jobs = [job(i, MODELS[i % 4], gpus=(1, 1, 2, 4)[i % 4]) for i in range(10)]
+    tune = SynergyTune()
+    first = tune.allocate(jobs, cluster, {}, 0.0)
+    second = tune.allocate(jobs, cluster, first, 1.0)
+    assert second == first
+    assert all(second[j] is first[j] for j in first)  # the simulator skips them without comparing
+    fresh = SynergyTune().allocate(jobs, cluster, first, 1.0)
+    assert fresh == second
+
+
+def test_ledger_take_proportional_is_take_of_the_proportional_allocation():
+    from perfpredict.sched.cluster import CapacityError, ServerSpec
+
+    cluster = ClusterSpec((ServerSpec(8, 24, 500.0), ServerSpec(4, 10, 100.0, gpu_mem_gb=16.0)))
+    fast, slow = Ledger(cluster), Ledger(cluster)
+
+    def state(led: Ledger) -> tuple:
+        return (led.device_free, led.device_mem_used, led.free_cpus, led.free_mem, led.free_whole)
+
+    steps = [({0: [1, 2], 1: [0]}, 7.0, 100.0 / 3, 3.0), ({0: [0]}, 2.5, 62.5, 0.0), ({1: [3, 2]}, 1.1, 10.0, 5.0)]
+    for devices, cpus, mem, dm in steps:
+        fast.take_proportional(devices, cpus, mem, dm)
+        slow.take(Allocation.proportional(devices, cpus, mem, dm))
+        assert state(fast) == state(slow)
+    for devices, cpus, mem, dm in steps[:2]:
+        fast.release_proportional(devices, cpus, mem, dm)
+        slow.release(Allocation.proportional(devices, cpus, mem, dm))
+        assert state(fast) == state(slow)
+    before = state(fast)
+    for devices, cpus, mem, dm in [({1: [2]}, 1.0, 1.0, 0.0),    # device taken
+                                   ({0: [0]}, 30.0, 1.0, 0.0),   # too many CPUs
+                                   ({1: [0]}, 1.0, 1.0, 20.0),   # device memory
+                                   ({5: [0]}, 1.0, 1.0, 0.0),    # no such server
+                                   ({0: [9]}, 1.0, 1.0, 0.0)]:   # no such device
+        with pytest.raises(CapacityError):
+            fast.take_proportional(devices, cpus, mem, dm)
+        assert state(fast) == before
+    with pytest.raises(ValueError):
+        fast.take_proportional({0: [0, 0]}, 1.0, 1.0)  # a device twice
+    with pytest.raises(ValueError):
+        fast.take_proportional({}, 1.0, 1.0)  # no GPU
+    assert state(fast) == before
+
+
+def test_leftover_table_picks_what_a_scan_of_the_grid_picks():
+    """Tune's hand-out looks the fastest point under (CPU, memory) limits up in a per-model table; it must be
+    the point a full scan picks (fastest, then fewest CPUs, then least memory), ties included."""
+    import numpy as np
+
+    from perfpredict.sched.mechanisms.synergy import _grid_arrays, _grid_best_within
+
+    rng = random.Random(5)
+    levels = (0.25, 0.5, 0.5, 0.75, 1.0, 1.0)  # repeated values: many ties
+    for perf in (*MODELS[:3], BIG_DEVICE, *(PerfModel(f"r{k}", CPUS, MEMS, tuple(tuple(rng.choice(levels) for _ in MEMS)
+                                                                                 for _ in CPUS)) for k in range(20))):
+        pc, pm, pw = _grid_arrays(perf)
+        c_vals, m_vals, best = _grid_best_within(perf)
+        for c_lim in (0.5, *CPUS, 5.0, 20.0):
+            for m_lim in (10.0, *MEMS, 100.0, 500.0):
+                ok = (pc <= c_lim) & (pm <= m_lim)
+                got = best[bisect.bisect_right(c_vals, c_lim)][bisect.bisect_right(m_vals, m_lim)]
+                if not ok.any():
+                    assert got is None
+                    continue
+                i = np.flatnonzero(ok)
+                k = i[np.lexsort((pm[i], pc[i], -pw[i]))[0]]
+                assert got == (pc[k], pm[k], pw[k]), (perf.name, c_lim, m_lim)

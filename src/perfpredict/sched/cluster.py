@@ -20,7 +20,7 @@ tries to over-commit gets :class:`CapacityError` and the cluster state stays as 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -349,6 +349,84 @@ class Ledger:
             self.free_cpus[s.server] = min(float(srv.cpus), self.free_cpus[s.server] + s.cpus)
             self.free_mem[s.server] = min(float(srv.mem_gb), self.free_mem[s.server] + s.mem_gb)
             self._recount(s.server)
+
+    # -- whole-device proportional allocations without building them ----------------------------------
+    def take_proportional(self, devices: Mapping[int, Sequence[int]], cpus: float, mem_gb: float,
+                          device_mem_gb: float = 0.0) -> None:
+        """``take(Allocation.proportional(devices, cpus, mem_gb, device_mem_gb))`` without building the
+        allocation: the same per-server amounts (``cpus * k / total`` for ``k`` of ``total`` devices), the same
+        checks and the same arithmetic, so the ledger ends in exactly the same state. Anything unusual (a
+        share that would not fit, a bad server or device, negative amounts) goes through :meth:`take` with the
+        real allocation, which raises the same error. For mechanisms that place and resize many times per
+        decision (Synergy-Tune's packer)."""
+        total = 0
+        for devs in devices.values():
+            total += len(devs)
+        # the plain case only: non-negative amounts, whole devices that exist, are distinct, free and fit
+        plain = total > 0 and cpus >= 0 and mem_gb >= 0 and device_mem_gb >= 0
+        if plain:
+            servers = self.spec.servers
+            n = len(servers)
+            for s, devs in devices.items():
+                k = len(devs)
+                if not k:
+                    continue
+                if not (isinstance(s, int) and 0 <= s < n) or cpus * k / total > self.free_cpus[s] + EPS \
+                        or mem_gb * k / total > self.free_mem[s] + EPS or (k > 1 and len(set(devs)) != k):
+                    plain = False
+                    break
+                free, used = self.device_free[s], self.device_mem_used[s]
+                cap = servers[s].gpu_mem_gb + EPS
+                g = len(free)
+                for d in devs:
+                    if not (isinstance(d, int) and 0 <= d < g) or 1.0 > free[d] + EPS or device_mem_gb + used[d] > cap:
+                        plain = False
+                        break
+                if not plain:
+                    break
+        if not plain:
+            self.take(Allocation.proportional(dict(devices), cpus, mem_gb, device_mem_gb))  # raises
+            return
+        for s, devs in devices.items():
+            k = len(devs)
+            if not k:
+                continue
+            free, used = self.device_free[s], self.device_mem_used[s]
+            was_free = 0
+            for d in devs:
+                # a device holds at most 1.0, so none of these is whole-free afterwards (what _recount counts)
+                was_free += free[d] >= 1 - EPS
+                free[d] -= 1.0
+                used[d] += device_mem_gb
+            self.free_cpus[s] -= cpus * k / total
+            self.free_mem[s] -= mem_gb * k / total
+            self.free_whole[s] -= was_free
+
+    def release_proportional(self, devices: Mapping[int, Sequence[int]], cpus: float, mem_gb: float,
+                             device_mem_gb: float = 0.0) -> None:
+        """``release(Allocation.proportional(devices, cpus, mem_gb, device_mem_gb))`` without building the
+        allocation (the counterpart of :meth:`take_proportional`, same arithmetic as :meth:`release`)."""
+        total = 0
+        for devs in devices.values():
+            total += len(devs)
+        if total <= 0:
+            raise ValueError("an allocation needs at least one GPU")
+        servers = self.spec.servers
+        for s, devs in devices.items():
+            k = len(devs)
+            if not k:
+                continue
+            srv = servers[s]
+            free, used = self.device_free[s], self.device_mem_used[s]
+            change = 0
+            for d in devs:
+                before = free[d] >= 1 - EPS
+                free[d] = min(1.0, free[d] + 1.0)
+                change += (free[d] >= 1 - EPS) - before
+                used[d] = max(0.0, used[d] - device_mem_gb)
+            self.free_cpus[s] = min(float(srv.cpus), self.free_cpus[s] + cpus * k / total)
+            self.free_mem[s] = min(float(srv.mem_gb), self.free_mem[s] + mem_gb * k / total)
+            self.free_whole[s] += change  # as _recount(s), on the devices that changed
 
     def take_all(self, allocs: Iterable[Allocation]) -> None:
         """Take several allocations, all or none."""

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import math
 import time
+from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -131,25 +132,30 @@ def proportional_rate_floor_ok(alloc_map: Mapping[str, Allocation], jobs: Sequen
 # ---------------------------------------------------------------------------------------------------------
 # Per-job requests
 # ---------------------------------------------------------------------------------------------------------
-@dataclass
 class _Req:
-    js: JobState
-    idx: int          # position in policy order
-    g: int            # whole GPUs
-    c: float          # per-GPU demand vector
-    m: float
-    w_prop: float     # relative w on the proportional share (1.0 without a grid)
-    fb_c: float       # fallback vector (≤ proportional in every dimension, ≥ proportional throughput)
-    fb_m: float
-    ok: tuple[bool, ...] | None = None  # servers whose devices hold the job's device memory (None: all)
+    """One job's request for a decision (built by :class:`_RequestBuilder`)."""
 
-    @property
-    def id(self) -> str:
-        return self.js.id
+    __slots__ = ("js", "idx", "g", "c", "m", "w_prop", "fb_c", "fb_m", "ok", "id", "perf", "gf", "_w_fb")
 
-    @property
-    def perf(self) -> PerfModel:
-        return self.js.perf
+    def __init__(self, js: JobState, idx: int, g: int, c: float, m: float, w_prop: float, fb_c: float,
+                 fb_m: float, ok: tuple[bool, ...] | None = None, gf: float | None = None) -> None:
+        self.js = js
+        self.idx = idx            # position in policy order
+        self.g = g                # whole GPUs
+        self.c = c                # per-GPU demand vector
+        self.m = m
+        self.w_prop = w_prop      # relative w on the proportional share (1.0 without a grid)
+        self.fb_c = fb_c          # fallback vector (≤ proportional in every dimension, ≥ proportional throughput)
+        self.fb_m = fb_m
+        self.ok = ok              # servers whose devices hold the job's device memory (None: all)
+        self.id: str = js.id
+        self.perf: PerfModel = js.perf
+        #: perf.gpu_factor(g, job.gpus), the GPU part of ``rate``
+        self.gf = js.perf.gpu_factor(g, js.job.gpus) if gf is None else gf
+        self._w_fb: float | None = None
+
+    def __repr__(self) -> str:
+        return f"_Req({self.id!r}, idx={self.idx}, g={self.g}, c={self.c:g}, m={self.m:g})"
 
     def above_prop(self, pc: float, pm: float) -> bool:
         return self.c > pc + _RTOL or self.m > pm + _RTOL
@@ -157,9 +163,15 @@ class _Req:
     def w(self, c: float, m: float) -> float:
         return _relative_w(self.perf, c, m)
 
+    def w_fb(self) -> float:
+        """``w(fb_c, fb_m)``."""
+        if self._w_fb is None:
+            self._w_fb = self.w(self.fb_c, self.fb_m)
+        return self._w_fb
+
     def rate(self, c: float, m: float) -> float:
         """Rate on its GPU demand with (c, m) per GPU on every server (what a proportional split gives)."""
-        return self.perf.gpu_factor(self.g, self.js.job.gpus) * self.w(c, m)
+        return self.gf * self.w(c, m)
 
 
 _W_MEMO: dict[tuple[int, float, float], tuple[PerfModel, float]] = {}
@@ -221,44 +233,92 @@ def _fits_empty(cluster: ClusterSpec, g: int, c: float, m: float, ok: Sequence[b
 
 
 class _RequestBuilder:
-    """Demand vectors per perf model, cached across calls (perf models are shared by many jobs)."""
+    """Demand vectors per perf model, cached across calls (perf models are shared by many jobs), and per
+    (perf model, GPU demand) on the last cluster seen: everything in a request but its policy position
+    depends only on those immutable inputs, so a decision only looks them up."""
 
     def __init__(self, threshold: float, floor_fix: bool) -> None:
         self.threshold = threshold
         self.floor_fix = floor_fix
         self._cache: dict[tuple[int, tuple[float, float]], tuple[PerfModel, tuple]] = {}
+        self._cluster: ClusterSpec | None = None
+        #: (id(perf), job.gpus, clamp) -> (perf, None if the job fits no server's devices, else the
+        #: request's fields but js and idx), for ``self._cluster``
+        self._per_job: dict[tuple[int, float, bool], tuple[PerfModel, tuple | None]] = {}
+        self._share: tuple[float, float] = (0.0, 0.0)
+        self._ok_by_mem: dict[float, tuple[bool, ...] | None] = {}
+        self._fits_empty: dict[tuple, bool] = {}
+
+    def _for_cluster(self, cluster: ClusterSpec) -> None:
+        if cluster is not self._cluster or len(self._per_job) > 100_000:
+            self._cluster = cluster
+            self._share = proportional_share(cluster)
+            self._per_job = {}
+            self._ok_by_mem = {}
+            self._fits_empty = {}
+
+    def _fields(self, js: JobState, cluster: ClusterSpec, clamp_to_cluster: bool) -> tuple | None:
+        """(g, c, m, w_prop, fb_c, fb_m, ok, gf) of the job's request, None if no server's devices hold it."""
+        perf = js.perf
+        key = (id(perf), js.job.gpus, clamp_to_cluster)
+        hit = self._per_job.get(key)
+        if hit is not None and hit[0] is perf:
+            return hit[1]
+        dm = perf.device_mem_gb
+        if dm in self._ok_by_mem:
+            ok = self._ok_by_mem[dm]
+        else:
+            mask = tuple(s.gpus > 0 and s.gpu_mem_gb + EPS >= dm for s in cluster.servers)
+            ok = None if all(mask) else mask
+            if dm == dm:  # not NaN
+                self._ok_by_mem[dm] = ok
+        if ok is not None and not any(ok):
+            fields = None
+        else:
+            share = self._share
+            dkey = (id(perf), share)
+            dhit = self._cache.get(dkey)
+            if dhit is None or dhit[0] is not perf:
+                dhit = (perf, _demand_vectors(perf, self.threshold, share, self.floor_fix))
+                self._cache[dkey] = dhit
+            c, m, w_prop, fb_c, fb_m = dhit[1]
+            g = _gpus_of(js)
+            if clamp_to_cluster:
+                fkey = (g, c, m, ok)
+                if fkey not in self._fits_empty:
+                    self._fits_empty[fkey] = _fits_empty(cluster, g, c, m, ok)
+                if not self._fits_empty[fkey]:
+                    # A demand no empty cluster could hold would starve the job forever: ask for the share.
+                    c, m = fb_c, fb_m
+            fields = (g, c, m, w_prop, fb_c, fb_m, ok, perf.gpu_factor(g, js.job.gpus))
+        self._per_job[key] = (perf, fields)
+        return fields
 
     def build(self, ordered: Sequence[JobState], cluster: ClusterSpec,
               clamp_to_cluster: bool = True) -> list[_Req]:
         """One request per job that can run on this cluster at all (jobs whose device-memory footprint fits
         no server's GPUs are left out)."""
-        share = proportional_share(cluster)
-        fits_empty: dict[tuple, bool] = {}
-        ok_by_mem: dict[float, tuple[bool, ...] | None] = {}
+        self._for_cluster(cluster)
         out = []
         for idx, js in enumerate(ordered):
-            dm = js.perf.device_mem_gb
-            if dm not in ok_by_mem:
-                mask = tuple(s.gpus > 0 and s.gpu_mem_gb + EPS >= dm for s in cluster.servers)
-                ok_by_mem[dm] = None if all(mask) else mask
-            ok = ok_by_mem[dm]
-            if ok is not None and not any(ok):
-                continue
-            key = (id(js.perf), share)
-            hit = self._cache.get(key)
-            if hit is None or hit[0] is not js.perf:
-                hit = (js.perf, _demand_vectors(js.perf, self.threshold, share, self.floor_fix))
-                self._cache[key] = hit
-            c, m, w_prop, fb_c, fb_m = hit[1]
-            g = _gpus_of(js)
-            if clamp_to_cluster:
-                key = (g, c, m, ok)
-                if key not in fits_empty:
-                    fits_empty[key] = _fits_empty(cluster, g, c, m, ok)
-                if not fits_empty[key]:
-                    # A demand no empty cluster could hold would starve the job forever: ask for the share.
-                    c, m = fb_c, fb_m
-            out.append(_Req(js, idx, g, c, m, w_prop, fb_c, fb_m, ok))
+            f = self._fields(js, cluster, clamp_to_cluster)
+            if f is not None:
+                out.append(_Req(js, idx, f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]))
+        return out
+
+    def runnable(self, ordered: Sequence[JobState], cluster: ClusterSpec) -> list[_Req]:
+        """``_select(self.build(ordered, cluster), cluster.total_gpus)`` without building the requests of the
+        jobs after the point where the GPUs run out."""
+        self._for_cluster(cluster)
+        left = cluster.total_gpus
+        out = []
+        for idx, js in enumerate(ordered):
+            if left <= 0:
+                break
+            f = self._fields(js, cluster, True)
+            if f is not None and f[0] <= left:
+                out.append(_Req(js, idx, f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]))
+                left -= f[0]
         return out
 
 
@@ -278,43 +338,112 @@ def _select(reqs: Sequence[_Req], total_gpus: int) -> list[_Req]:
 # ---------------------------------------------------------------------------------------------------------
 # Device choice
 # ---------------------------------------------------------------------------------------------------------
-def _reserved_devices(running: Mapping[str, Allocation]) -> dict[str, set[tuple[int, int]]]:
-    return {jid: {(s.server, d) for s in a.shares for d in s.devices} for jid, a in running.items()}
-
-
 class _DevicePicker:
     """Picks free devices on a server, preferring the job's previous ones, then devices no other running job
-    holds (so it can keep them), then the rest."""
+    holds (so it can keep them), then the rest.
 
-    def __init__(self, running: Mapping[str, Allocation]) -> None:
+    ``memo`` (job id -> (allocation, what this class derives from it)) may be kept across decisions by a
+    mechanism: running allocations are immutable, so a job still running on the very same allocation object
+    is not looked at again."""
+
+    def __init__(self, running: Mapping[str, Allocation],
+                 memo: dict[str, tuple[Allocation, tuple | None]] | None = None) -> None:
         self.running = running
-        self.by_job = _reserved_devices(running)
-        self.all_reserved: set[tuple[int, int]] = set().union(*self.by_job.values()) if self.by_job else set()
+        #: per server, the devices running jobs hold
+        reserved: dict[int, set[int]] = {}
+        for a in running.values():
+            for sh in a.shares:
+                if sh.devices:
+                    held = reserved.get(sh.server)
+                    if held is None:
+                        reserved[sh.server] = set(sh.devices)
+                    else:
+                        held.update(sh.devices)
+        self.reserved = reserved
+        if memo is None:
+            memo = {}
+        elif len(memo) > 2 * len(running) + 64:  # forget jobs that no longer run
+            for jid in [j for j in memo if j not in running]:
+                del memo[jid]
+        self._memo = memo
+
+    def _prev(self, jid: str) -> tuple | None:
+        """(whole GPUs, {server: devices}, {server: sorted devices} or None, {server: count}) of the job's
+        running allocation; None if it has none or it holds a fraction of a device. Shared, not to be changed."""
+        a = self.running.get(jid)
+        if a is None:
+            return None
+        hit = self._memo.get(jid)
+        if hit is not None and hit[0] is a:
+            return hit[1]
+        gpus = 0.0
+        info: tuple | None = None
+        for sh in a.shares:
+            gpus += sh.gpus
+            if 0 < sh.gpus < 1 - EPS:
+                break
+        else:
+            devs = {sh.server: list(sh.devices) for sh in a.shares}
+            # what devices() picks for these counts when all of them are free: the job's own devices, sorted
+            mine = {s: sorted(d) for s, d in devs.items()} if all(devs.values()) else None
+            info = (gpus, devs, mine, {s: len(d) for s, d in devs.items()})
+        self._memo[jid] = (a, info)
+        return info
 
     def pick(self, ledger: Ledger, jid: str, server: int, k: int) -> list[int]:
-        own = self.by_job.get(jid, set())
         free = ledger.free_devices(server)
         if len(free) < k:
             raise AssertionError(f"server {server}: {k} devices asked, {len(free)} free")  # pragma: no cover
-
-        def rank(d: int) -> int:
-            if (server, d) in own:
-                return 0
-            return 2 if (server, d) in self.all_reserved else 1
-
-        return sorted(sorted(free, key=lambda d: (rank(d), d))[:k])
+        if len(free) == k:
+            return free
+        own: set[int] = set()
+        a = self.running.get(jid)
+        if a is not None:
+            for sh in a.shares:
+                if sh.server == server:
+                    own.update(sh.devices)
+        reserved = self.reserved.get(server, ())
+        # (rank, device) order: the job's own devices, then devices nobody running holds, then the rest
+        first = [d for d in free if d in own]
+        if len(first) >= k:
+            return first[:k]
+        first += [d for d in free if d not in own and d not in reserved]
+        if len(first) < k:
+            first += [d for d in free if d not in own and d in reserved]
+        return sorted(first[:k])
 
     def devices(self, ledger: Ledger, jid: str, counts: Mapping[int, int]) -> DevicesByServer:
         return {s: self.pick(ledger, jid, s, k) for s, k in counts.items() if k > 0}
 
+    def _prev_if_free(self, ledger: Ledger, jid: str, g: int) -> tuple | None:
+        prev = self._prev(jid)
+        if prev is None or abs(prev[0] - g) > EPS:
+            return None
+        device_free = ledger.device_free
+        for s, devs in prev[1].items():
+            free = device_free[s]
+            for d in devs:
+                if free[d] < 1 - EPS:
+                    return None
+        return prev
+
     def previous(self, ledger: Ledger, jid: str, g: int) -> DevicesByServer | None:
         """The job's previous devices if it had exactly ``g`` whole GPUs and they are all free."""
-        prev = self.running.get(jid)
-        if prev is None or prev.is_fractional or abs(prev.gpus - g) > EPS:
+        prev = self._prev_if_free(ledger, jid, g)
+        return None if prev is None else {s: list(devs) for s, devs in prev[1].items()}
+
+    def previous_placement(self, ledger: Ledger, jid: str, g: int
+                           ) -> tuple[DevicesByServer, dict[int, int]] | None | bool:
+        """For the counts of :meth:`previous` (the job's previous devices per server), ``(self.devices(ledger,
+        jid, counts), counts)``, i.e. its previous devices sorted, when :meth:`previous` finds them all free;
+        else None. ``False`` where :meth:`previous` would find them but an odd allocation (a share without
+        devices) needs the general path. The dicts are shared: callers must not change them."""
+        prev = self._prev_if_free(ledger, jid, g)
+        if prev is None:
             return None
-        if all(ledger.device_free[s.server][d] >= 1 - EPS for s in prev.shares for d in s.devices):
-            return {s.server: list(s.devices) for s in prev.shares}
-        return None
+        if prev[2] is None:
+            return False
+        return prev[2], prev[3]
 
 
 def _fits(ledger: Ledger, counts: Mapping[int, int], c: float, m: float) -> bool:
@@ -429,17 +558,29 @@ def _alloc(devices: DevicesByServer, g: int, c: float, m: float, perf: PerfModel
 # ---------------------------------------------------------------------------------------------------------
 # The packer Tune and Opt share: placements that can be switched back to their proportional share
 # ---------------------------------------------------------------------------------------------------------
-@dataclass
 class _Placed:
-    req: _Req
-    devices: DevicesByServer
-    c: float
-    m: float
-    alloc: Allocation
+    """A job the packer placed: its devices (fixed once placed) and (c, m) per GPU (changed by resizes)."""
+
+    __slots__ = ("req", "devices", "c", "m", "counts", "_w")
+
+    def __init__(self, req: _Req, devices: DevicesByServer, c: float, m: float,
+                 counts: dict[int, int] | None = None) -> None:
+        self.req = req
+        self.devices = devices
+        self.c = c
+        self.m = m
+        self.counts: dict[int, int] = {s: len(d) for s, d in devices.items()} if counts is None else counts
+        self._w: float | None = None
+
+    def w(self) -> float:
+        """``req.w(c, m)``, the relative w where it stands now."""
+        if self._w is None:
+            self._w = self.req.w(self.c, self.m)
+        return self._w
 
     @property
-    def counts(self) -> dict[int, int]:
-        return {s: len(d) for s, d in self.devices.items()}
+    def alloc(self) -> Allocation:
+        return _alloc(self.devices, self.req.g, self.c, self.m, self.req.perf)
 
 
 class _Packer:
@@ -453,24 +594,27 @@ class _Packer:
         self.on_server: list[set[str]] = [set() for _ in range(cluster.n_servers)]
         self.reverted = 0
 
-    def place(self, req: _Req, devices: DevicesByServer, c: float, m: float) -> _Placed:
-        alloc = _alloc(devices, req.g, c, m, req.perf)
-        self.ledger.take(alloc)
-        p = _Placed(req, devices, c, m, alloc)
+    def place(self, req: _Req, devices: DevicesByServer, c: float, m: float,
+              counts: dict[int, int] | None = None) -> _Placed:
+        """Place ``req`` on ``devices`` at (c, m) per GPU (``counts``: the number of devices per server, if the
+        caller has it). The ledger takes exactly what ``Allocation.proportional`` would hold; the allocation
+        itself is only built by :meth:`result`."""
+        self.ledger.take_proportional(devices, req.g * c, req.g * m, req.perf.device_mem_gb)
+        p = _Placed(req, devices, c, m, counts)
         self.placed[req.id] = p
         for s in devices:
             self.on_server[s].add(req.id)
         return p
 
     def resize(self, p: _Placed, c: float, m: float) -> None:
-        new = _alloc(p.devices, p.req.g, c, m, p.req.perf)
-        self.ledger.release(p.alloc)
+        led, g, dm = self.ledger, p.req.g, p.req.perf.device_mem_gb
+        led.release_proportional(p.devices, g * p.c, g * p.m, dm)
         try:
-            self.ledger.take(new)
+            led.take_proportional(p.devices, g * c, g * m, dm)
         except Exception:
-            self.ledger.take(p.alloc)
+            led.take_proportional(p.devices, g * p.c, g * p.m, dm)
             raise
-        p.c, p.m, p.alloc = c, m, new
+        p.c, p.m, p._w = c, m, None
 
     # -- making room -----------------------------------------------------------------------------------
     def _deficit(self, s: int, want_c: float, want_m: float) -> tuple[float, float]:
@@ -488,14 +632,15 @@ class _Packer:
             if jid in exclude:
                 continue
             p = self.placed[jid]
+            req = p.req
             k = len(p.devices[s])
-            free_c = k * max(0.0, p.c - p.req.fb_c)
-            free_m = k * max(0.0, p.m - p.req.fb_m)
+            free_c = k * max(0.0, p.c - req.fb_c)
+            free_m = k * max(0.0, p.m - req.fb_m)
             gain = (free_c / max(srv.cpus, EPS) if dc > _RTOL else 0.0) + (free_m / max(srv.mem_gb, EPS) if dm > _RTOL else 0.0)
             if gain <= 0:
                 continue
-            loss = max(0.0, p.req.w(p.c, p.m) - p.req.w(p.req.fb_c, p.req.fb_m))
-            cands.append((loss / gain, p.req.idx, jid))
+            loss = max(0.0, p.w() - req.w_fb())
+            cands.append((loss / gain, req.idx, jid))
         for _, _, jid in sorted(cands):
             self.revert(self.placed[jid], exclude | {jid})
             dc, dm = self._deficit(s, want_c, want_m)
@@ -543,31 +688,54 @@ class _Packer:
     # -- leftovers -------------------------------------------------------------------------------------
     def hand_out_leftovers(self, order: Sequence[str]) -> int:
         """Give spare CPU/memory to jobs that run faster with it: each job in ``order`` moves to the fastest
-        grid point that fits what it holds plus what is free on its servers. Returns how many moved."""
+        grid point that fits what it holds plus what is free on its servers (ties: fewest CPUs, then least
+        memory). Returns how many moved."""
         moved = 0
+        free_cpus, free_mem = self.ledger.free_cpus, self.ledger.free_mem
         for jid in order:
             p = self.placed.get(jid)
             if p is None or not p.req.perf.has_grid:
                 continue
-            pts = _grid_arrays(p.req.perf)
             counts = p.counts
-            c_lim = min((self.ledger.free_cpus[s] + k * p.c) / k for s, k in counts.items())
-            m_lim = min((self.ledger.free_mem[s] + k * p.m) / k for s, k in counts.items())
-            cur = p.req.w(p.c, p.m)
-            ok = (pts[0] <= c_lim + _RTOL / 8) & (pts[1] <= m_lim + _RTOL / 8) & (pts[2] > cur + 1e-9)
-            if not ok.any():
-                continue
-            i = np.flatnonzero(ok)
-            best = i[np.lexsort((pts[1][i], pts[0][i], -pts[2][i]))[0]]
-            self.resize(p, float(pts[0][best]), float(pts[1][best]))
-            moved += 1
+            if len(counts) == 1:
+                [(s, k)] = counts.items()
+                c_lim = (free_cpus[s] + k * p.c) / k
+                m_lim = (free_mem[s] + k * p.m) / k
+            else:
+                c_lim = min((free_cpus[s] + k * p.c) / k for s, k in counts.items())
+                m_lim = min((free_mem[s] + k * p.m) / k for s, k in counts.items())
+            c_vals, m_vals, best = _grid_best_within(p.req.perf)
+            pt = best[bisect_right(c_vals, c_lim + _RTOL / 8)][bisect_right(m_vals, m_lim + _RTOL / 8)]
+            if pt is not None and pt[2] > p.w() + 1e-9:
+                self.resize(p, pt[0], pt[1])
+                moved += 1
         return moved
 
-    def result(self) -> dict[str, Allocation]:
-        return {jid: p.alloc for jid, p in self.placed.items()}
+    def result(self, cache: dict[str, tuple[tuple, Allocation]] | None = None) -> dict[str, Allocation]:
+        """The allocations. With ``cache`` (job id -> (how its last allocation was built, the allocation)),
+        a job whose allocation is built from exactly the same devices and amounts as last time gets the same
+        (immutable) object back instead of a new equal one; ``cache`` is then refreshed to this decision's."""
+        if cache is None:
+            return {jid: p.alloc for jid, p in self.placed.items()}
+        out: dict[str, Allocation] = {}
+        fresh: dict[str, tuple[tuple, Allocation]] = {}
+        for jid, p in self.placed.items():
+            g, dm = p.req.g, p.req.perf.device_mem_gb
+            key = (p.devices, g * p.c, g * p.m, dm)  # devices are never changed once placed
+            hit = cache.get(jid)
+            if hit is not None and hit[0] == key:
+                alloc = hit[1]
+            else:
+                alloc = _alloc(p.devices, g, p.c, p.m, p.req.perf)
+            out[jid] = alloc
+            fresh[jid] = (key, alloc)
+        cache.clear()
+        cache.update(fresh)
+        return out
 
 
 _GRID_CACHE: dict[int, tuple[PerfModel, tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+_BEST_WITHIN_CACHE: dict[int, tuple[PerfModel, tuple[list[float], list[float], list[list]]]] = {}
 
 
 def _grid_arrays(perf: PerfModel) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -582,19 +750,47 @@ def _grid_arrays(perf: PerfModel) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return hit[1]
 
 
+def _grid_best_within(perf: PerfModel) -> tuple[list[float], list[float], list[list[tuple[float, float, float] | None]]]:
+    """For a perf model with a grid: its CPU values, its memory values and a table ``best[i][j]``, the fastest
+    grid point (c, m, relative w) among those with the ``i`` smallest CPU values and the ``j`` smallest memory
+    values (ties: fewest CPUs, then least memory, then grid order, as ``np.lexsort((m, c, -w))`` over the
+    points of :func:`_grid_arrays`; None when ``i`` or ``j`` is 0). So the fastest point with ``c <= c_lim`` and
+    ``m <= m_lim`` is ``best[bisect_right(c_vals, c_lim)][bisect_right(m_vals, m_lim)]``."""
+    hit = _BEST_WITHIN_CACHE.get(id(perf))
+    if hit is None or hit[0] is not perf:
+        pc, pm, pw = _grid_arrays(perf)
+        c_vals = perf._c.astype(float).tolist()  # type: ignore[attr-defined]
+        m_vals = perf._m.astype(float).tolist()  # type: ignore[attr-defined]
+        nc, nm = len(c_vals), len(m_vals)
+        order = np.lexsort((pm, pc, -pw))  # order[r]: the point of rank r
+        rank = np.empty(pw.size, dtype=np.intp)
+        rank[order] = np.arange(pw.size)
+        # the best (lowest) rank over every prefix rectangle of the (CPU, memory) grid: a 2-D running minimum
+        first = np.minimum.accumulate(np.minimum.accumulate(rank.reshape(nc, nm), axis=0), axis=1)
+        idx = order[first]
+        cs, ms, ws = pc[idx].tolist(), pm[idx].tolist(), pw[idx].tolist()
+        best: list[list[tuple[float, float, float] | None]] = [[None] * (nm + 1)]
+        best += [[None, *zip(cs[i], ms[i], ws[i], strict=True)] for i in range(nc)]
+        hit = (perf, (c_vals, m_vals, best))
+        _BEST_WITHIN_CACHE[id(perf)] = hit
+    return hit[1]
+
+
 def _place_with_repair(packer: _Packer, req: _Req, counts: Mapping[int, int], picker: _DevicePicker,
-                       c: float, m: float) -> _Placed | None:
+                       c: float, m: float, devices: DevicesByServer | None = None) -> _Placed | None:
     """Place ``req`` on ``counts`` GPUs per server at (c, m) per GPU if it fits; else at its fallback if (c, m)
-    is above the share; else make room by reverting others there."""
+    is above the share; else make room by reverting others there. ``devices``: what ``picker.devices`` picks
+    for ``counts`` if the caller knows it already (making room only resizes others' CPUs and memory, so it
+    does not change which devices are free)."""
     led = packer.ledger
     if _fits(led, counts, c, m):
-        return packer.place(req, picker.devices(led, req.id, counts), c, m)
+        return packer.place(req, devices or picker.devices(led, req.id, counts), c, m)
     if c > req.fb_c + _RTOL or m > req.fb_m + _RTOL:
         c, m = req.fb_c, req.fb_m
         if _fits(led, counts, c, m):
-            return packer.place(req, picker.devices(led, req.id, counts), c, m)
+            return packer.place(req, devices or picker.devices(led, req.id, counts), c, m)
     if packer.ensure(counts, c, m, exclude={req.id}) and _fits(led, counts, c, m):
-        return packer.place(req, picker.devices(led, req.id, counts), c, m)
+        return packer.place(req, devices or picker.devices(led, req.id, counts), c, m)
     return None
 
 
@@ -679,6 +875,12 @@ class SynergyTune(Mechanism):
 
     ``last_stats``: ``placed``, ``reverted`` (switches to the share to make room), ``fallback`` (jobs
     placed at their fallback in step 3.1), ``upgraded`` (leftover hand-outs), ``total_rate``.
+
+    Speed: what an instance keeps between calls is only caches keyed by immutable inputs (each job's request
+    per perf model and GPU demand on the cluster; what it derived from the running allocations, reused while
+    a job's allocation is the very same object; the allocations it returned, handed back unchanged when a
+    job's devices and amounts are unchanged), so a decision depends only on the call's arguments.
+    ``tests/test_synergy_mechanisms.py`` pins the decisions against ones recorded before these caches.
     """
 
     name = "tune"
@@ -688,12 +890,16 @@ class SynergyTune(Mechanism):
         super().__init__()
         self.redistribute = redistribute
         self._requests = _RequestBuilder(threshold, floor_fix=True)
+        #: the last decision's allocations and how they were built (see _Packer.result), and what the device
+        #: picker derived from the running allocations (see _DevicePicker): kept across decisions
+        self._allocs: dict[str, tuple[tuple, Allocation]] = {}
+        self._picker_memo: dict[str, tuple[Allocation, tuple | None]] = {}
 
     def allocate(self, ordered: Sequence[JobState], cluster: ClusterSpec, running: Mapping[str, Allocation],
                  now: float) -> dict[str, Allocation]:
-        reqs = _select(self._requests.build(ordered, cluster), cluster.total_gpus)
+        reqs = self._requests.runnable(ordered, cluster)
         packer = _Packer(cluster)
-        picker = _DevicePicker(running)
+        picker = _DevicePicker(running, self._picker_memo)
         fallback = 0
 
         def size_key(r: _Req) -> tuple:
@@ -704,9 +910,16 @@ class SynergyTune(Mechanism):
             (sticky if r.id in running else fresh).append(r)
         for r in sorted(sticky, key=size_key) + sorted(fresh, key=size_key):
             led = packer.ledger
-            prev = picker.previous(led, r.id, r.g)
-            if prev is not None:
-                counts = {s: len(d) for s, d in prev.items()}
+            prev = picker.previous_placement(led, r.id, r.g)
+            if prev:
+                devices, counts = prev
+                if _fits(led, counts, r.c, r.m):  # (what _place_with_repair tries first)
+                    packer.place(r, devices, r.c, r.m, counts)
+                    continue
+                if _place_with_repair(packer, r, counts, picker, r.c, r.m, devices) is not None:
+                    continue
+            elif prev is False and (prev_devices := picker.previous(led, r.id, r.g)) is not None:
+                counts = {s: len(d) for s, d in prev_devices.items()}
                 if _place_with_repair(packer, r, counts, picker, r.c, r.m) is not None:
                     continue
             counts = _best_fit(led, r.g, r.c, r.m, r.ok)
@@ -724,8 +937,8 @@ class SynergyTune(Mechanism):
         upgraded = packer.hand_out_leftovers([r.id for r in reqs]) if self.redistribute else 0
         self.last_stats = {"placed": float(len(packer.placed)), "reverted": float(packer.reverted),
                            "fallback": float(fallback), "upgraded": float(upgraded),
-                           "total_rate": float(sum(p.req.rate(p.c, p.m) for p in packer.placed.values()))}
-        return packer.result()
+                           "total_rate": float(sum(p.req.gf * p.w() for p in packer.placed.values()))}
+        return packer.result(self._allocs)
 
 
 # ---------------------------------------------------------------------------------------------------------
