@@ -5,7 +5,10 @@ Every job is one of perfpredict's measured training points (83 zoo architectures
 ``datasets/cuda_h100.csv``): in the simulation it uses its *measured* solo GPU utilisation and device memory,
 and co-located jobs slow each other down by perfpredict's interference model refitted on 36 measured H100
 pairs (linear up to 100 % cumulative utilisation, quadratic beyond). The schedulers decide with what the
-Predictor (``trained_models/cuda_h100``) predicts from the architectures' graph features. See
+Predictor (``trained_models/cuda_h100``) predicts from the architectures' graph features; the Predictor was
+trained on these very points, so ``--predictions family-cv`` replaces its predictions with leave-one-family-out
+ones (each family predicted by the shipped estimators refitted on the other families: the error on jobs of a
+kind never seen before). See
 :mod:`perfpredict.sim.horus_workload` for the workload recipe (what the paper states, what is assumed) and
 :mod:`perfpredict.sched.mechanisms.horus` for the algorithms and their parameters.
 
@@ -33,6 +36,7 @@ invariants under sharing (device memory never exceeded once OOM failures are res
 
     python experiments/horus_makespan.py            # full: 10 seeds, caps 2 and 3, 128 x 8 GPUs, 4000 jobs
     python experiments/horus_makespan.py --fast     # CI: 2 seeds, cap 2, 16 x 8 GPUs, 800 jobs
+    python experiments/horus_makespan.py --predictions family-cv   # the schedulers never saw the job's family
 """
 
 from __future__ import annotations
@@ -98,6 +102,7 @@ def _sd(rows, key):
 
 def main() -> None:
     from perfpredict.sim.horus_workload import (
+        PREDICTIONS,
         horus_cluster,
         horus_jobs_table,
         horus_perf_models,
@@ -116,25 +121,37 @@ def main() -> None:
                     help="offered load at scale: exclusive GPU-seconds asked per second over the GPUs")
     ap.add_argument("--interarrival", type=float, default=36.0, help="mean seconds between testbed arrivals")
     ap.add_argument("--stress-mem", type=float, default=16.0, help="device memory (GB) of the memory-pressure run")
-    ap.add_argument("--out", default="experiments/out/horus")
+    ap.add_argument("--predictions", choices=PREDICTIONS, default="trained",
+                    help="what the schedulers see: the shipped Predictor (trained on these points) or "
+                         "leave-one-family-out predictions (family-cv)")
+    ap.add_argument("--out", default=None, help="output folder (experiments/out/horus[_family_cv])")
     args = ap.parse_args()
     seeds = args.seeds or (2 if args.fast else 10)
     caps = [int(c) for c in (args.caps or ("2" if args.fast else "2,3")).split(",")]
     nodes = args.scale_nodes or (16 if args.fast else 128)
     n_scale = args.scale_jobs or (800 if args.fast else 4000)
-    out = Path(args.out)
+    out = Path(args.out or ("experiments/out/horus" if args.predictions == "trained"
+                            else f"experiments/out/horus_{args.predictions.replace('-', '_')}"))
     out.mkdir(parents=True, exist_ok=True)
     t_all = time.perf_counter()
 
-    table = horus_jobs_table()
+    table = horus_jobs_table(predictions=args.predictions)
     util = np.array([p.util for p in table])
     pred_util = np.array([p.pred_util for p in table])
     mem = np.array([p.mem_gb for p in table])
     pred_mem = np.array([p.pred_mem_gb for p in table])
-    print(f"jobs: {len(table)} measured H100 points; predicted utilisation MAE {np.mean(np.abs(util - pred_util)):.3f}, "
-          f"reserved memory (q90 + CUDA context) below the measured NVML memory for "
-          f"{np.mean(pred_mem < mem):.0%} of them (median ratio {np.median(pred_mem / mem):.2f})")
-    models = {"safe": horus_perf_models("safe"), "median": horus_perf_models("median")}
+    pred_med = np.array([p.pred_mem_median_gb for p in table])
+    pred_stats = {"predictions": args.predictions, "util_mae": float(np.mean(np.abs(util - pred_util))),
+                  "util_mape": float(np.mean(np.abs(util - pred_util) / util)),
+                  "mem_median_mape": float(np.mean(np.abs(pred_med - mem) / mem)),
+                  "q90_below_measured": float(np.mean(pred_mem < mem)),
+                  "median_below_measured": float(np.mean(pred_med < mem))}
+    print(f"jobs: {len(table)} measured H100 points, {args.predictions} predictions; utilisation MAE "
+          f"{pred_stats['util_mae']:.3f} (MAPE {pred_stats['util_mape']:.1%}), device memory MAPE "
+          f"{pred_stats['mem_median_mape']:.1%}; reserved memory (q90) below the measured NVML memory for "
+          f"{pred_stats['q90_below_measured']:.0%} of them (median ratio {np.median(pred_mem / mem):.2f}; median "
+          f"prediction below for {pred_stats['median_below_measured']:.0%})")
+    models = {m: horus_perf_models(m, args.predictions) for m in ("safe", "median")}
     sharing = horus_sharing()
     testbed = horus_cluster("testbed")
     rows: list[dict] = []
@@ -282,7 +299,8 @@ def main() -> None:
 
     doc = {"plan": {"seeds": seeds, "caps": caps, "scale_nodes": nodes, "scale_jobs": n_scale,
                     "scale_load": args.scale_load, "interarrival_s": args.interarrival, "stress_mem_gb": args.stress_mem,
-                    "fast": args.fast},
+                    "fast": args.fast, "predictions": args.predictions},
+           "predictions": pred_stats,
            "rows": [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows], "summary": summary,
            "checks": checks, "wall_s": time.perf_counter() - t_all}
     (out / "results.json").write_text(json.dumps(doc, indent=2, default=float))

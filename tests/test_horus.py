@@ -411,6 +411,47 @@ def test_jobs_table_is_the_measured_h100_points_with_predictions(table):
     assert np.mean(np.abs(util - pred)) < 0.1  # the predictions are about these very points
 
 
+def test_family_cv_predictions_never_see_the_jobs_own_family(table, tmp_path):
+    import csv
+
+    from perfpredict.sim.horus_workload import REPO, family_cv_predictions, horus_jobs_table
+
+    cv = horus_jobs_table(predictions="family-cv")
+    assert horus_jobs_table(predictions="family-cv") is cv  # cached
+    assert [(p.model, p.util, p.mem_gb) for p in cv] == [(p.model, p.util, p.mem_gb) for p in table]
+    err = {name: np.mean([abs(p.pred_util - p.util) for p in t]) for name, t in (("trained", table), ("cv", cv))}
+    assert err["cv"] > 5 * err["trained"]  # unseen families are much harder than the training points
+    assert any(abs(a.pred_mem_gb - b.pred_mem_gb) > 1e-3 for a, b in zip(cv, table))
+    # Perturb one family's measurements: its predictions stay, the other families' (trained on it) move.
+    feats = str(REPO / "datasets" / "zoo_features.csv")
+    with open(REPO / "datasets" / "cuda_h100.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        fields, rows = reader.fieldnames, list(reader)
+    for r in rows:
+        if r["family"] == "mlp" and r["status"] == "ok" and r["gpu_utilization"]:
+            r["gpu_utilization"] = str(min(1.0, 2 * float(r["gpu_utilization"])))
+            r["nvml_process_bytes"] = str(3 * float(r["nvml_process_bytes"]))
+    perturbed = tmp_path / "cuda_h100.csv"
+    with open(perturbed, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    base = family_cv_predictions(str(REPO / "datasets" / "cuda_h100.csv"), feats)
+    moved = family_cv_predictions(str(perturbed), feats)
+    assert base.keys() == moved.keys()
+    fam = {(p.config, p.batch): p.family for p in table}
+    for key, v in base.items():
+        if fam[key] == "mlp":
+            for target, (med, q90) in v.items():
+                assert moved[key][target] == pytest.approx((med, q90), rel=1e-9)
+    assert any(moved[k]["device_memory"][0] != pytest.approx(v["device_memory"][0], rel=1e-6)
+               for k, v in base.items() if fam[k] != "mlp")
+    pert = horus_jobs_table(dataset=str(perturbed), features=feats, predictions="family-cv")
+    mlp = [(a, b) for a, b in zip(cv, pert) if a.family == "mlp"]
+    assert mlp and all(b.mem_gb == pytest.approx(3 * a.mem_gb) and b.pred_mem_gb == pytest.approx(a.pred_mem_gb)
+                       and b.pred_util == pytest.approx(a.pred_util) for a, b in mlp)
+
+
 def test_horus_traces_follow_the_recipe(table):
     from perfpredict.sim.horus_workload import HEAVY_UTIL, SHORT_S, horus_trace, horus_truth
 
@@ -443,6 +484,16 @@ def test_cli_runs_horus_and_its_baselines(tmp_path, table):
         assert res.exit_code == 0, res.output
         m = json.loads((out / "metrics.json").read_text())["metrics"]
         assert m["n_finished"] == 12 and 0 < m["busy_gpu_util"] <= 1
+    out = tmp_path / "family-cv"
+    res = CliRunner().invoke(app, ["simulate", "--cluster", "horus:nodes=1,gpus=4", "--trace",
+                                   "horus:workload=small,n=12,seed=2", "--mechanism", "horus",
+                                   "--cards", "horus:predictions=family-cv", "--no-mlflow", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert json.loads((out / "metrics.json").read_text())["metrics"]["n_finished"] == 12
+    res = CliRunner().invoke(app, ["simulate", "--cluster", "horus-testbed", "--trace", "horus-small",
+                                   "--mechanism", "horus", "--cards", "horus:predictions=oracle", "--no-mlflow",
+                                   "--out", str(tmp_path / "y")])
+    assert res.exit_code != 0 and "oracle" in res.output + str(res.exception)
     res = CliRunner().invoke(app, ["simulate", "--cluster", "horus-testbed", "--trace", "horus-small",
                                    "--mechanism", "horus:nope=1", "--no-mlflow", "--out", str(tmp_path / "x")])
     assert res.exit_code != 0 and "nope" in res.output + str(res.exception)

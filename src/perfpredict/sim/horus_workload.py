@@ -15,6 +15,12 @@ Jobs (:func:`horus_jobs_table`)
     whose memory is under-predicted can run out of memory next to another; one whose utilisation is
     mispredicted is co-located where it should not be.
 
+    The Predictor was trained on these very points, so what the schedulers see is close to the truth (utilisation
+    MAE 0.006). ``predictions="family-cv"`` gives the honest case, a job of a kind never seen before: for each
+    architecture family, the shipped estimators (same kinds and hyper-parameters, ``metadata.json``'s
+    ``point_kind``) refitted on every *other* family's rows predict that family's points
+    (:func:`family_cv_predictions`).
+
 Testbed workloads (:func:`horus_trace`, ``workload="small"`` / ``"large"``): W-Small and W-Large
     *Stated* (§5.2): 100 single-GPU jobs per run, "job type distributions between 3 minutes to 2 hours
     following DL job sizes derived from production systems"; jobs are short (≤ 800 s) or long, light (< 60 %
@@ -44,6 +50,7 @@ Clusters (:func:`horus_cluster`)
 from __future__ import annotations
 
 import csv
+import json
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -55,8 +62,9 @@ from perfpredict.sched.cluster import ClusterSpec, ServerSpec
 from perfpredict.sched.job import Job
 from perfpredict.sched.perf import PerfModel
 
-__all__ = ["HORUS_WORKLOADS", "HorusPoint", "cluster_from_spec", "horus_cluster", "horus_jobs_table", "horus_perf_models",
-           "horus_sharing", "horus_trace", "horus_truth", "is_horus_model", "prepare_sharing", "trace_from_spec"]
+__all__ = ["HORUS_WORKLOADS", "PREDICTIONS", "HorusPoint", "cluster_from_spec", "family_cv_predictions",
+           "horus_cluster", "horus_jobs_table", "horus_perf_models", "horus_sharing", "horus_trace", "horus_truth",
+           "is_horus_model", "perf_models_from_spec", "prepare_sharing", "trace_from_spec"]
 
 REPO = Path(__file__).resolve().parents[3]
 #: Samples per epoch (CIFAR-10's training set), for the epoch count of a job.
@@ -68,6 +76,9 @@ MIN_S, MAX_S = 180.0, 7200.0
 HORUS_WORKLOADS: dict[str, tuple[float, float]] = {"small": (0.7, 0.3), "large": (0.3, 0.5), "scale": (0.3, 0.5)}
 H100_MEM_GB = 80.0
 MODEL_SEP = "@b"
+#: what the schedulers see: the shipped Predictor (trained on these points), or leave-one-family-out refits
+PREDICTIONS = ("trained", "family-cv")
+MODEL_SET = "cuda_h100"
 
 
 @dataclass(frozen=True)
@@ -95,21 +106,28 @@ def is_horus_model(name: str) -> bool:
 
 
 def horus_jobs_table(memory: str = "safe", dataset: str | None = None, features: str | None = None,
-                     models_dir: str | None = None) -> tuple[HorusPoint, ...]:
-    """Every measured point with its Predictor predictions (see the module docstring); cached per process."""
+                     models_dir: str | None = None, predictions: str = "trained") -> tuple[HorusPoint, ...]:
+    """Every measured point with its predictions (see the module docstring); cached per process.
+    ``predictions``: ``trained`` (the shipped Predictor) or ``family-cv`` (each family predicted by the shipped
+    estimators refitted without it)."""
     if memory not in ("safe", "median"):
         raise ValueError(f"memory must be 'safe' or 'median', got {memory!r}")
-    return _jobs_table(memory, dataset, features, models_dir)
+    if predictions not in PREDICTIONS:
+        raise ValueError(f"predictions must be one of {', '.join(PREDICTIONS)}, got {predictions!r}")
+    return _jobs_table(memory, dataset, features, models_dir, predictions)
 
 
-@lru_cache(maxsize=4)
-def _jobs_table(memory: str, dataset: str | None, features: str | None,
-                models_dir: str | None) -> tuple[HorusPoint, ...]:
+def _paths(dataset: str | None, features: str | None) -> tuple[Path, Path]:
+    return (Path(dataset) if dataset else REPO / "datasets" / "cuda_h100.csv",
+            Path(features) if features else REPO / "datasets" / "zoo_features.csv")
+
+
+@lru_cache(maxsize=8)
+def _jobs_table(memory: str, dataset: str | None, features: str | None, models_dir: str | None,
+                predictions: str) -> tuple[HorusPoint, ...]:
     from perfpredict.estimators.arch import from_table_row
-    from perfpredict.predictor import Predictor
 
-    ds = Path(dataset) if dataset else REPO / "datasets" / "cuda_h100.csv"
-    fs = Path(features) if features else REPO / "datasets" / "zoo_features.csv"
+    ds, fs = _paths(dataset, features)
     with open(ds, newline="") as f:
         rows = [r for r in csv.DictReader(f) if r["status"] == "ok" and r.get("gpu_utilization")]
     with open(fs, newline="") as f:
@@ -117,16 +135,32 @@ def _jobs_table(memory: str, dataset: str | None, features: str | None,
     ctx = [float(r["nvml_process_bytes"]) - float(r["cuda_reserved_bytes"]) for r in rows
            if r.get("nvml_process_bytes") and r.get("cuda_reserved_bytes")]
     delta_gb = float(np.median(ctx)) / 1e9 if ctx else 0.0
-    pred = Predictor.load(models_dir)
     by_config: dict[str, list[dict]] = {}
     for r in rows:
         by_config.setdefault(r["config"], []).append(r)
+    if predictions == "family-cv":
+        cv = family_cv_predictions(str(ds), str(fs), models_dir)
+
+        def values(config: str, batches: list[int]) -> dict | None:
+            pts = [cv.get((config, b)) for b in batches]
+            if any(p is None for p in pts):
+                return None
+            return {t: {"median": [p[t][0] for p in pts], "q90": [p[t][1] for p in pts]} for t in pts[0]}
+    else:
+        from perfpredict.predictor import Predictor
+
+        pred = Predictor.load(models_dir)
+
+        def values(config: str, batches: list[int]) -> dict | None:
+            return pred.predict_values(archs[config], batches, device_type=MODEL_SET)
     out: list[HorusPoint] = []
     for config, rs in sorted(by_config.items()):
         if config not in archs:
             continue
         batches = sorted(int(r["batch_size"]) for r in rs)
-        v = pred.predict_values(archs[config], batches, device_type="cuda_h100")
+        v = values(config, batches)
+        if v is None:
+            continue
         for r in rs:
             i = batches.index(int(r["batch_size"]))
             if "device_memory" in v:  # predicted directly: what NVML will see, context included
@@ -145,11 +179,51 @@ def _jobs_table(memory: str, dataset: str | None, features: str | None,
     return tuple(out)
 
 
-def horus_perf_models(memory: str = "safe") -> dict[str, PerfModel]:
+@lru_cache(maxsize=4)
+def family_cv_predictions(dataset: str, features: str, models_dir: str | None = None
+                          ) -> dict[tuple[str, int], dict[str, tuple[float, float]]]:
+    """Leave-one-family-out predictions of every point of ``dataset``: (config, batch) -> target ->
+    (median, q90), for GPU utilisation and device memory (peak memory for model sets without it).
+
+    For each family, the estimators shipped in ``models_dir``'s ``cuda_h100`` set (the kind its
+    ``metadata.json`` names as ``point_kind``, built by :mod:`perfpredict.estimators` with the same
+    hyper-parameters) are refitted on all other families' rows and predict this family's points, as the
+    Predictor would (quantiles sorted, utilisation clipped). A family's predictions therefore do not depend on
+    its own measurements. Deterministic; cached per process (about 5 s on 2 cores)."""
+    from perfpredict.estimators.data import load_training_data
+    from perfpredict.estimators.targets import TARGETS
+    from perfpredict.predictor import default_models_dir
+
+    root = Path(models_dir) if models_dir else default_models_dir()
+    shipped = json.loads((root / MODEL_SET / "metadata.json").read_text())["targets"]
+    mem_target = "device_memory" if "device_memory" in shipped else "peak_memory"
+    data = load_training_data(dataset, features)
+    fams = data.families
+    out: dict[tuple[str, int], dict[str, tuple[float, float]]] = {
+        (str(c), int(b)): {} for c, b in zip(data.configs, data.batch)}
+    for name in ("gpu_utilization", mem_target):
+        spec, kind = TARGETS[name], shipped[name]["point_kind"]
+        y = data.column(spec.column)
+        valid = np.isfinite(y) & (y > 0)
+        for fam in sorted(set(fams.tolist())):
+            train, test = valid & (fams != fam), np.flatnonzero(fams == fam)
+            X, z = data.X[train], spec.to_model(y[train], data.X[train])
+            med = spec.from_model(spec.make_model(kind).fit(X, z).predict(data.X[test]), data.X[test])
+            q90 = med  # the schedulers use the median utilisation only
+            if name == mem_target:
+                q = spec.from_model(spec.make_quantile_model(kind).fit(X, z).predict(data.X[test]), data.X[test])
+                q90 = np.sort(q, axis=1)[:, -1]
+            for j, i in enumerate(test):
+                out[(str(data.configs[i]), int(data.batch[i]))][name] = (float(med[j]), float(q90[j]))
+    return out
+
+
+def horus_perf_models(memory: str = "safe", predictions: str = "trained") -> dict[str, PerfModel]:
     """A perf model per measured point: no CPU/memory sensitivity (single-GPU jobs), the *predicted* GPU
-    utilisation and device memory."""
-    return {p.model: PerfModel(p.model, device_mem_gb=p.pred_mem_gb, gpu_util=p.pred_util, source="predicted")
-            for p in horus_jobs_table(memory)}
+    utilisation and device memory (``predictions``: see :func:`horus_jobs_table`)."""
+    source = "predicted" if predictions == "trained" else f"predicted ({predictions})"
+    return {p.model: PerfModel(p.model, device_mem_gb=p.pred_mem_gb, gpu_util=p.pred_util, source=source)
+            for p in horus_jobs_table(memory, predictions=predictions)}
 
 
 def horus_truth() -> dict[str, tuple[float, float]]:
@@ -270,6 +344,18 @@ def cluster_from_spec(spec: str) -> ClusterSpec:
                      gpu_type="H100", gpu_mem_gb=float(kv.get("gpu_mem", H100_MEM_GB)))
     nodes = int(kv.get("nodes", 3))
     return ClusterSpec((srv,) * nodes, name=f"horus ({nodes}x{g} H100, {srv.gpu_mem_gb:g} GB)")
+
+
+def perf_models_from_spec(spec: str) -> dict[str, PerfModel]:
+    """``horus`` or ``horus:predictions=trained|family-cv,memory=safe|median``: :func:`horus_perf_models`."""
+    head, _, opts = spec.partition(":")
+    if head != "horus":
+        raise ValueError(f"not a Horus cards spec: {spec!r}")
+    kv = _kv(opts)
+    allowed = {"predictions", "memory"}
+    if set(kv) - allowed:
+        raise ValueError(f"unknown option(s) {sorted(set(kv) - allowed)}; use {sorted(allowed)}")
+    return horus_perf_models(kv.get("memory", "safe"), kv.get("predictions", "trained"))
 
 
 def prepare_sharing(jobs, models: dict[str, PerfModel], mechanism, config):

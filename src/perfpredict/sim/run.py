@@ -22,7 +22,9 @@ Spec formats:
   ``horus:nodes=3,gpus=4,gpu_mem=80``, trace ``horus-small``, ``horus-large``, ``horus-scale`` or
   ``horus:workload=large,n=100,interarrival=36,load=1.3,seed=`` (jobs are perfpredict's measured H100 points,
   :mod:`perfpredict.sim.horus_workload`); such traces, and mechanisms that share devices (``horus``, ``horus-f``,
-  ``obp``, ``pab``), run with GPU sharing (:mod:`perfpredict.sim.sharing`).
+  ``obp``, ``pab``), run with GPU sharing (:mod:`perfpredict.sim.sharing`). The schedulers see the shipped
+  Predictor's predictions for those jobs, or with cards ``horus:predictions=family-cv`` (and/or
+  ``memory=median``) the leave-one-family-out ones.
 * cards: ``paper`` (models derived from the seeds' statements, the default) or a directory of
   ``card.json`` files from ``perfpredict profile`` (keyed by the file's stem and by ``model.name``), which
   override paper models of the same name.
@@ -185,7 +187,8 @@ def parse_trace(text: str | Path | list[Job], seed: int = 0) -> list[Job]:
 
 
 def load_perf_models(cards: str | Path | dict[str, PerfModel] | None = "paper") -> dict[str, PerfModel]:
-    """Paper-derived models, overridden by any cards in a directory."""
+    """Paper-derived models, overridden by any cards in a directory, or (``horus[:predictions=trained|family-cv,
+    memory=safe|median]``) by the Horus jobs' predicted models (:func:`perfpredict.sim.horus_workload.horus_perf_models`)."""
     if isinstance(cards, dict):
         return cards
     from perfpredict.sched import paper_cards
@@ -200,6 +203,13 @@ def load_perf_models(cards: str | Path | dict[str, PerfModel] | None = "paper") 
     models.update(genie_models())
     if cards in (None, "paper"):
         return models
+    if str(cards) == "horus" or str(cards).startswith("horus:"):
+        from perfpredict.sim.horus_workload import perf_models_from_spec
+
+        try:
+            return {**models, **perf_models_from_spec(str(cards))}
+        except ValueError as e:
+            raise UsageError(f"cards {cards!r}: {e}", step="cards") from None
     d = Path(cards)
     if not d.is_dir():
         raise UsageError(f"cards: {d} is not a directory of card.json files (or use 'paper')", step="cards")
