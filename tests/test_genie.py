@@ -33,7 +33,7 @@ from perfpredict.sched.genie import (
 from perfpredict.sched.genie_cards import GENIE_TYPES, MEASURED, genie_card, genie_model, genie_models, genie_nu_s
 from perfpredict.sched.mechanisms import make_mechanism
 from perfpredict.sched.mechanisms.genie import GenieCapacity
-from perfpredict.sched.placement import whole_gpus
+from perfpredict.sched.placement import proportional_allocation, whole_gpus
 from perfpredict.sim.genie_workload import describe_trace, genie_cluster, genie_metrics, genie_trace
 from perfpredict.sim.simulator import SimConfig, simulate
 
@@ -223,6 +223,59 @@ def test_swaf_waits_only_when_the_placement_does_not_fit(backfill):
     assert blocked > 0  # some tasks waited although GPUs were free: their placement needed more
 
 
+def _one_node_two_gpus_with_one_busy():
+    """1 node x 2 GPUs, a long task on GPU 0, and a toy model whose highest-CER placement is ⟨1,1⟩ while only
+    ⟨1,2⟩ is faster."""
+    cl = genie_cluster(1, gpus_per_node=2)
+    p = Platform.from_cluster(cl)
+    m = toy(batch=32, nu=0.0)
+    assert cer(m, Placement(1, 1), p) > cer(m, Placement(1, 2), p) and m.pr(Placement(1, 2)) > m.pr(Placement(1, 1))
+    lat11 = 1000.0
+    work = lat11  # one GPU asked: work = Lat⟨1,1⟩ (ν = 0)
+    busy = JobState(Job("busy", 0.0, 1, 100 * work, model=m.name, qos="normal", deadline=200 * lat11), m)
+    ledger = Ledger(cl)
+    running = {"busy": proportional_allocation(ledger, {0: ledger.free_devices(0)[:1]})}
+    return cl, m, lat11, work, busy, running
+
+
+@pytest.mark.parametrize("backfill", [False, True])
+def test_swaf_serves_an_overdue_task_first_and_blocks_at_the_head(backfill):
+    """The two readings of §5.4 the README's diagnosis rests on, on a hand-built queue:
+
+    * eq. 13's allowance orders the queue whatever its sign ("w could be negative, which has no impact on the task
+      ordering"): a Prior task already past its ECT (w < 0) goes before a Normal task that just arrived (w > 0);
+    * "when the cluster cannot meet the resource requirements, the tasks in the waiting queue keep waiting" (§5.4;
+      §6: "the task with the maximum priority is popped"): a head task whose Alg. 1 placement does not fit blocks
+      the tasks behind it, even one that would fit (``backfill=True``, not the paper, launches it)."""
+    cl, m, lat11, work, busy, running = _one_node_two_gpus_with_one_busy()
+    now = 5000.0
+    # (1) overdue Prior task (ECT passed at 1000 s) vs a fresh Normal task: one GPU free
+    late = JobState(Job("late", 0.0, 1, work, model=m.name, qos="prior", deadline=lat11), m)
+    fresh = JobState(Job("fresh", now, 1, work, model=m.name, qos="normal", deadline=now + 2 * lat11), m)
+    swaf = make_mechanism("swaf", backfill=backfill)
+    out = swaf.allocate([busy, late, fresh], cl, dict(running), now)
+    queue = {tid: (s, w, met) for tid, s, w, met in swaf.last_queue}
+    assert [tid for tid, *_ in swaf.last_queue] == ["late", "fresh"]
+    assert queue["late"][1] < 0 < queue["fresh"][1] and not queue["late"][2] and queue["fresh"][2]
+    assert queue["late"][0] == Placement(1, 1)  # no placement meets its ECT: the highest CER (Alg. 1 line 13)
+    assert "late" in out and "fresh" not in out  # the one free GPU goes to the overdue task
+    # (2) a Prior task that can still meet its ECT only on ⟨1,2⟩ heads the queue and does not fit
+    t_arr = now - 0.1 * lat11
+    tight = JobState(Job("tight", t_arr, 1, work, model=m.name, qos="prior", deadline=t_arr + lat11), m)
+    swaf = make_mechanism("swaf", backfill=backfill)
+    out = swaf.allocate([busy, tight, fresh], cl, dict(running), now)
+    head = swaf.last_queue[0]
+    assert head[0] == "tight" and head[1] == Placement(1, 2) and head[3] and 0 < head[2] < swaf.last_queue[1][2]
+    assert "tight" not in out
+    if backfill:
+        assert "fresh" in out
+    else:
+        assert "fresh" not in out and set(out) == {"busy"}  # a GPU stays idle behind the head
+    # Tetris+CER, for contrast: packs whatever fits, QoS not considered
+    out = make_mechanism("genie-tetris-cer").allocate([busy, tight, fresh], cl, dict(running), now)
+    assert len(set(out) - {"busy"}) == 1
+
+
 # -- the baselines' rules -------------------------------------------------------------------------------------
 def test_tetris_variants_use_the_highest_pr_and_cer_placements():
     cl = genie_cluster(2)
@@ -363,13 +416,36 @@ def test_genie_metrics_by_hand():
             Job("n", 0.0, 1, work, model=m.name, qos="normal", deadline=2 * lat11),
             Job("x", 0.0, 1, work, model=m.name, qos="normal", deadline=2 * lat11)]
     states = [JobState(j, m) for j in jobs]
-    for js, fin in zip(states, (1000.0, 1000.0, 2500.0, None), strict=True):
-        js.finish = fin
+    for js, start, fin in zip(states, (0.0, 0.0, 1500.0, None), (1000.0, 1000.0, 2500.0, None), strict=True):
+        js.first_start, js.finish = start, fin
     g = genie_metrics(states)
     assert g["qos_guarantee"] == pytest.approx(1 / 4)  # only "p" met its ECT; the unfinished one did not
     assert g["qos_by_class"] == {"urgent": 0.0, "prior": 1.0, "normal": 0.0}
     assert g["makespan_s"] == 2500.0
-    assert g["avg_norm_latency"] == pytest.approx((1 + 1 + 2.5) / 3)
+    # eq. 16: L_wall is the walltime under the placement (start to completion); "n" waited 1500 s, ran 1000 s
+    assert g["avg_norm_latency"] == pytest.approx((1 + 1 + 1) / 3)
+    assert g["avg_norm_response"] == pytest.approx((1 + 1 + 2.5) / 3)  # waiting included
+    states[0].first_start = None
+    with pytest.raises(ValueError, match="start time"):
+        genie_metrics(states)
+
+
+def test_eq16_normalised_latency_is_the_run_not_the_wait():
+    """Eq. 16 on a simulation: L_wall / Lat⟨1,1⟩ with L_wall the walltime under the chosen placement — queueing
+    does not count (Tetris+Perf has "the most effective placement solutions" although its tasks wait, §7.2.1)."""
+    cl = genie_cluster(1)
+    jobs = genie_trace(20, hours=4, seed=1)
+    r = simulate(jobs, cl, make_policy("fifo"), make_mechanism("genie-tetris-perf"), genie_models(),
+                 SimConfig(start_overhead_s=genie_nu_s()))
+    assert not r.unfinished
+    g = genie_metrics(r)
+    runs = [(js.finish - js.first_start) / js.perf.lat_single(js.job) for js in r.finished]
+    resp = [(js.finish - js.job.arrival) / js.perf.lat_single(js.job) for js in r.finished]
+    assert g["avg_norm_latency"] == pytest.approx(np.mean(runs))
+    assert g["avg_norm_response"] == pytest.approx(np.mean(resp))
+    assert any(js.first_start > js.job.arrival + 1.0 for js in r.finished)  # some tasks queued on 4 GPUs ...
+    assert g["avg_norm_latency"] < g["avg_norm_response"]  # ... and that wait is not in eq. 16
+    assert g["avg_norm_latency"] <= 1.0 + 1e-9  # the highest-PR placement is never slower than one GPU
 
 
 def test_platform_and_model_keys():

@@ -18,6 +18,28 @@ The paper's notation (Table 2), as implemented here:
   one with the highest CER, else the highest CER of all; waiting allowance ``w = e − (l* + t_curr)`` (eq. 13);
   the queue is served by ascending ``w``.
 
+Where the paper is silent or self-contradictory, these readings (checked against the text, not chosen by result):
+
+* ``M_i`` (Alg. 1 line 3, "all placements for task t_i under the limitations of platform P") is every
+  ``⟨d_node, d_g/n⟩`` with ``d_node ≤ N`` and ``d_g/n ≤ G``. §5.3's constraint reads ``d_node < N, d_g/n < G``;
+  taken literally no task could use a whole node, and §5.2.2 calls N and G "the upper limits of d_node and
+  d_g/n", §4.2 says placements "cannot exceed the upper limits": ``≤``. The placements are not limited to the
+  GPUs free now (P is the platform, not its load). Placements with more GPUs than samples in the global batch
+  are left out (a local batch below one sample; the paper does not say).
+* Eq. 9's ECTs are latencies; eq. 12 (``l + t_curr ≤ e``) compares them with absolute time, so a task's ECT is
+  its arrival plus eq. 9 (an Urgent task's is its arrival).
+* A negative allowance is used as it is: "The order of all tasks is determined by the waiting allowances. The task
+  with a smaller w in the task queue has a higher priority. [...] Obviously, w could be negative, which has no
+  impact on the task ordering" (§5.4). A task past its ECT therefore goes before every task that can still meet
+  its own. Setting such tasks aside instead would contradict §5.2.1, where Urgent tasks — whose allowance is
+  always negative — "have the highest priorities".
+* Equal allowances: arrival order (the paper's heapsort does not say).
+
+Deliberate deviation: sPR is the card's rate model, eq. 7's quadratic or the linear iteration-time form, whichever
+has the lower leave-one-out error (the linear form for five of the six types); eq. 7 prescribes the quadratic.
+The same model is the simulator's ground truth, so SWAF and the Tetris variants (which use "our prediction
+model" too, §7.1) predict exactly, where the paper's predictor errs by up to 11% (Fig. 15).
+
 Work units. The simulator measures a job's work in *reference seconds* at its requested GPUs (``Job.gpus``).
 For a GENIE task the reference placement is ``⟨1, gpus⟩`` — the request packed on one node (the user's request
 is what the black-box baselines of §7.1 allocate; SWAF and the Tetris variants choose their own placement) —

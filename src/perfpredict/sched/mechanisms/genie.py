@@ -8,10 +8,15 @@ order, so the ``--policy`` given to the simulator is ignored. They need GENIE ta
 ``swaf`` (:class:`SWAF`)
     At each decision point every waiting task gets its placement and waiting allowance from Alg. 1 (eq. 12 then
     the highest CER, eq. 13), over *all* placements ``⟨d_node, d_g/n⟩`` of the platform (line 3: "under the
-    limitations of platform P", not of the GPUs free now); the queue is reordered by ascending allowance and
+    limitations of platform P", not of the GPUs free now); the queue is reordered by ascending allowance
+    (negative ones included, as they are: "w could be negative, which has no impact on the task ordering") and
     tasks are launched in that order while their placement fits the free GPUs. "When the cluster cannot meet the
-    resource requirements, the tasks in the waiting queue keep waiting" (§5.4): the first task that does not fit
-    stops the launching (``backfill=True`` lets later tasks that fit go ahead instead: not in the paper).
+    resource requirements, the tasks in the waiting queue keep waiting" (§5.4) and "when the cluster has enough
+    idle resources, the task with the maximum priority is popped from the queue" (§6): the first task that does
+    not fit stops the launching. Fig. 12's caption ("the ready task is popped") could be read as launching any
+    task that fits; the two sentences of the text cannot, so they decide. ``backfill=True`` lets later tasks
+    that fit go ahead instead (not in the paper; shown beside it in ``experiments/genie_qos.py``). "Fits" means
+    ``d_node`` nodes with ``d_g/n`` free GPUs each: the placement Alg. 1 chose, never another one.
 
 The black-box baselines (FIFO, Capacity, Min-Min, Weighted Fair) "treat DL tasks as black boxes and place tasks
 with simple heuristics" (§7.2.1): a task gets the GPUs its user asked for (``Job.gpus``), packed on the fullest
