@@ -178,6 +178,83 @@ def test_sharing_bound_on_partly_used_device():
     Ledger(spec).take_all(literal.values())
 
 
+def test_case_1_starts_when_the_minimum_shares_use_up_every_free_gpu():
+    # §IV-A case 1: "If Σ_Q p_min ≥ Σ_G p_avl": ≥, so 8 tasks x ¼ on 2 free GPUs is case 1 (¼ each) ...
+    spec = cluster(2)
+    m = MoldableEquipartition()
+    out = m.allocate([js(i) for i in range(8)], spec, {}, 0.0)
+    assert m.last_stats["case"] == 1 and sizes(out) == {f"j{i}": 0.25 for i in range(8)}
+    # ... while 7 tasks (Σ p_min = 1.75 < 2, |Q| > |A|) are case 4: 4 + 3 per GPU, ¼ and ⅓
+    out = m.allocate([js(i) for i in range(7)], spec, {}, 0.0)
+    assert m.last_stats["case"] == 4
+    assert sorted(sizes(out).values()) == pytest.approx([0.25] * 4 + [1 / 3] * 3)
+    assert_valid(out, spec)
+
+
+def test_lone_arrival_takes_every_vacant_gpu_up_to_p_max():
+    # What makes Moldable EQ lose at moderate load (README): a task arriving alone gets p_max = 4 GPUs when 4
+    # are vacant (case 2) and otherwise every vacant GPU (case 3: 1 GPU, then D'Hondt), however few tasks
+    # are running; the paper's rules do not hold GPUs back for later arrivals.
+    spec = cluster(8)
+    m = MoldableEquipartition()
+    busy = m.allocate([js(0, min_gpus=3, max_gpus=3)], spec, {}, 0.0)
+    out = m.allocate([js(0, min_gpus=3, max_gpus=3), js(1)], spec, busy, 1.0)  # 5 vacant GPUs
+    assert m.last_stats["case"] == 2 and sizes(out)["j1"] == 4
+    busy = m.allocate([js(0, min_gpus=6, max_gpus=6)], spec, {}, 0.0)
+    out = m.allocate([js(0, min_gpus=6, max_gpus=6), js(1)], spec, busy, 1.0)  # 2 vacant GPUs
+    assert m.last_stats["case"] == 3 and sizes(out)["j1"] == 2
+    assert_valid(out, spec)
+
+
+def test_case_4_pre_assigns_to_the_gpu_with_fewest_tasks():
+    # §IV-A case 4: "choose GPU i that has the smallest number of running or pre-assigned tasks", then
+    # p ≤ p_avl / |R'_i|. GPU 0 runs a ¼ task, GPU 1 is vacant: the first task goes to GPU 1 (0 tasks) and
+    # gets it whole; the second ties (1 task each) and goes to the lower index, GPU 0, with ½ (≤ ¾ / 1, and
+    # the I1 bound 1/2 for two tasks on the GPU).
+    spec = cluster(2)
+    m = MoldableEquipartition()
+    running = {"j0": Allocation.fraction(0, 0, 0.25, cpus=1.0, mem_gb=12.5)}
+    jobs = [js(0, max_gpus=0.25), js(1), js(2)]
+    out = m.allocate(jobs, spec, running, 1.0)
+    assert m.last_stats["case"] == 4
+    assert sizes(out) == {"j0": 0.25, "j1": 1, "j2": 0.5}
+    assert out["j1"].shares[0].server == 0 and out["j1"].shares[0].devices == (1,)
+    assert out["j2"].shares[0].devices == (0,)
+    assert_valid(out, spec)
+
+
+def test_moldable_shares_are_kept_for_the_whole_run_and_can_lose_to_rigid():
+    """§IV-A ("Running tasks and already-allocated resources remain intact") and §V-B (the run time is
+    f(v, p_alc)): four tasks that arrive while GPUs are briefly scarce get ½ of a GPU each and keep it after
+    GPUs free up, so they finish later than under Rigid FCFS, which makes two of them wait instead. The
+    inherent disadvantage of §VI-A, here with fractional shares."""
+    from perfpredict.sched import make_policy
+    from perfpredict.sched.paper_cards import moldable_models
+    from perfpredict.sim.metrics import metrics_from_result
+    from perfpredict.sim.simulator import SimConfig, simulate
+
+    spec = ClusterSpec.homogeneous(4, gpus=1, cpus=4, mem_gb=64, gpu_mem_gb=12.0)
+    jobs = [Job("a", 0.0, 1.0, 100.0, model="mcnn"), Job("b", 0.0, 1.0, 1000.0, model="mcnn")]
+    jobs += [Job(x, 1.0, 1.0, 1000.0, model="mcnn") for x in "cdef"]
+    models = moldable_models(gpu_mem_gb=12.0)
+    s_half = models["mcnn"].gpu_factor(0.5, 1.0)
+    s_two = models["mcnn"].gpu_factor(2.0, 1.0)
+    res = {}
+    for name, mech in (("moldable", MoldableEquipartition()), ("rigid", RigidFCFS())):
+        res[name] = simulate(jobs, spec, make_policy("fifo"), mech, models, SimConfig(mode="event"))
+    fin = {j.id: j.finish for j in res["moldable"].finished}
+    # moldable: a and b split the 4 GPUs (case 3, 2 each); c-f wait for a (case 1, nothing free), then share
+    # the 2 GPUs a leaves (case 4, ½ each) and keep ½ after b ends
+    t_a = 100.0 / s_two
+    assert fin["a"] == pytest.approx(t_a) and fin["b"] == pytest.approx(1000.0 / s_two)
+    for x in "cdef":
+        assert fin[x] == pytest.approx(t_a + 1000.0 / s_half)
+    fin_r = {j.id: j.finish for j in res["rigid"].finished}
+    assert [fin_r[x] for x in "abcdef"] == pytest.approx([100.0, 1000.0, 1001.0, 1001.0, 1100.0, 2000.0])
+    mold, rigid = (metrics_from_result(res[k]).avg_flow_time_s for k in ("moldable", "rigid"))
+    assert mold > 1.2 * rigid
+
+
 def test_moldable_never_changes_running_jobs():
     spec = cluster(4)
     m = MoldableEquipartition()
