@@ -41,7 +41,8 @@ def _features(args: argparse.Namespace) -> int:
     added = build_features_table([(p.family, p.cfg) for p in plans], args.out, progress)
     from perfpredict.dataset.features_table import add_saved_bytes
 
-    filled = add_saved_bytes(args.out)  # rows from before the saved-tensor columns existed
+    # rows from before the saved-tensor columns existed (all rows with --recompute-saved)
+    filled = add_saved_bytes(args.out, recompute=args.recompute_saved)
     print(f"added {added} rows, filled saved-tensor bytes of {filled}, in {time.perf_counter() - t0:.0f} s",
           file=sys.stderr)
     return 0
@@ -101,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--out", type=Path, default=Path("datasets/zoo_features.csv"))
     f.add_argument("--families")
     f.add_argument("--max-gmacs", type=float)
+    f.add_argument("--recompute-saved", action="store_true",
+                   help="recount every row's saved-tensor bytes (after the count changed), keeping the rest")
     m = sub.add_parser("measure", help="measure architectures x batch sizes on a device")
     m.add_argument("--out", type=Path, required=True)
     m.add_argument("--device", default="auto")

@@ -108,8 +108,9 @@ def build_features_table(configs: Iterable[tuple[str, Mapping[str, Any]]], path:
     return added
 
 
-def add_saved_bytes(path: str | Path) -> int:
-    """Fill the saved-tensor columns of an existing table in place (rows that lack them); return rows filled.
+def add_saved_bytes(path: str | Path, recompute: bool = False) -> int:
+    """Fill the saved-tensor columns of an existing table in place (rows that lack them, or every row with
+    ``recompute``, after the count itself changed); return rows filled.
 
     The saved-bytes count takes seconds where the ONNX export takes minutes, so an older table gains the
     columns without being rebuilt.
@@ -122,7 +123,7 @@ def add_saved_bytes(path: str | Path) -> int:
         rows = list(csv.DictReader(f))
     filled = 0
     for row in rows:
-        if row.get("saved_bytes_per_sample") not in (None, ""):
+        if not recompute and row.get("saved_bytes_per_sample") not in (None, ""):
             continue
         wl = load_zoo_workload(row["family"], json.loads(row["config_json"]))
         row["saved_bytes_per_sample"], row["saved_bytes_fixed"] = saved_bytes_split(wl)

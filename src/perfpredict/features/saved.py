@@ -12,6 +12,14 @@ would count the L×L scores and dropout masks (4× the saved bytes of a 256-toke
 count runs ``scaled_dot_product_attention`` without its internal dropout, which takes the CPU's fused path
 and saves what the CUDA kernels save.
 
+Dropout is counted as the GPU runs it too. On CUDA, ``F.dropout`` runs the fused ``native_dropout`` kernel,
+which saves a 1-byte boolean mask; on the CPU it multiplies by a float noise tensor and saves that (4 bytes
+per element), which overcounted a transformer layer's three dropouts by 12-25 % of its saved bytes. The
+count routes ``F.dropout`` through ``torch.native_dropout``, whose CPU kernel saves the same boolean mask.
+
+The loss is part of the forward: a language model's cross-entropy keeps its log-softmax, as large as the
+logits (batch × sequence × vocabulary), until backward.
+
 Run at batch sizes 1 and 2, the difference is the exact per-sample part, as for the other graph features.
 This executes the model's forward, so it is for model files and the zoo, never for uploaded ONNX files.
 """
@@ -39,20 +47,25 @@ def saved_tensor_bytes(model: torch.nn.Module, inputs: tuple, loss_fn=None) -> i
 
     import torch.nn.functional as F
 
-    sdpa = F.scaled_dot_product_attention
+    sdpa, dropout = F.scaled_dot_product_attention, F.dropout
 
     def fused_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, *args, **kwargs):  # noqa: ARG001
         return sdpa(query, key, value, attn_mask, 0.0, *args, **kwargs)
 
+    def fused_dropout(input, p=0.5, training=True, inplace=False):  # noqa: A002
+        if not training or p <= 0.0 or p >= 1.0 or not input.is_floating_point():
+            return dropout(input, p, training, inplace)
+        return torch.native_dropout(input, p, True)[0]  # what CUDA runs: saves a bool mask
+
     model.train()
-    F.scaled_dot_product_attention = fused_sdpa
+    F.scaled_dot_product_attention, F.dropout = fused_sdpa, fused_dropout
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             out = model(*inputs)
             if loss_fn is not None:
                 loss_fn(out)
     finally:
-        F.scaled_dot_product_attention = sdpa
+        F.scaled_dot_product_attention, F.dropout = sdpa, dropout
     return int(sum(seen.values()))
 
 
@@ -63,10 +76,10 @@ def saved_bytes_split(workload, model: torch.nn.Module | None = None) -> tuple[i
         model = workload.build_model()
     model = model.to("cpu")
 
-    def loss(out):
-        return workload.loss(out, None)
+    def run(b: int) -> int:
+        targets = workload.targets(b)
+        return saved_tensor_bytes(model, workload.inputs(b), loss_fn=lambda out: workload.loss(out, targets))
 
-    s1 = saved_tensor_bytes(model, workload.inputs(1))
-    s2 = saved_tensor_bytes(model, workload.inputs(2))
+    s1, s2 = run(1), run(2)
     per = s2 - s1
     return int(max(per, 0)), int(max(s1 - per, 0))
