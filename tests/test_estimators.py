@@ -216,3 +216,58 @@ def test_train_reproduces_shipped_metrics(tmp_path):
                 assert got == pytest.approx(want, rel=0.02, abs=0.005), (name, kind)
         assert t["point_kind"] == shipped["targets"][name]["point_kind"]
         assert all(Path(ts.out_dir / f).exists() for f in t["files"].values())
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Physical baselines
+# ---------------------------------------------------------------------------------------------------------
+def test_time_baseline_recovers_a_roofline_and_stays_non_negative():
+    from perfpredict.estimators.design import FEATURE_NAMES
+    from perfpredict.estimators.models import TIME_TERMS, LogBaselineModel, baseline_components
+
+    rng = np.random.default_rng(0)
+    X = np.zeros((60, len(FEATURE_NAMES)))
+    macs, act, par = 10 ** rng.uniform(6, 11, 60), 10 ** rng.uniform(5, 9, 60), 10 ** rng.uniform(4, 8, 60)
+    for name, v in (("log_macs_per_iter", macs), ("log_act_bytes_per_iter", act), ("log_param_bytes", par)):
+        X[:, FEATURE_NAMES.index(name)] = np.log10(v + 1)
+    C = baseline_components(X, TIME_TERMS)
+    assert np.allclose(C[:, 1], macs) and np.allclose(C[:, 2], act + par)
+    true = np.array([2e-3, 5e-12, 3e-11])  # 2 ms launch floor, 5 ps/MAC, 30 ps/byte
+    m = LogBaselineModel().fit(X, np.log(C @ true))
+    assert np.allclose(m.coef_, true, rtol=1e-4)
+    assert np.allclose(np.exp(m.predict(X)), C @ true, rtol=1e-6)
+    # A negative relation in the data does not produce negative seconds per MAC.
+    m2 = LogBaselineModel().fit(X, np.log(1.0 / C[:, 1] * 1e6 + 1e-3))
+    assert (m2.coef_ >= 0).all()
+    q = LogBaselineModel(quantiles=(0.1, 0.5, 0.9)).fit(X, np.log(C @ true) + rng.normal(0, 0.1, 60)).predict(X)
+    assert q.shape == (60, 3) and (np.diff(q, axis=1) > 0).all()
+
+
+def test_predictor_reproduces_the_shipped_time_baseline():
+    """Where family CV shipped the physical time baseline (kind ``none``), the Predictor's numbers are that
+    baseline refitted on the dataset: the saved coefficients and the Predictor's reconstruction agree."""
+    from perfpredict import Predictor
+    from perfpredict.estimators.data import load_training_data
+    from perfpredict.estimators.targets import TARGETS
+
+    pred = Predictor.load(MODELS)
+    checked = 0
+    for meta_path in MODELS.glob("*/metadata.json"):
+        meta = json.loads(meta_path.read_text())
+        t = meta["targets"]["iter_time"]
+        if t["point_kind"] != "none":
+            continue
+        data = load_training_data(DATASETS / meta["provenance"]["file"])
+        spec = TARGETS["iter_time"]
+        y = data.column(spec.column)
+        ok = np.isfinite(y) & (y > 0)
+        model = spec.make_model("none").fit(data.X[ok], spec.to_model(y[ok], data.X[ok]))
+        assert np.allclose(model.coef_, t["baseline_coef"]["point"], rtol=1e-9)
+        i = int(np.flatnonzero(ok)[0])
+        vals = pred.predict_values(data.archs[i], [int(data.batch[i])], device_type=meta["dataset"])
+        want = float(np.exp(model.predict(data.X[i:i + 1]))[0])
+        assert vals["iter_time"]["median"][0] == pytest.approx(want, rel=1e-6)
+        lo, hi = vals["iter_time"]["q10"][0], vals["iter_time"]["q90"][0]
+        assert lo < want < hi
+        checked += 1
+    assert checked >= 1, "no shipped model set uses the time baseline"

@@ -56,11 +56,13 @@ class _Target:
     transform: str
     scores: dict[str, float]
     residual_quantiles: np.ndarray | None = None
+    #: the physical baseline's terms (``metadata.json``'s ``term_features``); memory's by default
+    terms: tuple[tuple[str, ...], ...] | None = None
 
-    def _base(self, X: np.ndarray, coef: np.ndarray) -> np.ndarray:
-        from perfpredict.estimators.models import StructuredMemoryModel
+    def _base(self, X: np.ndarray, coef: np.ndarray, floor: float = 1.0) -> np.ndarray:
+        from perfpredict.estimators.models import MEMORY_TERMS, baseline_components
 
-        return np.maximum(StructuredMemoryModel.components(X) @ coef, 1.0)
+        return np.maximum(baseline_components(X, self.terms or MEMORY_TERMS) @ coef, floor)
 
     def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(median point prediction, quantiles n × 3) on the target's natural scale."""
@@ -70,6 +72,9 @@ class _Target:
              else np.asarray(self.quantile.inplace_predict(X), float).reshape(len(X), -1))
         if self.transform == "structured_memory":
             y, yq = self._base(X, self.coef_point) * np.exp(z), self._base(X, self.coef_quantile)[:, None] * np.exp(q)
+        elif self.transform == "log" and self.coef_point is not None:  # the physical baseline alone (time)
+            y = self._base(X, self.coef_point, 1e-6) * np.exp(z)
+            yq = self._base(X, self.coef_quantile, 1e-6)[:, None] * np.exp(q)
         elif self.transform == "log":
             y, yq = np.exp(z), np.exp(q)
         else:
@@ -109,7 +114,9 @@ class ModelSet:
                                           np.array(coef["point"]) if coef else None,
                                           np.array(coef["quantile"]) if coef else None, t["transform"],
                                           {k: v for k, v in scores.items() if k in ("mape", "rmsle", "median_ape")},
-                                          np.array(rq) if rq is not None else None)
+                                          np.array(rq) if rq is not None else None,
+                                          tuple(tuple(t) for t in coef["term_features"])
+                                          if coef.get("term_features") else None)
         prof = json.loads((path / "profiled.json").read_text())["architectures"]
         self.profiled_names = list(prof)
         self.profiled = prof

@@ -62,17 +62,81 @@ def feature_importance(model, names: list[str]) -> dict[str, float]:
     return dict(sorted(by_name.items(), key=lambda kv: -kv[1]))
 
 
+#: Physical baselines' terms: each a sum of raw quantities, recovered from ``log10(x + 1)`` feature columns.
+#: Memory: parameter bytes (weights, gradients, optimizer state are multiples of it) and saved-tensor bytes.
+MEMORY_TERMS: tuple[tuple[str, ...], ...] = (("log_param_bytes",), ("log_saved_bytes_iter",))
+#: Iteration time, roofline-like: compute (forward MACs per iteration; backward is a multiple of it) and
+#: memory traffic (activation bytes per iteration + parameter bytes).
+TIME_TERMS: tuple[tuple[str, ...], ...] = (("log_macs_per_iter",), ("log_act_bytes_per_iter", "log_param_bytes"))
+
+
+def baseline_components(X: np.ndarray, terms: tuple[tuple[str, ...], ...] = MEMORY_TERMS) -> np.ndarray:
+    """``[1, term_1, ...]`` per row in raw units (bytes, MACs), recovered from the log10(x + 1) features."""
+    from perfpredict.estimators.design import FEATURE_NAMES
+
+    X = np.asarray(X, float)
+    cols = [np.ones(len(X))]
+    for term in terms:
+        idx = [FEATURE_NAMES.index(n) for n in term]
+        cols.append(np.maximum(10.0 ** X[:, idx] - 1.0, 0.0).sum(axis=1))
+    return np.column_stack(cols)
+
+
+def fit_baseline(C: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Non-negative coefficients of ``C @ coef ≈ y`` on *relative* residuals (small and large jobs weigh alike),
+    so the coefficients stay physical (no negative bytes per parameter, no negative seconds per MAC)."""
+    from scipy.optimize import nnls
+
+    y = np.asarray(y, float)
+    # Scale columns so NNLS is well conditioned, then undo the scaling on the coefficients.
+    scale = np.maximum(np.abs(C).max(axis=0), 1e-30)
+    coef, _ = nnls((C / scale) / y[:, None], np.ones(len(y)), maxiter=50 * C.shape[1])
+    return coef / scale
+
+
+class LogBaselineModel:
+    """A physical baseline alone, for a target learned on log scale (iteration time): ``fit(X, log y)``,
+    ``predict(X) -> log baseline`` (n × len(quantiles) with quantiles: plus the training log-residuals'
+    quantiles, a constant interval). Trees cannot extrapolate to a family whose sizes lie outside the
+    others'; a handful of non-negative physical coefficients can."""
+
+    def __init__(self, terms: tuple[tuple[str, ...], ...] = TIME_TERMS,
+                 quantiles: tuple[float, ...] | None = None, floor: float = 1e-6) -> None:
+        self.terms = terms
+        self.quantiles = quantiles
+        self.floor = floor
+        self.coef_: np.ndarray | None = None
+        self.residual_quantiles_: np.ndarray | None = None
+
+    def baseline(self, X: np.ndarray) -> np.ndarray:
+        return np.maximum(baseline_components(X, self.terms) @ self.coef_, self.floor)
+
+    def fit(self, X: np.ndarray, z: np.ndarray) -> LogBaselineModel:
+        self.coef_ = fit_baseline(baseline_components(X, self.terms), np.exp(np.asarray(z, float)))
+        if self.quantiles:
+            self.residual_quantiles_ = np.quantile(np.asarray(z, float) - np.log(self.baseline(X)), self.quantiles)
+        return self
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        lb = np.log(self.baseline(X))
+        if self.residual_quantiles_ is not None:
+            return lb[:, None] + self.residual_quantiles_[None, :]
+        return lb
+
+
 class StructuredMemoryModel:
     """Peak training memory = a physical baseline × a learned correction.
 
     The baseline is ``c0 + k_P·P + k_S·S``: a constant (allocator and library workspaces), the parameter
     bytes P (weights, gradients and optimizer state are multiples of it), and the bytes S autograd saves for
     the backward pass in one iteration (:mod:`perfpredict.features.saved`). On the H100 data the fit gives
-    c0 ≈ 75 MiB, k_P ≈ 3 (weights + gradients + momentum) and k_S ≈ 1 for CNNs: the formula is physical, and
-    so it carries over to families the correction never saw. Its coefficients are fitted by non-negative
-    least squares on relative residuals, so they stay physical and small models weigh as much as large ones. The correction is any regressor of :data:`MODEL_KINDS` (or the
-    quantile booster) fitted to ``log(y / baseline)`` on the full feature vector.
+    c0 ≈ 70 MiB, k_P ≈ 2.9 (weights + gradients + momentum) and k_S ≈ 1: the formula is physical, and so it
+    carries over to families the correction never saw. Its coefficients are fitted by non-negative least
+    squares on relative residuals (:func:`fit_baseline`). The correction is any regressor of
+    :data:`MODEL_KINDS` (or the quantile booster) fitted to ``log(y / baseline)`` on the full feature vector.
     """
+
+    terms = MEMORY_TERMS
 
     def __init__(self, residual_kind: str = "xgboost", quantiles: tuple[float, ...] | None = None) -> None:
         self.residual_kind = residual_kind  # a MODEL_KINDS entry, or "none": the baseline alone
@@ -85,24 +149,14 @@ class StructuredMemoryModel:
     @staticmethod
     def components(X: np.ndarray) -> np.ndarray:
         """[1, P, S] in bytes, recovered from the log10(x + 1) features."""
-        from perfpredict.estimators.design import FEATURE_NAMES
-
-        cols = [FEATURE_NAMES.index("log_param_bytes"), FEATURE_NAMES.index("log_saved_bytes_iter")]
-        raw = np.maximum(10.0 ** np.asarray(X, float)[:, cols] - 1.0, 0.0)
-        return np.column_stack([np.ones(len(raw)), raw])
+        return baseline_components(X, MEMORY_TERMS)
 
     def baseline(self, X: np.ndarray) -> np.ndarray:
         return np.maximum(self.components(X) @ self.coef_, 1.0)
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> StructuredMemoryModel:
-        from scipy.optimize import nnls
-
-        C = self.components(X)
         y = np.asarray(y, float)
-        # Scale columns so NNLS is well conditioned, then undo the scaling on the coefficients.
-        scale = np.maximum(np.abs(C).max(axis=0), 1.0)
-        coef, _ = nnls((C / scale) / y[:, None], np.ones(len(y)), maxiter=50 * C.shape[1])
-        self.coef_ = coef / scale
+        self.coef_ = fit_baseline(self.components(X), y)
         r = np.log(y / self.baseline(X))
         if self.residual_kind == "none":
             self.residual_ = None

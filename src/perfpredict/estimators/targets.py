@@ -8,7 +8,10 @@ each target is learned on a scale where unseen families look like seen ones:
   non-negative linear baseline over parameter bytes and activation bytes by op group (what Horus eq. 2 adds
   up, with coefficients measured instead of assumed), times a learned correction. A model ten times
   larger than any in training still gets a sensible answer, which a tree on raw bytes cannot give;
-- **iteration time** as log seconds;
+- **iteration time** as log seconds, by a learned model or by a roofline-like physical baseline
+  (:class:`~perfpredict.estimators.models.LogBaselineModel`: ``c0 + c_M·MACs + c_B·bytes`` per iteration,
+  kind ``none``); family CV picks between them per device (on the CPU the baseline generalises far better,
+  on the H100 XGBoost does);
 - **GPU utilisation** as the fraction itself, clipped to (0, 1] on the way out.
 """
 
@@ -21,6 +24,8 @@ import numpy as np
 from perfpredict.estimators.models import (
     MODEL_KINDS,
     QUANTILES,
+    TIME_TERMS,
+    LogBaselineModel,
     StructuredMemoryModel,
     make_model,
     make_quantile_model,
@@ -36,6 +41,8 @@ class TargetSpec:
     cuda_only: bool = False
     #: Over-estimating is the safe side for placement (Horus §4.1.1): the quantile a scheduler should use.
     safe_quantile: float | None = None
+    #: For a log-scale target: the terms of a physical baseline offered as model kind ``none``.
+    baseline_terms: tuple[tuple[str, ...], ...] | None = None
 
     def to_model(self, y: np.ndarray, X: np.ndarray) -> np.ndarray:
         y = np.asarray(y, dtype=float)
@@ -55,6 +62,8 @@ class TargetSpec:
         """A fresh regressor of ``kind`` for this target (memory wraps it in the structured model)."""
         if self.transform == "structured_memory":
             return StructuredMemoryModel(kind)
+        if kind == "none" and self.baseline_terms:
+            return LogBaselineModel(self.baseline_terms)
         return make_model(kind)
 
     def make_quantile_model(self, kind: str = "xgboost"):
@@ -62,12 +71,14 @@ class TargetSpec:
         the training residuals' quantiles; every other one an XGBoost quantile booster)."""
         if self.transform == "structured_memory":
             return StructuredMemoryModel("none" if kind == "none" else "xgboost", quantiles=QUANTILES)
+        if kind == "none" and self.baseline_terms:
+            return LogBaselineModel(self.baseline_terms, quantiles=QUANTILES)
         return make_quantile_model()
 
     @property
     def kinds(self) -> tuple[str, ...]:
-        """Model kinds compared; memory adds ``none``: the physical baseline without a learned correction."""
-        return (("none",) if self.transform == "structured_memory" else ()) + MODEL_KINDS
+        """Model kinds compared; memory and iteration time add ``none``: the physical baseline alone."""
+        return (("none",) if self.transform == "structured_memory" or self.baseline_terms else ()) + MODEL_KINDS
 
 
 TARGETS: dict[str, TargetSpec] = {
@@ -76,7 +87,7 @@ TARGETS: dict[str, TargetSpec] = {
     # torch's peak allocated (above) can sit gigabytes below it, so placement should reserve this one.
     "device_memory": TargetSpec("device_memory", "nvml_process_bytes", "bytes", "structured_memory", cuda_only=True,
                                 safe_quantile=0.9),
-    "iter_time": TargetSpec("iter_time", "iter_time_s", "s", "log"),
+    "iter_time": TargetSpec("iter_time", "iter_time_s", "s", "log", baseline_terms=TIME_TERMS),
     "gpu_utilization": TargetSpec("gpu_utilization", "gpu_utilization", "fraction", "identity01", cuda_only=True,
                                   safe_quantile=0.9),
 }

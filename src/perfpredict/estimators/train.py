@@ -26,7 +26,13 @@ import numpy as np
 from perfpredict.estimators.data import TrainingData, load_training_data, training_datasets
 from perfpredict.estimators.design import FEATURE_NAMES
 from perfpredict.estimators.evaluate import evaluate_target
-from perfpredict.estimators.models import MODEL_KINDS, QUANTILES, StructuredMemoryModel, feature_importance
+from perfpredict.estimators.models import (
+    MODEL_KINDS,
+    QUANTILES,
+    LogBaselineModel,
+    StructuredMemoryModel,
+    feature_importance,
+)
 from perfpredict.estimators.targets import TARGETS, TargetSpec
 
 METADATA_FILE = "metadata.json"
@@ -59,8 +65,9 @@ def targets_for(data: TrainingData) -> list[TargetSpec]:
 
 
 def _booster_of(model):
-    inner = model.residual_ if isinstance(model, StructuredMemoryModel) else model
-    return inner
+    if isinstance(model, LogBaselineModel):
+        return None
+    return model.residual_ if isinstance(model, StructuredMemoryModel) else model
 
 
 def train_dataset(dataset_csv: str | Path, out_root: str | Path, *, kinds: tuple[str, ...] = MODEL_KINDS,
@@ -108,9 +115,10 @@ def train_dataset(dataset_csv: str | Path, out_root: str | Path, *, kinds: tuple
             _booster_of(quant).save_model(qf)
             files.append(qf)
             entry["files"]["quantile"] = qf.name
-        if isinstance(point, StructuredMemoryModel):
+        if isinstance(point, (StructuredMemoryModel, LogBaselineModel)):
             entry["baseline_coef"] = {"point": point.coef_.tolist(), "quantile": quant.coef_.tolist(),
-                                      "terms": ["const", "param_bytes", "saved_bytes_iter"]}
+                                      "terms": ["const", *("+".join(t) for t in point.terms)],
+                                      "term_features": [list(t) for t in point.terms]}
             if quant.residual_quantiles_ is not None:
                 entry["residual_quantiles"] = quant.residual_quantiles_.tolist()
         entry["feature_importance"] = (feature_importance(_booster_of(point), FEATURE_NAMES)
@@ -188,7 +196,7 @@ def render_report(meta: dict[str, Any]) -> str:
                   "|---|---|---|---|---|" + ("---|" if extra else "")]
         for kind, m in ev["family_cv"].items():
             label = {"none": "physical baseline alone"}.get(kind, kind)
-            if name == "peak_memory" and kind != "none":
+            if t["transform"] == "structured_memory" and kind != "none":
                 label = f"baseline × {kind} correction"
             lines.append(f"| {label} | {_fmt(m, name)} | {ev['random_cv'][kind]['mape']:.1%} |")
         q = ev["quantiles_family_cv"]
@@ -198,10 +206,14 @@ def render_report(meta: dict[str, Any]) -> str:
                       f"{q['upper_under_predicts']:.0%}; median interval width {q['median_rel_width']:.0%} of the value.",
                   "", f"Per held-out family ({shipped}): " + ", ".join(
                       f"{f} {m['mape']:.1%}" for f, m in ev["per_family_shipped"].items()), ""]
-        if "baseline_coef" in t:
+        if "baseline_coef" in t and t["unit"] == "bytes":
             c = t["baseline_coef"]["point"]
             lines += [f"Baseline fitted on all rows: {c[0] / 2**20:.1f} MiB + {c[1]:.2f} × parameter bytes + "
                       f"{c[2]:.2f} × saved-tensor bytes per iteration.", ""]
+        elif "baseline_coef" in t:
+            c = t["baseline_coef"]["point"]
+            lines += [f"Baseline fitted on all rows: {c[0] * 1e3:.2f} ms + {c[1] * 1e12:.1f} ps per forward MAC "
+                      f"+ {c[2] * 1e12:.1f} ps per byte of activations and parameters, per iteration.", ""]
         if t["feature_importance"]:
             lines += ["Top features (XGBoost total gain): " + ", ".join(
                 f"{k} {v:.2f}" for k, v in list(t["feature_importance"].items())[:8]), ""]
