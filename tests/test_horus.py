@@ -249,7 +249,7 @@ def _first_device(r, jid):
     raise AssertionError(jid)
 
 
-def test_horus_prefers_idle_devices_then_the_lowest_cost_partner_and_refuses_losing_pairs():
+def test_horus_prefers_idle_devices_then_the_lowest_cost_partner_and_over_commits_by_cost_only():
     models = {"heavy": model("heavy", 0.95, 5.0), "light": model("light", 0.1, 1.0)}
     truth = {"heavy": (0.95, 5.0), "light": (0.1, 1.0)}
     jobs = [Job("H1", 0.0, 1, 1000.0, model="heavy"), Job("L1", 1.0, 1, 1000.0, model="light"),
@@ -258,13 +258,30 @@ def test_horus_prefers_idle_devices_then_the_lowest_cost_partner_and_refuses_los
     fin = {js.id: js for js in r.finished}
     assert _first_device(r, "H1") != _first_device(r, "L1")  # the idle device costs least
     assert _first_device(r, "H2") == _first_device(r, "L1")  # next to the light job, not the heavy one
-    # H3 would make a heavy pair with H1 (U 1.9: the measured model predicts T_deg > 1): it waits for a slot
-    # that pays, i.e. until one of the 1000 s jobs leaves
-    assert fin["H3"].first_start > 999.0
-    r2 = _run(Horus(overcommit="none"), jobs, models, truth, cluster(1, 2))
-    assert {js.id: js for js in r2.finished}["H3"].first_start == pytest.approx(3.0)  # memory only: it joins
+    # Alg. 1's capacity check is CPUs, memory, GPU memory (and §4.3's jobs-per-GPU limit): H3 joins H1 at once
+    # although the pair is over-committed (U 1.9, eq. 9's f+ branch): utilisation only ranks devices
+    assert fin["H3"].first_start == pytest.approx(3.0) and _first_device(r, "H3") == _first_device(r, "H1")
+    # the break-even reading of §4.1.2 (an option): H3 would make a pair the measured model predicts to lose
+    # throughput (T_deg > 1), so it waits for a slot that pays, i.e. until one of the 1000 s jobs leaves
+    r2 = _run(Horus(overcommit="breakeven"), jobs, models, truth, cluster(1, 2))
+    assert {js.id: js for js in r2.finished}["H3"].first_start > 999.0
     r3 = _run(Horus(overcommit=1.0), jobs, models, truth, cluster(1, 2))
     assert {js.id: js for js in r3.finished}["H2"].first_start > 999.0  # a 100 % cap: no heavy+light either
+
+
+def test_horus_ranks_over_committed_devices_by_eq_9_instead_of_excluding_them():
+    # two devices, each with one running job (0.9 and 0.6 predicted); a 0.9 job over-commits either one:
+    # eq. 9's f+ at U 1.5 is below f+ at U 1.8, so it goes next to the 0.6 job, and at once
+    models = {"a": model("a", 0.9, 2.0), "b": model("b", 0.6, 2.0), "c": model("c", 0.9, 2.0)}
+    truth = {"a": (0.9, 2.0), "b": (0.6, 2.0), "c": (0.9, 2.0)}
+    jobs = [Job("A", 0.0, 1, 1000.0, model="a"), Job("B", 1.0, 1, 1000.0, model="b"),
+            Job("C", 2.0, 1, 100.0, model="c")]
+    mech = Horus()
+    assert mech.overcommit == "none" and MEASURED(1.5) < MEASURED(1.8)
+    r = _run(mech, jobs, models, truth, cluster(1, 2), record=True)
+    c = {js.id: js for js in r.finished}["C"]
+    assert c.first_start == pytest.approx(2.0) and _first_device(r, "C") == _first_device(r, "B")
+    assert mech.admits(np.array([1, 1]), np.array([0.9, 0.6]), 0.9).all()  # no utilisation filter by default
 
 
 def test_obp_goes_where_most_memory_is_free_and_fifo_never_shares():

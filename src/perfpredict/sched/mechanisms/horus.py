@@ -17,14 +17,17 @@ The simulator runs them with the measured values (:mod:`perfpredict.sim.sharing`
   p / w_x, smallest first, so each queue is served in proportion to its weight, longest-waiting first within
   it. ``k = 1`` is Horus, ``k = 3`` Horus-f (:class:`HorusF`), β = 15 (§5.2).
 
-  The capacity check is device memory, host CPUs and memory, and the *predicted GPU utilisation*: §4.1.2
-  ("the estimated GPU utilization and GPU memory will be used for node capacity check") with the
-  over-commitment threshold an operator sets (§4.3). The paper gives no value; by default (``overcommit=
-  "breakeven"``) a device takes another job only while the interference model predicts that its jobs
-  together progress at least as fast as without it: ``(m+1)/(1+f(U+u)) >= m/(1+f(U))`` for ``m`` jobs at
-  predicted cumulative utilisation ``U`` (always true on an idle device; for a pair, ``f(U+u) <= 1``: 171 %
-  with the measured H100 model, 131 % with the paper's RTX 2080 one). A number caps the predicted cumulative
-  utilisation instead; ``"none"`` checks memory only.
+  The capacity check (line 7: "CPUs, Mems, GPU Mems"; §4.2.2: "in terms of CPU, memory and GPU memory";
+  eq. 5 over R = {CPU, RAM, GMem}, Table 5 giving a capacity CP only for GMem) is device memory, host CPUs
+  and memory, and the operator's over-commitment threshold, which §4.3 puts on "the number of co-located
+  jobs or device memory usage" (``max_colocated``). GPU utilisation enters through eq. 9's cost only: an
+  over-committed device (``GUtil_jng > 100``) stays a candidate, "penalized" by ``f+``, not excluded
+  (``overcommit="none"``, the default). §4.1.2's "GUtil and GMem will be used for node capacity check" gives
+  no rule; two readings of it are options: ``overcommit="breakeven"`` lets a device take another job only
+  while the interference model predicts that its jobs together progress at least as fast as without it:
+  ``(m+1)/(1+f(U+u)) >= m/(1+f(U))`` for ``m`` jobs at predicted cumulative utilisation ``U`` (always true
+  on an idle device; for a pair, ``f(U+u) <= 1``: 171 % with the measured H100 model, 131 % with the
+  paper's RTX 2080 one); a number caps the predicted cumulative utilisation.
 * :class:`OpportunisticBinPacking` (OBP) — jobs in policy order; each goes to the devices with the most free
   (predicted) memory that fit it, "similar to least-loaded" (§5.2); one that fits nowhere is skipped.
 * :class:`PerformanceAwareBinPacking` (PAB) — OBP's placement, then after a warm-up (60 s, §5.2: "0-60s") the
@@ -220,7 +223,7 @@ class Horus(_SharingBase):
     name = "horus"
 
     def __init__(self, k: int = 1, beta: int = 15, interference: str = "measured", w_mem: float = 1.0,
-                 w_util: float = 1.0, max_colocated: int = 2, overcommit: str | float = "breakeven") -> None:
+                 w_util: float = 1.0, max_colocated: int = 2, overcommit: str | float = "none") -> None:
         super().__init__(max_colocated)
         from perfpredict.sim.sharing import slowdown_model
 
