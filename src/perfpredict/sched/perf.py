@@ -195,9 +195,11 @@ class PerfModel:
         from perfpredict.fit.speedup import SpeedupCurve
 
         sens = card.sensitivity
+        pred = card.prediction
         kwargs: dict[str, Any] = {"name": name or card.model.name,
                                   "source": (sens.source if sens is not None else
-                                             card.speedup_curve.source if card.speedup_curve else "measured")}
+                                             card.speedup_curve.source if card.speedup_curve else
+                                             pred.source if pred is not None else "measured")}
         if sens is not None:
             c = tuple(v / devices_profiled for v in sens.cpu_values)
             m = tuple(v / devices_profiled for v in sens.mem_values_gb)
@@ -209,9 +211,7 @@ class PerfModel:
         if card.speedup_curve is not None and card.speedup_curve.fit:
             curve = SpeedupCurve.from_dict(card.speedup_curve.fit)
             kwargs["speedup"] = _Speedup(curve)
-        peak = [p.peak_bytes for p in card.memory if getattr(p, "peak_bytes", None)] if card.memory else []
-        if peak and card.device.kind == "cuda":
-            kwargs["device_mem_gb"] = max(peak) / 1e9
+        kwargs.update(_device_footprint(card))
         return cls(**kwargs)
 
     @classmethod
@@ -239,6 +239,35 @@ class PerfModel:
         if self.speedup is not None:
             parts.append(f"S(4)/S(1) = {self.speedup(4) / self.speedup(1):.2f}")
         return ", ".join(parts)
+
+
+def _device_footprint(card: PerformanceCard) -> dict[str, float]:
+    """What a GPU-sharing scheduler packs by, from a CUDA card: ``device_mem_gb`` and ``gpu_util``.
+
+    The batch a trace job runs at is not known, so the largest batch on the card stands for it (the larger
+    footprint, the safe side for placement, Horus §4.1.1). Memory is what the device holds for the process:
+    for a predicted card the upper quantile of NVML process memory (context + allocator reserve), else the
+    measured NVML process memory, else torch's peak allocation. Utilisation is the predicted median or the
+    measured NVML utilisation at that batch."""
+    if card.device.kind != "cuda":
+        return {}
+    out: dict[str, float] = {}
+    pred = card.prediction
+    if pred is not None and pred.points:
+        top = max(pred.points, key=lambda p: p.batch_size)
+        mem = top.device_memory_safe_bytes or top.peak_memory_safe_bytes
+        out["device_mem_gb"] = float(mem) / 1e9
+        if top.gpu_utilization is not None:
+            out["gpu_util"] = float(top.gpu_utilization)
+        return out
+    mem_pts = [p for p in card.memory if p.nvml_process_bytes or p.peak_bytes]
+    if mem_pts:
+        top_m = max(mem_pts, key=lambda p: p.batch_size)
+        out["device_mem_gb"] = float(top_m.nvml_process_bytes or top_m.peak_bytes) / 1e9
+    util = [e for e in (card.energy.points if card.energy else []) if e.gpu_utilization is not None]
+    if util:
+        out["gpu_util"] = float(max(util, key=lambda e: e.batch_size).gpu_utilization)
+    return out
 
 
 def _card_throughput(card: PerformanceCard, batch_size: float) -> float:
