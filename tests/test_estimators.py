@@ -271,3 +271,48 @@ def test_predictor_reproduces_the_shipped_time_baseline():
         assert lo < want < hi
         checked += 1
     assert checked >= 1, "no shipped model set uses the time baseline"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Interval calibration for unseen families
+# ---------------------------------------------------------------------------------------------------------
+def test_calibrated_scale_covers_the_nominal_share_and_never_narrows():
+    from perfpredict.estimators.evaluate import calibrate_scale, interval_quality, needed_scale, widen
+
+    rng = np.random.default_rng(0)
+    n = 400
+    med = 10 ** rng.uniform(0, 3, n)
+    q = np.column_stack([med / 1.2, med, med * 1.2])  # claims ±20%
+    y = med * np.exp(rng.normal(0, 0.5, n))  # errors are far larger
+    assert interval_quality(y, q)["coverage"] < 0.5
+    s = calibrate_scale(y, q)
+    assert s > 3
+    assert interval_quality(y, widen(q, s))["coverage"] == pytest.approx(0.8, abs=0.01)
+    assert np.all(needed_scale(y, widen(q, s)) <= needed_scale(y, q) + 1e-12)
+    # Already wide enough: the scale stays 1 (intervals are only widened).
+    assert calibrate_scale(med, np.column_stack([med / 10, med, med * 10])) == 1.0
+    assert np.allclose(widen(q, 1.0), q)
+
+
+def test_predictor_serves_the_calibrated_interval(predictor):
+    """The shipped interval scale widens what the quantile models say, and the nested family-CV check
+    (each family calibrated on the others) comes close to the nominal 80%."""
+    meta = json.loads((MODELS / "cuda_h100" / "metadata.json").read_text())
+    ms = predictor.model_set("cuda_h100")
+    from perfpredict.estimators.data import load_training_data
+
+    data = load_training_data(DATASETS / "cuda_h100.csv")
+    X = data.X[:20]
+    for name, t in meta["targets"].items():
+        cal = t["evaluation"]["interval_calibration"]
+        assert t["interval_scale"] == cal["scale"] >= 1.0
+        assert 0.7 <= cal["nested_family_cv"]["coverage"] <= 0.9, name
+        target = ms.targets[name]
+        _, served = target.predict(X)
+        target.interval_scale, raw_scale = 1.0, target.interval_scale
+        try:
+            _, raw = target.predict(X)
+        finally:
+            target.interval_scale = raw_scale
+        assert np.all(served[:, 0] <= raw[:, 0] + 1e-12) and np.all(served[:, -1] >= raw[:, -1] - 1e-12)
+        assert np.allclose(served[:, 1], raw[:, 1])

@@ -38,7 +38,7 @@ def train(
     for ts in sets:
         t = Table(title=f"{ts.name} ({ts.metadata['device_name']}, {ts.metadata['rows']} rows)")
         for c in ("target", "shipped model", "family-CV MAPE", "RMSLE", "XGBoost", "LightGBM", "random forest",
-                  "linear", "q10-q90 coverage"):
+                  "linear", "q10-q90 coverage (raw → calibrated)"):
             t.add_column(c)
         for name, e in ts.metadata["targets"].items():
             ev = e.get("evaluation")
@@ -49,7 +49,8 @@ def train(
             t.add_row(name, "physical baseline" if k == "none" else k, f"{f[k]['mape']:.1%}", f"{f[k]['rmsle']:.3f}",
                       *(f"{f[x]['mape']:.1%}" if x in f else "-" for x in ("xgboost", "lightgbm", "random_forest",
                                                                             "linear")),
-                      f"{ev['quantiles_family_cv']['coverage']:.0%}")
+                      f"{ev['quantiles_family_cv']['coverage']:.0%} → "
+                      f"{ev['interval_calibration']['nested_family_cv']['coverage']:.0%}")
         out_console.print(t)
         out_console.print(f"saved to {ts.out_dir}/ (report.md has the full tables)")
         if not no_mlflow:

@@ -58,6 +58,8 @@ class _Target:
     residual_quantiles: np.ndarray | None = None
     #: the physical baseline's terms (``metadata.json``'s ``term_features``); memory's by default
     terms: tuple[tuple[str, ...], ...] | None = None
+    #: the interval widening calibrated for unseen families at training (``metadata.json``'s ``interval_scale``)
+    interval_scale: float = 1.0
 
     def _base(self, X: np.ndarray, coef: np.ndarray, floor: float = 1.0) -> np.ndarray:
         from perfpredict.estimators.models import MEMORY_TERMS, baseline_components
@@ -80,6 +82,12 @@ class _Target:
         else:
             y, yq = np.clip(z, 0.005, 1.0), np.clip(q, 0.005, 1.0)
         yq = np.sort(yq, axis=1)  # quantile crossing: keep q10 <= q50 <= q90
+        if self.interval_scale != 1.0:
+            from perfpredict.estimators.evaluate import widen
+
+            yq = widen(yq, self.interval_scale)
+            if self.transform == "identity01":
+                yq = np.clip(yq, 0.005, 1.0)
         return y, yq
 
 
@@ -116,7 +124,8 @@ class ModelSet:
                                           {k: v for k, v in scores.items() if k in ("mape", "rmsle", "median_ape")},
                                           np.array(rq) if rq is not None else None,
                                           tuple(tuple(t) for t in coef["term_features"])
-                                          if coef.get("term_features") else None)
+                                          if coef.get("term_features") else None,
+                                          float(t.get("interval_scale", 1.0)))
         prof = json.loads((path / "profiled.json").read_text())["architectures"]
         self.profiled_names = list(prof)
         self.profiled = prof

@@ -8,6 +8,12 @@ Metrics: RMSLE (Horus' metric) and MAPE. For GPU utilisation the RMSLE is comput
 scale Horus reports; on fractions (0-1) the same predictions would score several times lower, so both are
 given. Interval models are scored by the coverage of their 80% interval and by how often the upper
 quantile under-predicts (the unsafe side for placement).
+
+Quantile models trained on some families are over-confident about the others (the spread *within* seen
+families is smaller than the error on a new one). So the intervals are calibrated for unseen families: the
+family-CV out-of-fold quantiles give the factor by which the outer quantiles must move away from the median
+(in log space) for 80% of the points to fall inside, and that factor is checked by nested family CV (each
+family's intervals widened by the factor the other families alone give), which is the coverage reported.
 """
 
 from __future__ import annotations
@@ -62,8 +68,9 @@ def out_of_fold(data: TrainingData, spec: TargetSpec, kind: str, scheme: str = "
     return y, pred
 
 
-def quantile_out_of_fold(data: TrainingData, spec: TargetSpec, scheme: str = "family",
-                         kind: str = "xgboost") -> dict[str, float]:
+def quantile_predictions_out_of_fold(data: TrainingData, spec: TargetSpec, scheme: str = "family",
+                                     kind: str = "xgboost") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(y, out-of-fold quantile predictions n × len(QUANTILES), families) over the rows with the target."""
     keep = _valid(data, spec)
     sub = _subset(data, keep)
     y = sub.column(spec.column)
@@ -73,11 +80,73 @@ def quantile_out_of_fold(data: TrainingData, spec: TargetSpec, scheme: str = "fa
         m = spec.make_quantile_model(kind)
         m.fit(sub.X[tr], z[tr])
         q[te] = spec.from_model(m.predict(sub.X[te]), sub.X[te])
+    return y, np.sort(q, axis=1), sub.families
+
+
+def interval_quality(y: np.ndarray, q: np.ndarray) -> dict[str, float]:
     lo, hi = q[:, 0], q[:, -1]
     return {"interval": f"[q{int(QUANTILES[0] * 100)}, q{int(QUANTILES[-1] * 100)}]",
             "coverage": float(np.mean((y >= lo) & (y <= hi))),
             "upper_under_predicts": float(np.mean(hi < y)),
             "median_rel_width": float(np.median((hi - lo) / y))}
+
+
+def quantile_out_of_fold(data: TrainingData, spec: TargetSpec, scheme: str = "family",
+                         kind: str = "xgboost") -> dict[str, float]:
+    y, q, _ = quantile_predictions_out_of_fold(data, spec, scheme, kind)
+    return interval_quality(y, q)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Interval calibration for unseen families
+# ---------------------------------------------------------------------------------------------------------
+#: Nominal coverage of the [q10, q90] interval.
+NOMINAL_COVERAGE = QUANTILES[-1] - QUANTILES[0]
+_MAX_SCALE = 50.0
+
+
+def widen(q: np.ndarray, scale: float) -> np.ndarray:
+    """Quantiles n × 3 with the outer ones moved away from the median by ``scale`` in log space:
+    ``q50 · (q10 / q50)^scale`` and ``q50 · (q90 / q50)^scale``. Multiplicative, like the errors."""
+    q = np.asarray(q, float)
+    med = q[:, [len(QUANTILES) // 2]]
+    return med * (np.maximum(q, 1e-300) / med) ** scale
+
+
+def needed_scale(y: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Per point, the smallest ``scale`` whose widened interval contains ``y`` (inf when the interval has no
+    width on that side)."""
+    y, q = np.asarray(y, float), np.asarray(q, float)
+    lo, med, hi = q[:, 0], q[:, len(QUANTILES) // 2], q[:, -1]
+    ly, lm = np.log(y), np.log(med)
+    up, down = np.log(hi) - lm, lm - np.log(lo)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s = np.where(ly > lm, (ly - lm) / up, np.where(ly < lm, (lm - ly) / down, 0.0))
+    return np.where(np.isnan(s), np.inf, s)
+
+
+def calibrate_scale(y: np.ndarray, q: np.ndarray, coverage: float = NOMINAL_COVERAGE) -> float:
+    """The interval scale that makes ``coverage`` of these out-of-fold points fall inside (≥ 1: intervals are
+    only ever widened; capped at 50)."""
+    s = needed_scale(y, q)
+    k = int(np.ceil(coverage * len(s))) - 1
+    return float(min(max(np.sort(s)[max(k, 0)], 1.0), _MAX_SCALE))
+
+
+def calibrated_interval_quality(y: np.ndarray, q: np.ndarray, families: np.ndarray) -> dict[str, Any]:
+    """The scale fitted on every family's out-of-fold predictions (what the Predictor applies), and the honest
+    check of it: nested leave-one-family-out, each family's intervals widened by the scale calibrated on the
+    *other* families only."""
+    qs = np.full_like(q, np.nan)
+    per_family = {}
+    for f in sorted(set(families.tolist())):
+        test = families == f
+        s_f = calibrate_scale(y[~test], q[~test])
+        qs[test] = widen(q[test], s_f)
+        per_family[f] = s_f
+    out = {"scale": calibrate_scale(y, q), "nested_family_cv": interval_quality(y, qs),
+           "scale_by_held_out_family": per_family}
+    return out
 
 
 def _subset(data: TrainingData, keep: np.ndarray) -> TrainingData:
@@ -103,7 +172,9 @@ def evaluate_target(data: TrainingData, spec: TargetSpec, kinds: tuple[str, ...]
         out["random_cv"][kind] = metrics(y2, p2, spec)
     out["shipped_kind"] = ship_kind(spec, out["family_cv"])
     out["per_family_shipped"] = per_family.get(out["shipped_kind"], {})
-    out["quantiles_family_cv"] = quantile_out_of_fold(data, spec, "family", out["shipped_kind"])
+    yq, q, fams = quantile_predictions_out_of_fold(data, spec, "family", out["shipped_kind"])
+    out["quantiles_family_cv"] = interval_quality(yq, q)
+    out["interval_calibration"] = calibrated_interval_quality(yq, q, fams)
     return out
 
 

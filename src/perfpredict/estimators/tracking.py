@@ -36,6 +36,10 @@ def log_training(ts: TrainedSet, register: bool = True) -> str:
                 mlflow.log_metric(f"{tname}.random_cv.{kind}.mape", m["mape"])
             if "quantiles_family_cv" in ev:
                 mlflow.log_metric(f"{tname}.quantile_coverage", ev["quantiles_family_cv"]["coverage"])
+            if "interval_calibration" in ev:
+                cal = ev["interval_calibration"]
+                mlflow.log_metrics({f"{tname}.interval_scale": cal["scale"],
+                                    f"{tname}.quantile_coverage_calibrated": cal["nested_family_cv"]["coverage"]})
             mlflow.log_metric(f"{tname}.train_mape", t["train_mape"])
             if register and "point" in t["files"]:
                 booster = xgb.Booster()

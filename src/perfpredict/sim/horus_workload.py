@@ -191,6 +191,7 @@ def family_cv_predictions(dataset: str, features: str, models_dir: str | None = 
     Predictor would (quantiles sorted, utilisation clipped). A family's predictions therefore do not depend on
     its own measurements. Deterministic; cached per process (about 5 s on 2 cores)."""
     from perfpredict.estimators.data import load_training_data
+    from perfpredict.estimators.evaluate import widen
     from perfpredict.estimators.targets import TARGETS
     from perfpredict.predictor import default_models_dir
 
@@ -212,7 +213,11 @@ def family_cv_predictions(dataset: str, features: str, models_dir: str | None = 
             q90 = med  # the schedulers use the median utilisation only
             if name == mem_target:
                 q = spec.from_model(spec.make_quantile_model(kind).fit(X, z).predict(data.X[test]), data.X[test])
-                q90 = np.sort(q, axis=1)[:, -1]
+                q = np.sort(q, axis=1)
+                # Widened as the Predictor widens it, by the factor calibrated on the *other* families.
+                scale = (shipped[name].get("evaluation", {}).get("interval_calibration", {})
+                         .get("scale_by_held_out_family", {}).get(str(fam), 1.0))
+                q90 = widen(q, scale)[:, -1] if scale != 1.0 else q[:, -1]
             for j, i in enumerate(test):
                 out[(str(data.configs[i]), int(data.batch[i]))][name] = (float(med[j]), float(q90[j]))
     return out
