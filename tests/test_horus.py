@@ -546,3 +546,36 @@ def test_experiment_fast(tmp_path):
     assert any(row["ooms"] > 0 for row in rows if row["part"] == "memory")  # prediction error has consequences
     assert "| scheduler | makespan (min) | vs FIFO | GPU util (busy) |" in r.stdout
     assert (tmp_path / "horus_makespan.png").stat().st_size > 0
+
+
+def test_paper_mix_keeps_half_the_architectures_out_of_training(table, tmp_path):
+    import csv
+
+    from perfpredict.sim.horus_workload import REPO, horus_jobs_table, unseen_architectures
+
+    mix = horus_jobs_table(predictions="paper-mix")
+    assert [(p.model, p.util) for p in mix] == [(p.model, p.util) for p in table]
+    new = unseen_architectures([p.config for p in table])
+    configs = {p.config for p in table}
+    assert abs(len(new) - len(configs) / 2) <= 1 and new < configs
+    err = lambda ps: np.mean([abs(p.pred_util - p.util) for p in ps])  # noqa: E731
+    assert err([p for p in mix if p.config in new]) > 2 * err([p for p in mix if p.config not in new])
+    # The unseen architectures' measurements do not reach the estimators: perturbing them leaves every
+    # prediction unchanged.
+    with open(REPO / "datasets" / "cuda_h100.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        fields, rows = reader.fieldnames, list(reader)
+    for r in rows:
+        if r["config"] in new and r["status"] == "ok" and r["gpu_utilization"]:
+            r["gpu_utilization"] = str(min(1.0, 2 * float(r["gpu_utilization"])))
+            r["nvml_process_bytes"] = str(3 * float(r["nvml_process_bytes"]))
+    perturbed = tmp_path / "cuda_h100.csv"
+    with open(perturbed, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    pert = horus_jobs_table(dataset=str(perturbed), features=str(REPO / "datasets" / "zoo_features.csv"),
+                            predictions="paper-mix")
+    assert all(a.pred_util == pytest.approx(b.pred_util) and a.pred_mem_gb == pytest.approx(b.pred_mem_gb)
+               for a, b in zip(mix, pert))
+    assert any(b.mem_gb != pytest.approx(a.mem_gb) for a, b in zip(mix, pert))

@@ -293,7 +293,7 @@ def simulate(
     trace: Annotated[str, typer.Option(help="trace .csv/.swf, or synergy:n=1000,load=9,split=20/70/10,multi=0, or andreas:nodes=N[,case=,load=] or andreas-table5, or genie[:rate=10,hours=24,mix=5/35/60,seed=], or horus-small | horus-large | horus-scale | horus:workload=large,n=100")] = "synergy:n=1000,load=9",
     policy: Annotated[str, typer.Option(help="fifo | srtf | las | ftf | shortest | edf | priority")] = "fifo",
     mechanism: Annotated[str, typer.Option(help="proportional | greedy | tune | opt | drf | tetris | moldable-equipartition | malleable-equipartition | moldable-proportional | malleable-proportional | rigid | andreas | andreas-baseline | swaf | genie-fifo | genie-capacity | genie-min-min | genie-weighted-fair | genie-tetris-perf | genie-tetris-cer | horus | horus-f | obp | pab | fifo-exclusive; options after a colon, e.g. horus:k=3,interference=paper,max_colocated=3")] = "proportional",
-    cards: Annotated[str, typer.Option(help="'paper' or a directory of card.json files (override paper models), or for Horus jobs horus:predictions=trained|family-cv,memory=safe|median")] = "paper",
+    cards: Annotated[str, typer.Option(help="'paper' or a directory of card.json files (override paper models), or for Horus jobs horus:predictions=trained|family-cv|paper-mix,memory=safe|median")] = "paper",
     seed: Annotated[int, typer.Option(help="seed for generated traces")] = 0,
     mode: Annotated[str, typer.Option(help="auto | round | event")] = "auto",
     round_s: Annotated[float, typer.Option("--round", help="round length in seconds (round mode)")] = 300.0,

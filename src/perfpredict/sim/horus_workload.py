@@ -19,7 +19,9 @@ Jobs (:func:`horus_jobs_table`)
     MAE 0.006). ``predictions="family-cv"`` gives the honest case, a job of a kind never seen before: for each
     architecture family, the shipped estimators (same kinds and hyper-parameters, ``metadata.json``'s
     ``point_kind``) refitted on every *other* family's rows predict that family's points
-    (:func:`family_cv_predictions`).
+    (:func:`family_cv_predictions`). ``predictions="paper-mix"`` is the paper's testbed (§5, l. 319: "50 percent
+    new DL jobs not used in predictor training"): the estimators refitted without half of the architectures
+    (:func:`paper_mix_predictions`).
 
 Testbed workloads (:func:`horus_trace`, ``workload="small"`` / ``"large"``): W-Small and W-Large
     *Stated* (§5.2): 100 single-GPU jobs per run, "job type distributions between 3 minutes to 2 hours
@@ -76,8 +78,11 @@ MIN_S, MAX_S = 180.0, 7200.0
 HORUS_WORKLOADS: dict[str, tuple[float, float]] = {"small": (0.7, 0.3), "large": (0.3, 0.5), "scale": (0.3, 0.5)}
 H100_MEM_GB = 80.0
 MODEL_SEP = "@b"
-#: what the schedulers see: the shipped Predictor (trained on these points), or leave-one-family-out refits
-PREDICTIONS = ("trained", "family-cv")
+#: what the schedulers see: the shipped Predictor (trained on these points), leave-one-family-out refits, or
+#: the paper's testbed mix (§5, l. 319: "50 percent new DL jobs not used in predictor training")
+PREDICTIONS = ("trained", "family-cv", "paper-mix")
+#: share of architectures kept out of training for ``paper-mix``
+PAPER_UNSEEN_SHARE = 0.5
 MODEL_SET = "cuda_h100"
 
 
@@ -108,8 +113,8 @@ def is_horus_model(name: str) -> bool:
 def horus_jobs_table(memory: str = "safe", dataset: str | None = None, features: str | None = None,
                      models_dir: str | None = None, predictions: str = "trained") -> tuple[HorusPoint, ...]:
     """Every measured point with its predictions (see the module docstring); cached per process.
-    ``predictions``: ``trained`` (the shipped Predictor) or ``family-cv`` (each family predicted by the shipped
-    estimators refitted without it)."""
+    ``predictions``: ``trained`` (the shipped Predictor), ``family-cv`` (each family predicted by the shipped
+    estimators refitted without it) or ``paper-mix`` (refitted without half of the architectures, §5)."""
     if memory not in ("safe", "median"):
         raise ValueError(f"memory must be 'safe' or 'median', got {memory!r}")
     if predictions not in PREDICTIONS:
@@ -138,8 +143,9 @@ def _jobs_table(memory: str, dataset: str | None, features: str | None, models_d
     by_config: dict[str, list[dict]] = {}
     for r in rows:
         by_config.setdefault(r["config"], []).append(r)
-    if predictions == "family-cv":
-        cv = family_cv_predictions(str(ds), str(fs), models_dir)
+    if predictions in ("family-cv", "paper-mix"):
+        cv = (family_cv_predictions(str(ds), str(fs), models_dir) if predictions == "family-cv"
+              else paper_mix_predictions(str(ds), str(fs), models_dir))
 
         def values(config: str, batches: list[int]) -> dict | None:
             pts = [cv.get((config, b)) for b in batches]
@@ -220,6 +226,51 @@ def family_cv_predictions(dataset: str, features: str, models_dir: str | None = 
                 q90 = widen(q, scale)[:, -1] if scale != 1.0 else q[:, -1]
             for j, i in enumerate(test):
                 out[(str(data.configs[i]), int(data.batch[i]))][name] = (float(med[j]), float(q90[j]))
+    return out
+
+
+def unseen_architectures(configs, share: float = PAPER_UNSEEN_SHARE) -> frozenset[str]:
+    """The architectures kept out of training for ``paper-mix``: the first ``share`` of them in the order of
+    their names' SHA-256 (deterministic, and blind to what they measure)."""
+    import hashlib
+
+    names = sorted(set(map(str, configs)), key=lambda c: hashlib.sha256(c.encode()).hexdigest())
+    return frozenset(names[: int(round(share * len(names)))])
+
+
+@lru_cache(maxsize=4)
+def paper_mix_predictions(dataset: str, features: str, models_dir: str | None = None
+                          ) -> dict[tuple[str, int], dict[str, tuple[float, float]]]:
+    """Predictions for the Horus testbed's mix: the shipped estimator kinds refitted on the rows of the half of
+    the architectures that :func:`unseen_architectures` does not pick, predicting every point. Half the jobs
+    are then new to the predictor (their family may not be), as in seed 004 §5; the other half are its
+    training points. Same format as :func:`family_cv_predictions`; memory's q90 widened by the shipped
+    interval scale, as the Predictor does."""
+    from perfpredict.estimators.data import load_training_data
+    from perfpredict.estimators.evaluate import widen
+    from perfpredict.estimators.targets import TARGETS
+    from perfpredict.predictor import default_models_dir
+
+    root = Path(models_dir) if models_dir else default_models_dir()
+    shipped = json.loads((root / MODEL_SET / "metadata.json").read_text())["targets"]
+    mem_target = "device_memory" if "device_memory" in shipped else "peak_memory"
+    data = load_training_data(dataset, features)
+    unseen = unseen_architectures(data.configs)
+    seen = np.array([str(c) not in unseen for c in data.configs])
+    out: dict[tuple[str, int], dict[str, tuple[float, float]]] = {
+        (str(c), int(b)): {} for c, b in zip(data.configs, data.batch)}
+    for name in ("gpu_utilization", mem_target):
+        spec, kind = TARGETS[name], shipped[name]["point_kind"]
+        y = data.column(spec.column)
+        train = np.isfinite(y) & (y > 0) & seen
+        X, z = data.X[train], spec.to_model(y[train], data.X[train])
+        med = spec.from_model(spec.make_model(kind).fit(X, z).predict(data.X), data.X)
+        q90 = med
+        if name == mem_target:
+            q = np.sort(spec.from_model(spec.make_quantile_model(kind).fit(X, z).predict(data.X), data.X), axis=1)
+            q90 = widen(q, float(shipped[name].get("interval_scale", 1.0)))[:, -1]
+        for i in range(len(data.configs)):
+            out[(str(data.configs[i]), int(data.batch[i]))][name] = (float(med[i]), float(q90[i]))
     return out
 
 
@@ -352,7 +403,7 @@ def cluster_from_spec(spec: str) -> ClusterSpec:
 
 
 def perf_models_from_spec(spec: str) -> dict[str, PerfModel]:
-    """``horus`` or ``horus:predictions=trained|family-cv,memory=safe|median``: :func:`horus_perf_models`."""
+    """``horus`` or ``horus:predictions=trained|family-cv|paper-mix,memory=safe|median``: :func:`horus_perf_models`."""
     head, _, opts = spec.partition(":")
     if head != "horus":
         raise ValueError(f"not a Horus cards spec: {spec!r}")
