@@ -21,7 +21,7 @@ from perfpredict.workload.spec import Workload, WorkloadRef
 from perfpredict.workload.zoo import families, get_family, load_zoo_workload
 from perfpredict.workload.zoo.families.mobilenetv2 import block_plan
 
-FAMILIES = ["resnet", "vgg", "mobilenetv2", "transformer", "lstm", "mlp"]
+FAMILIES = ["resnet", "vgg", "mobilenetv2", "transformer", "lstm", "mlp", "vit", "unet"]
 
 #: Horus Table 3 operators each family's graph must contain (op_type -> minimum count; None = at least 1)
 EXPECTED_OPS: dict[str, dict[str, int | None]] = {
@@ -31,6 +31,8 @@ EXPECTED_OPS: dict[str, dict[str, int | None]] = {
     "transformer": {"MatMul": None, "Softmax": 2, "LayerNormalization": 5, "Gather": None},
     "lstm": {"LSTM": 2, "MatMul": 1, "Gather": None},
     "mlp": {"Gemm": 4, "Relu": 3},
+    "vit": {"Conv": 1, "MatMul": None, "Softmax": 2, "LayerNormalization": 5, "Erf": 2, "Concat": None},
+    "unet": {"Conv": 11, "ConvTranspose": 2, "BatchNormalization": 10, "Relu": 10, "MaxPool": 2, "Concat": 2},
 }
 
 class _Zoo:
@@ -107,7 +109,7 @@ def test_zoo_default_activation_bytes(name, zoo):
     assert f.activation_bytes_fixed >= 0
 
 
-@pytest.mark.parametrize("name", ["resnet", "vgg", "mobilenetv2", "transformer", "lstm", "mlp"])
+@pytest.mark.parametrize("name", FAMILIES)
 def test_zoo_default_param_bytes_cover_torch_parameters(name, zoo):
     f, _, _, model = zoo(name)
     torch_param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())

@@ -25,7 +25,7 @@ from perfpredict.workload.zoo import (
 from perfpredict.workload.zoo.base import ZooFamily
 from perfpredict.workload.zoo.families import ALL_FAMILIES
 
-FAMILY_NAMES = ["resnet", "vgg", "mobilenetv2", "transformer", "lstm", "mlp"]
+FAMILY_NAMES = ["resnet", "vgg", "mobilenetv2", "transformer", "lstm", "mlp", "vit", "unet"]
 
 #: per family: the default config plus small configs that exercise the other code paths
 SMALL_CONFIGS: list[tuple[str, dict[str, Any]]] = [
@@ -47,6 +47,13 @@ SMALL_CONFIGS: list[tuple[str, dict[str, Any]]] = [
     ("mlp", {}),
     ("mlp", {"input_dim": 20, "depth": 5, "width": 16, "num_classes": 3}),
     ("mlp", {"depth": 0, "input_dim": 7}),
+    ("vit", {}),
+    ("vit", {"image_size": 12, "patch": 3, "d_model": 24, "depth": 3, "heads": 2, "mlp_ratio": 2,
+             "num_classes": 5}),
+    ("vit", {"image_size": 16, "patch": 16, "d_model": 16, "depth": 1, "heads": 1}),   # a single patch
+    ("unet", {}),
+    ("unet", {"image_size": 24, "base_width": 3, "depth": 3, "num_classes": 2}),
+    ("unet", {"image_size": 8, "base_width": 4, "depth": 1, "num_classes": 3}),
 ]
 
 
@@ -64,6 +71,11 @@ def hooked_macs_per_sample(model: nn.Module, inputs: torch.Tensor) -> int:
         nonlocal total
         kh, kw = m.kernel_size
         total += out.numel() * (m.in_channels // m.groups) * kh * kw
+
+    def conv_transpose(m: nn.ConvTranspose2d, args: tuple, out: torch.Tensor) -> None:
+        nonlocal total
+        kh, kw = m.kernel_size
+        total += args[0].numel() * (m.out_channels // m.groups) * kh * kw  # each input element scatters
 
     def linear(m: nn.Linear, args: tuple, out: torch.Tensor) -> None:
         nonlocal total
@@ -95,6 +107,8 @@ def hooked_macs_per_sample(model: nn.Module, inputs: torch.Tensor) -> int:
     for mod in model.modules():
         if isinstance(mod, nn.Conv2d):
             handles.append(mod.register_forward_hook(conv))
+        elif isinstance(mod, nn.ConvTranspose2d):
+            handles.append(mod.register_forward_hook(conv_transpose))
         elif isinstance(mod, nn.MultiheadAttention):
             handles.append(mod.register_forward_hook(mha))
         elif isinstance(mod, nn.Linear):
@@ -182,6 +196,11 @@ def test_resolve_parses_cli_strings() -> None:
     ("lstm", {"layers": 0}),
     ("mlp", {"depth": -1}),
     ("mlp", {"hidden": 3}),
+    ("vit", {"patch": 5}),                          # does not divide image_size 32
+    ("vit", {"heads": 3}),                          # does not divide d_model 64
+    ("vit", {"patch": 0}),
+    ("unet", {"image_size": 36, "depth": 3}),       # not divisible by 2**3
+    ("unet", {"depth": 0}),
 ])
 def test_resolve_rejects_bad_values(family: str, overrides: dict[str, Any]) -> None:
     with pytest.raises(UsageError):
@@ -248,6 +267,9 @@ def test_config_name_lists_every_parameter() -> None:
     ("vgg", {"depth": 16, "batch_norm": True}, 138_365_992, 15.5),
     ("vgg", {"depth": 19, "batch_norm": False}, 143_667_240, 19.6),
     ("mobilenetv2", {"width_mult": 1.0}, 3_504_872, 0.301),
+    ("vit", {"patch": 16, "d_model": 768, "depth": 12, "heads": 12, "mlp_ratio": 4}, 86_567_656, 17.56),  # B/16
+    ("vit", {"patch": 32, "d_model": 768, "depth": 12, "heads": 12, "mlp_ratio": 4}, 88_224_232, 4.41),   # B/32
+    ("vit", {"patch": 16, "d_model": 1024, "depth": 24, "heads": 16, "mlp_ratio": 4}, 304_326_632, 61.55),  # L/16
 ])
 def test_closed_forms_match_published_imagenet_models(family: str, overrides: dict[str, Any], params: int,
                                                       gmacs: float) -> None:
@@ -291,6 +313,10 @@ def test_small_config_builds_runs_and_matches_closed_forms(case: tuple[str, dict
     if family == "lstm":
         assert out.shape == (batch, cfg["seq_len"], cfg["vocab"]) and y.shape == (batch, cfg["seq_len"])
         n_out = cfg["vocab"]
+    elif family == "unet":  # dense prediction: per-pixel logits and class maps
+        s = cfg["image_size"]
+        n_out = cfg["num_classes"]
+        assert out.shape == (batch, n_out, s, s) and y.shape == (batch, s, s)
     else:
         n_out = cfg["num_classes"]
         assert out.shape == (batch, n_out) and y.shape == (batch,)

@@ -2,7 +2,7 @@
 
 >>> from perfpredict.workload.zoo import families, enumerate_configs
 >>> sorted(families())            # doctest: +SKIP
-['lstm', 'mlp', 'mobilenetv2', 'resnet', 'transformer', 'vgg']
+['lstm', 'mlp', 'mobilenetv2', 'resnet', 'transformer', 'unet', 'vgg', 'vit']
 """
 
 from __future__ import annotations
@@ -44,11 +44,9 @@ def enumerate_configs(family: str | None = None) -> list[tuple[str, dict[str, An
 
 def load_zoo_workload(family: str, params: Mapping[str, Any] | None = None) -> Workload:
     """A :class:`Workload` for ``family`` with ``params`` overriding the family defaults."""
-    from perfpredict.workload.zoo.pipelines import pipeline_for
-
     fam = get_family(family)
     cfg = fam.resolve(params)
-    make_dataset, preprocess = pipeline_for(fam.task, cfg) or (None, None)
+    make_dataset, preprocess = fam.input_pipeline(cfg) or (None, None)
     return Workload(
         name=fam.config_name(cfg),
         ref=WorkloadRef(kind="zoo", target=family, params=tuple(sorted(cfg.items()))),

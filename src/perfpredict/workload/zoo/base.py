@@ -124,6 +124,12 @@ class ZooFamily(ABC):
             return F.cross_entropy(outputs.reshape(-1, outputs.shape[-1]), targets.reshape(-1))
         return F.cross_entropy(outputs, targets)
 
+    def input_pipeline(self, cfg: Mapping[str, Any]) -> tuple[Any, Any] | None:
+        """``(make_dataset, preprocess)`` feeding this configuration; default: the one of the family's task."""
+        from perfpredict.workload.zoo.pipelines import pipeline_for
+
+        return pipeline_for(self.task, dict(cfg))
+
     # -- ground truth for tests ------------------------------------------------------------------------
     @abstractmethod
     def closed_form_macs(self, cfg: Mapping[str, Any]) -> int:

@@ -6,6 +6,9 @@ of the kind their task has in practice:
 * image: items are encoded uint8 images (stored ~15% larger than the training crop); ``preprocess`` decodes,
   takes a random resized crop, flips, jitters brightness and normalises (the ImageNet recipe, in torch). CPU
   cost grows with the image size, as in the paper's image models.
+* image segmentation (dense prediction): items are an encoded uint8 image plus a uint8 class map of the same
+  size; ``preprocess`` takes the same random resized crop (bilinear for the image, nearest for the map), flips
+  both, jitters and normalises the image (:func:`segmentation_pipeline`, used by families that ask for it).
 * language: items are UTF-8 text; ``preprocess`` tokenises (hashing bytes of whitespace-split words into the
   vocabulary), truncates and pads. Light, as the paper finds for language models.
 * tabular: items are float32 rows as bytes; ``preprocess`` parses and standardises them.
@@ -55,6 +58,47 @@ def image_preprocess(item: tuple[bytes, int], stored: int, size: int) -> tuple[t
         x = x.flip(-1)
     x = x * np.random.uniform(0.8, 1.2)
     return ((x - _MEAN) / _STD).contiguous(), label
+
+
+class EncodedSegmentation(torch.utils.data.Dataset):
+    """``n`` uint8 HWC images of side ``stored`` as raw bytes, each with a uint8 class map as raw bytes."""
+
+    def __init__(self, stored: int, num_classes: int, n: int = DATASET_ITEMS) -> None:
+        self.stored, self.num_classes, self.n = stored, num_classes, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[bytes, bytes]:
+        rng = np.random.default_rng(i)
+        img = rng.integers(0, 256, size=(self.stored, self.stored, 3), dtype=np.uint8)
+        mask = rng.integers(0, self.num_classes, size=(self.stored, self.stored), dtype=np.uint8)
+        return img.tobytes(), mask.tobytes()
+
+
+def segmentation_preprocess(item: tuple[bytes, bytes], stored: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    raw, raw_mask = item
+    x = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(stored, stored, 3).permute(2, 0, 1).float() / 255.0
+    m = torch.frombuffer(bytearray(raw_mask), dtype=torch.uint8).view(1, 1, stored, stored).float()
+    scale = np.random.uniform(0.6, 1.0)
+    side = max(1, int(stored * scale))
+    top, left = np.random.randint(0, stored - side + 1, size=2)
+    x = x[:, top:top + side, left:left + side].unsqueeze(0)
+    m = m[:, :, top:top + side, left:left + side]
+    x = F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False).squeeze(0)
+    m = F.interpolate(m, size=(size, size), mode="nearest").view(size, size)
+    if np.random.rand() < 0.5:
+        x, m = x.flip(-1), m.flip(-1)
+    x = x * np.random.uniform(0.8, 1.2)
+    return ((x - _MEAN) / _STD).contiguous(), m.long().contiguous()
+
+
+def segmentation_pipeline(cfg: dict[str, Any]) -> tuple[Any, Any]:
+    """``(make_dataset, preprocess)`` for a dense-prediction image configuration (``image_size``, ``num_classes``)."""
+    size = cfg["image_size"]
+    stored = int(round(size * 1.15))
+    return (lambda: EncodedSegmentation(stored, cfg["num_classes"]),
+            lambda item: segmentation_preprocess(item, stored, size))
 
 
 _WORDS = [w.encode() for w in ["the", "of", "and", "to", "in", "is", "was", "for", "on", "as", "with", "by", "he", "at", "from", "his", "an", "were", "are", "which", "this", "be", "or", "has", "had", "first", "one", "their", "its", "new", "after", "who", "they", "have", "her", "she", "two", "been", "other", "when", "there", "all", "during", "into", "school", "time", "may", "years", "more", "most", "only", "over", "city", "some", "world", "would", "where", "later", "up", "such", "used", "many", "can", "state", "about", "national", "out", "known", "university", "united", "then", "made"]]

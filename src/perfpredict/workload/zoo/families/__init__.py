@@ -8,7 +8,9 @@ from perfpredict.workload.zoo.families.mlp import MLPFamily
 from perfpredict.workload.zoo.families.mobilenetv2 import MobileNetV2Family
 from perfpredict.workload.zoo.families.resnet import ResNetFamily
 from perfpredict.workload.zoo.families.transformer import TransformerFamily
+from perfpredict.workload.zoo.families.unet import UNetFamily
 from perfpredict.workload.zoo.families.vgg import VGGFamily
+from perfpredict.workload.zoo.families.vit import ViTFamily
 
 ALL_FAMILIES: tuple[type[ZooFamily], ...] = (
     ResNetFamily,
@@ -17,6 +19,8 @@ ALL_FAMILIES: tuple[type[ZooFamily], ...] = (
     TransformerFamily,
     LSTMFamily,
     MLPFamily,
+    ViTFamily,
+    UNetFamily,
 )
 
 __all__ = [
@@ -26,5 +30,7 @@ __all__ = [
     "MobileNetV2Family",
     "ResNetFamily",
     "TransformerFamily",
+    "UNetFamily",
     "VGGFamily",
+    "ViTFamily",
 ]
