@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from perfpredict.profile import TimingConfig
+from perfpredict.sched import Mechanism
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
@@ -52,3 +53,26 @@ def run_cli(tmp_path):
                               text=True, cwd=cwd or tmp_path, env=e, timeout=timeout)
 
     return _run
+
+
+class RecordingMechanism(Mechanism):
+    """Wraps a mechanism and records every decision for independent checks: ``log`` holds (time,
+    allocations), ``waiting`` the jobs not running when it decided, ``queues`` the inner mechanism's
+    ``last_queue`` (empty when it has none)."""
+
+    def __init__(self, inner: Mechanism) -> None:
+        super().__init__()
+        self.inner = inner
+        self.name, self.preemptive, self.round_based = inner.name, inner.preemptive, inner.round_based
+        self.period_s = inner.period_s
+        self.log: list[tuple[float, dict]] = []
+        self.waiting: list[list] = []
+        self.queues: list[list] = []
+
+    def allocate(self, ordered, cluster, running, now):
+        self.inner._current = self._current
+        out = self.inner.allocate(ordered, cluster, running, now)
+        self.log.append((now, dict(out)))
+        self.waiting.append([js for js in ordered if js.id not in running])
+        self.queues.append(list(getattr(self.inner, "last_queue", [])))
+        return out

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from perfpredict.sched import Allocation, ClusterSpec, Job, Ledger, Mechanism, PerfModel, ServerSpec, make_policy
+from perfpredict.sched import Allocation, ClusterSpec, Job, Ledger, PerfModel, ServerSpec, make_policy
 from perfpredict.sched.andreas import (
     AndreasProblem,
     NodeClass,
@@ -27,6 +27,7 @@ from perfpredict.sched.mechanisms import make_mechanism
 from perfpredict.sim.andreas_workload import andreas_cluster, andreas_trace, armida_cluster, table_v_trace
 from perfpredict.sim.metrics import metrics_from_result, tardiness
 from perfpredict.sim.simulator import SimConfig, simulate
+from tests.conftest import RecordingMechanism
 
 H = 3600.0
 
@@ -224,21 +225,6 @@ def test_tardiness_and_baseline_orders_by_hand():
     assert m.n_late == 1 and m.tardiness_cost == pytest.approx(2.0 * 500 / H) and m.total_cost == m.tardiness_cost
 
 
-class _Recording(Mechanism):
-    def __init__(self, inner: Mechanism) -> None:
-        super().__init__()
-        self.inner = inner
-        self.name, self.preemptive, self.round_based = inner.name, inner.preemptive, inner.round_based
-        self.period_s = inner.period_s
-        self.log: list[tuple[float, dict[str, Allocation]]] = []
-
-    def allocate(self, ordered, cluster, running, now):
-        self.inner._current = self._current
-        out = self.inner.allocate(ordered, cluster, running, now)
-        self.log.append((now, dict(out)))
-        return out
-
-
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(2, 5), st.sampled_from([1, 2]), st.integers(4, 25), st.floats(0.5, 2.0), st.integers(0, 10**6),
        st.sampled_from(["andreas", "fifo", "edf", "priority"]))
@@ -246,7 +232,7 @@ def test_simulator_invariants_under_andreas(n_nodes, case, n_jobs, load, seed, w
     cl = andreas_cluster(n_nodes, case)
     jobs = andreas_trace(n_nodes, case, n_jobs=n_jobs, load=load, seed=seed)
     mech = make_mechanism("andreas", max_it=30, seed=seed) if which == "andreas" else make_mechanism("andreas-baseline")
-    rec = _Recording(mech)
+    rec = RecordingMechanism(mech)
     r = simulate(jobs, cl, make_policy("fifo" if which == "andreas" else which), rec, andreas_models())
     assert not r.unfinished and len(r.finished) == n_jobs
     by_id = {js.id: js for js in r.finished}

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from perfpredict.sched import Allocation, ClusterSpec, Job, JobState, Ledger, Mechanism, PerfModel, make_policy
+from perfpredict.sched import Allocation, ClusterSpec, Job, JobState, Ledger, PerfModel, make_policy
 from perfpredict.sched.genie import (
     GeniePerfModel,
     Placement,
@@ -36,6 +36,7 @@ from perfpredict.sched.mechanisms.genie import GenieCapacity
 from perfpredict.sched.placement import proportional_allocation, whole_gpus
 from perfpredict.sim.genie_workload import describe_trace, genie_cluster, genie_metrics, genie_trace
 from perfpredict.sim.simulator import SimConfig, simulate
+from tests.conftest import RecordingMechanism
 
 REPO = Path(__file__).resolve().parents[1]
 MECHS = ("swaf", "genie-fifo", "genie-capacity", "genie-min-min", "genie-weighted-fair", "genie-tetris-perf",
@@ -50,24 +51,6 @@ def toy(training: bool = True, batch: float = 32.0, gamma: float = 0.5, lam: flo
         nu: float = 2.0) -> GeniePerfModel:
     return GeniePerfModel(name=genie_model_key("toy", training, batch), task_type="toy", training=training,
                           batch=batch, spr=_spr, gamma=gamma, lam=lam, nu_s=nu)
-
-
-class Recording(Mechanism):
-    """Wraps a mechanism and logs every decision (time, allocations, waiting ids)."""
-
-    def __init__(self, inner: Mechanism) -> None:
-        super().__init__()
-        self.inner = inner
-        self.name, self.preemptive, self.round_based = inner.name, inner.preemptive, inner.round_based
-        self.log: list[tuple[float, dict[str, Allocation], list[JobState]]] = []
-        self.queues: list[list] = []
-
-    def allocate(self, ordered, cluster, running, now):
-        self.inner._current = self._current
-        out = self.inner.allocate(ordered, cluster, running, now)
-        self.log.append((now, dict(out), [js for js in ordered if js.id not in running]))
-        self.queues.append(list(getattr(self.inner, "last_queue", [])))
-        return out
 
 
 # -- eq. 4-11 by hand ---------------------------------------------------------------------------------------
@@ -174,11 +157,11 @@ def test_swaf_launches_in_allowance_order_with_its_eq12_placements():
     cl = genie_cluster(2)
     platform = Platform.from_cluster(cl)
     jobs = genie_trace(8, hours=6, seed=4)
-    rec = Recording(make_mechanism("swaf"))
+    rec = RecordingMechanism(make_mechanism("swaf"))
     r = simulate(jobs, cl, make_policy("fifo"), rec, genie_models(), SimConfig(start_overhead_s=genie_nu_s()))
     assert not r.unfinished
     launched_any = 0
-    for (t, allocs, waiting), queue in zip(rec.log, rec.queues, strict=True):
+    for (t, allocs), waiting, queue in zip(rec.log, rec.waiting, rec.queues, strict=True):
         if not queue:  # no GPU free: nothing can start
             assert not any(js.id in allocs for js in waiting)
             continue
@@ -207,11 +190,11 @@ def test_swaf_launches_in_allowance_order_with_its_eq12_placements():
 def test_swaf_waits_only_when_the_placement_does_not_fit(backfill):
     cl = genie_cluster(2)
     jobs = genie_trace(20, hours=6, seed=2)
-    rec = Recording(make_mechanism("swaf", backfill=backfill))
+    rec = RecordingMechanism(make_mechanism("swaf", backfill=backfill))
     r = simulate(jobs, cl, make_policy("fifo"), rec, genie_models())
     assert not r.unfinished
     blocked = 0
-    for (_, allocs, _), queue in zip(rec.log, rec.queues, strict=True):
+    for (_, allocs), queue in zip(rec.log, rec.queues, strict=True):
         after = Ledger(cl)
         after.take_all(allocs.values())  # the GPUs still free once this decision's tasks have started
         left = [s for tid, s, _, _ in queue if tid not in allocs]
@@ -282,11 +265,11 @@ def test_tetris_variants_use_the_highest_pr_and_cer_placements():
     p = Platform.from_cluster(cl)
     jobs = genie_trace(6, hours=6, seed=5)
     for which, key in (("genie-tetris-perf", "pr"), ("genie-tetris-cer", "cer")):
-        rec = Recording(make_mechanism(which))
+        rec = RecordingMechanism(make_mechanism(which))
         r = simulate(jobs, cl, make_policy("fifo"), rec, genie_models())
         assert not r.unfinished
         seen = set()
-        for _, allocs, waiting in rec.log:
+        for (_, allocs), waiting in zip(rec.log, rec.waiting, strict=True):
             for js in waiting:
                 if js.id in allocs and js.id not in seen:
                     seen.add(js.id)
@@ -306,11 +289,11 @@ def test_black_box_baselines_orders_requests_and_capacity_quotas():
     keys = {"genie-fifo": lambda j: j.arrival, "genie-min-min": lambda j: j.deadline,
             "genie-weighted-fair": lambda j: 0.5 * j.arrival + 0.5 * j.deadline}
     for which in ("genie-fifo", "genie-min-min", "genie-weighted-fair", "genie-capacity"):
-        rec = Recording(make_mechanism(which))
+        rec = RecordingMechanism(make_mechanism(which))
         r = simulate(jobs, cl, make_policy("fifo"), rec, genie_models())
         assert not r.unfinished
         by_id = {js.id: js for js in r.finished}
-        for _, allocs, waiting in rec.log:
+        for (_, allocs), waiting in zip(rec.log, rec.waiting, strict=True):
             started = [js for js in waiting if js.id in allocs]
             for js in started:
                 want = whole_gpus(js.job.gpus)
@@ -337,11 +320,11 @@ def test_simulator_invariants_under_genie(which, nodes, rate, seed):
     cl = genie_cluster(nodes)
     jobs = genie_trace(rate, hours=3, seed=seed)
     nu = genie_nu_s()
-    rec = Recording(make_mechanism(which))
+    rec = RecordingMechanism(make_mechanism(which))
     r = simulate(jobs, cl, make_policy("fifo"), rec, genie_models(), SimConfig(start_overhead_s=nu))
     assert not r.unfinished and len(r.finished) == len(jobs)
     first_alloc: dict[str, Allocation] = {}
-    for t, allocs, _ in rec.log:
+    for t, allocs in rec.log:
         Ledger(cl).take_all(allocs.values())  # no device used twice, no server over-committed
         for jid, a in allocs.items():
             assert not a.is_fractional  # exclusive, whole GPUs

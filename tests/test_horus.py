@@ -428,9 +428,29 @@ def test_jobs_table_is_the_measured_h100_points_with_predictions(table):
     assert np.mean(np.abs(util - pred)) < 0.1  # the predictions are about these very points
 
 
-def test_family_cv_predictions_never_see_the_jobs_own_family(table, tmp_path):
+def _perturbed_h100_dataset(tmp_path, pick):
+    """A copy of the H100 dataset where the rows ``pick`` selects measure 2x the utilisation (capped at 1)
+    and 3x the NVML memory: predictions that never saw those rows must not move."""
     import csv
 
+    from perfpredict.sim.horus_workload import REPO
+
+    with open(REPO / "datasets" / "cuda_h100.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        fields, rows = reader.fieldnames, list(reader)
+    for r in rows:
+        if pick(r) and r["status"] == "ok" and r["gpu_utilization"]:
+            r["gpu_utilization"] = str(min(1.0, 2 * float(r["gpu_utilization"])))
+            r["nvml_process_bytes"] = str(3 * float(r["nvml_process_bytes"]))
+    perturbed = tmp_path / "cuda_h100.csv"
+    with open(perturbed, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    return perturbed
+
+
+def test_family_cv_predictions_never_see_the_jobs_own_family(table, tmp_path):
     from perfpredict.sim.horus_workload import REPO, family_cv_predictions, horus_jobs_table
 
     cv = horus_jobs_table(predictions="family-cv")
@@ -441,18 +461,7 @@ def test_family_cv_predictions_never_see_the_jobs_own_family(table, tmp_path):
     assert any(abs(a.pred_mem_gb - b.pred_mem_gb) > 1e-3 for a, b in zip(cv, table))
     # Perturb one family's measurements: its predictions stay, the other families' (trained on it) move.
     feats = str(REPO / "datasets" / "zoo_features.csv")
-    with open(REPO / "datasets" / "cuda_h100.csv", newline="") as f:
-        reader = csv.DictReader(f)
-        fields, rows = reader.fieldnames, list(reader)
-    for r in rows:
-        if r["family"] == "mlp" and r["status"] == "ok" and r["gpu_utilization"]:
-            r["gpu_utilization"] = str(min(1.0, 2 * float(r["gpu_utilization"])))
-            r["nvml_process_bytes"] = str(3 * float(r["nvml_process_bytes"]))
-    perturbed = tmp_path / "cuda_h100.csv"
-    with open(perturbed, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
+    perturbed = _perturbed_h100_dataset(tmp_path, lambda r: r["family"] == "mlp")
     base = family_cv_predictions(str(REPO / "datasets" / "cuda_h100.csv"), feats)
     moved = family_cv_predictions(str(perturbed), feats)
     assert base.keys() == moved.keys()
@@ -549,8 +558,6 @@ def test_experiment_fast(tmp_path):
 
 
 def test_paper_mix_keeps_half_the_architectures_out_of_training(table, tmp_path):
-    import csv
-
     from perfpredict.sim.horus_workload import REPO, horus_jobs_table, unseen_architectures
 
     mix = horus_jobs_table(predictions="paper-mix")
@@ -562,18 +569,7 @@ def test_paper_mix_keeps_half_the_architectures_out_of_training(table, tmp_path)
     assert err([p for p in mix if p.config in new]) > 2 * err([p for p in mix if p.config not in new])
     # The unseen architectures' measurements do not reach the estimators: perturbing them leaves every
     # prediction unchanged.
-    with open(REPO / "datasets" / "cuda_h100.csv", newline="") as f:
-        reader = csv.DictReader(f)
-        fields, rows = reader.fieldnames, list(reader)
-    for r in rows:
-        if r["config"] in new and r["status"] == "ok" and r["gpu_utilization"]:
-            r["gpu_utilization"] = str(min(1.0, 2 * float(r["gpu_utilization"])))
-            r["nvml_process_bytes"] = str(3 * float(r["nvml_process_bytes"]))
-    perturbed = tmp_path / "cuda_h100.csv"
-    with open(perturbed, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        w.writerows(rows)
+    perturbed = _perturbed_h100_dataset(tmp_path, lambda r: r["config"] in new)
     pert = horus_jobs_table(dataset=str(perturbed), features=str(REPO / "datasets" / "zoo_features.csv"),
                             predictions="paper-mix")
     assert all(a.pred_util == pytest.approx(b.pred_util) and a.pred_mem_gb == pytest.approx(b.pred_mem_gb)

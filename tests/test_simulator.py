@@ -20,26 +20,11 @@ from perfpredict.sched import (
 )
 from perfpredict.sched.mechanisms import make_mechanism
 from perfpredict.sim.simulator import SimConfig, SimulationError, simulate
+from tests.conftest import RecordingMechanism
 
 FLAT = PerfModel("flat")  # insensitive, linear in GPUs
 #: twice as fast with 6 CPUs/GPU as with the proportional 3; 1 CPU/GPU gives 1/3 (linear below the grid start)
 SENSITIVE = PerfModel("sens", cpus_per_gpu=(3.0, 6.0), mem_per_gpu=(62.5,), matrix=((1.0,), (2.0,)))
-
-
-class Recording(Mechanism):
-    """Wraps a mechanism and logs every decision (time, allocations) for independent checks."""
-
-    def __init__(self, inner: Mechanism) -> None:
-        super().__init__()
-        self.inner = inner
-        self.name, self.preemptive, self.round_based = inner.name, inner.preemptive, inner.round_based
-        self.log: list[tuple[float, dict[str, Allocation]]] = []
-
-    def allocate(self, ordered, cluster, running, now):
-        self.inner._current = self._current
-        out = self.inner.allocate(ordered, cluster, running, now)
-        self.log.append((now, dict(out)))
-        return out
 
 
 class Fixed(Mechanism):
@@ -141,7 +126,6 @@ def test_max_time_leaves_the_rest_unfinished_with_progress_kept():
     assert r.unfinished[0].first_start == 1200.0 and r.unfinished[0].remaining == pytest.approx(700.0)
 
 
-
 def test_stop_after_ends_when_the_measured_jobs_are_done():
     cluster = ClusterSpec.homogeneous(1, gpus=1)
     # a: 0-1000; b arrives at 500 and waits for the next boundary after a (1200); c arrives at 5000
@@ -187,7 +171,7 @@ def test_invariants_on_random_traces(spec, servers, policy, mode, mechanism):
     cluster = ClusterSpec.homogeneous(servers)
     jobs = [Job(f"j{i}", a, g, w, model=m) for i, (a, g, w, m) in enumerate(spec)]
     perf = {"flat": FLAT, "sens": SENSITIVE}
-    mech = Recording(make_mechanism(mechanism))
+    mech = RecordingMechanism(make_mechanism(mechanism))
     r = simulate(jobs, cluster, make_policy(policy), mech, perf, SimConfig(mode=mode))
     # every job finishes, never before it arrived, and got exactly its work
     assert len(r.finished) == len(jobs) and not r.unfinished
