@@ -197,33 +197,51 @@ def family_cv_predictions(dataset: str, features: str, models_dir: str | None = 
     Predictor would (quantiles sorted, utilisation clipped). A family's predictions therefore do not depend on
     its own measurements. Deterministic; cached per process (about 5 s on 2 cores)."""
     from perfpredict.estimators.data import load_training_data
-    from perfpredict.estimators.evaluate import widen
-    from perfpredict.estimators.targets import TARGETS
+
+    data = load_training_data(dataset, features)
+    fams = data.families
+    shipped = _shipped_targets(models_dir)
+
+    def scale(name: str, fam: str) -> float:  # the interval widening calibrated on the *other* families
+        return (shipped[name].get("evaluation", {}).get("interval_calibration", {})
+                .get("scale_by_held_out_family", {}).get(fam, 1.0))
+
+    folds = [(fams != f, np.flatnonzero(fams == f), lambda name, f=str(f): scale(name, f))
+             for f in sorted(set(fams.tolist()))]
+    return _refit_predictions(data, shipped, folds)
+
+
+def _shipped_targets(models_dir: str | None) -> dict:
     from perfpredict.predictor import default_models_dir
 
     root = Path(models_dir) if models_dir else default_models_dir()
-    shipped = json.loads((root / MODEL_SET / "metadata.json").read_text())["targets"]
+    return json.loads((root / MODEL_SET / "metadata.json").read_text())["targets"]
+
+
+def _refit_predictions(data, shipped: dict, folds) -> dict[tuple[str, int], dict[str, tuple[float, float]]]:
+    """(config, batch) -> target -> (median, q90) for GPU utilisation and device memory (peak memory for model
+    sets without it). Each fold ``(train rows mask, test row indices, interval scale by target)`` refits the
+    shipped estimator kinds (``metadata.json``'s ``point_kind``, same hyper-parameters) on its training rows
+    that have the target and predicts its test rows as the Predictor would: quantiles sorted, utilisation
+    clipped, memory's q90 widened by the fold's interval scale."""
+    from perfpredict.estimators.evaluate import widen
+    from perfpredict.estimators.targets import TARGETS
+
     mem_target = "device_memory" if "device_memory" in shipped else "peak_memory"
-    data = load_training_data(dataset, features)
-    fams = data.families
     out: dict[tuple[str, int], dict[str, tuple[float, float]]] = {
         (str(c), int(b)): {} for c, b in zip(data.configs, data.batch)}
     for name in ("gpu_utilization", mem_target):
         spec, kind = TARGETS[name], shipped[name]["point_kind"]
         y = data.column(spec.column)
         valid = np.isfinite(y) & (y > 0)
-        for fam in sorted(set(fams.tolist())):
-            train, test = valid & (fams != fam), np.flatnonzero(fams == fam)
-            X, z = data.X[train], spec.to_model(y[train], data.X[train])
-            med = spec.from_model(spec.make_model(kind).fit(X, z).predict(data.X[test]), data.X[test])
+        for train_mask, test, scale_of in folds:
+            train = valid & train_mask
+            X, z, Xt = data.X[train], spec.to_model(y[train], data.X[train]), data.X[test]
+            med = spec.from_model(spec.make_model(kind).fit(X, z).predict(Xt), Xt)
             q90 = med  # the schedulers use the median utilisation only
             if name == mem_target:
-                q = spec.from_model(spec.make_quantile_model(kind).fit(X, z).predict(data.X[test]), data.X[test])
-                q = np.sort(q, axis=1)
-                # Widened as the Predictor widens it, by the factor calibrated on the *other* families.
-                scale = (shipped[name].get("evaluation", {}).get("interval_calibration", {})
-                         .get("scale_by_held_out_family", {}).get(str(fam), 1.0))
-                q90 = widen(q, scale)[:, -1] if scale != 1.0 else q[:, -1]
+                q = np.sort(spec.from_model(spec.make_quantile_model(kind).fit(X, z).predict(Xt), Xt), axis=1)
+                q90 = widen(q, scale_of(name))[:, -1]
             for j, i in enumerate(test):
                 out[(str(data.configs[i]), int(data.batch[i]))][name] = (float(med[j]), float(q90[j]))
     return out
@@ -247,31 +265,13 @@ def paper_mix_predictions(dataset: str, features: str, models_dir: str | None = 
     training points. Same format as :func:`family_cv_predictions`; memory's q90 widened by the shipped
     interval scale, as the Predictor does."""
     from perfpredict.estimators.data import load_training_data
-    from perfpredict.estimators.evaluate import widen
-    from perfpredict.estimators.targets import TARGETS
-    from perfpredict.predictor import default_models_dir
 
-    root = Path(models_dir) if models_dir else default_models_dir()
-    shipped = json.loads((root / MODEL_SET / "metadata.json").read_text())["targets"]
-    mem_target = "device_memory" if "device_memory" in shipped else "peak_memory"
     data = load_training_data(dataset, features)
+    shipped = _shipped_targets(models_dir)
     unseen = unseen_architectures(data.configs)
     seen = np.array([str(c) not in unseen for c in data.configs])
-    out: dict[tuple[str, int], dict[str, tuple[float, float]]] = {
-        (str(c), int(b)): {} for c, b in zip(data.configs, data.batch)}
-    for name in ("gpu_utilization", mem_target):
-        spec, kind = TARGETS[name], shipped[name]["point_kind"]
-        y = data.column(spec.column)
-        train = np.isfinite(y) & (y > 0) & seen
-        X, z = data.X[train], spec.to_model(y[train], data.X[train])
-        med = spec.from_model(spec.make_model(kind).fit(X, z).predict(data.X), data.X)
-        q90 = med
-        if name == mem_target:
-            q = np.sort(spec.from_model(spec.make_quantile_model(kind).fit(X, z).predict(data.X), data.X), axis=1)
-            q90 = widen(q, float(shipped[name].get("interval_scale", 1.0)))[:, -1]
-        for i in range(len(data.configs)):
-            out[(str(data.configs[i]), int(data.batch[i]))][name] = (float(med[i]), float(q90[i]))
-    return out
+    folds = [(seen, np.arange(len(data.configs)), lambda name: float(shipped[name].get("interval_scale", 1.0)))]
+    return _refit_predictions(data, shipped, folds)
 
 
 def horus_perf_models(memory: str = "safe", predictions: str = "trained") -> dict[str, PerfModel]:
