@@ -46,28 +46,39 @@ class EncodedImages(torch.utils.data.Dataset):
         return img.tobytes(), int(rng.integers(0, self.num_classes))
 
 
+def _decode_image(raw: bytes, stored: int) -> torch.Tensor:
+    return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(stored, stored, 3).permute(2, 0, 1).float() / 255.0
+
+
+def _random_crop_box(stored: int) -> tuple[int, int, int]:
+    """(top, left, side) of a random square crop covering 60-100 % of the stored side."""
+    side = max(1, int(stored * np.random.uniform(0.6, 1.0)))
+    top, left = np.random.randint(0, stored - side + 1, size=2)
+    return int(top), int(left), side
+
+
+def _resize(x: torch.Tensor, size: int, mode: str) -> torch.Tensor:
+    """``x`` [C, h, w] resized to [C, size, size]."""
+    kw = {"align_corners": False} if mode == "bilinear" else {}
+    return F.interpolate(x.unsqueeze(0), size=(size, size), mode=mode, **kw).squeeze(0)
+
+
+def _jitter_and_normalise(x: torch.Tensor) -> torch.Tensor:
+    x = x * np.random.uniform(0.8, 1.2)
+    return ((x - _MEAN) / _STD).contiguous()
+
+
 def image_preprocess(item: tuple[bytes, int], stored: int, size: int) -> tuple[torch.Tensor, int]:
     raw, label = item
-    x = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(stored, stored, 3).permute(2, 0, 1).float() / 255.0
-    scale = np.random.uniform(0.6, 1.0)
-    side = max(1, int(stored * scale))
-    top, left = np.random.randint(0, stored - side + 1, size=2)
-    x = x[:, top:top + side, left:left + side].unsqueeze(0)
-    x = F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False).squeeze(0)
+    top, left, side = _random_crop_box(stored)
+    x = _resize(_decode_image(raw, stored)[:, top:top + side, left:left + side], size, "bilinear")
     if np.random.rand() < 0.5:
         x = x.flip(-1)
-    x = x * np.random.uniform(0.8, 1.2)
-    return ((x - _MEAN) / _STD).contiguous(), label
+    return _jitter_and_normalise(x), label
 
 
-class EncodedSegmentation(torch.utils.data.Dataset):
+class EncodedSegmentation(EncodedImages):
     """``n`` uint8 HWC images of side ``stored`` as raw bytes, each with a uint8 class map as raw bytes."""
-
-    def __init__(self, stored: int, num_classes: int, n: int = DATASET_ITEMS) -> None:
-        self.stored, self.num_classes, self.n = stored, num_classes, n
-
-    def __len__(self) -> int:
-        return self.n
 
     def __getitem__(self, i: int) -> tuple[bytes, bytes]:
         rng = np.random.default_rng(i)
@@ -77,20 +88,15 @@ class EncodedSegmentation(torch.utils.data.Dataset):
 
 
 def segmentation_preprocess(item: tuple[bytes, bytes], stored: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The image's crop, resize and flip of :func:`image_preprocess`, applied to the class map alike (nearest)."""
     raw, raw_mask = item
-    x = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(stored, stored, 3).permute(2, 0, 1).float() / 255.0
-    m = torch.frombuffer(bytearray(raw_mask), dtype=torch.uint8).view(1, 1, stored, stored).float()
-    scale = np.random.uniform(0.6, 1.0)
-    side = max(1, int(stored * scale))
-    top, left = np.random.randint(0, stored - side + 1, size=2)
-    x = x[:, top:top + side, left:left + side].unsqueeze(0)
-    m = m[:, :, top:top + side, left:left + side]
-    x = F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False).squeeze(0)
-    m = F.interpolate(m, size=(size, size), mode="nearest").view(size, size)
+    m = torch.frombuffer(bytearray(raw_mask), dtype=torch.uint8).view(1, stored, stored).float()
+    top, left, side = _random_crop_box(stored)
+    x = _resize(_decode_image(raw, stored)[:, top:top + side, left:left + side], size, "bilinear")
+    m = _resize(m[:, top:top + side, left:left + side], size, "nearest").view(size, size)
     if np.random.rand() < 0.5:
         x, m = x.flip(-1), m.flip(-1)
-    x = x * np.random.uniform(0.8, 1.2)
-    return ((x - _MEAN) / _STD).contiguous(), m.long().contiguous()
+    return _jitter_and_normalise(x), m.long().contiguous()
 
 
 def segmentation_pipeline(cfg: dict[str, Any]) -> tuple[Any, Any]:
