@@ -28,6 +28,8 @@ import numpy as np
 from perfpredict.errors import PerfPredictError, UsageError
 from perfpredict.estimators.arch import ArchFeatures
 from perfpredict.estimators.design import FEATURE_NAMES, design_matrix
+from perfpredict.estimators.evaluate import widen
+from perfpredict.estimators.models import MEMORY_TERMS, baseline_components
 
 #: Features describing the architecture alone (no batch size): the space the fallback measures distance in.
 _ARCH_COLUMNS = [i for i, n in enumerate(FEATURE_NAMES)
@@ -62,8 +64,6 @@ class _Target:
     interval_scale: float = 1.0
 
     def _base(self, X: np.ndarray, coef: np.ndarray, floor: float = 1.0) -> np.ndarray:
-        from perfpredict.estimators.models import MEMORY_TERMS, baseline_components
-
         return np.maximum(baseline_components(X, self.terms or MEMORY_TERMS) @ coef, floor)
 
     def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -83,8 +83,6 @@ class _Target:
             y, yq = np.clip(z, 0.005, 1.0), np.clip(q, 0.005, 1.0)
         yq = np.sort(yq, axis=1)  # quantile crossing: keep q10 <= q50 <= q90
         if self.interval_scale != 1.0:
-            from perfpredict.estimators.evaluate import widen
-
             yq = widen(yq, self.interval_scale)
             if self.transform == "identity01":
                 yq = np.clip(yq, 0.005, 1.0)

@@ -91,12 +91,6 @@ def interval_quality(y: np.ndarray, q: np.ndarray) -> dict[str, float]:
             "median_rel_width": float(np.median((hi - lo) / y))}
 
 
-def quantile_out_of_fold(data: TrainingData, spec: TargetSpec, scheme: str = "family",
-                         kind: str = "xgboost") -> dict[str, float]:
-    y, q, _ = quantile_predictions_out_of_fold(data, spec, scheme, kind)
-    return interval_quality(y, q)
-
-
 # ---------------------------------------------------------------------------------------------------------
 # Interval calibration for unseen families
 # ---------------------------------------------------------------------------------------------------------
@@ -144,9 +138,8 @@ def calibrated_interval_quality(y: np.ndarray, q: np.ndarray, families: np.ndarr
         s_f = calibrate_scale(y[~test], q[~test])
         qs[test] = widen(q[test], s_f)
         per_family[f] = s_f
-    out = {"scale": calibrate_scale(y, q), "nested_family_cv": interval_quality(y, qs),
-           "scale_by_held_out_family": per_family}
-    return out
+    return {"scale": calibrate_scale(y, q), "nested_family_cv": interval_quality(y, qs),
+            "scale_by_held_out_family": per_family}
 
 
 def _subset(data: TrainingData, keep: np.ndarray) -> TrainingData:
