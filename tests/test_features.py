@@ -21,7 +21,7 @@ from perfpredict.workload.spec import Workload, WorkloadRef
 from perfpredict.workload.zoo import families, get_family, load_zoo_workload
 from perfpredict.workload.zoo.families.mobilenetv2 import block_plan
 
-FAMILIES = ["resnet", "vgg", "mobilenetv2", "transformer", "lstm", "mlp", "vit", "unet"]
+FAMILIES = ["resnet", "vgg", "mobilenetv2", "transformer", "lstm", "mlp", "vit", "unet", "speech", "convnext", "dlrm"]
 
 #: Horus Table 3 operators each family's graph must contain (op_type -> minimum count; None = at least 1)
 EXPECTED_OPS: dict[str, dict[str, int | None]] = {
@@ -33,6 +33,14 @@ EXPECTED_OPS: dict[str, dict[str, int | None]] = {
     "mlp": {"Gemm": 4, "Relu": 3},
     "vit": {"Conv": 1, "MatMul": None, "Softmax": 2, "LayerNormalization": 5, "Erf": 2, "Concat": None},
     "unet": {"Conv": 11, "ConvTranspose": 2, "BatchNormalization": 10, "Relu": 10, "MaxPool": 2, "Concat": 2},
+    # two conv-BN-Hardtanh (Clip) layers, one bidirectional GRU node per layer, the per-frame Linear
+    "speech": {"Conv": 2, "BatchNormalization": 2, "Clip": 2, "GRU": 2, "MatMul": 1},
+    # default 1-1-2-1: stem + 3 downsampling + 5 depthwise convs; LayerNorm in stem, downsampling, blocks, head
+    "convnext": {"Conv": 9, "LayerNormalization": 10, "MatMul": 10, "Erf": 5, "GlobalAveragePool": 1,
+                 "Gemm": 1, "Add": None, "Mul": None, "Transpose": None},
+    # default 8 tables: 3 bottom + 3 top Gemms, T T^T one MatMul; per table a Gather of its index column and
+    # one of its embedding rows, plus the Gather of the lower triangle; stack and cat
+    "dlrm": {"Gemm": 6, "Relu": 5, "MatMul": 1, "Gather": 2 * 8 + 1, "Concat": 2},
 }
 
 class _Zoo:
@@ -102,10 +110,10 @@ def test_zoo_default_activation_bytes(name, zoo):
     f, w, _, _ = zoo(name)
     assert f.activation_bytes_per_sample > 0
     # the per-sample input batch itself is an activation, and so is the output
-    (x,) = w.inputs(1)
+    args = w.inputs(1)
     with torch.no_grad():
-        model_out_bytes = 4 * prod(zoo(name)[3].eval()(x).shape)
-    assert f.activation_bytes_per_sample >= x.numel() * x.element_size() + model_out_bytes
+        model_out_bytes = 4 * prod(zoo(name)[3].eval()(*args).shape)
+    assert f.activation_bytes_per_sample >= sum(x.numel() * x.element_size() for x in args) + model_out_bytes
     assert f.activation_bytes_fixed >= 0
 
 
@@ -155,6 +163,113 @@ def test_mobilenetv2_has_depthwise_convs(zoo):
     assert depthwise == len(block_plan(cfg["width_mult"], cfg["depth_mult"]))
     # BN is not fused into the convs: one BatchNormalization per Conv
     assert f.op_counts["BatchNormalization"] == f.op_counts["Conv"]
+
+
+def test_convnext_has_depthwise_convs(zoo):
+    f, _, cfg, _ = zoo("convnext")
+    proto = onnx.load(str(zoo.dir / "convnext.onnx"))
+    inits = {i.name: list(i.dims) for i in proto.graph.initializer}
+    k = cfg["kernel"]
+    depthwise = 0
+    for node in proto.graph.node:
+        if node.op_type != "Conv":
+            continue
+        group = next((a.i for a in node.attribute if a.name == "group"), 1)
+        w = inits[node.input[1]]
+        if group > 1:
+            assert w[0] == group and w[1:] == [1, k, k]  # one input channel per group: depthwise k x k
+            depthwise += 1
+        else:
+            assert w[2] == w[3] in (cfg["stem_stride"], 2)  # patchify stem / 2x2 downsampling
+    n_blocks = sum(int(b) for b in cfg["blocks"].split("-"))
+    assert depthwise == n_blocks
+    # the depthwise convs carry their share of the Conv MACs (C_in / groups == 1 per output element)
+    assert f.macs_by_op["Conv"] < f.forward_macs_per_sample
+
+
+def test_speech_macs_split_into_conv_gru_and_linear(zoo):
+    from perfpredict.workload.zoo.families.speech import output_frames, rnn_input_size
+
+    f, _, cfg, _ = zoo("speech")
+    t, h, layers = output_frames(cfg), cfg["hidden"], cfg["rnn_layers"]
+    gru = t * 2 * 3 * h * (rnn_input_size(cfg) + h) + (layers - 1) * t * 2 * 3 * h * (3 * h)
+    linear = t * 2 * h * cfg["num_classes"]
+    assert f.macs_by_op["GRU"] == gru and f.macs_by_op["MatMul"] == linear
+    assert f.macs_by_op["Conv"] == get_family("speech").closed_form_macs(cfg) - gru - linear
+    # bidirectional: each GRU node holds both directions' weights
+    proto = onnx.load(str(zoo.dir / "speech.onnx"))
+    for node in proto.graph.node:
+        if node.op_type == "GRU":
+            assert next(a.s for a in node.attribute if a.name == "direction") == b"bidirectional"
+
+
+def test_dlrm_macs_split_into_mlps_and_interaction_lookups_count_none(zoo):
+    from perfpredict.features.saved import saved_bytes_split
+
+    f, w, cfg, model = zoo("dlrm")
+    n, d = cfg["num_tables"] + 1, cfg["emb_dim"]
+    assert f.macs_by_op == {"MatMul": n * n * d, "Gemm": get_family("dlrm").closed_form_macs(cfg) - n * n * d}
+    assert f.fvcore_unsupported.get("aten::embedding") == cfg["num_tables"]  # a gather: no MACs either way
+    # Saved for backward, per sample: the bottom Linears' inputs (13 + 64 + 32 floats), the bottom's last ReLU
+    # output (the in-place ReLUs keep their outputs, which are the next Linear's inputs: one storage), the
+    # stacked [n, d] vectors for T T^T, the top Linears' inputs (d + n(n-1)/2, 64, 32), BCE's logit and label,
+    # and the int64 sparse indices the embedding backward scatters by (the weights themselves are not saved).
+    floats = (13 + 64 + 32) + d + n * d + (d + n * (n - 1) // 2 + 64 + 32) + 2
+    assert saved_bytes_split(w, model) == (4 * floats + 8 * cfg["num_tables"], 0)
+
+
+def test_dlrm_multi_hot_exports_gather_and_reduce_sum():
+    cfg = {"num_tables": 3, "lookups": 4}
+    f = extract_features(load_zoo_workload("dlrm", cfg), use_fvcore=False)
+    assert f.available and f.exporter == "torchscript", f.error
+    assert f.op_counts["ReduceSum"] == 3 and f.op_counts["Gather"] == 2 * 3 + 1
+    assert f.forward_macs_per_sample == get_family("dlrm").closed_form_macs(get_family("dlrm").resolve(cfg))
+
+
+# --- models over protobuf's 2 GiB: weights as external data ----------------------------------------------
+class _WideScalarOut(nn.Module):
+    """Only the dynamo exporter takes it (a Python float output), and its weights are above the 256 bytes
+    that the dynamo exporter's external-data writer keeps inline."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(32, 16)
+
+    def forward(self, x):
+        return self.lin(x).sum().item()
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_large_model_export_goes_through_external_data(exporter, tmp_path, monkeypatch):
+    """Above EXTERNAL_DATA_BYTES the exporters write to a temporary directory and the proto keeps only weight
+    references; a saved file gets its weights in one ``.data`` file beside it (dynamo externalises every
+    weight; TorchScript only past 2 GiB, so this small one stays inline), and the file still runs."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from perfpredict.features import onnx_export
+
+    if exporter == "torchscript":
+        build, inputs = (lambda: nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))), \
+            (lambda b: torch.randn(b, 6))
+    else:
+        build, inputs = _WideScalarOut, (lambda b: torch.randn(b, 32))  # the tracer rejects it: dynamo
+    torch.manual_seed(0)
+    model = build()
+    small = extract_features(workload("small", build, inputs), model=model, use_fvcore=False)
+    monkeypatch.setattr(onnx_export, "EXTERNAL_DATA_BYTES", 0)
+    f = extract_features(workload("big", build, inputs), model=model, onnx_path=tmp_path / "m.onnx",
+                         use_fvcore=False)
+    assert f.available and f.exporter == exporter, f.error
+    assert (f.forward_macs_per_sample, f.param_bytes, f.op_counts) == \
+        (small.forward_macs_per_sample, small.param_bytes, small.op_counts)
+    assert (tmp_path / "m.onnx.data").is_file() == (exporter == "dynamo")
+    sess = ort.InferenceSession(str(tmp_path / "m.onnx"), providers=["CPUExecutionProvider"])
+    x = inputs(1)
+    got = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0]
+    with torch.no_grad():
+        want = model.eval()(x)
+    np.testing.assert_allclose(got, np.asarray(want, dtype=np.float32), rtol=1e-5, atol=1e-6)
 
 
 # --- hand-written models with known MACs ---------------------------------------------------------------
@@ -207,6 +322,10 @@ MINI = [
      2 * 4 * 6 * 8 + 2 * 4 * 3 * 6, "MatMul"),  # Q K^T, then attn V
     ("gru_2layer", lambda: FirstOutput(nn.GRU(5, 7, num_layers=2, batch_first=True)), lambda b: torch.randn(b, 4, 5),
      4 * 3 * 7 * (5 + 7) + 4 * 3 * 7 * (7 + 7), "GRU"),  # seq x gates*H x (I + H) per layer
+    ("bigru_2layer_batch_first",
+     lambda: FirstOutput(nn.GRU(5, 7, num_layers=2, batch_first=True, bidirectional=True)),
+     lambda b: torch.randn(b, 4, 5),
+     4 * 2 * 3 * 7 * (5 + 7) + 4 * 2 * 3 * 7 * (2 * 7 + 7), "GRU"),  # x2 directions; layer 2 sees 2H inputs
     ("bilstm_2layer", lambda: FirstOutput(nn.LSTM(5, 6, num_layers=2, bidirectional=True)),
      lambda b: torch.randn(3, b, 5),  # (seq, batch, features)
      3 * 2 * 4 * 6 * (5 + 6) + 3 * 2 * 4 * 6 * (2 * 6 + 6), "LSTM"),  # x2 directions; layer 2 sees 2H inputs
@@ -306,6 +425,23 @@ def test_features_from_onnx_on_transformer_resolves_runtime_shapes(zoo):
     g = features_from_onnx(onnx.load(str(zoo.dir / "transformer.onnx")), 1)
     assert g.forward_macs_per_sample == f.forward_macs_per_sample
     assert g.macs_by_op.get("MatMul", 0) > 0
+
+
+def test_runtime_shapes_feed_zeros_for_weights_kept_as_external_references(zoo, tmp_path):
+    # A model over 2 GiB is analysed without its weights' data (see onnx_export): the onnxruntime fallback
+    # that resolves nn.MultiheadAttention's shapes must still run, on zero-filled weights.
+    from perfpredict.features.graph import analyze_onnx
+
+    proto = onnx.load(str(zoo.dir / "transformer.onnx"))
+    onnx.save(proto, str(tmp_path / "t.onnx"), save_as_external_data=True, location="t.onnx.data",
+              size_threshold=1024)
+    refs = onnx.load(str(tmp_path / "t.onnx"), load_external_data=False)
+    assert any(t.data_location == onnx.TensorProto.EXTERNAL for t in refs.graph.initializer)
+    full = analyze_onnx(proto)
+    assert analyze_onnx(refs, run_for_shapes=False).macs < full.macs  # static inference alone loses MACs
+    got = analyze_onnx(refs)
+    assert (got.macs, got.macs_by_op, got.initializer_bytes, got.unknown_shape_ops) == \
+        (full.macs, full.macs_by_op, full.initializer_bytes, {})
 
 
 # --- failures are recorded, not raised -----------------------------------------------------------------

@@ -165,14 +165,28 @@ _ORT_INPUT_DTYPES = {"tensor(float)": "float32", "tensor(double)": "float64", "t
 
 
 def _runtime_shapes(model_proto: Any, names: list[str]) -> dict[str, tuple[list[int], int]]:
-    """Shapes of ``names`` observed by running the graph in onnxruntime; {} if it cannot run."""
+    """Shapes of ``names`` observed by running the graph in onnxruntime; {} if it cannot run.
+
+    Weights held as external-data references without their data (a model over 2 GiB, see
+    :mod:`perfpredict.features.onnx_export`) are fed as zero-filled inputs instead: shapes do not depend on
+    weight values, and zero pages cost no memory until written.
+    """
     try:
         import numpy as np
+        import onnx
         import onnxruntime as ort
         from onnx import helper
 
         m = type(model_proto)()
         m.CopyFrom(model_proto)
+        external = [t for t in m.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+        if external:
+            kept = [t for t in m.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL]
+            del m.graph.initializer[:]
+            m.graph.initializer.extend(kept)
+            inputs = {i.name for i in m.graph.input}
+            m.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                                 for t in external if t.name not in inputs)
         have = {o.name for o in m.graph.output}
         for n in names:
             if n not in have:

@@ -71,6 +71,18 @@ def _split(batch: Any) -> tuple[Any, Any]:
     return batch, None
 
 
+def forward_args(x: Any, multi: bool) -> tuple[Any, ...]:
+    """A collated forward input → the model's positional arguments.
+
+    ``preprocess`` returns several forward arguments as a tuple, which the DataLoader's default collation turns
+    into a list: a list is the argument list when the workload's ``example_inputs`` are a tuple (``multi``),
+    and one argument otherwise (a model that takes a list).
+    """
+    if isinstance(x, tuple) or (multi and isinstance(x, list)):
+        return tuple(x)
+    return (x,)
+
+
 def measure_pipeline(req: PipelineRequest) -> dict[str, Any]:
     state = {"phase": "setup"}
     out: dict[str, Any] = {"cpus": list(req.cpus), "batch_size": req.batch_size, "device": req.device}
@@ -97,6 +109,7 @@ def measure_pipeline(req: PipelineRequest) -> dict[str, Any]:
         torch.manual_seed(req.seed)
         model = workload.build_model().to(device).train()
         opt = workload.make_optimizer(model.parameters())
+        multi = isinstance(workload.example_inputs(1), tuple)
         sync = (lambda: torch.cuda.synchronize(device)) if is_cuda else (lambda: None)
 
         def batches():
@@ -106,7 +119,7 @@ def measure_pipeline(req: PipelineRequest) -> dict[str, Any]:
         def train(batch) -> None:
             x, y = _split(batch)
             x = to_device(x, device)
-            outputs = model(*(x if isinstance(x, tuple) else (x,)))
+            outputs = model(*forward_args(x, multi))
             loss = workload.loss(outputs, to_device(y, device)) if workload.example_targets is not None \
                 else workload.loss(outputs)
             if not bool(torch.isfinite(loss.detach())):

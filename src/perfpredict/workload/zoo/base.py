@@ -67,7 +67,7 @@ class ZooFamily(ABC):
 
     name: ClassVar[str]
     description: ClassVar[str]
-    #: "image", "language" or "tabular": what kind of data the family consumes.
+    #: "image", "language", "tabular", "speech" or "recommendation": what kind of data the family consumes.
     task: ClassVar[str]
     params: ClassVar[tuple[ZooParam, ...]]
     default_batch_sizes: ClassVar[tuple[int, ...]] = (4, 8, 16, 32, 64)
@@ -116,7 +116,8 @@ class ZooFamily(ABC):
 
     @abstractmethod
     def example_targets(self, cfg: Mapping[str, Any], batch_size: int) -> torch.Tensor:
-        """Deterministic integer class targets matching the model's output."""
+        """Deterministic targets matching the model's output: integer classes (float 0/1 click labels for
+        recommendation)."""
 
     def loss_fn(self, outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Cross-entropy; sequence outputs ``[B, T, C]`` are flattened against targets ``[B, T]``."""

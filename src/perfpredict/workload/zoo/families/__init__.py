@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from perfpredict.workload.zoo.base import ZooFamily
+from perfpredict.workload.zoo.families.convnext import ConvNeXtFamily
+from perfpredict.workload.zoo.families.dlrm import DLRMFamily
 from perfpredict.workload.zoo.families.lstm import LSTMFamily
 from perfpredict.workload.zoo.families.mlp import MLPFamily
 from perfpredict.workload.zoo.families.mobilenetv2 import MobileNetV2Family
 from perfpredict.workload.zoo.families.resnet import ResNetFamily
+from perfpredict.workload.zoo.families.speech import SpeechFamily
 from perfpredict.workload.zoo.families.transformer import TransformerFamily
 from perfpredict.workload.zoo.families.unet import UNetFamily
 from perfpredict.workload.zoo.families.vgg import VGGFamily
@@ -21,14 +24,20 @@ ALL_FAMILIES: tuple[type[ZooFamily], ...] = (
     MLPFamily,
     ViTFamily,
     UNetFamily,
+    SpeechFamily,
+    ConvNeXtFamily,
+    DLRMFamily,
 )
 
 __all__ = [
     "ALL_FAMILIES",
+    "ConvNeXtFamily",
+    "DLRMFamily",
     "LSTMFamily",
     "MLPFamily",
     "MobileNetV2Family",
     "ResNetFamily",
+    "SpeechFamily",
     "TransformerFamily",
     "UNetFamily",
     "VGGFamily",
