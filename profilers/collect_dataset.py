@@ -62,7 +62,8 @@ def _measure(args: argparse.Namespace) -> int:
     bss = [int(b) for b in args.batch_sizes.split(",")] if args.batch_sizes else None
     plans = plan_sweep(args.families.split(",") if args.families else None, batch_sizes=bss,
                        max_gmacs=args.max_gmacs,
-                       max_sample_gmacs_per_iter=args.max_gflop_iter / 6 if args.max_gflop_iter else None)
+                       max_sample_gmacs_per_iter=args.max_gflop_iter / 6 if args.max_gflop_iter else None,
+                       max_param_bytes=args.max_param_mb * 2**20 if args.max_param_mb else None)
     plans = plans[:: args.every]
     n_points = sum(len(p.batch_sizes) for p in plans)
     print(f"{len(plans)} architectures, {n_points} points", file=sys.stderr)
@@ -113,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--max-gmacs", type=float, help="skip architectures above this many forward GMACs per sample")
     m.add_argument("--max-gflop-iter", type=float,
                    help="skip points above this many training GFLOPs per iteration (~6 x forward GMACs x batch)")
+    m.add_argument("--max-param-mb", type=float,
+                   help="skip architectures whose fp32 weights exceed this many MiB (training keeps ~3 copies)")
     m.add_argument("--min-time", type=float, default=None, help="timed seconds per point")
     m.add_argument("--threads", type=int)
     m.add_argument("--time-budget", type=float, help="stop starting new architectures after this many seconds")

@@ -68,12 +68,15 @@ class ArchPlan:
 
 
 def plan_sweep(families: Iterable[str] | None = None, batch_sizes: Iterable[int] | None = None,
-               max_gmacs: float | None = None, max_sample_gmacs_per_iter: float | None = None) -> list[ArchPlan]:
+               max_gmacs: float | None = None, max_sample_gmacs_per_iter: float | None = None,
+               max_param_bytes: float | None = None) -> list[ArchPlan]:
     """The zoo grid as a list of :class:`ArchPlan`, filtered by forward GMACs per sample.
 
     ``batch_sizes`` overrides each family's default sweep. ``max_sample_gmacs_per_iter`` drops the batch
     sizes whose forward GMACs per iteration (GMACs/sample × batch) exceed it, so slow devices skip points
-    that would take tens of seconds each.
+    that would take tens of seconds each. ``max_param_bytes`` drops architectures whose fp32 weights exceed it
+    (training holds about three copies: weights, gradients, momentum), e.g. the multi-GB DLRM tables on a
+    small CPU machine, where FLOP filters do not catch them.
     """
     from perfpredict.workload.zoo import enumerate_configs, get_family
 
@@ -83,6 +86,9 @@ def plan_sweep(families: Iterable[str] | None = None, batch_sizes: Iterable[int]
             fam = get_family(name)
             gmacs = fam.closed_form_macs(cfg) / 1e9
             if max_gmacs is not None and gmacs > max_gmacs:
+                continue
+            params = fam.closed_form_params(cfg)
+            if max_param_bytes is not None and params is not None and 4 * params > max_param_bytes:
                 continue
             bss = tuple(sorted(batch_sizes or fam.default_batch_sizes))
             if max_sample_gmacs_per_iter is not None:

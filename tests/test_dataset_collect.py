@@ -1,0 +1,55 @@
+"""The dataset collector on the CPU: the sweep plan's filters and a real measured point, resumed."""
+
+from __future__ import annotations
+
+import json
+
+from perfpredict.dataset.collect import CollectSettings, collect, plan_sweep, read_dataset
+from perfpredict.profile.timing import TimingConfig
+from perfpredict.workload.zoo import get_family
+
+
+def test_plan_filters_by_macs_per_sample_and_per_iteration() -> None:
+    full = plan_sweep(["resnet"], batch_sizes=[4, 64])
+    small = plan_sweep(["resnet"], batch_sizes=[4, 64], max_gmacs=0.1)
+    assert 0 < len(small) < len(full)
+    assert all(p.gmacs_per_sample <= 0.1 for p in small)
+    per_iter = plan_sweep(["resnet"], batch_sizes=[4, 64], max_sample_gmacs_per_iter=2.0)
+    for p in per_iter:
+        assert all(p.gmacs_per_sample * b <= 2.0 for b in p.batch_sizes) and p.batch_sizes
+    # an architecture whose batch 64 is too heavy keeps its batch 4
+    assert any(p.batch_sizes == (4,) for p in per_iter)
+
+
+def test_plan_filters_by_parameter_bytes() -> None:
+    """The multi-GB DLRM tables are dropped by weight size, which no MAC filter catches (lookups are free)."""
+    everything = plan_sweep(["dlrm"])
+    kept = plan_sweep(["dlrm"], max_param_bytes=512 * 2**20)
+    assert 0 < len(kept) < len(everything)
+    fam = get_family("dlrm")
+    assert all(4 * fam.closed_form_params(p.cfg) <= 512 * 2**20 for p in kept)
+    dropped = {p.config for p in everything} - {p.config for p in kept}
+    assert all(4 * fam.closed_form_params(p.cfg) > 512 * 2**20 for p in everything if p.config in dropped)
+
+
+def test_plan_interleaves_families_so_a_cut_sweep_covers_each() -> None:
+    plans = plan_sweep(["mlp", "lstm", "vgg"])
+    assert [p.family for p in plans[:3]] == ["mlp", "lstm", "vgg"]
+
+
+def test_collect_measures_a_cpu_point_and_resumes(tmp_path) -> None:
+    plans = plan_sweep(["mlp"], batch_sizes=[8], max_gmacs=0.0005)[:1]
+    out = tmp_path / "cpu.csv"
+    quick = TimingConfig(warmup_iters=2, warmup_s=0.05, min_iters=5, min_time_s=0.1, max_time_s=1.0)
+    settings = CollectSettings(device="cpu", timing=quick, threads=1, command="test", git_commit="abc1234")
+    summary = collect(plans, out, settings)
+    assert summary["counts"] == {"ok": 1}
+    (row,) = read_dataset(out)
+    assert row["device_kind"] == "cpu" and row["family"] == "mlp" and int(row["batch_size"]) == 8
+    assert float(row["iter_time_s"]) > 0 and float(row["samples_per_s"]) > 0
+    assert int(row["peak_memory_bytes"]) >= 0 and row["memory_kind"]
+    meta = json.loads(out.with_suffix(".meta.json").read_text())
+    assert meta["runs"][-1]["git_commit"] == "abc1234" and meta["runs"][-1]["device"] == "cpu"
+    # A second run finds the point done: nothing measured, nothing appended.
+    again = collect(plans, out, settings)
+    assert again["counts"] == {} and len(read_dataset(out)) == 1
