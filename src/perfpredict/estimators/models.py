@@ -62,21 +62,29 @@ def feature_importance(model, names: list[str]) -> dict[str, float]:
     return dict(sorted(by_name.items(), key=lambda kv: -kv[1]))
 
 
-#: Physical baselines' terms: each a sum of raw quantities, recovered from ``log10(x + 1)`` feature columns.
-#: Memory: parameter bytes (weights, gradients, optimizer state are multiples of it) and saved-tensor bytes.
-MEMORY_TERMS: tuple[tuple[str, ...], ...] = (("log_param_bytes",), ("log_saved_bytes_iter",))
+#: Physical baselines' terms: each a sum of raw quantities, recovered from ``log10(x + 1)`` feature columns,
+#: or ``any:<feature>``, an indicator (1 where the feature is positive).
+#: Memory: parameter bytes (weights, gradients, optimizer state are multiples of it), saved-tensor bytes and
+#: a fixed block for models with any GEMM: cuBLAS/cuBLASLt take their workspace from torch's caching
+#: allocator on the first matrix product (about 64 MiB per stream on the H100: the floor of every measured
+#: model with a Linear layer, absent from the conv-only U-Nets).
+MEMORY_TERMS: tuple[tuple[str, ...], ...] = (("log_param_bytes",), ("log_saved_bytes_iter",), ("any:ops_matmul",))
 #: Iteration time, roofline-like: compute (forward MACs per iteration; backward is a multiple of it) and
 #: memory traffic (activation bytes per iteration + parameter bytes).
 TIME_TERMS: tuple[tuple[str, ...], ...] = (("log_macs_per_iter",), ("log_act_bytes_per_iter", "log_param_bytes"))
 
 
 def baseline_components(X: np.ndarray, terms: tuple[tuple[str, ...], ...] = MEMORY_TERMS) -> np.ndarray:
-    """``[1, term_1, ...]`` per row in raw units (bytes, MACs), recovered from the log10(x + 1) features."""
+    """``[1, term_1, ...]`` per row in raw units (bytes, MACs), recovered from the log10(x + 1) features;
+    an ``any:<feature>`` term is 1 where that feature is positive, else 0."""
     from perfpredict.estimators.design import FEATURE_NAMES
 
     X = np.asarray(X, float)
     cols = [np.ones(len(X))]
     for term in terms:
+        if len(term) == 1 and term[0].startswith("any:"):
+            cols.append((X[:, FEATURE_NAMES.index(term[0][4:])] > 0).astype(float))
+            continue
         idx = [FEATURE_NAMES.index(n) for n in term]
         cols.append(np.maximum(10.0 ** X[:, idx] - 1.0, 0.0).sum(axis=1))
     return np.column_stack(cols)
@@ -148,7 +156,7 @@ class StructuredMemoryModel:
 
     @staticmethod
     def components(X: np.ndarray) -> np.ndarray:
-        """[1, P, S] in bytes, recovered from the log10(x + 1) features."""
+        """[1, P, S, any GEMM] (bytes, bytes, 0/1), recovered from the features."""
         return baseline_components(X, MEMORY_TERMS)
 
     def baseline(self, X: np.ndarray) -> np.ndarray:

@@ -220,7 +220,9 @@ def render_report(meta: dict[str, Any]) -> str:
         if "baseline_coef" in t and t["unit"] == "bytes":
             c = t["baseline_coef"]["point"]
             lines += [f"Baseline fitted on all rows: {c[0] / 2**20:.1f} MiB + {c[1]:.2f} × parameter bytes + "
-                      f"{c[2]:.2f} × saved-tensor bytes per iteration.", ""]
+                      f"{c[2]:.2f} × saved-tensor bytes per iteration"
+                      + (f" + {c[3] / 2**20:.1f} MiB for models with a GEMM (BLAS workspace)" if len(c) > 3 else "")
+                      + ".", ""]
         elif "baseline_coef" in t:
             c = t["baseline_coef"]["point"]
             lines += [f"Baseline fitted on all rows: {c[0] * 1e3:.2f} ms + {c[1] * 1e12:.1f} ps per forward MAC "

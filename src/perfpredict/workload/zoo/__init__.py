@@ -2,7 +2,7 @@
 
 >>> from perfpredict.workload.zoo import families, enumerate_configs
 >>> sorted(families())            # doctest: +SKIP
-['lstm', 'mlp', 'mobilenetv2', 'resnet', 'transformer', 'unet', 'vgg', 'vit']
+['convnext', 'dlrm', 'lstm', 'mlp', 'mobilenetv2', 'resnet', 'speech', 'transformer', 'unet', 'vgg', 'vit']
 """
 
 from __future__ import annotations
