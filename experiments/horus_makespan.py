@@ -1,7 +1,7 @@
 """Seed 004 (Horus), §5-6: makespan, GPU utilisation, JCT and waiting time of Horus and Horus-f against FIFO
 (exclusive GPUs), OBP and PAB, on jobs perfpredict measured on an H100.
 
-Every job is one of perfpredict's measured training points (83 zoo architectures × batch 8-128 on an H100 80GB,
+Every job is one of perfpredict's measured training points (zoo architectures × batch 8-128 on an H100 80GB,
 ``datasets/cuda_h100.csv``): in the simulation it uses its *measured* solo GPU utilisation and device memory,
 and co-located jobs slow each other down by perfpredict's interference model refitted on 36 measured H100
 pairs (linear up to 100 % cumulative utilisation, quadratic beyond). The schedulers decide with what the

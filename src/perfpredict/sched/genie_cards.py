@@ -2,7 +2,7 @@
 
 Table 3 names four CNNs (AlexNet, GoogleNet, ResNet-50, Inception-v3) and two RNNs (Regularized LSTM, Seq2seq);
 the paper measured them on Tesla K80s and publishes no profile. perfpredict's own measurements
-(``datasets/cuda_h100.csv``: training iterations of 83 zoo architectures at batch 8-128 on an H100) give
+(``datasets/cuda_h100.csv``: training iterations of zoo architectures at batch 8-128 on an H100) give
 each type a **measured** single-GPU rate curve:
 
 * ``resnet50`` — exact: ``resnet-depth50-width64-image_size224-num_classes1000`` (torchvision ResNet-50,

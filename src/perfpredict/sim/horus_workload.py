@@ -3,7 +3,7 @@ perfpredict measured on an H100.
 
 Jobs (:func:`horus_jobs_table`)
     Every job is one of perfpredict's measured training points: a zoo architecture at one batch size from
-    ``datasets/cuda_h100.csv`` (83 architectures × batch 8-128 on an H100 80GB). What the job *really* does in
+    ``datasets/cuda_h100.csv`` (zoo architectures × batch 8-128 on an H100 80GB). What the job *really* does in
     the simulation is what was measured for that point: its solo GPU utilisation (NVML, Horus's definition)
     and its device memory (NVML process memory: the CUDA context plus everything the caching allocator
     reserved). What the schedulers *see* is what perfpredict's Predictor (``trained_models/cuda_h100``)
