@@ -243,6 +243,31 @@ def test_time_baseline_recovers_a_roofline_and_stays_non_negative():
     assert q.shape == (60, 3) and (np.diff(q, axis=1) > 0).all()
 
 
+def test_cuda_peak_memory_baseline_has_no_constant_and_generalises_to_gemm_free_unets():
+    """On CUDA, peak allocated bytes are all tensors and workspaces: the baseline has no constant, and the
+    BLAS workspace goes to the GEMM term. Held out, the conv-only U-Nets (no GEMM, no workspace floor) are
+    then predicted from the other families as well as any family; a constant would absorb the workspace."""
+    from perfpredict.estimators.data import load_training_data
+    from perfpredict.estimators.models import StructuredMemoryModel
+    from perfpredict.estimators.targets import targets_for
+
+    assert targets_for("cuda")["peak_memory"].memory_intercept is False
+    assert targets_for("cpu")["peak_memory"].memory_intercept is True
+    assert targets_for("cuda")["device_memory"].memory_intercept is True and "device_memory" not in targets_for("cpu")
+    data = load_training_data(REPO / "datasets" / "cuda_h100.csv")
+    y = data.column("peak_memory_bytes")
+    held = data.families == "unet"
+
+    def unet_mape(intercept: bool) -> tuple[float, np.ndarray]:
+        m = StructuredMemoryModel("none", intercept=intercept).fit(data.X[~held], y[~held])
+        return float(np.mean(np.abs(m.predict(data.X[held]) / y[held] - 1))), m.coef_
+
+    pinned, coef = unet_mape(False)
+    free, _ = unet_mape(True)
+    assert coef[0] == 0 and coef[3] > 32 * 2**20  # tens of MiB of workspace for models with a GEMM
+    assert pinned < 0.15 < free
+
+
 def test_predictor_reproduces_the_shipped_time_baseline():
     """Where family CV shipped the physical time baseline (kind ``none``), the Predictor's numbers are that
     baseline refitted on the dataset: the saved coefficients and the Predictor's reconstruction agree."""

@@ -135,20 +135,26 @@ class LogBaselineModel:
 class StructuredMemoryModel:
     """Peak training memory = a physical baseline × a learned correction.
 
-    The baseline is ``c0 + k_P·P + k_S·S``: a constant (allocator and library workspaces), the parameter
-    bytes P (weights, gradients and optimizer state are multiples of it), and the bytes S autograd saves for
-    the backward pass in one iteration (:mod:`perfpredict.features.saved`). On the H100 data the fit gives
-    c0 ≈ 70 MiB, k_P ≈ 2.9 (weights + gradients + momentum) and k_S ≈ 1: the formula is physical, and so it
-    carries over to families the correction never saw. Its coefficients are fitted by non-negative least
+    The baseline is ``c0 + k_P·P + k_S·S + k_W·[any GEMM]``: a constant, the parameter bytes P (weights,
+    gradients and optimizer state are multiples of it), the bytes S autograd saves for the backward pass in
+    one iteration (:mod:`perfpredict.features.saved`) and the BLAS workspace of models with a matrix
+    product. On the H100 data the fit gives k_P ≈ 2.9 (weights + gradients + momentum), k_S ≈ 1 and
+    k_W ≈ 69 MiB: the formula is physical, and so it carries over to families the correction never saw.
+    ``intercept=False`` pins c0 at 0, for targets that have no per-process constant: torch's peak
+    *allocated* bytes are all tensors and workspaces (the fit with a constant gives 0.7 MiB), whereas a
+    process's RSS or NVML memory carries the runtime and the CUDA context. Without the pin, a held-out
+    family that alone lacks a GEMM (the U-Nets) cannot tell the constant from the workspace. Its coefficients are fitted by non-negative least
     squares on relative residuals (:func:`fit_baseline`). The correction is any regressor of
     :data:`MODEL_KINDS` (or the quantile booster) fitted to ``log(y / baseline)`` on the full feature vector.
     """
 
     terms = MEMORY_TERMS
 
-    def __init__(self, residual_kind: str = "xgboost", quantiles: tuple[float, ...] | None = None) -> None:
+    def __init__(self, residual_kind: str = "xgboost", quantiles: tuple[float, ...] | None = None,
+                 intercept: bool = True) -> None:
         self.residual_kind = residual_kind  # a MODEL_KINDS entry, or "none": the baseline alone
         self.quantiles = quantiles
+        self.intercept = intercept
         self.coef_: np.ndarray | None = None
         self.residual_ = None
         #: with residual_kind "none" and quantiles: the training log-residuals' quantiles (constant interval)
@@ -164,7 +170,11 @@ class StructuredMemoryModel:
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> StructuredMemoryModel:
         y = np.asarray(y, float)
-        self.coef_ = fit_baseline(self.components(X), y)
+        C = self.components(X)
+        if self.intercept:
+            self.coef_ = fit_baseline(C, y)
+        else:  # the constant's coefficient stays 0, so saved coefficient vectors keep their layout
+            self.coef_ = np.concatenate([[0.0], fit_baseline(C[:, 1:], y)])
         r = np.log(y / self.baseline(X))
         if self.residual_kind == "none":
             self.residual_ = None

@@ -43,6 +43,8 @@ class TargetSpec:
     safe_quantile: float | None = None
     #: For a log-scale target: the terms of a physical baseline offered as model kind ``none``.
     baseline_terms: tuple[tuple[str, ...], ...] | None = None
+    #: For a structured-memory target: whether its baseline has a constant term (see StructuredMemoryModel).
+    memory_intercept: bool = True
 
     def to_model(self, y: np.ndarray, X: np.ndarray) -> np.ndarray:
         y = np.asarray(y, dtype=float)
@@ -61,7 +63,7 @@ class TargetSpec:
     def make_model(self, kind: str):
         """A fresh regressor of ``kind`` for this target (memory wraps it in the structured model)."""
         if self.transform == "structured_memory":
-            return StructuredMemoryModel(kind)
+            return StructuredMemoryModel(kind, intercept=self.memory_intercept)
         if kind == "none" and self.baseline_terms:
             return LogBaselineModel(self.baseline_terms)
         return make_model(kind)
@@ -70,7 +72,8 @@ class TargetSpec:
         """The interval model that goes with the point model ``kind`` (the baseline-only memory model gets
         the training residuals' quantiles; every other one an XGBoost quantile booster)."""
         if self.transform == "structured_memory":
-            return StructuredMemoryModel("none" if kind == "none" else "xgboost", quantiles=QUANTILES)
+            return StructuredMemoryModel("none" if kind == "none" else "xgboost", quantiles=QUANTILES,
+                                         intercept=self.memory_intercept)
         if kind == "none" and self.baseline_terms:
             return LogBaselineModel(self.baseline_terms, quantiles=QUANTILES)
         return make_quantile_model()
@@ -91,3 +94,20 @@ TARGETS: dict[str, TargetSpec] = {
     "gpu_utilization": TargetSpec("gpu_utilization", "gpu_utilization", "fraction", "identity01", cuda_only=True,
                                   safe_quantile=0.9),
 }
+
+
+def targets_for(device_kind: str) -> dict[str, TargetSpec]:
+    """The targets a dataset of ``device_kind`` ("cuda" or "cpu") trains, each as that device measures it.
+
+    On CUDA, ``peak_memory`` is torch's peak allocated bytes: every byte a tensor or a library workspace, so
+    its baseline has no constant (on the CPU it is the process's RSS increase, which does have one)."""
+    from dataclasses import replace
+
+    out = {}
+    for name, spec in TARGETS.items():
+        if spec.cuda_only and device_kind != "cuda":
+            continue
+        if name == "peak_memory" and device_kind == "cuda":
+            spec = replace(spec, memory_intercept=False)
+        out[name] = spec
+    return out

@@ -33,7 +33,8 @@ from perfpredict.estimators.models import (
     StructuredMemoryModel,
     feature_importance,
 )
-from perfpredict.estimators.targets import TARGETS, TargetSpec
+from perfpredict.estimators.targets import TargetSpec
+from perfpredict.estimators.targets import targets_for as device_targets
 
 METADATA_FILE = "metadata.json"
 
@@ -61,7 +62,7 @@ def library_versions() -> dict[str, str]:
 
 
 def targets_for(data: TrainingData) -> list[TargetSpec]:
-    return [t for t in TARGETS.values() if not (t.cuda_only and data.device_kind != "cuda")]
+    return list(device_targets(data.device_kind).values())
 
 
 def _booster_of(model):

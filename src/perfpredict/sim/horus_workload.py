@@ -225,13 +225,13 @@ def _refit_predictions(data, shipped: dict, folds) -> dict[tuple[str, int], dict
     that have the target and predicts its test rows as the Predictor would: quantiles sorted, utilisation
     clipped, memory's q90 widened by the fold's interval scale."""
     from perfpredict.estimators.evaluate import widen
-    from perfpredict.estimators.targets import TARGETS
+    from perfpredict.estimators.targets import targets_for
 
     mem_target = "device_memory" if "device_memory" in shipped else "peak_memory"
     out: dict[tuple[str, int], dict[str, tuple[float, float]]] = {
         (str(c), int(b)): {} for c, b in zip(data.configs, data.batch)}
     for name in ("gpu_utilization", mem_target):
-        spec, kind = TARGETS[name], shipped[name]["point_kind"]
+        spec, kind = targets_for("cuda")[name], shipped[name]["point_kind"]
         y = data.column(spec.column)
         valid = np.isfinite(y) & (y > 0)
         for train_mask, test, scale_of in folds:
