@@ -147,16 +147,19 @@ def test_zoo_default_op_counts(name, zoo):
     assert f.num_nodes == sum(f.op_counts.values())
 
 
+def _conv_groups_and_weights(onnx_path):
+    """(group, weight dims) of every Conv node of the ONNX file, in graph order."""
+    proto = onnx.load(str(onnx_path))
+    inits = {i.name: list(i.dims) for i in proto.graph.initializer}
+    for node in proto.graph.node:
+        if node.op_type == "Conv":
+            yield next((a.i for a in node.attribute if a.name == "group"), 1), inits[node.input[1]]
+
+
 def test_mobilenetv2_has_depthwise_convs(zoo):
     f, _, cfg, _ = zoo("mobilenetv2")
-    proto = onnx.load(str(zoo.dir / "mobilenetv2.onnx"))
-    inits = {i.name: list(i.dims) for i in proto.graph.initializer}
     depthwise = 0
-    for node in proto.graph.node:
-        if node.op_type != "Conv":
-            continue
-        group = next((a.i for a in node.attribute if a.name == "group"), 1)
-        w = inits[node.input[1]]
+    for group, w in _conv_groups_and_weights(zoo.dir / "mobilenetv2.onnx"):
         if group > 1:
             assert w[1] == 1 and w[0] == group  # one input channel per group: depthwise
             depthwise += 1
@@ -167,15 +170,9 @@ def test_mobilenetv2_has_depthwise_convs(zoo):
 
 def test_convnext_has_depthwise_convs(zoo):
     f, _, cfg, _ = zoo("convnext")
-    proto = onnx.load(str(zoo.dir / "convnext.onnx"))
-    inits = {i.name: list(i.dims) for i in proto.graph.initializer}
     k = cfg["kernel"]
     depthwise = 0
-    for node in proto.graph.node:
-        if node.op_type != "Conv":
-            continue
-        group = next((a.i for a in node.attribute if a.name == "group"), 1)
-        w = inits[node.input[1]]
+    for group, w in _conv_groups_and_weights(zoo.dir / "convnext.onnx"):
         if group > 1:
             assert w[0] == group and w[1:] == [1, k, k]  # one input channel per group: depthwise k x k
             depthwise += 1

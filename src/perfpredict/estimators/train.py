@@ -33,8 +33,7 @@ from perfpredict.estimators.models import (
     StructuredMemoryModel,
     feature_importance,
 )
-from perfpredict.estimators.targets import TargetSpec
-from perfpredict.estimators.targets import targets_for as device_targets
+from perfpredict.estimators.targets import targets_for
 
 METADATA_FILE = "metadata.json"
 
@@ -61,10 +60,6 @@ def library_versions() -> dict[str, str]:
     return out
 
 
-def targets_for(data: TrainingData) -> list[TargetSpec]:
-    return list(device_targets(data.device_kind).values())
-
-
 def _booster_of(model):
     if isinstance(model, LogBaselineModel):
         return None
@@ -87,7 +82,7 @@ def train_dataset(dataset_csv: str | Path, out_root: str | Path, *, kinds: tuple
         "trained_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "targets": {},
     }
     files = []
-    for spec in targets_for(data):
+    for spec in targets_for(data.device_kind).values():
         y = data.column(spec.column)
         keep = np.isfinite(y) & (y > 0)
         X, y = data.X[keep], y[keep]
