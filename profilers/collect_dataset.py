@@ -38,7 +38,8 @@ def _features(args: argparse.Namespace) -> int:
             print(f"  {name}: {row['forward_macs_per_sample']} MACs/sample, {row['export_s']} s{err}",
                   file=sys.stderr, flush=True)
 
-    added = build_features_table([(p.family, p.cfg) for p in plans], args.out, progress)
+    added = build_features_table([(p.family, p.cfg) for p in plans], args.out, progress,
+                                 isolate=not args.in_process, timeout_s=args.timeout)
     from perfpredict.dataset.features_table import add_saved_bytes
 
     # rows from before the saved-tensor columns existed (all rows with --recompute-saved)
@@ -105,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--max-gmacs", type=float)
     f.add_argument("--recompute-saved", action="store_true",
                    help="recount every row's saved-tensor bytes (after the count changed), keeping the rest")
+    f.add_argument("--timeout", type=float, help="seconds one architecture's export may take (default: no limit)")
+    f.add_argument("--in-process", action="store_true",
+                   help="export every architecture in this process (faster for small ones; memory piles up)")
     m = sub.add_parser("measure", help="measure architectures x batch sizes on a device")
     m.add_argument("--out", type=Path, required=True)
     m.add_argument("--device", default="auto")

@@ -53,3 +53,30 @@ def test_collect_measures_a_cpu_point_and_resumes(tmp_path) -> None:
     # A second run finds the point done: nothing measured, nothing appended.
     again = collect(plans, out, settings)
     assert again["counts"] == {} and len(read_dataset(out)) == 1
+
+
+def test_features_are_exported_in_a_fresh_process_and_a_failure_is_one_row(tmp_path) -> None:
+    """Each architecture's export runs in its own process (memory does not pile up over a sweep), gives the
+    same features as in this process, and an export that fails becomes a row with the reason, not a crash."""
+    from perfpredict.dataset.features_table import (
+        arch_features_row,
+        arch_features_row_in_subprocess,
+        build_features_table,
+        read_features_table,
+    )
+
+    (plan,) = plan_sweep(["mlp"], max_gmacs=0.0005)[:1]
+    isolated = arch_features_row_in_subprocess("mlp", plan.cfg, timeout_s=300)
+    local = arch_features_row("mlp", plan.cfg)
+    assert isolated["error"] is None
+    for key in ("config", "forward_macs_per_sample", "param_count", "num_nodes", "op_counts_json",
+                "saved_bytes_per_sample"):
+        assert isolated[key] == local[key]
+    bad = dict(plan.cfg, depth="not-a-number")
+    out = tmp_path / "features.csv"
+    added = build_features_table([("mlp", plan.cfg), ("mlp", bad)], out, timeout_s=300)
+    rows = read_features_table(out)
+    assert added == 2 and len(rows) == 2
+    assert not rows[plan.config]["error"]
+    (failed,) = [r for name, r in rows.items() if name != plan.config]
+    assert "depth" in failed["error"] and failed["family"] == "mlp"

@@ -28,7 +28,8 @@ FEATURE_TABLE_COLUMNS = [
 
 
 def arch_features_row(family: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """Export ``family`` at ``cfg`` to ONNX on the CPU and return its features-table row (never raises)."""
+    """Export ``family`` at ``cfg`` to ONNX on the CPU and return its features-table row (an export that fails
+    is a row with the error; a family or configuration the zoo rejects raises its ``UsageError``)."""
     import torch
 
     from perfpredict.features import extract_features
@@ -65,6 +66,51 @@ def arch_features_row(family: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def arch_features_row_in_subprocess(family: str, cfg: Mapping[str, Any],
+                                    timeout_s: float | None = None) -> dict[str, Any]:
+    """:func:`arch_features_row` in a fresh process (never raises).
+
+    A multi-GB model's export holds gigabytes that the exporting process does not give back, so a sweep in
+    one process grows until the machine kills it, losing the architecture that was running. In a process of
+    its own each architecture starts from nothing, and if that process dies (out of memory) or hangs past
+    ``timeout_s`` the architecture gets a row that says so and the sweep goes on.
+    """
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import TimeoutError as FutureTimeout
+    from concurrent.futures.process import BrokenProcessPool
+
+    from perfpredict.profile.runner import _ctx
+
+    t0 = time.perf_counter()
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=_ctx())
+    error = None
+    try:
+        return pool.submit(arch_features_row, family, dict(cfg)).result(timeout=timeout_s)
+    except BrokenProcessPool:
+        error = "the export process died before reporting (most likely out of memory)"
+    except FutureTimeout:
+        error = f"no features within {timeout_s:.0f} s"
+        for proc in list(getattr(pool, "_processes", {}).values()):  # a hung export: end it, not wait for it
+            proc.kill()
+    except Exception as exc:  # noqa: BLE001 - e.g. an unknown family or config: one row with the reason
+        error = f"{type(exc).__name__}: {exc}"
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return _error_row(family, cfg, error, time.perf_counter() - t0)
+
+
+def _error_row(family: str, cfg: Mapping[str, Any], error: str, seconds: float) -> dict[str, Any]:
+    from perfpredict.workload.zoo import get_family
+
+    try:
+        fam = get_family(family)
+        name, task = fam.config_name(cfg), fam.task
+    except Exception:  # noqa: BLE001 - the family itself is what is wrong
+        name, task = f"{family}-{json.dumps(dict(cfg), sort_keys=True)}", None
+    return {"config": name, "family": family, "task": task, "config_json": json.dumps(dict(cfg), sort_keys=True),
+            "error": error, "export_s": round(seconds, 2)}
+
+
 def read_features_table(path: str | Path) -> dict[str, dict[str, str]]:
     """``config`` → row (strings, as stored) of an existing features table; empty if there is none."""
     p = Path(path)
@@ -75,11 +121,14 @@ def read_features_table(path: str | Path) -> dict[str, dict[str, str]]:
 
 
 def build_features_table(configs: Iterable[tuple[str, Mapping[str, Any]]], path: str | Path,
-                         progress: Callable[[str, dict[str, Any] | None], None] | None = None) -> int:
+                         progress: Callable[[str, dict[str, Any] | None], None] | None = None, *,
+                         isolate: bool = True, timeout_s: float | None = None) -> int:
     """Append a row to ``path`` for each configuration not already in it (resumable); return rows added.
 
     Rows whose export failed are kept too, with the error, so a broken architecture is visible rather than
-    silently missing; delete the row to retry it.
+    silently missing; delete the row to retry it. With ``isolate`` (the default) each architecture is
+    exported in a fresh process (:func:`arch_features_row_in_subprocess`), so memory does not pile up over a
+    sweep and a process killed for memory costs one row, not the run.
     """
     from perfpredict.workload.zoo import get_family
 
@@ -98,7 +147,8 @@ def build_features_table(configs: Iterable[tuple[str, Mapping[str, Any]]], path:
                 if progress:
                     progress(name, None)
                 continue
-            row = arch_features_row(family, cfg)
+            row = (arch_features_row_in_subprocess(family, cfg, timeout_s) if isolate
+                   else arch_features_row(family, cfg))
             w.writerow(row)
             f.flush()
             done[name] = row
