@@ -268,6 +268,54 @@ def test_cuda_peak_memory_baseline_has_no_constant_and_generalises_to_gemm_free_
     assert pinned < 0.15 < free
 
 
+def test_utilization_prior_recovers_busy_and_idle_time_and_needs_the_iteration_time():
+    """The prior's two non-negative fits recover the busy and idle seconds that generated the data (u = B/(B+I),
+    t = B + I), and the target refuses to train without its auxiliary column."""
+    from perfpredict.estimators.models import BUSY_TERMS, IDLE_TERMS, UtilizationPriorModel, baseline_components
+    from perfpredict.estimators.targets import targets_for
+
+    rng = np.random.default_rng(1)
+    n = 80
+    X = np.zeros((n, len(FEATURE_NAMES)))
+    raw = {"log_macs_per_iter": 10 ** rng.uniform(6, 11, n), "log_act_bytes_per_iter": 10 ** rng.uniform(5, 9, n),
+           "log_param_bytes": 10 ** rng.uniform(4, 8, n), "log_nodes": 10 ** rng.uniform(1, 3, n),
+           "log_input_bytes_per_iter": 10 ** rng.uniform(3, 7, n)}
+    for name, v in raw.items():
+        X[:, FEATURE_NAMES.index(name)] = np.log10(v + 1)
+    busy_true, idle_true = np.array([5e-14, 3e-12, 4e-12, 3e-6]), np.array([2e-3, 1e-6, 2e-12])
+    busy = baseline_components(X, BUSY_TERMS)[:, 1:] @ busy_true
+    idle = baseline_components(X, IDLE_TERMS) @ idle_true
+    t, u = busy + idle, busy / (busy + idle)
+    m = UtilizationPriorModel().fit(X, u, t)
+    assert np.allclose(m.busy_coef_, busy_true, rtol=1e-3) and np.allclose(m.idle_coef_, idle_true, rtol=1e-3)
+    assert np.allclose(m.augment(X)[:, -1], np.log(busy / idle), atol=1e-3)
+    assert np.mean(np.abs(m.predict(X) - u)) < 0.02  # the booster on top fits its own training data
+    spec = targets_for("cuda")["gpu_utilization"]
+    assert spec.aux_column == "iter_time_s"
+    with pytest.raises(ValueError, match="iter_time_s"):
+        spec.fit_model(spec.make_model("xgboost"), X, u)
+
+
+def test_utilization_prior_helps_on_unseen_families():
+    """On the measured H100 data, the physical prior column lowers XGBoost's leave-one-family-out RMSLE for
+    GPU utilisation: the same booster on the bare features is worse on families it never saw."""
+    from perfpredict.estimators.data import load_training_data
+    from perfpredict.estimators.evaluate import metrics, out_of_fold, valid_rows
+    from perfpredict.estimators.models import make_model
+    from perfpredict.estimators.targets import targets_for
+
+    data = load_training_data(DATASETS / "cuda_h100.csv")
+    spec = targets_for("cuda")["gpu_utilization"]
+    y, with_prior = out_of_fold(data, spec, "xgboost", "family")
+    ok = valid_rows(data, spec)
+    X, fams = data.X[ok], data.families[ok]
+    bare = np.full(len(y), np.nan)
+    for f in sorted(set(fams.tolist())):
+        held = fams == f
+        bare[held] = np.clip(make_model("xgboost").fit(X[~held], y[~held]).predict(X[held]), 0.005, 1)
+    assert metrics(y, with_prior, spec)["rmsle"] < 0.95 * metrics(y, bare, spec)["rmsle"]
+
+
 def test_predictor_reproduces_the_shipped_time_baseline():
     """Where family CV shipped the physical time baseline (kind ``none``), the Predictor's numbers are that
     baseline refitted on the dataset: the saved coefficients and the Predictor's reconstruction agree."""

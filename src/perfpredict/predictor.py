@@ -29,7 +29,7 @@ from perfpredict.errors import PerfPredictError, UsageError
 from perfpredict.estimators.arch import ArchFeatures
 from perfpredict.estimators.design import FEATURE_NAMES, design_matrix
 from perfpredict.estimators.evaluate import widen
-from perfpredict.estimators.models import MEMORY_TERMS, baseline_components
+from perfpredict.estimators.models import MEMORY_TERMS, baseline_components, utilization_prior
 
 #: Features describing the architecture alone (no batch size): the space the fallback measures distance in.
 _ARCH_COLUMNS = [i for i, n in enumerate(FEATURE_NAMES)
@@ -62,16 +62,20 @@ class _Target:
     terms: tuple[tuple[str, ...], ...] | None = None
     #: the interval widening calibrated for unseen families at training (``metadata.json``'s ``interval_scale``)
     interval_scale: float = 1.0
+    #: GPU utilisation's physical prior (busy, idle coefficients; ``metadata.json``'s ``prior_coef``): its
+    #: boosters take the feature vector with the prior appended
+    prior: tuple[np.ndarray, np.ndarray] | None = None
 
     def _base(self, X: np.ndarray, coef: np.ndarray, floor: float = 1.0) -> np.ndarray:
         return np.maximum(baseline_components(X, self.terms or MEMORY_TERMS) @ coef, floor)
 
     def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(median point prediction, quantiles n × 3) on the target's natural scale."""
+        Xb = X if self.prior is None else np.column_stack([X, utilization_prior(X, *self.prior)])
         z = (np.zeros(len(X)) if self.point is None
-             else np.asarray(self.point.inplace_predict(X), float).reshape(len(X)))
+             else np.asarray(self.point.inplace_predict(Xb), float).reshape(len(X)))
         q = (np.tile(self.residual_quantiles, (len(X), 1)) if self.quantile is None
-             else np.asarray(self.quantile.inplace_predict(X), float).reshape(len(X), -1))
+             else np.asarray(self.quantile.inplace_predict(Xb), float).reshape(len(X), -1))
         if self.transform == "structured_memory":
             y, yq = self._base(X, self.coef_point) * np.exp(z), self._base(X, self.coef_quantile)[:, None] * np.exp(q)
         elif self.transform == "log" and self.coef_point is not None:  # the physical baseline alone (time)
@@ -87,6 +91,20 @@ class _Target:
             if self.transform == "identity01":
                 yq = np.clip(yq, 0.005, 1.0)
         return y, yq
+
+
+def _prior_of(target_meta: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray] | None:
+    """The saved prior's coefficients, checked against the terms this perfpredict computes."""
+    from perfpredict.estimators.models import BUSY_TERMS, IDLE_TERMS
+
+    p = target_meta.get("prior_coef")
+    if not p:
+        return None
+    if ([tuple(t) for t in p["busy_terms"]] != list(BUSY_TERMS)
+            or [tuple(t) for t in p["idle_terms"][1:]] != list(IDLE_TERMS)):
+        raise PerfPredictError("the saved utilisation model's prior uses other terms than this perfpredict "
+                               "computes; retrain with `perfpredict train`", step="load models")
+    return np.array(p["busy"], float), np.array(p["idle"], float)
 
 
 class ModelSet:
@@ -123,7 +141,8 @@ class ModelSet:
                                           np.array(rq) if rq is not None else None,
                                           tuple(tuple(t) for t in coef["term_features"])
                                           if coef.get("term_features") else None,
-                                          float(t.get("interval_scale", 1.0)))
+                                          float(t.get("interval_scale", 1.0)),
+                                          _prior_of(t))
         prof = json.loads((path / "profiled.json").read_text())["architectures"]
         self.profiled_names = list(prof)
         self.profiled = prof

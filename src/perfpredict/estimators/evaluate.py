@@ -49,21 +49,28 @@ def _folds(data: TrainingData, scheme: str, seed: int = 0):
     return list(KFold(n_splits=5, shuffle=True, random_state=seed).split(data.X))
 
 
-def _valid(data: TrainingData, spec: TargetSpec) -> np.ndarray:
+def valid_rows(data: TrainingData, spec: TargetSpec) -> np.ndarray:
+    """Rows with the target (and its auxiliary column, if any) measured."""
     y = data.column(spec.column)
-    return np.isfinite(y) & (y > 0)
+    ok = np.isfinite(y) & (y > 0)
+    if spec.aux_column:
+        a = data.column(spec.aux_column)
+        ok &= np.isfinite(a) & (a > 0)
+    return ok
+
+
+def aux_values(data: TrainingData, spec: TargetSpec) -> np.ndarray | None:
+    return data.column(spec.aux_column) if spec.aux_column else None
 
 
 def out_of_fold(data: TrainingData, spec: TargetSpec, kind: str, scheme: str = "family") -> tuple[np.ndarray, np.ndarray]:
     """(y, out-of-fold predictions) over the rows that have the target."""
-    keep = _valid(data, spec)
+    keep = valid_rows(data, spec)
     sub = _subset(data, keep)
-    y = sub.column(spec.column)
-    z = spec.to_model(y, sub.X)
+    y, aux = sub.column(spec.column), aux_values(sub, spec)
     pred = np.full(len(y), np.nan)
     for tr, te in _folds(sub, scheme):
-        m = spec.make_model(kind)
-        m.fit(sub.X[tr], z[tr])
+        m = spec.fit_model(spec.make_model(kind), sub.X[tr], y[tr], None if aux is None else aux[tr])
         pred[te] = spec.from_model(m.predict(sub.X[te]), sub.X[te])
     return y, pred
 
@@ -71,14 +78,12 @@ def out_of_fold(data: TrainingData, spec: TargetSpec, kind: str, scheme: str = "
 def quantile_predictions_out_of_fold(data: TrainingData, spec: TargetSpec, scheme: str = "family",
                                      kind: str = "xgboost") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(y, out-of-fold quantile predictions n × len(QUANTILES), families) over the rows with the target."""
-    keep = _valid(data, spec)
+    keep = valid_rows(data, spec)
     sub = _subset(data, keep)
-    y = sub.column(spec.column)
-    z = spec.to_model(y, sub.X)
+    y, aux = sub.column(spec.column), aux_values(sub, spec)
     q = np.full((len(y), len(QUANTILES)), np.nan)
     for tr, te in _folds(sub, scheme):
-        m = spec.make_quantile_model(kind)
-        m.fit(sub.X[tr], z[tr])
+        m = spec.fit_model(spec.make_quantile_model(kind), sub.X[tr], y[tr], None if aux is None else aux[tr])
         q[te] = spec.from_model(m.predict(sub.X[te]), sub.X[te])
     return y, np.sort(q, axis=1), sub.families
 
@@ -159,7 +164,7 @@ def evaluate_target(data: TrainingData, spec: TargetSpec, kinds: tuple[str, ...]
     for kind in kinds:
         y, p = out_of_fold(data, spec, kind, "family")
         out["family_cv"][kind] = metrics(y, p, spec)
-        fams = data.families[_valid(data, spec)]
+        fams = data.families[valid_rows(data, spec)]
         per_family[kind] = {f: metrics(y[fams == f], p[fams == f], spec) for f in sorted(set(fams))}
         y2, p2 = out_of_fold(data, spec, kind, "random")
         out["random_cv"][kind] = metrics(y2, p2, spec)

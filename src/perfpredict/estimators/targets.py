@@ -12,7 +12,10 @@ each target is learned on a scale where unseen families look like seen ones:
   (:class:`~perfpredict.estimators.models.LogBaselineModel`: ``c0 + c_M·MACs + c_B·bytes`` per iteration,
   kind ``none``); family CV picks between them per device (on the CPU the baseline generalises far better,
   on the H100 XGBoost does);
-- **GPU utilisation** as the fraction itself, clipped to (0, 1] on the way out.
+- **GPU utilisation** as the fraction itself, clipped to (0, 1] on the way out, by a regressor that also
+  sees a physical prior (:class:`~perfpredict.estimators.models.UtilizationPriorModel`: busy over idle
+  seconds per iteration, whose coefficients are fitted from the measured utilisation × iteration time, so
+  the target trains with the iteration time as an auxiliary column).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from perfpredict.estimators.models import (
     TIME_TERMS,
     LogBaselineModel,
     StructuredMemoryModel,
+    UtilizationPriorModel,
     make_model,
     make_quantile_model,
 )
@@ -45,6 +49,8 @@ class TargetSpec:
     baseline_terms: tuple[tuple[str, ...], ...] | None = None
     #: For a structured-memory target: whether its baseline has a constant term (see StructuredMemoryModel).
     memory_intercept: bool = True
+    #: A second dataset column the model trains on (GPU utilisation: the iteration time, for its prior).
+    aux_column: str | None = None
 
     def to_model(self, y: np.ndarray, X: np.ndarray) -> np.ndarray:
         y = np.asarray(y, dtype=float)
@@ -60,8 +66,21 @@ class TargetSpec:
             return np.clip(z, 0.005, 1.0)
         return z
 
+    def fit_model(self, model, X: np.ndarray, y: np.ndarray, aux: np.ndarray | None = None):
+        """Fit ``model`` (from :meth:`make_model` or :meth:`make_quantile_model`) to the target ``y`` on its
+        natural scale; ``aux`` is the :attr:`aux_column` of the same rows, required when the target has one."""
+        z = self.to_model(y, X)
+        if self.aux_column is None:
+            return model.fit(X, z)
+        if aux is None:
+            raise ValueError(f"{self.name} trains with the {self.aux_column!r} column too")
+        return model.fit(X, z, aux)
+
     def make_model(self, kind: str):
-        """A fresh regressor of ``kind`` for this target (memory wraps it in the structured model)."""
+        """A fresh regressor of ``kind`` for this target (memory wraps it in the structured model, utilisation
+        in the prior model)."""
+        if self.aux_column == UtilizationPriorModel.aux_column:
+            return UtilizationPriorModel(kind)
         if self.transform == "structured_memory":
             return StructuredMemoryModel(kind, intercept=self.memory_intercept)
         if kind == "none" and self.baseline_terms:
@@ -71,6 +90,8 @@ class TargetSpec:
     def make_quantile_model(self, kind: str = "xgboost"):
         """The interval model that goes with the point model ``kind`` (the baseline-only memory model gets
         the training residuals' quantiles; every other one an XGBoost quantile booster)."""
+        if self.aux_column == UtilizationPriorModel.aux_column:
+            return UtilizationPriorModel(quantiles=QUANTILES)
         if self.transform == "structured_memory":
             return StructuredMemoryModel("none" if kind == "none" else "xgboost", quantiles=QUANTILES,
                                          intercept=self.memory_intercept)
@@ -92,7 +113,7 @@ TARGETS: dict[str, TargetSpec] = {
                                 safe_quantile=0.9),
     "iter_time": TargetSpec("iter_time", "iter_time_s", "s", "log", baseline_terms=TIME_TERMS),
     "gpu_utilization": TargetSpec("gpu_utilization", "gpu_utilization", "fraction", "identity01", cuda_only=True,
-                                  safe_quantile=0.9),
+                                  safe_quantile=0.9, aux_column=UtilizationPriorModel.aux_column),
 }
 
 

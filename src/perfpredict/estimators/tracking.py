@@ -41,6 +41,10 @@ def log_training(ts: TrainedSet, register: bool = True) -> str:
                 mlflow.log_metrics({f"{tname}.interval_scale": cal["scale"],
                                     f"{tname}.quantile_coverage_calibrated": cal["nested_family_cv"]["coverage"]})
             mlflow.log_metric(f"{tname}.train_mape", t["train_mape"])
+            if "prior_coef" in t:  # that booster's input is the feature vector plus the prior's column
+                mlflow.log_dict(t["prior_coef"], f"{tname}_prior.json")
+                mlflow.set_tag(f"{tname}.input", f"feature_names + {t['prior_coef']['feature']} "
+                                                 f"({tname}_prior.json)")
             if register and "point" in t["files"]:
                 booster = xgb.Booster()
                 booster.load_model(ts.out_dir / t["files"]["point"])

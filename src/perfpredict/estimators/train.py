@@ -25,12 +25,16 @@ import numpy as np
 
 from perfpredict.estimators.data import TrainingData, load_training_data, training_datasets
 from perfpredict.estimators.design import FEATURE_NAMES
-from perfpredict.estimators.evaluate import evaluate_target
+from perfpredict.estimators.evaluate import evaluate_target, valid_rows
 from perfpredict.estimators.models import (
+    BUSY_TERMS,
+    IDLE_TERMS,
     MODEL_KINDS,
     QUANTILES,
     LogBaselineModel,
+    PRIOR_FEATURE,
     StructuredMemoryModel,
+    UtilizationPriorModel,
     feature_importance,
 )
 from perfpredict.estimators.targets import targets_for
@@ -63,6 +67,8 @@ def library_versions() -> dict[str, str]:
 def _booster_of(model):
     if isinstance(model, LogBaselineModel):
         return None
+    if isinstance(model, UtilizationPriorModel):
+        return model.inner_
     return model.residual_ if isinstance(model, StructuredMemoryModel) else model
 
 
@@ -83,9 +89,9 @@ def train_dataset(dataset_csv: str | Path, out_root: str | Path, *, kinds: tuple
     }
     files = []
     for spec in targets_for(data.device_kind).values():
-        y = data.column(spec.column)
-        keep = np.isfinite(y) & (y > 0)
-        X, y = data.X[keep], y[keep]
+        keep = valid_rows(data, spec)
+        X, y = data.X[keep], data.column(spec.column)[keep]
+        aux = None if spec.aux_column is None else data.column(spec.aux_column)[keep]
         entry: dict[str, Any] = {"column": spec.column, "unit": spec.unit, "transform": spec.transform,
                                  "safe_quantile": spec.safe_quantile, "rows": int(keep.sum())}
         kind = "xgboost"
@@ -100,8 +106,8 @@ def train_dataset(dataset_csv: str | Path, out_root: str | Path, *, kinds: tuple
         # How far the Predictor widens the [q10, q90] interval for unseen families (1: not calibrated).
         entry["interval_scale"] = (entry["evaluation"]["interval_calibration"]["scale"] if evaluate else 1.0)
         say(f"{data.name}/{spec.name}: fitting the final {kind} point and interval models on {len(y)} rows")
-        point = spec.make_model(kind).fit(X, spec.to_model(y, X))
-        quant = spec.make_quantile_model(kind).fit(X, spec.to_model(y, X))
+        point = spec.fit_model(spec.make_model(kind), X, y, aux)
+        quant = spec.fit_model(spec.make_quantile_model(kind), X, y, aux)
         entry["files"] = {}
         if _booster_of(point) is not None:
             pf = out / f"{spec.name}.xgb.json"
@@ -119,7 +125,15 @@ def train_dataset(dataset_csv: str | Path, out_root: str | Path, *, kinds: tuple
                                       "term_features": [list(t) for t in point.terms]}
             if quant.residual_quantiles_ is not None:
                 entry["residual_quantiles"] = quant.residual_quantiles_.tolist()
-        entry["feature_importance"] = (feature_importance(_booster_of(point), FEATURE_NAMES)
+        names = FEATURE_NAMES
+        if isinstance(point, UtilizationPriorModel):
+            # one prior for both boosters: NNLS on the same rows is deterministic
+            entry["prior_coef"] = {"busy": point.busy_coef_.tolist(), "idle": point.idle_coef_.tolist(),
+                                   "busy_terms": [list(t) for t in BUSY_TERMS],
+                                   "idle_terms": [["const"], *(list(t) for t in IDLE_TERMS)],
+                                   "feature": PRIOR_FEATURE}
+            names = [*FEATURE_NAMES, PRIOR_FEATURE]
+        entry["feature_importance"] = (feature_importance(_booster_of(point), names)
                                        if _booster_of(point) is not None else {})
         fit_pred = spec.from_model(point.predict(X), X)
         entry["train_mape"] = float(np.mean(np.abs(fit_pred - y) / y))
@@ -223,6 +237,14 @@ def render_report(meta: dict[str, Any]) -> str:
             c = t["baseline_coef"]["point"]
             lines += [f"Baseline fitted on all rows: {c[0] * 1e3:.2f} ms + {c[1] * 1e12:.1f} ps per forward MAC "
                       f"+ {c[2] * 1e12:.1f} ps per byte of activations and parameters, per iteration.", ""]
+        if "prior_coef" in t:
+            b, i = t["prior_coef"]["busy"], t["prior_coef"]["idle"]
+            lines += [f"Physical prior (the feature `{t['prior_coef']['feature']}` = log busy/idle seconds per "
+                      f"iteration), fitted on all rows from utilisation × iteration time: GPU busy = "
+                      f"{b[0] * 1e15:.1f} fs per forward MAC + {b[1] * 1e12:.2f} ps per activation byte + "
+                      f"{b[2] * 1e12:.2f} ps per parameter byte + {b[3] * 1e6:.2f} µs per graph node; idle = "
+                      f"{i[0] * 1e3:.2f} ms + {i[1] * 1e6:.2f} µs per graph node + {i[2] * 1e12:.2f} ps per "
+                      f"input byte.", ""]
         if t["feature_importance"]:
             lines += ["Top features (XGBoost total gain): " + ", ".join(
                 f"{k} {v:.2f}" for k, v in list(t["feature_importance"].items())[:8]), ""]

@@ -224,7 +224,7 @@ def _refit_predictions(data, shipped: dict, folds) -> dict[tuple[str, int], dict
     shipped estimator kinds (``metadata.json``'s ``point_kind``, same hyper-parameters) on its training rows
     that have the target and predicts its test rows as the Predictor would: quantiles sorted, utilisation
     clipped, memory's q90 widened by the fold's interval scale."""
-    from perfpredict.estimators.evaluate import widen
+    from perfpredict.estimators.evaluate import aux_values, valid_rows, widen
     from perfpredict.estimators.targets import targets_for
 
     mem_target = "device_memory" if "device_memory" in shipped else "peak_memory"
@@ -232,15 +232,17 @@ def _refit_predictions(data, shipped: dict, folds) -> dict[tuple[str, int], dict
         (str(c), int(b)): {} for c, b in zip(data.configs, data.batch)}
     for name in ("gpu_utilization", mem_target):
         spec, kind = targets_for("cuda")[name], shipped[name]["point_kind"]
-        y = data.column(spec.column)
-        valid = np.isfinite(y) & (y > 0)
+        y, aux = data.column(spec.column), aux_values(data, spec)
+        valid = valid_rows(data, spec)
         for train_mask, test, scale_of in folds:
             train = valid & train_mask
-            X, z, Xt = data.X[train], spec.to_model(y[train], data.X[train]), data.X[test]
-            med = spec.from_model(spec.make_model(kind).fit(X, z).predict(Xt), Xt)
+            X, yt, Xt = data.X[train], y[train], data.X[test]
+            at = None if aux is None else aux[train]
+            med = spec.from_model(spec.fit_model(spec.make_model(kind), X, yt, at).predict(Xt), Xt)
             q90 = med  # the schedulers use the median utilisation only
             if name == mem_target:
-                q = np.sort(spec.from_model(spec.make_quantile_model(kind).fit(X, z).predict(Xt), Xt), axis=1)
+                q = np.sort(spec.from_model(spec.fit_model(spec.make_quantile_model(kind), X, yt, at).predict(Xt),
+                                            Xt), axis=1)
                 q90 = widen(q, scale_of(name))[:, -1]
             for j, i in enumerate(test):
                 out[(str(data.configs[i]), int(data.batch[i]))][name] = (float(med[j]), float(q90[j]))
