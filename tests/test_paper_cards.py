@@ -150,6 +150,25 @@ def test_moldable_device_memory_from_the_paper():
     assert sorted(moldable_models()) == sorted(MOLDABLE_MODELS) == ["linear", "mcnn", "opennmt"]
 
 
+def test_share_fraction_changes_only_the_shared_part_of_the_curve():
+    """The sensitivity knob: n tasks sharing a GPU follow Amdahl with the given fraction, whole GPUs keep the
+    application's own curve, and the result is still a sublinear, non-decreasing speedup."""
+    base = moldable_model("mcnn").speedup
+    shared = moldable_models(share_fraction={"mcnn": 0.2})["mcnn"].speedup
+    for n in (2, 3, 4):
+        assert shared(1 / n) == pytest.approx(1 / (0.8 + 0.2 * n))
+        assert shared(1 / n) > base(1 / n)
+    for p in (1, 2, 3, 4, 8):
+        assert shared(p) == pytest.approx(base(p))
+    ps = np.array([0.25, 1 / 3, 0.5, 1, 2, 4])
+    vals = np.array([shared(p) for p in ps])
+    assert np.all(np.diff(vals) > 0) and np.all(np.diff(vals / ps) <= 1e-12)
+    with pytest.raises(KeyError, match="resnet"):
+        moldable_models(share_fraction={"resnet": 0.5})
+    with pytest.raises(ValueError, match="share fraction"):
+        moldable_model("mcnn", share_fraction=1.5)
+
+
 def test_moldable_rate_on_a_quarter_gpu():
     m = moldable_model("mcnn")
     quarter = Allocation.fraction(0, 0, 0.25, cpus=1, mem_gb=10)

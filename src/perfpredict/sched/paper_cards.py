@@ -59,7 +59,7 @@ Moldable/malleable scheduling (seed 002): speedup curves ``S(p)``, ``p`` in [1/4
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache, lru_cache
 
@@ -292,19 +292,23 @@ def _amdahl(p: float, f: float) -> float:
 
 
 @cache
-def _moldable_curve(kind: str) -> SpeedupCurve:
+def _moldable_curve(kind: str, share_fraction: float | None = None) -> SpeedupCurve:
     key = kind.lower()
     if key not in MOLDABLE_PARALLEL_FRACTION:
         raise KeyError(f"no moldable speedup curve {kind!r}; choose from {', '.join(MOLDABLE_MODELS)}")
     f = MOLDABLE_PARALLEL_FRACTION[key]
-    values = [_amdahl(p, f) for p in _MOLDABLE_KNOTS]
+    fs = f if share_fraction is None else float(share_fraction)
+    if not 0.0 <= fs <= 1.0:
+        raise ValueError(f"share fraction must be in [0, 1], got {fs}")
+    values = [_amdahl(p, fs if p < 1 else f) for p in _MOLDABLE_KNOTS]
     pts = tuple(SpeedupPoint(p, s, point_kind(p)) for p, s in zip(_MOLDABLE_KNOTS, values, strict=True))
     # Amdahl scaled through its own value at p = 4 is Amdahl itself, and its slope there is below the last
     # chord's (concave), so the speedup module's concavity cap never binds.
     tail = Tail(kind=AMDAHL, anchor_p=_MOLDABLE_KNOTS[-1], anchor_speedup=values[-1], used=f, fitted=f)
     return SpeedupCurve(knots_p=(0.0, *_MOLDABLE_KNOTS), knots_speedup=(0.0, *values), tail=tail, points=pts,
                         rel_uncertainty=_PAPER_REL_UNCERTAINTY, loo_rel_error=None,
-                        notes=f"paper-derived (seed 002 Fig. 1 shape): Amdahl f = {f:g} at the knots, assumed")
+                        notes=f"paper-derived (seed 002 Fig. 1 shape): Amdahl f = {f:g} at the knots, assumed"
+                        + ("" if share_fraction is None else f"; below one GPU f = {fs:g}"))
 
 
 def moldable_speedup(kind: str = "mcnn") -> Callable[[float], float]:
@@ -316,19 +320,32 @@ def moldable_speedup(kind: str = "mcnn") -> Callable[[float], float]:
     return _moldable_curve(kind).speedup  # type: ignore[return-value]
 
 
-def moldable_model(name: str = "mcnn", *, gpu_mem_gb: float = _M40_MEM_GB) -> PerfModel:
+def moldable_model(name: str = "mcnn", *, gpu_mem_gb: float = _M40_MEM_GB,
+                   share_fraction: float | None = None) -> PerfModel:
     """A seed-002 application as a :class:`PerfModel`: its speedup curve and its device-memory footprint
     (the stated fraction of a ``gpu_mem_gb`` device; 12 GB M40s in the paper). No CPU/memory grid: seed 002
-    leaves host resources out of scope (§IV-A)."""
+    leaves host resources out of scope (§IV-A).
+
+    ``share_fraction`` replaces the Amdahl fraction below one GPU only, i.e. how much n tasks sharing a GPU
+    slow each other: S(1/n) = 1 / ((1 - f) + f·n), so n sharers together do n·S(1/n) of one task's work
+    (f = 0.8, the default for MCNN: 1.18× for four; f = 0.2: 2.5×). Fig. 1's values are not published, and
+    how much sharing gains is what the moldable schedules live on, so experiments can vary it."""
     key = name.lower()
-    curve = _moldable_curve(key)
+    curve = _moldable_curve(key, share_fraction)
     return PerfModel(name=key, speedup=curve.speedup, device_mem_gb=_MOLDABLE_DEVICE_MEM_FRACTION[key] * gpu_mem_gb,
                      source="paper")
 
 
-def moldable_models(*, gpu_mem_gb: float = _M40_MEM_GB) -> dict[str, PerfModel]:
-    """Seed 002's applications (``mcnn``, ``opennmt``, ``linear``) keyed by name, as :func:`moldable_model`."""
-    return {name: moldable_model(name, gpu_mem_gb=gpu_mem_gb) for name in MOLDABLE_MODELS}
+def moldable_models(*, gpu_mem_gb: float = _M40_MEM_GB,
+                    share_fraction: Mapping[str, float] | None = None) -> dict[str, PerfModel]:
+    """Seed 002's applications (``mcnn``, ``opennmt``, ``linear``) keyed by name, as :func:`moldable_model`
+    (``share_fraction``: per application, its Amdahl fraction below one GPU)."""
+    share = dict(share_fraction or {})
+    unknown = set(share) - set(MOLDABLE_MODELS)
+    if unknown:
+        raise KeyError(f"no moldable application {', '.join(sorted(unknown))}; choose from {', '.join(MOLDABLE_MODELS)}")
+    return {name: moldable_model(name, gpu_mem_gb=gpu_mem_gb, share_fraction=share.get(name))
+            for name in MOLDABLE_MODELS}
 
 
 def paper_model(name: str) -> PerfModel:
