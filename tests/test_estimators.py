@@ -158,6 +158,66 @@ def test_bad_predict_arguments_are_usage_errors(predictor):
         predictor.model_set("tpu")
 
 
+def test_inference_models_predict_less_memory_and_time_than_training(predictor):
+    """The CPU inference set (forward passes under no_grad) is chosen by ``mode``; for the same architecture
+    and batch it predicts less memory than the training set does (no gradients, optimizer state or saved
+    tensors) and less time than the measured training step (no backward pass), and its card says inference.
+    (Time is compared with the measured step: the shipped CPU training-time model is the physical baseline,
+    which under-predicts some small models, e.g. the smallest speech model.)"""
+    import csv
+
+    from perfpredict.errors import UsageError
+    from perfpredict.estimators.data import load_training_data
+
+    data = load_training_data(DATASETS / "cpu_epyc_2vcpu_infer.csv")
+    assert data.mode == "infer" and len(data) >= 200
+    with open(DATASETS / "cpu_epyc_2vcpu.csv", newline="") as f:
+        train_s = {(r["config"], int(r["batch_size"])): float(r["iter_time_s"]) for r in csv.DictReader(f)
+                   if r["status"] == "ok" and r["mode"] == "train"}
+    ms = predictor.model_set("cpu", mode="infer")
+    assert ms.mode == "infer" and predictor.model_set("cpu").mode == "train"
+    picks = [int(np.flatnonzero(data.families == f)[0]) for f in sorted(set(data.families.tolist()))]
+    for i in picks:
+        b = int(data.batch[i])
+        inf = predictor.card_for(data.archs[i], [b], device_type="cpu", mode="infer", allow_fallback=False)
+        trn = predictor.card_for(data.archs[i], [b], device_type="cpu", allow_fallback=False)
+        assert inf.run.mode == "infer" and trn.run.mode == "train"
+        pi, pt = inf.prediction.points[0], trn.prediction.points[0]
+        assert pi.peak_memory_bytes < pt.peak_memory_bytes, data.configs[i]
+        assert pi.iter_time_s < train_s[(data.configs[i], b)], data.configs[i]
+    with pytest.raises(UsageError, match="trained on train"):
+        predictor.model_set("cpu_epyc_2vcpu", mode="infer")
+    with pytest.raises(UsageError, match="infer mode"):
+        predictor.model_set("cuda", mode="infer")  # no CUDA inference data yet
+
+
+def test_a_dataset_mixing_modes_needs_the_mode_named(tmp_path):
+    import csv
+
+    from perfpredict.errors import PerfPredictError
+    from perfpredict.estimators.data import load_training_data
+    from perfpredict.estimators.targets import targets_for
+
+    with open(DATASETS / "cpu_epyc_2vcpu.csv", newline="") as f:
+        rows = list(csv.DictReader(f))[:40]
+    mixed = tmp_path / "mixed.csv"
+    with open(mixed, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows + [dict(r, mode="infer") for r in rows[:10]])
+    (tmp_path / "zoo_features.csv").write_bytes((DATASETS / "zoo_features.csv").read_bytes())
+    with pytest.raises(PerfPredictError, match="mixes modes"):
+        load_training_data(mixed)
+    assert load_training_data(mixed, mode="infer").mode == "infer"
+    assert len(load_training_data(mixed, mode="train")) == len({(r["config"], r["batch_size"]) for r in rows})
+    from perfpredict.estimators.models import INFER_MEMORY_TERMS, MEMORY_TERMS
+
+    assert targets_for("cpu", "infer")["peak_memory"].memory_terms == INFER_MEMORY_TERMS
+    assert targets_for("cpu")["peak_memory"].memory_terms == MEMORY_TERMS
+    with pytest.raises(ValueError, match="mode"):
+        targets_for("cpu", "serve")
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The HTTP service (in-process ASGI client; the load test on a real socket is in benchmarks/)
 # ---------------------------------------------------------------------------------------------------------
@@ -181,6 +241,12 @@ def test_service_health_models_and_feature_prediction(client, mlp_onnx):
     assert r.status_code == 200, r.text
     card = r.json()
     assert card["prediction"]["source"] == "predicted" and len(card["prediction"]["points"]) == 2
+    assert card["run"]["mode"] == "train"
+    r = client.post("/predict", json=body | {"device_type": "cpu", "mode": "infer"})
+    assert r.status_code == 200, r.text
+    assert r.json()["run"]["mode"] == "infer" and models[r.json()["prediction"]["model_set"]]["mode"] == "infer"
+    assert client.post("/predict", json=body | {"mode": "serve"}).status_code == 422
+    assert client.post("/predict", json=body | {"device_type": "cuda", "mode": "infer"}).status_code == 422
 
 
 def test_service_rejects_bad_input_with_4xx_and_keeps_serving(client, mlp_onnx):

@@ -19,6 +19,8 @@ def train(
     no_eval: Annotated[bool, typer.Option("--no-eval", help="skip cross-validation (fit the final models only)")] = False,
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="do not log to MLflow")] = False,
     no_register: Annotated[bool, typer.Option("--no-register", help="log to MLflow but do not register models")] = False,
+    only: Annotated[list[str] | None, typer.Option("--only", help="train only this dataset (file stem, e.g. "
+                                                                  "cpu_epyc_2vcpu_infer; repeatable)")] = None,
 ) -> None:
     """Rebuild the estimators from datasets/: grouped CV of XGBoost/LightGBM/RF/linear, fit, save, log to MLflow.
 
@@ -34,7 +36,7 @@ def train(
 
         prepare(TRAIN_EXPERIMENT)  # a bad tracking URI fails now, not after training
     with out_console.status("training") as status:
-        sets = train_all(datasets, out, evaluate=not no_eval, progress=lambda m: status.update(m))
+        sets = train_all(datasets, out, evaluate=not no_eval, progress=lambda m: status.update(m), only=only)
     for ts in sets:
         t = Table(title=f"{ts.name} ({ts.metadata['device_name']}, {ts.metadata['rows']} rows)")
         for c in ("target", "shipped model", "family-CV MAPE", "RMSLE", "XGBoost", "LightGBM", "random forest",
@@ -66,6 +68,8 @@ def predict(
     target: Annotated[str, typer.Argument(help="model.py, zoo:<family> or a .onnx file")],
     batch_sizes: Annotated[str, typer.Option("--batch-sizes", "-b", help="comma-separated")] = "32",
     device_type: Annotated[str | None, typer.Option(help="model set (e.g. cuda_h100) or kind (cuda, cpu)")] = None,
+    mode: Annotated[str | None, typer.Option(help="train (default) or infer: the model set trained on "
+                                                  "training steps or on inference passes")] = None,
     param: Annotated[list[str] | None, typer.Option("--param", help="zoo knob k=v (repeatable)")] = None,
     models: Annotated[Path | None, typer.Option(help="trained_models folder")] = None,
     out: Annotated[Path | None, typer.Option(help="write the predicted card here")] = None,
@@ -82,11 +86,11 @@ def predict(
     params = dict(p.split("=", 1) for p in (param or []) if "=" in p)
     pred = Predictor.load(models)
     if target.endswith(".onnx"):
-        card = pred.predict(onnx_path=target, batch_sizes=bs, device_type=device_type)
+        card = pred.predict(onnx_path=target, batch_sizes=bs, device_type=device_type, mode=mode)
     else:
-        card = pred.predict(target, batch_sizes=bs, device_type=device_type, params=params or None)
+        card = pred.predict(target, batch_sizes=bs, device_type=device_type, params=params or None, mode=mode)
     info = card.prediction
-    t = Table(title=f"{card.model.name}: predicted on {card.device.name} ({info.method})")
+    t = Table(title=f"{card.model.name}: predicted {card.run.mode} on {card.device.name} ({info.method})")
     for c in ("batch", "iter time (q10-q90)", "samples/s", "peak allocated (q10-q90)", "GPU memory to reserve (q90)",
               "GPU util"):
         t.add_column(c)

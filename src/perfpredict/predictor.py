@@ -122,6 +122,8 @@ class ModelSet:
         self.name: str = self.meta["dataset"]
         self.device_kind: str = self.meta["device_kind"]
         self.device_name: str = self.meta["device_name"]
+        #: "train" (training steps) or "infer" (forward passes): what the training rows measured
+        self.mode: str = self.meta.get("mode", "train")
         self.trained_batches: list[int] = self.meta["batch_sizes"]
         self.targets: dict[str, _Target] = {}
         for tname, t in self.meta["targets"].items():
@@ -221,27 +223,34 @@ class Predictor:
     def device_types(self) -> list[str]:
         return list(self.sets)
 
-    def model_set(self, device_type: str | None = None) -> ModelSet:
-        """``device_type`` is a model-set name (``cuda_h100``) or a kind (``cuda``/``cpu``); None = a CUDA set."""
+    def model_set(self, device_type: str | None = None, mode: str | None = None) -> ModelSet:
+        """``device_type`` is a model-set name (``cuda_h100``) or a kind (``cuda``/``cpu``); None = a CUDA set.
+        ``mode`` ("train" or "infer"; None = train) picks among a kind's sets; a named set must match it."""
+        if mode not in (None, "train", "infer"):
+            raise UsageError(f"mode must be 'train' or 'infer', got {mode!r}", step="predict")
         if device_type in self.sets:
-            return self.sets[device_type]
-        kind = device_type or "cuda"
+            ms = self.sets[device_type]
+            if mode is not None and ms.mode != mode:
+                raise UsageError(f"model set {device_type!r} was trained on {ms.mode} measurements, not {mode}",
+                                 step="predict")
+            return ms
+        kind, want = device_type or "cuda", mode or "train"
         for s in self.sets.values():
-            if s.device_kind == kind:
+            if s.device_kind == kind and s.mode == want:
                 return s
-        raise UsageError(f"no trained models for device type {device_type!r}; available: "
-                         f"{', '.join(self.sets)}", step="predict")
+        raise UsageError(f"no trained models for device type {device_type!r} in {want} mode; available: "
+                         + ", ".join(f"{n} ({s.mode})" for n, s in self.sets.items()), step="predict")
 
     # -- predictions --------------------------------------------------------------------------------------
     def predict_values(self, features: ArchFeatures | Mapping[str, Any], batch_sizes: Sequence[int],
-                       device_type: str | None = None) -> dict[str, Any]:
+                       device_type: str | None = None, mode: str | None = None) -> dict[str, Any]:
         """Estimator outputs as plain numbers (the fast path: no card, no fallback)."""
         arch = features if isinstance(features, ArchFeatures) else ArchFeatures.from_dict(features)
         bs = _check_batches(batch_sizes)
-        ms = self.model_set(device_type)
+        ms = self.model_set(device_type, mode)
         arch = ms.with_saved_bytes(arch)
         X = design_matrix([(arch, b) for b in bs])
-        out: dict[str, Any] = {"batch_sizes": bs, "model_set": ms.name}
+        out: dict[str, Any] = {"batch_sizes": bs, "model_set": ms.name, "mode": ms.mode}
         for name, t in ms.targets.items():
             y, q = t.predict(X)
             out[name] = {"median": y.tolist(), "q10": q[:, 0].tolist(), "q90": q[:, -1].tolist()}
@@ -250,9 +259,10 @@ class Predictor:
     def predict(self, model: str | None = None, *, onnx_path: str | Path | None = None,
                 features: ArchFeatures | Mapping[str, Any] | None = None, batch_size: int | None = None,
                 batch_sizes: Sequence[int] | None = None, device_type: str | None = None,
-                params: Mapping[str, Any] | None = None, allow_fallback: bool = True):
+                params: Mapping[str, Any] | None = None, allow_fallback: bool = True, mode: str | None = None):
         """A :class:`~perfpredict.card.PerformanceCard` predicted for a model file / ``zoo:`` target, an ONNX
-        file, or ready graph features (exactly one of them)."""
+        file, or ready graph features (exactly one of them); ``mode`` "train" (default) or "infer" picks the
+        model set trained on training steps or on inference passes."""
         from perfpredict.estimators import arch as archmod
 
         given = [x is not None for x in (model, onnx_path, features)]
@@ -267,13 +277,14 @@ class Predictor:
             arch = features if isinstance(features, ArchFeatures) else ArchFeatures.from_dict(features)
             source = arch.name or "features"
         bs = _check_batches(batch_sizes or ([batch_size] if batch_size else [32]))
-        return self.card_for(arch, bs, device_type=device_type, source=source, allow_fallback=allow_fallback)
+        return self.card_for(arch, bs, device_type=device_type, source=source, allow_fallback=allow_fallback,
+                             mode=mode)
 
     def card_for(self, arch: ArchFeatures, batch_sizes: Sequence[int], *, device_type: str | None = None,
-                 source: str = "features", allow_fallback: bool = True):
+                 source: str = "features", allow_fallback: bool = True, mode: str | None = None):
         from perfpredict.card import NearestProfiled, PredictedPoint, PredictionInfo
 
-        ms = self.model_set(device_type)
+        ms = self.model_set(device_type, mode)
         arch = ms.with_saved_bytes(arch)
         near_name, dist = ms.nearest(arch)
         ood = dist > ms.ood_threshold
@@ -377,7 +388,7 @@ def _assemble_card(arch: ArchFeatures, source: str, ms: ModelSet, info):
                         trainable_parameters=int(arch.param_count), param_bytes=int(arch.param_bytes),
                         family=arch.family),
         device=DeviceInfo(kind=dev, name=ms.device_name),
-        run=ProfileRun(mode="train", batch_sizes=bs, started_at=utc_now(), perfpredict_version=__version__,
+        run=ProfileRun(mode=ms.mode, batch_sizes=bs, started_at=utc_now(), perfpredict_version=__version__,
                        command=f"Predictor.predict ({ms.name})"),
         throughput=[ThroughputPoint(batch_size=p.batch_size, status="ok", samples_per_s=p.samples_per_s,
                                     iter_time_s=p.iter_time_s, p10_s=p.iter_time_interval_s[0],

@@ -16,7 +16,7 @@ upload, 422 for a request that does not match the schema or asks for something i
 """
 
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -46,6 +46,8 @@ class PredictRequest(BaseModel):
     features: FeatureVector
     batch_sizes: list[int] = Field(default_factory=lambda: [32], min_length=1, max_length=64)
     device_type: str | None = Field(None, description="a model set (e.g. cuda_h100) or a kind (cuda / cpu)")
+    mode: Literal["train", "infer"] | None = Field(
+        None, description="training steps (default) or inference passes: picks the model set trained on them")
     allow_fallback: bool = True
 
 
@@ -74,7 +76,7 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
     def models() -> dict[str, Any]:
         out = {}
         for name, ms in pred.sets.items():
-            out[name] = {"device_kind": ms.device_kind, "device_name": ms.device_name,
+            out[name] = {"device_kind": ms.device_kind, "device_name": ms.device_name, "mode": ms.mode,
                          "dataset_sha256": ms.meta["dataset_sha256"], "rows": ms.meta["rows"],
                          "families": ms.meta["families"], "batch_sizes": ms.trained_batches,
                          "targets": {k: t.scores for k, t in ms.targets.items()},
@@ -85,12 +87,13 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
     def predict(req: PredictRequest) -> dict[str, Any]:
         arch = ArchFeatures.from_dict(req.features.model_dump())
         card = pred.card_for(arch, req.batch_sizes, device_type=req.device_type, source=arch.name,
-                             allow_fallback=req.allow_fallback)
+                             allow_fallback=req.allow_fallback, mode=req.mode)
         return card.model_dump(mode="json")
 
     @app.post("/predict/onnx")
     async def predict_onnx(file: UploadFile = File(...), batch_sizes: str = Form("32"),
-                           device_type: str | None = Form(None)) -> dict[str, Any]:
+                           device_type: str | None = Form(None),
+                           mode: Literal["train", "infer"] | None = Form(None)) -> dict[str, Any]:
         try:
             bs = [int(b) for b in batch_sizes.split(",") if b.strip()]
         except ValueError:
@@ -103,7 +106,7 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
             arch = from_onnx_proto(load_onnx_bytes(data, name), name=name.removesuffix(".onnx"))
         except ArchFeaturesError as e:
             raise HTTPException(400, str(e)) from None
-        card = pred.card_for(arch, bs, device_type=device_type, source=name)
+        card = pred.card_for(arch, bs, device_type=device_type, source=name, mode=mode)
         return card.model_dump(mode="json")
 
     return app

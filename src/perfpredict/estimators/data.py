@@ -34,6 +34,8 @@ class TrainingData:
     rows: list[dict[str, str]]
     sha256: str
     provenance: dict[str, Any] = field(default_factory=dict)
+    #: what the rows measured: training steps ("train") or forward passes under no_grad ("infer")
+    mode: str = "train"
 
     def column(self, name: str) -> np.ndarray:
         return np.array([float(r[name]) if r.get(name) not in (None, "") else np.nan for r in self.rows])
@@ -54,8 +56,11 @@ def file_sha256(path: str | Path) -> str:
 
 
 def load_training_data(dataset_csv: str | Path, features_csv: str | Path | None = None,
-                       mode: str = "train") -> TrainingData:
-    """Successful ``mode`` rows of ``dataset_csv`` (the last row of each point wins), joined to features."""
+                       mode: str | None = None) -> TrainingData:
+    """Successful ``mode`` rows of ``dataset_csv`` (the last row of each point wins), joined to features.
+
+    ``mode`` None takes the file's own mode ("train" or "infer"): one file per device and mode, so a file
+    that mixes modes needs it named."""
     path = Path(dataset_csv)
     fpath = Path(features_csv) if features_csv else path.parent / FEATURES_FILE
     if not path.exists():
@@ -65,11 +70,18 @@ def load_training_data(dataset_csv: str | Path, features_csv: str | Path | None 
                                source=str(fpath), step="load dataset")
     with open(fpath, newline="") as f:
         feats = {r["config"]: r for r in csv.DictReader(f) if not r.get("error")}
-    latest: dict[tuple[str, str], dict[str, str]] = {}
     with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            if r.get("mode") == mode:
-                latest[(r["config"], r["batch_size"])] = r
+        all_rows = list(csv.DictReader(f))
+    if mode is None:
+        modes = sorted({r.get("mode") or "train" for r in all_rows})
+        if len(modes) > 1:
+            raise PerfPredictError(f"dataset mixes modes ({', '.join(modes)}); name one, or keep one file per "
+                                   "mode", source=str(path), step="load dataset")
+        mode = modes[0] if modes else "train"
+    latest: dict[tuple[str, str], dict[str, str]] = {}
+    for r in all_rows:
+        if (r.get("mode") or "train") == mode:
+            latest[(r["config"], r["batch_size"])] = r
     rows = [r for r in latest.values() if r["status"] == "ok" and r["config"] in feats]
     if not rows:
         raise PerfPredictError(f"no successful {mode} rows joined to features", source=str(path),
@@ -93,4 +105,5 @@ def load_training_data(dataset_csv: str | Path, features_csv: str | Path | None 
                                                       "cuda_version", "counts")}
                              for run in provenance.get("runs", [])],
                     "device_info": next((run.get("device_info") for run in provenance.get("runs", [])
-                                         if run.get("device_info")), None)})
+                                         if run.get("device_info")), None)},
+        mode=mode)

@@ -152,7 +152,7 @@ def _subset(data: TrainingData, keep: np.ndarray) -> TrainingData:
     return TrainingData(name=data.name, device_kind=data.device_kind, device_name=data.device_name,
                         archs=[data.archs[i] for i in idx], batch=data.batch[idx], X=data.X[idx],
                         families=data.families[idx], configs=data.configs[idx], rows=[data.rows[i] for i in idx],
-                        sha256=data.sha256, provenance=data.provenance)
+                        sha256=data.sha256, provenance=data.provenance, mode=data.mode)
 
 
 def evaluate_target(data: TrainingData, spec: TargetSpec, kinds: tuple[str, ...]) -> dict[str, Any]:

@@ -69,6 +69,10 @@ def feature_importance(model, names: list[str]) -> dict[str, float]:
 #: allocator on the first matrix product (about 64 MiB per stream on the H100: the floor of every measured
 #: model with a Linear layer, absent from the conv-only U-Nets).
 MEMORY_TERMS: tuple[tuple[str, ...], ...] = (("log_param_bytes",), ("log_saved_bytes_iter",), ("any:ops_matmul",))
+#: Inference (forward passes under no_grad): weights only, and activations that live only until their
+#: consumers ran, so the graph's activation bytes stand in for the saved tensors (nothing is saved).
+INFER_MEMORY_TERMS: tuple[tuple[str, ...], ...] = (("log_param_bytes",), ("log_act_bytes_per_iter",),
+                                                   ("any:ops_matmul",))
 #: Iteration time, roofline-like: compute (forward MACs per iteration; backward is a multiple of it) and
 #: memory traffic (activation bytes per iteration + parameter bytes).
 TIME_TERMS: tuple[tuple[str, ...], ...] = (("log_macs_per_iter",), ("log_act_bytes_per_iter", "log_param_bytes"))
@@ -161,22 +165,20 @@ class StructuredMemoryModel:
     :data:`MODEL_KINDS` (or the quantile booster) fitted to ``log(y / baseline)`` on the full feature vector.
     """
 
-    terms = MEMORY_TERMS
-
     def __init__(self, residual_kind: str = "xgboost", quantiles: tuple[float, ...] | None = None,
-                 intercept: bool = True) -> None:
+                 intercept: bool = True, terms: tuple[tuple[str, ...], ...] = MEMORY_TERMS) -> None:
         self.residual_kind = residual_kind  # a MODEL_KINDS entry, or "none": the baseline alone
         self.quantiles = quantiles
         self.intercept = intercept
+        self.terms = terms
         self.coef_: np.ndarray | None = None
         self.residual_ = None
         #: with residual_kind "none" and quantiles: the training log-residuals' quantiles (constant interval)
         self.residual_quantiles_: np.ndarray | None = None
 
-    @staticmethod
-    def components(X: np.ndarray) -> np.ndarray:
-        """[1, P, S, any GEMM] (bytes, bytes, 0/1), recovered from the features."""
-        return baseline_components(X, MEMORY_TERMS)
+    def components(self, X: np.ndarray) -> np.ndarray:
+        """[1, P, S, any GEMM] (bytes, bytes, 0/1) for training, recovered from the features (``terms``)."""
+        return baseline_components(X, self.terms)
 
     def baseline(self, X: np.ndarray) -> np.ndarray:
         return np.maximum(self.components(X) @ self.coef_, 1.0)

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfpredict.estimators.models import (
+    INFER_MEMORY_TERMS,
+    MEMORY_TERMS,
     MODEL_KINDS,
     QUANTILES,
     TIME_TERMS,
@@ -51,6 +53,8 @@ class TargetSpec:
     memory_intercept: bool = True
     #: A second dataset column the model trains on (GPU utilisation: the iteration time, for its prior).
     aux_column: str | None = None
+    #: For a structured-memory target: its baseline's terms (training: saved tensors; inference: activations).
+    memory_terms: tuple[tuple[str, ...], ...] = MEMORY_TERMS
 
     def to_model(self, y: np.ndarray, X: np.ndarray) -> np.ndarray:
         y = np.asarray(y, dtype=float)
@@ -82,7 +86,7 @@ class TargetSpec:
         if self.aux_column == UtilizationPriorModel.aux_column:
             return UtilizationPriorModel(kind)
         if self.transform == "structured_memory":
-            return StructuredMemoryModel(kind, intercept=self.memory_intercept)
+            return StructuredMemoryModel(kind, intercept=self.memory_intercept, terms=self.memory_terms)
         if kind == "none" and self.baseline_terms:
             return LogBaselineModel(self.baseline_terms)
         return make_model(kind)
@@ -94,7 +98,7 @@ class TargetSpec:
             return UtilizationPriorModel(quantiles=QUANTILES)
         if self.transform == "structured_memory":
             return StructuredMemoryModel("none" if kind == "none" else "xgboost", quantiles=QUANTILES,
-                                         intercept=self.memory_intercept)
+                                         intercept=self.memory_intercept, terms=self.memory_terms)
         if kind == "none" and self.baseline_terms:
             return LogBaselineModel(self.baseline_terms, quantiles=QUANTILES)
         return make_quantile_model()
@@ -117,18 +121,25 @@ TARGETS: dict[str, TargetSpec] = {
 }
 
 
-def targets_for(device_kind: str) -> dict[str, TargetSpec]:
-    """The targets a dataset of ``device_kind`` ("cuda" or "cpu") trains, each as that device measures it.
+def targets_for(device_kind: str, mode: str = "train") -> dict[str, TargetSpec]:
+    """The targets a dataset of ``device_kind`` ("cuda" or "cpu") and ``mode`` ("train" or "infer") trains,
+    each as that device measures it.
 
     On CUDA, ``peak_memory`` is torch's peak allocated bytes: every byte a tensor or a library workspace, so
-    its baseline has no constant (on the CPU it is the process's RSS increase, which does have one)."""
+    its baseline has no constant (on the CPU it is the process's RSS increase, which does have one). In
+    inference nothing is kept for a backward pass, so the memory baselines count activations instead of
+    saved tensors (:data:`~perfpredict.estimators.models.INFER_MEMORY_TERMS`)."""
     from dataclasses import replace
 
+    if mode not in ("train", "infer"):
+        raise ValueError(f"mode must be 'train' or 'infer', got {mode!r}")
     out = {}
     for name, spec in TARGETS.items():
         if spec.cuda_only and device_kind != "cuda":
             continue
         if name == "peak_memory" and device_kind == "cuda":
             spec = replace(spec, memory_intercept=False)
+        if mode == "infer" and spec.transform == "structured_memory":
+            spec = replace(spec, memory_terms=INFER_MEMORY_TERMS)
         out[name] = spec
     return out

@@ -25,6 +25,7 @@ def log_training(ts: TrainedSet, register: bool = True) -> str:
         mlflow.set_tags({"perfpredict.kind": "estimators", "device.kind": meta["device_kind"],
                          "device.name": meta["device_name"]})
         mlflow.log_params({"dataset": ts.name, "dataset_sha256": meta["dataset_sha256"], "rows": meta["rows"],
+                           "mode": meta.get("mode", "train"),
                            "families": ",".join(meta["families"]), "n_features": len(meta["feature_names"]),
                            **{f"version.{k}": v for k, v in meta["versions"].items()}})
         for tname, t in meta["targets"].items():

@@ -80,7 +80,7 @@ def train_dataset(dataset_csv: str | Path, out_root: str | Path, *, kinds: tuple
     out.mkdir(parents=True, exist_ok=True)
     say = progress or (lambda msg: None)
     meta: dict[str, Any] = {
-        "dataset": data.name, "device_kind": data.device_kind, "device_name": data.device_name,
+        "dataset": data.name, "device_kind": data.device_kind, "device_name": data.device_name, "mode": data.mode,
         "dataset_sha256": data.sha256, "rows": len(data), "families": sorted(set(data.families.tolist())),
         "architectures": len(set(data.configs.tolist())),
         "batch_sizes": sorted(set(int(b) for b in data.batch)), "provenance": data.provenance,
@@ -88,7 +88,7 @@ def train_dataset(dataset_csv: str | Path, out_root: str | Path, *, kinds: tuple
         "trained_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "targets": {},
     }
     files = []
-    for spec in targets_for(data.device_kind).values():
+    for spec in targets_for(data.device_kind, data.mode).values():
         keep = valid_rows(data, spec)
         X, y = data.X[keep], data.column(spec.column)[keep]
         aux = None if spec.aux_column is None else data.column(spec.aux_column)[keep]
@@ -170,13 +170,21 @@ def _profiled_table(data: TrainingData) -> dict[str, Any]:
 
 
 def train_all(datasets_dir: str | Path = "datasets", out_root: str | Path = "trained_models", *,
-              kinds: tuple[str, ...] = MODEL_KINDS, evaluate: bool = True, progress=None) -> list[TrainedSet]:
+              kinds: tuple[str, ...] = MODEL_KINDS, evaluate: bool = True, progress=None,
+              only: list[str] | None = None) -> list[TrainedSet]:
+    """Train every training dataset under ``datasets_dir`` (or the ones whose stem is in ``only``)."""
+    from perfpredict.errors import PerfPredictError, UsageError
+
     sets = training_datasets(datasets_dir)
     if not sets:
-        from perfpredict.errors import PerfPredictError
-
         raise PerfPredictError("no training datasets (*.csv beside zoo_features.csv)", source=str(datasets_dir),
                                step="train")
+    if only:
+        unknown = set(only) - {p.stem for p in sets}
+        if unknown:
+            raise UsageError(f"no training dataset {', '.join(sorted(unknown))}; available: "
+                             + ", ".join(p.stem for p in sets), step="train")
+        sets = [p for p in sets if p.stem in only]
     return [train_dataset(p, out_root, kinds=kinds, evaluate=evaluate, progress=progress) for p in sets]
 
 
@@ -190,7 +198,8 @@ def _fmt(m: dict[str, float], spec_name: str) -> str:
 
 def render_report(meta: dict[str, Any]) -> str:
     lines = [f"# Estimators for `{meta['dataset']}` ({meta['device_name']})", "",
-             f"{meta['rows']} measured points, {meta['architectures']} architectures in "
+             f"{meta['rows']} measured {'training steps' if meta.get('mode', 'train') == 'train' else 'inference passes'}"
+             f" ({meta.get('mode', 'train')} mode), {meta['architectures']} architectures in "
              f"{len(meta['families'])} families ({', '.join(meta['families'])}), batch sizes "
              f"{meta['batch_sizes']}. Dataset SHA-256 `{meta['dataset_sha256'][:16]}…`, trained "
              f"{meta['trained_at']}.", "",
@@ -230,7 +239,9 @@ def render_report(meta: dict[str, Any]) -> str:
         if "baseline_coef" in t and t["unit"] == "bytes":
             c = t["baseline_coef"]["point"]
             lines += [f"Baseline fitted on all rows: {c[0] / 2**20:.1f} MiB + {c[1]:.2f} × parameter bytes + "
-                      f"{c[2]:.2f} × saved-tensor bytes per iteration"
+                      f"{c[2]:.2f} × "
+                      + ("activation bytes" if "log_act_bytes_per_iter" in t["baseline_coef"]["terms"][2]
+                         else "saved-tensor bytes") + " per iteration"
                       + (f" + {c[3] / 2**20:.1f} MiB for models with a GEMM (BLAS workspace)" if len(c) > 3 else "")
                       + ".", ""]
         elif "baseline_coef" in t:
