@@ -23,7 +23,6 @@ from __future__ import annotations
 import csv
 import datetime as _dt
 import json
-import multiprocessing as mp
 import os
 import platform
 import time
