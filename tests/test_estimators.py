@@ -309,6 +309,33 @@ def test_time_baseline_recovers_a_roofline_and_stays_non_negative():
     assert q.shape == (60, 3) and (np.diff(q, axis=1) > 0).all()
 
 
+def test_corrected_time_baseline_learns_what_the_roofline_misses():
+    """Iteration time with a per-operator cost the roofline has no term for: the baseline alone misses it, the
+    baseline × XGBoost correction (kind ``baseline_xgboost``) learns it from the op counts, and its quantile
+    version brackets the truth."""
+    from perfpredict.estimators.models import TIME_TERMS, baseline_components
+    from perfpredict.estimators.targets import BASELINE_CORRECTION, targets_for
+
+    rng = np.random.default_rng(2)
+    n = 200
+    X = np.zeros((n, len(FEATURE_NAMES)))
+    macs, act, nodes = 10 ** rng.uniform(6, 11, n), 10 ** rng.uniform(5, 9, n), rng.integers(5, 2000, n)
+    X[:, FEATURE_NAMES.index("log_macs_per_iter")] = np.log10(macs + 1)
+    X[:, FEATURE_NAMES.index("log_act_bytes_per_iter")] = np.log10(act + 1)
+    X[:, FEATURE_NAMES.index("log_nodes")] = np.log10(nodes + 1)
+    t = baseline_components(X, TIME_TERMS) @ np.array([1e-3, 5e-12, 3e-11]) + 20e-6 * nodes  # 20 µs per op
+    spec = targets_for("cpu")["iter_time"]
+    assert BASELINE_CORRECTION in spec.kinds
+    err = {}
+    for kind in ("none", BASELINE_CORRECTION):
+        m = spec.fit_model(spec.make_model(kind), X, t)
+        err[kind] = float(np.median(np.abs(spec.from_model(m.predict(X), X) / t - 1)))
+        assert (m.coef_ >= 0).all()
+    assert err[BASELINE_CORRECTION] < 0.5 * err["none"]
+    q = spec.from_model(spec.fit_model(spec.make_quantile_model(BASELINE_CORRECTION), X, t).predict(X), X)
+    assert q.shape == (n, 3) and np.mean((q[:, 0] <= t) & (t <= q[:, 2])) > 0.6
+
+
 def test_cuda_peak_memory_baseline_has_no_constant_and_generalises_to_gemm_free_unets():
     """On CUDA, peak allocated bytes are all tensors and workspaces: the baseline has no constant, and the
     BLAS workspace goes to the GEMM term. Held out, the conv-only U-Nets (no GEMM, no workspace floor) are

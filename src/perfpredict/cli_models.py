@@ -48,7 +48,7 @@ def train(
                 t.add_row(name, e["point_kind"], *["-"] * 7)
                 continue
             f, k = ev["family_cv"], ev["shipped_kind"]
-            t.add_row(name, "physical baseline" if k == "none" else k, f"{f[k]['mape']:.1%}", f"{f[k]['rmsle']:.3f}",
+            t.add_row(name, {"none": "physical baseline", "baseline_xgboost": "baseline × XGBoost"}.get(k, k), f"{f[k]['mape']:.1%}", f"{f[k]['rmsle']:.3f}",
                       *(f"{f[x]['mape']:.1%}" if x in f else "-" for x in ("xgboost", "lightgbm", "random_forest",
                                                                             "linear")),
                       f"{ev['quantiles_family_cv']['coverage']:.0%} → "

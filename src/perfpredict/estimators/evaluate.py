@@ -177,7 +177,7 @@ def evaluate_target(data: TrainingData, spec: TargetSpec, kinds: tuple[str, ...]
 
 
 def ship_kind(spec: TargetSpec, family_cv: dict[str, dict[str, float]]) -> str:
-    candidates = [k for k in ("none", "xgboost") if k in family_cv]
+    candidates = [k for k in ("none", "baseline_xgboost", "xgboost") if k in family_cv]
     if not candidates:
         return "xgboost"
     return min(candidates, key=lambda k: family_cv[k]["mape"])

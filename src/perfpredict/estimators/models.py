@@ -120,30 +120,47 @@ def fit_baseline(C: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 class LogBaselineModel:
-    """A physical baseline alone, for a target learned on log scale (iteration time): ``fit(X, log y)``,
-    ``predict(X) -> log baseline`` (n × len(quantiles) with quantiles: plus the training log-residuals'
-    quantiles, a constant interval). Trees cannot extrapolate to a family whose sizes lie outside the
-    others'; a handful of non-negative physical coefficients can."""
+    """A physical baseline for a target learned on log scale (iteration time), alone or times a learned
+    correction: ``fit(X, log y)``, ``predict(X) -> log baseline (+ correction)``.
+
+    Trees cannot extrapolate to a family whose sizes lie outside the others'; a handful of non-negative
+    physical coefficients can. ``residual_kind`` (a :data:`MODEL_KINDS` entry) adds a regressor fitted to the
+    log-residuals ``log y - log baseline`` on the full feature vector, as the memory model does: the baseline
+    carries the scale to unseen families, the correction what the roofline misses (per-operator overheads,
+    kernels that run below peak). With ``quantiles``: the training log-residuals' quantiles (a constant
+    interval) alone, or an XGBoost quantile booster on the residuals with a correction (n × len(quantiles)).
+    """
 
     def __init__(self, terms: tuple[tuple[str, ...], ...] = TIME_TERMS,
-                 quantiles: tuple[float, ...] | None = None, floor: float = 1e-6) -> None:
+                 quantiles: tuple[float, ...] | None = None, floor: float = 1e-6,
+                 residual_kind: str | None = None) -> None:
         self.terms = terms
         self.quantiles = quantiles
         self.floor = floor
+        self.residual_kind = residual_kind
         self.coef_: np.ndarray | None = None
         self.residual_quantiles_: np.ndarray | None = None
+        self.residual_ = None
 
     def baseline(self, X: np.ndarray) -> np.ndarray:
         return np.maximum(baseline_components(X, self.terms) @ self.coef_, self.floor)
 
     def fit(self, X: np.ndarray, z: np.ndarray) -> LogBaselineModel:
-        self.coef_ = fit_baseline(baseline_components(X, self.terms), np.exp(np.asarray(z, float)))
-        if self.quantiles:
-            self.residual_quantiles_ = np.quantile(np.asarray(z, float) - np.log(self.baseline(X)), self.quantiles)
+        z = np.asarray(z, float)
+        self.coef_ = fit_baseline(baseline_components(X, self.terms), np.exp(z))
+        r = z - np.log(self.baseline(X))
+        if self.residual_kind:
+            self.residual_ = make_quantile_model(self.quantiles) if self.quantiles else make_model(self.residual_kind)
+            self.residual_.fit(X, r)
+        elif self.quantiles:
+            self.residual_quantiles_ = np.quantile(r, self.quantiles)
         return self
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         lb = np.log(self.baseline(X))
+        if self.residual_ is not None:
+            r = np.asarray(self.residual_.predict(X), float)
+            return (lb[:, None] if r.ndim == 2 else lb) + r
         if self.residual_quantiles_ is not None:
             return lb[:, None] + self.residual_quantiles_[None, :]
         return lb

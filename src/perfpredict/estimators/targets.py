@@ -38,6 +38,10 @@ from perfpredict.estimators.models import (
 )
 
 
+#: Model kind of a log-scale target: its physical baseline times an XGBoost correction of the log-residuals.
+BASELINE_CORRECTION = "baseline_xgboost"
+
+
 @dataclass(frozen=True)
 class TargetSpec:
     name: str
@@ -89,6 +93,8 @@ class TargetSpec:
             return StructuredMemoryModel(kind, intercept=self.memory_intercept, terms=self.memory_terms)
         if kind == "none" and self.baseline_terms:
             return LogBaselineModel(self.baseline_terms)
+        if kind == BASELINE_CORRECTION and self.baseline_terms:
+            return LogBaselineModel(self.baseline_terms, residual_kind="xgboost")
         return make_model(kind)
 
     def make_quantile_model(self, kind: str = "xgboost"):
@@ -101,12 +107,18 @@ class TargetSpec:
                                          intercept=self.memory_intercept, terms=self.memory_terms)
         if kind == "none" and self.baseline_terms:
             return LogBaselineModel(self.baseline_terms, quantiles=QUANTILES)
+        if kind == BASELINE_CORRECTION and self.baseline_terms:
+            return LogBaselineModel(self.baseline_terms, quantiles=QUANTILES, residual_kind="xgboost")
         return make_quantile_model()
 
     @property
     def kinds(self) -> tuple[str, ...]:
-        """Model kinds compared; memory and iteration time add ``none``: the physical baseline alone."""
-        return (("none",) if self.transform == "structured_memory" or self.baseline_terms else ()) + MODEL_KINDS
+        """Model kinds compared; memory and iteration time add ``none``: the physical baseline alone (for
+        memory the other kinds are corrections on top of it); iteration time also the baseline × an XGBoost
+        correction (:data:`BASELINE_CORRECTION`)."""
+        if self.baseline_terms:
+            return ("none", BASELINE_CORRECTION) + MODEL_KINDS
+        return (("none",) if self.transform == "structured_memory" else ()) + MODEL_KINDS
 
 
 TARGETS: dict[str, TargetSpec] = {
