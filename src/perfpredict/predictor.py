@@ -29,7 +29,7 @@ from perfpredict.errors import PerfPredictError, UsageError
 from perfpredict.estimators.arch import ArchFeatures
 from perfpredict.estimators.design import FEATURE_NAMES, design_matrix
 from perfpredict.estimators.evaluate import widen
-from perfpredict.estimators.models import MEMORY_TERMS, baseline_components, utilization_prior
+from perfpredict.estimators.models import MEMORY_TERMS, baseline_components, with_utilization_prior
 
 #: Features describing the architecture alone (no batch size): the space the fallback measures distance in.
 _ARCH_COLUMNS = [i for i, n in enumerate(FEATURE_NAMES)
@@ -71,7 +71,7 @@ class _Target:
 
     def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(median point prediction, quantiles n × 3) on the target's natural scale."""
-        Xb = X if self.prior is None else np.column_stack([X, utilization_prior(X, *self.prior)])
+        Xb = X if self.prior is None else with_utilization_prior(X, *self.prior)
         z = (np.zeros(len(X)) if self.point is None
              else np.asarray(self.point.inplace_predict(Xb), float).reshape(len(X)))
         q = (np.tile(self.residual_quantiles, (len(X), 1)) if self.quantile is None

@@ -124,50 +124,73 @@ class LogBaselineModel:
     correction: ``fit(X, log y)``, ``predict(X) -> log baseline (+ correction)``.
 
     Trees cannot extrapolate to a family whose sizes lie outside the others'; a handful of non-negative
-    physical coefficients can. ``residual_kind`` (a :data:`MODEL_KINDS` entry) adds a regressor fitted to the
-    log-residuals ``log y - log baseline`` on the full feature vector, as the memory model does: the baseline
-    carries the scale to unseen families, the correction what the roofline misses (per-operator overheads,
-    kernels that run below peak). With ``quantiles``: the training log-residuals' quantiles (a constant
-    interval) alone, or an XGBoost quantile booster on the residuals with a correction (n × len(quantiles)).
+    physical coefficients can. ``residual_kind`` (a :data:`MODEL_KINDS` entry; None or "none": the baseline
+    alone) adds a regressor fitted to the log-residuals ``log(y / baseline)`` on the full feature vector: the
+    baseline carries the scale to unseen families, the correction what the physics misses (per-operator
+    overheads, kernels that run below peak). With ``quantiles``: the training log-residuals' quantiles (a
+    constant interval) for the baseline alone, or an XGBoost quantile booster on the residuals with a
+    correction (n × len(quantiles)). ``intercept=False`` pins the constant term at 0 (its coefficient stays
+    in the vector, so saved coefficient vectors keep their layout). :class:`StructuredMemoryModel` is the same
+    model on bytes.
     """
 
     def __init__(self, terms: tuple[tuple[str, ...], ...] = TIME_TERMS,
                  quantiles: tuple[float, ...] | None = None, floor: float = 1e-6,
-                 residual_kind: str | None = None) -> None:
+                 residual_kind: str | None = None, intercept: bool = True) -> None:
         self.terms = terms
         self.quantiles = quantiles
         self.floor = floor
         self.residual_kind = residual_kind
+        self.intercept = intercept
         self.coef_: np.ndarray | None = None
-        self.residual_quantiles_: np.ndarray | None = None
         self.residual_ = None
+        #: for the baseline alone with quantiles: the training log-residuals' quantiles (constant interval)
+        self.residual_quantiles_: np.ndarray | None = None
+
+    def components(self, X: np.ndarray) -> np.ndarray:
+        """``[1, term_1, ...]`` in raw units for ``terms`` (see :func:`baseline_components`)."""
+        return baseline_components(X, self.terms)
 
     def baseline(self, X: np.ndarray) -> np.ndarray:
-        return np.maximum(baseline_components(X, self.terms) @ self.coef_, self.floor)
+        return np.maximum(self.components(X) @ self.coef_, self.floor)
 
-    def fit(self, X: np.ndarray, z: np.ndarray) -> LogBaselineModel:
-        z = np.asarray(z, float)
-        self.coef_ = fit_baseline(baseline_components(X, self.terms), np.exp(z))
-        r = z - np.log(self.baseline(X))
-        if self.residual_kind:
+    def _fit_natural(self, X: np.ndarray, y: np.ndarray):
+        """Fit on the target's natural scale ``y`` (seconds, bytes)."""
+        C = self.components(X)
+        if self.intercept:
+            self.coef_ = fit_baseline(C, y)
+        else:
+            self.coef_ = np.concatenate([[0.0], fit_baseline(C[:, 1:], y)])
+        r = np.log(y / self.baseline(X))
+        if self.residual_kind not in (None, "none"):
             self.residual_ = make_quantile_model(self.quantiles) if self.quantiles else make_model(self.residual_kind)
             self.residual_.fit(X, r)
         elif self.quantiles:
             self.residual_quantiles_ = np.quantile(r, self.quantiles)
         return self
 
+    def _log_correction(self, X: np.ndarray) -> np.ndarray | None:
+        """The learned log-correction (n, or n × quantiles), the constant residual quantiles (1 × quantiles)
+        or None (the baseline alone)."""
+        if self.residual_ is not None:
+            return np.asarray(self.residual_.predict(X), float)
+        if self.residual_quantiles_ is not None:
+            return self.residual_quantiles_[None, :]
+        return None
+
+    def fit(self, X: np.ndarray, z: np.ndarray) -> LogBaselineModel:
+        return self._fit_natural(X, np.exp(np.asarray(z, float)))
+
     def predict(self, X: np.ndarray) -> np.ndarray:
         lb = np.log(self.baseline(X))
-        if self.residual_ is not None:
-            r = np.asarray(self.residual_.predict(X), float)
-            return (lb[:, None] if r.ndim == 2 else lb) + r
-        if self.residual_quantiles_ is not None:
-            return lb[:, None] + self.residual_quantiles_[None, :]
-        return lb
+        r = self._log_correction(X)
+        if r is None:
+            return lb
+        return (lb[:, None] if r.ndim == 2 else lb) + r
 
 
-class StructuredMemoryModel:
-    """Peak training memory = a physical baseline × a learned correction.
+class StructuredMemoryModel(LogBaselineModel):
+    """Peak training memory = a physical baseline × a learned correction, in bytes.
 
     The baseline is ``c0 + k_P·P + k_S·S + k_W·[any GEMM]``: a constant, the parameter bytes P (weights,
     gradients and optimizer state are multiples of it), the bytes S autograd saves for the backward pass in
@@ -177,54 +200,31 @@ class StructuredMemoryModel:
     ``intercept=False`` pins c0 at 0, for targets that have no per-process constant: torch's peak
     *allocated* bytes are all tensors and workspaces (the fit with a constant gives 0.7 MiB), whereas a
     process's RSS or NVML memory carries the runtime and the CUDA context. Without the pin, a held-out
-    family that alone lacks a GEMM (the U-Nets) cannot tell the constant from the workspace. Its coefficients are fitted by non-negative least
-    squares on relative residuals (:func:`fit_baseline`). The correction is any regressor of
-    :data:`MODEL_KINDS` (or the quantile booster) fitted to ``log(y / baseline)`` on the full feature vector.
+    family that alone lacks a GEMM (the U-Nets) cannot tell the constant from the workspace. Its
+    coefficients are fitted by non-negative least squares on relative residuals (:func:`fit_baseline`). The
+    correction is any regressor of :data:`MODEL_KINDS` (or the quantile booster; ``"none"``: the baseline
+    alone) fitted to ``log(y / baseline)`` on the full feature vector: :class:`LogBaselineModel` on bytes.
     """
 
     def __init__(self, residual_kind: str = "xgboost", quantiles: tuple[float, ...] | None = None,
                  intercept: bool = True, terms: tuple[tuple[str, ...], ...] = MEMORY_TERMS) -> None:
-        self.residual_kind = residual_kind  # a MODEL_KINDS entry, or "none": the baseline alone
-        self.quantiles = quantiles
-        self.intercept = intercept
-        self.terms = terms
-        self.coef_: np.ndarray | None = None
-        self.residual_ = None
-        #: with residual_kind "none" and quantiles: the training log-residuals' quantiles (constant interval)
-        self.residual_quantiles_: np.ndarray | None = None
-
-    def components(self, X: np.ndarray) -> np.ndarray:
-        """[1, P, S, any GEMM] (bytes, bytes, 0/1) for training, recovered from the features (``terms``)."""
-        return baseline_components(X, self.terms)
-
-    def baseline(self, X: np.ndarray) -> np.ndarray:
-        return np.maximum(self.components(X) @ self.coef_, 1.0)
+        super().__init__(terms, quantiles, floor=1.0, residual_kind=residual_kind, intercept=intercept)
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> StructuredMemoryModel:
-        y = np.asarray(y, float)
-        C = self.components(X)
-        if self.intercept:
-            self.coef_ = fit_baseline(C, y)
-        else:  # the constant's coefficient stays 0, so saved coefficient vectors keep their layout
-            self.coef_ = np.concatenate([[0.0], fit_baseline(C[:, 1:], y)])
-        r = np.log(y / self.baseline(X))
-        if self.residual_kind == "none":
-            self.residual_ = None
-            if self.quantiles:
-                self.residual_quantiles_ = np.quantile(r, self.quantiles)
-            return self
-        self.residual_ = make_quantile_model(self.quantiles) if self.quantiles else make_model(self.residual_kind)
-        self.residual_.fit(X, r)
-        return self
+        return self._fit_natural(X, np.asarray(y, float))
 
     def predict(self, X: np.ndarray) -> np.ndarray:
         base = self.baseline(X)
-        if self.residual_ is None:
-            if self.residual_quantiles_ is not None:
-                return base[:, None] * np.exp(self.residual_quantiles_)[None, :]
+        r = self._log_correction(X)
+        if r is None:
             return base
-        r = np.asarray(self.residual_.predict(X), float)
         return (base[:, None] if r.ndim == 2 else base) * np.exp(r)
+
+
+def with_utilization_prior(X: np.ndarray, busy_coef: np.ndarray, idle_coef: np.ndarray) -> np.ndarray:
+    """``X`` with the :func:`utilization_prior` column appended: what the utilisation boosters take."""
+    X = np.asarray(X, float)
+    return np.column_stack([X, utilization_prior(X, busy_coef, idle_coef)])
 
 
 def utilization_prior(X: np.ndarray, busy_coef: np.ndarray, idle_coef: np.ndarray) -> np.ndarray:
@@ -261,8 +261,7 @@ class UtilizationPriorModel:
         self.inner_ = None
 
     def augment(self, X: np.ndarray) -> np.ndarray:
-        X = np.asarray(X, float)
-        return np.column_stack([X, utilization_prior(X, self.busy_coef_, self.idle_coef_)])
+        return with_utilization_prior(X, self.busy_coef_, self.idle_coef_)
 
     def fit(self, X: np.ndarray, u: np.ndarray, iter_time_s: np.ndarray) -> UtilizationPriorModel:
         X, u, t = np.asarray(X, float), np.asarray(u, float), np.asarray(iter_time_s, float)

@@ -33,7 +33,6 @@ from perfpredict.estimators.models import (
     QUANTILES,
     LogBaselineModel,
     PRIOR_FEATURE,
-    StructuredMemoryModel,
     UtilizationPriorModel,
     feature_importance,
 )
@@ -65,11 +64,11 @@ def library_versions() -> dict[str, str]:
 
 
 def _booster_of(model):
-    if isinstance(model, LogBaselineModel):
+    if isinstance(model, LogBaselineModel):  # time and memory (StructuredMemoryModel) baselines
         return model.residual_  # None for the baseline alone
     if isinstance(model, UtilizationPriorModel):
         return model.inner_
-    return model.residual_ if isinstance(model, StructuredMemoryModel) else model
+    return model
 
 
 def train_dataset(dataset_csv: str | Path, out_root: str | Path, *, kinds: tuple[str, ...] = MODEL_KINDS,
@@ -120,7 +119,7 @@ def train_dataset(dataset_csv: str | Path, out_root: str | Path, *, kinds: tuple
             _booster_of(quant).save_model(qf)
             files.append(qf)
             entry["files"]["quantile"] = qf.name
-        if isinstance(point, (StructuredMemoryModel, LogBaselineModel)):
+        if isinstance(point, LogBaselineModel):
             entry["baseline_coef"] = {"point": point.coef_.tolist(), "quantile": quant.coef_.tolist(),
                                       "terms": ["const", *("+".join(t) for t in point.terms)],
                                       "term_features": [list(t) for t in point.terms]}
