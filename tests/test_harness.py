@@ -70,15 +70,8 @@ def test_point_in_subprocess_measures_a_tiny_model(write_model):
     assert e["available"] is False and e["reason"] or e["available"] is True and e["energy_per_iter_j"] > 0
 
 
-def test_harness_throughput_agrees_with_an_independent_timing_loop():
-    """The issue's acceptance check: within 30% of the same train step timed beside it."""
-    ref = WorkloadRef("file", str(EXAMPLES / "cnn_classifier.py"))
-    b = 32
-    res = run_in_subprocess(PointRequest(ref, b, timing=TimingConfig(min_time_s=1.0)), 300)
-    assert res["status"] == "ok"
-    harness = b / res["timing"]["median_s"]
-
-    w = load_model_file(EXAMPLES / "cnn_classifier.py")
+def _independent_throughput(w, b: int) -> float:
+    """The same train step timed by a plain loop in this process (the reference for the harness)."""
     torch.manual_seed(0)
     model = w.build_model().train()
     opt = w.make_optimizer(model.parameters())
@@ -91,8 +84,31 @@ def test_harness_throughput_agrees_with_an_independent_timing_loop():
         opt.step()
         if i >= 5:
             times.append(time.perf_counter() - t0)
-    independent = b / statistics.median(times)
-    assert harness == pytest.approx(independent, rel=0.30), (harness, independent)
+    return b / statistics.median(times)
+
+
+def test_harness_throughput_agrees_with_an_independent_timing_loop():
+    """The issue's acceptance check: within 30% of the same train step timed beside it.
+
+    The reference loop is timed right before and right after the harness, and the harness is
+    compared with their mean. A shared 2-core CI machine can slow down for seconds at a time
+    (one CI run read 796 against 1178 samples/s), so a disagreement is re-measured up to twice;
+    a harness that is systematically off by more than 30% still fails every round.
+    """
+    ref = WorkloadRef("file", str(EXAMPLES / "cnn_classifier.py"))
+    w = load_model_file(EXAMPLES / "cnn_classifier.py")
+    b = 32
+    rounds = []
+    for _ in range(3):
+        before = _independent_throughput(w, b)
+        res = run_in_subprocess(PointRequest(ref, b, timing=TimingConfig(min_time_s=1.0)), 300)
+        assert res["status"] == "ok"
+        harness = b / res["timing"]["median_s"]
+        independent = (before + _independent_throughput(w, b)) / 2
+        rounds.append((harness, independent))
+        if harness == pytest.approx(independent, rel=0.30):
+            break
+    assert harness == pytest.approx(independent, rel=0.30), rounds
 
 
 # -- failures: recorded per batch size, sweep continues or stops, nothing lost -----------------------------
