@@ -3,7 +3,8 @@
 Targets (issue #6): p50 < 5 ms for a feature vector; < 1 s from a ResNet-50-size ONNX file. The ONNX file
 is exported once (not timed) from the zoo's ResNet-50 at 224×224 (25.6 M parameters, ~98 MB); each timed
 call reads it from disk, parses and checks it, shape-infers it at batch 1 and 2 (nothing executed),
-computes features and predicts a card.
+computes features and predicts a card. The feature-vector path is also timed with XGBoost's own
+predictor (``Predictor.load(compile_trees=False)``) for the speed-up of the numpy tree evaluator.
 
     python benchmarks/predictor_latency.py [--repeats 200] [--onnx-repeats 5]
 """
@@ -44,8 +45,7 @@ def main() -> None:
               f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters")
         arch = from_onnx_file(path)
 
-        for label, fn in (("predict_values (feature vector, 1 batch size)", lambda: pred.predict_values(arch, [32])),
-                          ("card_for (feature vector -> full card, 1 batch size)", lambda: pred.card_for(arch, [32]))):
+        def p50(fn) -> tuple[float, float]:
             fn()  # warm
             ts = []
             for _ in range(args.repeats):
@@ -53,8 +53,18 @@ def main() -> None:
                 fn()
                 ts.append(time.perf_counter() - t)
             ts.sort()
-            print(f"{label}: p50 {statistics.median(ts) * 1e3:.2f} ms, p90 {ts[int(0.9 * len(ts))] * 1e3:.2f} ms")
-        p50_vec = statistics.median(ts)
+            return statistics.median(ts), ts[int(0.9 * len(ts))]
+
+        # XGBoost's own predictor for the same saved boosters, timed in the same run for the ratio
+        xgb_pred = Predictor.load(compile_trees=False)
+        rows = {}
+        for label, fn in (("predict_values (feature vector, 1 batch size)", lambda: pred.predict_values(arch, [32])),
+                          ("card_for (feature vector -> full card, 1 batch size)", lambda: pred.card_for(arch, [32])),
+                          ("card_for with XGBoost's predictor", lambda: xgb_pred.card_for(arch, [32]))):
+            rows[label] = p50(fn)
+            print(f"{label}: p50 {rows[label][0] * 1e3:.2f} ms, p90 {rows[label][1] * 1e3:.2f} ms")
+        p50_vec = rows["card_for (feature vector -> full card, 1 batch size)"][0]
+        print(f"card_for speed-up from compiled trees: x{rows['card_for with XGBoost' + chr(39) + 's predictor'][0] / p50_vec:.2f}")
 
         ts = []
         for _ in range(args.onnx_repeats):
