@@ -91,6 +91,14 @@ def test_declines_what_it_does_not_cover():
     assert compile_model_json(model) is None  # a categorical split
 
 
+def test_unreadable_files_are_left_to_xgboost(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"learner": {"objective": {"name": "reg:squarederror"}}}')  # another schema
+    assert compile_model_file(bad) is None
+    bad.write_bytes(b"\x00\xffnot json")
+    assert compile_model_file(bad) is None
+
+
 def test_wrong_width_is_refused():
     booster, X = _train({"objective": "reg:squarederror"}, rounds=3)
     with pytest.raises(ValueError, match=r"\(n, 8\)"):

@@ -130,8 +130,14 @@ def _max_depth(left: np.ndarray, right: np.ndarray, internal: np.ndarray) -> int
 
 
 def compile_model_file(path: str | Path) -> CompiledForest | None:
-    """Compile a booster saved as XGBoost JSON (see :func:`compile_model_json`), without loading XGBoost."""
-    return compile_model_json(json.loads(Path(path).read_text()))
+    """Compile a booster saved as XGBoost JSON (see :func:`compile_model_json`), without loading XGBoost.
+
+    A file this cannot read (not JSON, another schema version) gives None too: XGBoost's own loader then
+    reads it or says what is wrong with it."""
+    try:
+        return compile_model_json(json.loads(Path(path).read_text()))
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, IndexError, TypeError, ValueError):
+        return None
 
 
 def compile_booster(booster: Any) -> CompiledForest | None:
