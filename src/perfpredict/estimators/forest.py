@@ -29,7 +29,7 @@ IDENTITY_OBJECTIVES = frozenset({"reg:squarederror", "reg:quantileerror", "reg:a
 
 
 class CompiledForest:
-    """All trees' nodes in flat arrays (tree ``t``'s node ``j`` at ``offset[t] + j``); leaves loop onto
+    """All trees' nodes in flat arrays (tree ``t``'s node ``j`` at ``roots[t] + j``); leaves loop onto
     themselves, so stepping every tree ``depth`` times lands each on its leaf."""
 
     def __init__(self, feature: np.ndarray, threshold: np.ndarray, left: np.ndarray, right: np.ndarray,
