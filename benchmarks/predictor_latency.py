@@ -57,14 +57,15 @@ def main() -> None:
 
         # XGBoost's own predictor for the same saved boosters, timed in the same run for the ratio
         xgb_pred = Predictor.load(compile_trees=False)
+        card_label, xgb_label = "card_for (feature vector -> full card, 1 batch size)", "card_for with XGBoost's predictor"
         rows = {}
         for label, fn in (("predict_values (feature vector, 1 batch size)", lambda: pred.predict_values(arch, [32])),
-                          ("card_for (feature vector -> full card, 1 batch size)", lambda: pred.card_for(arch, [32])),
-                          ("card_for with XGBoost's predictor", lambda: xgb_pred.card_for(arch, [32]))):
+                          (card_label, lambda: pred.card_for(arch, [32])),
+                          (xgb_label, lambda: xgb_pred.card_for(arch, [32]))):
             rows[label] = p50(fn)
             print(f"{label}: p50 {rows[label][0] * 1e3:.2f} ms, p90 {rows[label][1] * 1e3:.2f} ms")
-        p50_vec = rows["card_for (feature vector -> full card, 1 batch size)"][0]
-        print(f"card_for speed-up from compiled trees: x{rows['card_for with XGBoost' + chr(39) + 's predictor'][0] / p50_vec:.2f}")
+        p50_vec = rows[card_label][0]
+        print(f"card_for speed-up from compiled trees: x{rows[xgb_label][0] / p50_vec:.2f}")
 
         ts = []
         for _ in range(args.onnx_repeats):

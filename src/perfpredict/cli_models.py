@@ -26,6 +26,7 @@ def train(
 
     Scores are leave-one-family-out (families never seen in training). For memory, the XGBoost/LightGBM/RF/
     linear columns are learned corrections on top of the physical baseline."""
+    from perfpredict.estimators.targets import BASELINE_CORRECTION
     from perfpredict.estimators.train import train_all
 
     if not datasets.is_dir():
@@ -48,7 +49,7 @@ def train(
                 t.add_row(name, e["point_kind"], *["-"] * 7)
                 continue
             f, k = ev["family_cv"], ev["shipped_kind"]
-            t.add_row(name, {"none": "physical baseline", "baseline_xgboost": "baseline × XGBoost"}.get(k, k), f"{f[k]['mape']:.1%}", f"{f[k]['rmsle']:.3f}",
+            t.add_row(name, {"none": "physical baseline", BASELINE_CORRECTION: "baseline × XGBoost"}.get(k, k), f"{f[k]['mape']:.1%}", f"{f[k]['rmsle']:.3f}",
                       *(f"{f[x]['mape']:.1%}" if x in f else "-" for x in ("xgboost", "lightgbm", "random_forest",
                                                                             "linear")),
                       f"{ev['quantiles_family_cv']['coverage']:.0%} → "

@@ -77,11 +77,10 @@ class _Target:
              else np.asarray(self.point.inplace_predict(Xb), float).reshape(len(X)))
         q = (np.tile(self.residual_quantiles, (len(X), 1)) if self.quantile is None
              else np.asarray(self.quantile.inplace_predict(Xb), float).reshape(len(X), -1))
-        if self.transform == "structured_memory":
-            y, yq = self._base(X, self.coef_point) * np.exp(z), self._base(X, self.coef_quantile)[:, None] * np.exp(q)
-        elif self.transform == "log" and self.coef_point is not None:  # the physical baseline alone (time)
-            y = self._base(X, self.coef_point, 1e-6) * np.exp(z)
-            yq = self._base(X, self.coef_quantile, 1e-6)[:, None] * np.exp(q)
+        if self.coef_point is not None:  # a physical baseline (memory, time) × its log-correction
+            floor = 1.0 if self.transform == "structured_memory" else 1e-6  # bytes / seconds, as in training
+            y = self._base(X, self.coef_point, floor) * np.exp(z)
+            yq = self._base(X, self.coef_quantile, floor)[:, None] * np.exp(q)
         elif self.transform == "log":
             y, yq = np.exp(z), np.exp(q)
         else:
@@ -112,8 +111,6 @@ class ModelSet:
     """The estimators trained on one dataset (one device type), loaded from ``trained_models/<name>/``."""
 
     def __init__(self, path: Path, compile_trees: bool = True) -> None:
-        import xgboost as xgb
-
         self.path = path
         self.meta: dict[str, Any] = json.loads((path / "metadata.json").read_text())
         if self.meta.get("feature_names") != FEATURE_NAMES:
@@ -134,7 +131,9 @@ class ModelSet:
                     file = path / t["files"][role]
                     # the same trees evaluated with numpy: ~4x faster for one row (estimators/forest.py)
                     boosters[role] = compile_model_file(file) if compile_trees else None
-                    if boosters[role] is None:
+                    if boosters[role] is None:  # XGBoost is imported only when its predictor is used
+                        import xgboost as xgb
+
                         boosters[role] = xgb.Booster()
                         boosters[role].load_model(file)
             coef = t.get("baseline_coef") or {}
