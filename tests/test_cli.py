@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -189,3 +191,27 @@ def test_show_rejects_a_file_that_is_not_a_card(run_cli, tmp_path):
     bad.write_text('{"hello": 1}')
     line = _one_error_line(run_cli("show", bad))
     assert "bad.json" in line and "not a perfpredict card" in line
+
+
+def test_typing_mistakes_are_found_without_importing_torch(tmp_path):
+    """The CLI checks what was typed before importing torch or starting a measuring process (seconds)."""
+    code = textwrap.dedent(f"""
+        import sys
+        from perfpredict.errors import PerfPredictError
+        from perfpredict.workload_args import check_target, parse_batch_sizes, parse_params
+        import perfpredict.cli
+        for call in (lambda: parse_batch_sizes("8,x"), lambda: parse_params(["depth"]),
+                     lambda: check_target({str(tmp_path / "nope.py")!r}),
+                     lambda: check_target({str(tmp_path)!r}),
+                     lambda: check_target("model.py", {{"depth": "3"}})):
+            try:
+                call()
+                raise SystemExit("no error")
+            except PerfPredictError:
+                pass
+        check_target("zoo:anything", {{"depth": "3"}})  # zoo names and values are the family's to check
+        assert parse_batch_sizes("16,8,8") == (8, 16)
+        assert "torch" not in sys.modules, "torch was imported"
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr

@@ -220,6 +220,20 @@ def profile(
     debug: Annotated[bool, typer.Option("--debug", help="show tracebacks")] = False,
 ) -> None:
     """Profile a model on this machine and write its performance card (+ ONNX, plots, MLflow run)."""
+    from perfpredict.workload_args import check_target, parse_batch_sizes, parse_params
+
+    # Everything typed is checked before anything slow starts (torch, the measuring processes).
+    if min_time <= 0 or max_time < min_time:
+        raise UsageError("need 0 < --min-time <= --max-time", step="arguments")
+    if window <= 0 or link_mbit <= 0:
+        raise UsageError("--window and --link-mbit must be positive", step="arguments")
+    params = parse_params(param)
+    sizes = parse_batch_sizes(batch_sizes) if batch_sizes else None
+    worker_counts = parse_batch_sizes(workers) if workers else None
+    copy_counts = parse_batch_sizes(copies)
+    memory_limit_bytes, storage_bytes_per_s = _bytes(memory_limit), _bytes(storage_bandwidth)
+    check_target(target, params)
+
     from perfpredict.profile import runner
 
     # Start the measuring processes' fork server first: it imports torch on the other core while this
@@ -227,24 +241,19 @@ def profile(
     runner.warm_up()
     from perfpredict.plots import plot_card
     from perfpredict.profile import ProfileSettings, TimingConfig, profile_workload
-    from perfpredict.workload import parse_batch_sizes, parse_params, resolve_workload
-
-    workload = resolve_workload(target, parse_params(param))
-    if min_time <= 0 or max_time < min_time:
-        raise UsageError("need 0 < --min-time <= --max-time", step="arguments")
-    settings = ProfileSettings(
-        batch_sizes=parse_batch_sizes(batch_sizes) if batch_sizes else None, mode=mode.value, device=device,
-        timing=TimingConfig(min_time_s=min_time, max_time_s=max_time), threads=threads,
-        memory_limit_bytes=_bytes(memory_limit), features=not no_features, fvcore=not no_fvcore)
     from perfpredict.profile.extended import ExtendedSettings
+    from perfpredict.workload import resolve_workload
 
-    if window <= 0 or link_mbit <= 0:
-        raise UsageError("--window and --link-mbit must be positive", step="arguments")
+    workload = resolve_workload(target, params)
+    settings = ProfileSettings(
+        batch_sizes=sizes, mode=mode.value, device=device,
+        timing=TimingConfig(min_time_s=min_time, max_time_s=max_time), threads=threads,
+        memory_limit_bytes=memory_limit_bytes, features=not no_features, fvcore=not no_fvcore)
     extended = ExtendedSettings(
         scaling=scaling or all_, colocation=colocation or all_, sensitivity=sensitivity or all_,
-        batch_size=extended_batch, workers=parse_batch_sizes(workers) if workers else None,
-        copies=parse_batch_sizes(copies), partner=None if partner.lower() == "none" else partner, window_s=window,
-        link_mbit=link_mbit, storage_bytes_per_s=_bytes(storage_bandwidth))
+        batch_size=extended_batch, workers=worker_counts, copies=copy_counts,
+        partner=None if partner.lower() == "none" else partner, window_s=window,
+        link_mbit=link_mbit, storage_bytes_per_s=storage_bytes_per_s)
     out_dir = out or Path("perfpredict-out") / workload.name
     command = "perfpredict " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     if not no_mlflow:

@@ -185,7 +185,6 @@ def _jobs_table(memory: str, dataset: str | None, features: str | None, models_d
     return tuple(out)
 
 
-@lru_cache(maxsize=4)
 def family_cv_predictions(dataset: str, features: str, models_dir: str | None = None
                           ) -> dict[tuple[str, int], dict[str, tuple[float, float]]]:
     """Leave-one-family-out predictions of every point of ``dataset``: (config, batch) -> target ->
@@ -195,7 +194,20 @@ def family_cv_predictions(dataset: str, features: str, models_dir: str | None = 
     ``metadata.json`` names as ``point_kind``, built by :mod:`perfpredict.estimators` with the same
     hyper-parameters) are refitted on all other families' rows and predict this family's points, as the
     Predictor would (quantiles sorted, utilisation clipped). A family's predictions therefore do not depend on
-    its own measurements. Deterministic; cached per process (about 5 s on 2 cores)."""
+    its own measurements. Deterministic; cached per process (about 17 s on 2 cores for 11 families)."""
+    return _family_cv_predictions(*_cache_key(dataset, features, models_dir))
+
+
+def _cache_key(dataset: str, features: str, models_dir: str | None) -> tuple[str, str, str | None]:
+    """One spelling per set of files, so that the caches below are not missed (and a refit paid again) because
+    one caller passed ``models_dir`` and another left it out, or spelled a path differently."""
+    return (str(Path(dataset).resolve()), str(Path(features).resolve()),
+            None if models_dir is None else str(Path(models_dir).resolve()))
+
+
+@lru_cache(maxsize=4)
+def _family_cv_predictions(dataset: str, features: str, models_dir: str | None
+                           ) -> dict[tuple[str, int], dict[str, tuple[float, float]]]:
     from perfpredict.estimators.data import load_training_data
 
     data = load_training_data(dataset, features)
@@ -258,14 +270,19 @@ def unseen_architectures(configs, share: float = PAPER_UNSEEN_SHARE) -> frozense
     return frozenset(names[: int(round(share * len(names)))])
 
 
-@lru_cache(maxsize=4)
 def paper_mix_predictions(dataset: str, features: str, models_dir: str | None = None
                           ) -> dict[tuple[str, int], dict[str, tuple[float, float]]]:
     """Predictions for the Horus testbed's mix: the shipped estimator kinds refitted on the rows of the half of
     the architectures that :func:`unseen_architectures` does not pick, predicting every point. Half the jobs
     are then new to the predictor (their family may not be), as in seed 004 §5; the other half are its
     training points. Same format as :func:`family_cv_predictions`; memory's q90 widened by the shipped
-    interval scale, as the Predictor does."""
+    interval scale, as the Predictor does. Cached per process."""
+    return _paper_mix_predictions(*_cache_key(dataset, features, models_dir))
+
+
+@lru_cache(maxsize=4)
+def _paper_mix_predictions(dataset: str, features: str, models_dir: str | None
+                           ) -> dict[tuple[str, int], dict[str, tuple[float, float]]]:
     from perfpredict.estimators.data import load_training_data
 
     data = load_training_data(dataset, features)

@@ -5,16 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from perfpredict.errors import UsageError
 from perfpredict.workload.loader import load_model_file
-from perfpredict.workload.spec import (
-    DEFAULT_BATCH_SIZES,
-    Workload,
-    WorkloadRef,
-    parse_batch_sizes,
-)
-
-ZOO_PREFIX = "zoo:"
+from perfpredict.workload.spec import DEFAULT_BATCH_SIZES, Workload, WorkloadRef
+from perfpredict.workload_args import ZOO_PREFIX, check_target, parse_batch_sizes, parse_params
 
 
 def resolve_workload(target: str, params: Mapping[str, Any] | None = None) -> Workload:
@@ -23,23 +16,8 @@ def resolve_workload(target: str, params: Mapping[str, Any] | None = None) -> Wo
         from perfpredict.workload.zoo import load_zoo_workload
 
         return load_zoo_workload(target[len(ZOO_PREFIX):], params)
-    if params:
-        raise UsageError(f"--param only applies to zoo models (zoo:<family>), not to {target}", step="arguments")
+    check_target(target, params)
     return load_model_file(target)
-
-
-def parse_params(items: list[str] | None) -> dict[str, str]:
-    """``["depth=18", "width=32"]`` → ``{"depth": "18", "width": "32"}`` (values parsed by the family)."""
-    out: dict[str, str] = {}
-    for item in items or []:
-        for part in item.split(","):
-            if not part.strip():
-                continue
-            if "=" not in part:
-                raise UsageError(f"--param expects name=value, got {part!r}", step="arguments")
-            k, v = part.split("=", 1)
-            out[k.strip()] = v.strip()
-    return out
 
 
 __all__ = [

@@ -30,6 +30,7 @@ from perfpredict.workload.spec import (
     default_loss,
     default_optimizer,
 )
+from perfpredict.workload_args import check_model_path
 
 REQUIRED_HOOKS = ("build_model", "example_inputs")
 OPTIONAL_HOOKS = ("loss_fn", "example_targets", "make_optimizer", "make_dataset", "preprocess")
@@ -37,15 +38,10 @@ OPTIONAL_HOOKS = ("loss_fn", "example_targets", "make_optimizer", "make_dataset"
 
 def load_model_file(path: str | Path) -> Workload:
     """Import ``path`` and return its :class:`Workload`; raise :class:`ModelLoadError` naming the problem."""
-    p = Path(path).expanduser()
     shown = str(path)
-    if not p.exists():
-        raise ModelLoadError("file not found", source=shown, step="load")
-    if p.is_dir():
-        raise ModelLoadError("is a directory, expected a Python file defining build_model() and "
-                             "example_inputs(batch_size)", source=shown, step="load")
-    module = _import_isolated(p.resolve(), shown)
-    return _workload_from_module(module, p.resolve(), shown)
+    p = check_model_path(path)
+    module = _import_isolated(p, shown)
+    return _workload_from_module(module, p, shown)
 
 
 def _import_isolated(path: Path, shown: str) -> ModuleType:

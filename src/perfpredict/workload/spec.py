@@ -8,7 +8,7 @@ callables in whatever process needs them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -138,19 +138,3 @@ def to_device(obj: Any, device: torch.device | str) -> Any:
     return obj
 
 
-def parse_batch_sizes(value: str | Sequence[int]) -> tuple[int, ...]:
-    """Parse ``"8,16,32"`` (or a sequence) into sorted, unique, positive batch sizes."""
-    from perfpredict.errors import UsageError
-
-    if isinstance(value, str):
-        items = [v.strip() for v in value.split(",") if v.strip()]
-        try:
-            sizes = [int(v) for v in items]
-        except ValueError:
-            raise UsageError(f"batch sizes must be comma-separated integers, got {value!r}",
-                             step="arguments") from None
-    else:
-        sizes = [int(v) for v in value]
-    if not sizes or any(s <= 0 for s in sizes):
-        raise UsageError(f"batch sizes must be positive integers, got {value!r}", step="arguments")
-    return tuple(sorted(set(sizes)))

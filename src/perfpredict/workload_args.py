@@ -1,0 +1,66 @@
+"""What a user typed about a workload, parsed and checked without importing torch.
+
+The CLI calls these before it starts a measuring process or imports torch (several seconds together), so a
+mistyped batch size, a ``--param`` on a ``model.py`` or a missing file is reported at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from perfpredict.errors import ModelLoadError, UsageError
+
+ZOO_PREFIX = "zoo:"
+
+
+def parse_batch_sizes(value: str | Sequence[int]) -> tuple[int, ...]:
+    """Parse ``"8,16,32"`` (or a sequence) into sorted, unique, positive batch sizes."""
+    if isinstance(value, str):
+        items = [v.strip() for v in value.split(",") if v.strip()]
+        try:
+            sizes = [int(v) for v in items]
+        except ValueError:
+            raise UsageError(f"batch sizes must be comma-separated integers, got {value!r}",
+                             step="arguments") from None
+    else:
+        sizes = [int(v) for v in value]
+    if not sizes or any(s <= 0 for s in sizes):
+        raise UsageError(f"batch sizes must be positive integers, got {value!r}", step="arguments")
+    return tuple(sorted(set(sizes)))
+
+
+def parse_params(items: list[str] | None) -> dict[str, str]:
+    """``["depth=18", "width=32"]`` → ``{"depth": "18", "width": "32"}`` (values parsed by the family)."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        for part in item.split(","):
+            if not part.strip():
+                continue
+            if "=" not in part:
+                raise UsageError(f"--param expects name=value, got {part!r}", step="arguments")
+            k, v = part.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+def check_model_path(path: str | Path) -> Path:
+    """The resolved path of a ``model.py`` that exists and is a file; :class:`ModelLoadError` otherwise."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise ModelLoadError("file not found", source=str(path), step="load")
+    if p.is_dir():
+        raise ModelLoadError("is a directory, expected a Python file defining build_model() and "
+                             "example_inputs(batch_size)", source=str(path), step="load")
+    return p.resolve()
+
+
+def check_target(target: str, params: Mapping[str, Any] | None = None) -> None:
+    """The checks on a profiling target that need no import: ``--param`` only with ``zoo:<family>``, and a
+    ``model.py`` that exists. (A zoo family's name and parameters are checked when it is loaded.)"""
+    if target.startswith(ZOO_PREFIX):
+        return
+    if params:
+        raise UsageError(f"--param only applies to zoo models (zoo:<family>), not to {target}", step="arguments")
+    check_model_path(target)
