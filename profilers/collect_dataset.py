@@ -40,12 +40,14 @@ def _features(args: argparse.Namespace) -> int:
 
     added = build_features_table([(p.family, p.cfg) for p in plans], args.out, progress,
                                  isolate=not args.in_process, timeout_s=args.timeout)
-    from perfpredict.dataset.features_table import add_saved_bytes
+    from perfpredict.dataset.features_table import add_lookup_bytes, add_saved_bytes
 
-    # rows from before the saved-tensor columns existed (all rows with --recompute-saved)
+    # rows from before the saved-tensor / lookup-bytes columns existed (all rows' saved bytes with --recompute-saved)
     filled = add_saved_bytes(args.out, recompute=args.recompute_saved)
-    print(f"added {added} rows, filled saved-tensor bytes of {filled}, in {time.perf_counter() - t0:.0f} s",
-          file=sys.stderr)
+    looked = add_lookup_bytes(args.out, lambda name, n: print(f"  {name}: {n} lookup-only weight bytes",
+                                                              file=sys.stderr, flush=True))
+    print(f"added {added} rows, filled saved-tensor bytes of {filled} and lookup-only bytes of {looked}, in "
+          f"{time.perf_counter() - t0:.0f} s", file=sys.stderr)
     return 0
 
 

@@ -214,6 +214,10 @@ def test_a_dataset_mixing_modes_needs_the_mode_named(tmp_path):
 
     assert targets_for("cpu", "infer")["peak_memory"].memory_terms == INFER_MEMORY_TERMS
     assert targets_for("cpu")["peak_memory"].memory_terms == MEMORY_TERMS
+    from perfpredict.estimators.models import INFER_TIME_TERMS, TIME_TERMS
+
+    assert targets_for("cpu", "infer")["iter_time"].baseline_terms == INFER_TIME_TERMS
+    assert targets_for("cpu")["iter_time"].baseline_terms == TIME_TERMS
     with pytest.raises(ValueError, match="mode"):
         targets_for("cpu", "serve")
 

@@ -23,8 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from perfpredict.errors import PerfPredictError
 
-SCHEMA_VERSION = "1.2"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
-#                                             features.activation_bytes_by_op
+SCHEMA_VERSION = "1.3"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
+#                                             features.activation_bytes_by_op; 1.3: features.lookup_param_bytes
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -209,6 +209,9 @@ class GraphFeatures(_Section):
     fvcore_error: str | None = None
     macs_rel_diff: float | None = Field(None, description="|onnx - fvcore| / onnx for the per-sample MACs")
     param_bytes: int | None = None
+    lookup_param_bytes: int | None = Field(None, description="bytes of weights only indexed (Gather's data: "
+                                                             "embedding tables); a forward pass reads just the "
+                                                             "rows it looks up")
     activation_bytes_per_sample: int | None = None
     activation_bytes_fixed: int | None = None
     activation_bytes_by_op: dict[str, int] = Field(default_factory=dict, description="per-sample activation bytes "

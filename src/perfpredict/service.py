@@ -18,7 +18,7 @@ upload, 422 for a request that does not match the schema or asks for something i
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from perfpredict.errors import PerfPredictError
 
@@ -36,10 +36,18 @@ class FeatureVector(BaseModel):
     forward_macs_fixed: float = Field(0.0, ge=0)
     activation_bytes_fixed: float = Field(0.0, ge=0)
     input_bytes_per_sample: float = Field(0.0, ge=0)
+    lookup_param_bytes: float = Field(0.0, ge=0, description="bytes of weights only indexed (embedding tables); "
+                                                             "part of param_bytes")
     op_counts: dict[str, int] = Field(default_factory=dict)
     macs_by_op: dict[str, float] = Field(default_factory=dict)
     activation_bytes_by_op: dict[str, float] = Field(default_factory=dict)
     name: str = Field("features", max_length=200)
+
+    @model_validator(mode="after")
+    def _lookup_within_params(self) -> "FeatureVector":
+        if self.lookup_param_bytes > self.param_bytes:
+            raise ValueError("lookup_param_bytes is part of param_bytes, so it cannot exceed it")
+        return self
 
 
 class PredictRequest(BaseModel):

@@ -21,7 +21,7 @@ from typing import Any
 FEATURE_TABLE_COLUMNS = [
     "config", "family", "task", "config_json",
     "forward_macs_per_sample", "forward_macs_fixed", "closed_form_macs_per_sample",
-    "param_count", "param_bytes", "activation_bytes_per_sample", "activation_bytes_fixed", "num_nodes",
+    "param_count", "param_bytes", "lookup_param_bytes", "activation_bytes_per_sample", "activation_bytes_fixed", "num_nodes",
     "input_bytes_per_sample", "op_counts_json", "macs_by_op_json", "act_bytes_by_op_json",
     "saved_bytes_per_sample", "saved_bytes_fixed", "exporter", "opset", "error", "export_s",
 ]
@@ -52,7 +52,7 @@ def arch_features_row(family: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
         "forward_macs_per_sample": feats.forward_macs_per_sample,
         "forward_macs_fixed": feats.forward_macs_fixed,
         "closed_form_macs_per_sample": fam.closed_form_macs(cfg),
-        "param_count": params, "param_bytes": feats.param_bytes,
+        "param_count": params, "param_bytes": feats.param_bytes, "lookup_param_bytes": feats.lookup_param_bytes,
         "activation_bytes_per_sample": feats.activation_bytes_per_sample,
         "activation_bytes_fixed": feats.activation_bytes_fixed,
         "num_nodes": feats.num_nodes, "input_bytes_per_sample": input_bytes,
@@ -178,6 +178,57 @@ def add_saved_bytes(path: str | Path, recompute: bool = False) -> int:
         wl = load_zoo_workload(row["family"], json.loads(row["config_json"]))
         row["saved_bytes_per_sample"], row["saved_bytes_fixed"] = saved_bytes_split(wl)
         filled += 1
+    _rewrite(p, rows)
+    return filled
+
+
+def lookup_bytes_of_export(family: str, cfg: Mapping[str, Any]) -> int:
+    """:attr:`~perfpredict.features.graph.GraphStats.lookup_param_bytes` of ``family`` at ``cfg``, from an ONNX
+    export at batch 1 (one export, where a features row takes two and a saved-tensor count)."""
+    import torch
+
+    from perfpredict.features.graph import analyze_onnx
+    from perfpredict.features.onnx_export import export_onnx
+    from perfpredict.workload.zoo import load_zoo_workload
+
+    wl = load_zoo_workload(family, cfg)
+    torch.manual_seed(0)
+    model = wl.build_model()
+    return analyze_onnx(export_onnx(model, wl.inputs(1)).model_proto, run_for_shapes=False).lookup_param_bytes
+
+
+def add_lookup_bytes(path: str | Path, progress: Callable[[str, int], None] | None = None) -> int:
+    """Fill ``lookup_param_bytes`` of the rows of an existing table that lack it, in place; return rows filled.
+
+    Only a Gather can make a weight lookup-only, so a row whose graph has no Gather gets 0 without an export;
+    the others are exported again, each in a fresh process (multi-GB embedding tables), and the table is
+    rewritten after every architecture so an interrupted backfill keeps what it did.
+    """
+    from concurrent.futures import ProcessPoolExecutor
+
+    from perfpredict.profile.runner import _ctx
+
+    p = Path(path)
+    with open(p, newline="") as f:
+        rows = list(csv.DictReader(f))
+    filled = 0
+    for row in rows:
+        if row.get("lookup_param_bytes") not in (None, "") or row.get("error"):
+            continue
+        if "Gather" not in json.loads(row.get("op_counts_json") or "{}"):
+            row["lookup_param_bytes"] = 0
+        else:
+            with ProcessPoolExecutor(max_workers=1, mp_context=_ctx()) as pool:
+                row["lookup_param_bytes"] = pool.submit(lookup_bytes_of_export, row["family"],
+                                                        json.loads(row["config_json"])).result()
+        filled += 1
+        _rewrite(p, rows)
+        if progress:
+            progress(row["config"], int(row["lookup_param_bytes"]))
+    return filled
+
+
+def _rewrite(p: Path, rows: list[dict[str, Any]]) -> None:
     tmp = p.with_suffix(".tmp")
     with open(tmp, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FEATURE_TABLE_COLUMNS)
@@ -185,4 +236,3 @@ def add_saved_bytes(path: str | Path, recompute: bool = False) -> int:
         for row in rows:
             w.writerow({k: row.get(k) for k in FEATURE_TABLE_COLUMNS})
     tmp.replace(p)
-    return filled

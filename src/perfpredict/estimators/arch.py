@@ -45,6 +45,8 @@ class ArchFeatures:
     #: None when only an ONNX graph is at hand (the Predictor then estimates it from the graph)
     saved_bytes_per_sample: float | None = None
     saved_bytes_fixed: float = 0.0
+    #: bytes of weights only ever indexed (embedding tables; :attr:`GraphStats.lookup_param_bytes`)
+    lookup_param_bytes: float = 0.0
     name: str = ""
     family: str | None = None
     notes: tuple[str, ...] = ()
@@ -57,7 +59,7 @@ class ArchFeatures:
                 "input_bytes_per_sample": self.input_bytes_per_sample, "op_counts": dict(self.op_counts),
                 "macs_by_op": dict(self.macs_by_op), "activation_bytes_by_op": dict(self.activation_bytes_by_op),
                 "saved_bytes_per_sample": self.saved_bytes_per_sample, "saved_bytes_fixed": self.saved_bytes_fixed,
-                "notes": list(self.notes)}
+                "lookup_param_bytes": self.lookup_param_bytes, "notes": list(self.notes)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ArchFeatures:
@@ -89,7 +91,17 @@ def from_table_row(row: Mapping[str, Any]) -> ArchFeatures:
         activation_bytes_by_op=json.loads(ab) if isinstance(ab, str) else dict(ab),
         saved_bytes_per_sample=_num(row["saved_bytes_per_sample"]) if row.get("saved_bytes_per_sample") not in
         (None, "") else None, saved_bytes_fixed=_num(row.get("saved_bytes_fixed")),
+        lookup_param_bytes=_lookup_bytes(row),
         name=str(row.get("config", "")), family=row.get("family") or None)
+
+
+def _lookup_bytes(row: Mapping[str, Any]) -> float:
+    v = row.get("lookup_param_bytes")
+    if v in (None, ""):
+        raise ArchFeaturesError("the features table has no lookup_param_bytes for this architecture "
+                                "(re-run profilers/backfill_lookup_bytes.py or collect_dataset.py features)",
+                                source=str(row.get("config", "?")), step="features")
+    return float(v)
 
 
 def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchFeatures:
@@ -120,7 +132,8 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
         activation_bytes_fixed=float(feats.activation_bytes_fixed or 0), num_nodes=float(feats.num_nodes or 0),
         input_bytes_per_sample=float(sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))),
         op_counts=feats.op_counts, macs_by_op=feats.macs_by_op, activation_bytes_by_op=feats.activation_bytes_by_op,
-        saved_bytes_per_sample=float(saved), saved_bytes_fixed=float(saved_fixed), name=wl.name,
+        saved_bytes_per_sample=float(saved), saved_bytes_fixed=float(saved_fixed),
+        lookup_param_bytes=float(feats.lookup_param_bytes or 0), name=wl.name,
         notes=(feats.error,) if feats.error else ())
 
 
@@ -238,7 +251,8 @@ def from_onnx_proto(proto, name: str = "onnx") -> ArchFeatures:
                                 step="analyse onnx")
     return ArchFeatures(
         forward_macs_per_sample=float(macs), forward_macs_fixed=float(max(macs_fixed, 0)), param_count=param_count,
-        param_bytes=float(stats.initializer_bytes), activation_bytes_per_sample=float(max(act, 0)),
+        param_bytes=float(stats.initializer_bytes), lookup_param_bytes=float(stats.lookup_param_bytes),
+        activation_bytes_per_sample=float(max(act, 0)),
         activation_bytes_fixed=float(max(act_fixed, 0)), num_nodes=float(stats.num_nodes),
         input_bytes_per_sample=_input_bytes_per_sample(proto), op_counts=stats.op_counts,
         macs_by_op={k: int(v) for k, v in by_op.items()},

@@ -63,6 +63,9 @@ FEATURE_NAMES: list[str] = [
     *[f"ops_{g}" for g in OP_GROUPS], "ops_other",
     *[f"log_act_{g}_iter" for g in ACT_GROUPS],
     "log_saved_bytes_iter",
+    # weights a forward pass reads whole: all but the embedding tables, of which it reads only the rows it looks
+    # up (those are in the Gather activations)
+    "log_dense_param_bytes",
 ]
 
 
@@ -111,6 +114,7 @@ def design_row(arch: ArchFeatures, batch_size: int) -> dict[str, float]:
         row[f"log_act_{g}_iter"] = _log10(nb * b)
     row["log_saved_bytes_iter"] = (math.nan if arch.saved_bytes_per_sample is None
                                    else _log10(arch.saved_bytes_per_sample * b + arch.saved_bytes_fixed))
+    row["log_dense_param_bytes"] = _log10(arch.param_bytes - arch.lookup_param_bytes)
     return row
 
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from perfpredict.estimators.models import (
     INFER_MEMORY_TERMS,
+    INFER_TIME_TERMS,
     MEMORY_TERMS,
     MODEL_KINDS,
     QUANTILES,
@@ -140,7 +141,8 @@ def targets_for(device_kind: str, mode: str = "train") -> dict[str, TargetSpec]:
     On CUDA, ``peak_memory`` is torch's peak allocated bytes: every byte a tensor or a library workspace, so
     its baseline has no constant (on the CPU it is the process's RSS increase, which does have one). In
     inference nothing is kept for a backward pass, so the memory baselines count activations instead of
-    saved tensors (:data:`~perfpredict.estimators.models.INFER_MEMORY_TERMS`)."""
+    saved tensors (:data:`~perfpredict.estimators.models.INFER_MEMORY_TERMS`), and its time baseline reads only
+    the weights that are not embedding tables (:data:`~perfpredict.estimators.models.INFER_TIME_TERMS`)."""
     from dataclasses import replace
 
     if mode not in ("train", "infer"):
@@ -153,5 +155,7 @@ def targets_for(device_kind: str, mode: str = "train") -> dict[str, TargetSpec]:
             spec = replace(spec, memory_intercept=False)
         if mode == "infer" and spec.transform == "structured_memory":
             spec = replace(spec, memory_terms=INFER_MEMORY_TERMS)
+        if mode == "infer" and spec.baseline_terms:
+            spec = replace(spec, baseline_terms=INFER_TIME_TERMS)
         out[name] = spec
     return out

@@ -249,7 +249,10 @@ def render_report(meta: dict[str, Any]) -> str:
         elif "baseline_coef" in t:
             c = t["baseline_coef"]["point"]
             lines += [f"Baseline fitted on all rows: {c[0] * 1e3:.2f} ms + {c[1] * 1e12:.1f} ps per forward MAC "
-                      f"+ {c[2] * 1e12:.1f} ps per byte of activations and parameters, per iteration.", ""]
+                      f"+ {c[2] * 1e12:.1f} ps per byte of activations and "
+                      + ("non-embedding parameters (embedding tables are read by lookup)"
+                         if "log_dense_param_bytes" in t["baseline_coef"]["terms"][2] else "parameters")
+                      + ", per iteration.", ""]
         if "prior_coef" in t:
             b, i = t["prior_coef"]["busy"], t["prior_coef"]["idle"]
             lines += [f"Physical prior (the feature `{t['prior_coef']['feature']}` = log busy/idle seconds per "

@@ -33,6 +33,11 @@ class GraphStats:
     #: ``activation_bytes`` split by the op type that produced each tensor (graph inputs under ``"input"``).
     activation_bytes_by_op: dict[str, int] = field(default_factory=dict)
     initializer_bytes: int = 0
+    #: Bytes of the weights that are only ever indexed (the data input of Gather: embedding tables). A pass
+    #: reads just the rows it looks up, which are already counted as the Gather's output activation, so a
+    #: cost model of an inference pass must not charge these bytes as read in full (an optimizer step with
+    #: dense gradients does touch every row).
+    lookup_param_bytes: int = 0
     op_counts: dict[str, int] = field(default_factory=dict)
     num_nodes: int = 0
     unknown_shape_ops: dict[str, int] = field(default_factory=dict)
@@ -149,6 +154,7 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
                     macs[node.op_type] += m
 
     visit(g)
+    stats.lookup_param_bytes = _lookup_only_bytes(g, init_names)
     stats.macs = int(sum(macs.values()))
     stats.macs_by_op = {k: int(v) for k, v in sorted(macs.items())}
     stats.activation_bytes = int(act)
@@ -157,6 +163,31 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
     stats.num_nodes = int(sum(ops.values()))
     stats.unknown_shape_ops = dict(unknown)
     return stats
+
+
+def _lookup_only_bytes(graph, init_names: set[str]) -> int:
+    """Bytes of the initializers whose every use, in the graph and its subgraphs, is as the data input of a
+    Gather (a weight also used by a MatMul, e.g. an output projection tied to the embedding, is read whole)."""
+    import onnx
+
+    lookup: set[str] = set()
+    other: set[str] = set()
+
+    def uses(g) -> None:
+        for node in g.node:
+            for i, name in enumerate(node.input):
+                if name in init_names:
+                    (lookup if node.op_type == "Gather" and i == 0 else other).add(name)
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    uses(attr.g)
+                elif attr.type == onnx.AttributeProto.GRAPHS:
+                    for sub in attr.graphs:
+                        uses(sub)
+
+    uses(graph)
+    only = lookup - other
+    return int(sum(prod(t.dims) * _dtype_size(t.data_type) for t in graph.initializer if t.name in only))
 
 
 _ORT_INPUT_DTYPES = {"tensor(float)": "float32", "tensor(double)": "float64", "tensor(float16)": "float16",
