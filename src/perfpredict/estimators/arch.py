@@ -98,8 +98,8 @@ def from_table_row(row: Mapping[str, Any]) -> ArchFeatures:
 def _lookup_bytes(row: Mapping[str, Any]) -> float:
     v = row.get("lookup_param_bytes")
     if v in (None, ""):
-        raise ArchFeaturesError("the features table has no lookup_param_bytes for this architecture "
-                                "(re-run profilers/backfill_lookup_bytes.py or collect_dataset.py features)",
+        raise ArchFeaturesError("the features table has no lookup_param_bytes for this architecture (`python "
+                                "profilers/collect_dataset.py features --out <table>` fills it in)",
                                 source=str(row.get("config", "?")), step="features")
     return float(v)
 

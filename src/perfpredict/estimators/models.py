@@ -78,7 +78,7 @@ INFER_MEMORY_TERMS: tuple[tuple[str, ...], ...] = (("log_param_bytes",), ("log_a
 TIME_TERMS: tuple[tuple[str, ...], ...] = (("log_macs_per_iter",), ("log_act_bytes_per_iter", "log_param_bytes"))
 #: The same for an inference pass, which reads only the looked-up rows of an embedding table (in the activation
 #: bytes), not the whole table as a training step's optimizer does. On the CPU inference dataset this takes DLRM
-#: from a 16x over-prediction to 66% and the family-CV MAPE of the baseline x XGBoost from 375% to 37%.
+#: from a 16x over-prediction to 66% and the family-CV MAPE of the baseline x XGBoost from 375% to 36%.
 INFER_TIME_TERMS: tuple[tuple[str, ...], ...] = (("log_macs_per_iter",),
                                                  ("log_act_bytes_per_iter", "log_dense_param_bytes"))
 
