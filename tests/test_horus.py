@@ -554,7 +554,21 @@ def test_experiment_fast(tmp_path):
         s = res["summary"]
         assert s[f"poisson/{w}/horus"]["busy_util"] > s[f"poisson/{w}/fifo-exclusive"]["busy_util"]
         assert s[f"poisson/{w}/horus"]["makespan_min"] < s[f"poisson/{w}/fifo-exclusive"]["makespan_min"]
-    assert any(row["ooms"] > 0 for row in rows if row["part"] == "memory")  # prediction error has consequences
+    # Memory pressure: whether the shipped predictions cause an OOM here depends on their noise (the median
+    # reservation caused one before a retrain, none after), so the test checks how OOMs are accounted for, not
+    # that one happens (that is tested above with set truths, in test_oom_*).
+    memory = [row for row in rows if row["part"] == "memory"]
+    assert {(row["mechanism"], row["memory"]) for row in memory} == {
+        (m, r) for m in ("fifo-exclusive", "obp", "horus", "horus-f") for r in ("safe", "median")}
+    for row in memory:
+        assert row["max_mem_frac"] <= 1 + 1e-9
+        if row["ooms"]:
+            assert row["max_mem_frac_attempted"] > 1  # an OOM is a placement whose measured memory overflowed
+        else:
+            assert row["max_mem_frac_attempted"] == pytest.approx(row["max_mem_frac"])
+    # the median reservation is below the q90 one, so it leaves out no more jobs as too big for a device
+    assert (sum(row["dropped"] for row in memory if row["memory"] == "median")
+            <= sum(row["dropped"] for row in memory if row["memory"] == "safe"))
     assert "| scheduler | makespan (min) | vs FIFO | GPU util (busy) |" in r.stdout
     assert (tmp_path / "horus_makespan.png").stat().st_size > 0
 
