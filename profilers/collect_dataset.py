@@ -44,8 +44,9 @@ def _features(args: argparse.Namespace) -> int:
 
     # rows from before the saved-tensor / lookup-bytes columns existed (all rows' saved bytes with --recompute-saved)
     filled = add_saved_bytes(args.out, recompute=args.recompute_saved)
-    looked = add_lookup_bytes(args.out, lambda name, n: print(f"  {name}: {n} lookup-only weight bytes",
-                                                              file=sys.stderr, flush=True))
+    looked = add_lookup_bytes(args.out, lambda name, n: print(
+        f"  {name}: " + (f"{n} lookup-only weight bytes" if n >= 0 else "lookup-only bytes NOT counted (export "
+                         "failed; the cell stays empty)"), file=sys.stderr, flush=True))
     print(f"added {added} rows, filled saved-tensor bytes of {filled} and lookup-only bytes of {looked}, in "
           f"{time.perf_counter() - t0:.0f} s", file=sys.stderr)
     return 0

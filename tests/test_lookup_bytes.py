@@ -100,3 +100,27 @@ def test_the_service_rejects_lookup_bytes_larger_than_the_parameters():
     with pytest.raises(ValidationError, match="cannot exceed"):
         FeatureVector(**ok, lookup_param_bytes=5e5)
     assert "log_dense_param_bytes" in FEATURE_NAMES
+
+
+def test_the_backfill_fills_missing_cells_and_leaves_a_failed_export_empty(tmp_path):
+    from perfpredict.dataset.features_table import FEATURE_TABLE_COLUMNS, add_lookup_bytes, read_features_table
+
+    with open(REPO / "datasets" / "zoo_features.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    smallest = {fam: min((r for r in rows if r["family"] == fam), key=lambda r: float(r["param_bytes"]))
+                for fam in ("lstm", "mlp")}
+    broken = dict(smallest["lstm"], config="lstm-broken", config_json=json.dumps({"layers": "many"}))
+    table = tmp_path / "features.csv"
+    with open(table, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FEATURE_TABLE_COLUMNS)
+        w.writeheader()
+        for r in (smallest["lstm"], smallest["mlp"], broken):
+            w.writerow({k: ("" if k == "lookup_param_bytes" else r.get(k)) for k in FEATURE_TABLE_COLUMNS})
+    seen: list[tuple[str, int]] = []
+    assert add_lookup_bytes(table, lambda name, n: seen.append((name, n))) == 2
+    got = read_features_table(table)
+    want = float(smallest["lstm"]["lookup_param_bytes"])
+    assert want > 0 and float(got[smallest["lstm"]["config"]]["lookup_param_bytes"]) == want
+    assert float(got[smallest["mlp"]["config"]]["lookup_param_bytes"]) == 0  # no Gather: no export needed
+    assert got["lstm-broken"]["lookup_param_bytes"] == "" and ("lstm-broken", -1) in seen
+    assert add_lookup_bytes(table) == 0  # the filled rows are not redone; the broken one fails again, quietly

@@ -21,7 +21,8 @@ from typing import Any
 FEATURE_TABLE_COLUMNS = [
     "config", "family", "task", "config_json",
     "forward_macs_per_sample", "forward_macs_fixed", "closed_form_macs_per_sample",
-    "param_count", "param_bytes", "lookup_param_bytes", "activation_bytes_per_sample", "activation_bytes_fixed", "num_nodes",
+    "param_count", "param_bytes", "lookup_param_bytes", "activation_bytes_per_sample", "activation_bytes_fixed",
+    "num_nodes",
     "input_bytes_per_sample", "op_counts_json", "macs_by_op_json", "act_bytes_by_op_json",
     "saved_bytes_per_sample", "saved_bytes_fixed", "exporter", "opset", "error", "export_s",
 ]
@@ -202,7 +203,9 @@ def add_lookup_bytes(path: str | Path, progress: Callable[[str, int], None] | No
 
     Only a Gather can make a weight lookup-only, so a row whose graph has no Gather gets 0 without an export;
     the others are exported again, each in a fresh process (multi-GB embedding tables), and the table is
-    rewritten after every architecture so an interrupted backfill keeps what it did.
+    rewritten after every architecture so an interrupted backfill keeps what it did. An export that fails
+    (or a process killed for memory) leaves the cell empty, reported through ``progress`` as -1, and the
+    backfill goes on; training then names that architecture instead of reading a 0.
     """
     from concurrent.futures import ProcessPoolExecutor
 
@@ -218,9 +221,14 @@ def add_lookup_bytes(path: str | Path, progress: Callable[[str, int], None] | No
         if "Gather" not in json.loads(row.get("op_counts_json") or "{}"):
             row["lookup_param_bytes"] = 0
         else:
-            with ProcessPoolExecutor(max_workers=1, mp_context=_ctx()) as pool:
-                row["lookup_param_bytes"] = pool.submit(lookup_bytes_of_export, row["family"],
-                                                        json.loads(row["config_json"])).result()
+            try:
+                with ProcessPoolExecutor(max_workers=1, mp_context=_ctx()) as pool:
+                    row["lookup_param_bytes"] = pool.submit(lookup_bytes_of_export, row["family"],
+                                                            json.loads(row["config_json"])).result()
+            except Exception:  # noqa: BLE001 - export error or a dead process: this row stays empty
+                if progress:
+                    progress(row["config"], -1)
+                continue
         filled += 1
         _rewrite(p, rows)
         if progress:
