@@ -35,8 +35,7 @@ class CompiledForest:
     def __init__(self, feature: np.ndarray, threshold: np.ndarray, left: np.ndarray, right: np.ndarray,
                  default_left: np.ndarray, value: np.ndarray, roots: np.ndarray, tree_output: np.ndarray,
                  base_score: np.ndarray, depth: int, num_features: int) -> None:
-        self.feature, self.threshold = feature, threshold
-        self.left, self.right, self.default_left = left, right, default_left
+        self.feature, self.threshold, self.default_left = feature, threshold, default_left
         self.value, self.roots = value, roots
         self.tree_output, self.base_score = tree_output, base_score
         self.depth, self.num_features = depth, num_features
@@ -46,6 +45,15 @@ class CompiledForest:
         #: trees x outputs indicator: one matrix product sums each output's trees
         self._to_output = np.zeros((len(roots), self.num_outputs))
         self._to_output[np.arange(len(roots)), tree_output] = 1.0
+
+    @property
+    def left(self) -> np.ndarray:
+        """Each node's left child (a leaf's is itself)."""
+        return self.children[1::2]
+
+    @property
+    def right(self) -> np.ndarray:
+        return self.children[0::2]
 
     def _leaf_nodes(self, X: Any) -> np.ndarray:
         """(n, trees) flat index of the leaf each row reaches in each tree."""

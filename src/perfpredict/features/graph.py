@@ -129,10 +129,17 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
             act += nb
             act_by_op["input"] += nb
 
+    # Weights used only as Gather's data input (embedding tables) vs. used any other way (read whole)
+    gathered: set[str] = set()
+    read_whole: set[str] = set()
+
     def visit(graph) -> None:
         nonlocal act
         for node in graph.node:
             ops[node.op_type] += 1
+            for i, name in enumerate(node.input):
+                if name in init_names:
+                    (gathered if node.op_type == "Gather" and i == 0 else read_whole).add(name)
             for attr in node.attribute:
                 if attr.type == onnx.AttributeProto.GRAPH:
                     visit(attr.g)
@@ -154,7 +161,9 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
                     macs[node.op_type] += m
 
     visit(g)
-    stats.lookup_param_bytes = _lookup_only_bytes(g, init_names)
+    lookup_only = gathered - read_whole  # a table tied to an output projection is read whole
+    stats.lookup_param_bytes = int(sum(prod(t.dims) * _dtype_size(t.data_type) for t in g.initializer
+                                       if t.name in lookup_only))
     stats.macs = int(sum(macs.values()))
     stats.macs_by_op = {k: int(v) for k, v in sorted(macs.items())}
     stats.activation_bytes = int(act)
@@ -163,31 +172,6 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
     stats.num_nodes = int(sum(ops.values()))
     stats.unknown_shape_ops = dict(unknown)
     return stats
-
-
-def _lookup_only_bytes(graph, init_names: set[str]) -> int:
-    """Bytes of the initializers whose every use, in the graph and its subgraphs, is as the data input of a
-    Gather (a weight also used by a MatMul, e.g. an output projection tied to the embedding, is read whole)."""
-    import onnx
-
-    lookup: set[str] = set()
-    other: set[str] = set()
-
-    def uses(g) -> None:
-        for node in g.node:
-            for i, name in enumerate(node.input):
-                if name in init_names:
-                    (lookup if node.op_type == "Gather" and i == 0 else other).add(name)
-            for attr in node.attribute:
-                if attr.type == onnx.AttributeProto.GRAPH:
-                    uses(attr.g)
-                elif attr.type == onnx.AttributeProto.GRAPHS:
-                    for sub in attr.graphs:
-                        uses(sub)
-
-    uses(graph)
-    only = lookup - other
-    return int(sum(prod(t.dims) * _dtype_size(t.data_type) for t in graph.initializer if t.name in only))
 
 
 _ORT_INPUT_DTYPES = {"tensor(float)": "float32", "tensor(double)": "float64", "tensor(float16)": "float16",
