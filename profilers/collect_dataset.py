@@ -40,15 +40,20 @@ def _features(args: argparse.Namespace) -> int:
 
     added = build_features_table([(p.family, p.cfg) for p in plans], args.out, progress,
                                  isolate=not args.in_process, timeout_s=args.timeout)
-    from perfpredict.dataset.features_table import add_lookup_bytes, add_saved_bytes
+    from perfpredict.dataset.features_table import add_saved_bytes, backfill_export_columns
 
-    # rows from before the saved-tensor / lookup-bytes columns existed (all rows' saved bytes with --recompute-saved)
+    # rows from before the saved-tensor / lookup-bytes / recurrent-steps columns existed (all rows' saved bytes
+    # with --recompute-saved)
     filled = add_saved_bytes(args.out, recompute=args.recompute_saved)
-    looked = add_lookup_bytes(args.out, lambda name, n: print(
-        f"  {name}: " + (f"{n} lookup-only weight bytes" if n >= 0 else "lookup-only bytes NOT counted (export "
-                         "failed; the cell stays empty)"), file=sys.stderr, flush=True))
-    print(f"added {added} rows, filled saved-tensor bytes of {filled} and lookup-only bytes of {looked}, in "
-          f"{time.perf_counter() - t0:.0f} s", file=sys.stderr)
+
+    def backfilled(name, column, value):
+        print(f"  {name}: {column} = {value}" if value is not None else
+              f"  {name}: {column} NOT filled (export failed; the cell stays empty)", file=sys.stderr, flush=True)
+
+    exported = backfill_export_columns(args.out, backfilled)
+    print(f"added {added} rows, filled saved-tensor bytes of {filled}, "
+          + ", ".join(f"{col} of {n}" for col, n in exported.items()) + f", in {time.perf_counter() - t0:.0f} s",
+          file=sys.stderr)
     return 0
 
 

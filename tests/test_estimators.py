@@ -216,8 +216,11 @@ def test_a_dataset_mixing_modes_needs_the_mode_named(tmp_path):
     assert targets_for("cpu")["peak_memory"].memory_terms == MEMORY_TERMS
     from perfpredict.estimators.models import INFER_TIME_TERMS, TIME_TERMS
 
-    assert targets_for("cpu", "infer")["iter_time"].baseline_terms == INFER_TIME_TERMS
-    assert targets_for("cpu")["iter_time"].baseline_terms == TIME_TERMS
+    cpu_step, cuda_step = ("log_stepwise_rnn_gate_steps",), ("log_recurrent_steps",)
+    assert targets_for("cpu", "infer")["iter_time"].baseline_terms == INFER_TIME_TERMS + (cpu_step,)
+    assert targets_for("cpu")["iter_time"].baseline_terms == TIME_TERMS + (cpu_step,)
+    assert targets_for("cuda")["iter_time"].baseline_terms == TIME_TERMS + (cuda_step,)
+    assert targets_for("cuda", "infer")["iter_time"].baseline_terms == INFER_TIME_TERMS + (cuda_step,)
     with pytest.raises(ValueError, match="mode"):
         targets_for("cpu", "serve")
 
@@ -414,29 +417,31 @@ def test_utilization_prior_helps_on_unseen_families():
 
 
 def test_predictor_reproduces_the_shipped_time_baseline():
-    """Where family CV shipped the physical time baseline (kind ``none``), the Predictor's numbers are that
-    baseline refitted on the dataset: the saved coefficients and the Predictor's reconstruction agree."""
+    """Where family CV shipped the physical time baseline (kind ``none``, or times an XGBoost correction), the
+    Predictor's numbers are that model refitted on the dataset, with the device kind's and mode's terms: the
+    saved coefficients, the refit and the Predictor's reconstruction agree."""
     from perfpredict import Predictor
     from perfpredict.estimators.data import load_training_data
-    from perfpredict.estimators.targets import TARGETS
+    from perfpredict.estimators.targets import BASELINE_CORRECTION, targets_for
 
     pred = Predictor.load(MODELS)
     checked = 0
     for meta_path in MODELS.glob("*/metadata.json"):
         meta = json.loads(meta_path.read_text())
         t = meta["targets"]["iter_time"]
-        if t["point_kind"] != "none":
+        if t["point_kind"] not in ("none", BASELINE_CORRECTION):
             continue
         data = load_training_data(DATASETS / meta["provenance"]["file"])
-        spec = TARGETS["iter_time"]
+        spec = targets_for(data.device_kind, data.mode)["iter_time"]
+        assert [tuple(x) for x in t["baseline_coef"]["term_features"]] == list(spec.baseline_terms)
         y = data.column(spec.column)
         ok = np.isfinite(y) & (y > 0)
-        model = spec.make_model("none").fit(data.X[ok], spec.to_model(y[ok], data.X[ok]))
+        model = spec.make_model(t["point_kind"]).fit(data.X[ok], spec.to_model(y[ok], data.X[ok]))
         assert np.allclose(model.coef_, t["baseline_coef"]["point"], rtol=1e-9)
         i = int(np.flatnonzero(ok)[0])
         vals = pred.predict_values(data.archs[i], [int(data.batch[i])], device_type=meta["dataset"])
         want = float(np.exp(model.predict(data.X[i:i + 1]))[0])
-        assert vals["iter_time"]["median"][0] == pytest.approx(want, rel=1e-6)
+        assert vals["iter_time"]["median"][0] == pytest.approx(want, rel=1e-5)
         lo, hi = vals["iter_time"]["q10"][0], vals["iter_time"]["q90"][0]
         assert lo < want < hi
         checked += 1

@@ -103,8 +103,9 @@ def test_the_service_rejects_lookup_bytes_larger_than_the_parameters():
 
 
 def test_the_backfill_fills_missing_cells_and_leaves_a_failed_export_empty(tmp_path):
-    from perfpredict.dataset.features_table import FEATURE_TABLE_COLUMNS, add_lookup_bytes, read_features_table
+    from perfpredict.dataset.features_table import FEATURE_TABLE_COLUMNS, backfill_export_columns, read_features_table
 
+    columns = ("lookup_param_bytes", "recurrent_steps_json")
     with open(REPO / "datasets" / "zoo_features.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     smallest = {fam: min((r for r in rows if r["family"] == fam), key=lambda r: float(r["param_bytes"]))
@@ -115,12 +116,18 @@ def test_the_backfill_fills_missing_cells_and_leaves_a_failed_export_empty(tmp_p
         w = csv.DictWriter(f, fieldnames=FEATURE_TABLE_COLUMNS)
         w.writeheader()
         for r in (smallest["lstm"], smallest["mlp"], broken):
-            w.writerow({k: ("" if k == "lookup_param_bytes" else r.get(k)) for k in FEATURE_TABLE_COLUMNS})
-    seen: list[tuple[str, int]] = []
-    assert add_lookup_bytes(table, lambda name, n: seen.append((name, n))) == 2
+            w.writerow({k: ("" if k in columns else r.get(k)) for k in FEATURE_TABLE_COLUMNS})
+    seen: list[tuple[str, str, object]] = []
+    assert backfill_export_columns(table, lambda *a: seen.append(a)) == {c: 2 for c in columns}
     got = read_features_table(table)
+    lstm, mlp = got[smallest["lstm"]["config"]], got[smallest["mlp"]["config"]]
     want = float(smallest["lstm"]["lookup_param_bytes"])
-    assert want > 0 and float(got[smallest["lstm"]["config"]]["lookup_param_bytes"]) == want
-    assert float(got[smallest["mlp"]["config"]]["lookup_param_bytes"]) == 0  # no Gather: no export needed
-    assert got["lstm-broken"]["lookup_param_bytes"] == "" and ("lstm-broken", -1) in seen
-    assert add_lookup_bytes(table) == 0  # the filled rows are not redone; the broken one fails again, quietly
+    assert want > 0 and float(lstm["lookup_param_bytes"]) == want
+    assert json.loads(lstm["recurrent_steps_json"]) == json.loads(smallest["lstm"]["recurrent_steps_json"])
+    assert json.loads(lstm["recurrent_steps_json"])["LSTM"] > 0
+    # no Gather and no recurrent op: known without an export
+    assert float(mlp["lookup_param_bytes"]) == 0 and mlp["recurrent_steps_json"] == "{}"
+    assert got["lstm-broken"]["lookup_param_bytes"] == "" and got["lstm-broken"]["recurrent_steps_json"] == ""
+    assert {("lstm-broken", c, None) for c in columns} <= set(seen)
+    # the filled rows are not redone; the broken one fails again, quietly
+    assert backfill_export_columns(table) == {c: 0 for c in columns}

@@ -23,8 +23,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from perfpredict.errors import PerfPredictError
 
-SCHEMA_VERSION = "1.3"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
-#                                             features.activation_bytes_by_op; 1.3: features.lookup_param_bytes
+SCHEMA_VERSION = "1.4"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
+#                                             features.activation_bytes_by_op; 1.3: features.lookup_param_bytes;
+#                                             1.4: features.recurrent_steps_by_op
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -212,6 +213,9 @@ class GraphFeatures(_Section):
     lookup_param_bytes: int | None = Field(None, description="bytes of weights only indexed (Gather's data: "
                                                              "embedding tables); a forward pass reads just the "
                                                              "rows it looks up")
+    recurrent_steps_by_op: dict[str, int] = Field(default_factory=dict, description="time steps of the recurrent "
+                                                  "ops per pass (sequence length × directions, summed per op type: "
+                                                  "LSTM, GRU, RNN); independent of the batch size")
     activation_bytes_per_sample: int | None = None
     activation_bytes_fixed: int | None = None
     activation_bytes_by_op: dict[str, int] = Field(default_factory=dict, description="per-sample activation bytes "

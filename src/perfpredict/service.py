@@ -16,7 +16,7 @@ upload, 422 for a request that does not match the schema or asks for something i
 """
 
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -38,6 +38,9 @@ class FeatureVector(BaseModel):
     input_bytes_per_sample: float = Field(0.0, ge=0)
     lookup_param_bytes: float = Field(0.0, ge=0, description="bytes of weights only indexed (embedding tables); "
                                                              "part of param_bytes")
+    recurrent_steps_by_op: dict[Literal["LSTM", "GRU", "RNN"], Annotated[int, Field(ge=0)]] = Field(
+        default_factory=dict, description="time steps of the recurrent layers per pass (sequence length × "
+                                          "directions, summed per ONNX op type); independent of the batch size")
     op_counts: dict[str, int] = Field(default_factory=dict)
     macs_by_op: dict[str, float] = Field(default_factory=dict)
     activation_bytes_by_op: dict[str, float] = Field(default_factory=dict)

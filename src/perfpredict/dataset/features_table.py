@@ -22,7 +22,7 @@ FEATURE_TABLE_COLUMNS = [
     "config", "family", "task", "config_json",
     "forward_macs_per_sample", "forward_macs_fixed", "closed_form_macs_per_sample",
     "param_count", "param_bytes", "lookup_param_bytes", "activation_bytes_per_sample", "activation_bytes_fixed",
-    "num_nodes",
+    "num_nodes", "recurrent_steps_json",
     "input_bytes_per_sample", "op_counts_json", "macs_by_op_json", "act_bytes_by_op_json",
     "saved_bytes_per_sample", "saved_bytes_fixed", "exporter", "opset", "error", "export_s",
 ]
@@ -57,6 +57,7 @@ def arch_features_row(family: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
         "activation_bytes_per_sample": feats.activation_bytes_per_sample,
         "activation_bytes_fixed": feats.activation_bytes_fixed,
         "num_nodes": feats.num_nodes, "input_bytes_per_sample": input_bytes,
+        "recurrent_steps_json": json.dumps(feats.recurrent_steps_by_op, sort_keys=True),
         "op_counts_json": json.dumps(feats.op_counts, sort_keys=True),
         "macs_by_op_json": json.dumps(feats.macs_by_op, sort_keys=True),
         "act_bytes_by_op_json": json.dumps(feats.activation_bytes_by_op, sort_keys=True),
@@ -183,9 +184,18 @@ def add_saved_bytes(path: str | Path, recompute: bool = False) -> int:
     return filled
 
 
-def lookup_bytes_of_export(family: str, cfg: Mapping[str, Any]) -> int:
-    """:attr:`~perfpredict.features.graph.GraphStats.lookup_param_bytes` of ``family`` at ``cfg``, from an ONNX
-    export at batch 1 (one export, where a features row takes two and a saved-tensor count)."""
+#: Columns added after the table was first built, each filled from one ONNX export at batch 1: column -> (the
+#: op types without which its value is known without an export, that value, how to read it off the graph).
+EXPORT_BACKFILLS: dict[str, tuple[tuple[str, ...], Any, Callable[[Any], Any]]] = {
+    "lookup_param_bytes": (("Gather",), 0, lambda s: s.lookup_param_bytes),
+    "recurrent_steps_json": (("LSTM", "GRU", "RNN"), "{}",
+                             lambda s: json.dumps(s.recurrent_steps_by_op, sort_keys=True)),
+}
+
+
+def graph_stats_of_export(family: str, cfg: Mapping[str, Any]):
+    """:class:`~perfpredict.features.graph.GraphStats` of ``family`` at ``cfg`` from one ONNX export at batch 1
+    (where a features row takes two exports and a saved-tensor count)."""
     import torch
 
     from perfpredict.features.graph import analyze_onnx
@@ -195,17 +205,20 @@ def lookup_bytes_of_export(family: str, cfg: Mapping[str, Any]) -> int:
     wl = load_zoo_workload(family, cfg)
     torch.manual_seed(0)
     model = wl.build_model()
-    return analyze_onnx(export_onnx(model, wl.inputs(1)).model_proto, run_for_shapes=False).lookup_param_bytes
+    return analyze_onnx(export_onnx(model, wl.inputs(1)).model_proto, run_for_shapes=False)
 
 
-def add_lookup_bytes(path: str | Path, progress: Callable[[str, int], None] | None = None) -> int:
-    """Fill ``lookup_param_bytes`` of the rows of an existing table that lack it, in place; return rows filled.
+def backfill_export_columns(path: str | Path,
+                            progress: Callable[[str, str, Any], None] | None = None) -> dict[str, int]:
+    """Fill the :data:`EXPORT_BACKFILLS` cells that the rows of an existing table lack, in place; return the
+    number of cells filled per column.
 
-    Only a Gather can make a weight lookup-only, so a row whose graph has no Gather gets 0 without an export;
-    the others are exported again, each in a fresh process (multi-GB embedding tables), and the table is
-    rewritten after every architecture so an interrupted backfill keeps what it did. An export that fails
-    (or a process killed for memory) leaves the cell empty, reported through ``progress`` as -1, and the
-    backfill goes on; training then names that architecture instead of reading a 0.
+    A row whose graph has none of a column's op types gets that column's known value without an export (no
+    Gather: no lookup-only weight; no recurrent op: no time step). The others are exported once per row, each
+    in a fresh process (multi-GB embedding tables), and the table is rewritten after every architecture so an
+    interrupted backfill keeps what it did. An export that fails (or a process killed for memory) leaves the
+    cells empty, reported through ``progress(config, column, None)``, and the backfill goes on; training then
+    names that architecture instead of reading a 0.
     """
     from concurrent.futures import ProcessPoolExecutor
 
@@ -214,25 +227,30 @@ def add_lookup_bytes(path: str | Path, progress: Callable[[str, int], None] | No
     p = Path(path)
     with open(p, newline="") as f:
         rows = list(csv.DictReader(f))
-    filled = 0
+    filled = {col: 0 for col in EXPORT_BACKFILLS}
     for row in rows:
-        if row.get("lookup_param_bytes") not in (None, "") or row.get("error"):
+        missing = [c for c in EXPORT_BACKFILLS if row.get(c) in (None, "")]
+        if not missing or row.get("error"):
             continue
-        if "Gather" not in json.loads(row.get("op_counts_json") or "{}"):
-            row["lookup_param_bytes"] = 0
-        else:
+        ops = json.loads(row.get("op_counts_json") or "{}")
+        need_export = [c for c in missing if any(op in ops for op in EXPORT_BACKFILLS[c][0])]
+        for c in missing:
+            if c not in need_export:
+                row[c] = EXPORT_BACKFILLS[c][1]
+        if need_export:
             try:
                 with ProcessPoolExecutor(max_workers=1, mp_context=_ctx()) as pool:
-                    row["lookup_param_bytes"] = pool.submit(lookup_bytes_of_export, row["family"],
-                                                            json.loads(row["config_json"])).result()
-            except Exception:  # noqa: BLE001 - export error or a dead process: this row stays empty
-                if progress:
-                    progress(row["config"], -1)
-                continue
-        filled += 1
+                    stats = pool.submit(graph_stats_of_export, row["family"], json.loads(row["config_json"])).result()
+            except Exception:  # noqa: BLE001 - export error or a dead process: these cells stay empty
+                stats = None
+            for c in need_export:
+                row[c] = "" if stats is None else EXPORT_BACKFILLS[c][2](stats)
+        for c in missing:
+            if row[c] != "":
+                filled[c] += 1
+            if progress:
+                progress(row["config"], c, row[c] if row[c] != "" else None)
         _rewrite(p, rows)
-        if progress:
-            progress(row["config"], int(row["lookup_param_bytes"]))
     return filled
 
 

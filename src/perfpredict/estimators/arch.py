@@ -47,6 +47,8 @@ class ArchFeatures:
     saved_bytes_fixed: float = 0.0
     #: bytes of weights only ever indexed (embedding tables; :attr:`GraphStats.lookup_param_bytes`)
     lookup_param_bytes: float = 0.0
+    #: time steps of the recurrent ops per pass, by op type (:attr:`GraphStats.recurrent_steps_by_op`)
+    recurrent_steps_by_op: Mapping[str, int] = field(default_factory=dict)
     name: str = ""
     family: str | None = None
     notes: tuple[str, ...] = ()
@@ -59,7 +61,8 @@ class ArchFeatures:
                 "input_bytes_per_sample": self.input_bytes_per_sample, "op_counts": dict(self.op_counts),
                 "macs_by_op": dict(self.macs_by_op), "activation_bytes_by_op": dict(self.activation_bytes_by_op),
                 "saved_bytes_per_sample": self.saved_bytes_per_sample, "saved_bytes_fixed": self.saved_bytes_fixed,
-                "lookup_param_bytes": self.lookup_param_bytes, "notes": list(self.notes)}
+                "lookup_param_bytes": self.lookup_param_bytes,
+                "recurrent_steps_by_op": dict(self.recurrent_steps_by_op), "notes": list(self.notes)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ArchFeatures:
@@ -91,17 +94,25 @@ def from_table_row(row: Mapping[str, Any]) -> ArchFeatures:
         activation_bytes_by_op=json.loads(ab) if isinstance(ab, str) else dict(ab),
         saved_bytes_per_sample=_num(row["saved_bytes_per_sample"]) if row.get("saved_bytes_per_sample") not in
         (None, "") else None, saved_bytes_fixed=_num(row.get("saved_bytes_fixed")),
-        lookup_param_bytes=_lookup_bytes(row),
+        lookup_param_bytes=float(_required(row, "lookup_param_bytes")),
+        recurrent_steps_by_op=_json_dict(_required(row, "recurrent_steps_json")),
         name=str(row.get("config", "")), family=row.get("family") or None)
 
 
-def _lookup_bytes(row: Mapping[str, Any]) -> float:
-    v = row.get("lookup_param_bytes")
+def _required(row: Mapping[str, Any], column: str) -> Any:
+    """A column that older features tables lack: an error naming the command that fills it, never a silent 0
+    (a missing lookup-bytes value would charge embedding tables in full, a missing step count would drop the
+    per-step cost of recurrent layers)."""
+    v = row.get(column)
     if v in (None, ""):
-        raise ArchFeaturesError("the features table has no lookup_param_bytes for this architecture (`python "
+        raise ArchFeaturesError(f"the features table has no {column} for this architecture (`python "
                                 "profilers/collect_dataset.py features --out <table>` fills it in)",
                                 source=str(row.get("config", "?")), step="features")
-    return float(v)
+    return v
+
+
+def _json_dict(v: Any) -> dict[str, Any]:
+    return json.loads(v) if isinstance(v, str) else dict(v)
 
 
 def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchFeatures:
@@ -133,7 +144,8 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
         input_bytes_per_sample=float(sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))),
         op_counts=feats.op_counts, macs_by_op=feats.macs_by_op, activation_bytes_by_op=feats.activation_bytes_by_op,
         saved_bytes_per_sample=float(saved), saved_bytes_fixed=float(saved_fixed),
-        lookup_param_bytes=float(feats.lookup_param_bytes or 0), name=wl.name,
+        lookup_param_bytes=float(feats.lookup_param_bytes or 0), recurrent_steps_by_op=feats.recurrent_steps_by_op,
+        name=wl.name,
         notes=(feats.error,) if feats.error else ())
 
 
@@ -252,7 +264,7 @@ def from_onnx_proto(proto, name: str = "onnx") -> ArchFeatures:
     return ArchFeatures(
         forward_macs_per_sample=float(macs), forward_macs_fixed=float(max(macs_fixed, 0)), param_count=param_count,
         param_bytes=float(stats.initializer_bytes), lookup_param_bytes=float(stats.lookup_param_bytes),
-        activation_bytes_per_sample=float(max(act, 0)),
+        recurrent_steps_by_op=stats.recurrent_steps_by_op, activation_bytes_per_sample=float(max(act, 0)),
         activation_bytes_fixed=float(max(act_fixed, 0)), num_nodes=float(stats.num_nodes),
         input_bytes_per_sample=_input_bytes_per_sample(proto), op_counts=stats.op_counts,
         macs_by_op={k: int(v) for k, v in by_op.items()},

@@ -66,7 +66,16 @@ FEATURE_NAMES: list[str] = [
     # weights a forward pass reads whole: all but the embedding tables, of which it reads only the rows it looks
     # up (those are in the Gather activations)
     "log_dense_param_bytes",
+    # time steps of recurrent layers per iteration (each waits for the one before it, so each has a fixed cost
+    # whatever the batch): all of them, and those of GRU and plain RNN only, which PyTorch runs step by step
+    # in ATen ops on the CPU (its fused oneDNN kernel covers LSTM only), weighted by their gates
+    "log_recurrent_steps", "log_stepwise_rnn_gate_steps",
 ]
+
+#: Recurrent ONNX ops that PyTorch's CPU backend runs one time step at a time, with their number of gates: a
+#: step's small ops (a GEMM, an activation and the element-wise updates per gate) scale with it, so a GRU step
+#: counts 3 and a plain RNN step 1 in ``log_stepwise_rnn_gate_steps``.
+STEPWISE_RNN_GATES = {"GRU": 3, "RNN": 1}
 
 
 def _log10(x: float) -> float:
@@ -115,6 +124,9 @@ def design_row(arch: ArchFeatures, batch_size: int) -> dict[str, float]:
     row["log_saved_bytes_iter"] = (math.nan if arch.saved_bytes_per_sample is None
                                    else _log10(arch.saved_bytes_per_sample * b + arch.saved_bytes_fixed))
     row["log_dense_param_bytes"] = _log10(arch.param_bytes - arch.lookup_param_bytes)
+    steps = arch.recurrent_steps_by_op
+    row["log_recurrent_steps"] = _log10(sum(steps.values()))
+    row["log_stepwise_rnn_gate_steps"] = _log10(sum(g * steps.get(op, 0) for op, g in STEPWISE_RNN_GATES.items()))
     return row
 
 

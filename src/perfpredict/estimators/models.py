@@ -81,6 +81,20 @@ TIME_TERMS: tuple[tuple[str, ...], ...] = (("log_macs_per_iter",), ("log_act_byt
 #: from a 16x over-prediction to 66% and the family-CV MAPE of the baseline x XGBoost from 375% to 36%.
 INFER_TIME_TERMS: tuple[tuple[str, ...], ...] = (("log_macs_per_iter",),
                                                  ("log_act_bytes_per_iter", "log_dense_param_bytes"))
+#: The per-time-step cost of recurrent layers, by device kind, appended to the time terms above. A step waits
+#: for the one before it, so it costs a fixed latency however small its work. On the CPU, PyTorch trains and
+#: runs GRU and plain RNN one step at a time in ATen ops (≈ 0.4 ms per GRU step measured with torch.profiler)
+#: but LSTM through one fused oneDNN call per layer, so only GRU/RNN steps are charged there, per gate (charging
+#: LSTM steps the same cost took LSTM held out from 27% to 226% MAPE); cuDNN steps every recurrent op on the GPU.
+STEP_TERMS: dict[str, tuple[str, ...]] = {"cpu": ("log_stepwise_rnn_gate_steps",), "cuda": ("log_recurrent_steps",)}
+
+
+def time_terms(device_kind: str, mode: str = "train") -> tuple[tuple[str, ...], ...]:
+    """The iteration-time baseline's terms for a ``device_kind`` ("cpu" or "cuda") and ``mode`` ("train" or
+    "infer"): :data:`TIME_TERMS` or :data:`INFER_TIME_TERMS`, plus the device's :data:`STEP_TERMS`."""
+    base = INFER_TIME_TERMS if mode == "infer" else TIME_TERMS
+    step = STEP_TERMS.get(device_kind)
+    return base + ((step,) if step else ())
 
 
 #: GPU-utilisation prior (see :class:`UtilizationPriorModel`): the GPU's busy seconds per iteration, from

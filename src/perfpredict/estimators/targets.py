@@ -26,7 +26,6 @@ import numpy as np
 
 from perfpredict.estimators.models import (
     INFER_MEMORY_TERMS,
-    INFER_TIME_TERMS,
     MEMORY_TERMS,
     MODEL_KINDS,
     QUANTILES,
@@ -36,6 +35,7 @@ from perfpredict.estimators.models import (
     UtilizationPriorModel,
     make_model,
     make_quantile_model,
+    time_terms,
 )
 
 
@@ -142,7 +142,9 @@ def targets_for(device_kind: str, mode: str = "train") -> dict[str, TargetSpec]:
     its baseline has no constant (on the CPU it is the process's RSS increase, which does have one). In
     inference nothing is kept for a backward pass, so the memory baselines count activations instead of
     saved tensors (:data:`~perfpredict.estimators.models.INFER_MEMORY_TERMS`), and its time baseline reads only
-    the weights that are not embedding tables (:data:`~perfpredict.estimators.models.INFER_TIME_TERMS`)."""
+    the weights that are not embedding tables (:data:`~perfpredict.estimators.models.INFER_TIME_TERMS`). The
+    time baseline's per-recurrent-step term depends on the device kind
+    (:func:`~perfpredict.estimators.models.time_terms`)."""
     from dataclasses import replace
 
     if mode not in ("train", "infer"):
@@ -155,7 +157,7 @@ def targets_for(device_kind: str, mode: str = "train") -> dict[str, TargetSpec]:
             spec = replace(spec, memory_intercept=False)
         if mode == "infer" and spec.transform == "structured_memory":
             spec = replace(spec, memory_terms=INFER_MEMORY_TERMS)
-        if mode == "infer" and spec.baseline_terms:
-            spec = replace(spec, baseline_terms=INFER_TIME_TERMS)
+        if spec.baseline_terms:
+            spec = replace(spec, baseline_terms=time_terms(device_kind, mode))
         out[name] = spec
     return out

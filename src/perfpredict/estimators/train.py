@@ -252,6 +252,8 @@ def render_report(meta: dict[str, Any]) -> str:
                       f"+ {c[2] * 1e12:.1f} ps per byte of activations and "
                       + ("non-embedding parameters (embedding tables are read by lookup)"
                          if "log_dense_param_bytes" in t["baseline_coef"]["terms"][2] else "parameters")
+                      + "".join(f" + {ci * 1e6:.1f} µs per {_STEP_WORDS.get(term, term)}"
+                                for ci, term in zip(c[3:], t["baseline_coef"]["terms"][3:]))
                       + ", per iteration.", ""]
         if "prior_coef" in t:
             b, i = t["prior_coef"]["busy"], t["prior_coef"]["idle"]
@@ -270,6 +272,11 @@ def render_report(meta: dict[str, Any]) -> str:
                   f"{i['pairs']} measured pairs ({i['points']} points), R² linear branch {i['r2_linear']}, "
                   f"quadratic branch {i['r2_quadratic']}: see interference.json.", ""]
     return "\n".join(lines)
+
+
+#: How the report names a time baseline's per-step terms.
+_STEP_WORDS = {"log_recurrent_steps": "recurrent time step (LSTM, GRU, RNN)",
+               "log_stepwise_rnn_gate_steps": "gate × time step of GRU/RNN layers (run step by step on the CPU)"}
 
 
 def read_csv(path: str | Path) -> list[dict[str, str]]:

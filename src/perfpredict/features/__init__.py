@@ -94,6 +94,7 @@ def features_from_onnx(model_proto, batch_size: int = 1) -> GraphFeatures:
         forward_macs_per_sample=s.macs // batch_size,
         macs_by_op={k: v // batch_size for k, v in s.macs_by_op.items()},
         param_bytes=s.initializer_bytes, lookup_param_bytes=s.lookup_param_bytes,
+        recurrent_steps_by_op=s.recurrent_steps_by_op,
         activation_bytes_per_sample=s.activation_bytes // batch_size,
         activation_bytes_by_op={k: v // batch_size for k, v in s.activation_bytes_by_op.items()},
         op_counts=s.op_counts, num_nodes=s.num_nodes)
@@ -113,6 +114,7 @@ def _from_stats(s1: GraphStats, s2: GraphStats, b1: int, b2: int) -> GraphFeatur
         available=True, error=err,
         forward_macs_per_sample=macs, forward_macs_fixed=macs_fixed, macs_by_op=by_op,
         param_bytes=s1.initializer_bytes, lookup_param_bytes=s1.lookup_param_bytes,
+        recurrent_steps_by_op=s1.recurrent_steps_by_op,
         activation_bytes_per_sample=act, activation_bytes_fixed=act_fixed,
         activation_bytes_by_op={k: v for k, v in act_by_op.items() if v > 0},
         op_counts=s1.op_counts, num_nodes=s1.num_nodes)

@@ -8,6 +8,9 @@ inference gives:
 - ``Gemm`` / ``MatMul``: output elements × the contracted dimension
 - ``Einsum``: the product of the sizes of every index in the equation
 - ``LSTM`` / ``GRU`` / ``RNN``: steps × batch × directions × (gates·H·I + gates·H·H)
+
+The recurrent ops' time steps (sequence length × directions, summed per op type) are counted too: a step
+depends on the one before it, so each costs a fixed latency however small the batch (``recurrent_steps_by_op``).
 - ``Attention`` (opset 23): batch × heads × L × S × (E_qk + E_v)
 
 Biases, normalisation, pooling, activations and element-wise ops are not MACs (they appear in
@@ -22,6 +25,7 @@ from dataclasses import dataclass, field
 from math import prod
 from typing import Any
 
+RECURRENT_OPS = ("LSTM", "GRU", "RNN")
 MAC_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum", "LSTM", "GRU", "RNN", "Attention")
 
 
@@ -38,6 +42,11 @@ class GraphStats:
     #: cost model of an inference pass must not charge these bytes as read in full (an optimizer step with
     #: dense gradients does touch every row).
     lookup_param_bytes: int = 0
+    #: Time steps of the recurrent ops (``LSTM``/``GRU``/``RNN``), sequence length × directions summed per op
+    #: type, for one pass of the graph (independent of the batch size). Runtimes that loop over steps pay a
+    #: fixed cost per step: PyTorch on the CPU runs GRU and plain RNN step by step in ATen ops (only LSTM has a
+    #: fused oneDNN kernel); cuDNN runs every recurrent op step by step on the GPU.
+    recurrent_steps_by_op: dict[str, int] = field(default_factory=dict)
     op_counts: dict[str, int] = field(default_factory=dict)
     num_nodes: int = 0
     unknown_shape_ops: dict[str, int] = field(default_factory=dict)
@@ -122,6 +131,7 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
     unknown: Counter = Counter()
     act = 0
     act_by_op: Counter = Counter()
+    steps: Counter = Counter()
     # Graph inputs that are not weights are activations too (the batch itself).
     for vi in g.input:
         if vi.name not in init_names:
@@ -159,6 +169,10 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
                     unknown[node.op_type] += 1
                 else:
                     macs[node.op_type] += m
+            if node.op_type in RECURRENT_OPS:
+                n_steps = _recurrent_steps(node, shapes)
+                if n_steps is not None:
+                    steps[node.op_type] += n_steps
 
     visit(g)
     lookup_only = gathered - read_whole  # a table tied to an output projection is read whole
@@ -168,6 +182,7 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
     stats.macs_by_op = {k: int(v) for k, v in sorted(macs.items())}
     stats.activation_bytes = int(act)
     stats.activation_bytes_by_op = {k: int(v) for k, v in sorted(act_by_op.items()) if v}
+    stats.recurrent_steps_by_op = {k: int(v) for k, v in sorted(steps.items())}
     stats.op_counts = dict(sorted(ops.items()))
     stats.num_nodes = int(sum(ops.values()))
     stats.unknown_shape_ops = dict(unknown)
@@ -230,6 +245,15 @@ def _attr(node, name: str, default: Any = None) -> Any:
     return default
 
 
+def _recurrent_steps(node, shapes: _Shapes) -> int | None:
+    """Sequence length × directions of an ``LSTM``/``GRU``/``RNN`` node (None when X or W has no known shape)."""
+    x, w = shapes.shape(node.input[0]), shapes.shape(node.input[1]) if len(node.input) > 1 else None
+    if x is None or w is None or len(x) < 2 or not w:
+        return None
+    seq = x[1] if int(_attr(node, "layout", 0)) == 1 else x[0]
+    return int(seq) * int(w[0])
+
+
 def _node_macs(node, shapes: _Shapes) -> int | None:
     op = node.op_type
     ins = list(node.input)
@@ -266,7 +290,7 @@ def _node_macs(node, shapes: _Shapes) -> int | None:
             for letter, dim in zip(term, shp):
                 sizes[letter] = dim
         return prod(sizes.values())
-    if op in ("LSTM", "GRU", "RNN"):
+    if op in RECURRENT_OPS:
         x, w, r = shapes.shape(ins[0]), shapes.shape(ins[1]), shapes.shape(ins[2])
         if x is None or w is None or r is None:
             return None

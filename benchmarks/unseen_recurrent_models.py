@@ -1,0 +1,61 @@
+"""Benchmark: CPU iteration time of recurrent models outside the zoo, measured here against the Predictor.
+
+The zoo's only GRU family is `speech`, so family CV cannot score the CPU baseline's GRU/RNN step term on an
+unseen recurrent family. These four model files (``benchmarks/recurrent_models/``) are not in any dataset:
+a character-level GRU language model, a 2-layer GRU encoder, a bidirectional tanh-RNN tagger and a ReLU RNN.
+Each is profiled on this machine (training steps and inference passes, batch 8 and 32), then predicted by the
+Predictor's estimators for the CPU (``allow_fallback=False``: the estimators' own answer even where the
+default Predictor would hand back its nearest profiled model, which the last column says). Prints measured
+vs predicted and the MAPE per mode.
+
+    python benchmarks/unseen_recurrent_models.py [--models trained_models] [--batch-sizes 8,32]
+
+``--models`` takes another trained-models folder, e.g. one checked out from an older commit, to compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+MODELS = ("gru_lm", "gru_small", "rnn_tagger", "rnn_relu")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=None, help="trained_models folder (default: the shipped one)")
+    ap.add_argument("--batch-sizes", default="8,32")
+    args = ap.parse_args()
+    batches = [int(b) for b in args.batch_sizes.split(",")]
+
+    from perfpredict import Predictor, profile
+
+    pred = Predictor.load(args.models) if args.models else Predictor.load()
+    t0 = time.perf_counter()
+    errors: dict[str, list[float]] = {"train": [], "infer": []}
+    print(f"{'model':11s} {'mode':5s} {'batch':>5s} {'measured':>10s} {'predicted':>10s} {'ratio':>6s}  "
+          f"default Predictor")
+    for name in MODELS:
+        path = str(HERE / "recurrent_models" / f"{name}.py")
+        for mode in ("train", "infer"):
+            card = profile(path, batch_sizes=batches, mode=mode, device="cpu", features=False).card
+            measured = {t.batch_size: t.iter_time_s for t in card.throughput if t.iter_time_s}
+            estimated = pred.predict(path, batch_sizes=batches, device_type="cpu", mode=mode, allow_fallback=False)
+            default = pred.predict(path, batch_sizes=batches[:1], device_type="cpu", mode=mode)
+            how = ("falls back to " + default.prediction.nearest.name) if default.prediction.method != "estimator" \
+                else "estimator"
+            for t in estimated.throughput:
+                if t.batch_size not in measured:
+                    continue
+                m, p = measured[t.batch_size], t.iter_time_s
+                errors[mode].append(abs(p - m) / m)
+                print(f"{name:11s} {mode:5s} {t.batch_size:5d} {m * 1e3:8.1f}ms {p * 1e3:8.1f}ms {p / m:6.2f}  {how}")
+    for mode, e in errors.items():
+        print(f"{mode}: MAPE {100 * sum(e) / len(e):.1f}% over {len(e)} points")
+    print(f"({time.perf_counter() - t0:.0f} s; device: {card.device.name}, {card.device.threads} threads)")
+
+
+if __name__ == "__main__":
+    main()
