@@ -8,10 +8,10 @@ inference gives:
 - ``Gemm`` / ``MatMul``: output elements × the contracted dimension
 - ``Einsum``: the product of the sizes of every index in the equation
 - ``LSTM`` / ``GRU`` / ``RNN``: steps × batch × directions × (gates·H·I + gates·H·H)
+- ``Attention`` (opset 23): batch × heads × L × S × (E_qk + E_v)
 
 The recurrent ops' time steps (sequence length × directions, summed per op type) are counted too: a step
 depends on the one before it, so each costs a fixed latency however small the batch (``recurrent_steps_by_op``).
-- ``Attention`` (opset 23): batch × heads × L × S × (E_qk + E_v)
 
 Biases, normalisation, pooling, activations and element-wise ops are not MACs (they appear in
 ``op_counts``). Nodes inside subgraphs (If/Loop bodies) are counted in ``op_counts`` and, when their
@@ -26,7 +26,7 @@ from math import prod
 from typing import Any
 
 RECURRENT_OPS = ("LSTM", "GRU", "RNN")
-MAC_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum", "LSTM", "GRU", "RNN", "Attention")
+MAC_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum", *RECURRENT_OPS, "Attention")
 
 
 @dataclass
