@@ -147,3 +147,32 @@ def test_the_cpu_step_term_predicts_gru_models_of_unseen_shape(csv_name, mode):
     with_steps = _speech_leave_one_architecture_out(csv_name, time_terms("cpu", mode))
     assert without > 0.6
     assert with_steps < 0.5 * without
+
+
+class _TwoInputs(nn.Module):
+    """A Linear on a fixed-size input beside a batch-first GRU over a sequence of any length."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+        self.gru = nn.GRU(4, 6, batch_first=True)
+
+    def forward(self, x, seq):
+        h, _ = self.gru(seq)
+        return self.fc(x).sum() + h.sum()
+
+
+def test_an_unknown_sequence_length_is_said_not_counted_as_zero_steps():
+    """With the sequence dimension symbolic, shape inference cannot size the GRU: the features say that its
+    MACs and time steps are missing instead of reporting a silent 0."""
+    import io
+
+    model = _TwoInputs().eval()
+    buf = io.BytesIO()
+    torch.onnx.export(model, (torch.randn(2, 8), torch.randn(2, 5, 4)), buf, input_names=["x", "seq"],
+                      dynamic_axes={"x": {0: "batch"}, "seq": {0: "batch", 1: "time"}}, dynamo=False)
+    import onnx
+
+    arch = from_onnx_proto(onnx.load_from_string(buf.getvalue()))
+    assert dict(arch.recurrent_steps_by_op) == {}
+    assert any("GRU" in n and "time steps are not counted" in n for n in arch.notes), arch.notes

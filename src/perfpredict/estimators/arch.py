@@ -227,7 +227,7 @@ def from_onnx_proto(proto, name: str = "onnx") -> ArchFeatures:
     """Features of an ONNX graph without executing it (shape inference only)."""
     import numpy as np
 
-    from perfpredict.features.graph import analyze_onnx
+    from perfpredict.features.graph import analyze_onnx, unknown_shapes_note
 
     symbolic, static = _batch_dim(proto)
     notes: list[str] = []
@@ -255,9 +255,7 @@ def from_onnx_proto(proto, name: str = "onnx") -> ArchFeatures:
         raise ArchFeaturesError(f"cannot analyse the graph: {type(e).__name__}: {str(e)[:200]}", source=name,
                                 step="analyse onnx") from None
     if stats.unknown_shape_ops:
-        notes.append(f"shapes unknown for {sum(stats.unknown_shape_ops.values())} compute op(s) "
-                     f"({', '.join(sorted(stats.unknown_shape_ops))}) without executing the graph; their MACs are "
-                     "not counted")
+        notes.append(unknown_shapes_note(stats.unknown_shape_ops, " without executing the graph"))
     if macs <= 0:
         raise ArchFeaturesError("no multiply-accumulate ops with known shapes in the graph", source=name,
                                 step="analyse onnx")

@@ -13,7 +13,7 @@ import torch
 
 from perfpredict.card import GraphFeatures
 from perfpredict.features.fvcore_check import fvcore_counts
-from perfpredict.features.graph import GraphStats, analyze_onnx
+from perfpredict.features.graph import GraphStats, analyze_onnx, unknown_shapes_note
 from perfpredict.features.onnx_export import export_onnx
 from perfpredict.workload.spec import Workload
 
@@ -108,8 +108,7 @@ def _from_stats(s1: GraphStats, s2: GraphStats, b1: int, b2: int) -> GraphFeatur
                  for k, v in s2.activation_bytes_by_op.items()}
     err = None
     if s1.unknown_shape_ops:
-        err = f"shapes unknown for {sum(s1.unknown_shape_ops.values())} compute op(s) " \
-              f"({', '.join(sorted(s1.unknown_shape_ops))}); their MACs are not counted"
+        err = unknown_shapes_note(s1.unknown_shape_ops)
     return GraphFeatures(
         available=True, error=err,
         forward_macs_per_sample=macs, forward_macs_fixed=macs_fixed, macs_by_op=by_op,

@@ -52,6 +52,14 @@ class GraphStats:
     unknown_shape_ops: dict[str, int] = field(default_factory=dict)
 
 
+def unknown_shapes_note(unknown_shape_ops: dict[str, int], how: str = "") -> str:
+    """The one-line note for compute ops whose shapes stayed unknown (``how``: e.g. " without executing the
+    graph"): what is then missing from the counts (MACs, and time steps for a recurrent op)."""
+    missing = "MACs and time steps" if any(op in RECURRENT_OPS for op in unknown_shape_ops) else "MACs"
+    return (f"shapes unknown for {sum(unknown_shape_ops.values())} compute op(s) "
+            f"({', '.join(sorted(unknown_shape_ops))}){how}; their {missing} are not counted")
+
+
 def _dtype_size(elem_type: int) -> int:
     from onnx import helper
 
