@@ -176,3 +176,37 @@ def test_an_unknown_sequence_length_is_said_not_counted_as_zero_steps():
     arch = from_onnx_proto(onnx.load_from_string(buf.getvalue()))
     assert dict(arch.recurrent_steps_by_op) == {}
     assert any("GRU" in n and "time steps are not counted" in n for n in arch.notes), arch.notes
+
+
+class _SeqFirst(nn.Module):
+    """A sequence-first GRU over [T, batch, F]: the batch is the second axis."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gru = nn.GRU(4, 16, num_layers=2)
+        self.out = nn.Linear(16, 3)
+
+    def forward(self, seq):
+        h, _ = self.gru(seq)
+        return self.out(h)
+
+
+def test_an_onnx_file_with_its_batch_on_the_second_axis_is_split_per_sample_on_that_axis():
+    """Exported with a dynamic batch at axis 1 and a fixed length T = 9, the per-sample features are the same
+    as those PyTorch's own export at batch 1 and 2 gives, not the totals divided by T."""
+    import io
+
+    import onnx
+
+    from perfpredict.features import features_from_onnx
+
+    torch.manual_seed(0)
+    model = _SeqFirst().eval()
+    buf = io.BytesIO()
+    torch.onnx.export(model, (torch.randn(9, 2, 4),), buf, input_names=["seq"],
+                      dynamic_axes={"seq": {1: "batch"}}, dynamo=False)
+    arch = from_onnx_proto(onnx.load_from_string(buf.getvalue()))
+    one = features_from_onnx(export_onnx(model, (torch.randn(9, 1, 4),)).model_proto, batch_size=1)
+    assert arch.forward_macs_per_sample == pytest.approx(one.forward_macs_per_sample, rel=1e-9)
+    assert dict(arch.recurrent_steps_by_op) == {"GRU": 2 * 9}
+    assert not any("fixed at" in n for n in arch.notes), arch.notes

@@ -7,7 +7,8 @@ Three sources give the same :class:`ArchFeatures`, so training and prediction sh
 - an ONNX file, analysed statically — *nothing in it is executed* (the HTTP service relies on this). A
   symbolic batch dimension is fixed to 1 and then 2 and shape inference run on each, which separates the
   per-sample part exactly, as the profiler does; a static batch dimension b is divided out (the fixed part
-  is then unknown and taken as 0).
+  is then unknown and taken as 0). The batch is the first input's first dimension, or, when that one is
+  static, the input dimension that is symbolic (a sequence-first ``[T, batch, F]`` input).
 """
 
 from __future__ import annotations
@@ -170,8 +171,10 @@ def load_onnx_bytes(data: bytes, source: str = "upload"):
     return proto
 
 
-def _with_batch(proto, batch: int):
-    """A copy of ``proto`` whose graph inputs' first dimension is ``batch`` (for inputs that have one)."""
+def _with_batch(proto, batch: int, batch_param: str | None = None, leading: bool = True):
+    """A copy of ``proto`` whose graph inputs' batch dimension is ``batch``: in each input, the dimensions named
+    ``batch_param``, at any axis (a sequence-first input ``[T, batch, F]`` carries the batch second), or where it
+    has none and ``leading``, its first dimension (exporters may name each input's batch axis differently)."""
     import onnx
 
     m = onnx.ModelProto()
@@ -181,9 +184,10 @@ def _with_batch(proto, batch: int):
         if vi.name in init:
             continue
         dims = vi.type.tensor_type.shape.dim
-        if len(dims) > 0:
-            dims[0].Clear()
-            dims[0].dim_value = batch
+        named = [d for d in dims if batch_param and d.HasField("dim_param") and d.dim_param == batch_param]
+        for d in named or (list(dims[:1]) if leading else []):
+            d.Clear()
+            d.dim_value = batch
     # Drop stale intermediate shapes so inference recomputes them for the new batch.
     del m.graph.value_info[:]
     return m
@@ -207,20 +211,25 @@ def _without_weight_data(proto, keep_bytes: int = 4096):
     return m
 
 
-def _batch_dim(proto) -> tuple[bool, int | None]:
-    """(symbolic, static value) of the first real input's first dimension."""
+def _batch_dim(proto) -> tuple[bool, int | None, str | None, bool]:
+    """(symbolic, static value, name, leading) of the batch dimension.
+
+    The first real input's first dimension (``leading``), static or symbolic; but when that one is static and
+    another input dimension is symbolic, that named dimension is the batch (a sequence-first RNN input
+    ``[T, batch, F]`` exported with a dynamic batch axis).
+    """
     init = {i.name for i in proto.graph.initializer}
-    for vi in proto.graph.input:
-        if vi.name in init:
-            continue
-        dims = vi.type.tensor_type.shape.dim
-        if not dims:
-            return False, None
-        d = dims[0]
-        if d.HasField("dim_value") and d.dim_value > 0:
-            return False, int(d.dim_value)
-        return True, None
-    return False, None
+    inputs = [vi for vi in proto.graph.input if vi.name not in init]
+    if not inputs or not inputs[0].type.tensor_type.shape.dim:
+        return False, None, None, True
+    first = inputs[0].type.tensor_type.shape.dim[0]
+    if not (first.HasField("dim_value") and first.dim_value > 0):
+        return True, None, first.dim_param or None, True
+    for vi in inputs:
+        for d in vi.type.tensor_type.shape.dim:
+            if d.HasField("dim_param") and d.dim_param:
+                return True, None, d.dim_param, False
+    return False, int(first.dim_value), None, True
 
 
 def from_onnx_proto(proto, name: str = "onnx") -> ArchFeatures:
@@ -229,15 +238,15 @@ def from_onnx_proto(proto, name: str = "onnx") -> ArchFeatures:
 
     from perfpredict.features.graph import analyze_onnx, unknown_shapes_note
 
-    symbolic, static = _batch_dim(proto)
+    symbolic, static, batch_param, leading = _batch_dim(proto)
     notes: list[str] = []
     init = proto.graph.initializer
     param_count = float(sum(int(np.prod(t.dims)) if len(t.dims) else 1 for t in init))
     proto = _without_weight_data(proto)
     try:
         if symbolic:
-            s1 = analyze_onnx(_with_batch(proto, 1), run_for_shapes=False)
-            s2 = analyze_onnx(_with_batch(proto, 2), run_for_shapes=False)
+            s1 = analyze_onnx(_with_batch(proto, 1, batch_param, leading), run_for_shapes=False)
+            s2 = analyze_onnx(_with_batch(proto, 2, batch_param, leading), run_for_shapes=False)
             macs, macs_fixed = s2.macs - s1.macs, 2 * s1.macs - s2.macs
             act, act_fixed = s2.activation_bytes - s1.activation_bytes, 2 * s1.activation_bytes - s2.activation_bytes
             by_op = {k: v - s1.macs_by_op.get(k, 0) for k, v in s2.macs_by_op.items()}
