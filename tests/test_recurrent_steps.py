@@ -210,3 +210,28 @@ def test_an_onnx_file_with_its_batch_on_the_second_axis_is_split_per_sample_on_t
     assert arch.forward_macs_per_sample == pytest.approx(one.forward_macs_per_sample, rel=1e-9)
     assert dict(arch.recurrent_steps_by_op) == {"GRU": 2 * 9}
     assert not any("fixed at" in n for n in arch.notes), arch.notes
+
+
+def test_the_shipped_cpu_model_charges_gru_steps_and_the_service_passes_them_on():
+    """The same graph features with and without 1 000 GRU steps: the shipped CPU time model predicts the
+    difference its baseline's per-step coefficient says (the service's FeatureVector carries the steps)."""
+    import json as _json
+
+    from perfpredict import Predictor
+    from perfpredict.estimators.arch import ArchFeatures
+    from perfpredict.service import FeatureVector
+
+    base = {"forward_macs_per_sample": 2e7, "param_count": 3e5, "param_bytes": 1.2e6,
+            "activation_bytes_per_sample": 5e5, "num_nodes": 80, "op_counts": {"GRU": 1, "Gemm": 1}}
+    pred = Predictor.load()
+    meta = _json.loads((REPO / "trained_models" / "cpu_epyc_2vcpu" / "metadata.json").read_text())
+    coef = meta["targets"]["iter_time"]["baseline_coef"]
+    per_gate_step = coef["point"][coef["term_features"].index(["log_stepwise_rnn_gate_steps"]) + 1]
+    times = {}
+    for steps in (0, 1000):
+        fv = FeatureVector(**base, recurrent_steps_by_op={"GRU": steps} if steps else {})
+        arch = ArchFeatures.from_dict(fv.model_dump())
+        times[steps] = pred.predict_values(arch, [8], device_type="cpu_epyc_2vcpu")["iter_time"]["median"][0]
+    # the baseline adds 3 gates x 1 000 steps x the coefficient; the learned correction may scale it, not undo it
+    assert per_gate_step > 0
+    assert times[1000] - times[0] > 0.3 * 3 * 1000 * per_gate_step
