@@ -235,3 +235,57 @@ def test_the_shipped_cpu_model_charges_gru_steps_and_the_service_passes_them_on(
     # the baseline adds 3 gates x 1 000 steps x the coefficient; the learned correction may scale it, not undo it
     assert per_gate_step > 0
     assert times[1000] - times[0] > 0.3 * 3 * 1000 * per_gate_step
+
+
+def test_batch_axis_names_the_batch_of_a_fixed_shape_onnx_file(tmp_path):
+    """Every dimension fixed ([T=9, batch=3, F]): by default the first axis is divided out (T, wrong for this
+    graph, and the note says so); ``batch_axis=1`` gives the per-sample values of a batch-1 export. The
+    Predictor, the CLI's option and the service's form field carry it; a wrong axis is a clear error."""
+    import io
+
+    import onnx
+
+    from perfpredict import Predictor
+    from perfpredict.errors import UsageError
+    from perfpredict.estimators.arch import ArchFeaturesError
+    from perfpredict.features import features_from_onnx
+
+    torch.manual_seed(0)
+    model = _SeqFirst().eval()
+    buf = io.BytesIO()
+    torch.onnx.export(model, (torch.randn(9, 3, 4),), buf, input_names=["seq"], dynamo=False)
+    proto = onnx.load_from_string(buf.getvalue())
+    want = features_from_onnx(export_onnx(model, (torch.randn(9, 1, 4),)).model_proto, batch_size=1)
+
+    default = from_onnx_proto(proto)
+    assert default.forward_macs_per_sample == pytest.approx(want.forward_macs_per_sample * 3 / 9)
+    assert any("axis 0" in n and "batch_axis" in n for n in default.notes), default.notes
+    fixed = from_onnx_proto(proto, batch_axis=1)
+    assert fixed.forward_macs_per_sample == pytest.approx(want.forward_macs_per_sample)
+    assert any("axis 1" in n for n in fixed.notes)
+    with pytest.raises(ArchFeaturesError, match="batch_axis 3"):
+        from_onnx_proto(proto, batch_axis=3)
+
+    path = tmp_path / "seq_first.onnx"
+    path.write_bytes(buf.getvalue())
+    pred = Predictor.load()
+    kw = {"batch_size": 8, "device_type": "cpu", "allow_fallback": False}  # the estimators, not a neighbour
+    for axis, arch in ((None, default), (1, fixed)):
+        got = pred.predict(onnx_path=path, batch_axis=axis, **kw).prediction.points[0].iter_time_s
+        assert got == pytest.approx(pred.predict_values(arch, [8], device_type="cpu")["iter_time"]["median"][0])
+    assert fixed.input_bytes_per_sample == 9 * 4 * 4  # T x F floats: the batch axis is the one left out
+    with pytest.raises(UsageError, match="ONNX files only"):
+        pred.predict("zoo:mlp", batch_size=8, batch_axis=1)
+
+    from fastapi.testclient import TestClient
+
+    from perfpredict.service import create_app
+
+    client = TestClient(create_app(pred))
+    files = {"file": ("seq_first.onnx", buf.getvalue(), "application/octet-stream")}
+    ok = client.post("/predict/onnx", files=files, data={"batch_sizes": "8", "device_type": "cpu", "batch_axis": "1"})
+    assert ok.status_code == 200
+    served = pred.predict(onnx_path=path, batch_axis=1, batch_size=8, device_type="cpu").prediction.points[0]
+    assert ok.json()["prediction"]["points"][0]["iter_time_s"] == pytest.approx(served.iter_time_s, rel=1e-6)
+    bad = client.post("/predict/onnx", files=files, data={"batch_axis": "5"})
+    assert bad.status_code == 400 and "batch_axis 5" in bad.json()["detail"]

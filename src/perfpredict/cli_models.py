@@ -74,6 +74,8 @@ def predict(
     param: Annotated[list[str] | None, typer.Option("--param", help="zoo knob k=v (repeatable)")] = None,
     models: Annotated[Path | None, typer.Option(help="trained_models folder")] = None,
     out: Annotated[Path | None, typer.Option(help="write the predicted card here")] = None,
+    batch_axis: Annotated[int | None, typer.Option(help=".onnx only: the axis of the first input that is the "
+                                                        "batch (default: the first, or the symbolic one)")] = None,
     debug: Annotated[bool, typer.Option("--debug", help="show tracebacks")] = False,  # noqa: ARG001
 ) -> None:
     """Predict a card for a job nobody has profiled (from the estimators in trained_models/)."""
@@ -87,9 +89,11 @@ def predict(
     params = dict(p.split("=", 1) for p in (param or []) if "=" in p)
     pred = Predictor.load(models)
     if target.endswith(".onnx"):
-        card = pred.predict(onnx_path=target, batch_sizes=bs, device_type=device_type, mode=mode)
+        card = pred.predict(onnx_path=target, batch_sizes=bs, device_type=device_type, mode=mode,
+                            batch_axis=batch_axis)
     else:
-        card = pred.predict(target, batch_sizes=bs, device_type=device_type, params=params or None, mode=mode)
+        card = pred.predict(target, batch_sizes=bs, device_type=device_type, params=params or None, mode=mode,
+                            batch_axis=batch_axis)
     info = card.prediction
     t = Table(title=f"{card.model.name}: predicted {card.run.mode} on {card.device.name} ({info.method})")
     for c in ("batch", "iter time (q10-q90)", "samples/s", "peak allocated (q10-q90)", "GPU memory to reserve (q90)",

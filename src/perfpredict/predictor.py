@@ -265,20 +265,26 @@ class Predictor:
     def predict(self, model: str | None = None, *, onnx_path: str | Path | None = None,
                 features: ArchFeatures | Mapping[str, Any] | None = None, batch_size: int | None = None,
                 batch_sizes: Sequence[int] | None = None, device_type: str | None = None,
-                params: Mapping[str, Any] | None = None, allow_fallback: bool = True, mode: str | None = None):
+                params: Mapping[str, Any] | None = None, allow_fallback: bool = True, mode: str | None = None,
+                batch_axis: int | None = None):
         """A :class:`~perfpredict.card.PerformanceCard` predicted for a model file / ``zoo:`` target, an ONNX
         file, or ready graph features (exactly one of them); ``mode`` "train" (default) or "infer" picks the
-        model set trained on training steps or on inference passes."""
+        model set trained on training steps or on inference passes; ``batch_axis`` (ONNX files only) says which
+        axis of the graph's first input is the batch where the graph cannot (see
+        :func:`~perfpredict.estimators.arch.from_onnx_proto`)."""
         from perfpredict.estimators import arch as archmod
 
         given = [x is not None for x in (model, onnx_path, features)]
         if sum(given) != 1:
             raise UsageError("give exactly one of a model (model.py or zoo:<family>), onnx_path or features",
                              step="predict")
+        if batch_axis is not None and onnx_path is None:
+            raise UsageError("batch_axis applies to ONNX files only (a model.py is exported at batch 1 and 2)",
+                             step="predict")
         if model is not None:
             arch, source = archmod.from_workload(model, params), str(model)
         elif onnx_path is not None:
-            arch, source = archmod.from_onnx_file(onnx_path), str(onnx_path)
+            arch, source = archmod.from_onnx_file(onnx_path, batch_axis=batch_axis), str(onnx_path)
         else:
             arch = features if isinstance(features, ArchFeatures) else ArchFeatures.from_dict(features)
             source = arch.name or "features"

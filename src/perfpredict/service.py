@@ -104,7 +104,8 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
     @app.post("/predict/onnx")
     async def predict_onnx(file: UploadFile = File(...), batch_sizes: str = Form("32"),
                            device_type: str | None = Form(None),
-                           mode: Literal["train", "infer"] | None = Form(None)) -> dict[str, Any]:
+                           mode: Literal["train", "infer"] | None = Form(None),
+                           batch_axis: int | None = Form(None)) -> dict[str, Any]:
         try:
             bs = [int(b) for b in batch_sizes.split(",") if b.strip()]
         except ValueError:
@@ -114,7 +115,7 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
             raise HTTPException(413, f"upload larger than {max_upload_bytes} bytes")
         name = (file.filename or "upload.onnx").rsplit("/", 1)[-1][:200]
         try:
-            arch = from_onnx_proto(load_onnx_bytes(data, name), name=name.removesuffix(".onnx"))
+            arch = from_onnx_proto(load_onnx_bytes(data, name), name=name.removesuffix(".onnx"), batch_axis=batch_axis)
         except ArchFeaturesError as e:
             raise HTTPException(400, str(e)) from None
         card = pred.card_for(arch, bs, device_type=device_type, source=name, mode=mode)

@@ -171,10 +171,10 @@ def load_onnx_bytes(data: bytes, source: str = "upload"):
     return proto
 
 
-def _with_batch(proto, batch: int, batch_param: str | None = None, leading: bool = True):
+def _with_batch(proto, batch: int, batch_param: str | None = None, axis: int | None = 0):
     """A copy of ``proto`` whose graph inputs' batch dimension is ``batch``: in each input, the dimensions named
     ``batch_param``, at any axis (a sequence-first input ``[T, batch, F]`` carries the batch second), or where it
-    has none and ``leading``, its first dimension (exporters may name each input's batch axis differently)."""
+    has none, its dimension at ``axis`` (exporters may name each input's batch axis differently)."""
     import onnx
 
     m = onnx.ModelProto()
@@ -185,7 +185,7 @@ def _with_batch(proto, batch: int, batch_param: str | None = None, leading: bool
             continue
         dims = vi.type.tensor_type.shape.dim
         named = [d for d in dims if batch_param and d.HasField("dim_param") and d.dim_param == batch_param]
-        for d in named or (list(dims[:1]) if leading else []):
+        for d in named or ([dims[axis]] if axis is not None and len(dims) > axis else []):
             d.Clear()
             d.dim_value = batch
     # Drop stale intermediate shapes so inference recomputes them for the new batch.
@@ -211,42 +211,56 @@ def _without_weight_data(proto, keep_bytes: int = 4096):
     return m
 
 
-def _batch_dim(proto) -> tuple[bool, int | None, str | None, bool]:
-    """(symbolic, static value, name, leading) of the batch dimension.
+def _batch_dim(proto, batch_axis: int | None = None) -> tuple[bool, int | None, str | None, int | None]:
+    """(symbolic, static value, name, axis) of the batch dimension.
 
-    The first real input's first dimension (``leading``), static or symbolic; but when that one is static and
-    another input dimension is symbolic, that named dimension is the batch (a sequence-first RNN input
-    ``[T, batch, F]`` exported with a dynamic batch axis).
+    ``batch_axis`` given: that axis of the first real input. Otherwise the first input's first dimension,
+    static or symbolic; but when that one is static and another input dimension is symbolic, that named
+    dimension is the batch (a sequence-first RNN input ``[T, batch, F]`` exported with a dynamic batch axis).
     """
     init = {i.name for i in proto.graph.initializer}
     inputs = [vi for vi in proto.graph.input if vi.name not in init]
-    if not inputs or not inputs[0].type.tensor_type.shape.dim:
-        return False, None, None, True
-    first = inputs[0].type.tensor_type.shape.dim[0]
+    dims = inputs[0].type.tensor_type.shape.dim if inputs else []
+    if batch_axis is not None:
+        if not -len(dims) <= batch_axis < len(dims):
+            raise ValueError(f"batch_axis {batch_axis} is not an axis of the first input ({len(dims)} dimensions)")
+        axis = batch_axis % len(dims)
+        d = dims[axis]
+        if d.HasField("dim_value") and d.dim_value > 0:
+            return False, int(d.dim_value), None, axis
+        return True, None, d.dim_param or None, axis
+    if not dims:
+        return False, None, None, 0
+    first = dims[0]
     if not (first.HasField("dim_value") and first.dim_value > 0):
-        return True, None, first.dim_param or None, True
+        return True, None, first.dim_param or None, 0
     for vi in inputs:
         for d in vi.type.tensor_type.shape.dim:
             if d.HasField("dim_param") and d.dim_param:
-                return True, None, d.dim_param, False
-    return False, int(first.dim_value), None, True
+                return True, None, d.dim_param, None
+    return False, int(first.dim_value), None, 0
 
 
-def from_onnx_proto(proto, name: str = "onnx") -> ArchFeatures:
-    """Features of an ONNX graph without executing it (shape inference only)."""
+def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None) -> ArchFeatures:
+    """Features of an ONNX graph without executing it (shape inference only). ``batch_axis``: which axis of the
+    first input is the batch, where the graph cannot say (every dimension fixed, or a sequence-first input);
+    by default the first axis, or the one symbolic dimension when the first is fixed."""
     import numpy as np
 
     from perfpredict.features.graph import analyze_onnx, unknown_shapes_note
 
-    symbolic, static, batch_param, leading = _batch_dim(proto)
+    try:
+        symbolic, static, batch_param, axis = _batch_dim(proto, batch_axis)
+    except ValueError as e:
+        raise ArchFeaturesError(str(e), source=name, step="analyse onnx") from None
     notes: list[str] = []
     init = proto.graph.initializer
     param_count = float(sum(int(np.prod(t.dims)) if len(t.dims) else 1 for t in init))
     proto = _without_weight_data(proto)
     try:
         if symbolic:
-            s1 = analyze_onnx(_with_batch(proto, 1, batch_param, leading), run_for_shapes=False)
-            s2 = analyze_onnx(_with_batch(proto, 2, batch_param, leading), run_for_shapes=False)
+            s1 = analyze_onnx(_with_batch(proto, 1, batch_param, axis), run_for_shapes=False)
+            s2 = analyze_onnx(_with_batch(proto, 2, batch_param, axis), run_for_shapes=False)
             macs, macs_fixed = s2.macs - s1.macs, 2 * s1.macs - s2.macs
             act, act_fixed = s2.activation_bytes - s1.activation_bytes, 2 * s1.activation_bytes - s2.activation_bytes
             by_op = {k: v - s1.macs_by_op.get(k, 0) for k, v in s2.macs_by_op.items()}
@@ -259,7 +273,9 @@ def from_onnx_proto(proto, name: str = "onnx") -> ArchFeatures:
             act, act_fixed = stats.activation_bytes / b, 0
             by_op = {k: v / b for k, v in stats.macs_by_op.items()}
             act_by_op = {k: v / b for k, v in stats.activation_bytes_by_op.items()}
-            notes.append(f"the ONNX batch dimension is fixed at {b}: per-sample values are totals / {b}")
+            notes.append(f"the ONNX batch dimension (axis {axis} of the first input) is fixed at {b}: per-sample "
+                         f"values are totals / {b}" + ("" if batch_axis is not None else
+                                                       "; give batch_axis if another axis is the batch"))
     except Exception as e:  # noqa: BLE001 - a graph shape inference cannot follow
         raise ArchFeaturesError(f"cannot analyse the graph: {type(e).__name__}: {str(e)[:200]}", source=name,
                                 step="analyse onnx") from None
@@ -273,12 +289,14 @@ def from_onnx_proto(proto, name: str = "onnx") -> ArchFeatures:
         param_bytes=float(stats.initializer_bytes), lookup_param_bytes=float(stats.lookup_param_bytes),
         recurrent_steps_by_op=stats.recurrent_steps_by_op, activation_bytes_per_sample=float(max(act, 0)),
         activation_bytes_fixed=float(max(act_fixed, 0)), num_nodes=float(stats.num_nodes),
-        input_bytes_per_sample=_input_bytes_per_sample(proto), op_counts=stats.op_counts,
+        input_bytes_per_sample=_input_bytes_per_sample(proto, batch_param, axis), op_counts=stats.op_counts,
         macs_by_op={k: int(v) for k, v in by_op.items()},
         activation_bytes_by_op={k: int(v) for k, v in act_by_op.items() if v > 0}, name=name, notes=tuple(notes))
 
 
-def _input_bytes_per_sample(proto) -> float:
+def _input_bytes_per_sample(proto, batch_param: str | None = None, axis: int | None = 0) -> float:
+    """Bytes of one sample of the graph inputs: every dimension but the batch one (as :func:`_with_batch`
+    finds it); symbolic dimensions count 1."""
     from perfpredict.features.graph import _dtype_size
 
     init = {i.name for i in proto.graph.initializer}
@@ -287,17 +305,21 @@ def _input_bytes_per_sample(proto) -> float:
         if vi.name in init:
             continue
         t = vi.type.tensor_type
+        dims = list(t.shape.dim)
+        named = [i for i, d in enumerate(dims) if batch_param and d.HasField("dim_param") and d.dim_param == batch_param]
+        skip = set(named or ([axis] if axis is not None and len(dims) > axis else []))
         n = 1
-        for d in list(t.shape.dim)[1:]:
-            n *= d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1
+        for i, d in enumerate(dims):
+            if i not in skip:
+                n *= d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1
         total += n * _dtype_size(t.elem_type)
     return total
 
 
-def from_onnx_file(path: str | Path) -> ArchFeatures:
+def from_onnx_file(path: str | Path, batch_axis: int | None = None) -> ArchFeatures:
     p = Path(path)
     try:
         data = p.read_bytes()
     except OSError as e:
         raise ArchFeaturesError(f"cannot read: {e.strerror}", source=str(path), step="read onnx") from None
-    return from_onnx_proto(load_onnx_bytes(data, str(path)), name=p.stem)
+    return from_onnx_proto(load_onnx_bytes(data, str(path)), name=p.stem, batch_axis=batch_axis)
