@@ -90,9 +90,7 @@ def from_table_row(row: Mapping[str, Any]) -> ArchFeatures:
         activation_bytes_per_sample=_num(row["activation_bytes_per_sample"]),
         activation_bytes_fixed=_num(row.get("activation_bytes_fixed")),
         num_nodes=_num(row["num_nodes"]), input_bytes_per_sample=_num(row.get("input_bytes_per_sample")),
-        op_counts=json.loads(oc) if isinstance(oc, str) else dict(oc),
-        macs_by_op=json.loads(mb) if isinstance(mb, str) else dict(mb),
-        activation_bytes_by_op=json.loads(ab) if isinstance(ab, str) else dict(ab),
+        op_counts=_json_dict(oc), macs_by_op=_json_dict(mb), activation_bytes_by_op=_json_dict(ab),
         saved_bytes_per_sample=_num(row["saved_bytes_per_sample"]) if row.get("saved_bytes_per_sample") not in
         (None, "") else None, saved_bytes_fixed=_num(row.get("saved_bytes_fixed")),
         lookup_param_bytes=float(_required(row, "lookup_param_bytes")),
@@ -171,10 +169,16 @@ def load_onnx_bytes(data: bytes, source: str = "upload"):
     return proto
 
 
+def _batch_axes(dims, batch_param: str | None, axis: int | None) -> list[int]:
+    """The batch dimensions of one input: those named ``batch_param``, at any axis (a sequence-first input
+    ``[T, batch, F]`` carries the batch second), or where it has none, the one at ``axis`` (exporters may name
+    each input's batch axis differently)."""
+    named = [i for i, d in enumerate(dims) if batch_param and d.HasField("dim_param") and d.dim_param == batch_param]
+    return named or ([axis] if axis is not None and len(dims) > axis else [])
+
+
 def _with_batch(proto, batch: int, batch_param: str | None = None, axis: int | None = 0):
-    """A copy of ``proto`` whose graph inputs' batch dimension is ``batch``: in each input, the dimensions named
-    ``batch_param``, at any axis (a sequence-first input ``[T, batch, F]`` carries the batch second), or where it
-    has none, its dimension at ``axis`` (exporters may name each input's batch axis differently)."""
+    """A copy of ``proto`` whose graph inputs' batch dimensions (:func:`_batch_axes`) are ``batch``."""
     import onnx
 
     m = onnx.ModelProto()
@@ -184,10 +188,9 @@ def _with_batch(proto, batch: int, batch_param: str | None = None, axis: int | N
         if vi.name in init:
             continue
         dims = vi.type.tensor_type.shape.dim
-        named = [d for d in dims if batch_param and d.HasField("dim_param") and d.dim_param == batch_param]
-        for d in named or ([dims[axis]] if axis is not None and len(dims) > axis else []):
-            d.Clear()
-            d.dim_value = batch
+        for i in _batch_axes(dims, batch_param, axis):
+            dims[i].Clear()
+            dims[i].dim_value = batch
     # Drop stale intermediate shapes so inference recomputes them for the new batch.
     del m.graph.value_info[:]
     return m
@@ -295,8 +298,8 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None) ->
 
 
 def _input_bytes_per_sample(proto, batch_param: str | None = None, axis: int | None = 0) -> float:
-    """Bytes of one sample of the graph inputs: every dimension but the batch one (as :func:`_with_batch`
-    finds it); symbolic dimensions count 1."""
+    """Bytes of one sample of the graph inputs: every dimension but the batch ones (:func:`_batch_axes`);
+    symbolic dimensions count 1."""
     from perfpredict.features.graph import _dtype_size
 
     init = {i.name for i in proto.graph.initializer}
@@ -306,8 +309,7 @@ def _input_bytes_per_sample(proto, batch_param: str | None = None, axis: int | N
             continue
         t = vi.type.tensor_type
         dims = list(t.shape.dim)
-        named = [i for i, d in enumerate(dims) if batch_param and d.HasField("dim_param") and d.dim_param == batch_param]
-        skip = set(named or ([axis] if axis is not None and len(dims) > axis else []))
+        skip = set(_batch_axes(dims, batch_param, axis))
         n = 1
         for i, d in enumerate(dims):
             if i not in skip:

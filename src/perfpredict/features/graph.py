@@ -253,13 +253,20 @@ def _attr(node, name: str, default: Any = None) -> Any:
     return default
 
 
-def _recurrent_steps(node, shapes: _Shapes) -> int | None:
-    """Sequence length × directions of an ``LSTM``/``GRU``/``RNN`` node (None when X or W has no known shape)."""
+def _rnn_shape(node, shapes: _Shapes) -> tuple[int, int, list[int]] | None:
+    """(sequence length, batch, W's shape ``[dirs, gates*H, I]``) of an ``LSTM``/``GRU``/``RNN`` node, or None
+    when X or W has no known shape."""
     x, w = shapes.shape(node.input[0]), shapes.shape(node.input[1]) if len(node.input) > 1 else None
     if x is None or w is None or len(x) < 2 or not w:
         return None
-    seq = x[1] if int(_attr(node, "layout", 0)) == 1 else x[0]
-    return int(seq) * int(w[0])
+    seq, batch = (x[1], x[0]) if int(_attr(node, "layout", 0)) == 1 else (x[0], x[1])
+    return int(seq), int(batch), w
+
+
+def _recurrent_steps(node, shapes: _Shapes) -> int | None:
+    """Sequence length × directions of an ``LSTM``/``GRU``/``RNN`` node (None when X or W has no known shape)."""
+    s = _rnn_shape(node, shapes)
+    return None if s is None else s[0] * s[2][0]
 
 
 def _node_macs(node, shapes: _Shapes) -> int | None:
@@ -299,11 +306,10 @@ def _node_macs(node, shapes: _Shapes) -> int | None:
                 sizes[letter] = dim
         return prod(sizes.values())
     if op in RECURRENT_OPS:
-        x, w, r = shapes.shape(ins[0]), shapes.shape(ins[1]), shapes.shape(ins[2])
-        if x is None or w is None or r is None:
+        s, r = _rnn_shape(node, shapes), shapes.shape(ins[2])
+        if s is None or r is None:
             return None
-        layout = int(_attr(node, "layout", 0))
-        seq, batch = (x[1], x[0]) if layout == 1 else (x[0], x[1])
+        seq, batch, w = s
         # W: [dirs, gates*H, I], R: [dirs, gates*H, H]
         return seq * batch * w[0] * (w[1] * w[2] + r[1] * r[2])
     if op == "Attention":
