@@ -96,7 +96,9 @@ def predict(
                             batch_axis=batch_axis)
     info = card.prediction
     t = Table(title=f"{card.model.name}: predicted {card.run.mode} on {card.device.name} ({info.method})")
-    for c in ("batch", "iter time (q10-q90)", "samples/s", "peak allocated (q10-q90)", "GPU memory to reserve (q90)",
+    # what the memory column is depends on the device the estimators were trained on (card.memory[].kind)
+    peak = "peak allocated" if card.device.kind == "cuda" else "peak RSS increase"
+    for c in ("batch", "iter time (q10-q90)", "samples/s", f"{peak} (q10-q90)", "GPU memory to reserve (q90)",
               "GPU util"):
         t.add_column(c)
     for p in info.points:
