@@ -42,8 +42,8 @@ def _features(args: argparse.Namespace) -> int:
                                  isolate=not args.in_process, timeout_s=args.timeout)
     from perfpredict.dataset.features_table import add_saved_bytes, backfill_export_columns
 
-    # rows from before the saved-tensor / lookup-bytes / recurrent-steps columns existed (all rows' saved bytes
-    # with --recompute-saved)
+    # rows from before the saved-tensor (CUDA and CPU counts) / lookup-bytes / recurrent-steps columns existed
+    # (all rows' saved bytes with --recompute-saved)
     filled = add_saved_bytes(args.out, recompute=args.recompute_saved)
 
     def backfilled(name, column, value):

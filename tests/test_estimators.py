@@ -67,9 +67,11 @@ def test_design_row_is_finite_and_scales_with_batch(mlp_onnx):
     arch = from_onnx_proto(load_onnx_bytes(mlp_onnx[0]))
     r8, r64 = design_row(arch, 8), design_row(arch, 64)
     assert list(r8) == FEATURE_NAMES
-    # Everything is known from the graph except the saved-tensor bytes, which need the model's code.
-    assert math.isnan(r8["log_saved_bytes_iter"]) and arch.saved_bytes_per_sample is None
-    assert all(math.isfinite(v) for k, v in r8.items() if k != "log_saved_bytes_iter")
+    # Everything is known from the graph except the saved-tensor bytes (both counts), which need the model's code.
+    saved = ("log_saved_bytes_iter", "log_saved_cpu_bytes_iter")
+    assert all(math.isnan(r8[k]) for k in saved)
+    assert arch.saved_bytes_per_sample is None and arch.saved_cpu_bytes_per_sample is None
+    assert all(math.isfinite(v) for k, v in r8.items() if k not in saved)
     assert r64["log_macs_per_iter"] > r8["log_macs_per_iter"]
     assert r64["log_macs_per_sample"] == r8["log_macs_per_sample"]
 
@@ -210,10 +212,10 @@ def test_a_dataset_mixing_modes_needs_the_mode_named(tmp_path):
         load_training_data(mixed)
     assert load_training_data(mixed, mode="infer").mode == "infer"
     assert len(load_training_data(mixed, mode="train")) == len({(r["config"], r["batch_size"]) for r in rows})
-    from perfpredict.estimators.models import INFER_MEMORY_TERMS, MEMORY_TERMS
+    from perfpredict.estimators.models import memory_terms
 
-    assert targets_for("cpu", "infer")["peak_memory"].memory_terms == INFER_MEMORY_TERMS
-    assert targets_for("cpu")["peak_memory"].memory_terms == MEMORY_TERMS
+    assert targets_for("cpu", "infer")["peak_memory"].memory_terms == memory_terms("cpu", "infer")
+    assert targets_for("cpu")["peak_memory"].memory_terms == memory_terms("cpu")
     from perfpredict.estimators.models import INFER_TIME_TERMS, TIME_TERMS
 
     cpu_step, cuda_step = ("log_stepwise_rnn_gate_steps",), ("log_recurrent_steps",)

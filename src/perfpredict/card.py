@@ -23,9 +23,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from perfpredict.errors import PerfPredictError
 
-SCHEMA_VERSION = "1.4"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
+SCHEMA_VERSION = "1.5"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
 #                                             features.activation_bytes_by_op; 1.3: features.lookup_param_bytes;
-#                                             1.4: features.recurrent_steps_by_op
+#                                             1.4: features.recurrent_steps_by_op;
+#                                             1.5: features.saved_cpu_bytes_per_sample
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -222,8 +223,11 @@ class GraphFeatures(_Section):
                                                    "by the op type that produced them (graph inputs: 'input')")
     op_counts: dict[str, int] = Field(default_factory=dict)
     num_nodes: int | None = None
-    saved_bytes_per_sample: int | None = Field(None, description="bytes autograd saves for backward per sample "
-                                                                 "(CPU count, perfpredict.features.saved)")
+    saved_bytes_per_sample: int | None = Field(None, description="bytes autograd saves for backward per sample, "
+                                                                 "as CUDA's kernels keep them (perfpredict."
+                                                                 "features.saved)")
+    saved_cpu_bytes_per_sample: int | None = Field(None, description="the same as the CPU's own kernels keep them "
+                                                                     "(unfused attention, float dropout noise)")
     source: Source = "analytic"
     device: str | None = None
 

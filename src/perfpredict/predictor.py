@@ -32,10 +32,11 @@ from perfpredict.estimators.evaluate import widen
 from perfpredict.estimators.forest import compile_model_file
 from perfpredict.estimators.models import MEMORY_TERMS, baseline_components, with_utilization_prior
 
-#: Features describing the architecture alone (no batch size): the space the fallback measures distance in.
+#: Features describing the architecture alone (no batch size): the space the fallback measures distance in
+#: (``ops_onednn`` re-counts the conv and LSTM ops already in ``ops_conv`` and ``ops_rnn``, so it is left out).
 _ARCH_COLUMNS = [i for i, n in enumerate(FEATURE_NAMES)
                  if n.startswith(("log_macs_per_sample", "log_params", "log_act_bytes_per_sample", "log_nodes",
-                                  "share_", "ops_"))]
+                                  "share_", "ops_")) and n != "ops_onednn"]
 
 
 def default_models_dir() -> Path:
@@ -159,7 +160,7 @@ class ModelSet:
         d = np.linalg.norm(self._ref[:, None, :] - self._ref[None, :, :], axis=2)
         np.fill_diagonal(d, np.inf)
         self.ood_threshold = float(d.min(axis=1).max())
-        self._saved_model = _fit_saved_bytes_model(archs)
+        self._saved_models = {attr: _fit_saved_bytes_model(archs, attr) for attr in _SAVED_ATTRS}
         self.interference = None
         if (path / "interference.json").exists():
             from perfpredict.fit.interference import InterferenceModel
@@ -167,16 +168,20 @@ class ModelSet:
             self.interference = InterferenceModel.from_dict(json.loads((path / "interference.json").read_text()))
 
     def with_saved_bytes(self, arch: ArchFeatures) -> ArchFeatures:
-        """``arch`` with saved-tensor bytes: its own count when it has one, else an estimate from its ONNX
-        activation bytes (a ridge fit over the training architectures; see :func:`_fit_saved_bytes_model`)."""
-        if arch.saved_bytes_per_sample is not None:
-            return arch
+        """``arch`` with saved-tensor bytes (both counts, :data:`_SAVED_ATTRS`): its own count when it has
+        one, else an estimate from its ONNX activation bytes (a ridge fit over the training architectures; see
+        :func:`_fit_saved_bytes_model`)."""
         from dataclasses import replace
 
-        est = float(10 ** self._saved_model.predict(_saved_inputs([arch]))[0] - 1.0)
-        note = (f"saved-tensor bytes estimated from the ONNX graph ({est / 1e6:.2f} MB/sample): only a model "
-                "file gives the exact count, so memory is less certain than the interval says")
-        return replace(arch, saved_bytes_per_sample=max(est, 0.0), notes=(*arch.notes, note))
+        missing = {attr: kernels for attr, kernels in _SAVED_ATTRS.items() if getattr(arch, attr) is None}
+        if not missing:
+            return arch
+        est = {attr: max(float(10 ** self._saved_models[attr].predict(_saved_inputs([arch]))[0] - 1.0), 0.0)
+               for attr in missing}
+        note = ("saved-tensor bytes estimated from the ONNX graph ("
+                + ", ".join(f"{est[a] / 1e6:.2f} MB/sample as {k} kernels keep them" for a, k in missing.items())
+                + "): only a model file gives the exact count, so memory is less certain than the interval says")
+        return replace(arch, **est, notes=(*arch.notes, note))
 
     def nearest(self, arch: ArchFeatures) -> tuple[str, float]:
         a = (design_matrix([(arch, 32)])[:, _ARCH_COLUMNS] - self._mu) / self._sd
@@ -196,12 +201,17 @@ def _saved_inputs(archs: Sequence[ArchFeatures]) -> np.ndarray:
     return np.array(rows)
 
 
-def _fit_saved_bytes_model(archs: Sequence[ArchFeatures]):
-    """log10 saved bytes per sample from log10 ONNX activation bytes by op group (ridge, training archs)."""
+#: The saved-tensor counts an architecture carries, by the kernels they are counted for.
+_SAVED_ATTRS = {"saved_bytes_per_sample": "CUDA", "saved_cpu_bytes_per_sample": "CPU"}
+
+
+def _fit_saved_bytes_model(archs: Sequence[ArchFeatures], attr: str = "saved_bytes_per_sample"):
+    """log10 saved bytes per sample (``attr``) from log10 ONNX activation bytes by op group (ridge, training
+    archs)."""
     from sklearn.linear_model import RidgeCV
 
-    have = [a for a in archs if a.saved_bytes_per_sample is not None]
-    y = np.log10(np.array([a.saved_bytes_per_sample for a in have]) + 1.0)
+    have = [a for a in archs if getattr(a, attr) is not None]
+    y = np.log10(np.array([getattr(a, attr) for a in have]) + 1.0)
     return RidgeCV(alphas=np.logspace(-3, 3, 13)).fit(_saved_inputs(have), y)
 
 
@@ -417,7 +427,9 @@ def _assemble_card(arch: ArchFeatures, source: str, ms: ModelSet, info):
                                activation_bytes_by_op=dict(arch.activation_bytes_by_op),
                                op_counts=dict(arch.op_counts), num_nodes=int(arch.num_nodes),
                                saved_bytes_per_sample=None if arch.saved_bytes_per_sample is None
-                               else int(arch.saved_bytes_per_sample)),
+                               else int(arch.saved_bytes_per_sample),
+                               saved_cpu_bytes_per_sample=None if arch.saved_cpu_bytes_per_sample is None
+                               else int(arch.saved_cpu_bytes_per_sample)),
         prediction=info,
         notes=[f"predicted by perfpredict's estimators ({ms.name}, trained on {ms.meta['rows']} measured points "
                f"on {ms.device_name}); nothing on this card was measured"],

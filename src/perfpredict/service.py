@@ -44,6 +44,15 @@ class FeatureVector(BaseModel):
     op_counts: dict[str, int] = Field(default_factory=dict)
     macs_by_op: dict[str, float] = Field(default_factory=dict)
     activation_bytes_by_op: dict[str, float] = Field(default_factory=dict)
+    saved_bytes_per_sample: float | None = Field(
+        None, ge=0, description="bytes autograd saves for backward per sample, as CUDA's kernels keep them (a "
+                                "predicted card's features.saved_bytes_per_sample); left out, it is estimated from "
+                                "the activation bytes, and the card says so")
+    saved_bytes_fixed: float = Field(0.0, ge=0)
+    saved_cpu_bytes_per_sample: float | None = Field(
+        None, ge=0, description="the same as the CPU's own kernels keep them (unfused attention, float dropout "
+                                "noise): what the CPU memory model charges; left out, it is estimated")
+    saved_cpu_bytes_fixed: float = Field(0.0, ge=0)
     name: str = Field("features", max_length=200)
 
     @model_validator(mode="after")

@@ -24,7 +24,8 @@ FEATURE_TABLE_COLUMNS = [
     "param_count", "param_bytes", "lookup_param_bytes", "activation_bytes_per_sample", "activation_bytes_fixed",
     "num_nodes", "recurrent_steps_json",
     "input_bytes_per_sample", "op_counts_json", "macs_by_op_json", "act_bytes_by_op_json",
-    "saved_bytes_per_sample", "saved_bytes_fixed", "exporter", "opset", "error", "export_s",
+    "saved_bytes_per_sample", "saved_bytes_fixed", "saved_cpu_bytes_per_sample", "saved_cpu_bytes_fixed",
+    "exporter", "opset", "error", "export_s",
 ]
 
 
@@ -47,6 +48,7 @@ def arch_features_row(family: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
     input_bytes = sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))
     feats = extract_features(workload, model=model, use_fvcore=False)
     saved, saved_fixed = saved_bytes_split(workload, model)
+    saved_cpu, saved_cpu_fixed = saved_bytes_split(workload, model, kernels="cpu")
     return {
         "config": fam.config_name(cfg), "family": family, "task": fam.task,
         "config_json": json.dumps(dict(cfg), sort_keys=True),
@@ -62,6 +64,7 @@ def arch_features_row(family: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
         "macs_by_op_json": json.dumps(feats.macs_by_op, sort_keys=True),
         "act_bytes_by_op_json": json.dumps(feats.activation_bytes_by_op, sort_keys=True),
         "saved_bytes_per_sample": saved, "saved_bytes_fixed": saved_fixed,
+        "saved_cpu_bytes_per_sample": saved_cpu, "saved_cpu_bytes_fixed": saved_cpu_fixed,
         "exporter": feats.exporter, "opset": feats.opset,
         "error": None if feats.available else feats.error,
         "export_s": round(time.perf_counter() - t0, 2),
@@ -160,27 +163,60 @@ def build_features_table(configs: Iterable[tuple[str, Mapping[str, Any]]], path:
     return added
 
 
-def add_saved_bytes(path: str | Path, recompute: bool = False) -> int:
-    """Fill the saved-tensor columns of an existing table in place (rows that lack them, or every row with
-    ``recompute``, after the count itself changed); return rows filled.
+#: The saved-tensor columns, (per sample, fixed), by the kernels they are counted for (features.saved.KERNELS).
+SAVED_COLUMNS: dict[str, tuple[str, str]] = {"cuda": ("saved_bytes_per_sample", "saved_bytes_fixed"),
+                                             "cpu": ("saved_cpu_bytes_per_sample", "saved_cpu_bytes_fixed")}
 
-    The saved-bytes count takes seconds where the ONNX export takes minutes, so an older table gains the
-    columns without being rebuilt.
-    """
+
+def saved_counts(family: str, cfg: Mapping[str, Any], kernels: Iterable[str]) -> dict[str, tuple[int, int]]:
+    """(per-sample, fixed) saved-tensor bytes of ``family`` at ``cfg`` for each of ``kernels``, from one model."""
+    import torch
+
     from perfpredict.features.saved import saved_bytes_split
     from perfpredict.workload.zoo import load_zoo_workload
+
+    wl = load_zoo_workload(family, dict(cfg))
+    torch.manual_seed(0)
+    model = wl.build_model()
+    return {k: saved_bytes_split(wl, model, kernels=k) for k in kernels}
+
+
+def add_saved_bytes(path: str | Path, recompute: bool = False,
+                    progress: Callable[[str, str, int | None], None] | None = None) -> int:
+    """Fill the saved-tensor columns (:data:`SAVED_COLUMNS`) of an existing table in place (rows that lack
+    them, or every row with ``recompute``, after the count itself changed); return rows filled.
+    ``progress(config, kernels, per_sample_bytes or None)`` is called for each count.
+
+    The saved-bytes count takes seconds where the ONNX export takes minutes, so an older table gains the
+    columns without being rebuilt. Each architecture is counted in a fresh process: the process does not give
+    back what a multi-GB model held, and one sweep in one process was killed for memory at 24 GB. A count whose
+    process dies leaves its cells empty (training then names the architecture) and the backfill goes on; the
+    table is rewritten after every architecture. Rows whose export failed are left alone.
+    """
+    from concurrent.futures import ProcessPoolExecutor
+
+    from perfpredict.profile.runner import _ctx
 
     p = Path(path)
     with open(p, newline="") as f:
         rows = list(csv.DictReader(f))
     filled = 0
     for row in rows:
-        if not recompute and row.get("saved_bytes_per_sample") not in (None, ""):
+        todo = [k for k, (per, _) in SAVED_COLUMNS.items() if recompute or row.get(per) in (None, "")]
+        if not todo or row.get("error"):
             continue
-        wl = load_zoo_workload(row["family"], json.loads(row["config_json"]))
-        row["saved_bytes_per_sample"], row["saved_bytes_fixed"] = saved_bytes_split(wl)
-        filled += 1
-    _rewrite(p, rows)
+        try:
+            with ProcessPoolExecutor(max_workers=1, mp_context=_ctx()) as pool:
+                counts = pool.submit(saved_counts, row["family"], json.loads(row["config_json"]), todo).result()
+        except Exception:  # noqa: BLE001 - the forward failed or its process died: these cells stay empty
+            counts = {}
+        for kernels in todo:
+            per, fixed = SAVED_COLUMNS[kernels]
+            row[per], row[fixed] = counts.get(kernels, ("", ""))
+            if progress:
+                progress(row["config"], kernels, counts.get(kernels, (None,))[0])
+        filled += bool(counts)
+        _rewrite(p, rows)
     return filled
 
 

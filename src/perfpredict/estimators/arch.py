@@ -42,10 +42,14 @@ class ArchFeatures:
     macs_by_op: Mapping[str, int] = field(default_factory=dict)
     #: per-sample activation bytes by producing op type (graph inputs: "input")
     activation_bytes_by_op: Mapping[str, int] = field(default_factory=dict)
-    #: bytes autograd saves for backward per sample / fixed (CPU count, :mod:`perfpredict.features.saved`);
-    #: None when only an ONNX graph is at hand (the Predictor then estimates it from the graph)
+    #: bytes autograd saves for backward per sample / fixed, as CUDA's kernels save them (counted on the CPU,
+    #: :mod:`perfpredict.features.saved`); None when only an ONNX graph is at hand (the Predictor then
+    #: estimates it from the graph)
     saved_bytes_per_sample: float | None = None
     saved_bytes_fixed: float = 0.0
+    #: the same as the CPU's own kernels save them (unfused attention with dropout, float dropout noise)
+    saved_cpu_bytes_per_sample: float | None = None
+    saved_cpu_bytes_fixed: float = 0.0
     #: bytes of weights only ever indexed (embedding tables; :attr:`GraphStats.lookup_param_bytes`)
     lookup_param_bytes: float = 0.0
     #: time steps of the recurrent ops per pass, by op type (:attr:`GraphStats.recurrent_steps_by_op`)
@@ -62,6 +66,8 @@ class ArchFeatures:
                 "input_bytes_per_sample": self.input_bytes_per_sample, "op_counts": dict(self.op_counts),
                 "macs_by_op": dict(self.macs_by_op), "activation_bytes_by_op": dict(self.activation_bytes_by_op),
                 "saved_bytes_per_sample": self.saved_bytes_per_sample, "saved_bytes_fixed": self.saved_bytes_fixed,
+                "saved_cpu_bytes_per_sample": self.saved_cpu_bytes_per_sample,
+                "saved_cpu_bytes_fixed": self.saved_cpu_bytes_fixed,
                 "lookup_param_bytes": self.lookup_param_bytes,
                 "recurrent_steps_by_op": dict(self.recurrent_steps_by_op), "notes": list(self.notes)}
 
@@ -93,6 +99,8 @@ def from_table_row(row: Mapping[str, Any]) -> ArchFeatures:
         op_counts=_json_dict(oc), macs_by_op=_json_dict(mb), activation_bytes_by_op=_json_dict(ab),
         saved_bytes_per_sample=_num(row["saved_bytes_per_sample"]) if row.get("saved_bytes_per_sample") not in
         (None, "") else None, saved_bytes_fixed=_num(row.get("saved_bytes_fixed")),
+        saved_cpu_bytes_per_sample=float(_required(row, "saved_cpu_bytes_per_sample")),
+        saved_cpu_bytes_fixed=_num(row.get("saved_cpu_bytes_fixed")),
         lookup_param_bytes=float(_required(row, "lookup_param_bytes")),
         recurrent_steps_by_op=_json_dict(_required(row, "recurrent_steps_json")),
         name=str(row.get("config", "")), family=row.get("family") or None)
@@ -131,6 +139,7 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
     inputs = wl.inputs(1)
     try:
         saved, saved_fixed = saved_bytes_split(wl, model)
+        saved_cpu, saved_cpu_fixed = saved_bytes_split(wl, model, kernels="cpu")
     except Exception as e:  # noqa: BLE001 - the user's forward failed in train mode: report, do not guess
         raise ArchFeaturesError(f"training-mode forward failed while counting saved tensors: {type(e).__name__}: "
                                 f"{str(e)[:200]}", source=target, step="features") from None
@@ -143,6 +152,7 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
         input_bytes_per_sample=float(sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))),
         op_counts=feats.op_counts, macs_by_op=feats.macs_by_op, activation_bytes_by_op=feats.activation_bytes_by_op,
         saved_bytes_per_sample=float(saved), saved_bytes_fixed=float(saved_fixed),
+        saved_cpu_bytes_per_sample=float(saved_cpu), saved_cpu_bytes_fixed=float(saved_cpu_fixed),
         lookup_param_bytes=float(feats.lookup_param_bytes or 0), recurrent_steps_by_op=feats.recurrent_steps_by_op,
         name=wl.name,
         notes=(feats.error,) if feats.error else ())

@@ -70,7 +70,20 @@ FEATURE_NAMES: list[str] = [
     # whatever the batch): all of them, and those of GRU and plain RNN only, which PyTorch runs step by step
     # in ATen ops on the CPU (its fused oneDNN kernel covers LSTM only), weighted by their gates
     "log_recurrent_steps", "log_stepwise_rnn_gate_steps",
+    # saved-tensor bytes as the CPU's own kernels keep them (unfused attention with dropout keeps its L x L
+    # scores, dropout its float noise): what a training step on the CPU holds, where log_saved_bytes_iter is
+    # what CUDA's fused kernels hold
+    "log_saved_cpu_bytes_iter",
+    # how many ops PyTorch's CPU backend runs through oneDNN primitives (ONEDNN_OPS)
+    "ops_onednn",
 ]
+
+#: ONNX ops that PyTorch's CPU backend runs through oneDNN (mkldnn) primitives: convolutions and the fused LSTM
+#: kernel. The first such op a process runs pages in oneDNN's code and JIT-compiles its kernels, a fixed block
+#: of resident memory whatever the model's size (measured with ``perfpredict profile`` on one-layer models on
+#: the 2-vCPU EPYC: a Conv2d adds 9.9 MiB of peak RSS over a Linear model, an LSTM 11.2 MiB, both 15.4 MiB;
+#: a GRU, which runs in ATen ops, 3.3 MiB). The CPU's memory baselines charge it (``any:ops_onednn``).
+ONEDNN_OPS: tuple[str, ...] = ("Conv", "ConvTranspose", "LSTM")
 
 #: Recurrent ONNX ops that PyTorch's CPU backend runs one time step at a time, with their number of gates: a
 #: step's small ops (a GEMM, an activation and the element-wise updates per gate) scale with it, so a GRU step
@@ -127,6 +140,9 @@ def design_row(arch: ArchFeatures, batch_size: int) -> dict[str, float]:
     steps = arch.recurrent_steps_by_op
     row["log_recurrent_steps"] = _log10(sum(steps.values()))
     row["log_stepwise_rnn_gate_steps"] = _log10(sum(g * steps.get(op, 0) for op, g in STEPWISE_RNN_GATES.items()))
+    row["log_saved_cpu_bytes_iter"] = (math.nan if arch.saved_cpu_bytes_per_sample is None
+                                       else _log10(arch.saved_cpu_bytes_per_sample * b + arch.saved_cpu_bytes_fixed))
+    row["ops_onednn"] = math.log1p(sum(arch.op_counts.get(op, 0) for op in ONEDNN_OPS))
     return row
 
 

@@ -69,6 +69,15 @@ def feature_importance(model, names: list[str]) -> dict[str, float]:
 #: allocator on the first matrix product (about 64 MiB per stream on the H100: the floor of every measured
 #: model with a Linear layer, absent from the conv-only U-Nets).
 MEMORY_TERMS: tuple[tuple[str, ...], ...] = (("log_param_bytes",), ("log_saved_bytes_iter",), ("any:ops_matmul",))
+#: The CPU's RSS carries a fixed block for models with any op PyTorch runs through oneDNN (convolutions, LSTM):
+#: its code paged in and its JIT-compiled kernels (``design.ONEDNN_OPS``). Without it the constant (36 MiB)
+#: over-predicted every small GEMM-only model (an MLP's smallest step holds 28.5 MiB).
+ONEDNN_TERM: tuple[str, ...] = ("any:ops_onednn",)
+#: Memory of a training step on the CPU (its RSS), whose saved tensors are counted as the CPU's kernels keep them: its
+#: unfused attention keeps the L x L scores and its dropout float noise, 1.5-2.7x the CUDA count for the zoo's
+#: transformers and ViTs (the same bytes for models with neither); and with the oneDNN block.
+CPU_MEMORY_TERMS: tuple[tuple[str, ...], ...] = (("log_param_bytes",), ("log_saved_cpu_bytes_iter",),
+                                                 ("any:ops_matmul",), ONEDNN_TERM)
 #: Inference (forward passes under no_grad): weights only, and activations that live only until their
 #: consumers ran, so the graph's activation bytes stand in for the saved tensors (nothing is saved).
 INFER_MEMORY_TERMS: tuple[tuple[str, ...], ...] = (("log_param_bytes",), ("log_act_bytes_per_iter",),
@@ -87,6 +96,15 @@ INFER_TIME_TERMS: tuple[tuple[str, ...], ...] = (("log_macs_per_iter",),
 #: but LSTM through one fused oneDNN call per layer, so only GRU/RNN steps are charged there, per gate (charging
 #: LSTM steps the same cost took LSTM held out from 27% to 226% MAPE); cuDNN steps every recurrent op on the GPU.
 STEP_TERMS: dict[str, tuple[str, ...]] = {"cpu": ("log_stepwise_rnn_gate_steps",), "cuda": ("log_recurrent_steps",)}
+
+
+def memory_terms(device_kind: str, mode: str = "train") -> tuple[tuple[str, ...], ...]:
+    """The memory baseline's terms for a ``device_kind`` and ``mode``: on CUDA :data:`MEMORY_TERMS` (training) or
+    :data:`INFER_MEMORY_TERMS` (nothing saved); on the CPU :data:`CPU_MEMORY_TERMS` or the inference terms, each
+    with the oneDNN block (:data:`ONEDNN_TERM`)."""
+    if device_kind == "cpu":
+        return CPU_MEMORY_TERMS if mode != "infer" else INFER_MEMORY_TERMS + (ONEDNN_TERM,)
+    return INFER_MEMORY_TERMS if mode == "infer" else MEMORY_TERMS
 
 
 def time_terms(device_kind: str, mode: str = "train") -> tuple[tuple[str, ...], ...]:

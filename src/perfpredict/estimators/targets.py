@@ -25,7 +25,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfpredict.estimators.models import (
-    INFER_MEMORY_TERMS,
     MEMORY_TERMS,
     MODEL_KINDS,
     QUANTILES,
@@ -35,6 +34,7 @@ from perfpredict.estimators.models import (
     UtilizationPriorModel,
     make_model,
     make_quantile_model,
+    memory_terms,
     time_terms,
 )
 
@@ -139,9 +139,10 @@ def targets_for(device_kind: str, mode: str = "train") -> dict[str, TargetSpec]:
     each as that device measures it.
 
     On CUDA, ``peak_memory`` is torch's peak allocated bytes: every byte a tensor or a library workspace, so
-    its baseline has no constant (on the CPU it is the process's RSS increase, which does have one). In
-    inference nothing is kept for a backward pass, so the memory baselines count activations instead of
-    saved tensors (:data:`~perfpredict.estimators.models.INFER_MEMORY_TERMS`), and its time baseline reads only
+    its baseline has no constant (on the CPU it is the process's RSS increase, which does have one). The
+    training memory baselines count the saved tensors as the device's kernels keep them, and in inference,
+    where nothing is kept for a backward pass, activations instead
+    (:func:`~perfpredict.estimators.models.memory_terms`); the inference time baseline reads only
     the weights that are not embedding tables (:data:`~perfpredict.estimators.models.INFER_TIME_TERMS`). The
     time baseline's per-recurrent-step term depends on the device kind
     (:func:`~perfpredict.estimators.models.time_terms`)."""
@@ -155,8 +156,8 @@ def targets_for(device_kind: str, mode: str = "train") -> dict[str, TargetSpec]:
             continue
         if name == "peak_memory" and device_kind == "cuda":
             spec = replace(spec, memory_intercept=False)
-        if mode == "infer" and spec.transform == "structured_memory":
-            spec = replace(spec, memory_terms=INFER_MEMORY_TERMS)
+        if spec.transform == "structured_memory":
+            spec = replace(spec, memory_terms=memory_terms(device_kind, mode))
         if spec.baseline_terms:
             spec = replace(spec, baseline_terms=time_terms(device_kind, mode))
         out[name] = spec

@@ -242,9 +242,10 @@ def render_report(meta: dict[str, Any]) -> str:
             c = t["baseline_coef"]["point"]
             lines += [f"Baseline fitted on all rows: {c[0] / 2**20:.1f} MiB + {c[1]:.2f} × parameter bytes + "
                       f"{c[2]:.2f} × "
-                      + ("activation bytes" if "log_act_bytes_per_iter" in t["baseline_coef"]["terms"][2]
-                         else "saved-tensor bytes") + " per iteration"
-                      + (f" + {c[3] / 2**20:.1f} MiB for models with a GEMM (BLAS workspace)" if len(c) > 3 else "")
+                      + _MEMORY_WORDS.get(t["baseline_coef"]["terms"][2], t["baseline_coef"]["terms"][2])
+                      + " per iteration"
+                      + "".join(f" + {ci / 2**20:.1f} MiB for models with {_BLOCK_WORDS.get(term, term)}"
+                                for ci, term in zip(c[3:], t["baseline_coef"]["terms"][3:]))
                       + ".", ""]
         elif "baseline_coef" in t:
             c = t["baseline_coef"]["point"]
@@ -274,6 +275,13 @@ def render_report(meta: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+#: How the report names a memory baseline's per-iteration bytes term.
+_MEMORY_WORDS = {"log_act_bytes_per_iter": "activation bytes",
+                 "log_saved_bytes_iter": "saved-tensor bytes (as CUDA's kernels keep them)",
+                 "log_saved_cpu_bytes_iter": "saved-tensor bytes (as the CPU's kernels keep them)"}
+#: How the report names a memory baseline's fixed blocks.
+_BLOCK_WORDS = {"any:ops_matmul": "a GEMM (BLAS workspace)",
+                "any:ops_onednn": "a oneDNN op (convolution, LSTM: its code and JIT kernels)"}
 #: How the report names a time baseline's per-step terms.
 _STEP_WORDS = {"log_recurrent_steps": "recurrent time step (LSTM, GRU, RNN)",
                "log_stepwise_rnn_gate_steps": "gate × time step of GRU/RNN layers (run step by step on the CPU)"}

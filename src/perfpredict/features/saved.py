@@ -20,6 +20,12 @@ count routes ``F.dropout`` through ``torch.native_dropout``, whose CPU kernel sa
 The loss is part of the forward: a language model's cross-entropy keeps its log-softmax, as large as the
 logits (batch × sequence × vocabulary), until backward.
 
+``kernels="cpu"`` counts what the CPU's own kernels save instead (no rerouting): the unfused attention
+with dropout keeps its L×L scores and dropout masks, ``F.dropout`` its float noise. That is what a training
+step on the CPU really holds, 1.5-2.7x the CUDA count for the zoo's transformers and ViTs and the same bytes
+for every model with neither attention nor dropout. The CPU's RSS baseline charges this count, the GPU's
+memory baselines the CUDA one.
+
 Run at batch sizes 1 and 2, the difference is the exact per-sample part, as for the other graph features.
 This executes the model's forward, so it is for model files and the zoo, never for uploaded ONNX files.
 """
@@ -29,8 +35,15 @@ from __future__ import annotations
 import torch
 
 
-def saved_tensor_bytes(model: torch.nn.Module, inputs: tuple, loss_fn=None) -> int:
-    """Bytes of the distinct storages autograd saves during one training-mode forward (+ loss) on the CPU."""
+#: The kernels a count can follow: "cuda" (fused attention, 1-byte dropout masks; the default) or "cpu".
+KERNELS = ("cuda", "cpu")
+
+
+def saved_tensor_bytes(model: torch.nn.Module, inputs: tuple, loss_fn=None, kernels: str = "cuda") -> int:
+    """Bytes of the distinct storages autograd saves during one training-mode forward (+ loss) on the CPU,
+    as the ``kernels`` of :data:`KERNELS` save them (see the module docstring)."""
+    if kernels not in KERNELS:
+        raise ValueError(f"kernels must be one of {KERNELS}, got {kernels!r}")
     param_ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
     param_ptrs |= {b.untyped_storage().data_ptr() for b in model.buffers()}
     seen: dict[int, int] = {}
@@ -58,7 +71,8 @@ def saved_tensor_bytes(model: torch.nn.Module, inputs: tuple, loss_fn=None) -> i
         return torch.native_dropout(input, p, True)[0]  # what CUDA runs: saves a bool mask
 
     model.train()
-    F.scaled_dot_product_attention, F.dropout = fused_sdpa, fused_dropout
+    if kernels == "cuda":
+        F.scaled_dot_product_attention, F.dropout = fused_sdpa, fused_dropout
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             out = model(*inputs)
@@ -69,8 +83,9 @@ def saved_tensor_bytes(model: torch.nn.Module, inputs: tuple, loss_fn=None) -> i
     return int(sum(seen.values()))
 
 
-def saved_bytes_split(workload, model: torch.nn.Module | None = None) -> tuple[int, int]:
-    """(per-sample, fixed) saved bytes of ``workload``, from forward passes at batch sizes 1 and 2."""
+def saved_bytes_split(workload, model: torch.nn.Module | None = None, kernels: str = "cuda") -> tuple[int, int]:
+    """(per-sample, fixed) saved bytes of ``workload`` as ``kernels`` save them, from forward passes at batch
+    sizes 1 and 2."""
     if model is None:
         torch.manual_seed(0)
         model = workload.build_model()
@@ -78,7 +93,8 @@ def saved_bytes_split(workload, model: torch.nn.Module | None = None) -> tuple[i
 
     def run(b: int) -> int:
         targets = workload.targets(b)
-        return saved_tensor_bytes(model, workload.inputs(b), loss_fn=lambda out: workload.loss(out, targets))
+        return saved_tensor_bytes(model, workload.inputs(b), loss_fn=lambda out: workload.loss(out, targets),
+                                  kernels=kernels)
 
     s1, s2 = run(1), run(2)
     per = s2 - s1
