@@ -293,6 +293,19 @@ def test_train_reproduces_shipped_metrics(tmp_path):
         assert all(Path(ts.out_dir / f).exists() for f in t["files"].values())
 
 
+def test_training_removes_boosters_it_did_not_write(tmp_path):
+    """A set retrained into the same folder keeps no booster of a model kind it no longer ships."""
+    from perfpredict.estimators.train import train_dataset
+
+    stale = tmp_path / "cpu_epyc_2vcpu_infer" / "device_memory.xgb.json"  # a CUDA-only target
+    stale.parent.mkdir()
+    stale.write_text("{}")
+    ts = train_dataset(DATASETS / "cpu_epyc_2vcpu_infer.csv", tmp_path, evaluate=False)
+    written = {f for t in ts.metadata["targets"].values() for f in t["files"].values()}
+    assert {p.name for p in ts.out_dir.glob("*.xgb.json")} == written
+    assert not stale.exists()
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Physical baselines
 # ---------------------------------------------------------------------------------------------------------

@@ -153,6 +153,10 @@ def train_dataset(dataset_csv: str | Path, out_root: str | Path, *, kinds: tuple
     (out / METADATA_FILE).write_text(json.dumps(meta, indent=2, default=float) + "\n")
     (out / "report.md").write_text(render_report(meta))
     files += [out / METADATA_FILE, out / "report.md"]
+    # A booster of a model kind no longer shipped (e.g. memory now shipped as the bare baseline) would sit
+    # beside the new metadata as if it were part of the set: remove what this training did not write.
+    for stale in set(out.glob("*.xgb.json")) - set(files):
+        stale.unlink()
     return TrainedSet(data.name, out, meta, files)
 
 
