@@ -484,9 +484,41 @@ def test_calibrated_scale_covers_the_nominal_share_and_never_narrows():
     assert np.allclose(widen(q, 1.0), q)
 
 
+def test_calibrated_margin_covers_the_nominal_share_and_beats_the_scale_where_raw_widths_vary():
+    """Conformalized quantile regression in log space: the margin brings coverage to 80% and never narrows.
+    Where the quantile model's raw width varies (wide for some rows, narrow for others) but the errors do not,
+    the multiplicative scale needed for the narrow rows blows the wide rows up; the margin does not."""
+    from perfpredict.estimators.evaluate import (
+        calibrate_margin,
+        calibrate_scale,
+        conformity,
+        interval_quality,
+        widen,
+        widen_by_margin,
+    )
+
+    rng = np.random.default_rng(0)
+    n = 600
+    med = 10 ** rng.uniform(0, 3, n)
+    raw = np.where(rng.random(n) < 0.5, 0.05, 0.8)  # raw log half-widths: half narrow, half wide
+    q = np.column_stack([med * np.exp(-raw), med, med * np.exp(raw)])
+    y = med * np.exp(rng.normal(0, 0.5, n))  # errors the same for every row
+    m = calibrate_margin(y, q)
+    assert m > 0
+    assert interval_quality(y, widen_by_margin(q, m))["coverage"] == pytest.approx(0.8, abs=0.01)
+    assert np.all(conformity(y, widen_by_margin(q, m)) <= conformity(y, q) + 1e-12)
+    assert np.allclose(widen_by_margin(q, m)[:, 1], med)
+    by_scale = widen(q, calibrate_scale(y, q))
+    assert interval_quality(y, by_scale)["coverage"] == pytest.approx(0.8, abs=0.01)
+    assert (interval_quality(y, widen_by_margin(q, m))["median_rel_width"]
+            < 0.8 * interval_quality(y, by_scale)["median_rel_width"])
+    # Already wide enough: the margin stays 0 (intervals are only widened).
+    assert calibrate_margin(med, np.column_stack([med / 10, med, med * 10])) == 0.0
+
+
 def test_predictor_serves_the_calibrated_interval(predictor):
-    """The shipped interval scale widens what the quantile models say, and the nested family-CV check
-    (each family calibrated on the others) comes close to the nominal 80%."""
+    """The shipped log margin widens what the quantile models say, and the nested family-CV check (each
+    family calibrated on the others) comes close to the nominal 80%."""
     meta = json.loads((MODELS / "cuda_h100" / "metadata.json").read_text())
     ms = predictor.model_set("cuda_h100")
     from perfpredict.estimators.data import load_training_data
@@ -495,14 +527,15 @@ def test_predictor_serves_the_calibrated_interval(predictor):
     X = data.X[:20]
     for name, t in meta["targets"].items():
         cal = t["evaluation"]["interval_calibration"]
-        assert t["interval_scale"] == cal["scale"] >= 1.0
+        assert t["interval_log_margin"] == cal["margin"] >= 0.0 and "interval_scale" not in t
         assert 0.7 <= cal["nested_family_cv"]["coverage"] <= 0.9, name
         target = ms.targets[name]
+        assert target.interval_log_margin == cal["margin"] and target.interval_scale == 1.0
         _, served = target.predict(X)
-        target.interval_scale, raw_scale = 1.0, target.interval_scale
+        target.interval_log_margin, margin = 0.0, target.interval_log_margin
         try:
             _, raw = target.predict(X)
         finally:
-            target.interval_scale = raw_scale
+            target.interval_log_margin = margin
         assert np.all(served[:, 0] <= raw[:, 0] + 1e-12) and np.all(served[:, -1] >= raw[:, -1] - 1e-12)
         assert np.allclose(served[:, 1], raw[:, 1])

@@ -28,7 +28,7 @@ import numpy as np
 from perfpredict.errors import PerfPredictError, UsageError
 from perfpredict.estimators.arch import ArchFeatures
 from perfpredict.estimators.design import FEATURE_NAMES, design_matrix
-from perfpredict.estimators.evaluate import widen
+from perfpredict.estimators.evaluate import calibrated
 from perfpredict.estimators.forest import compile_model_file
 from perfpredict.estimators.models import MEMORY_TERMS, baseline_components, with_utilization_prior
 
@@ -62,11 +62,13 @@ class _Target:
     residual_quantiles: np.ndarray | None = None
     #: the physical baseline's terms (``metadata.json``'s ``term_features``); memory's by default
     terms: tuple[tuple[str, ...], ...] | None = None
-    #: the interval widening calibrated for unseen families at training (``metadata.json``'s ``interval_scale``)
+    #: the interval widening calibrated for unseen families at training: ``metadata.json``'s
+    #: ``interval_log_margin`` (added on both sides in log space), or ``interval_scale`` for sets trained before
     interval_scale: float = 1.0
     #: GPU utilisation's physical prior (busy, idle coefficients; ``metadata.json``'s ``prior_coef``): its
     #: boosters take the feature vector with the prior appended
     prior: tuple[np.ndarray, np.ndarray] | None = None
+    interval_log_margin: float = 0.0
 
     def _base(self, X: np.ndarray, coef: np.ndarray, floor: float = 1.0) -> np.ndarray:
         return np.maximum(baseline_components(X, self.terms or MEMORY_TERMS) @ coef, floor)
@@ -87,8 +89,8 @@ class _Target:
         else:
             y, yq = np.clip(z, 0.005, 1.0), np.clip(q, 0.005, 1.0)
         yq = np.sort(yq, axis=1)  # quantile crossing: keep q10 <= q50 <= q90
-        if self.interval_scale != 1.0:
-            yq = widen(yq, self.interval_scale)
+        if self.interval_scale != 1.0 or self.interval_log_margin:
+            yq = calibrated(yq, margin=self.interval_log_margin, scale=self.interval_scale)
             if self.transform == "identity01":
                 yq = np.clip(yq, 0.005, 1.0)
         return y, yq
@@ -149,7 +151,7 @@ class ModelSet:
                                           tuple(tuple(t) for t in coef["term_features"])
                                           if coef.get("term_features") else None,
                                           float(t.get("interval_scale", 1.0)),
-                                          _prior_of(t))
+                                          _prior_of(t), float(t.get("interval_log_margin", 0.0)))
         prof = json.loads((path / "profiled.json").read_text())["architectures"]
         self.profiled_names = list(prof)
         self.profiled = prof

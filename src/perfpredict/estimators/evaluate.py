@@ -132,19 +132,60 @@ def calibrate_scale(y: np.ndarray, q: np.ndarray, coverage: float = NOMINAL_COVE
     return float(min(max(np.sort(s)[max(k, 0)], 1.0), _MAX_SCALE))
 
 
+def conformity(y: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Per point, how far (in log space) ``y`` lies outside its [q10, q90] interval (negative: inside): the
+    conformity score of conformalized quantile regression (Romano et al., 2019)."""
+    ly, q = np.log(np.asarray(y, float)), np.asarray(q, float)
+    return np.maximum(np.log(q[:, 0]) - ly, ly - np.log(q[:, -1]))
+
+
+def calibrate_margin(y: np.ndarray, q: np.ndarray, coverage: float = NOMINAL_COVERAGE) -> float:
+    """The log-space margin that, added on both sides of the [q10, q90] intervals, makes ``coverage`` of these
+    out-of-fold points fall inside (≥ 0: intervals are only ever widened)."""
+    s = np.sort(conformity(y, q))
+    k = int(np.ceil(coverage * len(s))) - 1
+    return float(max(s[max(k, 0)], 0.0))
+
+
+def widen_by_margin(q: np.ndarray, margin: float) -> np.ndarray:
+    """Quantiles n × 3 with q10 divided and q90 multiplied by ``exp(margin)``; the median unchanged."""
+    q = np.array(q, float)
+    q[:, 0] *= np.exp(-margin)
+    q[:, -1] *= np.exp(margin)
+    return q
+
+
+def calibrated(q: np.ndarray, *, margin: float = 0.0, scale: float = 1.0) -> np.ndarray:
+    """``q`` widened as a model set says: by its log ``margin`` (sets trained since the margin) or its
+    multiplicative ``scale`` (older sets)."""
+    if scale != 1.0:
+        q = widen(q, scale)
+    return widen_by_margin(q, margin) if margin else np.asarray(q, float)
+
+
 def calibrated_interval_quality(y: np.ndarray, q: np.ndarray, families: np.ndarray) -> dict[str, Any]:
-    """The scale fitted on every family's out-of-fold predictions (what the Predictor applies), and the honest
-    check of it: nested leave-one-family-out, each family's intervals widened by the scale calibrated on the
-    *other* families only."""
-    qs = np.full_like(q, np.nan)
-    per_family = {}
-    for f in sorted(set(families.tolist())):
-        test = families == f
-        s_f = calibrate_scale(y[~test], q[~test])
-        qs[test] = widen(q[test], s_f)
-        per_family[f] = s_f
-    return {"scale": calibrate_scale(y, q), "nested_family_cv": interval_quality(y, qs),
-            "scale_by_held_out_family": per_family}
+    """The log margin fitted on every family's out-of-fold predictions (what the Predictor applies), and the
+    honest check of it: nested leave-one-family-out, each family's intervals widened by the margin calibrated
+    on the *other* families only.
+
+    The margin is added in log space to the quantile model's own interval (conformalized quantile
+    regression). The multiplicative scale used before (each side's log distance from the median times one
+    factor) is computed the same way for comparison: it amplifies the rows whose raw interval is already wide,
+    so at the same nested coverage its intervals were 1.2-3.6x wider at the median on the shipped sets, and
+    their widest tenth spanned up to two orders of magnitude."""
+    def nested(fit, apply):
+        qs, by_family = np.full_like(q, np.nan), {}
+        for f in sorted(set(families.tolist())):
+            test = families == f
+            by_family[f] = fit(y[~test], q[~test])
+            qs[test] = apply(q[test], by_family[f])
+        return interval_quality(y, qs), by_family
+
+    by_margin, margins = nested(calibrate_margin, widen_by_margin)
+    by_scale, scales = nested(calibrate_scale, widen)
+    return {"method": "log_margin", "margin": calibrate_margin(y, q), "nested_family_cv": by_margin,
+            "margin_by_held_out_family": margins,
+            "scale": calibrate_scale(y, q), "nested_family_cv_scale": by_scale, "scale_by_held_out_family": scales}
 
 
 def _subset(data: TrainingData, keep: np.ndarray) -> TrainingData:

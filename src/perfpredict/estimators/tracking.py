@@ -39,7 +39,7 @@ def log_training(ts: TrainedSet, register: bool = True) -> str:
                 mlflow.log_metric(f"{tname}.quantile_coverage", ev["quantiles_family_cv"]["coverage"])
             if "interval_calibration" in ev:
                 cal = ev["interval_calibration"]
-                mlflow.log_metrics({f"{tname}.interval_scale": cal["scale"],
+                mlflow.log_metrics({f"{tname}.interval_log_margin": cal["margin"],
                                     f"{tname}.quantile_coverage_calibrated": cal["nested_family_cv"]["coverage"]})
             mlflow.log_metric(f"{tname}.train_mape", t["train_mape"])
             if "prior_coef" in t:  # that booster's input is the feature vector plus the prior's column

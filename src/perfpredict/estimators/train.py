@@ -103,8 +103,9 @@ def train_dataset(dataset_csv: str | Path, out_root: str | Path, *, kinds: tuple
         elif spec.transform == "structured_memory":
             kind = "none"  # the physical baseline: what family CV selects on the committed data
         entry["point_kind"] = kind
-        # How far the Predictor widens the [q10, q90] interval for unseen families (1: not calibrated).
-        entry["interval_scale"] = (entry["evaluation"]["interval_calibration"]["scale"] if evaluate else 1.0)
+        # How far the Predictor widens the [q10, q90] interval for unseen families, in log space on each side
+        # (0: not calibrated).
+        entry["interval_log_margin"] = (entry["evaluation"]["interval_calibration"]["margin"] if evaluate else 0.0)
         say(f"{data.name}/{spec.name}: fitting the final {kind} point and interval models on {len(y)} rows")
         point = spec.fit_model(spec.make_model(kind), X, y, aux)
         quant = spec.fit_model(spec.make_quantile_model(kind), X, y, aux)
@@ -230,11 +231,15 @@ def render_report(meta: dict[str, Any]) -> str:
                    "correction"}.get(ev["shipped_kind"], ev["shipped_kind"])
         cal = ev.get("interval_calibration")
         cal_text = ("" if not cal else
-                    f" Calibrated for unseen families (the outer quantiles moved ×{cal['scale']:.2f} farther from "
-                    f"the median in log space, the factor that makes 80% of the family-CV points fall inside), "
-                    f"checked by nested family CV: covers {cal['nested_family_cv']['coverage']:.0%}, the upper "
-                    f"quantile under-predicts {cal['nested_family_cv']['upper_under_predicts']:.0%}, median width "
-                    f"{cal['nested_family_cv']['median_rel_width']:.0%} of the value. The Predictor serves the "
+                    f" Calibrated for unseen families (conformalized quantile regression: q10 divided and q90 "
+                    f"multiplied by ×{np.exp(cal['margin']):.2f}, the log margin that makes 80% of the family-CV "
+                    f"points fall inside), checked by nested family CV: covers "
+                    f"{cal['nested_family_cv']['coverage']:.0%}, the upper quantile under-predicts "
+                    f"{cal['nested_family_cv']['upper_under_predicts']:.0%}, median width "
+                    f"{cal['nested_family_cv']['median_rel_width']:.0%} of the value (the multiplicative widening "
+                    f"used before, ×{cal['scale']:.2f} in log space: covers "
+                    f"{cal['nested_family_cv_scale']['coverage']:.0%}, median width "
+                    f"{cal['nested_family_cv_scale']['median_rel_width']:.0%}). The Predictor serves the "
                     f"calibrated interval.")
         lines += ["", f"Shipped: **{shipped}**. Its interval model, family CV: {q['interval']} covers "
                       f"{q['coverage']:.0%} of the measurements (nominal 80%); the upper quantile under-predicts "

@@ -214,11 +214,13 @@ def _family_cv_predictions(dataset: str, features: str, models_dir: str | None
     fams = data.families
     shipped = _shipped_targets(models_dir)
 
-    def scale(name: str, fam: str) -> float:  # the interval widening calibrated on the *other* families
-        return (shipped[name].get("evaluation", {}).get("interval_calibration", {})
-                .get("scale_by_held_out_family", {}).get(fam, 1.0))
+    def widening(name: str, fam: str) -> dict[str, float]:  # the calibration fitted on the *other* families
+        cal = shipped[name].get("evaluation", {}).get("interval_calibration", {})
+        if "margin_by_held_out_family" in cal:
+            return {"margin": cal["margin_by_held_out_family"].get(fam, 0.0)}
+        return {"scale": cal.get("scale_by_held_out_family", {}).get(fam, 1.0)}  # sets trained before the margin
 
-    folds = [(fams != f, np.flatnonzero(fams == f), lambda name, f=str(f): scale(name, f))
+    folds = [(fams != f, np.flatnonzero(fams == f), lambda name, f=str(f): widening(name, f))
              for f in sorted(set(fams.tolist()))]
     return _refit_predictions(data, shipped, folds)
 
@@ -232,11 +234,12 @@ def _shipped_targets(models_dir: str | None) -> dict:
 
 def _refit_predictions(data, shipped: dict, folds) -> dict[tuple[str, int], dict[str, tuple[float, float]]]:
     """(config, batch) -> target -> (median, q90) for GPU utilisation and device memory (peak memory for model
-    sets without it). Each fold ``(train rows mask, test row indices, interval scale by target)`` refits the
+    sets without it). Each fold ``(train rows mask, test row indices, interval widening by target)`` refits the
     shipped estimator kinds (``metadata.json``'s ``point_kind``, same hyper-parameters) on its training rows
     that have the target and predicts its test rows as the Predictor would: quantiles sorted, utilisation
-    clipped, memory's q90 widened by the fold's interval scale."""
-    from perfpredict.estimators.evaluate import aux_values, valid_rows, widen
+    clipped, memory's q90 widened as the fold's calibration says (:func:`~perfpredict.estimators.evaluate.
+    calibrated`'s keyword arguments)."""
+    from perfpredict.estimators.evaluate import aux_values, calibrated, valid_rows
     from perfpredict.estimators.targets import targets_for
 
     mem_target = "device_memory" if "device_memory" in shipped else "peak_memory"
@@ -246,7 +249,7 @@ def _refit_predictions(data, shipped: dict, folds) -> dict[tuple[str, int], dict
         spec, kind = targets_for("cuda")[name], shipped[name]["point_kind"]
         y, aux = data.column(spec.column), aux_values(data, spec)
         valid = valid_rows(data, spec)
-        for train_mask, test, scale_of in folds:
+        for train_mask, test, widening_of in folds:
             train = valid & train_mask
             X, yt, Xt = data.X[train], y[train], data.X[test]
             at = None if aux is None else aux[train]
@@ -255,7 +258,7 @@ def _refit_predictions(data, shipped: dict, folds) -> dict[tuple[str, int], dict
             if name == mem_target:
                 q = np.sort(spec.from_model(spec.fit_model(spec.make_quantile_model(kind), X, yt, at).predict(Xt),
                                             Xt), axis=1)
-                q90 = widen(q, scale_of(name))[:, -1]
+                q90 = calibrated(q, **widening_of(name))[:, -1]
             for j, i in enumerate(test):
                 out[(str(data.configs[i]), int(data.batch[i]))][name] = (float(med[j]), float(q90[j]))
     return out
@@ -276,7 +279,7 @@ def paper_mix_predictions(dataset: str, features: str, models_dir: str | None = 
     the architectures that :func:`unseen_architectures` does not pick, predicting every point. Half the jobs
     are then new to the predictor (their family may not be), as in seed 004 §5; the other half are its
     training points. Same format as :func:`family_cv_predictions`; memory's q90 widened by the shipped
-    interval scale, as the Predictor does. Cached per process."""
+    interval calibration, as the Predictor does. Cached per process."""
     return _paper_mix_predictions(*_cache_key(dataset, features, models_dir))
 
 
@@ -289,8 +292,14 @@ def _paper_mix_predictions(dataset: str, features: str, models_dir: str | None
     shipped = _shipped_targets(models_dir)
     unseen = unseen_architectures(data.configs)
     seen = np.array([str(c) not in unseen for c in data.configs])
-    folds = [(seen, np.arange(len(data.configs)), lambda name: float(shipped[name].get("interval_scale", 1.0)))]
+    folds = [(seen, np.arange(len(data.configs)), lambda name: _shipped_widening(shipped[name]))]
     return _refit_predictions(data, shipped, folds)
+
+
+def _shipped_widening(target: dict) -> dict[str, float]:
+    """The interval widening a shipped target's metadata says the Predictor applies."""
+    return {"margin": float(target.get("interval_log_margin", 0.0)),
+            "scale": float(target.get("interval_scale", 1.0))}
 
 
 def horus_perf_models(memory: str = "safe", predictions: str = "trained") -> dict[str, PerfModel]:
