@@ -31,6 +31,7 @@ from perfpredict.estimators.design import FEATURE_NAMES, design_matrix
 from perfpredict.estimators.evaluate import calibrated
 from perfpredict.estimators.forest import compile_model_file
 from perfpredict.estimators.models import MEMORY_TERMS, baseline_components, with_utilization_prior
+from perfpredict.estimators.saved_estimate import SAVED_ATTRS, SavedBytesEstimator
 
 #: Features describing the architecture alone (no batch size): the space the fallback measures distance in
 #: (``ops_onednn`` re-counts the conv and LSTM ops already in ``ops_conv`` and ``ops_rnn``, so it is left out).
@@ -162,7 +163,7 @@ class ModelSet:
         d = np.linalg.norm(self._ref[:, None, :] - self._ref[None, :, :], axis=2)
         np.fill_diagonal(d, np.inf)
         self.ood_threshold = float(d.min(axis=1).max())
-        self._saved_models = {attr: _fit_saved_bytes_model(archs, attr) for attr in _SAVED_ATTRS}
+        self._saved_models = {attr: SavedBytesEstimator(attr).fit(archs) for attr in SAVED_ATTRS}
         self.interference = None
         if (path / "interference.json").exists():
             from perfpredict.fit.interference import InterferenceModel
@@ -170,16 +171,16 @@ class ModelSet:
             self.interference = InterferenceModel.from_dict(json.loads((path / "interference.json").read_text()))
 
     def with_saved_bytes(self, arch: ArchFeatures) -> ArchFeatures:
-        """``arch`` with saved-tensor bytes (both counts, :data:`_SAVED_ATTRS`): its own count when it has
-        one, else an estimate from its ONNX activation bytes (a ridge fit over the training architectures; see
-        :func:`_fit_saved_bytes_model`)."""
+        """``arch`` with saved-tensor bytes (both counts, :data:`~perfpredict.estimators.saved_estimate.
+        SAVED_ATTRS`): its own count when it has one, else an estimate from its activation bytes by op group,
+        fitted on the training architectures (:class:`~perfpredict.estimators.saved_estimate.
+        SavedBytesEstimator`)."""
         from dataclasses import replace
 
-        missing = {attr: kernels for attr, kernels in _SAVED_ATTRS.items() if getattr(arch, attr) is None}
+        missing = {attr: kernels for attr, kernels in SAVED_ATTRS.items() if getattr(arch, attr) is None}
         if not missing:
             return arch
-        est = {attr: max(float(10 ** self._saved_models[attr].predict(_saved_inputs([arch]))[0] - 1.0), 0.0)
-               for attr in missing}
+        est = {attr: max(float(self._saved_models[attr].predict([arch])[0]), 0.0) for attr in missing}
         note = ("saved-tensor bytes estimated from the ONNX graph ("
                 + ", ".join(f"{est[a] / 1e6:.2f} MB/sample as {k} kernels keep them" for a, k in missing.items())
                 + "): only a model file gives the exact count, so memory is less certain than the interval says")
@@ -190,31 +191,6 @@ class ModelSet:
         d = np.linalg.norm(self._ref - a, axis=1)
         i = int(np.argmin(d))
         return self.profiled_names[i], float(d[i])
-
-
-def _saved_inputs(archs: Sequence[ArchFeatures]) -> np.ndarray:
-    from perfpredict.estimators.design import ACT_GROUPS, activation_bytes_by_group
-
-    rows = []
-    for a in archs:
-        g = activation_bytes_by_group(a)
-        rows.append([np.log10(g[k] + 1.0) for k in ACT_GROUPS] + [np.log10(a.activation_bytes_per_sample + 1.0),
-                                                                  np.log10(a.param_bytes + 1.0)])
-    return np.array(rows)
-
-
-#: The saved-tensor counts an architecture carries, by the kernels they are counted for.
-_SAVED_ATTRS = {"saved_bytes_per_sample": "CUDA", "saved_cpu_bytes_per_sample": "CPU"}
-
-
-def _fit_saved_bytes_model(archs: Sequence[ArchFeatures], attr: str = "saved_bytes_per_sample"):
-    """log10 saved bytes per sample (``attr``) from log10 ONNX activation bytes by op group (ridge, training
-    archs)."""
-    from sklearn.linear_model import RidgeCV
-
-    have = [a for a in archs if getattr(a, attr) is not None]
-    y = np.log10(np.array([getattr(a, attr) for a in have]) + 1.0)
-    return RidgeCV(alphas=np.logspace(-3, 3, 13)).fit(_saved_inputs(have), y)
 
 
 class Predictor:
