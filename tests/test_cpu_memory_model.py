@@ -131,6 +131,13 @@ def test_a_graph_without_counts_gets_both_estimated_and_the_card_says_so():
     small = card(saved_cpu_bytes_per_sample=1e5, saved_bytes_per_sample=1e5)
     large = card(saved_cpu_bytes_per_sample=2e7, saved_bytes_per_sample=1e5)
     assert not any("estimated from the ONNX graph" in n for n in small.prediction.notes)
+    # the CPU's memory baseline ships alone: a constant log width, plus the margin for estimated counts or not
+    def log_width(c) -> float:
+        lo, hi = c.prediction.points[0].peak_memory_interval_bytes
+        return float(np.log(hi / lo))
+
+    width = {"est": log_width(est), "exact": log_width(small)}
+    assert width["est"] > width["exact"], width
     assert large.features.saved_cpu_bytes_per_sample == 2e7
     # 16 × (20 MB − 0.1 MB) more saved bytes: the shipped baseline's saved-bytes coefficient (1.37; it ships
     # without a correction) times that
@@ -218,3 +225,24 @@ def test_saved_bytes_are_estimated_from_the_graph_without_exploding_on_an_unseen
         assert max(ape[fams == f].mean() for f in set(fams)) < 1.5, attr
     with pytest.raises(ValueError, match="attr"):
         SavedBytesEstimator("activation_bytes_per_sample")
+
+
+def test_inputs_without_counts_get_the_wider_interval_calibrated_for_them():
+    """Memory from an ONNX file rests on estimated saved-tensor counts, so each set carries a second margin,
+    calibrated by nested family CV on estimated counts; the Predictor serves it when it had to estimate."""
+    import json
+
+    from perfpredict import Predictor
+    from perfpredict.estimators.data import load_training_data
+
+    pred = Predictor.load()
+    for name in ("cpu_epyc_2vcpu", "cuda_h100"):
+        meta = json.loads((REPO / "trained_models" / name / "metadata.json").read_text())
+        t = meta["targets"]["peak_memory"]
+        cal = t["evaluation"]["interval_calibration_estimated_counts"]
+        assert t["interval_log_margin_estimated_counts"] == cal["margin"] > t["interval_log_margin"], name
+        assert 0.7 <= cal["nested_family_cv"]["coverage"] <= 0.9
+        X = load_training_data(REPO / "datasets" / f"{name}.csv").X[:10]
+        target = pred.model_set(name).targets["peak_memory"]
+        (y, exact), (y2, onnx) = target.predict(X), target.predict(X, estimated_counts=True)
+        assert np.allclose(y, y2) and np.all(onnx[:, 0] < exact[:, 0]) and np.all(onnx[:, -1] > exact[:, -1])

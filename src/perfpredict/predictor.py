@@ -70,12 +70,15 @@ class _Target:
     #: boosters take the feature vector with the prior appended
     prior: tuple[np.ndarray, np.ndarray] | None = None
     interval_log_margin: float = 0.0
+    #: the margin for inputs whose saved-tensor counts were estimated (ONNX files); None: the one above
+    interval_log_margin_estimated_counts: float | None = None
 
     def _base(self, X: np.ndarray, coef: np.ndarray, floor: float = 1.0) -> np.ndarray:
         return np.maximum(baseline_components(X, self.terms or MEMORY_TERMS) @ coef, floor)
 
-    def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(median point prediction, quantiles n × 3) on the target's natural scale."""
+    def predict(self, X: np.ndarray, estimated_counts: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """(median point prediction, quantiles n × 3) on the target's natural scale; ``estimated_counts``: the
+        rows' saved-tensor counts were estimated from the graph, so the interval takes that margin."""
         Xb = X if self.prior is None else with_utilization_prior(X, *self.prior)
         z = (np.zeros(len(X)) if self.point is None
              else np.asarray(self.point.inplace_predict(Xb), float).reshape(len(X)))
@@ -90,8 +93,11 @@ class _Target:
         else:
             y, yq = np.clip(z, 0.005, 1.0), np.clip(q, 0.005, 1.0)
         yq = np.sort(yq, axis=1)  # quantile crossing: keep q10 <= q50 <= q90
-        if self.interval_scale != 1.0 or self.interval_log_margin:
-            yq = calibrated(yq, margin=self.interval_log_margin, scale=self.interval_scale)
+        margin = self.interval_log_margin
+        if estimated_counts and self.interval_log_margin_estimated_counts is not None:
+            margin = self.interval_log_margin_estimated_counts
+        if self.interval_scale != 1.0 or margin:
+            yq = calibrated(yq, margin=margin, scale=self.interval_scale)
             if self.transform == "identity01":
                 yq = np.clip(yq, 0.005, 1.0)
         return y, yq
@@ -152,7 +158,9 @@ class ModelSet:
                                           tuple(tuple(t) for t in coef["term_features"])
                                           if coef.get("term_features") else None,
                                           float(t.get("interval_scale", 1.0)),
-                                          _prior_of(t), float(t.get("interval_log_margin", 0.0)))
+                                          _prior_of(t), float(t.get("interval_log_margin", 0.0)),
+                                          None if t.get("interval_log_margin_estimated_counts") is None
+                                          else float(t["interval_log_margin_estimated_counts"]))
         prof = json.loads((path / "profiled.json").read_text())["architectures"]
         self.profiled_names = list(prof)
         self.profiled = prof
@@ -191,6 +199,11 @@ class ModelSet:
         d = np.linalg.norm(self._ref - a, axis=1)
         i = int(np.argmin(d))
         return self.profiled_names[i], float(d[i])
+
+
+def _lacks_counts(arch: ArchFeatures) -> bool:
+    """Whether the Predictor will estimate ``arch``'s saved-tensor counts (an ONNX file, a bare feature vector)."""
+    return any(getattr(arch, attr) is None for attr in SAVED_ATTRS)
 
 
 class Predictor:
@@ -242,11 +255,12 @@ class Predictor:
         arch = features if isinstance(features, ArchFeatures) else ArchFeatures.from_dict(features)
         bs = _check_batches(batch_sizes)
         ms = self.model_set(device_type, mode)
+        estimated = _lacks_counts(arch)
         arch = ms.with_saved_bytes(arch)
         X = design_matrix([(arch, b) for b in bs])
         out: dict[str, Any] = {"batch_sizes": bs, "model_set": ms.name, "mode": ms.mode}
         for name, t in ms.targets.items():
-            y, q = t.predict(X)
+            y, q = t.predict(X, estimated_counts=estimated)
             out[name] = {"median": y.tolist(), "q10": q[:, 0].tolist(), "q90": q[:, -1].tolist()}
         return out
 
@@ -285,6 +299,7 @@ class Predictor:
         from perfpredict.card import NearestProfiled, PredictedPoint, PredictionInfo
 
         ms = self.model_set(device_type, mode)
+        estimated = _lacks_counts(arch)
         arch = ms.with_saved_bytes(arch)
         near_name, dist = ms.nearest(arch)
         ood = dist > ms.ood_threshold
@@ -292,7 +307,7 @@ class Predictor:
                                   threshold=ms.ood_threshold)
         notes = list(arch.notes)
         X = design_matrix([(arch, b) for b in batch_sizes])
-        preds = {name: t.predict(X) for name, t in ms.targets.items()}
+        preds = {name: t.predict(X, estimated_counts=estimated) for name, t in ms.targets.items()}
         method = "estimator"
         if ood and allow_fallback:
             method = "nearest_profiled"

@@ -59,3 +59,14 @@ class SavedBytesEstimator:
         if self.coef_ is None:
             raise RuntimeError("fit first")
         return activation_groups(archs) @ self.coef_
+
+
+def with_estimated_counts(fit_on: Sequence[ArchFeatures], archs: Sequence[ArchFeatures]) -> list[ArchFeatures]:
+    """``archs`` as an ONNX file would reach the Predictor: both saved-tensor counts replaced by the estimate
+    fitted on ``fit_on`` (the fixed parts unknown, 0)."""
+    from dataclasses import replace
+
+    estimators = {attr: SavedBytesEstimator(attr).fit(fit_on) for attr in SAVED_ATTRS}
+    preds = {attr: np.maximum(e.predict(archs), 0.0) for attr, e in estimators.items()}
+    return [replace(a, saved_bytes_fixed=0.0, saved_cpu_bytes_fixed=0.0,
+                    **{attr: float(preds[attr][i]) for attr in SAVED_ATTRS}) for i, a in enumerate(archs)]

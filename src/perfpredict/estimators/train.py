@@ -106,6 +106,9 @@ def train_dataset(dataset_csv: str | Path, out_root: str | Path, *, kinds: tuple
         # How far the Predictor widens the [q10, q90] interval for unseen families, in log space on each side
         # (0: not calibrated).
         entry["interval_log_margin"] = (entry["evaluation"]["interval_calibration"]["margin"] if evaluate else 0.0)
+        # ... for inputs whose saved-tensor counts the Predictor had to estimate (ONNX files)
+        entry["interval_log_margin_estimated_counts"] = (
+            entry["evaluation"]["interval_calibration_estimated_counts"]["margin"] if evaluate else 0.0)
         say(f"{data.name}/{spec.name}: fitting the final {kind} point and interval models on {len(y)} rows")
         point = spec.fit_model(spec.make_model(kind), X, y, aux)
         quant = spec.fit_model(spec.make_quantile_model(kind), X, y, aux)
@@ -241,6 +244,13 @@ def render_report(meta: dict[str, Any]) -> str:
                     f"{cal['nested_family_cv_scale']['coverage']:.0%}, median width "
                     f"{cal['nested_family_cv_scale']['median_rel_width']:.0%}). The Predictor serves the "
                     f"calibrated interval.")
+        cal_e = ev.get("interval_calibration_estimated_counts")
+        if cal_e:
+            cal_text += (f" For an input without saved-tensor counts (an ONNX file; counts estimated from the "
+                         f"graph, the estimator fitted without the held-out family) the margin is "
+                         f"×{np.exp(cal_e['margin']):.2f}: nested family CV covers "
+                         f"{cal_e['nested_family_cv']['coverage']:.0%}, median width "
+                         f"{cal_e['nested_family_cv']['median_rel_width']:.0%}.")
         lines += ["", f"Shipped: **{shipped}**. Its interval model, family CV: {q['interval']} covers "
                       f"{q['coverage']:.0%} of the measurements (nominal 80%); the upper quantile under-predicts "
                       f"{q['upper_under_predicts']:.0%}; median interval width {q['median_rel_width']:.0%} of the value."
