@@ -191,7 +191,8 @@ class ModelSet:
         est = {attr: max(float(self._saved_models[attr].predict([arch])[0]), 0.0) for attr in missing}
         note = ("saved-tensor bytes estimated from the ONNX graph ("
                 + ", ".join(f"{est[a] / 1e6:.2f} MB/sample as {k} kernels keep them" for a, k in missing.items())
-                + "): only a model file gives the exact count, so memory is less certain than the interval says")
+                + "): only a model file gives the exact count, so the intervals are the wider ones calibrated "
+                "for estimated counts")
         return replace(arch, **est, notes=(*arch.notes, note))
 
     def nearest(self, arch: ArchFeatures) -> tuple[str, float]:
