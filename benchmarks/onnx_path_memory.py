@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from perfpredict.estimators.data import load_training_data, training_datasets
 from perfpredict.estimators.design import design_matrix
-from perfpredict.estimators.saved_estimate import SAVED_ATTRS, SavedBytesEstimator
+from perfpredict.estimators.saved_estimate import with_estimated_counts
 from perfpredict.estimators.targets import targets_for
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,12 +38,8 @@ def family_cv_both_ways(data, spec, kind: str) -> tuple[np.ndarray, np.ndarray, 
         model = spec.fit_model(spec.make_model(kind), X[~te], y[~te])
         exact[te] = spec.from_model(model.predict(X[te]), X[te])
         seen = list({a.name: a for a, t in zip(archs, ~te) if t}.values())
-        estimators = {attr: SavedBytesEstimator(attr).fit(seen) for attr in SAVED_ATTRS}
         held = [a for a, t in zip(archs, te) if t]
-        rows = [(replace(a, saved_bytes_fixed=0.0, saved_cpu_bytes_fixed=0.0,
-                         **{attr: max(float(e.predict([a])[0]), 0.0) for attr, e in estimators.items()}), b)
-                for a, b in zip(held, batch[te])]
-        Xe = design_matrix(rows)
+        Xe = design_matrix(zip(with_estimated_counts(seen, held), batch[te]))
         est[te] = spec.from_model(model.predict(Xe), Xe)
     return y, exact, est
 

@@ -193,10 +193,6 @@ def add_saved_bytes(path: str | Path, recompute: bool = False,
     process dies leaves its cells empty (training then names the architecture) and the backfill goes on; the
     table is rewritten after every architecture. Rows whose export failed are left alone.
     """
-    from concurrent.futures import ProcessPoolExecutor
-
-    from perfpredict.profile.runner import _ctx
-
     p = Path(path)
     with open(p, newline="") as f:
         rows = list(csv.DictReader(f))
@@ -205,11 +201,8 @@ def add_saved_bytes(path: str | Path, recompute: bool = False,
         todo = [k for k, (per, _) in SAVED_COLUMNS.items() if recompute or row.get(per) in (None, "")]
         if not todo or row.get("error"):
             continue
-        try:
-            with ProcessPoolExecutor(max_workers=1, mp_context=_ctx()) as pool:
-                counts = pool.submit(saved_counts, row["family"], json.loads(row["config_json"]), todo).result()
-        except Exception:  # noqa: BLE001 - the forward failed or its process died: these cells stay empty
-            counts = {}
+        # None when the forward failed or its process died: these cells then stay empty
+        counts = _in_fresh_process(saved_counts, row["family"], json.loads(row["config_json"]), todo) or {}
         for kernels in todo:
             per, fixed = SAVED_COLUMNS[kernels]
             row[per], row[fixed] = counts.get(kernels, ("", ""))
@@ -256,10 +249,6 @@ def backfill_export_columns(path: str | Path,
     cells empty, reported through ``progress(config, column, None)``, and the backfill goes on; training then
     names that architecture instead of reading a 0.
     """
-    from concurrent.futures import ProcessPoolExecutor
-
-    from perfpredict.profile.runner import _ctx
-
     p = Path(path)
     with open(p, newline="") as f:
         rows = list(csv.DictReader(f))
@@ -274,11 +263,8 @@ def backfill_export_columns(path: str | Path,
             if c not in need_export:
                 row[c] = EXPORT_BACKFILLS[c][1]
         if need_export:
-            try:
-                with ProcessPoolExecutor(max_workers=1, mp_context=_ctx()) as pool:
-                    stats = pool.submit(graph_stats_of_export, row["family"], json.loads(row["config_json"])).result()
-            except Exception:  # noqa: BLE001 - export error or a dead process: these cells stay empty
-                stats = None
+            # None on an export error or a dead process: these cells then stay empty
+            stats = _in_fresh_process(graph_stats_of_export, row["family"], json.loads(row["config_json"]))
             for c in need_export:
                 row[c] = "" if stats is None else EXPORT_BACKFILLS[c][2](stats)
         for c in missing:
@@ -288,6 +274,20 @@ def backfill_export_columns(path: str | Path,
                 progress(row["config"], c, row[c] if row[c] != "" else None)
         _rewrite(p, rows)
     return filled
+
+
+def _in_fresh_process(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in a fresh process of its own (a backfill's multi-GB models are not given back to the OS
+    within one process), or None when it raised or its process died."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from perfpredict.profile.runner import _ctx
+
+    try:
+        with ProcessPoolExecutor(max_workers=1, mp_context=_ctx()) as pool:
+            return pool.submit(fn, *args).result()
+    except Exception:  # noqa: BLE001 - a model error or a dead process: the caller leaves its cells empty
+        return None
 
 
 def _rewrite(p: Path, rows: list[dict[str, Any]]) -> None:
