@@ -23,10 +23,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from perfpredict.errors import PerfPredictError
 
-SCHEMA_VERSION = "1.5"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
+SCHEMA_VERSION = "1.6"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
 #                                             features.activation_bytes_by_op; 1.3: features.lookup_param_bytes;
 #                                             1.4: features.recurrent_steps_by_op;
-#                                             1.5: features.saved_cpu_bytes_per_sample
+#                                             1.5: features.saved_cpu_bytes_per_sample;
+#                                             1.6: features.peak_live_bytes_per_sample/_fixed
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -221,6 +222,10 @@ class GraphFeatures(_Section):
     activation_bytes_fixed: int | None = None
     activation_bytes_by_op: dict[str, int] = Field(default_factory=dict, description="per-sample activation bytes "
                                                    "by the op type that produced them (graph inputs: 'input')")
+    peak_live_bytes_per_sample: int | None = Field(None, description="the most activation bytes alive at once in "
+                                                   "one forward pass, per sample (perfpredict.features.graph."
+                                                   "peak_live_activation_bytes): what an inference pass holds")
+    peak_live_bytes_fixed: int | None = None
     op_counts: dict[str, int] = Field(default_factory=dict)
     num_nodes: int | None = None
     saved_bytes_per_sample: int | None = Field(None, description="bytes autograd saves for backward per sample, "

@@ -31,7 +31,7 @@ from perfpredict.estimators.design import FEATURE_NAMES, design_matrix
 from perfpredict.estimators.evaluate import calibrated
 from perfpredict.estimators.forest import compile_model_file
 from perfpredict.estimators.models import MEMORY_TERMS, baseline_components, with_utilization_prior
-from perfpredict.estimators.saved_estimate import SAVED_ATTRS, SavedBytesEstimator
+from perfpredict.estimators.saved_estimate import ESTIMABLE_ATTRS, SAVED_ATTRS, SavedBytesEstimator
 
 #: Features describing the architecture alone (no batch size): the space the fallback measures distance in
 #: (``ops_onednn`` re-counts the conv and LSTM ops already in ``ops_conv`` and ``ops_rnn``, so it is left out).
@@ -171,7 +171,7 @@ class ModelSet:
         d = np.linalg.norm(self._ref[:, None, :] - self._ref[None, :, :], axis=2)
         np.fill_diagonal(d, np.inf)
         self.ood_threshold = float(d.min(axis=1).max())
-        self._saved_models = {attr: SavedBytesEstimator(attr).fit(archs) for attr in SAVED_ATTRS}
+        self._saved_models = {attr: SavedBytesEstimator(attr).fit(archs) for attr in ESTIMABLE_ATTRS}
         self.interference = None
         if (path / "interference.json").exists():
             from perfpredict.fit.interference import InterferenceModel
@@ -182,18 +182,29 @@ class ModelSet:
         """``arch`` with saved-tensor bytes (both counts, :data:`~perfpredict.estimators.saved_estimate.
         SAVED_ATTRS`): its own count when it has one, else an estimate from its activation bytes by op group,
         fitted on the training architectures (:class:`~perfpredict.estimators.saved_estimate.
-        SavedBytesEstimator`)."""
+        SavedBytesEstimator`). A feature vector without the peak of live activations gets it estimated the
+        same way (an ONNX file or a model file gives it exactly)."""
         from dataclasses import replace
 
+        notes = list(arch.notes)
+        est: dict[str, float] = {}
         missing = {attr: kernels for attr, kernels in SAVED_ATTRS.items() if getattr(arch, attr) is None}
-        if not missing:
+        if missing:
+            est = {attr: max(float(self._saved_models[attr].predict([arch])[0]), 0.0) for attr in missing}
+            notes.append("saved-tensor bytes estimated from the ONNX graph ("
+                         + ", ".join(f"{est[a] / 1e6:.2f} MB/sample as {k} kernels keep them"
+                                     for a, k in missing.items())
+                         + "): only a model file gives the exact count, so the intervals are the wider ones "
+                         "calibrated for estimated counts")
+        if arch.peak_live_bytes_per_sample is None:
+            live = max(float(self._saved_models["peak_live_bytes_per_sample"].predict([arch])[0]), 0.0)
+            est["peak_live_bytes_per_sample"] = live
+            notes.append(f"peak live activation bytes estimated from the activation bytes by op group "
+                         f"({live / 1e6:.2f} MB/sample); the inference memory intervals do not cover that "
+                         "estimate's error: send peak_live_bytes_per_sample (an ONNX file gives it exactly)")
+        if not est:
             return arch
-        est = {attr: max(float(self._saved_models[attr].predict([arch])[0]), 0.0) for attr in missing}
-        note = ("saved-tensor bytes estimated from the ONNX graph ("
-                + ", ".join(f"{est[a] / 1e6:.2f} MB/sample as {k} kernels keep them" for a, k in missing.items())
-                + "): only a model file gives the exact count, so the intervals are the wider ones calibrated "
-                "for estimated counts")
-        return replace(arch, **est, notes=(*arch.notes, note))
+        return replace(arch, **est, notes=tuple(notes))
 
     def nearest(self, arch: ArchFeatures) -> tuple[str, float]:
         a = (design_matrix([(arch, 32)])[:, _ARCH_COLUMNS] - self._mu) / self._sd
@@ -423,7 +434,10 @@ def _assemble_card(arch: ArchFeatures, source: str, ms: ModelSet, info):
                                saved_bytes_per_sample=None if arch.saved_bytes_per_sample is None
                                else int(arch.saved_bytes_per_sample),
                                saved_cpu_bytes_per_sample=None if arch.saved_cpu_bytes_per_sample is None
-                               else int(arch.saved_cpu_bytes_per_sample)),
+                               else int(arch.saved_cpu_bytes_per_sample),
+                               peak_live_bytes_per_sample=None if arch.peak_live_bytes_per_sample is None
+                               else int(arch.peak_live_bytes_per_sample),
+                               peak_live_bytes_fixed=int(arch.peak_live_bytes_fixed)),
         prediction=info,
         notes=[f"predicted by perfpredict's estimators ({ms.name}, trained on {ms.meta['rows']} measured points "
                f"on {ms.device_name}); nothing on this card was measured"],

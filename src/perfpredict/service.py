@@ -53,6 +53,11 @@ class FeatureVector(BaseModel):
         None, ge=0, description="the same as the CPU's own kernels keep them (unfused attention, float dropout "
                                 "noise): what the CPU memory model charges; left out, it is estimated")
     saved_cpu_bytes_fixed: float = Field(0.0, ge=0)
+    peak_live_bytes_per_sample: float | None = Field(
+        None, ge=0, description="the most activation bytes alive at once in a forward pass, per sample (a "
+                                "predicted card's features.peak_live_bytes_per_sample): what inference memory "
+                                "charges; left out, it is estimated from the activation bytes, and the card says so")
+    peak_live_bytes_fixed: float = 0.0
     name: str = Field("features", max_length=200)
 
     @model_validator(mode="after")

@@ -25,6 +25,7 @@ FEATURE_TABLE_COLUMNS = [
     "num_nodes", "recurrent_steps_json",
     "input_bytes_per_sample", "op_counts_json", "macs_by_op_json", "act_bytes_by_op_json",
     "saved_bytes_per_sample", "saved_bytes_fixed", "saved_cpu_bytes_per_sample", "saved_cpu_bytes_fixed",
+    "peak_live_bytes_per_sample", "peak_live_bytes_fixed",
     "exporter", "opset", "error", "export_s",
 ]
 
@@ -65,6 +66,8 @@ def arch_features_row(family: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
         "act_bytes_by_op_json": json.dumps(feats.activation_bytes_by_op, sort_keys=True),
         "saved_bytes_per_sample": saved, "saved_bytes_fixed": saved_fixed,
         "saved_cpu_bytes_per_sample": saved_cpu, "saved_cpu_bytes_fixed": saved_cpu_fixed,
+        "peak_live_bytes_per_sample": feats.peak_live_bytes_per_sample,
+        "peak_live_bytes_fixed": feats.peak_live_bytes_fixed,
         "exporter": feats.exporter, "opset": feats.opset,
         "error": None if feats.available else feats.error,
         "export_s": round(time.perf_counter() - t0, 2),
@@ -273,6 +276,49 @@ def backfill_export_columns(path: str | Path,
             if progress:
                 progress(row["config"], c, row[c] if row[c] != "" else None)
         _rewrite(p, rows)
+    return filled
+
+
+#: The peak-live columns (per sample, fixed): the two exports :func:`~perfpredict.features.extract_features`
+#: makes (batch 1 and 2), with shapes resolved by running the graph where inference leaves them unknown.
+PEAK_LIVE_COLUMNS: tuple[str, str] = ("peak_live_bytes_per_sample", "peak_live_bytes_fixed")
+
+
+def peak_live_of_export(family: str, cfg: Mapping[str, Any]) -> tuple[int, int]:
+    """(per-sample, fixed) peak live activation bytes of ``family`` at ``cfg``, from the same two exports a
+    features row makes (:func:`~perfpredict.features.extract_features`); raises when the export fails."""
+    import torch
+
+    from perfpredict.features import extract_features
+    from perfpredict.workload.zoo import load_zoo_workload
+
+    wl = load_zoo_workload(family, dict(cfg))
+    torch.manual_seed(0)
+    feats = extract_features(wl, use_fvcore=False)
+    if not feats.available or feats.peak_live_bytes_per_sample is None:
+        raise RuntimeError(feats.error or "no features")
+    return int(feats.peak_live_bytes_per_sample), int(feats.peak_live_bytes_fixed or 0)
+
+
+def add_peak_live_bytes(path: str | Path, progress: Callable[[str, tuple[int, int] | None], None] | None = None) -> int:
+    """Fill the :data:`PEAK_LIVE_COLUMNS` of the rows of an existing table that lack them, in place; return rows
+    filled. Each architecture is exported in a fresh process (multi-GB models), and the table is rewritten
+    after every architecture, so an interrupted backfill keeps what it did; an export that fails (or a process
+    killed for memory) leaves the cells empty, reported as ``progress(config, None)``."""
+    p = Path(path)
+    with open(p, newline="") as f:
+        rows = list(csv.DictReader(f))
+    filled = 0
+    for row in rows:
+        if row.get("error") or row.get(PEAK_LIVE_COLUMNS[0]) not in (None, ""):
+            continue
+        got = _in_fresh_process(peak_live_of_export, row["family"], json.loads(row["config_json"]))
+        if got is not None:
+            row[PEAK_LIVE_COLUMNS[0]], row[PEAK_LIVE_COLUMNS[1]] = got
+            filled += 1
+            _rewrite(p, rows)
+        if progress:
+            progress(row["config"], got)
     return filled
 
 

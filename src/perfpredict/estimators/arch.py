@@ -54,6 +54,11 @@ class ArchFeatures:
     lookup_param_bytes: float = 0.0
     #: time steps of the recurrent ops per pass, by op type (:attr:`GraphStats.recurrent_steps_by_op`)
     recurrent_steps_by_op: Mapping[str, int] = field(default_factory=dict)
+    #: the most activation bytes alive at once in a forward pass, per sample / fixed
+    #: (:func:`perfpredict.features.graph.peak_live_activation_bytes`); None for a bare feature vector without
+    #: it (the Predictor then estimates it from the activation bytes)
+    peak_live_bytes_per_sample: float | None = None
+    peak_live_bytes_fixed: float = 0.0
     name: str = ""
     family: str | None = None
     notes: tuple[str, ...] = ()
@@ -69,7 +74,9 @@ class ArchFeatures:
                 "saved_cpu_bytes_per_sample": self.saved_cpu_bytes_per_sample,
                 "saved_cpu_bytes_fixed": self.saved_cpu_bytes_fixed,
                 "lookup_param_bytes": self.lookup_param_bytes,
-                "recurrent_steps_by_op": dict(self.recurrent_steps_by_op), "notes": list(self.notes)}
+                "recurrent_steps_by_op": dict(self.recurrent_steps_by_op),
+                "peak_live_bytes_per_sample": self.peak_live_bytes_per_sample,
+                "peak_live_bytes_fixed": self.peak_live_bytes_fixed, "notes": list(self.notes)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ArchFeatures:
@@ -103,6 +110,8 @@ def from_table_row(row: Mapping[str, Any]) -> ArchFeatures:
         saved_cpu_bytes_fixed=_num(row.get("saved_cpu_bytes_fixed")),
         lookup_param_bytes=float(_required(row, "lookup_param_bytes")),
         recurrent_steps_by_op=_json_dict(_required(row, "recurrent_steps_json")),
+        peak_live_bytes_per_sample=float(_required(row, "peak_live_bytes_per_sample")),
+        peak_live_bytes_fixed=_num(row.get("peak_live_bytes_fixed")),
         name=str(row.get("config", "")), family=row.get("family") or None)
 
 
@@ -154,7 +163,8 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
         saved_bytes_per_sample=float(saved), saved_bytes_fixed=float(saved_fixed),
         saved_cpu_bytes_per_sample=float(saved_cpu), saved_cpu_bytes_fixed=float(saved_cpu_fixed),
         lookup_param_bytes=float(feats.lookup_param_bytes or 0), recurrent_steps_by_op=feats.recurrent_steps_by_op,
-        name=wl.name,
+        peak_live_bytes_per_sample=float(feats.peak_live_bytes_per_sample or 0),
+        peak_live_bytes_fixed=float(feats.peak_live_bytes_fixed or 0), name=wl.name,
         notes=(feats.error,) if feats.error else ())
 
 
@@ -278,12 +288,15 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None) ->
             act, act_fixed = s2.activation_bytes - s1.activation_bytes, 2 * s1.activation_bytes - s2.activation_bytes
             by_op = {k: v - s1.macs_by_op.get(k, 0) for k, v in s2.macs_by_op.items()}
             act_by_op = {k: v - s1.activation_bytes_by_op.get(k, 0) for k, v in s2.activation_bytes_by_op.items()}
+            live1, live2 = s1.peak_live_activation_bytes, s2.peak_live_activation_bytes
+            live, live_fixed = live2 - live1, 2 * live1 - live2
             stats = s1
         else:
             b = static or 1
             stats = analyze_onnx(proto, run_for_shapes=False)
             macs, macs_fixed = stats.macs / b, 0
             act, act_fixed = stats.activation_bytes / b, 0
+            live, live_fixed = stats.peak_live_activation_bytes / b, 0
             by_op = {k: v / b for k, v in stats.macs_by_op.items()}
             act_by_op = {k: v / b for k, v in stats.activation_bytes_by_op.items()}
             notes.append(f"the ONNX batch dimension (axis {axis} of the first input) is fixed at {b}: per-sample "
@@ -304,7 +317,9 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None) ->
         activation_bytes_fixed=float(max(act_fixed, 0)), num_nodes=float(stats.num_nodes),
         input_bytes_per_sample=_input_bytes_per_sample(proto, batch_param, axis), op_counts=stats.op_counts,
         macs_by_op={k: int(v) for k, v in by_op.items()},
-        activation_bytes_by_op={k: int(v) for k, v in act_by_op.items() if v > 0}, name=name, notes=tuple(notes))
+        activation_bytes_by_op={k: int(v) for k, v in act_by_op.items() if v > 0},
+        peak_live_bytes_per_sample=float(max(live, 0)), peak_live_bytes_fixed=float(live_fixed), name=name,
+        notes=tuple(notes))
 
 
 def _input_bytes_per_sample(proto, batch_param: str | None = None, axis: int | None = 0) -> float:

@@ -76,6 +76,9 @@ FEATURE_NAMES: list[str] = [
     "log_saved_cpu_bytes_iter",
     # how many ops PyTorch's CPU backend runs through oneDNN primitives (ONEDNN_OPS)
     "ops_onednn",
+    # the most activation bytes alive at once in a forward pass (graph.peak_live_activation_bytes): what an
+    # inference pass holds, where the sum of all activations overstates it by a factor that differs by family
+    "log_peak_live_bytes_iter",
 ]
 
 #: ONNX ops that PyTorch's CPU backend runs through oneDNN (mkldnn) primitives: convolutions and the fused LSTM
@@ -143,6 +146,8 @@ def design_row(arch: ArchFeatures, batch_size: int) -> dict[str, float]:
     row["log_saved_cpu_bytes_iter"] = (math.nan if arch.saved_cpu_bytes_per_sample is None
                                        else _log10(arch.saved_cpu_bytes_per_sample * b + arch.saved_cpu_bytes_fixed))
     row["ops_onednn"] = math.log1p(sum(arch.op_counts.get(op, 0) for op in ONEDNN_OPS))
+    row["log_peak_live_bytes_iter"] = (math.nan if arch.peak_live_bytes_per_sample is None else
+                                       _log10(arch.peak_live_bytes_per_sample * b + arch.peak_live_bytes_fixed))
     return row
 
 

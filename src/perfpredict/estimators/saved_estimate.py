@@ -25,6 +25,9 @@ from perfpredict.estimators.design import ACT_GROUPS, activation_bytes_by_group
 
 #: The saved-tensor counts an architecture carries, by the kernels they are counted for.
 SAVED_ATTRS = {"saved_bytes_per_sample": "CUDA", "saved_cpu_bytes_per_sample": "CPU"}
+#: Every per-sample count the same form can estimate: the saved tensors, and the peak of live activations in
+#: a forward pass, which an ONNX graph gives exactly but a bare feature vector may leave out.
+ESTIMABLE_ATTRS = {**SAVED_ATTRS, "peak_live_bytes_per_sample": "a forward pass"}
 
 
 def activation_groups(archs: Sequence[ArchFeatures]) -> np.ndarray:
@@ -37,8 +40,8 @@ class SavedBytesEstimator:
     """``fit(archs)`` on the architectures that have ``attr``; ``predict(archs)`` → bytes per sample."""
 
     def __init__(self, attr: str = "saved_bytes_per_sample") -> None:
-        if attr not in SAVED_ATTRS:
-            raise ValueError(f"attr must be one of {sorted(SAVED_ATTRS)}, got {attr!r}")
+        if attr not in ESTIMABLE_ATTRS:
+            raise ValueError(f"attr must be one of {sorted(ESTIMABLE_ATTRS)}, got {attr!r}")
         self.attr = attr
         self.coef_: np.ndarray | None = None
 

@@ -296,6 +296,7 @@ def render_report(meta: dict[str, Any]) -> str:
 
 #: How the report names a memory baseline's per-iteration bytes term.
 _MEMORY_WORDS = {"log_act_bytes_per_iter": "activation bytes",
+                 "log_peak_live_bytes_iter": "peak live activation bytes",
                  "log_saved_bytes_iter": "saved-tensor bytes (as CUDA's kernels keep them)",
                  "log_saved_cpu_bytes_iter": "saved-tensor bytes (as the CPU's kernels keep them)"}
 #: How the report names a memory baseline's fixed blocks.

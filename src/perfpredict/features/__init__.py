@@ -97,12 +97,14 @@ def features_from_onnx(model_proto, batch_size: int = 1) -> GraphFeatures:
         recurrent_steps_by_op=s.recurrent_steps_by_op,
         activation_bytes_per_sample=s.activation_bytes // batch_size,
         activation_bytes_by_op={k: v // batch_size for k, v in s.activation_bytes_by_op.items()},
+        peak_live_bytes_per_sample=s.peak_live_activation_bytes // batch_size,
         op_counts=s.op_counts, num_nodes=s.num_nodes)
 
 
 def _from_stats(s1: GraphStats, s2: GraphStats, b1: int, b2: int) -> GraphFeatures:
     macs, macs_fixed = _split(s1.macs, s2.macs, b1, b2)
     act, act_fixed = _split(s1.activation_bytes, s2.activation_bytes, b1, b2)
+    live, live_fixed = _split(s1.peak_live_activation_bytes, s2.peak_live_activation_bytes, b1, b2)
     by_op = {k: _split(s1.macs_by_op.get(k, 0), v, b1, b2)[0] for k, v in s2.macs_by_op.items()}
     act_by_op = {k: _split(s1.activation_bytes_by_op.get(k, 0), v, b1, b2)[0]
                  for k, v in s2.activation_bytes_by_op.items()}
@@ -116,4 +118,5 @@ def _from_stats(s1: GraphStats, s2: GraphStats, b1: int, b2: int) -> GraphFeatur
         recurrent_steps_by_op=s1.recurrent_steps_by_op,
         activation_bytes_per_sample=act, activation_bytes_fixed=act_fixed,
         activation_bytes_by_op={k: v for k, v in act_by_op.items() if v > 0},
+        peak_live_bytes_per_sample=max(live, 0), peak_live_bytes_fixed=live_fixed,
         op_counts=s1.op_counts, num_nodes=s1.num_nodes)

@@ -13,6 +13,10 @@ inference gives:
 The recurrent ops' time steps (sequence length × directions, summed per op type) are counted too: a step
 depends on the one before it, so each costs a fixed latency however small the batch (``recurrent_steps_by_op``).
 
+The peak of the activation bytes alive at once during one forward pass (``peak_live_activation_bytes``)
+comes from walking the nodes in graph order (see :func:`peak_live_activation_bytes`): an inference pass holds
+only what its next ops still need, which the sum of all activations overstates many times over.
+
 Biases, normalisation, pooling, activations and element-wise ops are not MACs (they appear in
 ``op_counts``). Nodes inside subgraphs (If/Loop bodies) are counted in ``op_counts`` and, when their
 shapes are known, in the MACs.
@@ -49,6 +53,9 @@ class GraphStats:
     recurrent_steps_by_op: dict[str, int] = field(default_factory=dict)
     op_counts: dict[str, int] = field(default_factory=dict)
     num_nodes: int = 0
+    #: The most activation bytes alive at once in one pass of the main graph, as an eager runtime holds them
+    #: (:func:`peak_live_activation_bytes`).
+    peak_live_activation_bytes: int = 0
     unknown_shape_ops: dict[str, int] = field(default_factory=dict)
 
 
@@ -194,7 +201,77 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
     stats.op_counts = dict(sorted(ops.items()))
     stats.num_nodes = int(sum(ops.values()))
     stats.unknown_shape_ops = dict(unknown)
+    stats.peak_live_activation_bytes = peak_live_activation_bytes(
+        [(n.op_type, list(n.input), list(n.output)) for n in g.node], [vi.name for vi in g.input],
+        [o.name for o in g.output], init_names, shapes.nbytes)
     return stats
+
+
+#: Ops whose output is a view of their first input in PyTorch (no new memory).
+VIEW_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Dropout"})
+#: Ops that produce a bias-add's input in one fused call in PyTorch (``addmm``, a convolution's bias).
+_BIAS_FUSED_PRODUCERS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose"})
+#: Gates of a recurrent op: it holds gates x its output's bytes of pre-activations while it runs.
+RECURRENT_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+
+
+def peak_live_activation_bytes(nodes: list[tuple[str, list[str], list[str]]], graph_inputs: list[str],
+                               graph_outputs: list[str], init_names: set[str], nbytes) -> int:
+    """The most activation bytes alive at once when ``nodes`` (op type, inputs, outputs; in graph order) run
+    one after another, each tensor freed after its last consumer, as an eager runtime (PyTorch under no_grad)
+    holds them. ``nbytes(name)`` is a tensor's size (None: unknown, counted as 0).
+
+    What PyTorch does and the exported graph spells differently is read its way:
+
+    - tensors computed from weights and constants alone (the exporter's transposed or sliced weights) are
+      weights, constant-folded, not activations;
+    - view ops (:data:`VIEW_OPS`) alias their input; the input then lives as long as the view;
+    - a bias ``Add`` right after a MatMul/Gemm/Conv with a constant operand is part of that op (``addmm``),
+      so it allocates nothing;
+    - a recurrent op holds its gates' pre-activations while it runs: gates (:data:`RECURRENT_GATES`) × its
+      output's bytes, freed when it finishes;
+    - graph inputs live until their last use and graph outputs to the end.
+    """
+    const: set[str] = set(init_names)
+    alias: dict[str, str] = {}
+
+    def root(name: str) -> str:
+        while name in alias:
+            name = alias[name]
+        return name
+
+    producer = {o: op for op, _, outs in nodes for o in outs if o}
+    for op, ins, outs in nodes:
+        real = [x for x in ins if x]
+        if op == "Constant" or all(x in const for x in real):
+            const.update(o for o in outs if o)
+        elif op in VIEW_OPS and ins and ins[0] not in const and outs and outs[0]:
+            alias[outs[0]] = root(ins[0])
+        elif (op == "Add" and len(real) == 2 and outs and outs[0] and any(x in const for x in real)
+              and any(producer.get(x) in _BIAS_FUSED_PRODUCERS for x in real)):
+            alias[outs[0]] = root(next(x for x in real if producer.get(x) in _BIAS_FUSED_PRODUCERS))
+    last_use: dict[str, int] = {}
+    for i, (_, ins, _) in enumerate(nodes):
+        for x in ins:
+            if x and x not in const:
+                last_use[root(x)] = i
+    keep = {root(o) for o in graph_outputs}
+    alive = {x: nbytes(x) or 0 for x in graph_inputs if x not in const}
+    live = peak = sum(alive.values())
+    for i, (op, ins, outs) in enumerate(nodes):
+        if all(o in const for o in outs if o):
+            continue
+        for o in outs:
+            if o and o not in alias and o not in alive:
+                alive[o] = nbytes(o) or 0
+                live += alive[o]
+        scratch = RECURRENT_GATES.get(op, 0) * (nbytes(outs[0]) or 0) if outs and outs[0] else 0
+        peak = max(peak, live + scratch)
+        for x in {*ins, *outs}:
+            k = root(x) if x else ""
+            if k in alive and last_use.get(k, -1) <= i and k not in keep:
+                live -= alive.pop(k)
+    return int(peak)
 
 
 _ORT_INPUT_DTYPES = {"tensor(float)": "float32", "tensor(double)": "float64", "tensor(float16)": "float16",
