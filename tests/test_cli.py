@@ -45,6 +45,8 @@ def test_profile_writes_card_onnx_plots_and_an_mlflow_run(run_cli, tmp_path):
     assert f["forward_macs_per_sample"] == 128 * 256 + 256 * 256 + 256 * 10
     assert f["fvcore_macs_per_sample"] == f["forward_macs_per_sample"]
     assert f["op_counts"]["Gemm"] == 3 and f["param_bytes"] > 0 and f["activation_bytes_per_sample"] > 0
+    # a ReLU holds its input and its output: 256 + 256 floats per sample, the most alive at once
+    assert f["peak_live_bytes_per_sample"] == 512 * 4 and f["peak_live_bytes_fixed"] == 0
 
     import mlflow
     from mlflow.tracking import MlflowClient
@@ -67,6 +69,7 @@ def test_profile_writes_card_onnx_plots_and_an_mlflow_run(run_cli, tmp_path):
     # The saved card answers questions from the command line too.
     show = run_cli("show", out / "card.json")
     assert show.returncode == 0 and "rate model" in show.stdout
+    assert "(2.0 KiB/sample alive at the peak)" in " ".join(show.stdout.split())  # rich wraps long lines
     lat = run_cli("latency", out / "card.json", "-n", "1000", "-b", "32")
     assert lat.returncode == 0, lat.stderr
     card = PerformanceCard.load(out / "card.json")

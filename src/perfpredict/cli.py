@@ -131,7 +131,10 @@ def print_summary(card, console: Console = out_console) -> None:
         if f.available:
             console.print(f"graph ({f.exporter} exporter, opset {f.opset}): {_fmt_count(f.forward_macs_per_sample)} "
                           f"MACs/sample (fvcore {_fmt_count(f.fvcore_macs_per_sample)}), activations "
-                          f"{_fmt_bytes(f.activation_bytes_per_sample)}/sample, {f.num_nodes} nodes"
+                          f"{_fmt_bytes(f.activation_bytes_per_sample)}/sample"
+                          + ("" if f.peak_live_bytes_per_sample is None
+                             else f" ({_fmt_bytes(f.peak_live_bytes_per_sample)}/sample alive at the peak)")
+                          + f", {f.num_nodes} nodes"
                           + "".join(f", {n:,} {op} time steps" for op, n in f.recurrent_steps_by_op.items()),
                           highlight=False)
         else:
