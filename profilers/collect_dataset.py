@@ -54,7 +54,8 @@ def _features(args: argparse.Namespace) -> int:
 
     def live_filled(name, value):
         print(f"  {name}: peak live bytes (per sample, fixed) = {value}" if value is not None else
-              f"  {name}: peak live bytes NOT filled (export failed; the cells stay empty)", file=sys.stderr, flush=True)
+              f"  {name}: peak live bytes NOT filled (export failed; the cells stay empty)",
+              file=sys.stderr, flush=True)
 
     live = add_peak_live_bytes(args.out, live_filled)
     print(f"added {added} rows, filled saved-tensor bytes of {filled}, peak live bytes of {live}, "

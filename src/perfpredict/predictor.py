@@ -178,7 +178,7 @@ class ModelSet:
 
             self.interference = InterferenceModel.from_dict(json.loads((path / "interference.json").read_text()))
 
-    def with_saved_bytes(self, arch: ArchFeatures) -> ArchFeatures:
+    def with_graph_counts(self, arch: ArchFeatures) -> ArchFeatures:
         """``arch`` with saved-tensor bytes (both counts, :data:`~perfpredict.estimators.saved_estimate.
         SAVED_ATTRS`): its own count when it has one, else an estimate from its activation bytes by op group,
         fitted on the training architectures (:class:`~perfpredict.estimators.saved_estimate.
@@ -200,8 +200,9 @@ class ModelSet:
             live = max(float(self._saved_models["peak_live_bytes_per_sample"].predict([arch])[0]), 0.0)
             est["peak_live_bytes_per_sample"] = live
             notes.append(f"peak live activation bytes estimated from the activation bytes by op group "
-                         f"({live / 1e6:.2f} MB/sample); the inference memory intervals do not cover that "
-                         "estimate's error: send peak_live_bytes_per_sample (an ONNX file gives it exactly)")
+                         f"({live / 1e6:.2f} MB/sample), a rough estimate (median error 50% on families it was "
+                         "not fitted on) whose error the inference memory intervals do not cover: send "
+                         "peak_live_bytes_per_sample (an ONNX file gives it exactly)")
         if not est:
             return arch
         return replace(arch, **est, notes=tuple(notes))
@@ -268,7 +269,7 @@ class Predictor:
         bs = _check_batches(batch_sizes)
         ms = self.model_set(device_type, mode)
         estimated = _lacks_counts(arch)
-        arch = ms.with_saved_bytes(arch)
+        arch = ms.with_graph_counts(arch)
         X = design_matrix([(arch, b) for b in bs])
         out: dict[str, Any] = {"batch_sizes": bs, "model_set": ms.name, "mode": ms.mode}
         for name, t in ms.targets.items():
@@ -312,7 +313,7 @@ class Predictor:
 
         ms = self.model_set(device_type, mode)
         estimated = _lacks_counts(arch)
-        arch = ms.with_saved_bytes(arch)
+        arch = ms.with_graph_counts(arch)
         near_name, dist = ms.nearest(arch)
         ood = dist > ms.ood_threshold
         nearest = NearestProfiled(name=near_name, family=ms.profiled[near_name]["family"], distance=dist,
