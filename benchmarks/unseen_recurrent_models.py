@@ -1,4 +1,5 @@
-"""Benchmark: CPU iteration time of recurrent models outside the zoo, measured here against the Predictor.
+"""Benchmark: CPU iteration time and peak RSS of recurrent models outside the zoo, measured here against the
+Predictor.
 
 The zoo's only GRU family is `speech`, so family CV cannot score the CPU baseline's GRU/RNN step term on an
 unseen recurrent family. These four model files (``benchmarks/recurrent_models/``) are not in any dataset:
@@ -6,7 +7,7 @@ a character-level GRU language model, a 2-layer GRU encoder, a bidirectional tan
 Each is profiled on this machine (training steps and inference passes, batch 8 and 32), then predicted by the
 Predictor's estimators for the CPU (``allow_fallback=False``: the estimators' own answer even where the
 default Predictor would hand back its nearest profiled model, which the last column says). Prints measured
-vs predicted and the MAPE per mode.
+vs predicted iteration time and peak RSS increase, and the MAPE of each per mode.
 
     python benchmarks/unseen_recurrent_models.py [--models trained_models] [--batch-sizes 8,32]
 
@@ -35,13 +36,15 @@ def main() -> None:
     pred = Predictor.load(args.models) if args.models else Predictor.load()
     t0 = time.perf_counter()
     errors: dict[str, list[float]] = {"train": [], "infer": []}
+    mem_errors: dict[str, list[float]] = {"train": [], "infer": []}
     print(f"{'model':11s} {'mode':5s} {'batch':>5s} {'measured':>10s} {'predicted':>10s} {'ratio':>6s}  "
-          f"default Predictor")
+          f"{'RSS meas.':>10s} {'predicted':>10s} {'ratio':>6s}  default Predictor")
     for name in MODELS:
         path = str(HERE / "recurrent_models" / f"{name}.py")
         for mode in ("train", "infer"):
             card = profile(path, batch_sizes=batches, mode=mode, device="cpu", features=False).card
             measured = {t.batch_size: t.iter_time_s for t in card.throughput if t.iter_time_s}
+            rss = {m.batch_size: m.peak_bytes for m in card.memory if m.peak_bytes}
             estimated = pred.predict(path, batch_sizes=batches, device_type="cpu", mode=mode, allow_fallback=False)
             default = pred.predict(path, batch_sizes=batches[:1], device_type="cpu", mode=mode)
             how = ("falls back to " + default.prediction.nearest.name) if default.prediction.method != "estimator" \
@@ -51,9 +54,18 @@ def main() -> None:
                     continue
                 m, p = measured[t.batch_size], t.iter_time_s
                 errors[mode].append(abs(p - m) / m)
-                print(f"{name:11s} {mode:5s} {t.batch_size:5d} {m * 1e3:8.1f}ms {p * 1e3:8.1f}ms {p / m:6.2f}  {how}")
+                mm = rss.get(t.batch_size)
+                pm = next(x.peak_memory_bytes for x in estimated.prediction.points if x.batch_size == t.batch_size)
+                if mm:
+                    mem_errors[mode].append(abs(pm - mm) / mm)
+                mem = (f"{mm / 2**20:7.1f}MiB {pm / 2**20:7.1f}MiB {pm / mm:6.2f}" if mm
+                       else f"{'-':>10s} {'-':>10s} {'':6s}")
+                print(f"{name:11s} {mode:5s} {t.batch_size:5d} {m * 1e3:8.1f}ms {p * 1e3:8.1f}ms {p / m:6.2f}  "
+                      f"{mem}  {how}")
     for mode, e in errors.items():
-        print(f"{mode}: MAPE {100 * sum(e) / len(e):.1f}% over {len(e)} points")
+        me = mem_errors[mode]
+        print(f"{mode}: iteration time MAPE {100 * sum(e) / len(e):.1f}% over {len(e)} points; peak RSS MAPE "
+              + (f"{100 * sum(me) / len(me):.1f}% over {len(me)} points" if me else "n/a"))
     print(f"({time.perf_counter() - t0:.0f} s; device: {card.device.name}, {card.device.threads} threads)")
 
 
