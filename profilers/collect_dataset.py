@@ -40,7 +40,7 @@ def _features(args: argparse.Namespace) -> int:
 
     added = build_features_table([(p.family, p.cfg) for p in plans], args.out, progress,
                                  isolate=not args.in_process, timeout_s=args.timeout)
-    from perfpredict.dataset.features_table import add_peak_live_bytes, add_saved_bytes, backfill_export_columns
+    from perfpredict.dataset.features_table import add_graph_walk_columns, add_saved_bytes, backfill_export_columns
 
     # rows from before the saved-tensor (CUDA and CPU counts) / lookup-bytes / recurrent-steps columns existed
     # (all rows' saved bytes with --recompute-saved)
@@ -52,13 +52,13 @@ def _features(args: argparse.Namespace) -> int:
 
     exported = backfill_export_columns(args.out, backfilled)
 
-    def live_filled(name, value):
-        print(f"  {name}: peak live bytes (per sample, fixed) = {value}" if value is not None else
-              f"  {name}: peak live bytes NOT filled (export failed; the cells stay empty)",
+    def walk_filled(name, value):
+        print(f"  {name}: peak live / graph-saved bytes = {value}" if value is not None else
+              f"  {name}: peak live / graph-saved bytes NOT filled (export failed; the cells stay empty)",
               file=sys.stderr, flush=True)
 
-    live = add_peak_live_bytes(args.out, live_filled)
-    print(f"added {added} rows, filled saved-tensor bytes of {filled}, peak live bytes of {live}, "
+    walked = add_graph_walk_columns(args.out, walk_filled)
+    print(f"added {added} rows, filled saved-tensor bytes of {filled}, graph-walk counts of {walked}, "
           + ", ".join(f"{col} of {n}" for col, n in exported.items()) + f", in {time.perf_counter() - t0:.0f} s",
           file=sys.stderr)
     return 0

@@ -27,7 +27,8 @@ SCHEMA_VERSION = "1.6"  # 1.1: scaling, colocation, speedup_curve, comm_model, s
 #                                             features.activation_bytes_by_op; 1.3: features.lookup_param_bytes;
 #                                             1.4: features.recurrent_steps_by_op;
 #                                             1.5: features.saved_cpu_bytes_per_sample;
-#                                             1.6: features.peak_live_bytes_per_sample/_fixed
+#                                             1.6: features.peak_live_bytes_per_sample/_fixed,
+#                                                  features.graph_saved_bytes_per_sample/_fixed
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -226,6 +227,10 @@ class GraphFeatures(_Section):
                                                    "one forward pass, per sample (perfpredict.features.graph."
                                                    "peak_live_activation_bytes): what an inference pass holds")
     peak_live_bytes_fixed: int | None = None
+    graph_saved_bytes_per_sample: int | None = Field(None, description="activation bytes a training step would "
+                                                     "keep for backward per sample, read off the graph by per-op "
+                                                     "rules (perfpredict.features.graph.saved_for_backward_bytes)")
+    graph_saved_bytes_fixed: int | None = None
     op_counts: dict[str, int] = Field(default_factory=dict)
     num_nodes: int | None = None
     saved_bytes_per_sample: int | None = Field(None, description="bytes autograd saves for backward per sample, "

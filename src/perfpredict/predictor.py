@@ -438,7 +438,10 @@ def _assemble_card(arch: ArchFeatures, source: str, ms: ModelSet, info):
                                else int(arch.saved_cpu_bytes_per_sample),
                                peak_live_bytes_per_sample=None if arch.peak_live_bytes_per_sample is None
                                else int(arch.peak_live_bytes_per_sample),
-                               peak_live_bytes_fixed=int(arch.peak_live_bytes_fixed)),
+                               peak_live_bytes_fixed=int(arch.peak_live_bytes_fixed),
+                               graph_saved_bytes_per_sample=None if arch.graph_saved_bytes_per_sample is None
+                               else int(arch.graph_saved_bytes_per_sample),
+                               graph_saved_bytes_fixed=int(arch.graph_saved_bytes_fixed)),
         prediction=info,
         notes=[f"predicted by perfpredict's estimators ({ms.name}, trained on {ms.meta['rows']} measured points "
                f"on {ms.device_name}); nothing on this card was measured"],

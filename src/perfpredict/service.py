@@ -58,6 +58,11 @@ class FeatureVector(BaseModel):
                                 "predicted card's features.peak_live_bytes_per_sample): what inference memory "
                                 "charges; left out, it is estimated from the activation bytes, and the card says so")
     peak_live_bytes_fixed: float = 0.0
+    graph_saved_bytes_per_sample: float | None = Field(
+        None, ge=0, description="activation bytes a backward pass would keep per sample by per-op rules on the "
+                                "graph (a predicted card's features.graph_saved_bytes_per_sample): what the "
+                                "saved-bytes estimate rests on when the exact counts are left out")
+    graph_saved_bytes_fixed: float = 0.0
     name: str = Field("features", max_length=200)
 
     @model_validator(mode="after")

@@ -26,6 +26,7 @@ FEATURE_TABLE_COLUMNS = [
     "input_bytes_per_sample", "op_counts_json", "macs_by_op_json", "act_bytes_by_op_json",
     "saved_bytes_per_sample", "saved_bytes_fixed", "saved_cpu_bytes_per_sample", "saved_cpu_bytes_fixed",
     "peak_live_bytes_per_sample", "peak_live_bytes_fixed",
+    "graph_saved_bytes_per_sample", "graph_saved_bytes_fixed",
     "exporter", "opset", "error", "export_s",
 ]
 
@@ -68,6 +69,8 @@ def arch_features_row(family: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
         "saved_cpu_bytes_per_sample": saved_cpu, "saved_cpu_bytes_fixed": saved_cpu_fixed,
         "peak_live_bytes_per_sample": feats.peak_live_bytes_per_sample,
         "peak_live_bytes_fixed": feats.peak_live_bytes_fixed,
+        "graph_saved_bytes_per_sample": feats.graph_saved_bytes_per_sample,
+        "graph_saved_bytes_fixed": feats.graph_saved_bytes_fixed,
         "exporter": feats.exporter, "opset": feats.opset,
         "error": None if feats.available else feats.error,
         "export_s": round(time.perf_counter() - t0, 2),
@@ -279,14 +282,16 @@ def backfill_export_columns(path: str | Path,
     return filled
 
 
-#: The peak-live columns (per sample, fixed): the two exports :func:`~perfpredict.features.extract_features`
-#: makes (batch 1 and 2), with shapes resolved by running the graph where inference leaves them unknown.
-PEAK_LIVE_COLUMNS: tuple[str, str] = ("peak_live_bytes_per_sample", "peak_live_bytes_fixed")
+#: Columns filled by a walk over the graphs of the two exports :func:`~perfpredict.features.extract_features`
+#: makes (batch 1 and 2; shapes resolved by running the graph where inference leaves them unknown): the peak
+#: of live activations and the rule-based saved-for-backward bytes, each per sample and fixed.
+GRAPH_WALK_COLUMNS: tuple[str, ...] = ("peak_live_bytes_per_sample", "peak_live_bytes_fixed",
+                                       "graph_saved_bytes_per_sample", "graph_saved_bytes_fixed")
 
 
-def peak_live_of_export(family: str, cfg: Mapping[str, Any]) -> tuple[int, int]:
-    """(per-sample, fixed) peak live activation bytes of ``family`` at ``cfg``, from the same two exports a
-    features row makes (:func:`~perfpredict.features.extract_features`); raises when the export fails."""
+def graph_walk_counts(family: str, cfg: Mapping[str, Any]) -> dict[str, int]:
+    """The :data:`GRAPH_WALK_COLUMNS` of ``family`` at ``cfg``, from the same two exports a features row makes
+    (:func:`~perfpredict.features.extract_features`); raises when the export fails."""
     import torch
 
     from perfpredict.features import extract_features
@@ -297,11 +302,12 @@ def peak_live_of_export(family: str, cfg: Mapping[str, Any]) -> tuple[int, int]:
     feats = extract_features(wl, use_fvcore=False)
     if not feats.available or feats.peak_live_bytes_per_sample is None:
         raise RuntimeError(feats.error or "no features")
-    return int(feats.peak_live_bytes_per_sample), int(feats.peak_live_bytes_fixed or 0)
+    return {c: int(getattr(feats, c) or 0) for c in GRAPH_WALK_COLUMNS}
 
 
-def add_peak_live_bytes(path: str | Path, progress: Callable[[str, tuple[int, int] | None], None] | None = None) -> int:
-    """Fill the :data:`PEAK_LIVE_COLUMNS` of the rows of an existing table that lack them, in place; return rows
+def add_graph_walk_columns(path: str | Path,
+                           progress: Callable[[str, dict[str, int] | None], None] | None = None) -> int:
+    """Fill the :data:`GRAPH_WALK_COLUMNS` cells that the rows of an existing table lack, in place; return rows
     filled. Each architecture is exported in a fresh process (multi-GB models), and the table is rewritten
     after every architecture, so an interrupted backfill keeps what it did; an export that fails (or a process
     killed for memory) leaves the cells empty, reported as ``progress(config, None)``."""
@@ -310,11 +316,12 @@ def add_peak_live_bytes(path: str | Path, progress: Callable[[str, tuple[int, in
         rows = list(csv.DictReader(f))
     filled = 0
     for row in rows:
-        if row.get("error") or row.get(PEAK_LIVE_COLUMNS[0]) not in (None, ""):
+        missing = [c for c in GRAPH_WALK_COLUMNS if row.get(c) in (None, "")]
+        if row.get("error") or not missing:
             continue
-        got = _in_fresh_process(peak_live_of_export, row["family"], json.loads(row["config_json"]))
+        got = _in_fresh_process(graph_walk_counts, row["family"], json.loads(row["config_json"]))
         if got is not None:
-            row[PEAK_LIVE_COLUMNS[0]], row[PEAK_LIVE_COLUMNS[1]] = got
+            row.update({c: got[c] for c in missing})
             filled += 1
             _rewrite(p, rows)
         if progress:

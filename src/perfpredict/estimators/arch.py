@@ -59,6 +59,11 @@ class ArchFeatures:
     #: it (the Predictor then estimates it from the activation bytes)
     peak_live_bytes_per_sample: float | None = None
     peak_live_bytes_fixed: float = 0.0
+    #: the activation bytes a backward pass would keep, by per-op rules on the graph, per sample / fixed
+    #: (:func:`perfpredict.features.graph.saved_for_backward_bytes`): what the saved-bytes estimate for an
+    #: input without the exact count rests on; None where nobody computed it
+    graph_saved_bytes_per_sample: float | None = None
+    graph_saved_bytes_fixed: float = 0.0
     name: str = ""
     family: str | None = None
     notes: tuple[str, ...] = ()
@@ -76,7 +81,9 @@ class ArchFeatures:
                 "lookup_param_bytes": self.lookup_param_bytes,
                 "recurrent_steps_by_op": dict(self.recurrent_steps_by_op),
                 "peak_live_bytes_per_sample": self.peak_live_bytes_per_sample,
-                "peak_live_bytes_fixed": self.peak_live_bytes_fixed, "notes": list(self.notes)}
+                "peak_live_bytes_fixed": self.peak_live_bytes_fixed,
+                "graph_saved_bytes_per_sample": self.graph_saved_bytes_per_sample,
+                "graph_saved_bytes_fixed": self.graph_saved_bytes_fixed, "notes": list(self.notes)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ArchFeatures:
@@ -112,6 +119,8 @@ def from_table_row(row: Mapping[str, Any]) -> ArchFeatures:
         recurrent_steps_by_op=_json_dict(_required(row, "recurrent_steps_json")),
         peak_live_bytes_per_sample=float(_required(row, "peak_live_bytes_per_sample")),
         peak_live_bytes_fixed=_num(row.get("peak_live_bytes_fixed")),
+        graph_saved_bytes_per_sample=float(_required(row, "graph_saved_bytes_per_sample")),
+        graph_saved_bytes_fixed=_num(row.get("graph_saved_bytes_fixed")),
         name=str(row.get("config", "")), family=row.get("family") or None)
 
 
@@ -164,7 +173,9 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
         saved_cpu_bytes_per_sample=float(saved_cpu), saved_cpu_bytes_fixed=float(saved_cpu_fixed),
         lookup_param_bytes=float(feats.lookup_param_bytes or 0), recurrent_steps_by_op=feats.recurrent_steps_by_op,
         peak_live_bytes_per_sample=float(feats.peak_live_bytes_per_sample or 0),
-        peak_live_bytes_fixed=float(feats.peak_live_bytes_fixed or 0), name=wl.name,
+        peak_live_bytes_fixed=float(feats.peak_live_bytes_fixed or 0),
+        graph_saved_bytes_per_sample=float(feats.graph_saved_bytes_per_sample or 0),
+        graph_saved_bytes_fixed=float(feats.graph_saved_bytes_fixed or 0), name=wl.name,
         notes=(feats.error,) if feats.error else ())
 
 
@@ -290,6 +301,8 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None) ->
             act_by_op = {k: v - s1.activation_bytes_by_op.get(k, 0) for k, v in s2.activation_bytes_by_op.items()}
             live1, live2 = s1.peak_live_activation_bytes, s2.peak_live_activation_bytes
             live, live_fixed = live2 - live1, 2 * live1 - live2
+            gs1, gs2 = s1.graph_saved_bytes, s2.graph_saved_bytes
+            gsaved, gsaved_fixed = gs2 - gs1, 2 * gs1 - gs2
             stats = s1
         else:
             b = static or 1
@@ -297,6 +310,7 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None) ->
             macs, macs_fixed = stats.macs / b, 0
             act, act_fixed = stats.activation_bytes / b, 0
             live, live_fixed = stats.peak_live_activation_bytes / b, 0
+            gsaved, gsaved_fixed = stats.graph_saved_bytes / b, 0
             by_op = {k: v / b for k, v in stats.macs_by_op.items()}
             act_by_op = {k: v / b for k, v in stats.activation_bytes_by_op.items()}
             notes.append(f"the ONNX batch dimension (axis {axis} of the first input) is fixed at {b}: per-sample "
@@ -318,7 +332,8 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None) ->
         input_bytes_per_sample=_input_bytes_per_sample(proto, batch_param, axis), op_counts=stats.op_counts,
         macs_by_op={k: int(v) for k, v in by_op.items()},
         activation_bytes_by_op={k: int(v) for k, v in act_by_op.items() if v > 0},
-        peak_live_bytes_per_sample=float(max(live, 0)), peak_live_bytes_fixed=float(live_fixed), name=name,
+        peak_live_bytes_per_sample=float(max(live, 0)), peak_live_bytes_fixed=float(live_fixed),
+        graph_saved_bytes_per_sample=float(max(gsaved, 0)), graph_saved_bytes_fixed=float(gsaved_fixed), name=name,
         notes=tuple(notes))
 
 

@@ -98,6 +98,7 @@ def features_from_onnx(model_proto, batch_size: int = 1) -> GraphFeatures:
         activation_bytes_per_sample=s.activation_bytes // batch_size,
         activation_bytes_by_op={k: v // batch_size for k, v in s.activation_bytes_by_op.items()},
         peak_live_bytes_per_sample=s.peak_live_activation_bytes // batch_size,
+        graph_saved_bytes_per_sample=s.graph_saved_bytes // batch_size,
         op_counts=s.op_counts, num_nodes=s.num_nodes)
 
 
@@ -105,6 +106,7 @@ def _from_stats(s1: GraphStats, s2: GraphStats, b1: int, b2: int) -> GraphFeatur
     macs, macs_fixed = _split(s1.macs, s2.macs, b1, b2)
     act, act_fixed = _split(s1.activation_bytes, s2.activation_bytes, b1, b2)
     live, live_fixed = _split(s1.peak_live_activation_bytes, s2.peak_live_activation_bytes, b1, b2)
+    gsaved, gsaved_fixed = _split(s1.graph_saved_bytes, s2.graph_saved_bytes, b1, b2)
     by_op = {k: _split(s1.macs_by_op.get(k, 0), v, b1, b2)[0] for k, v in s2.macs_by_op.items()}
     act_by_op = {k: _split(s1.activation_bytes_by_op.get(k, 0), v, b1, b2)[0]
                  for k, v in s2.activation_bytes_by_op.items()}
@@ -119,4 +121,5 @@ def _from_stats(s1: GraphStats, s2: GraphStats, b1: int, b2: int) -> GraphFeatur
         activation_bytes_per_sample=act, activation_bytes_fixed=act_fixed,
         activation_bytes_by_op={k: v for k, v in act_by_op.items() if v > 0},
         peak_live_bytes_per_sample=max(live, 0), peak_live_bytes_fixed=live_fixed,
+        graph_saved_bytes_per_sample=max(gsaved, 0), graph_saved_bytes_fixed=gsaved_fixed,
         op_counts=s1.op_counts, num_nodes=s1.num_nodes)

@@ -56,6 +56,9 @@ class GraphStats:
     #: The most activation bytes alive at once in one pass of the main graph, as an eager runtime holds them
     #: (:func:`peak_live_activation_bytes`).
     peak_live_activation_bytes: int = 0
+    #: The bytes a training step's backward pass would keep, read off the graph by per-op rules
+    #: (:func:`saved_for_backward_bytes`): what an ONNX file alone can say about the saved tensors.
+    graph_saved_bytes: int = 0
     unknown_shape_ops: dict[str, int] = field(default_factory=dict)
 
 
@@ -201,9 +204,10 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
     stats.op_counts = dict(sorted(ops.items()))
     stats.num_nodes = int(sum(ops.values()))
     stats.unknown_shape_ops = dict(unknown)
+    nodes = [(n.op_type, list(n.input), list(n.output)) for n in g.node]
     stats.peak_live_activation_bytes = peak_live_activation_bytes(
-        [(n.op_type, list(n.input), list(n.output)) for n in g.node], [vi.name for vi in g.input],
-        [o.name for o in g.output], init_names, shapes.nbytes)
+        nodes, [vi.name for vi in g.input], [o.name for o in g.output], init_names, shapes.nbytes)
+    stats.graph_saved_bytes = saved_for_backward_bytes(nodes, init_names, shapes.nbytes)
     return stats
 
 
@@ -213,6 +217,81 @@ VIEW_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", 
 _BIAS_FUSED_PRODUCERS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose"})
 #: Gates of a recurrent op: it holds gates x its output's bytes of pre-activations while it runs.
 RECURRENT_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+
+
+#: What autograd keeps for the backward pass, by ONNX op (PyTorch's derivative formulas): the first
+#: activation input (a convolution's or linear layer's input for the weight gradient, a normalisation's
+#: input, GELU's input, a max-pool's input and its int64 indices) ...
+_SAVES_FIRST_INPUT = frozenset({"Conv", "ConvTranspose", "Gemm", "BatchNormalization", "LayerNormalization",
+                                "InstanceNormalization", "GroupNormalization", "Gelu", "MaxPool", "Pow", "Sqrt"})
+#: ... the activation inputs of a product: each, when two activations meet (each is needed for the other's
+#: gradient), or the one activation when the other factor is a weight (its gradient needs the activation);
+#: times a constant scalar keeps nothing ...
+_SAVES_ACTIVATION_INPUTS = frozenset({"MatMul", "Mul", "Div", "Einsum"})
+#: ... or the output (functions whose derivative is written in their result).
+_SAVES_OUTPUT = frozenset({"Relu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Exp", "Clip", "HardSwish",
+                           "HardSigmoid", "LeakyRelu"})
+#: Ops that are views in PyTorch when it comes to what a saved tensor shares storage with.
+_STORAGE_VIEW_OPS = VIEW_OPS | {"Transpose", "Slice", "Split", "Expand"}
+
+
+def saved_for_backward_bytes(nodes: list[tuple[str, list[str], list[str]]], init_names: set[str], nbytes) -> int:
+    """The activation bytes a training step's backward pass would keep, read off a forward graph by per-op
+    rules (:data:`_SAVES_FIRST_INPUT`, :data:`_SAVES_ACTIVATION_INPUTS`, :data:`_SAVES_OUTPUT`), each tensor
+    counted once however many ops keep it (views share their base's storage). A recurrent op keeps its
+    input, its output and gates x its output (the gates' activations of every step); a max-pool keeps int64
+    indices, twice its float output. Weights are not counted (the parameter term has them).
+
+    This is the count an ONNX file alone can give (the exact one, :mod:`perfpredict.features.saved`, runs the
+    model). What the graph cannot show is left out: dropout masks (an eval-mode export has no Dropout),
+    attention kernels that keep less than their unfused ops (fused on CUDA), and recurrent workspaces.
+    """
+    const: set[str] = set(init_names)
+    alias: dict[str, str] = {}
+
+    def root(name: str) -> str:
+        while name in alias:
+            name = alias[name]
+        return name
+
+    producer = {o: (op, ins) for op, ins, outs in nodes for o in outs if o}
+    kept: dict[str, int] = {}
+    #: tensors inside an exported GELU (erf(x / √2) + 1): PyTorch's GELU keeps only its input x
+    inner: set[str] = set()
+    for op, ins, outs in nodes:
+        real = [x for x in ins if x]
+        if op == "Constant" or all(x in const for x in real):
+            const.update(o for o in outs if o)
+            continue
+        acts = [x for x in real if x not in const]
+        out = outs[0] if outs and outs[0] else None
+        if op in _STORAGE_VIEW_OPS and out and ins[0] not in const:
+            alias[out] = root(ins[0])
+        if op == "Erf" and out:  # the exporter's GELU: x / √2 -> Erf -> + 1 -> × x -> × 0.5
+            pop, pins = producer.get(acts[0], ("", [])) if acts else ("", [])
+            gelu_in = next((x for x in pins if x and x not in const), None) if pop == "Div" else None
+            if gelu_in is not None:
+                kept[root(gelu_in)] = nbytes(gelu_in) or 0
+            inner.add(out)
+            continue
+        if op in ("Add", "Sub") and out and any(x in inner for x in acts):
+            inner.add(out)
+            continue
+        if op in _SAVES_FIRST_INPUT and acts:
+            kept[root(acts[0])] = nbytes(acts[0]) or 0
+            if op == "MaxPool" and out:
+                kept[f"{out}#indices"] = 2 * (nbytes(out) or 0)
+        elif op in _SAVES_ACTIVATION_INPUTS:
+            # a weight, or a tensor computed from weights (the exporter's transposed matrix); not a scalar
+            weights = [x for x in real if x in const and (nbytes(x) or 0) > 16]
+            if len(acts) >= 2 or weights:
+                kept.update({root(x): nbytes(x) or 0 for x in acts if x not in inner})
+        elif op in _SAVES_OUTPUT and out:
+            kept[root(out)] = nbytes(out) or 0
+        elif op in RECURRENT_GATES and out:
+            kept[root(acts[0])] = nbytes(acts[0]) or 0
+            kept[f"{out}#steps"] = (RECURRENT_GATES[op] + 2) * (nbytes(out) or 0)
+    return int(sum(kept.values()))
 
 
 def peak_live_activation_bytes(nodes: list[tuple[str, list[str], list[str]]], graph_inputs: list[str],
