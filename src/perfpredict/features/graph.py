@@ -235,6 +235,25 @@ _SAVES_OUTPUT = frozenset({"Relu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "
 _STORAGE_VIEW_OPS = VIEW_OPS | {"Transpose", "Slice", "Split", "Expand"}
 
 
+def _weight_derived(nodes: list[tuple[str, list[str], list[str]]], init_names: set[str]) -> set[str]:
+    """The initializers and every tensor computed from weights and constants alone (the exporter's transposed
+    or sliced weights: constant-folded, never activations), for nodes in graph order."""
+    const = set(init_names)
+    for op, ins, outs in nodes:
+        if op == "Constant" or all(x in const for x in ins if x):
+            const.update(o for o in outs if o)
+    return const
+
+
+class _Aliases(dict):
+    """Tensor name -> the tensor whose storage it shares (a view, a fused result)."""
+
+    def root(self, name: str) -> str:
+        while name in self:
+            name = self[name]
+        return name
+
+
 def saved_for_backward_bytes(nodes: list[tuple[str, list[str], list[str]]], init_names: set[str], nbytes) -> int:
     """The activation bytes a training step's backward pass would keep, read off a forward graph by per-op
     rules (:data:`_SAVES_FIRST_INPUT`, :data:`_SAVES_ACTIVATION_INPUTS`, :data:`_SAVES_OUTPUT`), each tensor
@@ -246,14 +265,9 @@ def saved_for_backward_bytes(nodes: list[tuple[str, list[str], list[str]]], init
     model). What the graph cannot show is left out: dropout masks (an eval-mode export has no Dropout),
     attention kernels that keep less than their unfused ops (fused on CUDA), and recurrent workspaces.
     """
-    const: set[str] = set(init_names)
-    alias: dict[str, str] = {}
-
-    def root(name: str) -> str:
-        while name in alias:
-            name = alias[name]
-        return name
-
+    const = _weight_derived(nodes, init_names)
+    alias = _Aliases()
+    root = alias.root
     producer = {o: (op, ins) for op, ins, outs in nodes for o in outs if o}
     kept: dict[str, int] = {}
     #: tensors inside an exported GELU (erf(x / √2) + 1): PyTorch's GELU keeps only its input x
@@ -261,7 +275,6 @@ def saved_for_backward_bytes(nodes: list[tuple[str, list[str], list[str]]], init
     for op, ins, outs in nodes:
         real = [x for x in ins if x]
         if op == "Constant" or all(x in const for x in real):
-            const.update(o for o in outs if o)
             continue
         acts = [x for x in real if x not in const]
         out = outs[0] if outs and outs[0] else None
@@ -311,19 +324,14 @@ def peak_live_activation_bytes(nodes: list[tuple[str, list[str], list[str]]], gr
       output's bytes, freed when it finishes;
     - graph inputs live until their last use and graph outputs to the end.
     """
-    const: set[str] = set(init_names)
-    alias: dict[str, str] = {}
-
-    def root(name: str) -> str:
-        while name in alias:
-            name = alias[name]
-        return name
-
+    const = _weight_derived(nodes, init_names)
+    alias = _Aliases()
+    root = alias.root
     producer = {o: op for op, _, outs in nodes for o in outs if o}
     for op, ins, outs in nodes:
         real = [x for x in ins if x]
         if op == "Constant" or all(x in const for x in real):
-            const.update(o for o in outs if o)
+            continue
         elif op in VIEW_OPS and ins and ins[0] not in const and outs and outs[0]:
             alias[outs[0]] = root(ins[0])
         elif (op == "Add" and len(real) == 2 and outs and outs[0] and any(x in const for x in real)
