@@ -180,10 +180,11 @@ class ModelSet:
 
     def with_graph_counts(self, arch: ArchFeatures) -> ArchFeatures:
         """``arch`` with saved-tensor bytes (both counts, :data:`~perfpredict.estimators.saved_estimate.
-        SAVED_ATTRS`): its own count when it has one, else an estimate from its activation bytes by op group,
-        fitted on the training architectures (:class:`~perfpredict.estimators.saved_estimate.
-        SavedBytesEstimator`). A feature vector without the peak of live activations gets it estimated the
-        same way (an ONNX file or a model file gives it exactly)."""
+        SAVED_ATTRS`): its own count when it has one, else an estimate fitted on the training architectures
+        (:class:`~perfpredict.estimators.saved_estimate.SavedBytesEstimator`: the graph's rule-based count
+        scaled, or activation bytes by op group where that count is missing). A feature vector without the
+        peak of live activations gets it estimated from its activation bytes by op group (an ONNX file or a
+        model file gives it exactly)."""
         from dataclasses import replace
 
         notes = list(arch.notes)

@@ -281,6 +281,7 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None) ->
     by default the first axis, or the one symbolic dimension when the first is fixed."""
     import numpy as np
 
+    from perfpredict.features import _split
     from perfpredict.features.graph import analyze_onnx, unknown_shapes_note
 
     try:
@@ -295,14 +296,12 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None) ->
         if symbolic:
             s1 = analyze_onnx(_with_batch(proto, 1, batch_param, axis), run_for_shapes=False)
             s2 = analyze_onnx(_with_batch(proto, 2, batch_param, axis), run_for_shapes=False)
-            macs, macs_fixed = s2.macs - s1.macs, 2 * s1.macs - s2.macs
-            act, act_fixed = s2.activation_bytes - s1.activation_bytes, 2 * s1.activation_bytes - s2.activation_bytes
+            macs, macs_fixed = _split(s1.macs, s2.macs, 1, 2)
+            act, act_fixed = _split(s1.activation_bytes, s2.activation_bytes, 1, 2)
             by_op = {k: v - s1.macs_by_op.get(k, 0) for k, v in s2.macs_by_op.items()}
             act_by_op = {k: v - s1.activation_bytes_by_op.get(k, 0) for k, v in s2.activation_bytes_by_op.items()}
-            live1, live2 = s1.peak_live_activation_bytes, s2.peak_live_activation_bytes
-            live, live_fixed = live2 - live1, 2 * live1 - live2
-            gs1, gs2 = s1.graph_saved_bytes, s2.graph_saved_bytes
-            gsaved, gsaved_fixed = gs2 - gs1, 2 * gs1 - gs2
+            live, live_fixed = _split(s1.peak_live_activation_bytes, s2.peak_live_activation_bytes, 1, 2)
+            gsaved, gsaved_fixed = _split(s1.graph_saved_bytes, s2.graph_saved_bytes, 1, 2)
             stats = s1
         else:
             b = static or 1
