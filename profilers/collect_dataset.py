@@ -57,7 +57,7 @@ def _features(args: argparse.Namespace) -> int:
               f"  {name}: peak live / graph-saved bytes NOT filled (export failed; the cells stay empty)",
               file=sys.stderr, flush=True)
 
-    walked = add_graph_walk_columns(args.out, walk_filled)
+    walked = add_graph_walk_columns(args.out, walk_filled, recompute=args.recompute_graph_walk)
     print(f"added {added} rows, filled saved-tensor bytes of {filled}, graph-walk counts of {walked}, "
           + ", ".join(f"{col} of {n}" for col, n in exported.items()) + f", in {time.perf_counter() - t0:.0f} s",
           file=sys.stderr)
@@ -121,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--max-gmacs", type=float)
     f.add_argument("--recompute-saved", action="store_true",
                    help="recount every row's saved-tensor bytes (after the count changed), keeping the rest")
+    f.add_argument("--recompute-graph-walk", action="store_true",
+                   help="redo every row's peak-live and rule-based saved bytes (after a walk's rules changed)")
     f.add_argument("--timeout", type=float, help="seconds one architecture's export may take (default: no limit)")
     f.add_argument("--in-process", action="store_true",
                    help="export every architecture in this process (faster for small ones; memory piles up)")

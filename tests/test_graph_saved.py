@@ -17,22 +17,31 @@ from tests.conftest import REPO
 
 
 def _rule_vs_autograd(model: nn.Module, make_input) -> tuple[int, int]:
-    """(per-sample bytes by the graph rules on the eval-mode export, per-sample bytes autograd keeps)."""
+    """(per-sample bytes by the graph rules on the eval-mode export, per-sample bytes autograd keeps in a
+    training step's forward with a cross-entropy loss over the last dimension, less its int64 labels: 8
+    bytes per prediction, which are not in the graph)."""
     model.eval()
-    rule = [analyze_onnx(export_onnx(model, (make_input(b),)).model_proto).graph_saved_bytes for b in (1, 2)]
+    rule = [analyze_onnx(export_onnx(model, (make_input(b),)).model_proto).graph_saved_bytes for b in (2, 4)]
     model.train()
-    exact = [saved_tensor_bytes(model, (make_input(b),), kernels="cuda") for b in (1, 2)]
-    return rule[1] - rule[0], exact[1] - exact[0]
+
+    def loss(out):
+        return nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]),
+                                           torch.zeros(out.numel() // out.shape[-1], dtype=torch.long))
+
+    exact = [saved_tensor_bytes(model, (make_input(b),), loss_fn=loss, kernels="cuda") for b in (2, 4)]
+    with torch.no_grad():
+        out = model.eval()(make_input(1))
+    return (rule[1] - rule[0]) // 2, (exact[1] - exact[0]) // 2 - 8 * (out.numel() // out.shape[-1])
 
 
 def test_the_rules_match_autograd_on_a_small_cnn():
     """Conv keeps its input, BatchNorm its input, ReLU its output (the pool's input, kept once), max-pool its
-    int64 indices and the linear layer its (flattened, viewed) input."""
+    int64 indices, the linear layer its (flattened, viewed) input and the loss its log-softmax."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
                           nn.Flatten(), nn.Linear(16 * 8 * 8, 10))
     rule, exact = _rule_vs_autograd(model, lambda b: torch.randn(b, 3, 16, 16))
-    assert rule == exact == (3 * 256 + 16 * 256 + 16 * 256 + 2 * 16 * 64 + 16 * 64) * 4
+    assert rule == exact == (3 * 256 + 16 * 256 + 16 * 256 + 2 * 16 * 64 + 16 * 64 + 10) * 4
 
 
 def test_an_exported_gelu_keeps_only_its_input():
@@ -41,7 +50,37 @@ def test_an_exported_gelu_keeps_only_its_input():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 128), nn.GELU(), nn.Linear(128, 128), nn.Tanh(), nn.Linear(128, 4))
     rule, exact = _rule_vs_autograd(model, lambda b: torch.randn(b, 64))
-    assert rule == exact == (64 + 128 + 128 + 128) * 4
+    assert rule == exact == (64 + 128 + 128 + 128 + 4) * 4
+
+
+def test_piecewise_activations_keep_their_input_and_an_exported_silu_keeps_only_x():
+    """ReLU6 (``Clip``), Hardswish and Hardsigmoid keep their input beside the next layer's (their output),
+    in place or not; SiLU, exported as x * Sigmoid(x), keeps x alone."""
+    torch.manual_seed(0)
+    for act in (nn.ReLU6(inplace=True), nn.Hardswish(), nn.Hardsigmoid(), nn.SiLU()):
+        model = nn.Sequential(nn.Linear(32, 64), nn.BatchNorm1d(64), act, nn.Linear(64, 8))
+        rule, exact = _rule_vs_autograd(model, lambda b: torch.randn(b, 32))
+        assert rule == exact == (32 + 64 + 64 + 64 + 8) * 4, act
+
+
+def test_a_recurrent_op_keeps_what_pytorchs_cpu_kernels_keep():
+    """The per-output multipliers of :data:`RECURRENT_SAVED_PER_OUTPUT` (oneDNN's LSTM workspace, the GRU's
+    and RNN's unrolled cells) put the rule count within 5% of autograd's for a two-layer language model, on
+    a step count and width the multipliers were not read at."""
+    torch.manual_seed(0)
+
+    class LM(nn.Module):
+        def __init__(self, cell):
+            super().__init__()
+            self.emb, self.rnn, self.out = nn.Embedding(50, 24), cell(24, 48, num_layers=2, batch_first=True), \
+                nn.Linear(48, 50)
+
+        def forward(self, x):
+            return self.out(self.rnn(self.emb(x))[0])
+
+    for cell in (nn.LSTM, nn.GRU, nn.RNN):
+        rule, exact = _rule_vs_autograd(LM(cell), lambda b: torch.randint(0, 50, (b, 40)))
+        assert abs(rule / exact - 1) < 0.05, (cell.__name__, rule, exact)
 
 
 def test_products_keep_their_activations_unless_the_other_factor_is_a_scalar():
@@ -61,8 +100,8 @@ def _table() -> list[dict[str, str]]:
 
 def test_the_rule_based_estimate_beats_the_op_group_one_on_unseen_families():
     """What an ONNX upload's memory prediction rests on: fitted without the family it predicts, the rule-based
-    estimate (its count × the median exact/rule ratio) has a lower median error than the op-group form, for
-    both kernel sets."""
+    estimate (its count × the median exact/rule ratio) has a median error under 5% and below the op-group
+    form's, for both kernel sets (0.4% and 0.9% on the committed table)."""
     from dataclasses import replace
 
     from perfpredict.estimators.saved_estimate import SAVED_ATTRS, SavedBytesEstimator
@@ -81,4 +120,4 @@ def test_the_rule_based_estimate_beats_the_op_group_one_on_unseen_families():
                 model = SavedBytesEstimator(attr).fit([a for a, h in zip(rows, held) if not h])
                 est[held] = model.predict([a for a, h in zip(rows, held) if h])
             medians[form] = float(np.median(np.abs(est / y - 1)))
-        assert medians["rule"] < 0.15 and medians["rule"] < medians["groups"], (attr, medians)
+        assert medians["rule"] < 0.05 and medians["rule"] < medians["groups"], (attr, medians)

@@ -306,17 +306,20 @@ def graph_walk_counts(family: str, cfg: Mapping[str, Any]) -> dict[str, int]:
 
 
 def add_graph_walk_columns(path: str | Path,
-                           progress: Callable[[str, dict[str, int] | None], None] | None = None) -> int:
-    """Fill the :data:`GRAPH_WALK_COLUMNS` cells that the rows of an existing table lack, in place; return rows
-    filled. Each architecture is exported in a fresh process (multi-GB models), and the table is rewritten
-    after every architecture, so an interrupted backfill keeps what it did; an export that fails (or a process
-    killed for memory) leaves the cells empty, reported as ``progress(config, None)``."""
+                           progress: Callable[[str, dict[str, int] | None], None] | None = None,
+                           recompute: bool = False) -> int:
+    """Fill the :data:`GRAPH_WALK_COLUMNS` cells that the rows of an existing table lack (every row's, with
+    ``recompute``, after a walk's rules changed), in place; return rows filled. Each architecture is exported
+    in a fresh process (multi-GB models), and the table is rewritten after every architecture, so an
+    interrupted backfill keeps what it did (a recompute keeps the old values where it did not get to); an
+    export that fails (or a process killed for memory) leaves the cells as they were, reported as
+    ``progress(config, None)``."""
     p = Path(path)
     with open(p, newline="") as f:
         rows = list(csv.DictReader(f))
     filled = 0
     for row in rows:
-        missing = [c for c in GRAPH_WALK_COLUMNS if row.get(c) in (None, "")]
+        missing = [c for c in GRAPH_WALK_COLUMNS if recompute or row.get(c) in (None, "")]
         if row.get("error") or not missing:
             continue
         got = _in_fresh_process(graph_walk_counts, row["family"], json.loads(row["config_json"]))

@@ -25,6 +25,7 @@ shapes are known, in the MACs.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from math import prod
 from typing import Any
@@ -207,10 +208,13 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
     nodes = [(n.op_type, list(n.input), list(n.output)) for n in g.node]
     stats.peak_live_activation_bytes = peak_live_activation_bytes(
         nodes, [vi.name for vi in g.input], [o.name for o in g.output], init_names, shapes.nbytes)
-    stats.graph_saved_bytes = saved_for_backward_bytes(nodes, init_names, shapes.nbytes)
+    float_outputs = [o.name for o in g.output if o.type.tensor_type.elem_type in _FLOAT_TYPES]
+    stats.graph_saved_bytes = saved_for_backward_bytes(nodes, init_names, shapes.nbytes, float_outputs)
     return stats
 
 
+#: ONNX element types of floating-point tensors (FLOAT, FLOAT16, DOUBLE, BFLOAT16).
+_FLOAT_TYPES = frozenset({1, 10, 11, 16})
 #: Ops whose output is a view of their first input in PyTorch (no new memory).
 VIEW_OPS = frozenset({"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Dropout"})
 #: Ops that produce a bias-add's input in one fused call in PyTorch (``addmm``, a convolution's bias).
@@ -221,16 +225,25 @@ RECURRENT_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 
 #: What autograd keeps for the backward pass, by ONNX op (PyTorch's derivative formulas): the first
 #: activation input (a convolution's or linear layer's input for the weight gradient, a normalisation's
-#: input, GELU's input, a max-pool's input and its int64 indices) ...
+#: input, GELU's input, a max-pool's input and its int64 indices, and the input of the piecewise
+#: activations: ReLU6/Hardtanh (``Clip``), Hardswish and Hardsigmoid keep it even with ``inplace=True``,
+#: LeakyReLU and ELU unless in-place, which a graph does not show) ...
 _SAVES_FIRST_INPUT = frozenset({"Conv", "ConvTranspose", "Gemm", "BatchNormalization", "LayerNormalization",
-                                "InstanceNormalization", "GroupNormalization", "Gelu", "MaxPool", "Pow", "Sqrt"})
+                                "InstanceNormalization", "GroupNormalization", "Gelu", "MaxPool", "Pow", "Sqrt",
+                                "Clip", "HardSwish", "HardSigmoid", "LeakyRelu", "Elu"})
 #: ... the activation inputs of a product: each, when two activations meet (each is needed for the other's
 #: gradient), or the one activation when the other factor is a weight (its gradient needs the activation);
 #: times a constant scalar keeps nothing ...
 _SAVES_ACTIVATION_INPUTS = frozenset({"MatMul", "Mul", "Div", "Einsum"})
 #: ... or the output (functions whose derivative is written in their result).
-_SAVES_OUTPUT = frozenset({"Relu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Exp", "Clip", "HardSwish",
-                           "HardSigmoid", "LeakyRelu"})
+_SAVES_OUTPUT = frozenset({"Relu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Exp"})
+#: What a recurrent op keeps besides its input and its output, in units of its output's bytes (all steps,
+#: every direction), as PyTorch 2.13's CPU autograd keeps it (measured, ``tests/test_graph_saved.py``; 48-128
+#: hidden units, 16-64 steps, one or two layers): an LSTM's oneDNN workspace (gates, cell and hidden states of
+#: every step) is 15.4-15.9x its output, 16x with the final states; a GRU, run as unrolled cells, keeps
+#: 7.5-8x with its output (gates, reset products, every step's state), a tanh RNN 1.5-2x. These are the
+#: kernels the exact count (:mod:`perfpredict.features.saved`) follows; cuDNN's reserve space is another size.
+RECURRENT_SAVED_PER_OUTPUT = {"LSTM": 16.0, "GRU": 7.0, "RNN": 1.0}
 #: Ops that are views in PyTorch when it comes to what a saved tensor shares storage with.
 _STORAGE_VIEW_OPS = VIEW_OPS | {"Transpose", "Slice", "Split", "Expand"}
 
@@ -254,24 +267,40 @@ class _Aliases(dict):
         return name
 
 
-def saved_for_backward_bytes(nodes: list[tuple[str, list[str], list[str]]], init_names: set[str], nbytes) -> int:
+def saved_for_backward_bytes(nodes: list[tuple[str, list[str], list[str]]], init_names: set[str], nbytes,
+                             loss_inputs: Sequence[str] = ()) -> int:
     """The activation bytes a training step's backward pass would keep, read off a forward graph by per-op
     rules (:data:`_SAVES_FIRST_INPUT`, :data:`_SAVES_ACTIVATION_INPUTS`, :data:`_SAVES_OUTPUT`), each tensor
-    counted once however many ops keep it (views share their base's storage). A recurrent op keeps its
-    input, its output and gates x its output (the gates' activations of every step); a max-pool keeps int64
-    indices, twice its float output. Weights are not counted (the parameter term has them).
+    counted once however many ops keep it, at the size of the storage it shares (a saved view keeps its
+    whole base alive; an expanded tensor is its small source). A recurrent op keeps its input and
+    :data:`RECURRENT_SAVED_PER_OUTPUT` x its output (every step's gates and states); a max-pool keeps int64
+    indices, twice its float output; the exporter's GELU (``Erf``) and SiLU (``x * Sigmoid(x)``) keep only
+    their input, as PyTorch's fused functions do. The loss is part of a training step's forward: for each of
+    ``loss_inputs`` (the graph's floating-point outputs) it keeps a tensor of that size (cross-entropy its
+    log-softmax, a squared error the difference), which a language model's logits make large. Weights are
+    not counted (the parameter term has them).
 
     This is the count an ONNX file alone can give (the exact one, :mod:`perfpredict.features.saved`, runs the
     model). What the graph cannot show is left out: dropout masks (an eval-mode export has no Dropout),
-    attention kernels that keep less than their unfused ops (fused on CUDA), and recurrent workspaces.
+    attention kernels that keep less than their unfused ops (fused on CUDA), and whether an activation ran
+    in place (LeakyReLU and ELU then keep their output instead of their input: one tensor fewer).
     """
     const = _weight_derived(nodes, init_names)
     alias = _Aliases()
     root = alias.root
     producer = {o: (op, ins) for op, ins, outs in nodes for o in outs if o}
+    consumers: dict[str, list[tuple[str, list[str]]]] = {}
+    for op, ins, _ in nodes:
+        for x in {x for x in ins if x}:
+            consumers.setdefault(x, []).append((op, ins))
     kept: dict[str, int] = {}
-    #: tensors inside an exported GELU (erf(x / √2) + 1): PyTorch's GELU keeps only its input x
+    #: tensors inside an exported GELU (erf(x / √2) + 1) or SiLU (sigmoid(x) in x * sigmoid(x)): PyTorch's
+    #: fused functions keep only their input x
     inner: set[str] = set()
+
+    def size(x: str) -> int:
+        return nbytes(root(x)) or nbytes(x) or 0
+
     for op, ins, outs in nodes:
         real = [x for x in ins if x]
         if op == "Constant" or all(x in const for x in real):
@@ -284,26 +313,33 @@ def saved_for_backward_bytes(nodes: list[tuple[str, list[str], list[str]]], init
             pop, pins = producer.get(acts[0], ("", [])) if acts else ("", [])
             gelu_in = next((x for x in pins if x and x not in const), None) if pop == "Div" else None
             if gelu_in is not None:
-                kept[root(gelu_in)] = nbytes(gelu_in) or 0
+                kept[root(gelu_in)] = size(gelu_in)
             inner.add(out)
+            continue
+        if (op == "Sigmoid" and out and acts and consumers.get(out)
+                and all(c == "Mul" and acts[0] in cins for c, cins in consumers[out])):
+            inner.add(out)  # SiLU: the Mul keeps x
             continue
         if op in ("Add", "Sub") and out and any(x in inner for x in acts):
             inner.add(out)
             continue
         if op in _SAVES_FIRST_INPUT and acts:
-            kept[root(acts[0])] = nbytes(acts[0]) or 0
+            kept[root(acts[0])] = size(acts[0])
             if op == "MaxPool" and out:
                 kept[f"{out}#indices"] = 2 * (nbytes(out) or 0)
         elif op in _SAVES_ACTIVATION_INPUTS:
             # a weight, or a tensor computed from weights (the exporter's transposed matrix); not a scalar
             weights = [x for x in real if x in const and (nbytes(x) or 0) > 16]
             if len(acts) >= 2 or weights:
-                kept.update({root(x): nbytes(x) or 0 for x in acts if x not in inner})
+                kept.update({root(x): size(x) for x in acts if x not in inner})
         elif op in _SAVES_OUTPUT and out:
-            kept[root(out)] = nbytes(out) or 0
-        elif op in RECURRENT_GATES and out:
-            kept[root(acts[0])] = nbytes(acts[0]) or 0
-            kept[f"{out}#steps"] = (RECURRENT_GATES[op] + 2) * (nbytes(out) or 0)
+            kept[root(out)] = size(out)
+        elif op in RECURRENT_SAVED_PER_OUTPUT and out:
+            kept[root(acts[0])] = size(acts[0])
+            kept[root(out)] = size(out)
+            kept[f"{out}#steps"] = int(RECURRENT_SAVED_PER_OUTPUT[op] * (nbytes(out) or 0))
+    for y in loss_inputs:
+        kept[f"{y}#loss"] = nbytes(y) or 0
     return int(sum(kept.values()))
 
 
