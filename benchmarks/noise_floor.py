@@ -1,0 +1,105 @@
+"""The same points measured twice, scored as if the second run predicted the first, with the metrics the
+estimators are scored by (MAPE, median APE; utilisation's RMSLE on percent and on fractions).
+
+Two kinds of pairs are committed under ``datasets/``:
+
+- ``<dataset>_repeat.csv``: the same device, later, in fresh processes, with the same settings. That is the
+  noise floor: no model can be expected to predict a measurement closer than the measurement repeats, so the
+  family-CV scores in the README are read against it.
+- two training datasets of one device kind and mode measured on different devices (the two CPU VMs): the
+  same points on another device. That is how far a model trained on one device is off on the other before
+  any model error: what carries over (memory) and what does not (time).
+
+Each pair is joined on (config, batch size, mode), and the device names both files recorded are printed; a
+repeat whose device differs from its dataset's is reported as a cross-device comparison, not a noise floor.
+
+    python benchmarks/noise_floor.py            # every pair (well under a second)
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+
+from perfpredict.estimators.evaluate import metrics
+from perfpredict.estimators.targets import targets_for
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _ok_rows(path: Path) -> dict[tuple[str, int, str], dict[str, str]]:
+    """Successful rows by (config, batch size, mode); a point measured twice in one file keeps its last row."""
+    with open(path, newline="") as f:
+        return {(r["config"], int(r["batch_size"]), r["mode"]): r for r in csv.DictReader(f) if r["status"] == "ok"}
+
+
+def _value(row: dict[str, str], column: str) -> float:
+    try:
+        v = float(row.get(column) or "nan")
+    except ValueError:
+        return math.nan
+    return v if math.isfinite(v) and v > 0 else math.nan
+
+
+def paired_scores(first_csv: Path, again_csv: Path) -> dict:
+    """Points in both files, the device names each recorded, and {target: metrics of the second file's values
+    against the first's}, plus the median ratio second / first per target."""
+    first, again = _ok_rows(first_csv), _ok_rows(again_csv)
+    both = sorted(set(first) & set(again))
+    out: dict = {"points": len(both), "targets": {}, "median_ratio": {},
+                 "devices": (sorted({first[k]["device_name"] for k in both}),
+                             sorted({again[k]["device_name"] for k in both}))}
+    if not both:
+        return out
+    r0 = first[both[0]]
+    for name, spec in targets_for(r0["device_kind"], r0["mode"]).items():
+        pairs = np.array([(_value(first[k], spec.column), _value(again[k], spec.column)) for k in both])
+        pairs = pairs[np.isfinite(pairs).all(axis=1)]
+        if len(pairs):
+            out["targets"][name] = metrics(pairs[:, 0], pairs[:, 1], spec)
+            out["median_ratio"][name] = float(np.median(pairs[:, 1] / pairs[:, 0]))
+    return out
+
+
+def committed_pairs(datasets: Path) -> list[tuple[Path, Path]]:
+    """(dataset, its repeat) for every repeat under ``datasets``, then (first, other) for the training datasets
+    of one device kind and mode that were measured on different devices."""
+    from perfpredict.estimators.data import training_datasets
+
+    pairs = [(p.with_name(p.name.replace("_repeat.csv", ".csv")), p) for p in sorted(datasets.glob("*_repeat.csv"))]
+    groups: dict[tuple[str, str], list[tuple[str, Path]]] = {}
+    for p in training_datasets(datasets):
+        rows = _ok_rows(p)
+        if rows:
+            r = next(iter(rows.values()))
+            groups.setdefault((r["device_kind"], r["mode"]), []).append((r["device_name"], p))
+    for members in groups.values():
+        first_device, first = members[0]
+        pairs += [(first, p) for device, p in members[1:] if device != first_device]
+    return pairs
+
+
+def main() -> int:
+    for base, other in committed_pairs(REPO / "datasets"):
+        if not base.exists():
+            print(f"{other.name}: no {base.name} to pair with")
+            continue
+        s = paired_scores(base, other)
+        same = s["devices"][0] == s["devices"][1]
+        kind = "noise floor: the same device twice" if same else "two devices, not a noise floor"
+        print(f"{base.name} vs {other.name}: {s['points']} points ({kind}; "
+              f"{' / '.join(s['devices'][0])} then {' / '.join(s['devices'][1])})")
+        for name, m in s["targets"].items():
+            line = (f"  {name:16s} MAPE {m['mape']:6.1%}  median {m['median_ape']:6.1%}  "
+                    f"median ratio {s['median_ratio'][name]:.2f}")
+            if "rmsle_fraction" in m:  # Horus' metric; on bytes and seconds log1p is no relative error
+                line += f"  RMSLE {m['rmsle']:.3f} on percent, {m['rmsle_fraction']:.3f} on fractions"
+            print(line + f"  [{m['n']} points]")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
