@@ -181,16 +181,42 @@ def test_inference_models_predict_less_memory_and_time_than_training(predictor):
     picks = [int(np.flatnonzero(data.families == f)[0]) for f in sorted(set(data.families.tolist()))]
     for i in picks:
         b = int(data.batch[i])
-        inf = predictor.card_for(data.archs[i], [b], device_type="cpu", mode="infer", allow_fallback=False)
-        trn = predictor.card_for(data.archs[i], [b], device_type="cpu", allow_fallback=False)
+        inf = predictor.card_for(data.archs[i], [b], device_type="cpu_epyc_2vcpu", mode="infer",
+                                 allow_fallback=False)
+        trn = predictor.card_for(data.archs[i], [b], device_type="cpu_epyc_2vcpu", allow_fallback=False)
         assert inf.run.mode == "infer" and trn.run.mode == "train"
         pi, pt = inf.prediction.points[0], trn.prediction.points[0]
         assert pi.peak_memory_bytes < pt.peak_memory_bytes, data.configs[i]
         assert pi.iter_time_s < train_s[(data.configs[i], b)], data.configs[i]
+    # a named set of the other mode gives way to its device's set in the mode asked for, if there is one
+    assert predictor.model_set("cpu_epyc_2vcpu", mode="infer").name == "cpu_epyc_2vcpu_infer"
     with pytest.raises(UsageError, match="trained on train"):
-        predictor.model_set("cpu_epyc_2vcpu", mode="infer")
+        predictor.model_set("cuda_h100", mode="infer")
     with pytest.raises(UsageError, match="infer mode"):
         predictor.model_set("cuda", mode="infer")  # no CUDA inference data yet
+
+
+def test_a_kind_with_sets_from_two_cpu_models_picks_this_machines(monkeypatch):
+    """A CPU time model does not carry over between CPU models, so ``device_type="cpu"`` takes the set measured
+    on the CPU this process runs on when there is one, else the first by name; a named set is always that
+    set. (The sets here stand in for loaded ones: only their device and mode take part in the choice.)"""
+    from types import SimpleNamespace
+
+    import perfpredict.predictor as predictor_module
+    from perfpredict.predictor import Predictor
+
+    def set_(name, device, mode):
+        return SimpleNamespace(name=name, device_kind="cpu", device_name=device, mode=mode)
+
+    sets = {s.name: s for s in (set_("cpu_a", "CPU A", "train"), set_("cpu_a_infer", "CPU A", "infer"),
+                                set_("cpu_b", "CPU B", "train"), set_("cpu_b_infer", "CPU B", "infer"))}
+    pred = Predictor(sets)
+    for here, expect in (("CPU B", "cpu_b"), ("CPU A", "cpu_a"), ("CPU C", "cpu_a")):
+        monkeypatch.setattr(predictor_module, "cpu_model_name", lambda here=here: here)
+        assert pred.model_set("cpu").name == expect
+        assert pred.model_set("cpu", mode="infer").name == expect + "_infer"
+        assert pred.model_set("cpu_b").name == "cpu_b"
+        assert pred.model_set("cpu_b", mode="infer").name == "cpu_b_infer"
 
 
 def test_a_dataset_mixing_modes_needs_the_mode_named(tmp_path):

@@ -68,7 +68,9 @@ def train(
 def predict(
     target: Annotated[str, typer.Argument(help="model.py, zoo:<family> or a .onnx file")],
     batch_sizes: Annotated[str, typer.Option("--batch-sizes", "-b", help="comma-separated")] = "32",
-    device_type: Annotated[str | None, typer.Option(help="model set (e.g. cuda_h100) or kind (cuda, cpu)")] = None,
+    device_type: Annotated[str | None, typer.Option(
+        help="model set (e.g. cuda_h100, cpu_xeon_2vcpu) or kind (cuda, cpu; cpu: the set measured on this "
+             "machine's CPU model if any)")] = None,
     mode: Annotated[str | None, typer.Option(help="train (default) or infer: the model set trained on "
                                                   "training steps or on inference passes")] = None,
     param: Annotated[list[str] | None, typer.Option("--param", help="zoo knob k=v (repeatable)")] = None,

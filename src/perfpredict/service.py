@@ -75,7 +75,9 @@ class FeatureVector(BaseModel):
 class PredictRequest(BaseModel):
     features: FeatureVector
     batch_sizes: list[int] = Field(default_factory=lambda: [32], min_length=1, max_length=64)
-    device_type: str | None = Field(None, description="a model set (e.g. cuda_h100) or a kind (cuda / cpu)")
+    device_type: str | None = Field(None, description="a model set (e.g. cuda_h100; GET /models lists them with "
+                                     "their devices) or a kind (cuda / cpu; cpu: the set measured on the "
+                                     "server's CPU model if any, else the first)")
     mode: Literal["train", "infer"] | None = Field(
         None, description="training steps (default) or inference passes: picks the model set trained on them")
     allow_fallback: bool = True

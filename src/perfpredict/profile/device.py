@@ -7,6 +7,7 @@ import platform
 import socket
 
 from perfpredict.errors import UsageError
+from perfpredict.hostinfo import cpu_model_name  # noqa: F401 - re-exported
 
 
 def resolve_device(requested: str) -> str:
@@ -36,17 +37,6 @@ def resolve_device(requested: str) -> str:
             raise UsageError(f"CUDA device {idx} does not exist ({torch.cuda.device_count()} visible)", step="device")
         return f"cuda:{idx}"
     raise UsageError(f"bad device {requested!r}; expected auto, cpu or cuda[:index]", step="device")
-
-
-def cpu_model_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def usable_cpus() -> int:
