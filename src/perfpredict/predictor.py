@@ -252,9 +252,9 @@ class Predictor:
         ``cpu_xeon_2vcpu_infer``), and without one is an error.
 
         A kind with several sets (two CPU models) picks the one measured on this machine's CPU model when
-        there is one, else the first by name: a CPU time model does not carry over between CPU models (the
-        zoo's forward passes take 0.42x the time on the Intel Xeon VM that they take on the AMD EPYC one,
-        ``benchmarks/noise_floor.py``). Name the set to predict for another machine."""
+        there is one, else the first by name: a CPU time model does not carry over between CPU models (on the
+        Intel Xeon VM the zoo's training steps take a median 0.62x and its forward passes 0.38x the time they
+        take on the AMD EPYC one, ``benchmarks/noise_floor.py``). Name the set to predict for another machine."""
         if mode not in (None, "train", "infer"):
             raise UsageError(f"mode must be 'train' or 'infer', got {mode!r}", step="predict")
         if device_type in self.sets:

@@ -7,7 +7,7 @@ import platform
 import socket
 
 from perfpredict.errors import UsageError
-from perfpredict.hostinfo import cpu_model_name  # noqa: F401 - re-exported
+from perfpredict.hostinfo import cpu_model_name
 
 
 def resolve_device(requested: str) -> str:
