@@ -83,6 +83,28 @@ def test_a_recurrent_op_keeps_what_pytorchs_cpu_kernels_keep():
         assert abs(rule / exact - 1) < 0.05, (cell.__name__, rule, exact)
 
 
+def test_an_lstm_reading_a_wider_input_keeps_a_wider_workspace():
+    """oneDNN sizes the workspace by the wider of input and hidden state: the upper layers of a bidirectional
+    LSTM read 2 x hidden, and a wide input reads more. Without that term a three-layer bidirectional LSTM
+    was counted 20-25% short; with it the rule is within 6% of autograd (a unidirectional one within 3%)."""
+    torch.manual_seed(0)
+
+    class Tagger(nn.Module):
+        def __init__(self, inputs, hidden, layers, bidirectional):
+            super().__init__()
+            self.rnn = nn.LSTM(inputs, hidden, num_layers=layers, batch_first=True, bidirectional=bidirectional)
+            self.out = nn.Linear(hidden * (2 if bidirectional else 1), 9)
+
+        def forward(self, x):
+            return self.out(self.rnn(x)[0])
+
+    for inputs, hidden, layers, bidirectional, tol in ((32, 64, 3, True, 0.06), (256, 64, 1, False, 0.06),
+                                                       (32, 64, 3, False, 0.03)):
+        rule, exact = _rule_vs_autograd(Tagger(inputs, hidden, layers, bidirectional),
+                                        lambda b, n=inputs: torch.randn(b, 24, n))
+        assert abs(rule / exact - 1) < tol, (inputs, hidden, layers, bidirectional, rule, exact)
+
+
 def test_products_keep_their_activations_unless_the_other_factor_is_a_scalar():
     sizes = {"x": 100, "y": 100, "gamma": 400, "two": 4, "p": 100, "q": 100, "r": 100}
     scaled = [("Mul", ["x", "two"], ["p"])]

@@ -244,6 +244,12 @@ _SAVES_OUTPUT = frozenset({"Relu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "
 #: 7.5-8x with its output (gates, reset products, every step's state), a tanh RNN 1.5-2x. These are the
 #: kernels the exact count (:mod:`perfpredict.features.saved`) follows; cuDNN's reserve space is another size.
 RECURRENT_SAVED_PER_OUTPUT = {"LSTM": 16.0, "GRU": 7.0, "RNN": 1.0}
+#: oneDNN sizes an LSTM's workspace states by the wider of its input and its hidden state, so an LSTM whose
+#: input is r > 1 times wider than its hidden state (every layer above the first of a bidirectional LSTM
+#: reads 2 x hidden; a wide embedding) keeps this many more output-bytes per unit of r - 1 (measured: r = 2
+#: keeps 22.5x, r = 4 36.8x its output instead of 16.5x). r is read off the weights: W is [D, 4H, I] and R
+#: is [D, 4H, H], so bytes(W) / bytes(R) = I / H.
+LSTM_WORKSPACE_PER_INPUT_RATIO = 6.5
 #: Ops that are views in PyTorch when it comes to what a saved tensor shares storage with.
 _STORAGE_VIEW_OPS = VIEW_OPS | {"Transpose", "Slice", "Split", "Expand"}
 
@@ -272,8 +278,9 @@ def saved_for_backward_bytes(nodes: list[tuple[str, list[str], list[str]]], init
     """The activation bytes a training step's backward pass would keep, read off a forward graph by per-op
     rules (:data:`_SAVES_FIRST_INPUT`, :data:`_SAVES_ACTIVATION_INPUTS`, :data:`_SAVES_OUTPUT`), each tensor
     counted once however many ops keep it, at the size of the storage it shares (a saved view keeps its
-    whole base alive; an expanded tensor is its small source). A recurrent op keeps its input and
-    :data:`RECURRENT_SAVED_PER_OUTPUT` x its output (every step's gates and states); a max-pool keeps int64
+    whole base alive; an expanded tensor is its small source). A recurrent op keeps its input, its output and
+    :data:`RECURRENT_SAVED_PER_OUTPUT` x its output (every step's gates and states; an LSTM reading a wider
+    input than its hidden state more, :data:`LSTM_WORKSPACE_PER_INPUT_RATIO`); a max-pool keeps int64
     indices, twice its float output; the exporter's GELU (``Erf``) and SiLU (``x * Sigmoid(x)``) keep only
     their input, as PyTorch's fused functions do. The loss is part of a training step's forward: for each of
     ``loss_inputs`` (the graph's floating-point outputs) it keeps a tensor of that size (cross-entropy its
@@ -337,7 +344,11 @@ def saved_for_backward_bytes(nodes: list[tuple[str, list[str], list[str]]], init
         elif op in RECURRENT_SAVED_PER_OUTPUT and out:
             kept[root(acts[0])] = size(acts[0])
             kept[root(out)] = size(out)
-            kept[f"{out}#steps"] = int(RECURRENT_SAVED_PER_OUTPUT[op] * (nbytes(out) or 0))
+            per_output = RECURRENT_SAVED_PER_OUTPUT[op]
+            w, r = (nbytes(ins[1]) if len(ins) > 1 else None), (nbytes(ins[2]) if len(ins) > 2 else None)
+            if op == "LSTM" and w and r:
+                per_output += LSTM_WORKSPACE_PER_INPUT_RATIO * max(w / r - 1.0, 0.0)
+            kept[f"{out}#steps"] = int(per_output * (nbytes(out) or 0))
     for y in loss_inputs:
         kept[f"{y}#loss"] = nbytes(y) or 0
     return int(sum(kept.values()))
