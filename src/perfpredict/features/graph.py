@@ -345,9 +345,10 @@ def saved_for_backward_bytes(nodes: list[tuple[str, list[str], list[str]]], init
             kept[root(acts[0])] = size(acts[0])
             kept[root(out)] = size(out)
             per_output = RECURRENT_SAVED_PER_OUTPUT[op]
-            w, r = (nbytes(ins[1]) if len(ins) > 1 else None), (nbytes(ins[2]) if len(ins) > 2 else None)
-            if op == "LSTM" and w and r:
-                per_output += LSTM_WORKSPACE_PER_INPUT_RATIO * max(w / r - 1.0, 0.0)
+            w_bytes = nbytes(ins[1]) if len(ins) > 1 and ins[1] else None  # [D, 4H, I]
+            r_bytes = nbytes(ins[2]) if len(ins) > 2 and ins[2] else None  # [D, 4H, H]
+            if op == "LSTM" and w_bytes and r_bytes:  # input width / hidden width = I / H
+                per_output += LSTM_WORKSPACE_PER_INPUT_RATIO * max(w_bytes / r_bytes - 1.0, 0.0)
             kept[f"{out}#steps"] = int(per_output * (nbytes(out) or 0))
     for y in loss_inputs:
         kept[f"{y}#loss"] = nbytes(y) or 0
