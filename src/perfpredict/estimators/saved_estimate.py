@@ -7,7 +7,7 @@ file or a bare feature vector cannot give. The graph gives two things:
   saved_for_backward_bytes`: a convolution keeps its input, a ReLU its output, each tensor counted once).
   The estimate is that count times the median exact/rule ratio over the training architectures (1.00 for
   the CUDA count, 1.01 for the CPU one). Under leave-one-family-out on the 153 zoo architectures its median
-  error is 0.4% (CUDA count) and 0.9% (CPU count), its mean 3.5% and 8.1%: the rules miss what the graph does
+  error is 0.3% (CUDA count) and 0.7% (CPU count), its mean 3.5% and 8.1%: the rules miss what the graph does
   not show (dropout masks, what fused attention keeps), so ViTs get 1.18× their CUDA count and the CPU count
   of Transformers and ViTs (dropout noise) 0.52–0.65×; every other family is within 5%.
 - the bytes each op type produces per sample. Autograd keeps a share of each group's outputs, so without the

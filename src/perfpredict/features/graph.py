@@ -281,7 +281,8 @@ def saved_for_backward_bytes(nodes: list[tuple[str, list[str], list[str]]], init
     whole base alive; an expanded tensor is its small source). A recurrent op keeps its input, its output and
     :data:`RECURRENT_SAVED_PER_OUTPUT` x its output (every step's gates and states; an LSTM reading a wider
     input than its hidden state more, :data:`LSTM_WORKSPACE_PER_INPUT_RATIO`); a max-pool keeps int64
-    indices, twice its float output; the exporter's GELU (``Erf``) and SiLU (``x * Sigmoid(x)``) keep only
+    indices, twice its float output; a layer norm its per-row mean and 1/std; the exporter's GELU (``Erf``)
+    and SiLU (``x * Sigmoid(x)``) keep only
     their input, as PyTorch's fused functions do. The loss is part of a training step's forward: for each of
     ``loss_inputs`` (the graph's floating-point outputs) it keeps a tensor of that size (cross-entropy its
     log-softmax, a squared error the difference), which a language model's logits make large. Weights are
@@ -334,6 +335,9 @@ def saved_for_backward_bytes(nodes: list[tuple[str, list[str], list[str]]], init
             kept[root(acts[0])] = size(acts[0])
             if op == "MaxPool" and out:
                 kept[f"{out}#indices"] = 2 * (nbytes(out) or 0)
+            scale_bytes = nbytes(ins[1]) if op == "LayerNormalization" and len(ins) > 1 and ins[1] else None
+            if scale_bytes and out:  # its mean and 1/std: two floats per normalised row (input / scale)
+                kept[f"{out}#stats"] = 8 * (nbytes(acts[0]) or 0) // scale_bytes
         elif op in _SAVES_ACTIVATION_INPUTS:
             # a weight, or a tensor computed from weights (the exporter's transposed matrix); not a scalar
             weights = [x for x in real if x in const and (nbytes(x) or 0) > 16]
