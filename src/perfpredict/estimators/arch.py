@@ -281,7 +281,7 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None) ->
     by default the first axis, or the one symbolic dimension when the first is fixed."""
     import numpy as np
 
-    from perfpredict.features import _split
+    from perfpredict.features import _from_stats
     from perfpredict.features.graph import analyze_onnx, unknown_shapes_note
 
     try:
@@ -296,12 +296,12 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None) ->
         if symbolic:
             s1 = analyze_onnx(_with_batch(proto, 1, batch_param, axis), run_for_shapes=False)
             s2 = analyze_onnx(_with_batch(proto, 2, batch_param, axis), run_for_shapes=False)
-            macs, macs_fixed = _split(s1.macs, s2.macs, 1, 2)
-            act, act_fixed = _split(s1.activation_bytes, s2.activation_bytes, 1, 2)
-            by_op = {k: v - s1.macs_by_op.get(k, 0) for k, v in s2.macs_by_op.items()}
-            act_by_op = {k: v - s1.activation_bytes_by_op.get(k, 0) for k, v in s2.activation_bytes_by_op.items()}
-            live, live_fixed = _split(s1.peak_live_activation_bytes, s2.peak_live_activation_bytes, 1, 2)
-            gsaved, gsaved_fixed = _split(s1.graph_saved_bytes, s2.graph_saved_bytes, 1, 2)
+            g = _from_stats(s1, s2, 1, 2)  # the per-sample / fixed split a model file's two exports get
+            macs, macs_fixed = g.forward_macs_per_sample, g.forward_macs_fixed
+            act, act_fixed = g.activation_bytes_per_sample, g.activation_bytes_fixed
+            by_op, act_by_op = g.macs_by_op, g.activation_bytes_by_op
+            live, live_fixed = g.peak_live_bytes_per_sample, g.peak_live_bytes_fixed
+            gsaved, gsaved_fixed = g.graph_saved_bytes_per_sample, g.graph_saved_bytes_fixed
             stats = s1
         else:
             b = static or 1

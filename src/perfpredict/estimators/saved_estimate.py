@@ -51,7 +51,7 @@ class SavedBytesEstimator:
     the median ratio of exact to rule-based counts over the training architectures (:attr:`rule_scale_`):
     the rules follow each op's derivative and count every kept tensor once, which the activation sums by op
     group cannot. The median, not a least-squares fit, because the rules miss whole kinds of memory for some
-    families (recurrent workspaces, dropout masks, fused attention) and a fit would bend to those. Without
+    families (dropout masks, what fused attention keeps) and a fit would bend to those. Without
     the rule-based count (a bare feature vector) the op-group form above is used.
     """
 
