@@ -23,12 +23,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from perfpredict.errors import PerfPredictError
 
-SCHEMA_VERSION = "1.6"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
+SCHEMA_VERSION = "1.7"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
 #                                             features.activation_bytes_by_op; 1.3: features.lookup_param_bytes;
 #                                             1.4: features.recurrent_steps_by_op;
 #                                             1.5: features.saved_cpu_bytes_per_sample;
 #                                             1.6: features.peak_live_bytes_per_sample/_fixed,
-#                                                  features.graph_saved_bytes_per_sample/_fixed
+#                                                  features.graph_saved_bytes_per_sample/_fixed;
+#                                             1.7: memory[].file_backed_bytes
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -136,6 +137,8 @@ class MemoryPoint(_Section):
     cuda_reserved_bytes: int | None = None
     nvml_process_bytes: int | None = None
     baseline_bytes: int | None = Field(None, description="RSS (cpu) or NVML process memory (cuda) before the model")
+    file_backed_bytes: int | None = Field(None, description="cpu: of the RSS increase, the pages of mapped files "
+                                                            "(torch's library code) the run faulted in")
     analytic: HorusMemoryEstimate | None = None
     source: Source = "measured"
     device: str | None = None

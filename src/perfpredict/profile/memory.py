@@ -27,6 +27,12 @@ def current_rss_bytes() -> int:
     return int(psutil.Process().memory_info().rss)
 
 
+def file_backed_rss_bytes() -> int | None:
+    """Resident pages of mapped files (``RssFile``: shared libraries' code and data), None where unknown."""
+    kb = _status_kb("RssFile")
+    return kb * 1024 if kb is not None else None
+
+
 def reset_peak_rss() -> bool:
     """Reset the kernel's RSS high-water mark for this process (Linux ``clear_refs`` = 5).
 

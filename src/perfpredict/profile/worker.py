@@ -76,6 +76,7 @@ def measure_point(req: PointRequest) -> dict[str, Any]:
             torch.cuda.reset_peak_memory_stats(device)
         mem.reset_peak_rss()
         rss0 = mem.current_rss_bytes()
+        file0 = mem.file_backed_rss_bytes()
 
         state["phase"] = "load"
         t0 = time.perf_counter()
@@ -127,8 +128,11 @@ def measure_point(req: PointRequest) -> dict[str, Any]:
                 "baseline_bytes": cuda_context_bytes,
             }
         else:
+            file1 = mem.file_backed_rss_bytes()
+            # of the increase, the library code (and data) pages the run faulted in: see profile.code_pages
             out["memory"] = {"kind": "cpu_rss_increase", "peak_bytes": max(0, mem.peak_rss_bytes() - rss0),
-                             "baseline_bytes": rss0}
+                             "baseline_bytes": rss0,
+                             "file_backed_bytes": None if file0 is None or file1 is None else max(0, file1 - file0)}
         out["energy"] = energy.result(stats["iterations"])
         if opt is not None:
             out["optimizer_state_bytes"] = sum(t.numel() * t.element_size() for st in opt.state.values()
