@@ -349,6 +349,10 @@ class Predictor:
         elif ood:
             notes.append(f"out of the training distribution (distance {dist:.2f} > {ms.ood_threshold:.2f}); "
                          "the estimators are extrapolating")
+        if ms.meta.get("device_kind") == "cpu" and not arch.op_counts:
+            notes.append("no op types given (op_counts): the CPU memory baseline's code-page term counts only an "
+                         "empty model's library code (about 5 MiB, against 13-30 MiB for the zoo's families), so "
+                         "peak memory is under-predicted; send op_counts (an ONNX file gives them)")
         points = []
         for i, b in enumerate(batch_sizes):
             t, tq = preds["iter_time"][0][i], preds["iter_time"][1][i]

@@ -14,6 +14,7 @@ import math
 from collections.abc import Iterable, Mapping
 
 from perfpredict.estimators.arch import ArchFeatures
+from perfpredict.features.code_footprint import code_bytes
 
 #: ONNX op types by kind. Anything else counts in ``ops_other``.
 OP_GROUPS: dict[str, tuple[str, ...]] = {
@@ -79,6 +80,10 @@ FEATURE_NAMES: list[str] = [
     # the most activation bytes alive at once in a forward pass (graph.peak_live_activation_bytes): what an
     # inference pass holds, where the sum of all activations overstates it by a factor that differs by family
     "log_peak_live_bytes_iter",
+    # bytes of torch's machine code the graph's op types page into a fresh profiler process (the union of their
+    # measured page sets, features.code_footprint), for an inference pass and for a training step: a third to a
+    # half of a small model's CPU RSS increase, set by which kernels run, not by their sizes
+    "log_code_bytes_infer", "log_code_bytes_train",
 ]
 
 #: ONNX ops that PyTorch's CPU backend runs through oneDNN (mkldnn) primitives: convolutions and the fused LSTM
@@ -148,6 +153,8 @@ def design_row(arch: ArchFeatures, batch_size: int) -> dict[str, float]:
     row["ops_onednn"] = math.log1p(sum(arch.op_counts.get(op, 0) for op in ONEDNN_OPS))
     row["log_peak_live_bytes_iter"] = (math.nan if arch.peak_live_bytes_per_sample is None else
                                        _log10(arch.peak_live_bytes_per_sample * b + arch.peak_live_bytes_fixed))
+    for mode in ("infer", "train"):
+        row[f"log_code_bytes_{mode}"] = _log10(code_bytes(arch.op_counts, mode))
     return row
 
 

@@ -77,7 +77,12 @@ ONEDNN_TERM: tuple[str, ...] = ("any:ops_onednn",)
 #: unfused attention keeps the L x L scores and its dropout float noise, 1.5-2.7x the CUDA count for the zoo's
 #: transformers and ViTs (the same bytes for models with neither); and with the oneDNN block.
 CPU_MEMORY_TERMS: tuple[tuple[str, ...], ...] = (("log_param_bytes",), ("log_saved_cpu_bytes_iter",),
-                                                 ("any:ops_matmul",), ONEDNN_TERM)
+                                                 ("any:ops_matmul",), ONEDNN_TERM, ("log_code_bytes_train",))
+#: Memory of an inference pass on the CPU (its RSS): weights, the peak of live activations and the library code
+#: the graph's op types page into the process (``log_code_bytes_infer``; :mod:`perfpredict.features.code_footprint`).
+#: The code term replaces the oneDNN block and the GEMM indicator: with all three, the fit put both at 0.
+CPU_INFER_MEMORY_TERMS: tuple[tuple[str, ...], ...] = (("log_param_bytes",), ("log_peak_live_bytes_iter",),
+                                                       ("log_code_bytes_infer",))
 #: Inference (forward passes under no_grad): weights, and activations that live only until their consumers
 #: ran, so nothing is saved and the pass holds at most the graph's peak of live activations
 #: (:func:`perfpredict.features.graph.peak_live_activation_bytes`). The sum of all activation bytes stood in for
@@ -104,10 +109,10 @@ STEP_TERMS: dict[str, tuple[str, ...]] = {"cpu": ("log_stepwise_rnn_gate_steps",
 
 def memory_terms(device_kind: str, mode: str = "train") -> tuple[tuple[str, ...], ...]:
     """The memory baseline's terms for a ``device_kind`` and ``mode``: on CUDA :data:`MEMORY_TERMS` (training) or
-    :data:`INFER_MEMORY_TERMS` (nothing saved); on the CPU :data:`CPU_MEMORY_TERMS` or the inference terms, each
-    with the oneDNN block (:data:`ONEDNN_TERM`)."""
+    :data:`INFER_MEMORY_TERMS` (nothing saved); on the CPU :data:`CPU_MEMORY_TERMS` (with the oneDNN block,
+    :data:`ONEDNN_TERM`, and the code pages of a training step) or :data:`CPU_INFER_MEMORY_TERMS`."""
     if device_kind == "cpu":
-        return CPU_MEMORY_TERMS if mode != "infer" else INFER_MEMORY_TERMS + (ONEDNN_TERM,)
+        return CPU_MEMORY_TERMS if mode != "infer" else CPU_INFER_MEMORY_TERMS
     return INFER_MEMORY_TERMS if mode == "infer" else MEMORY_TERMS
 
 

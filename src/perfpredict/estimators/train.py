@@ -263,7 +263,8 @@ def render_report(meta: dict[str, Any]) -> str:
                       f"{c[2]:.2f} × "
                       + _MEMORY_WORDS.get(t["baseline_coef"]["terms"][2], t["baseline_coef"]["terms"][2])
                       + " per iteration"
-                      + "".join(f" + {ci / 2**20:.1f} MiB for models with {_BLOCK_WORDS.get(term, term)}"
+                      + "".join(f" + {ci:.2f} × {_SCALED_WORDS[term]}" if term in _SCALED_WORDS
+                                else f" + {ci / 2**20:.1f} MiB for models with {_BLOCK_WORDS.get(term, term)}"
                                 for ci, term in zip(c[3:], t["baseline_coef"]["terms"][3:]))
                       + ".", ""]
         elif "baseline_coef" in t:
@@ -302,6 +303,9 @@ _MEMORY_WORDS = {"log_act_bytes_per_iter": "activation bytes",
 #: How the report names a memory baseline's fixed blocks.
 _BLOCK_WORDS = {"any:ops_matmul": "a GEMM (BLAS workspace)",
                 "any:ops_onednn": "a oneDNN op (convolution, LSTM: its code and JIT kernels)"}
+#: How the report names a memory baseline's later terms that scale with a byte count (not indicators).
+_SCALED_WORDS = {"log_code_bytes_infer": "the library code its op types page in (inference)",
+                 "log_code_bytes_train": "the library code its op types page in (training)"}
 #: How the report names a time baseline's per-step terms.
 _STEP_WORDS = {"log_recurrent_steps": "recurrent time step (LSTM, GRU, RNN)",
                "log_stepwise_rnn_gate_steps": "gate × time step of GRU/RNN layers (run step by step on the CPU)"}
