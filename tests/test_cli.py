@@ -86,6 +86,9 @@ def test_profile_zoo_with_params_and_no_mlflow(run_cli, tmp_path):
     assert card.model.config["depth"] == 1 and card.model.config["width"] == 64
     assert card.run.mode == "infer" and card.features.fvcore_macs_per_sample is None
     assert not (tmp_path / "mlruns.db").exists()
+    if sys.platform.startswith("linux"):  # the library code each point paged in, in the card and the summary
+        assert all(m.file_backed_bytes and m.file_backed_bytes <= m.peak_bytes for m in card.memory)
+        assert "library code" in " ".join(proc.stdout.split())
 
 
 def test_zoo_lists_every_family(run_cli):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import pytest
@@ -10,7 +11,8 @@ import pytest
 from perfpredict.features import code_footprint
 from perfpredict.features.code_footprint import code_bytes, op_types_run
 
-linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc/self/pagemap")
+linux = pytest.mark.skipif(not (sys.platform.startswith("linux") and os.access("/proc/self/pagemap", os.R_OK)),
+                           reason="needs a readable /proc/self/pagemap")
 
 
 def _table_sets(mode: str):

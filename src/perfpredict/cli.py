@@ -115,6 +115,12 @@ def print_summary(card, console: Console = out_console) -> None:
         else:
             t.add_row(str(p.batch_size), f"[yellow]{p.status}[/]", "–", "–", "–", "–", "–", "–", "–")
     console.print(t)
+    code = [m.file_backed_bytes for m in card.memory if m.file_backed_bytes]
+    if code:
+        lo, hi = _fmt_bytes(min(code)), _fmt_bytes(max(code))
+        console.print(f"of the peak RSS increase, {lo if lo == hi else f'{lo}–{hi}'} is torch's library "
+                      "code the kernels paged in (file-backed, shared with other processes running the same "
+                      "kernels)", highlight=False)
     console.print(f"model: {card.model.parameters:,} parameters ({_fmt_bytes(card.model.param_bytes)}), "
                   f"source {card.model.source}", highlight=False)
     rm = card.rate_model
