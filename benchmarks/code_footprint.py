@@ -3,7 +3,7 @@
 For each zoo family (its smallest architecture of ``datasets/zoo_features.csv`` at batch 4, or every
 architecture with ``--all``), one profiler measurement runs in a fresh process (the profiler's own runner) and
 reports ``memory.file_backed_bytes``: the growth of its ``RssFile``. Next to it: the union of the measured page
-sets of the graph's op types (:func:`perfpredict.features.code_footprint.code_bytes`). Prints per family the
+sets of the graph's op types (:func:`perfpredict.estimators.code_footprint.code_bytes`). Prints per family the
 measured and predicted MiB, then their correlation and the least-squares line measured ≈ a × predicted + b
 (b: what the profiler's own loop pages in beyond the table's empty model). Linux, CPU; about 1 min.
 
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def main(argv: list[str] | None = None) -> int:
     import numpy as np
 
-    from perfpredict.features.code_footprint import code_bytes, provenance
+    from perfpredict.estimators.code_footprint import code_bytes, provenance
     from perfpredict.hostinfo import cpu_model_name
     from perfpredict.profile.request import PointRequest
     from perfpredict.profile.runner import run_in_subprocess

@@ -1,11 +1,11 @@
 """Measure which pages of torch's libraries each kind of op faults into a profiled process (Linux, CPU).
 
-Writes the table :mod:`perfpredict.features.code_footprint` reads: per op kind of
+Writes the table :mod:`perfpredict.estimators.code_footprint` reads: per op kind of
 :data:`perfpredict.profile.code_pages.CATALOGUE` and per mode (inference passes, training steps), the
 file-backed pages that became resident in a fresh fork of the profiler's fork server, with provenance (CPU
 model, torch version, date, command, git commit). About 10 s.
 
-    python profilers/collect_code_pages.py                      # -> src/perfpredict/features/code_pages.json
+    python profilers/collect_code_pages.py                      # -> src/perfpredict/estimators/code_pages.json
     python profilers/collect_code_pages.py --out /tmp/pages.json --modes infer
 """
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 def main(argv: list[str] | None = None) -> int:
     from perfpredict.dataset.collect import git_commit_of
-    from perfpredict.features.code_footprint import MODES, TABLE_PATH
+    from perfpredict.estimators.code_footprint import MODES, TABLE_PATH
     from perfpredict.profile.code_pages import PAGE, measure_catalogue, machine_description
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

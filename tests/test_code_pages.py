@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from perfpredict.features import code_footprint
-from perfpredict.features.code_footprint import code_bytes, op_types_run
+from perfpredict.estimators import code_footprint
+from perfpredict.estimators.code_footprint import code_bytes, op_types_run
 
 linux = pytest.mark.skipif(not (sys.platform.startswith("linux") and os.access("/proc/self/pagemap", os.R_OK)),
                            reason="needs a readable /proc/self/pagemap")

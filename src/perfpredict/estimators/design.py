@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable, Mapping
 
 from perfpredict.estimators.arch import ArchFeatures
-from perfpredict.features.code_footprint import code_bytes
+from perfpredict.estimators.code_footprint import code_bytes
 
 #: ONNX op types by kind. Anything else counts in ``ops_other``.
 OP_GROUPS: dict[str, tuple[str, ...]] = {
@@ -81,7 +81,7 @@ FEATURE_NAMES: list[str] = [
     # inference pass holds, where the sum of all activations overstates it by a factor that differs by family
     "log_peak_live_bytes_iter",
     # bytes of torch's machine code the graph's op types page into a fresh profiler process (the union of their
-    # measured page sets, features.code_footprint), for an inference pass and for a training step: a third to a
+    # measured page sets, estimators.code_footprint), for an inference pass and for a training step: a third to a
     # half of a small model's CPU RSS increase, set by which kernels run, not by their sizes
     "log_code_bytes_infer", "log_code_bytes_train",
 ]

@@ -79,7 +79,7 @@ ONEDNN_TERM: tuple[str, ...] = ("any:ops_onednn",)
 CPU_MEMORY_TERMS: tuple[tuple[str, ...], ...] = (("log_param_bytes",), ("log_saved_cpu_bytes_iter",),
                                                  ("any:ops_matmul",), ONEDNN_TERM, ("log_code_bytes_train",))
 #: Memory of an inference pass on the CPU (its RSS): weights, the peak of live activations and the library code
-#: the graph's op types page into the process (``log_code_bytes_infer``; :mod:`perfpredict.features.code_footprint`).
+#: the graph's op types page into the process (``log_code_bytes_infer``; :mod:`perfpredict.estimators.code_footprint`).
 #: The code term replaces the oneDNN block and the GEMM indicator: with all three, the fit put both at 0.
 CPU_INFER_MEMORY_TERMS: tuple[tuple[str, ...], ...] = (("log_param_bytes",), ("log_peak_live_bytes_iter",),
                                                        ("log_code_bytes_infer",))

@@ -13,7 +13,7 @@ PyTorch modules that run it the way eager PyTorch does), a fresh fork of the mea
 module and runs it as the profiler would (inference passes, or training steps with SGD-momentum), and
 ``/proc/self/pagemap`` gives the set of file-backed pages that became resident in that process: exact page
 identities (library, page offset), so sets of different ops can be unioned and shared code counts once.
-:mod:`perfpredict.features.code_footprint` turns a graph's op types into the union of their sets.
+:mod:`perfpredict.estimators.code_footprint` turns a graph's op types into the union of their sets.
 
 Linux only (``/proc/self/pagemap``; its present bit needs no privileges). Page sets depend on the torch
 build and the CPU's instruction set (ATen compiles kernels per ISA), so a table records both.
