@@ -32,8 +32,15 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     modes = {}
     for mode in [m for m in args.modes.split(",") if m]:
+        if mode not in MODES:
+            print(f"unknown mode {mode!r}; expected some of {', '.join(MODES)}", file=sys.stderr)
+            return 2
         print(f"{mode}: ", end="", flush=True)
-        modes[mode] = measure_catalogue(mode, progress=lambda n: print(n, end=" ", flush=True))
+        try:
+            modes[mode] = measure_catalogue(mode, progress=lambda n: print(n, end=" ", flush=True))
+        except RuntimeError as e:  # no pagemap (not Linux), or an entry failed: one line, nothing written
+            print(f"\nerror: {e}", file=sys.stderr)
+            return 1
         print()
     table = {
         "provenance": {**machine_description(), "page_size": PAGE,
