@@ -41,7 +41,10 @@ class FeatureVector(BaseModel):
     recurrent_steps_by_op: dict[Literal["LSTM", "GRU", "RNN"], Annotated[int, Field(ge=0)]] = Field(
         default_factory=dict, description="time steps of the recurrent layers per pass (sequence length × "
                                           "directions, summed per ONNX op type); independent of the batch size")
-    op_counts: dict[str, int] = Field(default_factory=dict)
+    op_counts: dict[str, int] = Field(
+        default_factory=dict, description="ONNX op type -> count. Which types are present sets the library code "
+                                          "a CPU process pages in (a third to a half of a small model's RSS); "
+                                          "left out, CPU memory is under-predicted and the card says so")
     macs_by_op: dict[str, float] = Field(default_factory=dict)
     activation_bytes_by_op: dict[str, float] = Field(default_factory=dict)
     saved_bytes_per_sample: float | None = Field(
