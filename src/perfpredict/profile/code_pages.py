@@ -228,10 +228,11 @@ def _to_ranges(pages: dict[str, list[int]]) -> dict[str, list[list[int]]]:
     return out
 
 
-def machine_description() -> dict[str, Any]:
+def machine_description(threads: int | None = 2) -> dict[str, Any]:
+    """What a page table depends on: the CPU model (ATen's per-ISA kernels), the torch build, the threads."""
     import torch
 
     from perfpredict.hostinfo import cpu_model_name
 
     return {"cpu_model": cpu_model_name(), "torch": torch.__version__, "python": platform.python_version(),
-            "page_size": PAGE, "threads": 2}
+            "page_size": PAGE, "threads": threads}
