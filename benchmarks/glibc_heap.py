@@ -85,7 +85,7 @@ def _entry(req, conn) -> None:
 
 def _child(family: str, batches: list[int]) -> None:
     from perfpredict.profile.request import PointRequest
-    from perfpredict.profile.runner import _ctx
+    from perfpredict.profile.runner import run_entry
     from perfpredict.profile.timing import TimingConfig
     from perfpredict.workload.spec import WorkloadRef
 
@@ -93,13 +93,7 @@ def _child(family: str, batches: list[int]) -> None:
     for b in batches:
         req = PointRequest(ref=WorkloadRef(kind="zoo", target=family), batch_size=b, mode="infer", device="cpu",
                            threads=2, timing=TimingConfig(min_time_s=1.0, max_time_s=3.0), measure_energy=False)
-        ctx = _ctx()
-        recv, send = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_entry, args=(req, send), daemon=True)
-        proc.start()
-        send.close()
-        out[b] = recv.recv() if recv.poll(300) else {"status": "timeout"}
-        proc.join(5)
+        out[b] = run_entry(_entry, req, 300.0, {"batch_size": b})
     print(json.dumps(out))
 
 

@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print()
     table = {
-        "provenance": {**machine_description(), "page_size": PAGE,
+        "provenance": {**machine_description(),
                        "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                        "command": "python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv or sys.argv[1:])]),
                        "git_commit": git_commit_of(Path(__file__).resolve().parents[1]),

@@ -349,7 +349,7 @@ class Predictor:
         elif ood:
             notes.append(f"out of the training distribution (distance {dist:.2f} > {ms.ood_threshold:.2f}); "
                          "the estimators are extrapolating")
-        if ms.meta.get("device_kind") == "cpu" and not arch.op_counts:
+        if ms.device_kind == "cpu" and not arch.op_counts:
             notes.append("no op types given (op_counts): the CPU memory baseline's code-page term counts only an "
                          "empty model's library code (about 5 MiB, against 13-30 MiB for the zoo's families), so "
                          "peak memory is under-predicted; send op_counts (an ONNX file gives them)")

@@ -178,11 +178,12 @@ def measure_entry(name: str, mode: str = "infer", threads: int | None = None, it
             "pages": {lib: sorted(v) for lib, v in sorted(pages.items())}}
 
 
-def _child(name: str, mode: str, threads: int | None, conn) -> None:
+def _child(req: tuple[str, str, int | None], conn) -> None:
+    """Fork-server child: ``req`` is (entry name, mode, threads)."""
     try:
-        conn.send(measure_entry(name, mode, threads))
+        conn.send(measure_entry(*req))
     except BaseException as e:  # noqa: BLE001 - reported to the parent, which names the entry
-        conn.send({"name": name, "error": f"{type(e).__name__}: {e}"})
+        conn.send({"name": req[0], "error": f"{type(e).__name__}: {e}"})
     finally:
         conn.close()
 
@@ -190,24 +191,17 @@ def _child(name: str, mode: str, threads: int | None, conn) -> None:
 def measure_catalogue(mode: str = "infer", names: tuple[str, ...] = CATALOGUE, threads: int | None = 2,
                       timeout_s: float = 120.0, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Every entry's page set, each measured in a fresh fork of the fork server (the profiler's own
-    start method, so the pages counted are those a profiled model's process faults in)."""
+    start method and runner, so the pages counted are those a profiled model's process faults in, and a
+    child that dies or hangs is reported as the profiler reports it)."""
     if not os.path.exists("/proc/self/pagemap"):
         raise RuntimeError("code-page measurement needs Linux's /proc/self/pagemap")
-    from perfpredict.profile.runner import _ctx
+    from perfpredict.profile.runner import run_entry
 
-    ctx = _ctx()
     out: dict[str, Any] = {}
     for name in names:
         if progress:
             progress(name)
-        recv, send = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_child, args=(name, mode, threads, send), daemon=True)
-        proc.start()
-        send.close()
-        res = recv.recv() if recv.poll(timeout_s) else {"name": name, "error": f"no answer in {timeout_s:.0f} s"}
-        proc.join(5)
-        if proc.is_alive():
-            proc.kill()
+        res = run_entry(_child, (name, mode, threads), timeout_s, {"name": name})
         if "error" in res:
             raise RuntimeError(f"code pages of {name!r} ({mode}): {res['error']}")
         out[name] = {"onnx_ops": res["onnx_ops"], "pages": _to_ranges(res["pages"])}
