@@ -39,7 +39,7 @@ def family_cv_both_ways(data, spec, kind: str) -> tuple[np.ndarray, np.ndarray, 
         exact[te] = spec.from_model(model.predict(X[te]), X[te])
         seen = list({a.name: a for a, t in zip(archs, ~te) if t}.values())
         held = [a for a, t in zip(archs, te) if t]
-        Xe = design_matrix(zip(with_estimated_counts(seen, held), batch[te]))
+        Xe = design_matrix(zip(with_estimated_counts(seen, held), batch[te]), device_kind=data.device_kind)
         est[te] = spec.from_model(model.predict(Xe), Xe)
     return y, exact, est
 

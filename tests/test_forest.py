@@ -113,7 +113,7 @@ def test_predictor_targets_match_xgboosts_predictor():
     for name, ms in fast.sets.items():
         assert all(type(t.point).__name__ == "CompiledForest" for t in ms.targets.values() if t.point is not None)
         archs = [ArchFeatures.from_dict(p["features"]) for p in list(ms.profiled.values())[:10]]
-        X = design_matrix([(ms.with_graph_counts(a), b) for a in archs for b in (8, 64)])
+        X = design_matrix([(ms.with_graph_counts(a), b) for a in archs for b in (8, 64)], ms.device_kind)
         for tname, t in ms.targets.items():
             (y, q), (y_ref, q_ref) = t.predict(X), ref.sets[name].targets[tname].predict(X)
             np.testing.assert_allclose(y, y_ref, rtol=1e-4)

@@ -23,13 +23,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from perfpredict.errors import PerfPredictError
 
-SCHEMA_VERSION = "1.7"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
+SCHEMA_VERSION = "1.8"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
 #                                             features.activation_bytes_by_op; 1.3: features.lookup_param_bytes;
 #                                             1.4: features.recurrent_steps_by_op;
 #                                             1.5: features.saved_cpu_bytes_per_sample;
 #                                             1.6: features.peak_live_bytes_per_sample/_fixed,
 #                                                  features.graph_saved_bytes_per_sample/_fixed;
-#                                             1.7: memory[].file_backed_bytes
+#                                             1.7: memory[].file_backed_bytes; 1.8: features.kernel_nodes
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -236,6 +236,10 @@ class GraphFeatures(_Section):
     graph_saved_bytes_fixed: int | None = None
     op_counts: dict[str, int] = Field(default_factory=dict)
     num_nodes: int | None = None
+    kernel_nodes: list[list[Any]] = Field(default_factory=list, description="the kernels one pass runs, identical "
+                                          "ones merged: [class, count, MACs per sample, MACs fixed, activation "
+                                          "bytes per sample, fixed, weight bytes, recurrent steps] "
+                                          "(perfpredict.estimators.kernel_nodes)")
     saved_bytes_per_sample: int | None = Field(None, description="bytes autograd saves for backward per sample, "
                                                                  "as CUDA's kernels keep them (perfpredict."
                                                                  "features.saved)")

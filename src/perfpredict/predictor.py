@@ -27,7 +27,7 @@ import numpy as np
 
 from perfpredict.errors import PerfPredictError, UsageError
 from perfpredict.estimators.arch import ArchFeatures
-from perfpredict.estimators.design import FEATURE_NAMES, design_matrix
+from perfpredict.estimators.design import FEATURE_NAMES, design_matrix, feature_names
 from perfpredict.estimators.evaluate import calibrated
 from perfpredict.estimators.forest import compile_model_file
 from perfpredict.estimators.models import MEMORY_TERMS, baseline_components, with_utilization_prior
@@ -124,7 +124,7 @@ class ModelSet:
     def __init__(self, path: Path, compile_trees: bool = True) -> None:
         self.path = path
         self.meta: dict[str, Any] = json.loads((path / "metadata.json").read_text())
-        if self.meta.get("feature_names") != FEATURE_NAMES:
+        if self.meta.get("feature_names") != feature_names(self.meta.get("device_kind", "cpu")):
             raise PerfPredictError("the saved models were trained on a different feature list than this "
                                    "perfpredict computes; retrain with `perfpredict train`", source=str(path),
                                    step="load models")
@@ -286,7 +286,7 @@ class Predictor:
         ms = self.model_set(device_type, mode)
         estimated = _lacks_counts(arch)
         arch = ms.with_graph_counts(arch)
-        X = design_matrix([(arch, b) for b in bs])
+        X = design_matrix([(arch, b) for b in bs], device_kind=ms.device_kind)
         out: dict[str, Any] = {"batch_sizes": bs, "model_set": ms.name, "mode": ms.mode}
         for name, t in ms.targets.items():
             y, q = t.predict(X, estimated_counts=estimated)
@@ -335,7 +335,7 @@ class Predictor:
         nearest = NearestProfiled(name=near_name, family=ms.profiled[near_name]["family"], distance=dist,
                                   threshold=ms.ood_threshold)
         notes = list(arch.notes)
-        X = design_matrix([(arch, b) for b in batch_sizes])
+        X = design_matrix([(arch, b) for b in batch_sizes], device_kind=ms.device_kind)
         preds = {name: t.predict(X, estimated_counts=estimated) for name, t in ms.targets.items()}
         method = "estimator"
         if ood and allow_fallback:
@@ -353,6 +353,10 @@ class Predictor:
             notes.append("no op types given (op_counts): the CPU memory baseline's code-page term counts only an "
                          "empty model's library code (about 5 MiB, against 13-30 MiB for the zoo's families), so "
                          "peak memory is under-predicted; send op_counts (an ONNX file gives them)")
+        if ms.device_kind == "cpu" and not arch.kernel_nodes:
+            notes.append("no kernels given (kernel_nodes): the CPU time baseline prices stand-in kernels made from "
+                         "the per-op-type totals (every convolution taken as dense, views not told from copies), "
+                         "so iteration time is rougher; send kernel_nodes (an ONNX file or a model file gives them)")
         points = []
         for i, b in enumerate(batch_sizes):
             t, tq = preds["iter_time"][0][i], preds["iter_time"][1][i]
@@ -452,6 +456,7 @@ def _assemble_card(arch: ArchFeatures, source: str, ms: ModelSet, info):
                                activation_bytes_fixed=int(arch.activation_bytes_fixed),
                                activation_bytes_by_op=dict(arch.activation_bytes_by_op),
                                op_counts=dict(arch.op_counts), num_nodes=int(arch.num_nodes),
+                               kernel_nodes=[list(r) for r in arch.kernel_nodes],
                                saved_bytes_per_sample=None if arch.saved_bytes_per_sample is None
                                else int(arch.saved_bytes_per_sample),
                                saved_cpu_bytes_per_sample=None if arch.saved_cpu_bytes_per_sample is None

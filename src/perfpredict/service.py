@@ -21,8 +21,14 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from perfpredict.errors import PerfPredictError
+from perfpredict.estimators.kernel_nodes import KERNEL_CLASSES
 
 DEFAULT_MAX_UPLOAD_BYTES = 256 * 1024 * 1024
+
+
+#: One row of ``kernel_nodes``: a kernel class and seven non-negative integers.
+_Count = Annotated[int, Field(ge=0)]
+KernelRow = tuple[Literal[KERNEL_CLASSES], Annotated[int, Field(ge=1)], _Count, _Count, _Count, _Count, _Count, _Count]
 
 
 class FeatureVector(BaseModel):
@@ -66,6 +72,12 @@ class FeatureVector(BaseModel):
                                 "graph (a predicted card's features.graph_saved_bytes_per_sample): what the "
                                 "saved-bytes estimate rests on when the exact counts are left out")
     graph_saved_bytes_fixed: float = 0.0
+    kernel_nodes: list[KernelRow] = Field(
+        default_factory=list, max_length=20000,
+        description="the kernels one pass runs, identical ones merged: [class, count, MACs per sample, MACs fixed, "
+                    "activation bytes per sample, fixed, weight bytes, recurrent steps] (a predicted card's "
+                    "features.kernel_nodes; perfpredict.estimators.kernel_nodes). What the CPU time baseline "
+                    "prices; left out, stand-ins are made from the per-op-type totals, and the card says so")
     name: str = Field("features", max_length=200)
 
     @model_validator(mode="after")

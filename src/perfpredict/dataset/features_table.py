@@ -26,7 +26,7 @@ FEATURE_TABLE_COLUMNS = [
     "input_bytes_per_sample", "op_counts_json", "macs_by_op_json", "act_bytes_by_op_json",
     "saved_bytes_per_sample", "saved_bytes_fixed", "saved_cpu_bytes_per_sample", "saved_cpu_bytes_fixed",
     "peak_live_bytes_per_sample", "peak_live_bytes_fixed",
-    "graph_saved_bytes_per_sample", "graph_saved_bytes_fixed",
+    "graph_saved_bytes_per_sample", "graph_saved_bytes_fixed", "kernel_nodes_json",
     "exporter", "opset", "error", "export_s",
 ]
 
@@ -71,6 +71,7 @@ def arch_features_row(family: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
         "peak_live_bytes_fixed": feats.peak_live_bytes_fixed,
         "graph_saved_bytes_per_sample": feats.graph_saved_bytes_per_sample,
         "graph_saved_bytes_fixed": feats.graph_saved_bytes_fixed,
+        "kernel_nodes_json": json.dumps(feats.kernel_nodes, separators=(",", ":")),
         "exporter": feats.exporter, "opset": feats.opset,
         "error": None if feats.available else feats.error,
         "export_s": round(time.perf_counter() - t0, 2),
@@ -284,12 +285,13 @@ def backfill_export_columns(path: str | Path,
 
 #: Columns filled by a walk over the graphs of the two exports :func:`~perfpredict.features.extract_features`
 #: makes (batch 1 and 2; shapes resolved by running the graph where inference leaves them unknown): the peak
-#: of live activations and the rule-based saved-for-backward bytes, each per sample and fixed.
+#: of live activations and the rule-based saved-for-backward bytes, each per sample and fixed, and the kernels
+#: one pass runs (JSON rows of :func:`perfpredict.estimators.kernel_nodes.split_nodes`).
 GRAPH_WALK_COLUMNS: tuple[str, ...] = ("peak_live_bytes_per_sample", "peak_live_bytes_fixed",
-                                       "graph_saved_bytes_per_sample", "graph_saved_bytes_fixed")
+                                       "graph_saved_bytes_per_sample", "graph_saved_bytes_fixed", "kernel_nodes_json")
 
 
-def graph_walk_counts(family: str, cfg: Mapping[str, Any]) -> dict[str, int]:
+def graph_walk_counts(family: str, cfg: Mapping[str, Any]) -> dict[str, int | str]:
     """The :data:`GRAPH_WALK_COLUMNS` of ``family`` at ``cfg``, from the same two exports a features row makes
     (:func:`~perfpredict.features.extract_features`); raises when the export fails."""
     import torch
@@ -302,7 +304,10 @@ def graph_walk_counts(family: str, cfg: Mapping[str, Any]) -> dict[str, int]:
     feats = extract_features(wl, use_fvcore=False)
     if not feats.available or feats.peak_live_bytes_per_sample is None:
         raise RuntimeError(feats.error or "no features")
-    return {c: int(getattr(feats, c) or 0) for c in GRAPH_WALK_COLUMNS}
+    out: dict[str, int | str] = {c: int(getattr(feats, c) or 0) for c in GRAPH_WALK_COLUMNS
+                                 if not c.endswith("_json")}
+    out["kernel_nodes_json"] = json.dumps(feats.kernel_nodes, separators=(",", ":"))
+    return out
 
 
 def add_graph_walk_columns(path: str | Path,

@@ -64,6 +64,9 @@ class ArchFeatures:
     #: input without the exact count rests on; None where nobody computed it
     graph_saved_bytes_per_sample: float | None = None
     graph_saved_bytes_fixed: float = 0.0
+    #: the kernels one pass runs (:func:`perfpredict.estimators.kernel_nodes.split_nodes` rows); empty where
+    #: nobody walked the graph for them (a bare feature vector, an older features table)
+    kernel_nodes: tuple = ()
     name: str = ""
     family: str | None = None
     notes: tuple[str, ...] = ()
@@ -83,13 +86,16 @@ class ArchFeatures:
                 "peak_live_bytes_per_sample": self.peak_live_bytes_per_sample,
                 "peak_live_bytes_fixed": self.peak_live_bytes_fixed,
                 "graph_saved_bytes_per_sample": self.graph_saved_bytes_per_sample,
-                "graph_saved_bytes_fixed": self.graph_saved_bytes_fixed, "notes": list(self.notes)}
+                "graph_saved_bytes_fixed": self.graph_saved_bytes_fixed,
+                "kernel_nodes": [list(r) for r in self.kernel_nodes], "notes": list(self.notes)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ArchFeatures:
         known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
         if "notes" in known:
             known["notes"] = tuple(known["notes"])
+        if "kernel_nodes" in known:
+            known["kernel_nodes"] = tuple(tuple(r) for r in known["kernel_nodes"] or ())
         return cls(**known)
 
 
@@ -121,6 +127,7 @@ def from_table_row(row: Mapping[str, Any]) -> ArchFeatures:
         peak_live_bytes_fixed=_num(row.get("peak_live_bytes_fixed")),
         graph_saved_bytes_per_sample=float(_required(row, "graph_saved_bytes_per_sample")),
         graph_saved_bytes_fixed=_num(row.get("graph_saved_bytes_fixed")),
+        kernel_nodes=tuple(tuple(r) for r in json.loads(row.get("kernel_nodes_json") or "[]")),
         name=str(row.get("config", "")), family=row.get("family") or None)
 
 
@@ -175,7 +182,8 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
         peak_live_bytes_per_sample=float(feats.peak_live_bytes_per_sample or 0),
         peak_live_bytes_fixed=float(feats.peak_live_bytes_fixed or 0),
         graph_saved_bytes_per_sample=float(feats.graph_saved_bytes_per_sample or 0),
-        graph_saved_bytes_fixed=float(feats.graph_saved_bytes_fixed or 0), name=wl.name,
+        graph_saved_bytes_fixed=float(feats.graph_saved_bytes_fixed or 0),
+        kernel_nodes=tuple(tuple(r) for r in feats.kernel_nodes), name=wl.name,
         notes=(feats.error,) if feats.error else ())
 
 
@@ -283,6 +291,7 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None) ->
 
     from perfpredict.features import _from_stats
     from perfpredict.features.graph import analyze_onnx, unknown_shapes_note
+    from perfpredict.estimators.kernel_nodes import rows_at_fixed_batch
 
     try:
         symbolic, static, batch_param, axis = _batch_dim(proto, batch_axis)
@@ -302,6 +311,7 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None) ->
             by_op, act_by_op = g.macs_by_op, g.activation_bytes_by_op
             live, live_fixed = g.peak_live_bytes_per_sample, g.peak_live_bytes_fixed
             gsaved, gsaved_fixed = g.graph_saved_bytes_per_sample, g.graph_saved_bytes_fixed
+            kernels = g.kernel_nodes
             stats = s1
         else:
             b = static or 1
@@ -312,6 +322,7 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None) ->
             gsaved, gsaved_fixed = stats.graph_saved_bytes / b, 0
             by_op = {k: v / b for k, v in stats.macs_by_op.items()}
             act_by_op = {k: v / b for k, v in stats.activation_bytes_by_op.items()}
+            kernels = rows_at_fixed_batch(stats.kernel_nodes, b)
             notes.append(f"the ONNX batch dimension (axis {axis} of the first input) is fixed at {b}: per-sample "
                          f"values are totals / {b}" + ("" if batch_axis is not None else
                                                        "; give batch_axis if another axis is the batch"))
@@ -332,8 +343,8 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None) ->
         macs_by_op={k: int(v) for k, v in by_op.items()},
         activation_bytes_by_op={k: int(v) for k, v in act_by_op.items() if v > 0},
         peak_live_bytes_per_sample=float(max(live, 0)), peak_live_bytes_fixed=float(live_fixed),
-        graph_saved_bytes_per_sample=float(max(gsaved, 0)), graph_saved_bytes_fixed=float(gsaved_fixed), name=name,
-        notes=tuple(notes))
+        graph_saved_bytes_per_sample=float(max(gsaved, 0)), graph_saved_bytes_fixed=float(gsaved_fixed),
+        kernel_nodes=tuple(tuple(r) for r in kernels), name=name, notes=tuple(notes))
 
 
 def _input_bytes_per_sample(proto, batch_param: str | None = None, axis: int | None = 0) -> float:

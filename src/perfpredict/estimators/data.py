@@ -96,9 +96,10 @@ def load_training_data(dataset_csv: str | Path, features_csv: str | Path | None 
     if len(kinds) != 1 or len(names) > 1:
         raise PerfPredictError(f"dataset mixes devices ({sorted(kinds)}, {sorted(names)}); one file per device",
                                source=str(path), step="load dataset")
+    kind = kinds.pop()
     return TrainingData(
-        name=path.stem, device_kind=kinds.pop(), device_name=names.pop() if names else "unknown", archs=archs,
-        batch=batch, X=design_matrix(zip(archs, batch)), families=np.array([r["family"] for r in rows]),
+        name=path.stem, device_kind=kind, device_name=names.pop() if names else "unknown", archs=archs,
+        batch=batch, X=design_matrix(zip(archs, batch), device_kind=kind), families=np.array([r["family"] for r in rows]),
         configs=np.array([r["config"] for r in rows]), rows=rows, sha256=file_sha256(path),
         provenance={"file": path.name, "features_file": fpath.name, "features_sha256": file_sha256(fpath),
                     "runs": [{k: run.get(k) for k in ("started_at", "command", "git_commit", "device", "torch_version",

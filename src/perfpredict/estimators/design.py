@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping
 
 from perfpredict.estimators.arch import ArchFeatures
 from perfpredict.estimators.code_footprint import code_bytes
+from perfpredict.estimators.kernel_time import kernel_seconds
+from perfpredict.estimators.kernel_nodes import approximate_rows
 
 #: ONNX op types by kind. Anything else counts in ``ops_other``.
 OP_GROUPS: dict[str, tuple[str, ...]] = {
@@ -84,7 +86,23 @@ FEATURE_NAMES: list[str] = [
     # measured page sets, estimators.code_footprint), for an inference pass and for a training step: a third to a
     # half of a small model's CPU RSS increase, set by which kernels run, not by their sizes
     "log_code_bytes_infer", "log_code_bytes_train",
+    # nanoseconds of an inference pass / a training step as the sum of its kernels' costs measured on the CPU
+    # (estimators.kernel_time: per kernel class a cost per call, per MAC, per byte and per recurrent step);
+    # for a bare feature vector, of stand-in kernels made from its per-op-type totals
+    "log_kernel_ns_infer", "log_kernel_ns_train",
 ]
+#: Columns only a CPU model set sees, kept last in :data:`FEATURE_NAMES` so that every other column has the
+#: same index in a CUDA set's shorter matrix: the kernel costs are measured on a CPU, and say little about
+#: what a GPU's kernels cost (a CUDA set given them only had its trees' column sampling reshuffled: H100
+#: utilisation RMSLE 0.217 -> 0.252 at one retrain, with nothing learned).
+CPU_ONLY_FEATURES: tuple[str, ...] = ("log_kernel_ns_infer", "log_kernel_ns_train")
+assert tuple(FEATURE_NAMES[-len(CPU_ONLY_FEATURES):]) == CPU_ONLY_FEATURES
+
+
+def feature_names(device_kind: str) -> list[str]:
+    """The columns a ``device_kind`` ("cpu" or "cuda") model set is trained on: every one on the CPU, all but
+    :data:`CPU_ONLY_FEATURES` elsewhere (a prefix of :data:`FEATURE_NAMES`)."""
+    return list(FEATURE_NAMES) if device_kind == "cpu" else FEATURE_NAMES[:-len(CPU_ONLY_FEATURES)]
 
 #: ONNX ops that PyTorch's CPU backend runs through oneDNN (mkldnn) primitives: convolutions and the fused LSTM
 #: kernel. The first such op a process runs pages in oneDNN's code and JIT-compiles its kernels, a fixed block
@@ -153,8 +171,13 @@ def design_row(arch: ArchFeatures, batch_size: int) -> dict[str, float]:
     row["ops_onednn"] = math.log1p(sum(arch.op_counts.get(op, 0) for op in ONEDNN_OPS))
     row["log_peak_live_bytes_iter"] = (math.nan if arch.peak_live_bytes_per_sample is None else
                                        _log10(arch.peak_live_bytes_per_sample * b + arch.peak_live_bytes_fixed))
+    kernels = arch.kernel_nodes or approximate_rows(
+        dict(arch.op_counts), dict(arch.macs_by_op), dict(arch.activation_bytes_by_op), arch.param_bytes,
+        arch.lookup_param_bytes, dict(arch.recurrent_steps_by_op))
     for mode in ("infer", "train"):
         row[f"log_code_bytes_{mode}"] = _log10(code_bytes(arch.op_counts, mode))
+    for mode in ("infer", "train"):
+        row[f"log_kernel_ns_{mode}"] = _log10(1e9 * kernel_seconds(kernels, int(b), mode))
     return row
 
 
@@ -166,9 +189,10 @@ def _group_counts(op_counts: Mapping[str, int]) -> dict[str, int]:
     return out
 
 
-def design_matrix(items: Iterable[tuple[ArchFeatures, int]]):
-    """A float ndarray (rows × ``FEATURE_NAMES``) for (architecture, batch size) pairs."""
+def design_matrix(items: Iterable[tuple[ArchFeatures, int]], device_kind: str = "cpu"):
+    """A float ndarray (rows × :func:`feature_names` of ``device_kind``) for (architecture, batch size) pairs."""
     import numpy as np
 
+    names = feature_names(device_kind)
     rows = [design_row(a, b) for a, b in items]
-    return np.array([[r[k] for k in FEATURE_NAMES] for r in rows], dtype=float).reshape(len(rows), len(FEATURE_NAMES))
+    return np.array([[r[k] for k in names] for r in rows], dtype=float).reshape(len(rows), len(names))

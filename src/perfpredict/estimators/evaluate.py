@@ -100,7 +100,8 @@ def quantile_predictions_out_of_fold_both(data: TrainingData, spec: TargetSpec, 
         q[te] = spec.from_model(m.predict(sub.X[te]), sub.X[te])
         if qe is not None:
             seen = list({sub.archs[i].name: sub.archs[i] for i in tr}.values())
-            Xe = design_matrix(zip(with_estimated_counts(seen, [sub.archs[i] for i in te]), sub.batch[te]))
+            Xe = design_matrix(zip(with_estimated_counts(seen, [sub.archs[i] for i in te]), sub.batch[te]),
+                               device_kind=sub.device_kind)
             qe[te] = spec.from_model(m.predict(Xe), Xe)
     return y, np.sort(q, axis=1), (None if qe is None else np.sort(qe, axis=1)), sub.families
 

@@ -104,6 +104,11 @@ INFER_TIME_TERMS: tuple[tuple[str, ...], ...] = (("log_macs_per_iter",),
 #: runs GRU and plain RNN one step at a time in ATen ops (≈ 0.4 ms per GRU step measured with torch.profiler)
 #: but LSTM through one fused oneDNN call per layer, so only GRU/RNN steps are charged there, per gate (charging
 #: LSTM steps the same cost took LSTM held out from 27% to 226% MAPE); cuDNN steps every recurrent op on the GPU.
+#: The CPU's time baseline, by mode: the sum of the graph's kernels' costs measured on the CPU
+#: (:mod:`perfpredict.estimators.kernel_time`), scaled. On the Xeon VM this took the inference baseline's
+#: family-CV MAPE from 57% to 25% (× XGBoost: 44% to 16%) and training steps' from 36% to 27% (31% to 21%).
+CPU_TIME_TERMS: dict[str, tuple[tuple[str, ...], ...]] = {"infer": (("log_kernel_ns_infer",),),
+                                                          "train": (("log_kernel_ns_train",),)}
 STEP_TERMS: dict[str, tuple[str, ...]] = {"cpu": ("log_stepwise_rnn_gate_steps",), "cuda": ("log_recurrent_steps",)}
 
 
@@ -118,8 +123,13 @@ def memory_terms(device_kind: str, mode: str = "train") -> tuple[tuple[str, ...]
 
 def time_terms(device_kind: str, mode: str = "train") -> tuple[tuple[str, ...], ...]:
     """The iteration-time baseline's terms for a ``device_kind`` ("cpu" or "cuda") and ``mode`` ("train" or
-    "infer"): :data:`TIME_TERMS` or :data:`INFER_TIME_TERMS`, plus the device's :data:`STEP_TERMS`."""
-    base = INFER_TIME_TERMS if mode == "infer" else TIME_TERMS
+    "infer"), plus the device's :data:`STEP_TERMS`: on CUDA :data:`TIME_TERMS` or :data:`INFER_TIME_TERMS`
+    (a roofline: one rate per MAC, one per byte), on the CPU :data:`CPU_TIME_TERMS` (the graph's kernels priced
+    by the costs measured on the CPU, whose classes differ by orders of magnitude per MAC and per byte)."""
+    if device_kind == "cpu":
+        base = CPU_TIME_TERMS[mode if mode == "infer" else "train"]
+    else:
+        base = INFER_TIME_TERMS if mode == "infer" else TIME_TERMS
     step = STEP_TERMS.get(device_kind)
     return base + ((step,) if step else ())
 

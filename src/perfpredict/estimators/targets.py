@@ -143,9 +143,9 @@ def targets_for(device_kind: str, mode: str = "train") -> dict[str, TargetSpec]:
     training memory baselines count the saved tensors as the device's kernels keep them, and in inference,
     where nothing is kept for a backward pass, activations instead
     (:func:`~perfpredict.estimators.models.memory_terms`); the inference time baseline reads only
-    the weights that are not embedding tables (:data:`~perfpredict.estimators.models.INFER_TIME_TERMS`). The
-    time baseline's per-recurrent-step term depends on the device kind
-    (:func:`~perfpredict.estimators.models.time_terms`)."""
+    the weights that are not embedding tables (:data:`~perfpredict.estimators.models.INFER_TIME_TERMS`). On the
+    CPU the time baseline is the graph's kernels priced by the costs measured there instead of a roofline, and
+    its per-recurrent-step term depends on the device kind (:func:`~perfpredict.estimators.models.time_terms`)."""
     from dataclasses import replace
 
     if mode not in ("train", "infer"):

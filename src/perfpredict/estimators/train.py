@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from perfpredict.estimators.data import TrainingData, load_training_data, training_datasets
-from perfpredict.estimators.design import FEATURE_NAMES
+from perfpredict.estimators.design import feature_names
 from perfpredict.estimators.evaluate import evaluate_target, valid_rows
 from perfpredict.estimators.models import (
     BUSY_TERMS,
@@ -83,7 +84,7 @@ def train_dataset(dataset_csv: str | Path, out_root: str | Path, *, kinds: tuple
         "dataset_sha256": data.sha256, "rows": len(data), "families": sorted(set(data.families.tolist())),
         "architectures": len(set(data.configs.tolist())),
         "batch_sizes": sorted(set(int(b) for b in data.batch)), "provenance": data.provenance,
-        "feature_names": FEATURE_NAMES, "quantiles": list(QUANTILES), "versions": library_versions(),
+        "feature_names": feature_names(data.device_kind), "quantiles": list(QUANTILES), "versions": library_versions(),
         "trained_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "targets": {},
     }
     files = []
@@ -129,14 +130,14 @@ def train_dataset(dataset_csv: str | Path, out_root: str | Path, *, kinds: tuple
                                       "term_features": [list(t) for t in point.terms]}
             if quant.residual_quantiles_ is not None:
                 entry["residual_quantiles"] = quant.residual_quantiles_.tolist()
-        names = FEATURE_NAMES
+        names = feature_names(data.device_kind)
         if isinstance(point, UtilizationPriorModel):
             # one prior for both boosters: NNLS on the same rows is deterministic
             entry["prior_coef"] = {"busy": point.busy_coef_.tolist(), "idle": point.idle_coef_.tolist(),
                                    "busy_terms": [list(t) for t in BUSY_TERMS],
                                    "idle_terms": [["const"], *(list(t) for t in IDLE_TERMS)],
                                    "feature": PRIOR_FEATURE}
-            names = [*FEATURE_NAMES, PRIOR_FEATURE]
+            names = [*names, PRIOR_FEATURE]
         entry["feature_importance"] = (feature_importance(_booster_of(point), names)
                                        if _booster_of(point) is not None else {})
         fit_pred = spec.from_model(point.predict(X), X)
@@ -168,7 +169,9 @@ def _profiled_table(data: TrainingData) -> dict[str, Any]:
     """Per architecture: its features and what was measured at each batch size."""
     archs: dict[str, Any] = {}
     for arch, row in zip(data.archs, data.rows):
-        e = archs.setdefault(row["config"], {"family": row["family"], "features": arch.as_dict(), "points": {}})
+        # the kernel rows stay out: the nearest-model distance does not use them, and they would double the file
+        feats = {k: v for k, v in arch.as_dict().items() if k != "kernel_nodes"}
+        e = archs.setdefault(row["config"], {"family": row["family"], "features": feats, "points": {}})
         e["points"][row["batch_size"]] = {k: (float(row[c]) if row.get(c) not in (None, "") else None)
                                           for k, c in (("iter_time_s", "iter_time_s"),
                                                        ("peak_memory_bytes", "peak_memory_bytes"),
@@ -269,12 +272,9 @@ def render_report(meta: dict[str, Any]) -> str:
                       + ".", ""]
         elif "baseline_coef" in t:
             c = t["baseline_coef"]["point"]
-            lines += [f"Baseline fitted on all rows: {c[0] * 1e3:.2f} ms + {c[1] * 1e12:.1f} ps per forward MAC "
-                      f"+ {c[2] * 1e12:.1f} ps per byte of activations and "
-                      + ("non-embedding parameters (embedding tables are read by lookup)"
-                         if "log_dense_param_bytes" in t["baseline_coef"]["terms"][2] else "parameters")
-                      + "".join(f" + {ci * 1e6:.1f} µs per {_STEP_WORDS.get(term, term)}"
-                                for ci, term in zip(c[3:], t["baseline_coef"]["terms"][3:]))
+            lines += [f"Baseline fitted on all rows: {c[0] * 1e3:.2f} ms"
+                      + "".join(" + " + _time_term_text(ci, term)
+                                for ci, term in zip(c[1:], t["baseline_coef"]["term_features"]))
                       + ", per iteration.", ""]
         if "prior_coef" in t:
             b, i = t["prior_coef"]["busy"], t["prior_coef"]["idle"]
@@ -309,6 +309,28 @@ _SCALED_WORDS = {"log_code_bytes_infer": "the library code its op types page in 
 #: How the report names a time baseline's per-step terms.
 _STEP_WORDS = {"log_recurrent_steps": "recurrent time step (LSTM, GRU, RNN)",
                "log_stepwise_rnn_gate_steps": "gate × time step of GRU/RNN layers (run step by step on the CPU)"}
+
+
+#: How the report names a time baseline's other terms: (unit scale, unit, words).
+_TIME_WORDS = {
+    ("log_macs_per_iter",): (1e12, "ps", "per forward MAC"),
+    ("log_act_bytes_per_iter", "log_param_bytes"): (1e12, "ps", "per byte of activations and parameters"),
+    ("log_act_bytes_per_iter", "log_dense_param_bytes"): (
+        1e12, "ps", "per byte of activations and non-embedding parameters (embedding tables are read by lookup)"),
+    ("log_kernel_ns_infer",): (1.0, "×", "the sum of its kernels' costs measured on the CPU (inference)"),
+    ("log_kernel_ns_train",): (1.0, "×", "the sum of its kernels' costs measured on the CPU (training step)"),
+}
+
+
+def _time_term_text(coef: float, term: Sequence[str]) -> str:
+    """One term of a time baseline in words (``coef`` is in seconds per raw unit of ``term``)."""
+    key = tuple(term)
+    if len(key) == 1 and key[0] in _STEP_WORDS:
+        return f"{coef * 1e6:.1f} µs per {_STEP_WORDS[key[0]]}"
+    scale, unit, words = _TIME_WORDS.get(key, (1.0, "×", " + ".join(key)))
+    if unit == "×":  # a term in nanoseconds: its coefficient is a plain factor
+        return f"{coef * 1e9:.2f} × {words}"
+    return f"{coef * scale:.1f} {unit} {words}"
 
 
 def read_csv(path: str | Path) -> list[dict[str, str]]:

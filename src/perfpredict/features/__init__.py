@@ -14,6 +14,7 @@ import torch
 from perfpredict.card import GraphFeatures
 from perfpredict.features.fvcore_check import fvcore_counts
 from perfpredict.features.graph import GraphStats, analyze_onnx, unknown_shapes_note
+from perfpredict.estimators.kernel_nodes import rows_at_fixed_batch, split_nodes
 from perfpredict.features.onnx_export import export_onnx
 from perfpredict.workload.spec import Workload
 
@@ -99,7 +100,7 @@ def features_from_onnx(model_proto, batch_size: int = 1) -> GraphFeatures:
         activation_bytes_by_op={k: v // batch_size for k, v in s.activation_bytes_by_op.items()},
         peak_live_bytes_per_sample=s.peak_live_activation_bytes // batch_size,
         graph_saved_bytes_per_sample=s.graph_saved_bytes // batch_size,
-        op_counts=s.op_counts, num_nodes=s.num_nodes)
+        op_counts=s.op_counts, num_nodes=s.num_nodes, kernel_nodes=rows_at_fixed_batch(s.kernel_nodes, batch_size))
 
 
 def _from_stats(s1: GraphStats, s2: GraphStats, b1: int, b2: int) -> GraphFeatures:
@@ -122,4 +123,5 @@ def _from_stats(s1: GraphStats, s2: GraphStats, b1: int, b2: int) -> GraphFeatur
         activation_bytes_by_op={k: v for k, v in act_by_op.items() if v > 0},
         peak_live_bytes_per_sample=max(live, 0), peak_live_bytes_fixed=live_fixed,
         graph_saved_bytes_per_sample=max(gsaved, 0), graph_saved_bytes_fixed=gsaved_fixed,
-        op_counts=s1.op_counts, num_nodes=s1.num_nodes)
+        op_counts=s1.op_counts, num_nodes=s1.num_nodes,
+        kernel_nodes=split_nodes(s1.kernel_nodes, s2.kernel_nodes, b1, b2))

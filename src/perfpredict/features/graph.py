@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from math import prod
 from typing import Any
 
+from perfpredict.estimators.kernel_nodes import FREE_OPS, KernelNode, kernel_class
+
 RECURRENT_OPS = ("LSTM", "GRU", "RNN")
 MAC_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum", *RECURRENT_OPS, "Attention")
 
@@ -61,6 +63,9 @@ class GraphStats:
     #: (:func:`saved_for_backward_bytes`): what an ONNX file alone can say about the saved tensors.
     graph_saved_bytes: int = 0
     unknown_shape_ops: dict[str, int] = field(default_factory=dict)
+    #: The kernels of one pass of the main graph, in graph order (:mod:`perfpredict.estimators.kernel_nodes`):
+    #: every node but views and shape arithmetic.
+    kernel_nodes: list[KernelNode] = field(default_factory=list)
 
 
 def unknown_shapes_note(unknown_shape_ops: dict[str, int], how: str = "") -> str:
@@ -85,6 +90,7 @@ class _Shapes:
 
     def __init__(self) -> None:
         self.info: dict[str, tuple[list[int] | None, int]] = {}
+        self.floats: set[str] = set()
 
     def add_value_info(self, vi) -> None:
         t = vi.type.tensor_type
@@ -101,9 +107,17 @@ class _Shapes:
                     dims = None
                     break
         self.info[vi.name] = (dims, _dtype_size(t.elem_type))
+        if t.elem_type in _FLOAT_TYPES:
+            self.floats.add(vi.name)
 
     def add_initializer(self, init) -> None:
         self.info[init.name] = (list(init.dims), _dtype_size(init.data_type))
+        if init.data_type in _FLOAT_TYPES:
+            self.floats.add(init.name)
+
+    def elem_float(self, name: str) -> bool:
+        """Whether ``name`` is known to hold floating-point values."""
+        return name in self.floats
 
     def shape(self, name: str) -> list[int] | None:
         v = self.info.get(name)
@@ -137,7 +151,10 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
     if run_for_shapes:
         unknown = [o for n in g.node for o in n.output if o and shapes.shape(o) is None]
         if unknown:
-            shapes.info.update(_runtime_shapes(inferred, unknown))
+            for name, (dims, size, is_float) in _runtime_shapes(inferred, unknown).items():
+                shapes.info[name] = (dims, size)
+                if is_float:
+                    shapes.floats.add(name)
     init_names = set()
     stats = GraphStats()
     for init in g.initializer:
@@ -162,7 +179,13 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
     gathered: set[str] = set()
     read_whole: set[str] = set()
 
-    def visit(graph) -> None:
+    kernels: list[KernelNode] = []
+    # weights and what the exporter computes from weights alone (sliced, transposed): no kernel at run time,
+    # and read as weights by the kernels that use them
+    weightish = _weight_derived([(n.op_type, list(n.input), list(n.output)) for n in g.node], init_names)
+    absorbed, fused_io = _erf_gelus(g.node, weightish, shapes)
+
+    def visit(graph, top: bool = True) -> None:
         nonlocal act
         for node in graph.node:
             ops[node.op_type] += 1
@@ -171,10 +194,10 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
                     (gathered if node.op_type == "Gather" and i == 0 else read_whole).add(name)
             for attr in node.attribute:
                 if attr.type == onnx.AttributeProto.GRAPH:
-                    visit(attr.g)
+                    visit(attr.g, False)
                 elif attr.type == onnx.AttributeProto.GRAPHS:
                     for sub in attr.graphs:
-                        visit(sub)
+                        visit(sub, False)
             if node.op_type == "Constant":
                 continue
             for o in node.output:
@@ -182,6 +205,7 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
                     nb = shapes.nbytes(o) or 0
                     act += nb
                     act_by_op[node.op_type] += nb
+            m = n_steps = None
             if node.op_type in MAC_OPS:
                 m = _node_macs(node, shapes)
                 if m is None:
@@ -192,6 +216,12 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
                 n_steps = _recurrent_steps(node, shapes)
                 if n_steps is not None:
                     steps[node.op_type] += n_steps
+            if top and not (node.output and node.output[0] in absorbed):
+                k = _kernel_node(node, shapes, weightish, m or 0, n_steps or 0)
+                if k is not None:
+                    if node.output and node.output[0] in fused_io:
+                        k = KernelNode(k.cls, k.macs, fused_io[node.output[0]], k.weight_bytes, k.steps)
+                    kernels.append(k)
 
     visit(g)
     lookup_only = gathered - read_whole  # a table tied to an output projection is read whole
@@ -205,6 +235,7 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
     stats.op_counts = dict(sorted(ops.items()))
     stats.num_nodes = int(sum(ops.values()))
     stats.unknown_shape_ops = dict(unknown)
+    stats.kernel_nodes = kernels
     nodes = [(n.op_type, list(n.input), list(n.output)) for n in g.node]
     stats.peak_live_activation_bytes = peak_live_activation_bytes(
         nodes, [vi.name for vi in g.input], [o.name for o in g.output], init_names, shapes.nbytes)
@@ -418,8 +449,9 @@ _ORT_INPUT_DTYPES = {"tensor(float)": "float32", "tensor(double)": "float64", "t
                      "tensor(uint8)": "uint8", "tensor(int8)": "int8"}
 
 
-def _runtime_shapes(model_proto: Any, names: list[str]) -> dict[str, tuple[list[int], int]]:
-    """Shapes of ``names`` observed by running the graph in onnxruntime; {} if it cannot run.
+def _runtime_shapes(model_proto: Any, names: list[str]) -> dict[str, tuple[list[int], int, bool]]:
+    """(shape, element size, is floating point) of ``names`` observed by running the graph in onnxruntime; {}
+    if it cannot run.
 
     Weights held as external-data references without their data (a model over 2 GiB, see
     :mod:`perfpredict.features.onnx_export`) are fed as zero-filled inputs instead: shapes do not depend on
@@ -457,7 +489,66 @@ def _runtime_shapes(model_proto: Any, names: list[str]) -> dict[str, tuple[list[
         outs = sess.run(names, feeds)
     except Exception:  # noqa: BLE001 - best effort: those values stay unknown and are reported
         return {}
-    return {n: (list(o.shape), o.dtype.itemsize) for n, o in zip(names, outs) if hasattr(o, "shape")}
+    return {n: (list(o.shape), o.dtype.itemsize, o.dtype.kind == "f") for n, o in zip(names, outs)
+            if hasattr(o, "shape")}
+
+
+def _erf_gelus(nodes, weightish: set[str], shapes: _Shapes) -> tuple[set[str], dict[str, int]]:
+    """GELUs the exporter wrote as ``x * 0.5 * (1 + erf(x / sqrt 2))``, which PyTorch runs as one kernel:
+    (first outputs of the Div, Add and Muls around each Erf, which run no kernel of their own; the Erf's
+    first output -> the bytes the fused kernel reads and writes)."""
+    producer = {o: n for n in nodes for o in n.output if o}
+    consumers: dict[str, list] = {}
+    for n in nodes:
+        for i in n.input:
+            if i:
+                consumers.setdefault(i, []).append(n)
+
+    def only(name: str, op: str):
+        c = consumers.get(name, [])
+        return c[0] if len(c) == 1 and c[0].op_type == op else None
+
+    def other(node, name: str) -> list[str]:
+        return [i for i in node.input if i and i != name]
+
+    absorbed: set[str] = set()
+    io: dict[str, int] = {}
+    for e in nodes:
+        if e.op_type != "Erf" or not e.input or not e.output:
+            continue
+        d = producer.get(e.input[0])
+        if d is None or d.op_type not in ("Div", "Mul") or len(d.input) != 2 or d.input[1] not in weightish:
+            continue
+        x = d.input[0]
+        a = only(e.output[0], "Add")
+        m1 = a and only(a.output[0], "Mul")
+        m2 = m1 and only(m1.output[0], "Mul")
+        if not (a and m1 and m2) or not all(i in weightish for i in other(a, e.output[0])):
+            continue
+        # the 0.5 and the x factors in either order
+        factors = set(other(m1, a.output[0])) | set(other(m2, m1.output[0]))
+        if x not in factors or not all(f == x or f in weightish for f in factors):
+            continue
+        absorbed.update({d.output[0], a.output[0], m1.output[0], m2.output[0]})
+        io[e.output[0]] = (shapes.nbytes(x) or 0) + (shapes.nbytes(m2.output[0]) or 0)
+    return absorbed, io
+
+
+def _kernel_node(node, shapes: _Shapes, weightish: set[str], macs: int, steps: int) -> KernelNode | None:
+    """The kernel ``node`` runs, or None for a view, a no-op, shape arithmetic (no floating-point output) or
+    arithmetic on weights and constants alone (``weightish``: folded by the exporter or views in PyTorch)."""
+    if node.op_type in FREE_OPS or all(i in weightish for i in node.input if i):
+        return None
+    outs = [o for o in node.output if o]
+    if all(o in shapes.info for o in outs) and not any(shapes.elem_float(o) for o in outs):
+        return None
+    weights = [i for i in node.input if i in weightish]
+    io = sum(shapes.nbytes(i) or 0 for i in node.input if i and i not in weightish) \
+        + sum(shapes.nbytes(o) or 0 for o in outs)
+    w = sum(shapes.nbytes(i) or 0 for i in weights)
+    cls = kernel_class(node.op_type, int(_attr(node, "group", 1) or 1), len(weights),
+                       bool(node.input) and node.input[0] in weightish)
+    return KernelNode(cls, int(macs), int(io), int(w), int(steps))
 
 
 def _attr(node, name: str, default: Any = None) -> Any:

@@ -1,0 +1,69 @@
+"""How well the sum of measured kernel costs predicts the CPU datasets' iteration times, before any fitting.
+
+For every row of each CPU dataset, the kernel estimate (:func:`perfpredict.estimators.kernel_time.
+kernel_seconds`: the graph's kernels priced by the microbenchmark table, in the dataset's mode) is set against
+the measured iteration time. Printed per dataset: the log-log correlation, the one scale factor (median of
+measured / estimate) and the MAPE after it, and the per-family median ratio, whose spread is what a single
+rate for every MAC gets wrong. The same for a one-rate roofline fitted to the dataset itself (seconds = a +
+b · MACs + c · bytes, NNLS) beside it, in family CV (so the roofline never sees the family it predicts; the
+kernel estimate never saw any).
+
+    python benchmarks/kernel_time_accuracy.py
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> int:
+    from perfpredict.estimators.data import load_training_data
+    from perfpredict.estimators.kernel_time import kernel_seconds, provenance
+    from perfpredict.estimators.models import baseline_components, fit_baseline, time_terms
+
+    prov = provenance()
+    print(f"kernel cost table: {prov.get('cpu_model')}, torch {prov.get('torch_version')}, "
+          f"measured {prov.get('measured_at')}")
+    for name in ("cpu_xeon_2vcpu_infer", "cpu_xeon_2vcpu", "cpu_epyc_2vcpu_infer", "cpu_epyc_2vcpu"):
+        path = ROOT / "datasets" / f"{name}.csv"
+        if not path.exists():
+            continue
+        d = load_training_data(path)
+        y = d.column("iter_time_s")
+        ok = np.isfinite(y) & (y > 0) & np.array([bool(a.kernel_nodes) for a in d.archs])
+        est = np.array([kernel_seconds(a.kernel_nodes, int(b), d.mode) if a.kernel_nodes else np.nan
+                        for a, b in zip(d.archs, d.batch)])
+        y, est, fam = y[ok], est[ok], d.families[ok]
+        scale = float(np.median(y / est))
+        mape = float(np.mean(np.abs(scale * est - y) / y))
+        corr = float(np.corrcoef(np.log(est), np.log(y))[0, 1])
+        # the one-rate roofline, family CV
+        terms = time_terms("cpu", d.mode)
+        C = baseline_components(d.X[ok], terms)
+        roof = np.full(len(y), np.nan)
+        for f in sorted(set(fam)):
+            tr = fam != f
+            coef = fit_baseline(C[tr], y[tr])
+            roof[~tr] = np.maximum(C[~tr] @ coef, 1e-6)
+        roof_mape = float(np.mean(np.abs(roof - y) / y))
+        roof_corr = float(np.corrcoef(np.log(roof), np.log(y))[0, 1])
+        print(f"\n{name} ({d.device_name}, {d.mode}, {len(y)} rows)")
+        print(f"  kernel estimate: log-log corr {corr:.3f}; measured = {scale:.2f} x estimate (median) -> "
+              f"MAPE {mape:.1%}")
+        print(f"  one-rate roofline, family CV: log-log corr {roof_corr:.3f}, MAPE {roof_mape:.1%}")
+        ks = {f: float(np.median(y[fam == f] / est[fam == f])) / scale for f in sorted(set(fam))}
+        rs = {f: float(np.median(y[fam == f] / roof[fam == f])) for f in sorted(set(fam))}
+        print("  per family, measured / predicted (median; kernel estimate after the scale | roofline):")
+        print("   " + ", ".join(f"{f} {ks[f]:.2f}|{rs[f]:.2f}" for f in ks))
+        spread = lambda r: float(np.std(np.log(list(r.values()))))  # noqa: E731
+        print(f"  spread of the family ratios (sd of log): kernel {spread(ks):.2f}, roofline {spread(rs):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
