@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def main() -> int:
     from perfpredict.estimators.data import load_training_data
     from perfpredict.estimators.kernel_time import kernel_seconds, provenance
-    from perfpredict.estimators.models import baseline_components, fit_baseline, time_terms
+    from perfpredict.estimators.models import (INFER_TIME_TERMS, STEP_TERMS, TIME_TERMS, baseline_components,
+                                               fit_baseline)
 
     prov = provenance()
     print(f"kernel cost table: {prov.get('cpu_model')}, torch {prov.get('torch_version')}, "
@@ -42,8 +43,8 @@ def main() -> int:
         scale = float(np.median(y / est))
         mape = float(np.mean(np.abs(scale * est - y) / y))
         corr = float(np.corrcoef(np.log(est), np.log(y))[0, 1])
-        # the one-rate roofline, family CV
-        terms = time_terms("cpu", d.mode)
+        # the one-rate roofline the CPU used before (with its GRU/RNN step term), family CV
+        terms = (INFER_TIME_TERMS if d.mode == "infer" else TIME_TERMS) + (STEP_TERMS["cpu"],)
         C = baseline_components(d.X[ok], terms)
         roof = np.full(len(y), np.nan)
         for f in sorted(set(fam)):

@@ -106,7 +106,7 @@ INFER_TIME_TERMS: tuple[tuple[str, ...], ...] = (("log_macs_per_iter",),
 #: LSTM steps the same cost took LSTM held out from 27% to 226% MAPE); cuDNN steps every recurrent op on the GPU.
 #: The CPU's time baseline, by mode: the sum of the graph's kernels' costs measured on the CPU
 #: (:mod:`perfpredict.estimators.kernel_time`), scaled. On the Xeon VM this took the inference baseline's
-#: family-CV MAPE from 57% to 25% (× XGBoost: 44% to 16%) and training steps' from 36% to 27% (31% to 21%).
+#: family-CV MAPE from 57% to 26% (× XGBoost: 44% to 16%) and training steps' from 36% to 24% (32% to 18%).
 CPU_TIME_TERMS: dict[str, tuple[tuple[str, ...], ...]] = {"infer": (("log_kernel_ns_infer",),),
                                                           "train": (("log_kernel_ns_train",),)}
 STEP_TERMS: dict[str, tuple[str, ...]] = {"cpu": ("log_stepwise_rnn_gate_steps",), "cuda": ("log_recurrent_steps",)}

@@ -117,12 +117,23 @@ def _catalogue(seed: int = 0, per_kind: int = 24) -> list[Bench]:
         add("matmul", f"{b}x{h}x{seq_len}x{d}", lambda b=b, h=h, seq_len=seq_len, d=d: (
             Fn(lambda _m, q, k: torch.matmul(q, k.transpose(-1, -2))),
             (torch.randn(b, h, seq_len, d), torch.randn(b, h, seq_len, d))))
-    # recurrent layers
+    # recurrent layers (one or two stacked, one or two directions: the sizes the zoo's LSTM and speech models
+    # and ordinary sequence models use); a step loops, so sizes are capped by MACs x steps
     for cell in (nn.LSTM, nn.GRU, nn.RNN):
-        for _ in range(per_kind // 3):
-            i, hdim, t, b = pick([32, 64, 128, 256]), pick([32, 64, 128, 256, 512]), pick([8, 16, 32, 64]), pick([1, 4, 16])
-            add(cell.__name__.lower(), f"{i}-{hdim}-t{t}-b{b}", lambda cell=cell, i=i, hdim=hdim, t=t, b=b: (
-                Fn(lambda mods, x: mods[0](x)[0], cell(i, hdim, batch_first=True)), (torch.randn(b, t, i),)))
+        n = 0
+        while n < per_kind:
+            i, hdim, t, b = (pick([16, 32, 64, 128, 256, 512]), pick([32, 64, 128, 256, 512, 1024]),
+                             pick([8, 16, 32, 64, 128, 256]), pick([1, 4, 16, 64]))
+            layers, bidir = pick([1, 1, 2]), rng.random() < 0.3
+            gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[cell.__name__]
+            macs = b * t * gates * hdim * (i + hdim) * layers * (2 if bidir else 1)
+            if macs > 4e8:
+                continue
+            add(cell.__name__.lower(), f"{i}-{hdim}-t{t}-b{b}-l{layers}{'-bi' if bidir else ''}",
+                lambda cell=cell, i=i, hdim=hdim, t=t, b=b, layers=layers, bidir=bidir: (
+                    Fn(lambda mods, x: mods[0](x)[0], cell(i, hdim, num_layers=layers, batch_first=True,
+                                                        bidirectional=bidir)), (torch.randn(b, t, i),)))
+            n += 1
     # normalisation, pooling, softmax, copies, element-wise
     sizes = [2**e for e in range(10, 23)]
 
