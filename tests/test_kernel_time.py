@@ -248,3 +248,22 @@ def test_service_validates_kernel_rows():
     neg = feats | {"kernel_nodes": [["gemm", 1, -5, 0, 0, 0, 0, 0]]}
     assert client.post("/predict", json={"features": neg, "batch_sizes": [8]}).status_code == 422
     assert client.get("/health").status_code == 200
+
+
+def test_fixed_batch_onnx_file_gives_per_sample_kernels(tmp_path):
+    """An ONNX file exported at a fixed batch of 4 (no symbolic dimension): its kernels' batch-proportional
+    MACs and bytes are divided by 4, as the file's other features are, and match the symbolic export's."""
+    import onnx
+
+    from perfpredict.estimators.arch import from_onnx_proto
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 36, 5)).eval()
+    x = torch.randn(4, 3, 6, 6)
+    fixed, dynamic = tmp_path / "fixed.onnx", tmp_path / "dynamic.onnx"
+    torch.onnx.export(model, (x,), str(fixed), input_names=["x"], dynamo=False)
+    torch.onnx.export(model, (x,), str(dynamic), input_names=["x"], dynamic_axes={"x": {0: "b"}}, dynamo=False)
+    a, b = from_onnx_proto(onnx.load(str(fixed))), from_onnx_proto(onnx.load(str(dynamic)))
+    per = {r[0]: (r[2], r[4]) for r in a.kernel_nodes}
+    assert per == {r[0]: (r[2], r[4]) for r in b.kernel_nodes}
+    assert per["conv"][0] == 8 * 36 * 3 * 9 and per["gemm"][0] == 8 * 36 * 5
