@@ -23,13 +23,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from perfpredict.errors import PerfPredictError
 
-SCHEMA_VERSION = "1.8"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
+SCHEMA_VERSION = "1.9"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
 #                                             features.activation_bytes_by_op; 1.3: features.lookup_param_bytes;
 #                                             1.4: features.recurrent_steps_by_op;
 #                                             1.5: features.saved_cpu_bytes_per_sample;
 #                                             1.6: features.peak_live_bytes_per_sample/_fixed,
 #                                                  features.graph_saved_bytes_per_sample/_fixed;
-#                                             1.7: memory[].file_backed_bytes; 1.8: features.kernel_nodes
+#                                             1.7: memory[].file_backed_bytes; 1.8: features.kernel_nodes;
+#                                             1.9: throughput[].denormal_speedup, denormal_flushed_iter_time_s
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -109,6 +110,12 @@ class ThroughputPoint(_Section):
     iterations: int | None = None
     timing: TimingStats | None = None
     startup: StartupTimes | None = None
+    denormal_flushed_iter_time_s: float | None = Field(
+        None, description="cpu: median of a few more iterations timed with denormal floats flushed to zero "
+                          "(torch.set_flush_denormal(True)); iter_time_s stays the default's")
+    denormal_speedup: float | None = Field(
+        None, description="cpu: iter_time_s / denormal_flushed_iter_time_s. Well above 1, the job's values decay "
+                          "into denormals (slow on x86) and flushing them would speed it up")
     error: str | None = None
     source: Source = "measured"
     device: str | None = None

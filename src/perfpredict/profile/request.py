@@ -19,3 +19,5 @@ class PointRequest:
     memory_limit_bytes: int | None = None  # CPU only: data memory allowed beyond the process's baseline
     seed: int = 0
     measure_energy: bool = True
+    #: CPU only: after the timed window, time a few steps with denormals flushed to zero (worker._denormal_check)
+    check_denormals: bool = True

@@ -133,6 +133,9 @@ def measure_point(req: PointRequest) -> dict[str, Any]:
             out["memory"] = {"kind": "cpu_rss_increase", "peak_bytes": max(0, mem.peak_rss_bytes() - rss0),
                              "baseline_bytes": rss0,
                              "file_backed_bytes": None if file0 is None or file1 is None else max(0, file1 - file0)}
+        if not is_cuda and req.check_denormals:
+            state["phase"] = "denormal_check"
+            out["denormal_check"] = _denormal_check(step, stats["median_s"])
         out["energy"] = energy.result(stats["iterations"])
         if opt is not None:
             out["optimizer_state_bytes"] = sum(t.numel() * t.element_size() for st in opt.state.values()
@@ -158,6 +161,39 @@ def measure_point(req: PointRequest) -> dict[str, Any]:
             out["status"] = "error"
             out["error"] = f"{type(e).__name__}: {_first_line(e)}"
         return out
+
+
+#: Steps timed with denormals flushed to zero, after one untimed step (a step's own warm-up was done already):
+#: at least the first, as many as fit in the second's seconds (short steps are noisy), at most the third.
+DENORMAL_CHECK_STEPS = (3, 0.05, 50)
+
+
+def _denormal_check(step, median_s: float) -> dict | None:
+    """Time a few more steps with denormal floats flushed to zero, then restore the default.
+
+    On x86, arithmetic on denormals (|x| < 1.2e-38 in fp32) is tens of times slower; a model whose values or
+    gradients decay into that range (a ReLU RNN's backward pass through time) runs its steps several times
+    slower than its kernels' sizes say, and nothing in its graph shows it. The measured step stands as
+    measured (it is what PyTorch's defaults give); this says how much ``torch.set_flush_denormal(True)``
+    would change it. None where the CPU cannot flush denormals.
+    """
+    import torch
+
+    lo, seconds, hi = DENORMAL_CHECK_STEPS
+    n = max(lo, min(hi, int(seconds / max(median_s, 1e-9))))
+    if not torch.set_flush_denormal(True):
+        return None
+    try:
+        step()
+        times = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - t0)
+    finally:
+        torch.set_flush_denormal(False)
+    flushed = sorted(times)[len(times) // 2]
+    return {"flushed_median_s": flushed, "speedup": median_s / flushed if flushed > 0 else None, "steps": n}
 
 
 def _first_line(e: BaseException) -> str:
