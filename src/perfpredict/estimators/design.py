@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 
 from perfpredict.estimators.arch import ArchFeatures
 from perfpredict.estimators.code_footprint import code_bytes
-from perfpredict.estimators.kernel_time import kernel_seconds
+from perfpredict.estimators.kernel_time import kernel_seconds_by_mode
 from perfpredict.estimators.kernel_nodes import approximate_rows
 
 #: ONNX op types by kind. Anything else counts in ``ops_other``.
@@ -176,8 +176,8 @@ def design_row(arch: ArchFeatures, batch_size: int) -> dict[str, float]:
         arch.lookup_param_bytes, dict(arch.recurrent_steps_by_op))
     for mode in ("infer", "train"):
         row[f"log_code_bytes_{mode}"] = _log10(code_bytes(arch.op_counts, mode))
-    for mode in ("infer", "train"):
-        row[f"log_kernel_ns_{mode}"] = _log10(1e9 * kernel_seconds(kernels, int(b), mode))
+    for mode, seconds in kernel_seconds_by_mode(kernels, int(b)).items():
+        row[f"log_kernel_ns_{mode}"] = _log10(1e9 * seconds)
     return row
 
 

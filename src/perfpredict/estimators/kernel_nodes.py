@@ -15,6 +15,7 @@ output: ``Shape``, ``Gather`` on a shape, ``Cast`` to int, ``Equal``, ``Mod``...
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -79,14 +80,13 @@ def split_nodes(at1: Sequence[KernelNode], at2: Sequence[KernelNode], b1: int = 
     differ (a batch-dependent graph), since a split would then be wrong."""
     if len(at1) != len(at2) or any(a.cls != b.cls for a, b in zip(at1, at2)):
         return []
-    merged: dict[tuple, int] = {}
+    keys = []
     for a, b in zip(at1, at2):
         m_per = (b.macs - a.macs) // (b2 - b1)
         io_per = (b.io_bytes - a.io_bytes) // (b2 - b1)
-        key = (a.cls, int(m_per), int(a.macs - b1 * m_per), int(io_per), int(a.io_bytes - b1 * io_per),
-               int(a.weight_bytes), int(a.steps))
-        merged[key] = merged.get(key, 0) + 1
-    return [[k[0], n, *k[1:]] for k, n in sorted(merged.items())]
+        keys.append((a.cls, int(m_per), int(a.macs - b1 * m_per), int(io_per), int(a.io_bytes - b1 * io_per),
+                     int(a.weight_bytes), int(a.steps)))
+    return _merged(keys)
 
 
 def nodes_at_batch(rows: Iterable[NodeRow], batch: int) -> list[tuple[KernelNode, int]]:
@@ -101,11 +101,12 @@ def nodes_at_batch(rows: Iterable[NodeRow], batch: int) -> list[tuple[KernelNode
 def rows_at_fixed_batch(nodes: Sequence[KernelNode], batch: int) -> list[NodeRow]:
     """Rows from a graph whose batch is fixed at ``batch``: every batch-proportional quantity becomes per sample
     (fixed parts unknown, taken as 0), as the other features of such a graph are split."""
-    merged: dict[tuple, int] = {}
-    for k in nodes:
-        key = (k.cls, k.macs // batch, 0, k.io_bytes // batch, 0, k.weight_bytes, k.steps)
-        merged[key] = merged.get(key, 0) + 1
-    return [[k[0], n, *k[1:]] for k, n in sorted(merged.items())]
+    return _merged((k.cls, k.macs // batch, 0, k.io_bytes // batch, 0, k.weight_bytes, k.steps) for k in nodes)
+
+
+def _merged(keys: Iterable[tuple]) -> list[NodeRow]:
+    """Rows ``[cls, count, *rest]`` from per-node keys ``(cls, *rest)``, identical keys counted once each."""
+    return [[k[0], n, *k[1:]] for k, n in sorted(Counter(keys).items())]
 
 
 def approximate_rows(op_counts: dict[str, int], macs_by_op: dict[str, float], act_bytes_by_op: dict[str, float],

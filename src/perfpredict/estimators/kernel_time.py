@@ -61,16 +61,14 @@ def design_vector(nodes: Iterable[tuple[KernelNode, int]]) -> np.ndarray:
 
 def fit_costs(records: Sequence[Mapping[str, Any]], mode: str) -> tuple[np.ndarray, dict[str, float]]:
     """(parameters, fit quality) from benchmark records (:func:`perfpredict.profile.kernel_bench.measure`):
-    non-negative least squares on relative error, columns scaled to unit size first."""
-    from scipy.optimize import nnls
+    non-negative least squares on relative error (:func:`perfpredict.estimators.models.fit_baseline`, as the
+    estimators' own baselines are fitted)."""
+    from perfpredict.estimators.models import fit_baseline
 
     rows = [r for r in records if "error" not in r and r.get("nodes") and mode in r.get("seconds", {})]
     X = np.array([design_vector((KernelNode(*n), 1) for n in r["nodes"]) for r in rows])
     t = np.array([r["seconds"][mode] for r in rows])
-    scale = np.maximum(np.abs(X).max(axis=0), 1e-30)
-    A = X / scale / t[:, None]
-    coef, _ = nnls(A, np.ones(len(t)), maxiter=50 * A.shape[1])
-    params = coef / scale
+    params = fit_baseline(X, t)
     rel = X @ params / t - 1
     return params, {"benchmarks": len(t), "median_abs_rel_error": float(np.median(np.abs(rel))),
                     "p90_abs_rel_error": float(np.percentile(np.abs(rel), 90))}
@@ -92,7 +90,14 @@ def parameters(mode: str, path: str = str(TABLE_PATH)) -> np.ndarray:
 def kernel_seconds(rows: Iterable[NodeRow], batch: int, mode: str = "infer", path: str | Path = TABLE_PATH) -> float:
     """Estimated seconds of one pass (``mode="infer"``) or training step (``"train"``) at ``batch`` of a graph
     whose kernels are ``rows`` (:func:`perfpredict.estimators.kernel_nodes.split_nodes`)."""
-    return float(design_vector(nodes_at_batch(rows, batch)) @ parameters(mode, str(path)))
+    return kernel_seconds_by_mode(rows, batch, (mode,), path)[mode]
+
+
+def kernel_seconds_by_mode(rows: Iterable[NodeRow], batch: int, modes: Sequence[str] = MODES,
+                           path: str | Path = TABLE_PATH) -> dict[str, float]:
+    """:func:`kernel_seconds` for several modes, pricing one vector of the graph's kernels."""
+    v = design_vector(nodes_at_batch(rows, batch))
+    return {m: float(v @ parameters(m, str(path))) for m in modes}
 
 
 def provenance(path: str | Path = TABLE_PATH) -> dict:

@@ -23,14 +23,12 @@ from __future__ import annotations
 import math
 import platform
 import random
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from perfpredict.estimators.kernel_nodes import KernelNode
+from perfpredict.profile.timing import TimingConfig, time_iterations
 
 MODES = ("infer", "train")
 
@@ -235,15 +233,11 @@ def time_call(module: Any, inputs: tuple, mode: str, min_time_s: float = 0.15, w
             with torch.inference_mode():
                 module(*inputs)
 
-    for _ in range(warmup):
-        step()
-    times: list[float] = []
-    start = time.perf_counter()
-    while len(times) < 5 or (time.perf_counter() - start < min_time_s and len(times) < 2000):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+    # the profiler's loop: a fixed warm-up, then at least 5 iterations and min_time_s of them (no stability
+    # test: one layer's steps barely vary), at most 2000
+    cfg = TimingConfig(warmup_iters=warmup, warmup_s=0.0, min_iters=5, max_iters=2000, min_time_s=min_time_s,
+                       max_time_s=float("inf"), rel_tol=float("inf"))
+    return time_iterations(step, lambda: None, cfg).stats()["median_s"]
 
 
 def measure(benches: Iterable[Bench], modes: Iterable[str] = MODES,

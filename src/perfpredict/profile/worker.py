@@ -25,7 +25,7 @@ from perfpredict.profile.energy import (
     nvml_process_memory,
 )
 from perfpredict.profile.request import PointRequest
-from perfpredict.profile.timing import time_iterations
+from perfpredict.profile.timing import TimingConfig, time_iterations
 
 
 class _NonFiniteLoss(Exception):
@@ -183,17 +183,13 @@ def _denormal_check(step, median_s: float) -> dict | None:
     n = max(lo, min(hi, int(seconds / max(median_s, 1e-9))))
     if not torch.set_flush_denormal(True):
         return None
+    cfg = TimingConfig(warmup_iters=1, warmup_s=0.0, min_iters=n, max_iters=n, min_time_s=0.0)
     try:
-        step()
-        times = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            step()
-            times.append(time.perf_counter() - t0)
+        flushed = time_iterations(step, lambda: None, cfg).stats()
     finally:
         torch.set_flush_denormal(False)
-    flushed = sorted(times)[len(times) // 2]
-    return {"flushed_median_s": flushed, "speedup": median_s / flushed if flushed > 0 else None, "steps": n}
+    m = flushed["median_s"]
+    return {"flushed_median_s": m, "speedup": median_s / m if m > 0 else None, "steps": flushed["iterations"]}
 
 
 def _first_line(e: BaseException) -> str:
