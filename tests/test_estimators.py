@@ -265,11 +265,12 @@ def test_a_dataset_mixing_modes_needs_the_mode_named(tmp_path):
     from perfpredict.estimators.models import INFER_TIME_TERMS, TIME_TERMS
 
     cpu_step, cuda_step = ("log_stepwise_rnn_gate_steps",), ("log_recurrent_steps",)
+    launch = ("log_kernel_calls",)
     # the CPU prices the graph's kernels by the costs measured there, per mode
     assert targets_for("cpu", "infer")["iter_time"].baseline_terms == (("log_kernel_ns_infer",), cpu_step)
     assert targets_for("cpu")["iter_time"].baseline_terms == (("log_kernel_ns_train",), cpu_step)
-    assert targets_for("cuda")["iter_time"].baseline_terms == TIME_TERMS + (cuda_step,)
-    assert targets_for("cuda", "infer")["iter_time"].baseline_terms == INFER_TIME_TERMS + (cuda_step,)
+    assert targets_for("cuda")["iter_time"].baseline_terms == TIME_TERMS + (launch, cuda_step)
+    assert targets_for("cuda", "infer")["iter_time"].baseline_terms == INFER_TIME_TERMS + (launch, cuda_step)
     with pytest.raises(ValueError, match="mode"):
         targets_for("cpu", "serve")
 

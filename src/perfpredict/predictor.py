@@ -357,6 +357,11 @@ class Predictor:
             notes.append("no kernels given (kernel_nodes): the CPU time baseline prices stand-in kernels made from "
                          "the per-op-type totals (every convolution taken as dense, views not told from copies), "
                          "so iteration time is rougher; send kernel_nodes (an ONNX file or a model file gives them)")
+        if ms.device_kind == "cuda" and not arch.kernel_nodes:
+            notes.append("no kernels given (kernel_nodes): the GPU time baseline's launch count comes from the "
+                         "per-op-type totals, which count shape arithmetic as kernels (up to 7x too many for a "
+                         "recurrent graph), so iteration time is rougher; send kernel_nodes (an ONNX file or a "
+                         "model file gives them)")
         points = []
         for i, b in enumerate(batch_sizes):
             t, tq = preds["iter_time"][0][i], preds["iter_time"][1][i]

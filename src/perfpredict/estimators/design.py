@@ -86,6 +86,10 @@ FEATURE_NAMES: list[str] = [
     # measured page sets, estimators.code_footprint), for an inference pass and for a training step: a third to a
     # half of a small model's CPU RSS increase, set by which kernels run, not by their sizes
     "log_code_bytes_infer", "log_code_bytes_train",
+    # kernels an eager forward pass launches (the graph's nodes less views and shape arithmetic, the exporter's
+    # erf GELU as one; estimators.kernel_nodes): each costs a launch whatever its size, which is what bounds a
+    # small model's step on a big GPU (ONNX's node count, with its views, does not tell it)
+    "log_kernel_calls",
     # nanoseconds of an inference pass / a training step as the sum of its kernels' costs measured on the CPU
     # (estimators.kernel_time: per kernel class a cost per call, per MAC, per byte and per recurrent step);
     # for a bare feature vector, of stand-in kernels made from its per-op-type totals
@@ -176,6 +180,7 @@ def design_row(arch: ArchFeatures, batch_size: int) -> dict[str, float]:
         arch.lookup_param_bytes, dict(arch.recurrent_steps_by_op))
     for mode in ("infer", "train"):
         row[f"log_code_bytes_{mode}"] = _log10(code_bytes(arch.op_counts, mode))
+    row["log_kernel_calls"] = _log10(sum(int(r[1]) for r in kernels))
     for mode, seconds in kernel_seconds_by_mode(kernels, int(b)).items():
         row[f"log_kernel_ns_{mode}"] = _log10(1e9 * seconds)
     return row

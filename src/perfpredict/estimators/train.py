@@ -313,12 +313,13 @@ _STEP_WORDS = {"log_recurrent_steps": "recurrent time step (LSTM, GRU, RNN)",
 
 #: How the report names a time baseline's other terms: (unit scale, unit, words).
 _TIME_WORDS = {
-    ("log_macs_per_iter",): (1e12, "ps", "per forward MAC"),
+    ("log_macs_per_iter",): (1e15, "fs", "per forward MAC"),
     ("log_act_bytes_per_iter", "log_param_bytes"): (1e12, "ps", "per byte of activations and parameters"),
     ("log_act_bytes_per_iter", "log_dense_param_bytes"): (
         1e12, "ps", "per byte of activations and non-embedding parameters (embedding tables are read by lookup)"),
     ("log_kernel_ns_infer",): (1.0, "×", "the sum of its kernels' costs measured on the CPU (inference)"),
     ("log_kernel_ns_train",): (1.0, "×", "the sum of its kernels' costs measured on the CPU (training step)"),
+    ("log_kernel_calls",): (1e6, "µs", "per kernel of a forward pass (launches, forward and backward)"),
 }
 
 
