@@ -67,9 +67,10 @@ class _Target:
     #: the interval widening calibrated for unseen families at training: ``metadata.json``'s
     #: ``interval_log_margin`` (added on both sides in log space), or ``interval_scale`` for sets trained before
     interval_scale: float = 1.0
-    #: GPU utilisation's physical prior (busy, idle coefficients; ``metadata.json``'s ``prior_coef``): its
-    #: boosters take the feature vector with the prior appended
-    prior: tuple[np.ndarray, np.ndarray] | None = None
+    #: GPU utilisation's physical prior (``with_utilization_prior``'s busy, idle and, since the launch term, time
+    #: coefficients and the time terms; ``metadata.json``'s ``prior_coef``): its boosters take the feature
+    #: vector with the prior columns appended
+    prior: tuple | None = None
     interval_log_margin: float = 0.0
     #: the margin for inputs whose saved-tensor counts were estimated (ONNX files); None: the one above
     interval_log_margin_estimated_counts: float | None = None
@@ -104,8 +105,9 @@ class _Target:
         return y, yq
 
 
-def _prior_of(target_meta: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray] | None:
-    """The saved prior's coefficients, checked against the terms this perfpredict computes."""
+def _prior_of(target_meta: Mapping[str, Any]) -> tuple | None:
+    """The saved prior's coefficients (busy, idle, time or None, time terms or None), checked against the terms
+    this perfpredict computes."""
     from perfpredict.estimators.models import BUSY_TERMS, IDLE_TERMS
 
     p = target_meta.get("prior_coef")
@@ -115,7 +117,17 @@ def _prior_of(target_meta: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray] |
             or [tuple(t) for t in p["idle_terms"][1:]] != list(IDLE_TERMS)):
         raise PerfPredictError("the saved utilisation model's prior uses other terms than this perfpredict "
                                "computes; retrain with `perfpredict train`", step="load models")
-    return np.array(p["busy"], float), np.array(p["idle"], float)
+    if "time" not in p:
+        return np.array(p["busy"], float), np.array(p["idle"], float), None, None
+    terms = tuple(tuple(t) for t in p["time_terms"][1:])
+    from perfpredict.estimators.design import FEATURE_NAMES
+
+    unknown = sorted({f for t in terms for f in t if f not in FEATURE_NAMES})
+    if unknown:
+        raise PerfPredictError(f"the saved utilisation model's time prior uses features this perfpredict does not "
+                               f"compute ({', '.join(unknown)}); retrain with `perfpredict train`",
+                               step="load models")
+    return np.array(p["busy"], float), np.array(p["idle"], float), np.array(p["time"], float), terms
 
 
 class ModelSet:

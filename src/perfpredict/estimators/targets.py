@@ -60,6 +60,9 @@ class TargetSpec:
     aux_column: str | None = None
     #: For a structured-memory target: its baseline's terms (training: saved tensors; inference: activations).
     memory_terms: tuple[tuple[str, ...], ...] = MEMORY_TERMS
+    #: For GPU utilisation: the iteration-time baseline's terms its second prior column divides by
+    #: (:func:`~perfpredict.estimators.models.busy_share_prior`); None: the busy/idle column alone.
+    prior_time_terms: tuple[tuple[str, ...], ...] | None = None
 
     def to_model(self, y: np.ndarray, X: np.ndarray) -> np.ndarray:
         y = np.asarray(y, dtype=float)
@@ -89,7 +92,7 @@ class TargetSpec:
         """A fresh regressor of ``kind`` for this target (memory wraps it in the structured model, utilisation
         in the prior model)."""
         if self.aux_column == UtilizationPriorModel.aux_column:
-            return UtilizationPriorModel(kind)
+            return UtilizationPriorModel(kind, time_terms=self.prior_time_terms)
         if self.transform == "structured_memory":
             return StructuredMemoryModel(kind, intercept=self.memory_intercept, terms=self.memory_terms)
         if kind == "none" and self.baseline_terms:
@@ -102,7 +105,7 @@ class TargetSpec:
         """The interval model that goes with the point model ``kind`` (the baseline-only memory model gets
         the training residuals' quantiles; every other one an XGBoost quantile booster)."""
         if self.aux_column == UtilizationPriorModel.aux_column:
-            return UtilizationPriorModel(quantiles=QUANTILES)
+            return UtilizationPriorModel(quantiles=QUANTILES, time_terms=self.prior_time_terms)
         if self.transform == "structured_memory":
             return StructuredMemoryModel("none" if kind == "none" else "xgboost", quantiles=QUANTILES,
                                          intercept=self.memory_intercept, terms=self.memory_terms)
@@ -160,5 +163,7 @@ def targets_for(device_kind: str, mode: str = "train") -> dict[str, TargetSpec]:
             spec = replace(spec, memory_terms=memory_terms(device_kind, mode))
         if spec.baseline_terms:
             spec = replace(spec, baseline_terms=time_terms(device_kind, mode))
+        if spec.aux_column == UtilizationPriorModel.aux_column:
+            spec = replace(spec, prior_time_terms=time_terms(device_kind, mode))
         out[name] = spec
     return out

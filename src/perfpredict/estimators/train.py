@@ -34,6 +34,7 @@ from perfpredict.estimators.models import (
     QUANTILES,
     LogBaselineModel,
     PRIOR_FEATURE,
+    PRIOR_TIME_FEATURE,
     UtilizationPriorModel,
     feature_importance,
 )
@@ -138,6 +139,11 @@ def train_dataset(dataset_csv: str | Path, out_root: str | Path, *, kinds: tuple
                                    "idle_terms": [["const"], *(list(t) for t in IDLE_TERMS)],
                                    "feature": PRIOR_FEATURE}
             names = [*names, PRIOR_FEATURE]
+            if point.time_coef_ is not None:
+                entry["prior_coef"] |= {"time": point.time_coef_.tolist(),
+                                        "time_terms": [["const"], *(list(t) for t in point.time_terms)],
+                                        "time_feature": PRIOR_TIME_FEATURE}
+                names = [*names, PRIOR_TIME_FEATURE]
         entry["feature_importance"] = (feature_importance(_booster_of(point), names)
                                        if _booster_of(point) is not None else {})
         fit_pred = spec.from_model(point.predict(X), X)
@@ -284,6 +290,12 @@ def render_report(meta: dict[str, Any]) -> str:
                       f"{b[2] * 1e12:.2f} ps per parameter byte + {b[3] * 1e6:.2f} µs per graph node; idle = "
                       f"{i[0] * 1e3:.2f} ms + {i[1] * 1e6:.2f} µs per graph node + {i[2] * 1e12:.2f} ps per "
                       f"input byte.", ""]
+            if "time" in t["prior_coef"]:
+                c = t["prior_coef"]["time"]
+                lines += [f"Second prior column (`{t['prior_coef']['time_feature']}` = log of GPU busy seconds "
+                          f"over the time baseline's seconds per iteration); that baseline, fitted on all rows: "
+                          f"{c[0] * 1e3:.2f} ms" + "".join(" + " + _time_term_text(ci, term) for ci, term in
+                                                           zip(c[1:], t["prior_coef"]["time_terms"][1:])) + ".", ""]
         if t["feature_importance"]:
             lines += ["Top features (XGBoost total gain): " + ", ".join(
                 f"{k} {v:.2f}" for k, v in list(t["feature_importance"].items())[:8]), ""]
