@@ -632,3 +632,26 @@ def test_predictor_serves_the_calibrated_interval(predictor):
             target.interval_log_margin = margin
         assert np.all(served[:, 0] <= raw[:, 0] + 1e-12) and np.all(served[:, -1] >= raw[:, -1] - 1e-12)
         assert np.allclose(served[:, 1], raw[:, 1])
+
+
+def test_saved_prior_with_and_without_the_time_column_loads():
+    """A set saved before the second prior column loads with one column; a saved time prior naming a feature
+    this perfpredict does not compute is refused with a clear message, not an index error at prediction."""
+    from perfpredict.errors import PerfPredictError
+    from perfpredict.estimators.models import BUSY_TERMS, IDLE_TERMS, with_utilization_prior
+    from perfpredict.predictor import _prior_of
+
+    meta = json.loads((MODELS / "cuda_h100" / "metadata.json").read_text())["targets"]["gpu_utilization"]
+    prior = meta["prior_coef"]
+    assert "time" in prior
+    old = {k: v for k, v in prior.items() if not k.startswith("time")}
+    busy, idle, t, terms = _prior_of({"prior_coef": old})
+    assert t is None and terms is None
+    X = np.zeros((3, len(FEATURE_NAMES)))
+    assert with_utilization_prior(X, busy, idle, t, terms).shape == (3, len(FEATURE_NAMES) + 1)
+    assert with_utilization_prior(X, *_prior_of(meta)).shape == (3, len(FEATURE_NAMES) + 2)
+    bad = dict(prior, time_terms=[["const"], ["log_no_such_feature"]])
+    with pytest.raises(PerfPredictError, match="log_no_such_feature"):
+        _prior_of({"prior_coef": bad})
+    assert [tuple(x) for x in prior["busy_terms"]] == list(BUSY_TERMS)
+    assert [tuple(x) for x in prior["idle_terms"][1:]] == list(IDLE_TERMS)

@@ -120,8 +120,6 @@ def _prior_of(target_meta: Mapping[str, Any]) -> tuple | None:
     if "time" not in p:
         return np.array(p["busy"], float), np.array(p["idle"], float), None, None
     terms = tuple(tuple(t) for t in p["time_terms"][1:])
-    from perfpredict.estimators.design import FEATURE_NAMES
-
     unknown = sorted({f for t in terms for f in t if f not in FEATURE_NAMES})
     if unknown:
         raise PerfPredictError(f"the saved utilisation model's time prior uses features this perfpredict does not "

@@ -289,13 +289,16 @@ class StructuredMemoryModel(LogBaselineModel):
 
 def with_utilization_prior(X: np.ndarray, busy_coef: np.ndarray, idle_coef: np.ndarray,
                            time_coef: np.ndarray | None = None,
-                           time_terms_: tuple[tuple[str, ...], ...] | None = None) -> np.ndarray:
+                           prior_time_terms: tuple[tuple[str, ...], ...] | None = None) -> np.ndarray:
     """``X`` with the prior columns appended, what the utilisation boosters take: :func:`utilization_prior`,
-    and with ``time_coef`` (sets trained since the launch term) :func:`busy_share_prior` too."""
+    and with ``time_coef`` and its ``prior_time_terms`` (sets trained since the launch term)
+    :func:`busy_share_prior` too."""
     X = np.asarray(X, float)
     cols = [X, utilization_prior(X, busy_coef, idle_coef)]
     if time_coef is not None:
-        cols.append(busy_share_prior(X, busy_coef, time_coef, time_terms_ or TIME_TERMS))
+        if not prior_time_terms:
+            raise ValueError("time coefficients need the terms they were fitted on")
+        cols.append(busy_share_prior(X, busy_coef, time_coef, prior_time_terms))
     return np.column_stack(cols)
 
 
