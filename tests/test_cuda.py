@@ -110,3 +110,16 @@ def test_dataset_collector_on_cuda_one_process_per_architecture(tmp_path):
         assert int(r["nvml_process_bytes"]) >= int(r["cuda_reserved_bytes"])
     # The second point's peak is its own (reset between points), not the first one's.
     assert int(rows[1]["peak_memory_bytes"]) >= int(rows[0]["peak_memory_bytes"])
+
+
+def test_kernel_benchmarks_time_on_the_gpu():
+    """The kernel microbenchmarks run on CUDA (synchronised), and their provenance names the GPU."""
+    from perfpredict.profile.kernel_bench import catalogue, machine_description, measure
+
+    benches = [b for b in catalogue(0, 3) if b.kind in ("gemm", "conv", "pointwise")][:4]
+    recs = measure(benches, ("infer", "train"), device="cuda")
+    for r in recs:
+        assert "error" not in r, r
+        assert r["nodes"] and all(r["seconds"][m] > 0 for m in ("infer", "train"))
+    d = machine_description("cuda")
+    assert d["device"] == "cuda" and d["gpu_name"]

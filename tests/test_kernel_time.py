@@ -152,6 +152,29 @@ def test_real_benchmarks_time_and_describe_their_kernels():
         assert any(n[0] == r["kind"] for n in r["nodes"])
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
+@pytest.mark.parametrize("device", ["cuda", "tpu"])
+def test_collector_refuses_a_device_this_machine_lacks(tmp_path, capsys, device):
+    """Asking for a GPU table where there is no GPU (or for an unknown device) is one clear message and a
+    non-zero exit, and nothing is written (the CPU table least of all)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("collect_kernel_costs", REPO / "profilers" / "collect_kernel_costs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    before = kernel_time.TABLE_PATH.read_bytes()
+    assert mod.main(["--device", device, "--out", str(tmp_path / "t.json")]) == 2
+    assert "not available" in capsys.readouterr().err
+    assert not (tmp_path / "t.json").exists() and kernel_time.TABLE_PATH.read_bytes() == before
+
+
+def test_benchmarks_record_the_device_they_ran_on():
+    from perfpredict.profile.kernel_bench import machine_description
+
+    d = machine_description("cpu")
+    assert d["device"] == "cpu" and d["cpu_model"] and "gpu_name" not in d
+
+
 # --- the shipped table ------------------------------------------------------------------------------------
 def test_shipped_table_has_provenance_and_both_modes():
     prov = kernel_time.provenance()

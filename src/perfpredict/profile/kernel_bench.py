@@ -16,6 +16,9 @@ parameters at once by non-negative least squares on relative error, and the tabl
 :mod:`perfpredict.estimators.kernel_time`.
 
 The sizes are drawn (seeded) over the range the zoo's layers span, capped so a call stays under ~50 ms.
+
+``device="cuda"`` times the same modules on a GPU (synchronising after each call, as the profiler does), for a
+GPU's own table; the kernels are still read off a CPU export, since the graph is the same.
 """
 
 from __future__ import annotations
@@ -205,13 +208,18 @@ def kernel_nodes_of(module: Any, inputs: tuple) -> list[KernelNode]:
     return analyze_onnx(export_onnx(module, inputs).model_proto).kernel_nodes
 
 
-def time_call(module: Any, inputs: tuple, mode: str, min_time_s: float = 0.15, warmup: int = 3) -> float:
+def time_call(module: Any, inputs: tuple, mode: str, min_time_s: float = 0.15, warmup: int = 3,
+              device: str = "cpu") -> float:
     """Median seconds of one inference pass or training step of ``module`` on ``inputs``, timed as the
     profiler times a model (inference under ``torch.inference_mode``; training with the default loss and an
-    SGD-momentum step)."""
+    SGD-momentum step) on ``device`` ("cpu", or "cuda[:i]", synchronised after every call)."""
     import torch
 
     from perfpredict.workload.spec import default_loss, default_optimizer
+
+    module = module.to(device)
+    inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs)
+    sync = (lambda: torch.cuda.synchronize(device)) if str(device).startswith("cuda") else (lambda: None)
 
     if mode == "train":
         module.train()
@@ -237,13 +245,14 @@ def time_call(module: Any, inputs: tuple, mode: str, min_time_s: float = 0.15, w
     # test: one layer's steps barely vary), at most 2000
     cfg = TimingConfig(warmup_iters=warmup, warmup_s=0.0, min_iters=5, max_iters=2000, min_time_s=min_time_s,
                        max_time_s=float("inf"), rel_tol=float("inf"))
-    return time_iterations(step, lambda: None, cfg).stats()["median_s"]
+    return time_iterations(step, sync, cfg).stats()["median_s"]
 
 
 def measure(benches: Iterable[Bench], modes: Iterable[str] = MODES,
-            progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
-    """Time every benchmark in every mode; one record per benchmark: its kernels and seconds by mode. A
-    benchmark that fails to build, export or run is recorded with its error and left out of the fit."""
+            progress: Callable[[str], None] | None = None, device: str = "cpu") -> list[dict[str, Any]]:
+    """Time every benchmark in every mode on ``device``; one record per benchmark: its kernels and seconds by
+    mode. A benchmark that fails to build, export or run (a CUDA OOM included) is recorded with its error and
+    left out of the fit."""
     import torch
 
     records = []
@@ -254,7 +263,7 @@ def measure(benches: Iterable[Bench], modes: Iterable[str] = MODES,
             module, inputs = b.build()
             rec["nodes"] = [[k.cls, k.macs, k.io_bytes, k.weight_bytes, k.steps]
                             for k in kernel_nodes_of(module, inputs)]
-            rec["seconds"] = {m: time_call(module, inputs, m) for m in modes}
+            rec["seconds"] = {m: time_call(module, inputs, m, device=device) for m in modes}
         except Exception as e:  # noqa: BLE001 - one broken benchmark must not lose the others
             rec["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
         records.append(rec)
@@ -263,14 +272,18 @@ def measure(benches: Iterable[Bench], modes: Iterable[str] = MODES,
     return records
 
 
-def machine_description() -> dict[str, Any]:
-    """What the cost table depends on: the CPU model, the threads the timings used, the torch build."""
+def machine_description(device: str = "cpu") -> dict[str, Any]:
+    """What the cost table depends on: the device the timings ran on, the CPU model and the threads they used,
+    the torch build (and for a GPU its name and CUDA version)."""
     import os
 
     import torch
 
     from perfpredict.hostinfo import cpu_model_name
 
-    return {"cpu_model": cpu_model_name(), "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
-            "torch_version": torch.__version__, "python_version": platform.python_version(),
-            "machine": platform.machine()}
+    out = {"device": str(device), "cpu_model": cpu_model_name(), "cpu_count": os.cpu_count(),
+           "threads": torch.get_num_threads(), "torch_version": torch.__version__,
+           "python_version": platform.python_version(), "machine": platform.machine()}
+    if str(device).startswith("cuda"):
+        out |= {"gpu_name": torch.cuda.get_device_name(device), "cuda_version": torch.version.cuda}
+    return out
