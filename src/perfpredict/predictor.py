@@ -284,8 +284,11 @@ class Predictor:
             matches = [s for s in matches if s.device_name == local] or matches
         if matches:
             return matches[0]
-        raise UsageError(f"no trained models for device type {device_type!r} in {want} mode; available: "
-                         + ", ".join(f"{n} ({s.mode})" for n, s in self.sets.items()), step="predict")
+        asked = repr(device_type) if device_type else f"'{kind}' (the default when none is named)"
+        hint = ("; measure a set with `python profilers/collect_dataset.py measure --device cuda --mode infer` on a "
+                "GPU and train it" if kind == "cuda" and want == "infer" else "")
+        raise UsageError(f"no trained models for device type {asked} in {want} mode; available: "
+                         + ", ".join(f"{n} ({s.mode})" for n, s in self.sets.items()) + hint, step="predict")
 
     # -- predictions --------------------------------------------------------------------------------------
     def predict_values(self, features: ArchFeatures | Mapping[str, Any], batch_sizes: Sequence[int],
