@@ -101,3 +101,20 @@ def test_bare_feature_vector_on_cuda_gets_a_note_about_its_launch_count(h100):
     assert any("launch count" in n for n in bare.prediction.notes)
     t_full, t_bare = full.prediction.points[0].iter_time_s, bare.prediction.points[0].iter_time_s
     assert np.isfinite(t_bare) and t_bare > t_full  # more launches charged
+
+
+def test_card_splits_the_time_baseline_and_small_batches_are_launch_bound(h100):
+    """A predicted card says how the physical time baseline splits each step: ImageNet ResNet-50 on the H100
+    at batch 8 is mostly kernel launches (measured GPU utilisation 0.27) and at batch 128 mostly compute and
+    memory traffic (0.94); the shares of a point sum to 1."""
+    from perfpredict import Predictor
+
+    i = int(np.flatnonzero(h100.configs == "resnet-depth50-width64-image_size224-num_classes1000")[0])
+    card = Predictor.load(REPO / "trained_models").card_for(h100.archs[i], [8, 128], device_type="cuda_h100",
+                                                             allow_fallback=False)
+    small, large = (p.iter_time_baseline_shares for p in card.prediction.points)
+    for shares in (small, large):
+        assert sum(shares.values()) == pytest.approx(1.0) and all(v > 0 for v in shares.values())
+    assert small["kernel launches"] > 0.5
+    assert large["kernel launches"] < 0.3
+    assert large["compute (MACs)"] + large["memory traffic (bytes)"] > 0.6

@@ -23,14 +23,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from perfpredict.errors import PerfPredictError
 
-SCHEMA_VERSION = "1.9"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
+SCHEMA_VERSION = "1.10"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
 #                                             features.activation_bytes_by_op; 1.3: features.lookup_param_bytes;
 #                                             1.4: features.recurrent_steps_by_op;
 #                                             1.5: features.saved_cpu_bytes_per_sample;
 #                                             1.6: features.peak_live_bytes_per_sample/_fixed,
 #                                                  features.graph_saved_bytes_per_sample/_fixed;
 #                                             1.7: memory[].file_backed_bytes; 1.8: features.kernel_nodes;
-#                                             1.9: throughput[].denormal_speedup, denormal_flushed_iter_time_s
+#                                             1.9: throughput[].denormal_speedup, denormal_flushed_iter_time_s;
+#                                             1.10: prediction.points[].iter_time_baseline_shares
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -439,6 +440,10 @@ class PredictedPoint(_Section):
     gpu_utilization_interval: tuple[float, float] | None = None
     gpu_utilization_safe: float | None = None
     outside_trained_batches: bool = False
+    iter_time_baseline_shares: dict[str, float] | None = Field(
+        None, description="how the physical time baseline (before the learned correction) splits the step: "
+                          "share per term, e.g. a fixed cost per step, compute, memory traffic, kernel launches, "
+                          "recurrent steps; a launch share near 1 means the step is bound by kernel launches")
 
 
 class NearestProfiled(_Section):

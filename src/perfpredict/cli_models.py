@@ -114,6 +114,11 @@ def predict(
     out_console.print(t)
     out_console.print(f"nearest profiled architecture: {info.nearest.name} (distance {info.nearest.distance:.2f}, "
                       f"in-distribution up to {info.nearest.threshold:.2f})", highlight=False)
+    for p in {id(q): q for q in (info.points[0], info.points[-1])}.values():
+        if p.iter_time_baseline_shares:
+            parts = sorted(p.iter_time_baseline_shares.items(), key=lambda kv: -kv[1])
+            out_console.print(f"time baseline at batch {p.batch_size}: "
+                              + ", ".join(f"{k} {v:.0%}" for k, v in parts if v >= 0.005), highlight=False)
     for n in info.notes:
         err_console.print(f"note: {n}", highlight=False)
     if out:

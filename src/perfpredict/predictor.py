@@ -78,6 +78,16 @@ class _Target:
     def _base(self, X: np.ndarray, coef: np.ndarray, floor: float = 1.0) -> np.ndarray:
         return np.maximum(baseline_components(X, self.terms or MEMORY_TERMS) @ coef, floor)
 
+    def baseline_shares(self, X: np.ndarray) -> list[dict[str, float]] | None:
+        """Per row, each term's share of the physical baseline (median model, before its learned correction),
+        keyed by :data:`BASELINE_TERM_LABELS`; None for a target without a baseline."""
+        if self.coef_point is None or self.terms is None:
+            return None
+        parts = baseline_components(X, self.terms) * self.coef_point
+        labels = ["fixed per step", *(BASELINE_TERM_LABELS.get(tuple(t), "+".join(t)) for t in self.terms)]
+        total = np.maximum(parts.sum(axis=1), 1e-300)
+        return [{lab: float(v) for lab, v in zip(labels, row / tot) if v > 0} for row, tot in zip(parts, total)]
+
     def predict(self, X: np.ndarray, estimated_counts: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """(median point prediction, quantiles n × 3) on the target's natural scale; ``estimated_counts``: the
         rows' saved-tensor counts were estimated from the graph, so the interval takes that margin."""
@@ -103,6 +113,19 @@ class _Target:
             if self.transform == "identity01":
                 yq = np.clip(yq, 0.005, 1.0)
         return y, yq
+
+
+#: How a card names the time baseline's terms (:meth:`_Target.baseline_shares`).
+BASELINE_TERM_LABELS: dict[tuple[str, ...], str] = {
+    ("log_macs_per_iter",): "compute (MACs)",
+    ("log_act_bytes_per_iter", "log_param_bytes"): "memory traffic (bytes)",
+    ("log_act_bytes_per_iter", "log_dense_param_bytes"): "memory traffic (bytes)",
+    ("log_kernel_calls",): "kernel launches",
+    ("log_recurrent_steps",): "recurrent time steps",
+    ("log_stepwise_rnn_gate_steps",): "recurrent time steps",
+    ("log_kernel_ns_infer",): "kernels (CPU cost table)",
+    ("log_kernel_ns_train",): "kernels (CPU cost table)",
+}
 
 
 def _prior_of(target_meta: Mapping[str, Any]) -> tuple | None:
@@ -376,6 +399,7 @@ class Predictor:
                          "recurrent graph), so iteration time is rougher; send kernel_nodes (an ONNX file or a "
                          "model file gives them)")
         points = []
+        shares = ms.targets["iter_time"].baseline_shares(X) if method == "estimator" else None
         for i, b in enumerate(batch_sizes):
             t, tq = preds["iter_time"][0][i], preds["iter_time"][1][i]
             m, mq = preds["peak_memory"][0][i], preds["peak_memory"][1][i]
@@ -383,7 +407,8 @@ class Predictor:
                       samples_per_s=float(b / t), peak_memory_bytes=float(m),
                       peak_memory_interval_bytes=(float(mq[0]), float(mq[-1])),
                       peak_memory_safe_bytes=float(max(mq[-1], m)),
-                      outside_trained_batches=not (min(ms.trained_batches) <= b <= max(ms.trained_batches)))
+                      outside_trained_batches=not (min(ms.trained_batches) <= b <= max(ms.trained_batches)),
+                      iter_time_baseline_shares=shares[i] if shares else None)
             if "device_memory" in preds:
                 d, dq = preds["device_memory"][0][i], preds["device_memory"][1][i]
                 pt.update(device_memory_bytes=float(d), device_memory_interval_bytes=(float(dq[0]), float(dq[-1])),
