@@ -114,7 +114,7 @@ def predict(
     out_console.print(t)
     out_console.print(f"nearest profiled architecture: {info.nearest.name} (distance {info.nearest.distance:.2f}, "
                       f"in-distribution up to {info.nearest.threshold:.2f})", highlight=False)
-    for p in {id(q): q for q in (info.points[0], info.points[-1])}.values():
+    for p in [info.points[0], *info.points[1:][-1:]]:  # the first and the last batch size asked for
         if p.iter_time_baseline_shares:
             parts = sorted(p.iter_time_baseline_shares.items(), key=lambda kv: -kv[1])
             out_console.print(f"time baseline at batch {p.batch_size}: "

@@ -389,15 +389,13 @@ class Predictor:
             notes.append("no op types given (op_counts): the CPU memory baseline's code-page term counts only an "
                          "empty model's library code (about 5 MiB, against 13-30 MiB for the zoo's families), so "
                          "peak memory is under-predicted; send op_counts (an ONNX file gives them)")
-        if ms.device_kind == "cpu" and not arch.kernel_nodes:
-            notes.append("no kernels given (kernel_nodes): the CPU time baseline prices stand-in kernels made from "
-                         "the per-op-type totals (every convolution taken as dense, views not told from copies), "
-                         "so iteration time is rougher; send kernel_nodes (an ONNX file or a model file gives them)")
-        if ms.device_kind == "cuda" and not arch.kernel_nodes:
-            notes.append("no kernels given (kernel_nodes): the GPU time baseline's launch count comes from the "
-                         "per-op-type totals, which count shape arithmetic as kernels (up to 7x too many for a "
-                         "recurrent graph), so iteration time is rougher; send kernel_nodes (an ONNX file or a "
-                         "model file gives them)")
+        if not arch.kernel_nodes:
+            what = ("the CPU time baseline prices stand-in kernels made from the per-op-type totals (every "
+                    "convolution taken as dense, views not told from copies)" if ms.device_kind == "cpu" else
+                    "the GPU time baseline's launch count comes from the per-op-type totals, which count shape "
+                    "arithmetic as kernels (up to 7x too many for a recurrent graph)")
+            notes.append(f"no kernels given (kernel_nodes): {what}, so iteration time is rougher; send kernel_nodes "
+                         "(an ONNX file or a model file gives them)")
         points = []
         shares = ms.targets["iter_time"].baseline_shares(X) if method == "estimator" else None
         for i, b in enumerate(batch_sizes):

@@ -277,10 +277,8 @@ def render_report(meta: dict[str, Any]) -> str:
                                 for ci, term in zip(c[3:], t["baseline_coef"]["terms"][3:]))
                       + ".", ""]
         elif "baseline_coef" in t:
-            c = t["baseline_coef"]["point"]
-            lines += [f"Baseline fitted on all rows: {c[0] * 1e3:.2f} ms"
-                      + "".join(" + " + _time_term_text(ci, term)
-                                for ci, term in zip(c[1:], t["baseline_coef"]["term_features"]))
+            lines += ["Baseline fitted on all rows: "
+                      + _time_baseline_text(t["baseline_coef"]["point"], t["baseline_coef"]["term_features"])
                       + ", per iteration.", ""]
         if "prior_coef" in t:
             b, i = t["prior_coef"]["busy"], t["prior_coef"]["idle"]
@@ -291,11 +289,10 @@ def render_report(meta: dict[str, Any]) -> str:
                       f"{i[0] * 1e3:.2f} ms + {i[1] * 1e6:.2f} µs per graph node + {i[2] * 1e12:.2f} ps per "
                       f"input byte.", ""]
             if "time" in t["prior_coef"]:
-                c = t["prior_coef"]["time"]
                 lines += [f"Second prior column (`{t['prior_coef']['time_feature']}` = log of GPU busy seconds "
                           f"over the time baseline's seconds per iteration); that baseline, fitted on all rows: "
-                          f"{c[0] * 1e3:.2f} ms" + "".join(" + " + _time_term_text(ci, term) for ci, term in
-                                                           zip(c[1:], t["prior_coef"]["time_terms"][1:])) + ".", ""]
+                          + _time_baseline_text(t["prior_coef"]["time"], t["prior_coef"]["time_terms"][1:]) + ".",
+                          ""]
         if t["feature_importance"]:
             lines += ["Top features (XGBoost total gain): " + ", ".join(
                 f"{k} {v:.2f}" for k, v in list(t["feature_importance"].items())[:8]), ""]
@@ -333,6 +330,12 @@ _TIME_WORDS = {
     ("log_kernel_ns_train",): (1.0, "×", "the sum of its kernels' costs measured on the CPU (training step)"),
     ("log_kernel_calls",): (1e6, "µs", "per kernel of a forward pass (launches, forward and backward)"),
 }
+
+
+def _time_baseline_text(coef: Sequence[float], term_features: Sequence[Sequence[str]]) -> str:
+    """A time baseline in words: its constant (``coef[0]``, seconds) and each term after it."""
+    return f"{coef[0] * 1e3:.2f} ms" + "".join(" + " + _time_term_text(ci, term)
+                                                for ci, term in zip(coef[1:], term_features))
 
 
 def _time_term_text(coef: float, term: Sequence[str]) -> str:
