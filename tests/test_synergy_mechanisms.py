@@ -476,7 +476,7 @@ def test_leftover_table_picks_what_a_scan_of_the_grid_picks():
     the point a full scan picks (fastest, then fewest CPUs, then least memory), ties included."""
     import numpy as np
 
-    from perfpredict.sched.mechanisms.synergy import _grid_arrays, _grid_best_within
+    from perfpredict.sched.mechanisms.synergy.packer import _grid_arrays, _grid_best_within
 
     rng = random.Random(5)
     levels = (0.25, 0.5, 0.5, 0.75, 1.0, 1.0)  # repeated values: many ties
