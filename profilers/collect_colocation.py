@@ -9,6 +9,15 @@ T_deg = |T_colo − T_solo| / T_solo for each, their solo NVML GPU utilisations 
     python profilers/collect_colocation.py --device cuda --out datasets/cuda_h100_colocation.csv
     python profilers/collect_colocation.py --device cpu --out /tmp/pairs.csv --jobs 3 --window 1
 
+The fixed list below has 8 jobs, too few to tell how well an interference model carries over to a job it
+has not seen (leave-one-job-out; :func:`perfpredict.estimators.interference.leave_one_job_out`). With
+``--from-dataset`` the jobs are drawn instead from the measured points of a dataset of the same device
+(one per stratum of solo GPU utilisation, or of iteration time on a CPU, each from a family chosen at
+random), and each is paired with ``--partners`` others at random; labels are ``<config>-b<batch>``:
+
+    python profilers/collect_colocation.py --device cuda --out datasets/cuda_h100_colocation.csv \
+        --from-dataset datasets/cuda_h100.csv --sample-jobs 24 --partners 4 --seed 1 --window 1.5
+
 Provenance goes to ``<out>.meta.json`` as for the measured datasets.
 """
 
@@ -44,6 +53,63 @@ COLUMNS = ["job", "job_batch", "partner", "partner_batch", "status", "error", "j
            "cumulative_gpu_utilization", "device", "window_s", "measured_at"]
 
 
+def sample_jobs(rows: list[dict[str, str]], n_jobs: int, seed: int, max_job_mem_gb: float | None = None,
+                max_iter_s: float | None = None) -> list[tuple[str, str, dict, int]]:
+    """``n_jobs`` measured points of a dataset as jobs of the list above: the ok points, sorted by solo GPU
+    utilisation (iteration time where there is none), cut into ``n_jobs`` equal strata, one point from each,
+    its family drawn uniformly among the families in the stratum (so big families do not crowd out small
+    ones). Points above ``max_job_mem_gb`` of NVML process memory (or peak memory) or ``max_iter_s`` per
+    iteration are left out. Deterministic given ``seed``."""
+    import random
+
+    from perfpredict.dataset.collect import plan_sweep
+
+    plans = {p.config: p for p in plan_sweep()}
+    pts = []
+    for r in rows:
+        if r.get("status") != "ok" or r.get("config") not in plans:
+            continue
+        mem = r.get("nvml_process_bytes") or r.get("peak_memory_bytes")
+        if max_job_mem_gb is not None and mem and float(mem) > max_job_mem_gb * 2**30:
+            continue
+        if max_iter_s is not None and r.get("iter_time_s") and float(r["iter_time_s"]) > max_iter_s:
+            continue
+        key = float(r["gpu_utilization"]) if r.get("gpu_utilization") else float(r["iter_time_s"])
+        pts.append((key, r["config"], r["family"], int(r["batch_size"])))
+    if len(pts) < n_jobs:
+        raise SystemExit(f"error: only {len(pts)} usable points in the dataset, asked for {n_jobs} jobs")
+    pts.sort()
+    rng = random.Random(seed)
+    out = []
+    for k in range(n_jobs):
+        stratum = pts[k * len(pts) // n_jobs:(k + 1) * len(pts) // n_jobs]
+        fam = rng.choice(sorted({p[2] for p in stratum}))
+        _, config, family, batch = rng.choice([p for p in stratum if p[2] == fam])
+        out.append((f"{config}-b{batch}", family, dict(plans[config].cfg), batch))
+    return out
+
+
+def random_pairs(labels: list[str], partners: int, seed: int, self_pairs: bool = False) -> list[tuple[str, str]]:
+    """Unordered pairs in which every job has at least ``partners`` distinct partners (fewer only when there
+    are not enough jobs), drawn at random; with ``self_pairs`` each job also runs next to a copy of itself."""
+    import random
+
+    rng = random.Random(seed)
+    order = {x: i for i, x in enumerate(labels)}
+    pairs: set[tuple[str, str]] = set()
+    deg = dict.fromkeys(labels, 0)
+    for a in labels:
+        others = [b for b in labels if b != a and (min(a, b, key=order.get), max(a, b, key=order.get)) not in pairs]
+        rng.shuffle(others)
+        for b in others[: max(0, partners - deg[a])]:
+            pairs.add((min(a, b, key=order.get), max(a, b, key=order.get)))
+            deg[a] += 1
+            deg[b] += 1
+    if self_pairs:
+        pairs.update((a, a) for a in labels)
+    return sorted(pairs, key=lambda ab: (order[ab[0]], order[ab[1]]))
+
+
 def main(argv: list[str] | None = None) -> int:
     from perfpredict.dataset.collect import _append_provenance, _run_provenance, CollectSettings, git_commit_of
     from perfpredict.profile.colocation import measure_pair, measure_solo
@@ -57,10 +123,37 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=len(JOBS), help="use the first N jobs of the list")
     ap.add_argument("--window", type=float, default=2.0, help="timed seconds per run")
     ap.add_argument("--time-budget", type=float, help="stop starting new pairs after this many seconds")
+    ap.add_argument("--from-dataset", type=Path, help="draw the jobs from this dataset's measured points instead")
+    ap.add_argument("--sample-jobs", type=int, default=24, help="with --from-dataset: how many jobs")
+    ap.add_argument("--partners", type=int, default=4, help="with --from-dataset: partners per job (at least)")
+    ap.add_argument("--self-pairs", action="store_true", help="with --from-dataset: also pair each job with a copy")
+    ap.add_argument("--seed", type=int, default=0, help="with --from-dataset: seed of the draw")
+    ap.add_argument("--max-job-mem-gb", type=float, default=30.0,
+                    help="with --from-dataset: leave out points whose measured memory is above this")
+    ap.add_argument("--max-iter-s", type=float, help="with --from-dataset: leave out points slower than this "
+                    "per iteration (default: a tenth of the window)")
+    ap.add_argument("--dry-run", action="store_true", help="print the jobs and pairs, measure nothing")
     args = ap.parse_args(argv)
 
+    if args.from_dataset is not None:
+        from perfpredict.dataset.collect import read_dataset
+
+        if not args.from_dataset.is_file():
+            raise SystemExit(f"error: no dataset at {args.from_dataset}")
+        jobs = sample_jobs(read_dataset(args.from_dataset), args.sample_jobs, args.seed, args.max_job_mem_gb,
+                           args.max_iter_s if args.max_iter_s is not None else args.window / 10)
+        all_pairs = random_pairs([j[0] for j in jobs], args.partners, args.seed, args.self_pairs)
+    else:
+        jobs = JOBS[: args.jobs]
+        all_pairs = list(itertools.combinations_with_replacement([j[0] for j in jobs], 2))
+    if args.dry_run:
+        for label, fam, _, _ in jobs:
+            print(f"job  {label} ({fam})")
+        for a, b in all_pairs:
+            print(f"pair {a} + {b}")
+        print(f"{len(jobs)} jobs, {len(all_pairs)} pairs")
+        return 0
     device = resolve_device(args.device)
-    jobs = JOBS[: args.jobs]
     timing = GroupTiming(window_s=args.window)
     refs = {label: (WorkloadRef("zoo", fam, tuple(sorted(p.items()))), b) for label, fam, p, b in jobs}
     done = set()
@@ -73,11 +166,14 @@ def main(argv: list[str] | None = None) -> int:
                                git_commit=git_commit_of(Path(__file__).resolve().parent.parent))
     meta = _run_provenance(settings)
     meta["window_s"] = args.window
+    if args.from_dataset is not None:
+        meta["sampled_from"] = {"dataset": args.from_dataset.name, "jobs": args.sample_jobs,
+                                "partners": args.partners, "seed": args.seed, "self_pairs": args.self_pairs,
+                                "max_job_mem_gb": args.max_job_mem_gb}
     t0 = time.monotonic()
     solo: dict[str, dict] = {}
     counts: dict[str, int] = {}
-    pairs = [(a, b) for a, b in itertools.combinations_with_replacement([j[0] for j in jobs], 2)
-             if (a, b) not in done]
+    pairs = [(a, b) for a, b in all_pairs if (a, b) not in done]
     print(f"{len(pairs)} pairs to measure on {device}", file=sys.stderr)
     with open(args.out, "a", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS)

@@ -160,7 +160,8 @@ def train_dataset(dataset_csv: str | Path, out_root: str | Path, *, kinds: tuple
         model, info = fit_from_colocation_csv(coloc)
         (out / "interference.json").write_text(json.dumps(info, indent=2) + "\n")
         files.append(out / "interference.json")
-        meta["interference"] = {k: info[k] for k in ("file", "sha256", "pairs", "points", "r2_linear", "r2_quadratic")}
+        meta["interference"] = {k: info[k] for k in ("file", "sha256", "pairs", "points", "r2_linear", "r2_quadratic",
+                                                    "leave_one_job_out")}
     (out / METADATA_FILE).write_text(json.dumps(meta, indent=2, default=float) + "\n")
     (out / "report.md").write_text(render_report(meta))
     files += [out / METADATA_FILE, out / "report.md"]
@@ -301,6 +302,11 @@ def render_report(meta: dict[str, Any]) -> str:
         lines += ["## Interference (Horus slowdown vs cumulative GPU utilisation)", "",
                   f"{i['pairs']} measured pairs ({i['points']} points), R² linear branch {i['r2_linear']}, "
                   f"quadratic branch {i['r2_quadratic']}: see interference.json.", ""]
+        lojo = i.get("leave_one_job_out")
+        if lojo:
+            lines += [f"On a job left out of the fit ({lojo['jobs']} jobs, each refitted without its pairs): "
+                      f"slowdown RMSE {lojo['rmse']} (MAE {lojo['mae']}), against {lojo['rmse_mean_slowdown']} "
+                      f"(MAE {lojo['mae_mean_slowdown']}) for the training pairs' mean slowdown.", ""]
     return "\n".join(lines)
 
 
