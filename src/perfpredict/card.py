@@ -15,6 +15,7 @@ Loading a card whose major version differs from :data:`SCHEMA_VERSION` raises a 
 from __future__ import annotations
 
 import json
+import math
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -548,7 +549,13 @@ class PerformanceCard(_Section):
         from perfpredict.fit.rate import RateModel
 
         if self.rate_model is None:
-            raise PerfPredictError("card has no rate model (fewer than one successful measurement)",
+            if self.prediction is not None:
+                sizes = ", ".join(str(p.batch_size) for p in self.prediction.points)
+                raise PerfPredictError(f"a predicted card has no rate model to interpolate: its iteration times "
+                                       f"are per batch size ({sizes}) in prediction.points; predict the batch "
+                                       "size you need with perfpredict predict -b", source=self.model.name,
+                                       step="rate model")
+            raise PerfPredictError("card has no rate model: no batch size was measured successfully",
                                    source=self.model.name, step="rate model")
         return RateModel.from_card(self.rate_model)
 
@@ -561,6 +568,9 @@ class PerformanceCard(_Section):
     def latency_s(self, iterations: float, batch_size: float) -> float:
         """GENIE's Lat(iterations, batch) = iterations · T(batch) + ν, in seconds."""
         nu = self.latency.nu_s if self.latency else 0.0
+        if not (math.isfinite(nu) and nu >= 0):
+            raise PerfPredictError(f"the card's start-up overhead latency.nu_s is {nu}, not a non-negative number",
+                                   source=self.model.name, step="latency")
         return self.rate().latency(iterations, batch_size, nu_s=nu)
 
     def max_feasible_batch(self) -> int | None:

@@ -7,6 +7,7 @@ before a failure is written first.
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 import sys
@@ -49,10 +50,26 @@ def _bytes(text: str | None) -> int | None:
     m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([kKmMgGtT]?)(i?)[bB]?\s*", text)
     if not m:
         raise UsageError(f"cannot read a memory size from {text!r} (try 4GB or 512MiB)", step="arguments")
-    value = float(m.group(1))
+    try:
+        value = float(m.group(1))
+    except ValueError:
+        raise UsageError(f"cannot read a memory size from {text!r} (try 4GB or 512MiB)", step="arguments") from None
     power = " KMGT".index(m.group(2).upper() or " ")
     base = 1024 if m.group(3) else 1000
     return int(value * base**power)
+
+
+def check_out_dir(out: Path | None) -> None:
+    """An output directory that can be used: absent (created later) or a directory, with no file in the way
+    above it. Checked before any work starts, so results are never computed only to be lost."""
+    if out is None:
+        return
+    for p in (out, *out.parents):
+        if p.exists():
+            if not p.is_dir():
+                what = f"--out {out}" if p == out else f"--out {out}: {p}"
+                raise UsageError(f"{what} is a file, not a directory", step="arguments")
+            break
 
 
 def _fmt_bytes(n: int | None) -> str:
@@ -96,8 +113,41 @@ class _RichListener:
         self.progress.console.print(msg, markup=True, highlight=False)
 
 
+def print_prediction(card, console: Console = out_console) -> None:
+    """A predicted card (``perfpredict predict``, or ``show`` on its file): one row per batch size with the
+    intervals, the nearest profiled architecture, the time baseline's split and the estimators' notes."""
+    info = card.prediction
+    t = Table(title=f"{card.model.name}: predicted {card.run.mode} on {card.device.name} ({info.method})")
+    # what the memory column is depends on the device the estimators were trained on (card.memory[].kind)
+    peak = "peak allocated" if card.device.kind == "cuda" else "peak RSS increase"
+    for c in ("batch", "iter time (q10-q90)", "samples/s", f"{peak} (q10-q90)", "GPU memory to reserve (q90)",
+              "GPU util"):
+        t.add_column(c)
+    for p in info.points:
+        t.add_row(str(p.batch_size),
+                  f"{p.iter_time_s * 1e3:.2f} ms ({p.iter_time_interval_s[0] * 1e3:.2f}-{p.iter_time_interval_s[1] * 1e3:.2f})",
+                  f"{p.samples_per_s:.0f}",
+                  f"{p.peak_memory_bytes / 2**20:.0f} MiB ({p.peak_memory_interval_bytes[0] / 2**20:.0f}-"
+                  f"{p.peak_memory_interval_bytes[1] / 2**20:.0f})",
+                  "-" if p.device_memory_safe_bytes is None else f"{p.device_memory_safe_bytes / 2**20:.0f} MiB",
+                  "-" if p.gpu_utilization is None else f"{p.gpu_utilization:.0%}")
+    console.print(t)
+    console.print(f"nearest profiled architecture: {info.nearest.name} (distance {info.nearest.distance:.2f}, "
+                  f"in-distribution up to {info.nearest.threshold:.2f})", highlight=False)
+    for p in [info.points[0], *info.points[1:][-1:]]:  # the first and the last batch size asked for
+        if p.iter_time_baseline_shares:
+            parts = sorted(p.iter_time_baseline_shares.items(), key=lambda kv: -kv[1])
+            console.print(f"time baseline at batch {p.batch_size}: "
+                          + ", ".join(f"{k} {v:.0%}" for k, v in parts if v >= 0.005), highlight=False)
+    for n in info.notes:
+        console.print(f"[dim]note: {n}[/]", highlight=False)
+
+
 def print_summary(card, console: Console = out_console) -> None:
     """A human-readable summary of a card: the per-batch table, then the fitted models and features."""
+    if card.prediction is not None:
+        print_prediction(card, console)
+        return
     mem = {m.batch_size: m for m in card.memory}
     t = Table(title=f"{card.model.name} · {card.run.mode} · {card.device.kind}: {card.device.name}",
               title_style="bold")
@@ -173,6 +223,8 @@ def _print_extended(card, console: Console) -> None:
             if q.status == "ok":
                 console.print(f"next to {q.partner}: slowdown T_deg {q.job_slowdown:.1%} (partner {q.partner_slowdown:.1%})",
                               highlight=False)
+            else:
+                console.print(f"next to {q.partner}: [yellow]{q.status}[/]: {q.error}", highlight=False)
     sc = card.scaling
     if sc is not None:
         for p in sc.points:
@@ -190,6 +242,10 @@ def _print_extended(card, console: Console) -> None:
     if se is not None:
         console.print(f"sensitivity: probed CPUs {se.profiled_cpu_values} of {len(se.cpu_values)}; demand "
                       f"{se.demand.cpus} CPUs, {se.demand.mem_gb:.2f} GB", highlight=False)
+    for e in card.errors:
+        # Per-batch failures are in the table and a failed export in the graph line; the rest are whole sections.
+        if e.batch_size is None and e.step != "export_onnx":
+            console.print(f"[yellow]{e.step}[/]: {e.message}", highlight=False)
     for n in card.notes:
         console.print(f"[dim]note: {n}[/]", highlight=False)
 
@@ -237,12 +293,27 @@ def profile(
         raise UsageError("need 0 < --min-time <= --max-time", step="arguments")
     if window <= 0 or link_mbit <= 0:
         raise UsageError("--window and --link-mbit must be positive", step="arguments")
+    if not no_mlflow and not experiment.strip():
+        raise UsageError("--experiment is empty: name the MLflow experiment, or pass --no-mlflow", step="arguments")
+    if threads is not None and threads < 1:
+        raise UsageError(f"--threads must be at least 1, got {threads} (leave it out to use every core)",
+                         step="arguments")
+    if extended_batch is not None and extended_batch < 1:
+        raise UsageError(f"--extended-batch must be a positive integer, got {extended_batch}", step="arguments")
     params = parse_params(param)
-    sizes = parse_batch_sizes(batch_sizes) if batch_sizes else None
-    worker_counts = parse_batch_sizes(workers) if workers else None
-    copy_counts = parse_batch_sizes(copies)
+    sizes = parse_batch_sizes(batch_sizes, "--batch-sizes") if batch_sizes else None
+    worker_counts = parse_batch_sizes(workers, "--workers") if workers else None
+    copy_counts = parse_batch_sizes(copies, "--copies")
     memory_limit_bytes, storage_bytes_per_s = _bytes(memory_limit), _bytes(storage_bandwidth)
+    if memory_limit_bytes is not None and memory_limit_bytes <= 0:
+        raise UsageError(f"--memory-limit must be positive, got {memory_limit!r}", step="arguments")
+    if storage_bytes_per_s is not None and storage_bytes_per_s <= 0:
+        raise UsageError(f"--storage-bandwidth must be positive, got {storage_bandwidth!r}", step="arguments")
     check_target(target, params)
+    check_out_dir(out)
+    partner_target = None if partner.strip().lower() == "none" else partner.strip()
+    if (colocation or all_) and partner_target:
+        check_target(partner_target)
 
     from perfpredict.profile import runner
 
@@ -255,6 +326,8 @@ def profile(
     from perfpredict.workload import resolve_workload
 
     workload = resolve_workload(target, params)
+    if (colocation or all_) and partner_target:
+        resolve_workload(partner_target, {})  # a wrong --partner is found now, not after the sweep
     settings = ProfileSettings(
         batch_sizes=sizes, mode=mode.value, device=device,
         timing=TimingConfig(min_time_s=min_time, max_time_s=max_time), threads=threads,
@@ -262,9 +335,13 @@ def profile(
     extended = ExtendedSettings(
         scaling=scaling or all_, colocation=colocation or all_, sensitivity=sensitivity or all_,
         batch_size=extended_batch, workers=worker_counts, copies=copy_counts,
-        partner=None if partner.lower() == "none" else partner, window_s=window,
+        partner=partner_target, window_s=window,
         link_mbit=link_mbit, storage_bytes_per_s=storage_bytes_per_s)
-    out_dir = out or Path("perfpredict-out") / workload.name
+    # MODEL_NAME is the user's string: as a folder name it must not climb out of perfpredict-out/.
+    out_dir = out or Path("perfpredict-out") / (re.sub(r"[^A-Za-z0-9._-]+", "_", workload.name).strip("._") or "model")
+    check_out_dir(out_dir)
+    if (out_dir / "card.json").is_dir():
+        raise UsageError(f"{out_dir / 'card.json'} is a directory; the card cannot be written there", step="arguments")
     command = "perfpredict " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     if not no_mlflow:
         from perfpredict.tracking import prepare, tracking_uri
@@ -276,10 +353,17 @@ def profile(
             raise UsageError(f"cannot use the MLflow store {tracking_uri()} ({type(e).__name__}: {first}); "
                              "fix MLFLOW_TRACKING_URI or pass --no-mlflow", step="mlflow") from None
 
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err_console, transient=True) as progress:
-        outcome = profile_workload(workload, settings, out_dir=out_dir, listener=_RichListener(progress),
-                                   command=command, extended=extended)
+    try:
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=err_console, transient=True) as progress:
+            outcome = profile_workload(workload, settings, out_dir=out_dir, listener=_RichListener(progress),
+                                       command=command, extended=extended)
+    except KeyboardInterrupt:
+        # Typer turns Ctrl-C into a silent exit 130; say where the kept measurements are first.
+        card_file = out_dir / "card.json"
+        where = f"are in {card_file}" if card_file.exists() else "were none"
+        err_console.print(f"[yellow]interrupted[/]: the measurements finished so far {where}", highlight=False)
+        raise typer.Exit(130) from None
     card = outcome.card
     try:
         plots = plot_card(card, out_dir)
@@ -330,8 +414,12 @@ def simulate(
 
     if mode not in ("auto", "round", "event"):
         raise UsageError(f"--mode must be auto, round or event, not {mode!r}", step="arguments")
-    if round_s <= 0 or restart_overhead < 0:
-        raise UsageError("need --round > 0 and --restart-overhead >= 0", step="arguments")
+    if not no_mlflow and not experiment.strip():
+        raise UsageError("--experiment is empty: name the MLflow experiment, or pass --no-mlflow", step="arguments")
+    if not (math.isfinite(round_s) and round_s > 0) or not (math.isfinite(restart_overhead) and restart_overhead >= 0):
+        raise UsageError("need --round > 0 and --restart-overhead >= 0 (finite seconds)", step="arguments")
+    if max_time is not None and not (math.isfinite(max_time) and max_time > 0):
+        raise UsageError(f"--max-time must be a positive number of seconds, got {max_time}", step="arguments")
     window = None
     if steady:
         try:
@@ -339,7 +427,10 @@ def simulate(
         except ValueError:
             raise UsageError(f"--steady {steady!r}: expected FIRST:LAST job indices, e.g. 1000:6000",
                              step="arguments") from None
+        if not 0 <= a < b:
+            raise UsageError(f"--steady {steady!r}: need 0 <= FIRST < LAST", step="arguments")
         window = (a, b)
+    check_out_dir(out)
     cfg = SimConfig(mode=mode, round_s=round_s, restart_overhead_s=restart_overhead, max_time_s=max_time)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err_console, transient=True) as progress:
@@ -465,7 +556,9 @@ def version() -> None:
 def main() -> None:
     import perfpredict.cli_models  # noqa: F401 - registers train / predict / serve on `app`
 
+    # --debug works with any command: taken out here, so commands without the option do not reject it.
     debug = "--debug" in sys.argv
+    sys.argv = [a for a in sys.argv if a != "--debug"]
     try:
         app()
     except PerfPredictError as e:

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from perfpredict.cli import app, err_console, out_console
+from perfpredict.cli import app, err_console, out_console, print_prediction
 from perfpredict.errors import UsageError
 
 
@@ -33,9 +33,14 @@ def train(
         raise UsageError(f"no datasets folder at {datasets}", step="train")
     if not no_mlflow:
         from perfpredict.estimators.tracking import TRAIN_EXPERIMENT
-        from perfpredict.tracking import prepare
+        from perfpredict.tracking import prepare, tracking_uri
 
-        prepare(TRAIN_EXPERIMENT)  # a bad tracking URI fails now, not after training
+        try:
+            prepare(TRAIN_EXPERIMENT)  # a bad tracking URI fails now, not after training
+        except Exception as e:  # noqa: BLE001 - an unusable store is a usage problem, found before training
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise UsageError(f"cannot use the MLflow store {tracking_uri()} ({type(e).__name__}: {first}); "
+                             "fix MLFLOW_TRACKING_URI or pass --no-mlflow", step="mlflow") from None
     with out_console.status("training") as status:
         sets = train_all(datasets, out, evaluate=not no_eval, progress=lambda m: status.update(m), only=only)
     for ts in sets:
@@ -81,48 +86,47 @@ def predict(
     debug: Annotated[bool, typer.Option("--debug", help="show tracebacks")] = False,  # noqa: ARG001
 ) -> None:
     """Predict a card for a job nobody has profiled (from the estimators in trained_models/)."""
+    from perfpredict.cli import check_out_dir
+    from perfpredict.workload_args import check_target, parse_batch_sizes, parse_params
+
+    # Everything typed is checked before the models load and the model file runs.
+    bs = list(parse_batch_sizes(batch_sizes, "--batch-sizes"))
+    params = parse_params(param)
+    if device_type is not None and not device_type.strip():
+        raise UsageError("--device-type is empty: give a model set (e.g. cuda_h100) or a kind (cuda, cpu)",
+                         step="arguments")
+    if batch_axis is not None and batch_axis < 0:
+        raise UsageError(f"--batch-axis must be 0 or more (an axis of the first input), got {batch_axis}",
+                         step="arguments")
+    is_onnx = target.lower().endswith(".onnx")
+    if is_onnx:
+        if params:
+            raise UsageError("--param only applies to zoo models (zoo:<family>), not to an ONNX file", step="arguments")
+        if not Path(target).is_file():
+            raise UsageError(f"no ONNX file at {target}", step="arguments")
+    else:
+        check_target(target, params)
+    if out is not None:
+        if out.is_dir():
+            raise UsageError(f"--out {out} is a directory; give the card's file name, e.g. {out / 'card.json'}",
+                             step="arguments")
+        check_out_dir(out.parent)
+
     from perfpredict.predictor import Predictor
 
-    try:
-        bs = [int(b) for b in batch_sizes.split(",") if b.strip()]
-    except ValueError:
-        raise UsageError(f"--batch-sizes must be comma-separated integers, got {batch_sizes!r}",
-                         step="arguments") from None
-    params = dict(p.split("=", 1) for p in (param or []) if "=" in p)
     pred = Predictor.load(models)
-    if target.endswith(".onnx"):
+    if is_onnx:
         card = pred.predict(onnx_path=target, batch_sizes=bs, device_type=device_type, mode=mode,
                             batch_axis=batch_axis)
     else:
         card = pred.predict(target, batch_sizes=bs, device_type=device_type, params=params or None, mode=mode,
                             batch_axis=batch_axis)
-    info = card.prediction
-    t = Table(title=f"{card.model.name}: predicted {card.run.mode} on {card.device.name} ({info.method})")
-    # what the memory column is depends on the device the estimators were trained on (card.memory[].kind)
-    peak = "peak allocated" if card.device.kind == "cuda" else "peak RSS increase"
-    for c in ("batch", "iter time (q10-q90)", "samples/s", f"{peak} (q10-q90)", "GPU memory to reserve (q90)",
-              "GPU util"):
-        t.add_column(c)
-    for p in info.points:
-        t.add_row(str(p.batch_size),
-                  f"{p.iter_time_s * 1e3:.2f} ms ({p.iter_time_interval_s[0] * 1e3:.2f}-{p.iter_time_interval_s[1] * 1e3:.2f})",
-                  f"{p.samples_per_s:.0f}",
-                  f"{p.peak_memory_bytes / 2**20:.0f} MiB ({p.peak_memory_interval_bytes[0] / 2**20:.0f}-"
-                  f"{p.peak_memory_interval_bytes[1] / 2**20:.0f})",
-                  "-" if p.device_memory_safe_bytes is None else f"{p.device_memory_safe_bytes / 2**20:.0f} MiB",
-                  "-" if p.gpu_utilization is None else f"{p.gpu_utilization:.0%}")
-    out_console.print(t)
-    out_console.print(f"nearest profiled architecture: {info.nearest.name} (distance {info.nearest.distance:.2f}, "
-                      f"in-distribution up to {info.nearest.threshold:.2f})", highlight=False)
-    for p in [info.points[0], *info.points[1:][-1:]]:  # the first and the last batch size asked for
-        if p.iter_time_baseline_shares:
-            parts = sorted(p.iter_time_baseline_shares.items(), key=lambda kv: -kv[1])
-            out_console.print(f"time baseline at batch {p.batch_size}: "
-                              + ", ".join(f"{k} {v:.0%}" for k, v in parts if v >= 0.005), highlight=False)
-    for n in info.notes:
-        err_console.print(f"note: {n}", highlight=False)
+    print_prediction(card)
     if out:
-        card.save(out)
+        try:
+            card.save(out)
+        except OSError as e:
+            raise UsageError(f"cannot write the card to {out}: {e.strerror or e}", step="write") from None
         out_console.print(f"card: {out}")
 
 
@@ -134,7 +138,13 @@ def serve(
     max_upload_mb: Annotated[float, typer.Option(help="largest ONNX upload accepted, MB")] = 256.0,
 ) -> None:
     """Serve the Predictor over HTTP (FastAPI; OpenAPI at /docs). Never executes client code."""
+    import math
+
     from perfpredict.service import serve as run
 
-    out_console.print(f"perfpredict serving on http://{host}:{port} (OpenAPI: /docs)")
-    run(host, port, str(models) if models else None, int(max_upload_mb * 1e6))
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port must be 0-65535, got {port}", step="arguments")
+    if not (math.isfinite(max_upload_mb) and max_upload_mb > 0):
+        raise UsageError(f"--max-upload-mb must be a positive number, got {max_upload_mb}", step="arguments")
+    run(host, port, str(models) if models else None, int(max_upload_mb * 1e6),
+        on_ready=lambda: out_console.print(f"perfpredict serving on http://{host}:{port} (OpenAPI: /docs)"))

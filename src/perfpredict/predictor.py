@@ -363,6 +363,7 @@ class Predictor:
                  source: str = "features", allow_fallback: bool = True, mode: str | None = None):
         from perfpredict.card import NearestProfiled, PredictedPoint, PredictionInfo
 
+        batch_sizes = _check_batches(batch_sizes)
         ms = self.model_set(device_type, mode)
         estimated = _lacks_counts(arch)
         arch = ms.with_graph_counts(arch)
@@ -425,13 +426,20 @@ class Predictor:
         return _assemble_card(arch, source, ms, info)
 
 
+#: The largest batch size a prediction may ask for, and how many batch sizes one call may ask for (the Python
+#: API and both HTTP routes): far past any real job, and small enough that every feature times it stays finite.
+MAX_BATCH_SIZE = 1_000_000
+MAX_BATCH_SIZES = 64
+
+
 def _check_batches(batch_sizes: Sequence[int]) -> list[int]:
     try:
         bs = [int(b) for b in batch_sizes]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise UsageError(f"batch sizes must be integers, got {batch_sizes!r}", step="predict") from None
-    if not bs or any(b < 1 for b in bs) or len(bs) > 64:
-        raise UsageError("give 1 to 64 batch sizes, each >= 1", step="predict")
+    if not bs or any(not 1 <= b <= MAX_BATCH_SIZE for b in bs) or len(bs) > MAX_BATCH_SIZES:
+        raise UsageError(f"give 1 to {MAX_BATCH_SIZES} batch sizes, each from 1 to {MAX_BATCH_SIZE:,}, got "
+                         f"{list(batch_sizes)[:8]!r}", step="predict")
     return bs
 
 

@@ -11,67 +11,92 @@
   onnxruntime session, no Python from the client, nothing executed. Uploads over ``max_upload_bytes`` are
   refused with 413 before they are parsed.
 
-Errors are 4xx with ``{"detail": "<one line>"}``: 400 for an unreadable ONNX file, 413 for an oversized
-upload, 422 for a request that does not match the schema or asks for something impossible.
+Errors are 4xx, never 500: 400 for an unreadable ONNX file, 413 for an oversized upload, 422 for a request
+that does not match the schema or asks for something impossible. A request the schema refuses (a NaN or
+infinite number, a negative count or byte total, a batch size outside 1-1,000,000, more than 64 batch sizes)
+gets FastAPI's ``{"detail": [{"loc": [..., "<field>"], "msg": "...", ...}]}``; every other error
+``{"detail": "<one line>"}``.
 """
 
 
+import math
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
-from perfpredict.errors import PerfPredictError
+from perfpredict.errors import PerfPredictError, UsageError
 from perfpredict.estimators.kernel_nodes import KERNEL_CLASSES
+from perfpredict.predictor import MAX_BATCH_SIZE, MAX_BATCH_SIZES
 
 DEFAULT_MAX_UPLOAD_BYTES = 256 * 1024 * 1024
 
+#: The largest count or byte total a feature may carry (an exa-MAC per sample, an exabyte of weights: far past
+#: any real model, and small enough that times MAX_BATCH_SIZE it stays a finite float and an exact int).
+MAX_QUANTITY = 10**18
+
+#: A non-negative, finite count or byte total (float-valued features).
+_Quantity = Annotated[float, Field(ge=0, le=MAX_QUANTITY, allow_inf_nan=False)]
+#: A non-negative integer count.
+_Count = Annotated[int, Field(ge=0, le=MAX_QUANTITY)]
+BatchSize = Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE)]
+BatchSizes = Annotated[list[BatchSize], Field(min_length=1, max_length=MAX_BATCH_SIZES)]
+_BATCH_SIZES = TypeAdapter(BatchSizes)
+
+
+class UploadLimitError(UsageError, ValueError):
+    """A non-positive or non-finite ``max_upload_bytes`` (a ValueError for API callers, one line for the CLI)."""
+
 
 #: One row of ``kernel_nodes``: a kernel class and seven non-negative integers.
-_Count = Annotated[int, Field(ge=0)]
-KernelRow = tuple[Literal[KERNEL_CLASSES], Annotated[int, Field(ge=1)], _Count, _Count, _Count, _Count, _Count, _Count]
+KernelRow = tuple[Literal[KERNEL_CLASSES], Annotated[int, Field(ge=1, le=MAX_QUANTITY)],
+                  _Count, _Count, _Count, _Count, _Count, _Count]
 
 
 class FeatureVector(BaseModel):
-    """Graph features of one architecture (what ``perfpredict.estimators.arch.ArchFeatures`` holds)."""
+    """Graph features of one architecture (what ``perfpredict.estimators.arch.ArchFeatures`` holds). Every
+    number is a finite, non-negative count or byte total (at most :data:`MAX_QUANTITY`)."""
 
-    forward_macs_per_sample: float = Field(ge=0)
-    param_count: float = Field(ge=0)
-    param_bytes: float = Field(ge=0)
-    activation_bytes_per_sample: float = Field(ge=0)
-    num_nodes: float = Field(ge=1)
-    forward_macs_fixed: float = Field(0.0, ge=0)
-    activation_bytes_fixed: float = Field(0.0, ge=0)
-    input_bytes_per_sample: float = Field(0.0, ge=0)
-    lookup_param_bytes: float = Field(0.0, ge=0, description="bytes of weights only indexed (embedding tables); "
-                                                             "part of param_bytes")
-    recurrent_steps_by_op: dict[Literal["LSTM", "GRU", "RNN"], Annotated[int, Field(ge=0)]] = Field(
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    forward_macs_per_sample: _Quantity
+    param_count: _Quantity
+    param_bytes: _Quantity
+    activation_bytes_per_sample: _Quantity
+    num_nodes: Annotated[float, Field(ge=1, le=MAX_QUANTITY, allow_inf_nan=False)]
+    forward_macs_fixed: _Quantity = 0.0
+    activation_bytes_fixed: _Quantity = 0.0
+    input_bytes_per_sample: _Quantity = 0.0
+    lookup_param_bytes: _Quantity = Field(0.0, description="bytes of weights only indexed (embedding tables); "
+                                                            "part of param_bytes")
+    recurrent_steps_by_op: dict[Literal["LSTM", "GRU", "RNN"], _Count] = Field(
         default_factory=dict, description="time steps of the recurrent layers per pass (sequence length × "
                                           "directions, summed per ONNX op type); independent of the batch size")
-    op_counts: dict[str, int] = Field(
+    op_counts: dict[str, _Count] = Field(
         default_factory=dict, description="ONNX op type -> count. Which types are present sets the library code "
                                           "a CPU process pages in (a third to a half of a small model's RSS); "
                                           "left out, CPU memory is under-predicted and the card says so")
-    macs_by_op: dict[str, float] = Field(default_factory=dict)
-    activation_bytes_by_op: dict[str, float] = Field(default_factory=dict)
-    saved_bytes_per_sample: float | None = Field(
-        None, ge=0, description="bytes autograd saves for backward per sample, as CUDA's kernels keep them (a "
-                                "predicted card's features.saved_bytes_per_sample); left out, it is estimated from "
-                                "the activation bytes, and the card says so")
-    saved_bytes_fixed: float = Field(0.0, ge=0)
-    saved_cpu_bytes_per_sample: float | None = Field(
-        None, ge=0, description="the same as the CPU's own kernels keep them (unfused attention, float dropout "
-                                "noise): what the CPU memory model charges; left out, it is estimated")
-    saved_cpu_bytes_fixed: float = Field(0.0, ge=0)
-    peak_live_bytes_per_sample: float | None = Field(
-        None, ge=0, description="the most activation bytes alive at once in a forward pass, per sample (a "
-                                "predicted card's features.peak_live_bytes_per_sample): what inference memory "
-                                "charges; left out, it is estimated from the activation bytes, and the card says so")
-    peak_live_bytes_fixed: float = 0.0
-    graph_saved_bytes_per_sample: float | None = Field(
-        None, ge=0, description="activation bytes a backward pass would keep per sample by per-op rules on the "
-                                "graph (a predicted card's features.graph_saved_bytes_per_sample): what the "
-                                "saved-bytes estimate rests on when the exact counts are left out")
-    graph_saved_bytes_fixed: float = 0.0
+    macs_by_op: dict[str, _Quantity] = Field(default_factory=dict)
+    activation_bytes_by_op: dict[str, _Quantity] = Field(default_factory=dict)
+    saved_bytes_per_sample: _Quantity | None = Field(
+        None, description="bytes autograd saves for backward per sample, as CUDA's kernels keep them (a "
+                          "predicted card's features.saved_bytes_per_sample); left out, it is estimated from "
+                          "the activation bytes, and the card says so")
+    saved_bytes_fixed: _Quantity = 0.0
+    saved_cpu_bytes_per_sample: _Quantity | None = Field(
+        None, description="the same as the CPU's own kernels keep them (unfused attention, float dropout "
+                          "noise): what the CPU memory model charges; left out, it is estimated")
+    saved_cpu_bytes_fixed: _Quantity = 0.0
+    peak_live_bytes_per_sample: _Quantity | None = Field(
+        None, description="the most activation bytes alive at once in a forward pass, per sample (a "
+                          "predicted card's features.peak_live_bytes_per_sample): what inference memory "
+                          "charges; left out, it is estimated from the activation bytes, and the card says so")
+    peak_live_bytes_fixed: _Quantity = 0.0
+    graph_saved_bytes_per_sample: _Quantity | None = Field(
+        None, description="activation bytes a backward pass would keep per sample by per-op rules on the "
+                          "graph (a predicted card's features.graph_saved_bytes_per_sample): what the "
+                          "saved-bytes estimate rests on when the exact counts are left out")
+    graph_saved_bytes_fixed: _Quantity = 0.0
     kernel_nodes: list[KernelRow] = Field(
         default_factory=list, max_length=20000,
         description="the kernels one pass runs, identical ones merged: [class, count, MACs per sample, MACs fixed, "
@@ -89,7 +114,8 @@ class FeatureVector(BaseModel):
 
 class PredictRequest(BaseModel):
     features: FeatureVector
-    batch_sizes: list[int] = Field(default_factory=lambda: [32], min_length=1, max_length=64)
+    batch_sizes: BatchSizes = Field(default_factory=lambda: [32], description=f"1 to {MAX_BATCH_SIZES} batch "
+                                    f"sizes, each 1 to {MAX_BATCH_SIZE}")
     device_type: str | None = Field(None, description="a model set (e.g. cuda_h100; GET /models lists them with "
                                      "their devices) or a kind (cuda / cpu; cpu: the set measured on the "
                                      "server's CPU model if any, else the first)")
@@ -98,15 +124,57 @@ class PredictRequest(BaseModel):
     allow_fallback: bool = True
 
 
+def parse_batch_sizes(text: str) -> list[int]:
+    """The upload route's comma-separated ``batch_sizes`` under the JSON route's rules (:data:`BatchSizes`);
+    a ValueError naming ``batch_sizes`` and what is wrong otherwise."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        raise ValueError(f"batch_sizes must be comma-separated integers, got {text[:100]!r}") from None
+    try:
+        return _BATCH_SIZES.validate_python(values)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = "".join(f"[{i}]" for i in err["loc"] if isinstance(i, int))
+        raise ValueError(f"batch_sizes{where}: {err['msg']} (give 1 to {MAX_BATCH_SIZES} comma-separated "
+                         f"integers, each 1 to {MAX_BATCH_SIZE}; got {text[:100]!r})") from None
+
+
+def _upload_limit(max_upload_bytes: Any) -> int:
+    ok = (isinstance(max_upload_bytes, (int, float)) and not isinstance(max_upload_bytes, bool)
+          and math.isfinite(max_upload_bytes) and int(max_upload_bytes) >= 1)
+    if not ok:
+        raise UploadLimitError(f"max_upload_bytes must be a positive number of bytes, got {max_upload_bytes!r}",
+                               step="serve")
+    return int(max_upload_bytes)
+
+
+def _json_safe(obj: Any) -> Any:
+    """``obj`` with NaN and infinities as strings (a validation error echoes the client's input, which may hold
+    them, and JSON cannot)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
 def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES):
-    """The FastAPI application around ``predictor`` (``Predictor.load()`` when None)."""
+    """The FastAPI application around ``predictor`` (``Predictor.load()`` when None). ``max_upload_bytes``
+    must be positive (:class:`UploadLimitError`, a ValueError, otherwise)."""
     from fastapi import FastAPI, File, Form, HTTPException, Request, UploadFile
+    from fastapi.encoders import jsonable_encoder
+    from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
 
     from perfpredict import __version__
     from perfpredict.estimators.arch import ArchFeatures, ArchFeaturesError, from_onnx_proto, load_onnx_bytes
     from perfpredict.predictor import Predictor
 
+    max_upload_bytes = _upload_limit(max_upload_bytes)
     pred = predictor or Predictor.load()
     app = FastAPI(title="perfpredict", version=__version__,
                   description="Performance predictions for deep-learning training jobs (no code is executed).")
@@ -114,6 +182,11 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
     @app.exception_handler(PerfPredictError)
     async def _pp_error(request: Request, exc: PerfPredictError):  # noqa: ARG001
         return JSONResponse(status_code=422, content={"detail": str(exc)})
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError):  # noqa: ARG001
+        # FastAPI's own handler, save that it cannot render a NaN the client sent back to it (a 500)
+        return JSONResponse(status_code=422, content={"detail": _json_safe(jsonable_encoder(exc.errors()))})
 
     @app.get("/health")
     def health() -> dict[str, Any]:
@@ -143,9 +216,9 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
                            mode: Literal["train", "infer"] | None = Form(None),
                            batch_axis: int | None = Form(None)) -> dict[str, Any]:
         try:
-            bs = [int(b) for b in batch_sizes.split(",") if b.strip()]
-        except ValueError:
-            raise HTTPException(422, f"batch_sizes must be comma-separated integers, got {batch_sizes!r}") from None
+            bs = parse_batch_sizes(batch_sizes)
+        except ValueError as e:
+            raise HTTPException(422, str(e)) from None
         data = await file.read(max_upload_bytes + 1)
         if len(data) > max_upload_bytes:
             raise HTTPException(413, f"upload larger than {max_upload_bytes} bytes")
@@ -161,10 +234,15 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
 
 
 def serve(host: str = "127.0.0.1", port: int = 8000, models_dir: str | None = None,
-          max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES) -> None:
+          max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES, on_ready: Callable[[], None] | None = None) -> None:
+    """Load the models, then serve; ``on_ready`` is called once they loaded (the CLI's banner), so a wrong
+    models folder is reported without a banner claiming the service runs."""
     import uvicorn
 
     from perfpredict.predictor import Predictor
 
-    app = create_app(Predictor.load(models_dir), max_upload_bytes=max_upload_bytes)
+    limit = _upload_limit(max_upload_bytes)  # before the models load
+    app = create_app(Predictor.load(models_dir), max_upload_bytes=limit)
+    if on_ready is not None:
+        on_ready()
     uvicorn.run(app, host=host, port=port, log_level="warning")

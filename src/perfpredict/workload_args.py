@@ -15,19 +15,20 @@ from perfpredict.errors import ModelLoadError, UsageError
 ZOO_PREFIX = "zoo:"
 
 
-def parse_batch_sizes(value: str | Sequence[int]) -> tuple[int, ...]:
-    """Parse ``"8,16,32"`` (or a sequence) into sorted, unique, positive batch sizes."""
+def parse_batch_sizes(value: str | Sequence[int], what: str = "batch sizes") -> tuple[int, ...]:
+    """Parse ``"8,16,32"`` (or a sequence) into sorted, unique, positive integers; ``what`` names the option
+    in the error (``"--copies"``)."""
     if isinstance(value, str):
         items = [v.strip() for v in value.split(",") if v.strip()]
         try:
             sizes = [int(v) for v in items]
         except ValueError:
-            raise UsageError(f"batch sizes must be comma-separated integers, got {value!r}",
+            raise UsageError(f"{what} must be comma-separated integers, got {value!r}",
                              step="arguments") from None
     else:
         sizes = [int(v) for v in value]
     if not sizes or any(s <= 0 for s in sizes):
-        raise UsageError(f"batch sizes must be positive integers, got {value!r}", step="arguments")
+        raise UsageError(f"{what} must be positive integers, got {value!r}", step="arguments")
     return tuple(sorted(set(sizes)))
 
 
@@ -53,6 +54,12 @@ def check_model_path(path: str | Path) -> Path:
     if p.is_dir():
         raise ModelLoadError("is a directory, expected a Python file defining build_model() and "
                              "example_inputs(batch_size)", source=str(path), step="load")
+    if p.suffix.lower() != ".py":
+        hint = (" (to predict from an ONNX graph without running anything: perfpredict predict "
+                f"{path})" if p.suffix.lower() == ".onnx" else "")
+        raise ModelLoadError(f"expected a Python model file (.py) defining build_model() and "
+                             f"example_inputs(batch_size), not a {p.suffix or 'file without an extension'}{hint}",
+                             source=str(path), step="load")
     return p.resolve()
 
 

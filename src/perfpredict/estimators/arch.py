@@ -157,15 +157,26 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
 
     wl = resolve_workload(target, params)
     torch.manual_seed(0)
-    model = wl.build_model()
+    try:
+        model = wl.build_model()
+    except BaseException as e:  # user code: sys.exit() included
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        raise ArchFeaturesError(f"build_model() raised {type(e).__name__}: {str(e)[:300]}", source=target,
+                                step="build_model") from None
+    if not isinstance(model, torch.nn.Module):
+        raise ArchFeaturesError(f"build_model() returned {type(model).__name__}, expected a torch.nn.Module",
+                                source=target, step="build_model")
     feats = extract_features(wl, model=model, use_fvcore=False)
     if not feats.available:
         raise ArchFeaturesError(f"graph features unavailable: {feats.error}", source=target, step="features")
-    inputs = wl.inputs(1)
     try:
+        inputs = wl.inputs(1)
         saved, saved_fixed = saved_bytes_split(wl, model)
         saved_cpu, saved_cpu_fixed = saved_bytes_split(wl, model, kernels="cpu")
-    except Exception as e:  # noqa: BLE001 - the user's forward failed in train mode: report, do not guess
+    except BaseException as e:  # the user's forward failed in train mode (or exited): report, do not guess
+        if isinstance(e, KeyboardInterrupt):
+            raise
         raise ArchFeaturesError(f"training-mode forward failed while counting saved tensors: {type(e).__name__}: "
                                 f"{str(e)[:200]}", source=target, step="features") from None
     return ArchFeatures(

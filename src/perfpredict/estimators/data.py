@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,15 @@ def file_sha256(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+def _require_columns(have: Sequence[str] | None, need: Sequence[str], path: Path) -> None:
+    """A CSV that is not one of ours (or is empty) is named as such, not met with a KeyError."""
+    missing = [c for c in need if c not in (have or ())]
+    if missing:
+        raise PerfPredictError(f"not a perfpredict dataset: no {', '.join(missing)} column"
+                               f"{'s' if len(missing) > 1 else ''} (see datasets/README.md)", source=str(path),
+                               step="load dataset")
+
+
 def load_training_data(dataset_csv: str | Path, features_csv: str | Path | None = None,
                        mode: str | None = None) -> TrainingData:
     """Successful ``mode`` rows of ``dataset_csv`` (the last row of each point wins), joined to features.
@@ -69,9 +79,13 @@ def load_training_data(dataset_csv: str | Path, features_csv: str | Path | None 
         raise PerfPredictError("no features table (run `python profilers/collect_dataset.py features`)",
                                source=str(fpath), step="load dataset")
     with open(fpath, newline="") as f:
-        feats = {r["config"]: r for r in csv.DictReader(f) if not r.get("error")}
+        reader = csv.DictReader(f)
+        _require_columns(reader.fieldnames, ("config",), fpath)
+        feats = {r["config"]: r for r in reader if not r.get("error")}
     with open(path, newline="") as f:
-        all_rows = list(csv.DictReader(f))
+        reader = csv.DictReader(f)
+        _require_columns(reader.fieldnames, ("config", "batch_size", "status", "device_kind"), path)
+        all_rows = list(reader)
     if mode is None:
         modes = sorted({r.get("mode") or "train" for r in all_rows})
         if len(modes) > 1:

@@ -46,7 +46,9 @@ def extract_features(workload: Workload, model: torch.nn.Module | None = None,
         first = export_onnx(model, args1, onnx_path)
         second = export_onnx(model, args2)
         s1, s2 = analyze_onnx(first.model_proto), analyze_onnx(second.model_proto)
-    except Exception as e:  # noqa: BLE001
+    except BaseException as e:  # the user's code runs here: sys.exit() included
+        if isinstance(e, KeyboardInterrupt):
+            raise
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         return GraphFeatures(available=False, error=f"{type(e).__name__}: {msg}"[:1000])
 
@@ -65,7 +67,9 @@ def extract_features(workload: Workload, model: torch.nn.Module | None = None,
             if feats.forward_macs_per_sample:
                 feats.macs_rel_diff = abs(feats.forward_macs_per_sample - feats.fvcore_macs_per_sample) \
                     / feats.forward_macs_per_sample
-        except Exception as e:  # noqa: BLE001 - the cross-check is optional
+        except BaseException as e:  # the cross-check is optional; it runs the user's forward
+            if isinstance(e, KeyboardInterrupt):
+                raise
             feats.fvcore_error = f"{type(e).__name__}: {str(e).strip()[:300]}"
     return feats
 
@@ -77,7 +81,9 @@ def _forward_runs(model: torch.nn.Module, args: tuple) -> bool:
         with torch.no_grad():
             model(*args)
         return True
-    except Exception:  # noqa: BLE001 - any failure means "cannot export at this batch size"
+    except BaseException as e:  # any failure (sys.exit() included) means "cannot export at this batch size"
+        if isinstance(e, KeyboardInterrupt):
+            raise
         return False
     finally:
         model.train(was_training)

@@ -173,7 +173,28 @@ class RateModel:
 
     @classmethod
     def from_card(cls, card) -> RateModel:
+        """The model a card stores, checked: a hand-edited or truncated card is an error naming what is wrong,
+        never a NaN latency."""
         cands = [Candidate(c.kind, dict(c.coefficients), c.r2, c.loo_rel_error) for c in card.candidates]
+        needed = {LINEAR: ("alpha", "beta"), QUADRATIC: ("k0", "k1", "k2"), CONSTANT: ("rate",)}
+
+        def bad(msg: str) -> FitError:
+            return FitError(f"the card's rate model is malformed: {msg}", step="rate model")
+
+        if card.kind not in needed:
+            raise bad(f"unknown kind {card.kind!r}")
+        if not any(c.kind == card.kind for c in cands):
+            raise bad(f"no candidate of the selected kind {card.kind!r} (candidates: "
+                      f"{', '.join(c.kind for c in cands) or 'none'})")
+        for c in [Candidate(card.kind, dict(card.coefficients)), *cands]:
+            missing = [k for k in needed.get(c.kind, ()) if k not in c.coefficients]
+            if missing:
+                raise bad(f"{c.kind} lacks coefficient(s) {', '.join(missing)}")
+            if not all(isinstance(v, (int, float)) and np.isfinite(v) for v in c.coefficients.values()):
+                raise bad(f"{c.kind} has a non-finite coefficient ({c.coefficients})")
+        lo, hi = card.batch_range
+        if not 0 < lo <= hi:
+            raise bad(f"batch_range {list(card.batch_range)} is not 0 < low <= high")
         lin = next((c for c in cands if c.kind == LINEAR), None)
         return cls(kind=card.kind, coefficients=dict(card.coefficients), batch_range=tuple(card.batch_range),
                    candidates=cands, selection=card.selection, fit_points=card.fit_points,

@@ -102,7 +102,9 @@ def _model_info(workload: Workload) -> tuple[ModelInfo, Any]:
     torch.manual_seed(0)
     try:
         model = workload.build_model()
-    except Exception as e:  # noqa: BLE001 - user code
+    except BaseException as e:  # user code: sys.exit() included
+        if isinstance(e, KeyboardInterrupt):
+            raise
         import traceback
 
         raise ModelRunError(f"build_model() raised {type(e).__name__}: {e}", source=workload.source,
@@ -188,60 +190,69 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
     del model
 
     save()
-    for i, b in enumerate(batch_sizes):
-        listener.point_started(b, i, len(batch_sizes))
-        req = PointRequest(ref=workload.ref, batch_size=b, mode=settings.mode, device=device,
-                           timing=settings.timing, threads=settings.threads, memory_limit_bytes=mem_limit,
-                           seed=settings.seed, measure_energy=settings.measure_energy)
-        try:
+    # Ctrl-C anywhere in the sweep (in a measurement, or between one and the next) keeps every finished point.
+    try:
+        for i, b in enumerate(batch_sizes):
+            listener.point_started(b, i, len(batch_sizes))
+            req = PointRequest(ref=workload.ref, batch_size=b, mode=settings.mode, device=device,
+                               timing=settings.timing, threads=settings.threads, memory_limit_bytes=mem_limit,
+                               seed=settings.seed, measure_energy=settings.measure_energy)
             res = runner.run_in_subprocess(req, timeout)
-        except KeyboardInterrupt:
-            card.errors.append(CardError(step="interrupted", batch_size=b,
-                                         message="interrupted by the user; earlier points are kept"))
-            _finish(card, t_begin)
+            point = _throughput_point(res, device)
+            card.throughput.append(point)
+            if (point.denormal_speedup or 0) >= DENORMAL_NOTE_SPEEDUP and not any("denormal" in n for n in card.notes):
+                card.notes.append(f"denormal floats slow this job: at batch {b} an iteration took {point.iter_time_s * 1e3:.3g} "
+                                  f"ms as measured and {point.denormal_flushed_iter_time_s * 1e3:.3g} ms with denormals "
+                                  f"flushed to zero ({point.denormal_speedup:.1f}x); torch.set_flush_denormal(True) in "
+                                  "the training script would give that speed-up (the throughput here is the default's)")
+            if point.ok:
+                if not device_described and res.get("device_info"):
+                    card.device = DeviceInfo(**res["device_info"])
+                    device_described = True
+                card.memory.append(MemoryPoint(batch_size=b, device=device, **res["memory"]))
+                e = res.get("energy") or {}
+                if e.get("available"):
+                    energy.available, energy.scope = True, e.get("scope")
+                    energy.points.append(EnergyPoint(batch_size=b, device=device, **{
+                        k: e.get(k) for k in ("gpu_utilization", "utilization_samples", "mean_power_w",
+                                              "energy_per_iter_j", "energy_method")}))
+                elif not energy.available:
+                    energy.reason = e.get("reason")
+                if res.get("optimizer_state_bytes") is not None:
+                    optimizer_state.append(int(res["optimizer_state_bytes"]))
+                if res["memory"].get("baseline_bytes") and device != "cpu":
+                    overheads.append(int(res["memory"]["baseline_bytes"]))
+                last_failure = None
+            else:
+                card.errors.append(CardError(step=res.get("phase") or "measure", batch_size=b,
+                                             message=res.get("error") or point.status))
+                if point.status in ("error", "nonfinite", "timeout"):
+                    key = (point.status, res.get("error") or "")
+                    if key == last_failure:
+                        for rest in batch_sizes[i + 1:]:
+                            card.errors.append(CardError(step="not measured", batch_size=rest,
+                                                         message="sweep stopped: the same failure repeated at two "
+                                                                 "batch sizes, so it is the model, not the batch"))
+                        listener.point_finished(point, i, len(batch_sizes))
+                        save()
+                        break
+                    last_failure = key
+            listener.point_finished(point, i, len(batch_sizes))
             save()
-            raise
-        point = _throughput_point(res, device)
-        card.throughput.append(point)
-        if (point.denormal_speedup or 0) >= DENORMAL_NOTE_SPEEDUP and not any("denormal" in n for n in card.notes):
-            card.notes.append(f"denormal floats slow this job: at batch {b} an iteration took {point.iter_time_s * 1e3:.3g} "
-                              f"ms as measured and {point.denormal_flushed_iter_time_s * 1e3:.3g} ms with denormals "
-                              f"flushed to zero ({point.denormal_speedup:.1f}x); torch.set_flush_denormal(True) in "
-                              "the training script would give that speed-up (the throughput here is the default's)")
-        if point.ok:
-            if not device_described and res.get("device_info"):
-                card.device = DeviceInfo(**res["device_info"])
-                device_described = True
-            card.memory.append(MemoryPoint(batch_size=b, device=device, **res["memory"]))
-            e = res.get("energy") or {}
-            if e.get("available"):
-                energy.available, energy.scope = True, e.get("scope")
-                energy.points.append(EnergyPoint(batch_size=b, device=device, **{
-                    k: e.get(k) for k in ("gpu_utilization", "utilization_samples", "mean_power_w",
-                                          "energy_per_iter_j", "energy_method")}))
-            elif not energy.available:
-                energy.reason = e.get("reason")
-            if res.get("optimizer_state_bytes") is not None:
-                optimizer_state.append(int(res["optimizer_state_bytes"]))
-            if res["memory"].get("baseline_bytes") and device != "cpu":
-                overheads.append(int(res["memory"]["baseline_bytes"]))
-            last_failure = None
-        else:
-            card.errors.append(CardError(step=res.get("phase") or "measure", batch_size=b,
-                                         message=res.get("error") or point.status))
-            if point.status in ("error", "nonfinite", "timeout"):
-                key = (point.status, res.get("error") or "")
-                if key == last_failure:
-                    for rest in batch_sizes[i + 1:]:
-                        card.errors.append(CardError(step="not measured", batch_size=rest,
-                                                     message="sweep stopped: the same failure repeated at two "
-                                                             "batch sizes, so it is the model, not the batch"))
-                    listener.point_finished(point, i, len(batch_sizes))
-                    save()
-                    break
-                last_failure = key
-        listener.point_finished(point, i, len(batch_sizes))
+    except KeyboardInterrupt:
+        done = {p.batch_size for p in card.throughput}
+        nxt = next((b for b in batch_sizes if b not in done), None)
+        card.errors.append(CardError(step="interrupted", batch_size=nxt,
+                                     message="interrupted by the user; earlier points are kept"))
+        ok = card.measured_points()
+        if ok:  # the kept points still give a rate model (and a latency) to whoever reads the card
+            try:
+                _fit(card, ok, device)
+            except Exception:  # noqa: BLE001 - a fit problem must not lose the points on the way out
+                pass
+        _finish(card, t_begin)
         save()
+        raise
 
     if not device_described:
         try:

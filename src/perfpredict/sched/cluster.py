@@ -20,6 +20,8 @@ tries to over-commit gets :class:`CapacityError` and the cluster state stays as 
 from __future__ import annotations
 
 import json
+import math
+import numbers
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -47,6 +49,17 @@ class ServerSpec:
     energy_cost: float | None = None
 
     def __post_init__(self) -> None:
+        # A hand-written cluster JSON must fail here with the field's name, not later in a comparison.
+        for name in ("gpus", "cpus", "mem_gb", "gpu_mem_gb", "energy_cost"):
+            v = getattr(self, name)
+            if v is None and name == "energy_cost":
+                continue
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
+                raise ValueError(f"server field {name} must be a finite number, got {v!r}")
+        if self.gpus != int(self.gpus):
+            raise ValueError(f"server field gpus must be a whole number, got {self.gpus!r}")
+        if not isinstance(self.gpu_type, str):
+            raise ValueError(f"server field gpu_type must be a string, got {self.gpu_type!r}")
         if self.gpus < 0 or self.cpus < 0 or self.mem_gb < 0 or self.gpu_mem_gb <= 0:
             raise ValueError(f"server resources must be non-negative (device memory positive): {self}")
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,10 +51,26 @@ from perfpredict.sim.simulator import SimConfig, SimResult, SimulationError, sim
 __all__ = ["SimRun", "load_perf_models", "parse_cluster", "parse_trace", "run_simulation", "write_outputs"]
 
 
+#: More servers than any cluster a trace is replayed on (the largest the experiments use is 128 x 8): a typo
+#: such as 99999999x8 is refused at once instead of allocating a simulator for it.
+MAX_SERVERS = 100_000
+
+
 def parse_cluster(text: str | Path | ClusterSpec) -> ClusterSpec:
+    """A cluster from a spec string or JSON file (see the module docstring), checked: at least one GPU and at
+    most :data:`MAX_SERVERS` servers."""
     if isinstance(text, ClusterSpec):
         return text
-    s = str(text)
+    spec = _parse_cluster(str(text))
+    if spec.n_servers > MAX_SERVERS:
+        raise UsageError(f"cluster {text!r}: {spec.n_servers:,} servers, more than the {MAX_SERVERS:,} a simulation "
+                         "takes", step="cluster")
+    if spec.total_gpus <= 0:
+        raise UsageError(f"cluster {text!r} has no GPUs", step="cluster")
+    return spec
+
+
+def _parse_cluster(s: str) -> ClusterSpec:
     if s == "armida" or s.startswith("andreas:") or s == "andreas":
         from perfpredict.sim.andreas_workload import cluster_from_spec
 
@@ -83,12 +100,18 @@ def parse_cluster(text: str | Path | ClusterSpec) -> ClusterSpec:
             return ClusterSpec.load(p)
         except (ValueError, TypeError) as e:
             raise UsageError(f"cluster file {s}: {e}", step="cluster") from None
+    if p.is_dir():
+        raise UsageError(f"cluster {s} is a directory, expected a JSON file or SERVERSxGPUS like 16x8",
+                         step="cluster")
     head, _, opts = s.partition(":")
     try:
         n, g = (int(x) for x in head.lower().split("x"))
     except ValueError:
         raise UsageError(f"cluster {s!r}: expected a JSON file or SERVERSxGPUS like 16x8[:cpus=24,mem=500]",
                          step="cluster") from None
+    if n > MAX_SERVERS:
+        raise UsageError(f"cluster {s!r}: {n:,} servers, more than the {MAX_SERVERS:,} a simulation takes",
+                         step="cluster")
     kw: dict[str, Any] = {}
     names = {"cpus": ("cpus", float), "mem": ("mem_gb", float), "gpu_mem": ("gpu_mem_gb", float),
              "type": ("gpu_type", str), "energy": ("energy_cost", float)}
@@ -153,9 +176,11 @@ def parse_trace(text: str | Path | list[Job], seed: int = 0) -> list[Job]:
                              step="trace")
         try:
             split = tuple(float(x) for x in kv.get("split", "20/70/10").split("/"))
+            if kv.get("multi", "0").lower() not in ("0", "1", "true", "false", "yes", "no"):
+                raise ValueError(f"multi={kv['multi']!r}: use 0 or 1")
             return traces.synergy_trace(int(kv.get("n", 1000)),
                                         load_jobs_per_hour=float(kv["load"]) if "load" in kv else None,
-                                        split=split, multi_gpu=kv.get("multi", "0") in ("1", "true", "yes"),
+                                        split=split, multi_gpu=kv.get("multi", "0").lower() in ("1", "true", "yes"),
                                         seed=int(kv.get("seed", seed)))
         except ValueError as e:
             raise UsageError(f"trace {s!r}: {e}", step="trace") from None
@@ -177,6 +202,8 @@ def parse_trace(text: str | Path | list[Job], seed: int = 0) -> list[Job]:
         except ValueError as e:
             raise UsageError(f"trace {s!r}: {e}", step="trace") from None
     p = Path(s)
+    if p.is_dir():
+        raise UsageError(f"trace {s} is a directory (give a .csv/.swf file or synergy:n=...,load=...)", step="trace")
     if not p.is_file():
         raise UsageError(f"trace {s} does not exist (give a .csv/.swf file or synergy:n=...,load=...)",
                          step="trace")
@@ -250,6 +277,14 @@ def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterS
 
     spec = parse_cluster(cluster)
     jobs = parse_trace(trace, seed)
+    if not jobs:
+        raise UsageError(f"trace {trace if not isinstance(trace, list) else '(list)'} has no jobs", step="trace")
+    if steady is not None:
+        a, b = steady
+        if not 0 <= a < b:
+            raise UsageError(f"steady window {a}:{b}: need 0 <= FIRST < LAST", step="arguments")
+        if a >= len(jobs):
+            raise UsageError(f"steady window {a}:{b} holds no jobs: the trace has {len(jobs)}", step="arguments")
     models = load_perf_models(cards)
     try:
         pol = make_policy(policy)
@@ -277,8 +312,26 @@ def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterS
 
         run.extra["genie"] = genie_metrics(result)
     if out_dir is not None:
-        run.out_dir = write_outputs(run, out_dir)
+        try:
+            run.out_dir = write_outputs(run, out_dir)
+        except OSError as e:
+            raise UsageError(f"cannot write the results to {out_dir}: {e.strerror or e}", step="write") from None
     return run
+
+
+def _finite(x: Any) -> Any:
+    """``x`` with every NaN or infinite float (numpy's included) replaced by None, recursively."""
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    if isinstance(x, float) or (hasattr(x, "dtype") and getattr(x, "shape", None) == ()):
+        try:
+            v = float(x)
+        except (TypeError, ValueError):
+            return x
+        return v if math.isfinite(v) else None
+    return x
 
 
 def write_outputs(run: SimRun, out_dir: str | Path) -> Path:
@@ -304,7 +357,8 @@ def write_outputs(run: SimRun, out_dir: str | Path) -> Path:
     if run.result.mechanism_stats:
         doc["mechanism_stats"] = run.result.mechanism_stats
     doc.update(run.extra)
-    (out / "metrics.json").write_text(json.dumps(doc, indent=2, default=float))
+    # Strict JSON: a metric with no value (no finished job in the window) is null, never a bare NaN.
+    (out / "metrics.json").write_text(json.dumps(_finite(doc), indent=2, default=float, allow_nan=False))
     from perfpredict.sim.plots import plot_run
 
     plot_run(run, out)

@@ -540,8 +540,14 @@ def simulate(jobs: Sequence[Job], cluster: ClusterSpec, policy: Policy, mechanis
             try:
                 return table[job.model]
             except KeyError:
+                names = sorted(table, key=lambda n: ("/" in n, n))  # the plain names first
+                have = ", ".join(names[:12]) + (f" and {len(names) - 12} more" if len(names) > 12 else "")
+                if not job.model:
+                    raise SimulationError(f"job {job.id} names no model (the trace's model column is missing or "
+                                          f"blank), and the simulator runs each job at the rate of its model: "
+                                          f"add a model column (e.g. {have or 'none loaded'})") from None
                 raise SimulationError(f"job {job.id}: no performance model for {job.model!r} "
-                                      f"(have {', '.join(sorted(table)) or 'none'})") from None
+                                      f"(have {have or 'none'})") from None
 
     sim = _Sim(jobs, cluster, policy, mechanism, perf_for, cfg, on_decision)
     t0 = time.perf_counter()

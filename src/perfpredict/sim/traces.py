@@ -197,9 +197,10 @@ def dl_bag_trace(n_tasks: int, *, users: int = 14, tasks_per_bag: float = 33.5, 
     one instant. Load is then set by the cluster size, as in the paper (fewer GPUs = more congested).
     """
     if (n_tasks < 0 or users <= 0 or tasks_per_bag < 1 or bags_per_day <= 0 or not 0 <= opennmt_share < 1
-            or max_concurrency < 1 or not 1 <= concurrency <= max_concurrency or start_gap_s < 0):
+            or max_concurrency < 1 or not 1 <= concurrency <= max_concurrency or start_gap_s < 0
+            or not median_runtime_s > 0 or not runtime_sigma >= 0):
         raise ValueError("need n_tasks >= 0, users > 0, tasks_per_bag >= 1, bags_per_day > 0, 0 <= opennmt_share < 1, "
-                         "1 <= concurrency <= max_concurrency, start_gap_s >= 0")
+                         "1 <= concurrency <= max_concurrency, start_gap_s >= 0, median run time > 0, sigma >= 0")
     # OpenNMT's share of bags b and MCNN's binomial q, consistently: OpenNMT volume / all volume = opennmt_share
     # with E[v] = E[r] for OpenNMT and E[r]·E[1/c] for MCNN; task-weighted mean concurrency = ``concurrency``.
     b = opennmt_share

@@ -64,5 +64,5 @@ def make_mechanism(name: str, **kwargs) -> Mechanism:
         return getattr(mod, cls)(**kwargs)
     try:
         return getattr(mod, cls)(**kwargs)
-    except TypeError as e:  # an option the mechanism does not take
-        raise ValueError(f"mechanism {name!r}: {e}") from None
+    except (TypeError, ValueError) as e:  # an option the mechanism does not take, or a value it cannot use
+        raise ValueError(f"mechanism {name!r} with options {opts!r}: {e}") from None

@@ -1,0 +1,178 @@
+"""User mistakes found by an audit of every command: each ends in one readable line and a non-zero exit (never
+a traceback, an "internal error" or a silent exit 0), and nothing already measured is lost."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from perfpredict.card import PerformanceCard
+from perfpredict.errors import PerfPredictError
+from perfpredict.fit.rate import RateModel, fit_rate_model
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "examples" / "minimal_mlp.py"
+QUICK = ("--min-time", "0.1", "--max-time", "0.2", "--no-mlflow", "--no-features")
+
+
+def _one_error_line(proc, *needles: str) -> None:
+    err = proc.stderr
+    assert proc.returncode not in (0, 70), (proc.returncode, err[-2000:])
+    assert "Traceback" not in err and "internal error" not in err, err[-2000:]
+    for n in needles:
+        assert n in err, (n, err[-2000:])
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--trace", "empty.csv"], "has no jobs"),
+    (["--trace", "nomodel.csv"], "names no model"),
+    (["--trace", "synergy:n=0"], "has no jobs"),
+    (["--trace", "synergy:n=3", "--max-time", "-5"], "--max-time"),
+    (["--trace", "synergy:n=3", "--steady", "100:200"], "holds no jobs"),
+    (["--trace", "synergy:n=3", "--steady", "5:1"], "FIRST < LAST"),
+    (["--trace", "synergy:n=3", "--round", "nan"], "--round"),
+    (["--trace", "synergy:n=3", "--out", "afile"], "is a file"),
+    (["--trace", "synergy:n=3", "--cluster", "2x0"], "has no GPUs"),
+    (["--trace", "synergy:n=3", "--cluster", "99999999x8"], "servers"),
+    (["--trace", "synergy:n=3", "--cluster", "badtype.json"], "gpus must be a finite number"),
+    (["--trace", "synergy:n=3,multi=7"], "multi"),
+    (["--trace", "dlbags:n=5,median=-1"], "median run time"),
+    (["--cluster", "horus-testbed", "--trace", "horus-small", "--mechanism", "horus:k=abc"], "k=abc"),
+    (["--trace", "."], "is a directory"),
+])
+def test_simulate_refuses_bad_input_in_one_line(run_cli, tmp_path, args, needle):
+    (tmp_path / "empty.csv").write_text("id,arrival_s,gpus,work_s\n")
+    (tmp_path / "nomodel.csv").write_text("id,arrival_s,gpus,work_s\n0,0,1,100\n")
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "badtype.json").write_text('{"servers": [{"gpus": "x", "count": 2}]}')
+    proc = run_cli("simulate", *args, "--no-mlflow", *([] if "--out" in args else ["--out", "o"]))
+    _one_error_line(proc, needle)
+
+
+def test_simulate_writes_strict_json_when_a_metric_has_no_value(run_cli, tmp_path):
+    # Two jobs, a window of the second only, cut before it finishes: its JCT metrics have no value.
+    (tmp_path / "t.csv").write_text("id,arrival_s,gpus,work_s,model\n0,0,1,100,resnet18\n1,10,1,1e6,resnet18\n")
+    proc = run_cli("simulate", "--trace", "t.csv", "--cluster", "1x8", "--steady", "1:2", "--max-time", "1000",
+                   "--no-mlflow", "--out", "o")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    text = (tmp_path / "o" / "metrics.json").read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    doc = json.loads(text)
+    assert any(v is None for v in doc["metrics"].values())
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--threads", "0"], "--threads"),
+    (["--memory-limit", "1.2.3GB"], "memory size"),
+    (["--memory-limit", "0"], "--memory-limit must be positive"),
+    (["--copies", "abc"], "--copies"),
+    (["--workers", "0"], "--workers"),
+    (["--colocation", "--extended-batch", "-5"], "--extended-batch"),
+    (["--colocation", "--partner", "zoo:nosuch"], "unknown zoo family"),
+    (["--colocation", "--partner", "nonexistent.py"], "file not found"),
+    (["--out", "afile"], "is a file"),
+    (["--experiment", ""], "--experiment is empty"),
+])
+def test_profile_refuses_bad_flags_before_measuring(run_cli, tmp_path, args, needle):
+    (tmp_path / "afile").write_text("x")
+    extra = [] if "--experiment" in args else ["--no-mlflow"]
+    proc = run_cli("profile", EXAMPLE, "-b", "2", *args, *extra)
+    _one_error_line(proc, needle)
+    assert not (tmp_path / "perfpredict-out").exists()
+
+
+@pytest.mark.parametrize("target, needle", [("m.onnx", "perfpredict predict"), ("card.json", "not a .json")])
+def test_profile_refuses_a_file_that_is_not_python(run_cli, tmp_path, target, needle):
+    (tmp_path / target).write_bytes(b"\x08\x07garbage")
+    _one_error_line(run_cli("profile", target, "--no-mlflow"), "expected a Python model file", needle)
+
+
+@pytest.mark.parametrize("where", ["build_model", "example_inputs", "forward"])
+def test_sys_exit_in_the_model_is_an_error_not_a_silent_exit(run_cli, write_model, where):
+    body = {
+        "build_model": "def build_model():\n    sys.exit(0)\n\ndef example_inputs(b):\n    return torch.randn(b, 4)\n",
+        "example_inputs": "def build_model():\n    return torch.nn.Linear(4, 2)\n\ndef example_inputs(b):\n"
+                          "    sys.exit(0)\n",
+        "forward": "class M(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                   "        self.l = torch.nn.Linear(4, 2)\n\n    def forward(self, x):\n        sys.exit(0)\n\n"
+                   "def build_model():\n    return M()\n\ndef example_inputs(b):\n    return torch.randn(b, 4)\n",
+    }[where]
+    model = write_model("import sys\nimport torch\n\n" + body)
+    proc = run_cli("profile", model, "-b", "2", "--min-time", "0.1", "--max-time", "0.2", "--no-mlflow")
+    _one_error_line(proc, "SystemExit")
+    pred = run_cli("predict", model, "-b", "8")
+    _one_error_line(pred)
+    assert "SystemExit" in pred.stderr or "forward pass fails" in pred.stderr
+
+
+def test_predict_checks_its_arguments_and_names_the_flag(run_cli, write_model, tmp_path):
+    _one_error_line(run_cli("predict", "zoo:mlp", "--param", "depth"), "name=value")
+    _one_error_line(run_cli("predict", "zoo:mlp", "-b", ","), "--batch-sizes")
+    _one_error_line(run_cli("predict", "zoo:mlp", "--device-type", ""), "--device-type is empty")
+    _one_error_line(run_cli("predict", "MODEL.ONNX"), "no ONNX file")
+    (tmp_path / "d").mkdir()
+    _one_error_line(run_cli("predict", "zoo:mlp", "--out", "d"), "is a directory")
+    model = write_model("import torch\n\ndef build_model():\n    raise ValueError('my build failed')\n\n"
+                        "def example_inputs(b):\n    return torch.randn(b, 4)\n")
+    _one_error_line(run_cli("predict", model), "my build failed")
+
+
+def test_show_and_latency_on_a_predicted_card(run_cli, tmp_path):
+    assert run_cli("predict", "zoo:mlp", "-b", "16,32", "--out", "pred.json").returncode == 0
+    shown = run_cli("show", "pred.json")
+    assert shown.returncode == 0, shown.stderr
+    assert "predicted" in shown.stdout and "nearest profiled architecture" in shown.stdout
+    lat = run_cli("latency", "pred.json", "-n", "100", "-b", "24")  # two batch sizes: a fitted rate model
+    assert lat.returncode == 0 and "Lat(100, 24)" in lat.stdout, lat.stderr
+    assert run_cli("predict", "zoo:mlp", "-b", "32", "--out", "one.json").returncode == 0
+    _one_error_line(run_cli("latency", "one.json", "-n", "100", "-b", "32"), "predicted card", "(32)")
+
+
+def test_debug_is_accepted_by_every_command(run_cli):
+    assert run_cli("zoo", "--debug").returncode == 0
+    assert run_cli("version", "--debug").returncode == 0
+
+
+def test_a_malformed_rate_model_is_named_not_crashed_on():
+    good = fit_rate_model([2, 4, 8, 16], [100.0, 190.0, 350.0, 600.0]).to_card()
+    assert RateModel.from_card(good).iter_time(8) > 0
+    no_cands = good.model_copy(update={"candidates": []})
+    with pytest.raises(PerfPredictError, match="no candidate of the selected kind"):
+        RateModel.from_card(no_cands)
+    sel = next(c for c in good.candidates if c.kind == good.kind)
+    nan = sel.model_copy(update={"coefficients": {k: float("nan") for k in sel.coefficients}})
+    with pytest.raises(PerfPredictError, match="non-finite"):
+        RateModel.from_card(good.model_copy(update={"candidates": [nan]}))
+    with pytest.raises(PerfPredictError, match="lacks coefficient"):
+        RateModel.from_card(good.model_copy(update={"coefficients": {}}))
+
+
+def test_ctrl_c_keeps_the_points_with_a_rate_model_and_says_where(tmp_path):
+    """SIGINT after the first batch size: exit 130, a message naming the card, and the kept points fitted."""
+    model = tmp_path / "slow.py"
+    model.write_text("import time\nimport torch\n\nclass M(torch.nn.Module):\n    def __init__(self):\n"
+                     "        super().__init__()\n        self.l = torch.nn.Linear(4, 2)\n\n    def forward(self, x):\n"
+                     "        time.sleep(0.02)\n        return self.l(x)\n\ndef build_model():\n    return M()\n\n"
+                     "def example_inputs(b):\n    return torch.randn(b, 4)\n")
+    proc = subprocess.Popen([sys.executable, "-m", "perfpredict", "profile", str(model), "-b", "2,4,8,16",
+                             "--min-time", "1", "--max-time", "1", "--no-mlflow", "--no-features", "--out", "o"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = ""
+    deadline = time.monotonic() + 240
+    while "batch     4:" not in seen and time.monotonic() < deadline and proc.poll() is None:
+        seen += proc.stderr.readline()
+    assert "batch     4:" in seen, seen
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "card.json" in err and "Traceback" not in err
+    card = json.loads((tmp_path / "o" / "card.json").read_text())
+    assert [p["status"] for p in card["throughput"]][:2] == ["ok", "ok"]
+    assert card["rate_model"] is not None
+    assert any(e["step"] == "interrupted" for e in card["errors"])

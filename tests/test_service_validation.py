@@ -1,0 +1,159 @@
+"""The HTTP service refuses bad input with a 4xx that names the problem (never a 500, never a card of NaNs),
+and keeps answering valid requests afterwards. One client (the shipped models) for the whole module."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi")
+
+REPO = Path(__file__).resolve().parents[1]
+F = {"forward_macs_per_sample": 1e6, "param_count": 1e5, "param_bytes": 4e5, "activation_bytes_per_sample": 1e4,
+     "num_nodes": 5}
+
+
+@pytest.fixture(scope="module")
+def client():
+    from fastapi.testclient import TestClient
+
+    from perfpredict import Predictor
+    from perfpredict.service import create_app
+
+    return TestClient(create_app(Predictor.load(REPO / "trained_models"), max_upload_bytes=200_000),
+                      raise_server_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def onnx_bytes() -> bytes:
+    """A small MLP (MatMul, Add, Relu) with a symbolic batch, built with onnx.helper (no export, nothing run)."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32), "w")
+    b = numpy_helper.from_array(np.zeros(8, np.float32), "b")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Add", ["h", "b"], ["a"]),
+             helper.make_node("Relu", ["a"], ["y"])]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])], [w, b])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return model.SerializeToString()
+
+
+def _post(client, features=None, raw: str | None = None, **body):
+    if raw is not None:  # NaN / Infinity: what json.dumps writes and the service's parser reads
+        return client.post("/predict", content=raw, headers={"content-type": "application/json"})
+    return client.post("/predict", json={"features": F | (features or {}), **body})
+
+
+def _assert_refused(r, *words, status=422):
+    assert r.status_code == status, r.text
+    text = r.text
+    for w in words:
+        assert w in text, f"{w!r} not in {text}"
+
+
+def _assert_still_serving(client):
+    r = _post(client, batch_sizes=[8, 32])
+    assert r.status_code == 200, r.text
+    points = r.json()["prediction"]["points"]
+    assert [p["batch_size"] for p in points] == [8, 32]
+    assert all(p["iter_time_s"] > 0 and p["samples_per_s"] > 0 for p in points)
+
+
+def test_valid_request_is_answered(client):
+    _assert_still_serving(client)
+
+
+@pytest.mark.parametrize("field,value", [("forward_macs_per_sample", float("nan")),
+                                         ("param_bytes", float("inf")),
+                                         ("activation_bytes_per_sample", float("-inf")),
+                                         ("num_nodes", float("nan"))])
+def test_non_finite_feature_is_422(client, field, value):
+    r = _post(client, raw=json.dumps({"features": F | {field: value}}))
+    _assert_refused(r, field, "finite number")
+    _assert_still_serving(client)
+
+
+@pytest.mark.parametrize("features,field", [
+    ({"op_counts": {"Gemm": -5}}, "op_counts"),
+    ({"macs_by_op": {"Gemm": -1e6}}, "macs_by_op"),
+    ({"activation_bytes_by_op": {"Relu": -1}}, "activation_bytes_by_op"),
+    ({"peak_live_bytes_fixed": -1}, "peak_live_bytes_fixed"),
+    ({"graph_saved_bytes_fixed": -1}, "graph_saved_bytes_fixed"),
+    ({"saved_bytes_fixed": -1}, "saved_bytes_fixed"),
+    ({"param_count": -1}, "param_count"),
+])
+def test_negative_count_or_bytes_is_422(client, features, field):
+    _assert_refused(_post(client, features), field, "greater than or equal to 0")
+    _assert_still_serving(client)
+
+
+def test_non_finite_dict_value_is_422(client):
+    r = _post(client, raw=json.dumps({"features": F | {"macs_by_op": {"Gemm": float("nan")}}}))
+    _assert_refused(r, "macs_by_op", "finite number")
+    _assert_still_serving(client)
+
+
+def test_absurdly_large_feature_is_422(client):
+    _assert_refused(_post(client, {"param_bytes": 1e300}), "param_bytes", "less than or equal to")
+    _assert_still_serving(client)
+
+
+@pytest.mark.parametrize("sizes,words", [([0], ("batch_sizes", "greater than or equal to 1")),
+                                         ([-4], ("batch_sizes", "greater than or equal to 1")),
+                                         ([10**30], ("batch_sizes", "less than or equal to 1000000")),
+                                         ([], ("batch_sizes", "at least 1")),
+                                         (list(range(1, 66)), ("batch_sizes", "at most 64"))])
+def test_bad_batch_sizes_json_route_is_422(client, sizes, words):
+    _assert_refused(_post(client, batch_sizes=sizes), *words)
+    _assert_still_serving(client)
+
+
+@pytest.mark.parametrize("text,words", [(",", ("batch_sizes", "at least 1")),
+                                        ("0", ("batch_sizes[0]", "greater than or equal to 1")),
+                                        ("8,-8", ("batch_sizes[1]", "greater than or equal to 1")),
+                                        ("10000000", ("batch_sizes[0]", "less than or equal to 1000000")),
+                                        (",".join(["8"] * 199), ("batch_sizes", "at most 64")),
+                                        ("8,abc", ("batch_sizes", "comma-separated integers"))])
+def test_bad_batch_sizes_upload_route_is_422(client, onnx_bytes, text, words):
+    r = client.post("/predict/onnx", files={"file": ("m.onnx", onnx_bytes, "application/octet-stream")},
+                    data={"batch_sizes": text})
+    _assert_refused(r, *words)
+    assert isinstance(r.json()["detail"], str)
+    _assert_still_serving(client)
+
+
+def test_upload_route_takes_the_same_batch_sizes_as_the_json_route(client, onnx_bytes):
+    files = {"file": ("m.onnx", onnx_bytes, "application/octet-stream")}
+    r = client.post("/predict/onnx", files=files, data={"batch_sizes": " 1, 1000000 ," + ",".join(["8"] * 62)})
+    assert r.status_code == 200, r.text
+    assert len(r.json()["prediction"]["points"]) == 64
+    r = client.post("/predict", json={"features": F, "batch_sizes": [1, 1_000_000] + [8] * 62})
+    assert r.status_code == 200, r.text
+
+
+def test_oversized_upload_is_413(client):
+    r = client.post("/predict/onnx", files={"file": ("big.onnx", b"\0" * 300_000, "application/octet-stream")})
+    _assert_refused(r, "larger than 200000 bytes", status=413)
+    _assert_still_serving(client)
+
+
+@pytest.mark.parametrize("limit", [-5e6, 0, 0.5, float("nan"), float("inf"), "big", True])
+def test_create_app_refuses_a_non_positive_upload_limit(limit):
+    from perfpredict.errors import UsageError
+    from perfpredict.service import create_app
+
+    # raised before any model is loaded (no predictor given: it would load the default models otherwise)
+    with pytest.raises(ValueError, match="max_upload_bytes") as info:
+        create_app(object(), max_upload_bytes=limit)
+    assert isinstance(info.value, UsageError)
+
+
+def test_parse_batch_sizes_helper():
+    from perfpredict.service import parse_batch_sizes
+
+    assert parse_batch_sizes("8, 32,,64") == [8, 32, 64]
+    with pytest.raises(ValueError, match=r"batch_sizes\[0\]"):
+        parse_batch_sizes("0")
