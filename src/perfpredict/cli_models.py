@@ -131,6 +131,66 @@ def predict(
 
 
 @app.command()
+def colocate(
+    job_a: Annotated[str, typer.Argument(help="a card.json (predicted or measured on CUDA), model.py, zoo:<family> "
+                                              "or .onnx")],
+    job_b: Annotated[str, typer.Argument(help="the job sharing the GPU with it (same forms)")],
+    batch_sizes: Annotated[str, typer.Option("--batch-sizes", "-b", help="A's and B's batch sizes, e.g. 32,64 "
+                                                                         "(one: both) [a card's first point, else 32]")] = "",
+    device_type: Annotated[str | None, typer.Option(help="CUDA model set whose interference model answers "
+                                                         "[a CUDA set]")] = None,
+    models: Annotated[Path | None, typer.Option(help="trained_models folder")] = None,
+) -> None:
+    """Predict two jobs sharing one GPU: each one's slowdown (Horus's interference model), the pair's throughput
+    and whether they fit the device's memory. Nothing is run on a GPU."""
+    from perfpredict.card import PerformanceCard
+    from perfpredict.predictor import Predictor
+    from perfpredict.workload_args import check_target, parse_batch_sizes
+
+    bs: list[int | None] = [None, None]
+    if batch_sizes.strip():
+        items = [x for x in batch_sizes.split(",") if x.strip()]
+        if len(items) > 2:
+            raise UsageError(f"--batch-sizes takes one or two values (A's, B's), got {batch_sizes!r}", step="arguments")
+        parsed = [parse_batch_sizes(x, "--batch-sizes")[0] for x in items]
+        bs = [parsed[0], parsed[-1]]
+    for t in (job_a, job_b):
+        if t.lower().endswith((".json", ".onnx")):
+            if not Path(t).is_file():
+                raise UsageError(f"no file at {t}", step="arguments")
+        else:
+            check_target(t)
+    pred = Predictor.load(models)
+    cards = []
+    for t, b in zip((job_a, job_b), bs):
+        if t.lower().endswith(".json"):
+            cards.append(PerformanceCard.load(t))
+        elif t.lower().endswith(".onnx"):
+            cards.append(pred.predict(onnx_path=t, batch_sizes=[b or 32], device_type=device_type or "cuda"))
+        else:
+            cards.append(pred.predict(t, batch_sizes=[b or 32], device_type=device_type or "cuda"))
+    r = pred.colocation(*cards, batch_sizes=(bs[0], bs[1]), device_type=device_type)
+    t = Table(title=f"sharing one {r.device_name} ({r.device_type}'s interference model)")
+    for c in ("job", "batch", "source", "solo GPU util", "solo iter time", "shared iter time", "GPU memory"):
+        t.add_column(c)
+    for j in r.jobs:
+        t.add_row(j.name, str(j.batch_size), j.source, f"{j.gpu_utilization:.0%}", f"{j.iter_time_s * 1e3:.2f} ms",
+                  f"{j.iter_time_colocated_s * 1e3:.2f} ms",
+                  "-" if j.device_memory_bytes is None else f"{j.device_memory_bytes / 2**30:.2f} GiB")
+    out_console.print(t)
+    rmse = ("" if r.slowdown_rmse_unseen_job is None else
+            f" (RMSE {r.slowdown_rmse_unseen_job:.2f} on a job the model has not seen, "
+            f"{r.slowdown_rmse_mean_baseline:.2f} for the mean slowdown)")
+    out_console.print(f"cumulative utilisation {r.cumulative_utilization:.0%}: slowdown T_deg {r.slowdown:.2f} for "
+                      f"each{rmse}; together {r.aggregate_throughput:.2f} solo jobs' worth of work", highlight=False)
+    if r.fits_in_memory is not None:
+        out_console.print(f"memory: {r.device_memory_bytes / 2**30:.1f} of {r.device_capacity_bytes / 2**30:.1f} GiB "
+                          f"({'fits' if r.fits_in_memory else 'does NOT fit'})", highlight=False)
+    for n in r.notes:
+        err_console.print(f"note: {n}", highlight=False)
+
+
+@app.command()
 def serve(
     host: Annotated[str, typer.Option(help="interface to bind (loopback by default)")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port")] = 8000,

@@ -207,10 +207,17 @@ class ModelSet:
         self.ood_threshold = float(d.min(axis=1).max())
         self._saved_models = {attr: SavedBytesEstimator(attr).fit(archs) for attr in ESTIMABLE_ATTRS}
         self.interference = None
+        #: the interference model's error on a job left out of its fit (``interference.json``), if recorded
+        self.interference_holdout: dict[str, Any] | None = None
         if (path / "interference.json").exists():
             from perfpredict.fit.interference import InterferenceModel
 
-            self.interference = InterferenceModel.from_dict(json.loads((path / "interference.json").read_text()))
+            doc = json.loads((path / "interference.json").read_text())
+            self.interference = InterferenceModel.from_dict(doc)
+            self.interference_holdout = doc.get("leave_one_job_out")
+        #: the measuring device's memory (GPU memory on CUDA), from the dataset's provenance
+        mem = ((self.meta.get("provenance") or {}).get("device_info") or {}).get("memory_bytes")
+        self.device_memory_bytes: int | None = int(mem) if mem else None
 
     def with_graph_counts(self, arch: ArchFeatures) -> ArchFeatures:
         """``arch`` with saved-tensor bytes (both counts, :data:`~perfpredict.estimators.saved_estimate.
@@ -358,6 +365,18 @@ class Predictor:
         bs = _check_batches(batch_sizes or ([batch_size] if batch_size else [32]))
         return self.card_for(arch, bs, device_type=device_type, source=source, allow_fallback=allow_fallback,
                              mode=mode)
+
+    def colocation(self, job_a, job_b, *, batch_sizes: tuple[int | None, int | None] = (None, None),
+                   device_type: str | None = None):
+        """Two jobs sharing one GPU, from their CUDA cards (predicted or measured): the slowdown each sees, the
+        pair's aggregate throughput and whether they fit the device's memory
+        (:class:`perfpredict.pair_prediction.PairPrediction`). ``batch_sizes`` picks each card's point
+        (default: its first); ``device_type`` the model set whose interference model answers (default: a CUDA
+        set). Nothing is run."""
+        from perfpredict.pair_prediction import job_on_device, predict_pair
+
+        ms = self.model_set(device_type or "cuda")
+        return predict_pair(ms, job_on_device(job_a, batch_sizes[0]), job_on_device(job_b, batch_sizes[1]))
 
     def card_for(self, arch: ArchFeatures, batch_sizes: Sequence[int], *, device_type: str | None = None,
                  source: str = "features", allow_fallback: bool = True, mode: str | None = None):

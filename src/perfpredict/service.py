@@ -150,6 +150,19 @@ def _upload_limit(max_upload_bytes: Any) -> int:
     return int(max_upload_bytes)
 
 
+class PairJob(BaseModel):
+    """One job of a co-location request: its graph features and the batch size it runs at."""
+
+    features: FeatureVector
+    batch_size: BatchSize = 32
+
+
+class ColocationRequest(BaseModel):
+    jobs: tuple[PairJob, PairJob]
+    device_type: str | None = Field(None, description="a CUDA model set (e.g. cuda_h100) or 'cuda'")
+    allow_fallback: bool = True
+
+
 def _json_safe(obj: Any) -> Any:
     """``obj`` with NaN and infinities as strings (a validation error echoes the client's input, which may hold
     them, and JSON cannot)."""
@@ -209,6 +222,15 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
         card = pred.card_for(arch, req.batch_sizes, device_type=req.device_type, source=arch.name,
                              allow_fallback=req.allow_fallback, mode=req.mode)
         return card.model_dump(mode="json")
+
+    @app.post("/colocation")
+    def colocation(req: ColocationRequest) -> dict[str, Any]:
+        """Two jobs sharing one GPU: each job's predicted card, then the interference model's slowdown at their
+        cumulative predicted utilisation (``Predictor.colocation``)."""
+        cards = [pred.card_for(ArchFeatures.from_dict(j.features.model_dump()), [j.batch_size],
+                               device_type=req.device_type or "cuda", source="features",
+                               allow_fallback=req.allow_fallback) for j in req.jobs]
+        return pred.colocation(*cards, device_type=req.device_type).model_dump(mode="json")
 
     @app.post("/predict/onnx")
     async def predict_onnx(file: UploadFile = File(...), batch_sizes: str = Form("32"),
