@@ -80,11 +80,15 @@ def sample_jobs(rows: list[dict[str, str]], n_jobs: int, seed: int, max_job_mem_
         raise SystemExit(f"error: only {len(pts)} usable points in the dataset, asked for {n_jobs} jobs")
     pts.sort()
     rng = random.Random(seed)
-    out = []
+    out, taken = [], set()
     for k in range(n_jobs):
         stratum = pts[k * len(pts) // n_jobs:(k + 1) * len(pts) // n_jobs]
+        # one batch size per architecture where the stratum allows it: the jobs a leave-one-job-out fold
+        # holds out are architectures
+        stratum = [p for p in stratum if p[1] not in taken] or stratum
         fam = rng.choice(sorted({p[2] for p in stratum}))
         _, config, family, batch = rng.choice([p for p in stratum if p[2] == fam])
+        taken.add(config)
         out.append((f"{config}-b{batch}", family, dict(plans[config].cfg), batch))
     return out
 

@@ -45,12 +45,17 @@ def _one_error_line(proc, *needles: str) -> None:
     (["--trace", "dlbags:n=5,median=-1"], "median run time"),
     (["--cluster", "horus-testbed", "--trace", "horus-small", "--mechanism", "horus:k=abc"], "k=abc"),
     (["--trace", "."], "is a directory"),
+    (["--trace", "synergy:n=3", "--cluster", "nodict.json"], "expected an object"),
+    (["--trace", "synergy:n=3", "--cluster", "hugecount.json"], "count must be a whole number"),
+    (["--trace", "synergy:n=3", "--cluster", "1000x10000000"], "more than the 1024"),
 ])
 def test_simulate_refuses_bad_input_in_one_line(run_cli, tmp_path, args, needle):
     (tmp_path / "empty.csv").write_text("id,arrival_s,gpus,work_s\n")
     (tmp_path / "nomodel.csv").write_text("id,arrival_s,gpus,work_s\n0,0,1,100\n")
     (tmp_path / "afile").write_text("x")
     (tmp_path / "badtype.json").write_text('{"servers": [{"gpus": "x", "count": 2}]}')
+    (tmp_path / "nodict.json").write_text('{"servers": [8]}')
+    (tmp_path / "hugecount.json").write_text('{"servers": [{"gpus": 8, "count": 1e12}]}')
     proc = run_cli("simulate", *args, "--no-mlflow", *([] if "--out" in args else ["--out", "o"]))
     _one_error_line(proc, needle)
 
@@ -70,6 +75,7 @@ def test_simulate_writes_strict_json_when_a_metric_has_no_value(run_cli, tmp_pat
 @pytest.mark.parametrize("args, needle", [
     (["--threads", "0"], "--threads"),
     (["--memory-limit", "1.2.3GB"], "memory size"),
+    (["--memory-limit", "1e400GB"], "too large"),
     (["--memory-limit", "0"], "--memory-limit must be positive"),
     (["--copies", "abc"], "--copies"),
     (["--workers", "0"], "--workers"),
@@ -134,9 +140,19 @@ def test_show_and_latency_on_a_predicted_card(run_cli, tmp_path):
     _one_error_line(run_cli("latency", "one.json", "-n", "100", "-b", "32"), "predicted card", "(32)")
 
 
-def test_debug_is_accepted_by_every_command(run_cli):
+def test_debug_is_accepted_by_every_command(run_cli, tmp_path):
     assert run_cli("zoo", "--debug").returncode == 0
     assert run_cli("version", "--debug").returncode == 0
+    (tmp_path / "bad.json").write_text("{not json")
+    plain, debug = run_cli("show", "bad.json"), run_cli("show", "bad.json", "--debug")
+    assert plain.returncode == debug.returncode != 0
+    assert "Traceback" not in plain.stderr and "Traceback" in debug.stderr
+
+
+def test_a_cluster_json_with_whole_float_gpus_runs(run_cli, tmp_path):
+    (tmp_path / "c.json").write_text('{"servers": [{"gpus": 8.0, "count": 2}]}')
+    proc = run_cli("simulate", "--cluster", "c.json", "--trace", "synergy:n=5", "--no-mlflow", "--out", "o")
+    assert proc.returncode == 0, proc.stderr[-2000:]
 
 
 def test_a_malformed_rate_model_is_named_not_crashed_on():

@@ -36,6 +36,7 @@ def test_sampled_jobs_span_the_measured_utilisation_range_and_are_reproducible(h
     cc = _collector()
     jobs = cc.sample_jobs(h100_rows, 24, seed=1, max_job_mem_gb=30.0)
     assert len(jobs) == 24 and len({j[0] for j in jobs}) == 24
+    assert len({j[0].rsplit("-b", 1)[0] for j in jobs}) == 24     # 24 architectures, one batch size each
     util = {f"{r['config']}-b{r['batch_size']}": float(r["gpu_utilization"]) for r in h100_rows if r["status"] == "ok"}
     us = sorted(util[j[0]] for j in jobs)
     # One job per utilisation stratum: the draw reaches both ends of the measured range.
@@ -108,6 +109,17 @@ def test_leave_one_job_out_on_the_h100_pairs_beats_the_mean():
     assert r["jobs"] == 8 and r["points"] == 72
     # Horus's model carries some information about a job it has not seen (README: how little).
     assert r["rmse"] < r["rmse_mean_slowdown"] and r["mae"] < r["mae_mean_slowdown"]
+
+
+def test_an_architecture_at_two_batch_sizes_is_held_out_whole(tmp_path):
+    # x at batch 8 and 16 is one architecture: one fold holds out both (4 jobs, not 5), so neither label can
+    # stay in training to vouch for the other.
+    rows = [("a-b8", "b-b8", 0.3, 0.4, 0.21, 0.21), ("a-b8", "c-b8", 0.3, 0.5, 0.24, 0.24),
+            ("b-b8", "c-b8", 0.4, 0.5, 0.27, 0.27), ("x-b8", "a-b8", 0.2, 0.3, 1.0, 0.15),
+            ("x-b16", "b-b8", 0.35, 0.4, 1.0, 0.225), ("x-b8", "x-b16", 0.2, 0.35, 1.0, 1.0)]
+    _write_pairs(tmp_path / "p.csv", rows)
+    r = leave_one_job_out(colocation_rows(tmp_path / "p.csv"))
+    assert r["jobs"] == 4
 
 
 def test_leave_one_job_out_needs_three_jobs(tmp_path):

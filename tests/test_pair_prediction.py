@@ -72,6 +72,11 @@ def test_measured_cards_bring_their_own_utilisation_and_memory(pred):
     assert r.jobs[1].iter_time_s == pytest.approx(float(hi["iter_time_s"]))
     assert r.device_memory_bytes == pytest.approx(int(lo["nvml_process_bytes"]) + int(hi["nvml_process_bytes"]))
     assert r.cumulative_utilization > 1.0 and any("over-commits" in n for n in r.notes)
+    # A card measured on another GPU brings its own memory; the answer says whose interference model spoke.
+    t4 = _measured_card(pred, "low", lo).model_copy(update={"device": DeviceInfo(kind="cuda", name="Tesla T4",
+                                                                                  memory_bytes=16 * 2**30)})
+    r2 = pred.colocation(t4, _measured_card(pred, "high", hi))
+    assert r2.device_capacity_bytes == 16 * 2**30 and any("Tesla T4" in n for n in r2.notes)
 
 
 def test_what_cannot_answer_is_named(pred, cards):

@@ -54,6 +54,8 @@ def _bytes(text: str | None) -> int | None:
         value = float(m.group(1))
     except ValueError:
         raise UsageError(f"cannot read a memory size from {text!r} (try 4GB or 512MiB)", step="arguments") from None
+    if not math.isfinite(value * 1024.0 ** 4):
+        raise UsageError(f"memory size {text!r} is too large", step="arguments")
     power = " KMGT".index(m.group(2).upper() or " ")
     base = 1024 if m.group(3) else 1000
     return int(value * base**power)
@@ -353,6 +355,8 @@ def profile(
             raise UsageError(f"cannot use the MLflow store {tracking_uri()} ({type(e).__name__}: {first}); "
                              "fix MLFLOW_TRACKING_URI or pass --no-mlflow", step="mlflow") from None
 
+    card_file = out_dir / "card.json"
+    before = card_file.stat().st_mtime_ns if card_file.exists() else None  # an earlier run's card
     try:
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=err_console, transient=True) as progress:
@@ -360,8 +364,9 @@ def profile(
                                        command=command, extended=extended)
     except KeyboardInterrupt:
         # Typer turns Ctrl-C into a silent exit 130; say where the kept measurements are first.
-        card_file = out_dir / "card.json"
-        where = f"are in {card_file}" if card_file.exists() else "were none"
+        written = card_file.exists() and card_file.stat().st_mtime_ns != before
+        where = (f"are in {card_file}" if written else
+                 "were none (interrupted before the first batch size; any card.json there is an earlier run's)")
         err_console.print(f"[yellow]interrupted[/]: the measurements finished so far {where}", highlight=False)
         raise typer.Exit(130) from None
     card = outcome.card

@@ -202,8 +202,8 @@ def serve(
 
     from perfpredict.service import serve as run
 
-    if not 0 <= port <= 65535:
-        raise UsageError(f"--port must be 0-65535, got {port}", step="arguments")
+    if not 1 <= port <= 65535:
+        raise UsageError(f"--port must be 1-65535, got {port}", step="arguments")
     if not (math.isfinite(max_upload_mb) and max_upload_mb > 0):
         raise UsageError(f"--max-upload-mb must be a positive number, got {max_upload_mb}", step="arguments")
     run(host, port, str(models) if models else None, int(max_upload_mb * 1e6),

@@ -6,7 +6,9 @@ or measured (``perfpredict profile`` on CUDA). The device type's interference mo
 ``perfpredict train`` from perfpredict's co-located pairs, ``interference.json``) gives the slowdown
 ``T_deg`` at their cumulative utilisation; each job then takes ``(1 + T_deg)`` times its solo step, and the
 pair does ``2 / (1 + T_deg)`` solo jobs' worth of work (above 1: sharing gains over running them one after
-the other). The slowdown's error on a job the model never saw (leave one job out, ``interference.json``)
+the other). Horus's T_deg is an absolute relative change, so a job that ran slightly faster next to a
+partner counts as slowed as much; the model's answer is read as a slowdown. The slowdown's error on a job
+the model never saw (leave one job out, ``interference.json``)
 travels with the answer, since it is large on the data there is: read it before trusting the sign of a gain.
 """
 
@@ -71,7 +73,8 @@ def job_on_device(card: PerformanceCard, batch_size: int | None) -> dict[str, An
         if p.gpu_utilization is None:
             raise UsageError(f"{card.model.name}: the card predicts no GPU utilisation", step="colocation")
         return {"name": card.model.name, "batch_size": b, "source": "predicted", "gpu_utilization": p.gpu_utilization,
-                "iter_time_s": p.iter_time_s, "device_memory_bytes": p.device_memory_safe_bytes}
+                "iter_time_s": p.iter_time_s, "device_memory_bytes": p.device_memory_safe_bytes,
+                "_device": (card.device.name, card.device.memory_bytes)}
     util = {e.batch_size: e.gpu_utilization for e in (card.energy.points if card.energy else [])
             if e.gpu_utilization is not None}
     times = {t.batch_size: t.iter_time_s for t in card.throughput if t.ok}
@@ -82,7 +85,8 @@ def job_on_device(card: PerformanceCard, batch_size: int | None) -> dict[str, An
                          f"{'' if b is None else f' at batch {b}'} (measured: {both or 'none'})", step="colocation")
     mem = next((m.nvml_process_bytes for m in card.memory if m.batch_size == b), None)
     return {"name": card.model.name, "batch_size": b, "source": "measured", "gpu_utilization": util[b],
-            "iter_time_s": times[b], "device_memory_bytes": None if mem is None else float(mem)}
+            "iter_time_s": times[b], "device_memory_bytes": None if mem is None else float(mem),
+            "_device": (card.device.name, card.device.memory_bytes)}
 
 
 def predict_pair(ms: ModelSet, a: dict[str, Any], b: dict[str, Any]) -> PairPrediction:
@@ -91,15 +95,23 @@ def predict_pair(ms: ModelSet, a: dict[str, Any], b: dict[str, Any]) -> PairPred
     if ms.interference is None:
         raise UsageError(f"model set {ms.name} has no interference model (collect co-location pairs with "
                          "profilers/collect_colocation.py and run `perfpredict train`)", step="colocation")
+    devices = [j.get("_device") or (None, None) for j in (a, b)]
+    a, b = ({k: v for k, v in j.items() if k != "_device"} for j in (a, b))
     u = float(a["gpu_utilization"]) + float(b["gpu_utilization"])
     t = float(ms.interference.predict(u))
     jobs = tuple(JobOnDevice(**j, iter_time_colocated_s=float(j["iter_time_s"]) * (1.0 + t)) for j in (a, b))
     lojo = ms.interference_holdout or {}
     mems = [j["device_memory_bytes"] for j in (a, b)]
     total = None if any(m is None for m in mems) else float(sum(mems))
-    cap = ms.device_memory_bytes
+    # The GPU the cards were measured on or predicted for; the model set's own only when they do not say.
+    caps = [m for _, m in devices if m]
+    cap = min(caps) if caps else ms.device_memory_bytes
     notes = [f"slowdown from {ms.name}'s interference model: Horus's T_deg(cumulative utilisation), refitted on "
              f"{ms.interference.n_linear + ms.interference.n_quadratic} measured points"]
+    others = sorted({n for n, _ in devices if n and n != ms.device_name})
+    if others:
+        notes.append(f"a card comes from {', '.join(others)}, the interference model from {ms.device_name}: the "
+                     "slowdown is that GPU's")
     if u > 1.0:
         notes.append(f"cumulative utilisation {u:.0%} over-commits the GPU: the quadratic branch answers")
     if lojo.get("rmse") is not None and lojo["rmse"] >= t:

@@ -46,6 +46,12 @@ def parse_params(items: list[str] | None) -> dict[str, str]:
     return out
 
 
+#: Suffixes of files that are never a model script (cards, graphs, weights, data): refused by name instead of
+#: being imported as Python. Any other file (a ``.py``, a script without a suffix) is loaded.
+NOT_PYTHON = frozenset({".onnx", ".json", ".pt", ".pth", ".pb", ".h5", ".pkl", ".safetensors", ".bin", ".csv",
+                        ".swf", ".gz", ".zip", ".tar", ".npz", ".npy", ".png", ".md"})
+
+
 def check_model_path(path: str | Path) -> Path:
     """The resolved path of a ``model.py`` that exists and is a file; :class:`ModelLoadError` otherwise."""
     p = Path(path).expanduser()
@@ -54,12 +60,11 @@ def check_model_path(path: str | Path) -> Path:
     if p.is_dir():
         raise ModelLoadError("is a directory, expected a Python file defining build_model() and "
                              "example_inputs(batch_size)", source=str(path), step="load")
-    if p.suffix.lower() != ".py":
+    if p.suffix.lower() in NOT_PYTHON:
         hint = (" (to predict from an ONNX graph without running anything: perfpredict predict "
                 f"{path})" if p.suffix.lower() == ".onnx" else "")
         raise ModelLoadError(f"expected a Python model file (.py) defining build_model() and "
-                             f"example_inputs(batch_size), not a {p.suffix or 'file without an extension'}{hint}",
-                             source=str(path), step="load")
+                             f"example_inputs(batch_size), not a {p.suffix}{hint}", source=str(path), step="load")
     return p.resolve()
 
 

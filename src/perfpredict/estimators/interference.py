@@ -11,6 +11,7 @@ model must clear to say anything about an unseen job.
 from __future__ import annotations
 
 import csv
+import re
 from pathlib import Path
 from typing import Any
 
@@ -49,14 +50,22 @@ def colocation_rows(path: str | Path) -> list[tuple[str, str, float, float]]:
     return out
 
 
+def architecture_of(label: str) -> str:
+    """A job label without its batch size (``<config>-b32`` → ``<config>``): one architecture at two batch sizes
+    is one job to hold out, or the fold would keep it in training."""
+    return re.sub(r"-b\d+$", "", label)
+
+
 def leave_one_job_out(rows: list[tuple[str, str, float, float]]) -> dict[str, Any] | None:
-    """Each job's slowdowns predicted by the model fitted on the pairs without it (both as job and partner).
+    """Each job's slowdowns predicted by the model fitted on the pairs without it (both as job and partner);
+    a job is an architecture (:func:`architecture_of`), all its batch sizes held out together.
 
     Returns RMSE and MAE of the model and of the training pairs' mean slowdown (the no-information bar),
     over the held-out jobs' slowdowns, and the number of jobs; None with fewer than 3 jobs or when a fold
     cannot be fitted. Only the slowdowns of the held-out job count (its partners' are in other folds)."""
     import numpy as np
 
+    rows = [(architecture_of(a), architecture_of(b), u, y) for a, b, u, y in rows]
     jobs = sorted({r[0] for r in rows})
     if len(jobs) < 3:
         return None

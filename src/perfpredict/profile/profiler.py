@@ -244,6 +244,12 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
         nxt = next((b for b in batch_sizes if b not in done), None)
         card.errors.append(CardError(step="interrupted", batch_size=nxt,
                                      message="interrupted by the user; earlier points are kept"))
+        card.energy = energy  # the finished points' utilisation and energy are kept too
+        if not device_described:
+            try:
+                card.device = DeviceInfo(**describe_device(device, settings.threads))
+            except Exception:  # noqa: BLE001 - describing must not hide the interrupt
+                pass
         ok = card.measured_points()
         if ok:  # the kept points still give a rate model (and a latency) to whoever reads the card
             try:

@@ -36,6 +36,12 @@ class CapacityError(ValueError):
     """An allocation does not fit the free resources (or names a server/device that does not exist)."""
 
 
+#: More devices than any one server has (a DGX has 8-16): a typo is refused before a ledger is allocated.
+MAX_GPUS_PER_SERVER = 1024
+#: The most servers one cluster spec may list (a typo such as ``count: 1e12`` is refused, not allocated).
+MAX_SERVERS = 100_000
+
+
 @dataclass(frozen=True)
 class ServerSpec:
     """One machine. ``gpu_mem_gb`` bounds the device memory of tasks sharing a device; ``energy_cost`` is
@@ -58,6 +64,9 @@ class ServerSpec:
                 raise ValueError(f"server field {name} must be a finite number, got {v!r}")
         if self.gpus != int(self.gpus):
             raise ValueError(f"server field gpus must be a whole number, got {self.gpus!r}")
+        if self.gpus > MAX_GPUS_PER_SERVER:
+            raise ValueError(f"server field gpus is {self.gpus}, more than the {MAX_GPUS_PER_SERVER} a server may have")
+        object.__setattr__(self, "gpus", int(self.gpus))  # 8.0 from a JSON file is 8 devices
         if not isinstance(self.gpu_type, str):
             raise ValueError(f"server field gpu_type must be a string, got {self.gpu_type!r}")
         if self.gpus < 0 or self.cpus < 0 or self.mem_gb < 0 or self.gpu_mem_gb <= 0:
@@ -84,8 +93,10 @@ class ClusterSpec:
                     gpu_type: str = "V100", gpu_mem_gb: float = 32.0, energy_cost: float | None = None,
                     name: str | None = None) -> ClusterSpec:
         """``n_servers`` identical servers; defaults are Synergy's (§5.1): 8 GPUs, 24 CPUs, 500 GB."""
-        if n_servers <= 0:
-            raise ValueError(f"n_servers must be positive, got {n_servers}")
+        if isinstance(n_servers, bool) or not isinstance(n_servers, numbers.Real) or n_servers != int(n_servers) \
+                or not 0 < n_servers <= MAX_SERVERS:
+            raise ValueError(f"n_servers must be a whole number from 1 to {MAX_SERVERS:,}, got {n_servers!r}")
+        n_servers = int(n_servers)
         s = ServerSpec(gpus=gpus, cpus=cpus, mem_gb=mem_gb, gpu_type=gpu_type, gpu_mem_gb=gpu_mem_gb,
                        energy_cost=energy_cost)
         return cls(servers=(s,) * n_servers, name=name or f"{n_servers}x{gpus}{gpu_type}")
@@ -118,14 +129,23 @@ class ClusterSpec:
             return cls.homogeneous(**d["homogeneous"], name=d.get("name"))
         if "servers" not in d or not d["servers"]:
             raise ValueError("a cluster spec needs a non-empty 'servers' list or a 'homogeneous' block")
+        if not isinstance(d["servers"], list):
+            raise ValueError(f"'servers' must be a list of server objects, got {type(d['servers']).__name__}")
         servers: list[ServerSpec] = []
         for i, s in enumerate(d["servers"]):
-            count = int(s.get("count", 1)) if isinstance(s, dict) else 1
+            if not isinstance(s, dict):
+                raise ValueError(f"server {i}: expected an object such as {{\"gpus\": 8, \"count\": 2}}, got {s!r}")
+            count = s.get("count", 1)
+            if isinstance(count, bool) or not isinstance(count, numbers.Real) or count != int(count) \
+                    or not 0 <= count <= MAX_SERVERS:
+                raise ValueError(f"server {i}: count must be a whole number from 0 to {MAX_SERVERS:,}, got {count!r}")
             fields = {k: v for k, v in s.items() if k != "count"}
             try:
-                servers.extend([ServerSpec(**fields)] * count)
+                servers.extend([ServerSpec(**fields)] * int(count))
             except TypeError as e:
                 raise ValueError(f"server {i}: {e}") from None
+            if len(servers) > MAX_SERVERS:
+                raise ValueError(f"more than {MAX_SERVERS:,} servers")
         return cls(servers=tuple(servers), name=d.get("name", "cluster"))
 
     @classmethod

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from perfpredict.errors import UsageError
-from perfpredict.sched.cluster import ClusterSpec
+from perfpredict.sched.cluster import MAX_SERVERS, ClusterSpec
 from perfpredict.sched.job import Job
 from perfpredict.sched.mechanisms import make_mechanism
 from perfpredict.sched.perf import PerfModel
@@ -51,22 +51,17 @@ from perfpredict.sim.simulator import SimConfig, SimResult, SimulationError, sim
 __all__ = ["SimRun", "load_perf_models", "parse_cluster", "parse_trace", "run_simulation", "write_outputs"]
 
 
-#: More servers than any cluster a trace is replayed on (the largest the experiments use is 128 x 8): a typo
-#: such as 99999999x8 is refused at once instead of allocating a simulator for it.
-MAX_SERVERS = 100_000
-
-
 def parse_cluster(text: str | Path | ClusterSpec) -> ClusterSpec:
     """A cluster from a spec string or JSON file (see the module docstring), checked: at least one GPU and at
-    most :data:`MAX_SERVERS` servers."""
+    most :data:`~perfpredict.sched.cluster.MAX_SERVERS` servers."""
     if isinstance(text, ClusterSpec):
         return text
     spec = _parse_cluster(str(text))
     if spec.n_servers > MAX_SERVERS:
-        raise UsageError(f"cluster {text!r}: {spec.n_servers:,} servers, more than the {MAX_SERVERS:,} a simulation "
-                         "takes", step="cluster")
+        raise UsageError(f"cluster {str(text)!r}: {spec.n_servers:,} servers, more than the {MAX_SERVERS:,} a "
+                         "simulation takes", step="cluster")
     if spec.total_gpus <= 0:
-        raise UsageError(f"cluster {text!r} has no GPUs", step="cluster")
+        raise UsageError(f"cluster {str(text)!r} has no GPUs", step="cluster")
     return spec
 
 
