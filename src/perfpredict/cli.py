@@ -456,7 +456,9 @@ def simulate(
     for key, value in m.items():
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             continue
-        if key.endswith("_s"):
+        if isinstance(value, float) and not math.isfinite(value):
+            text = "–"  # no value (e.g. GPU busy time without GPU sharing, or no job finished in the window)
+        elif key.endswith("_s"):
             text = f"{value / 3600:,.2f} h"
         elif key.endswith("util"):
             text = f"{value:.1%}"
