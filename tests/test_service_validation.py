@@ -157,3 +157,21 @@ def test_parse_batch_sizes_helper():
     assert parse_batch_sizes("8, 32,,64") == [8, 32, 64]
     with pytest.raises(ValueError, match=r"batch_sizes\[0\]"):
         parse_batch_sizes("0")
+
+
+@pytest.mark.parametrize("bad,field", [({"forward_macs_per_sample": float("nan")}, "forward_macs_per_sample"),
+                                       ({"param_bytes": -5}, "param_bytes"),
+                                       ({"op_counts": {"Gemm": -1}}, "op_counts.Gemm"),
+                                       ({"param_bytes": "abc"}, "param_bytes")])
+def test_python_api_refuses_the_same_feature_vectors_by_name(bad, field):
+    """Predictor.predict(features=...) checks a mapping against the service's schema: one UsageError naming the
+    field, not a math error from inside the estimators."""
+    from perfpredict import Predictor
+    from perfpredict.errors import UsageError
+
+    pred = Predictor.load(REPO / "trained_models")
+    with pytest.raises(UsageError, match=field):
+        pred.predict(features=F | bad, batch_sizes=[32])
+    with pytest.raises(UsageError, match="Field required"):
+        pred.predict_values({"param_count": 1}, [32])
+    assert pred.predict(features=F | {"family": "mine"}, batch_sizes=[32]).prediction.points[0].iter_time_s > 0

@@ -324,7 +324,7 @@ class Predictor:
     def predict_values(self, features: ArchFeatures | Mapping[str, Any], batch_sizes: Sequence[int],
                        device_type: str | None = None, mode: str | None = None) -> dict[str, Any]:
         """Estimator outputs as plain numbers (the fast path: no card, no fallback)."""
-        arch = features if isinstance(features, ArchFeatures) else ArchFeatures.from_dict(features)
+        arch = _as_arch(features)
         bs = _check_batches(batch_sizes)
         ms = self.model_set(device_type, mode)
         estimated = _lacks_counts(arch)
@@ -360,7 +360,7 @@ class Predictor:
         elif onnx_path is not None:
             arch, source = archmod.from_onnx_file(onnx_path, batch_axis=batch_axis), str(onnx_path)
         else:
-            arch = features if isinstance(features, ArchFeatures) else ArchFeatures.from_dict(features)
+            arch = _as_arch(features)
             source = arch.name or "features"
         bs = _check_batches(batch_sizes or ([batch_size] if batch_size else [32]))
         return self.card_for(arch, bs, device_type=device_type, source=source, allow_fallback=allow_fallback,
@@ -449,6 +449,20 @@ class Predictor:
 #: API and both HTTP routes): far past any real job, and small enough that every feature times it stays finite.
 MAX_BATCH_SIZE = 1_000_000
 MAX_BATCH_SIZES = 64
+
+
+def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
+    """A caller's feature mapping, checked against the service's schema first (a NaN or a negative count is a
+    :class:`UsageError` naming the field); an :class:`ArchFeatures` is taken as it is."""
+    if isinstance(features, ArchFeatures):
+        return features
+    if not isinstance(features, Mapping):
+        raise UsageError(f"features must be a mapping of graph features or an ArchFeatures, got "
+                         f"{type(features).__name__}", step="predict")
+    from perfpredict.estimators.feature_schema import check_feature_mapping
+
+    check_feature_mapping(features)
+    return ArchFeatures.from_dict(features)
 
 
 def _check_batches(batch_sizes: Sequence[int]) -> list[int]:

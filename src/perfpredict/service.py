@@ -23,22 +23,14 @@ import math
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from perfpredict.errors import PerfPredictError, UsageError
-from perfpredict.estimators.kernel_nodes import KERNEL_CLASSES
+from perfpredict.estimators.feature_schema import FeatureVector
 from perfpredict.predictor import MAX_BATCH_SIZE, MAX_BATCH_SIZES
 
 DEFAULT_MAX_UPLOAD_BYTES = 256 * 1024 * 1024
 
-#: The largest count or byte total a feature may carry (an exa-MAC per sample, an exabyte of weights: far past
-#: any real model, and small enough that times MAX_BATCH_SIZE it stays a finite float and an exact int).
-MAX_QUANTITY = 10**18
-
-#: A non-negative, finite count or byte total (float-valued features).
-_Quantity = Annotated[float, Field(ge=0, le=MAX_QUANTITY, allow_inf_nan=False)]
-#: A non-negative integer count.
-_Count = Annotated[int, Field(ge=0, le=MAX_QUANTITY)]
 BatchSize = Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE)]
 BatchSizes = Annotated[list[BatchSize], Field(min_length=1, max_length=MAX_BATCH_SIZES)]
 _BATCH_SIZES = TypeAdapter(BatchSizes)
@@ -46,70 +38,6 @@ _BATCH_SIZES = TypeAdapter(BatchSizes)
 
 class UploadLimitError(UsageError, ValueError):
     """A non-positive or non-finite ``max_upload_bytes`` (a ValueError for API callers, one line for the CLI)."""
-
-
-#: One row of ``kernel_nodes``: a kernel class and seven non-negative integers.
-KernelRow = tuple[Literal[KERNEL_CLASSES], Annotated[int, Field(ge=1, le=MAX_QUANTITY)],
-                  _Count, _Count, _Count, _Count, _Count, _Count]
-
-
-class FeatureVector(BaseModel):
-    """Graph features of one architecture (what ``perfpredict.estimators.arch.ArchFeatures`` holds). Every
-    number is a finite, non-negative count or byte total (at most :data:`MAX_QUANTITY`)."""
-
-    model_config = ConfigDict(allow_inf_nan=False)
-
-    forward_macs_per_sample: _Quantity
-    param_count: _Quantity
-    param_bytes: _Quantity
-    activation_bytes_per_sample: _Quantity
-    num_nodes: Annotated[float, Field(ge=1, le=MAX_QUANTITY, allow_inf_nan=False)]
-    forward_macs_fixed: _Quantity = 0.0
-    activation_bytes_fixed: _Quantity = 0.0
-    input_bytes_per_sample: _Quantity = 0.0
-    lookup_param_bytes: _Quantity = Field(0.0, description="bytes of weights only indexed (embedding tables); "
-                                                            "part of param_bytes")
-    recurrent_steps_by_op: dict[Literal["LSTM", "GRU", "RNN"], _Count] = Field(
-        default_factory=dict, description="time steps of the recurrent layers per pass (sequence length × "
-                                          "directions, summed per ONNX op type); independent of the batch size")
-    op_counts: dict[str, _Count] = Field(
-        default_factory=dict, description="ONNX op type -> count. Which types are present sets the library code "
-                                          "a CPU process pages in (a third to a half of a small model's RSS); "
-                                          "left out, CPU memory is under-predicted and the card says so")
-    macs_by_op: dict[str, _Quantity] = Field(default_factory=dict)
-    activation_bytes_by_op: dict[str, _Quantity] = Field(default_factory=dict)
-    saved_bytes_per_sample: _Quantity | None = Field(
-        None, description="bytes autograd saves for backward per sample, as CUDA's kernels keep them (a "
-                          "predicted card's features.saved_bytes_per_sample); left out, it is estimated from "
-                          "the activation bytes, and the card says so")
-    saved_bytes_fixed: _Quantity = 0.0
-    saved_cpu_bytes_per_sample: _Quantity | None = Field(
-        None, description="the same as the CPU's own kernels keep them (unfused attention, float dropout "
-                          "noise): what the CPU memory model charges; left out, it is estimated")
-    saved_cpu_bytes_fixed: _Quantity = 0.0
-    peak_live_bytes_per_sample: _Quantity | None = Field(
-        None, description="the most activation bytes alive at once in a forward pass, per sample (a "
-                          "predicted card's features.peak_live_bytes_per_sample): what inference memory "
-                          "charges; left out, it is estimated from the activation bytes, and the card says so")
-    peak_live_bytes_fixed: _Quantity = 0.0
-    graph_saved_bytes_per_sample: _Quantity | None = Field(
-        None, description="activation bytes a backward pass would keep per sample by per-op rules on the "
-                          "graph (a predicted card's features.graph_saved_bytes_per_sample): what the "
-                          "saved-bytes estimate rests on when the exact counts are left out")
-    graph_saved_bytes_fixed: _Quantity = 0.0
-    kernel_nodes: list[KernelRow] = Field(
-        default_factory=list, max_length=20000,
-        description="the kernels one pass runs, identical ones merged: [class, count, MACs per sample, MACs fixed, "
-                    "activation bytes per sample, fixed, weight bytes, recurrent steps] (a predicted card's "
-                    "features.kernel_nodes; perfpredict.estimators.kernel_nodes). What the CPU time baseline "
-                    "prices; left out, stand-ins are made from the per-op-type totals, and the card says so")
-    name: str = Field("features", max_length=200)
-
-    @model_validator(mode="after")
-    def _lookup_within_params(self) -> "FeatureVector":
-        if self.lookup_param_bytes > self.param_bytes:
-            raise ValueError("lookup_param_bytes is part of param_bytes, so it cannot exceed it")
-        return self
 
 
 class PredictRequest(BaseModel):
