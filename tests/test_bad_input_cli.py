@@ -192,3 +192,32 @@ def test_ctrl_c_keeps_the_points_with_a_rate_model_and_says_where(tmp_path):
     assert [p["status"] for p in card["throughput"]][:2] == ["ok", "ok"]
     assert card["rate_model"] is not None
     assert any(e["step"] == "interrupted" for e in card["errors"])
+
+
+@pytest.mark.parametrize("kw,needle", [({"mode": "eval"}, "mode must be"), ({"threads": 0}, "threads must be"),
+                                       ({"memory_limit_bytes": 0}, "memory_limit_bytes"),
+                                       ({"batch_sizes": [0]}, "positive")])
+def test_python_profile_checks_its_settings_before_building_anything(tmp_path, kw, needle):
+    from perfpredict import profile
+
+    with pytest.raises(PerfPredictError, match=needle):
+        profile(str(EXAMPLE), out_dir=tmp_path / "o", **({"batch_sizes": [2]} | kw))
+    assert not (tmp_path / "o").exists()
+
+
+def test_profile_stays_callable_after_its_package_is_imported():
+    """`perfpredict.profile` is the function and the measurement package: importing the package (as the first
+    call does) must not leave a module nobody can call."""
+    code = ("import perfpredict, perfpredict.profile.profiler\n"
+            "from perfpredict import profile\n"
+            "from perfpredict.errors import PerfPredictError\n"
+            "for f in (profile, perfpredict.profile, perfpredict.profile_model):\n"
+            "    try:\n"
+            "        f('x.py', mode='eval')\n"
+            "    except PerfPredictError as e:\n"
+            "        assert 'mode' in str(e) or 'not found' in str(e), e\n"
+            "    else:\n"
+            "        raise SystemExit('no error')\n"
+            "print('ok')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr

@@ -16,8 +16,8 @@ from perfpredict.errors import PerfPredictError
 from perfpredict.fit.rate import RateModel, fit_rate_model, lat
 
 
-def profile(target: str, *, params: dict | None = None, batch_sizes=None, mode: str = "train",
-            device: str = "auto", out_dir=None, **settings):
+def profile_model(target: str, *, params: dict | None = None, batch_sizes=None, mode: str = "train",
+                  device: str = "auto", out_dir=None, **settings):
     """Profile a model file or ``zoo:<family>`` and return a :class:`perfpredict.profile.ProfileOutcome`.
 
     ``settings`` are further :class:`perfpredict.profile.ProfileSettings` fields (``timing``, ``threads``,
@@ -30,6 +30,11 @@ def profile(target: str, *, params: dict | None = None, batch_sizes=None, mode: 
     s = ProfileSettings(batch_sizes=parse_batch_sizes(batch_sizes) if batch_sizes else None, mode=mode,
                         device=device, **settings)
     return profile_workload(workload, s, out_dir=out_dir)
+
+
+#: ``from perfpredict import profile``: the function above. (Once ``perfpredict.profile``, the package, is
+#: imported, the name is the package, which calls :func:`profile_model` when called.)
+profile = profile_model
 
 
 def __getattr__(name: str):
@@ -51,4 +56,5 @@ __all__ = [
     "fit_rate_model",
     "lat",
     "profile",
+    "profile_model",
 ]

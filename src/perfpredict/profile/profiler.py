@@ -39,7 +39,7 @@ from perfpredict.card import (
     TimingStats,
     utc_now,
 )
-from perfpredict.errors import ModelRunError, NonFiniteLossError, PerfPredictError
+from perfpredict.errors import ModelRunError, NonFiniteLossError, PerfPredictError, UsageError
 from perfpredict.profile.timing import TimingConfig
 from perfpredict.workload.spec import Workload
 
@@ -57,6 +57,20 @@ class ProfileSettings:
     fvcore: bool = True
     measure_energy: bool = True
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        # The Python API reaches here without the CLI's checks: a wrong value is one UsageError, found before
+        # anything is built or measured.
+        if self.mode not in ("train", "infer"):
+            raise UsageError(f"mode must be 'train' or 'infer', got {self.mode!r}", step="arguments")
+        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
+                                         or self.threads < 1):
+            raise UsageError(f"threads must be a positive integer, got {self.threads!r}", step="arguments")
+        if self.memory_limit_bytes is not None and not self.memory_limit_bytes > 0:
+            raise UsageError(f"memory_limit_bytes must be positive, got {self.memory_limit_bytes!r}",
+                             step="arguments")
+        if self.point_timeout_s is not None and not self.point_timeout_s > 0:
+            raise UsageError(f"point_timeout_s must be positive, got {self.point_timeout_s!r}", step="arguments")
 
     def as_dict(self) -> dict[str, Any]:
         return {"mode": self.mode, "device": self.device, "threads": self.threads,
