@@ -9,6 +9,8 @@ Python API (the CLI is ``perfpredict``)::
 
 from __future__ import annotations
 
+import os
+
 __version__ = "0.1.0"
 
 from perfpredict.card import SCHEMA_VERSION, PerformanceCard
@@ -26,9 +28,15 @@ def profile_model(target: str, *, params: dict | None = None, batch_sizes=None, 
     from perfpredict.profile.profiler import ProfileSettings, profile_workload
     from perfpredict.workload import parse_batch_sizes, resolve_workload
 
-    workload = resolve_workload(target, params)
-    s = ProfileSettings(batch_sizes=parse_batch_sizes(batch_sizes) if batch_sizes else None, mode=mode,
-                        device=device, **settings)
+    from perfpredict.errors import UsageError
+
+    if not isinstance(target, (str, os.PathLike)):
+        raise UsageError(f"target must be a model.py path or 'zoo:<family>', got {target!r}", step="arguments")
+    if isinstance(batch_sizes, (int, float)):
+        raise UsageError(f"batch_sizes is a list such as [8, 16], got {batch_sizes!r}", step="arguments")
+    sizes = parse_batch_sizes(batch_sizes) if batch_sizes is not None else None  # [] is an error, not the default
+    s = ProfileSettings(batch_sizes=sizes, mode=mode, device=device, **settings)
+    workload = resolve_workload(str(target), params)
     return profile_workload(workload, s, out_dir=out_dir)
 
 

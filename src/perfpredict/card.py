@@ -521,7 +521,11 @@ class PerformanceCard(_Section):
                                    source=source, step="read card") from None
 
     def save(self, path: str | Path) -> Path:
+        """Write the card to ``path`` atomically (a temporary file beside it, then a rename)."""
         p = Path(path)
+        if p.is_dir():
+            raise PerfPredictError(f"{p} is a directory; give the card's file name, e.g. {p / 'card.json'}",
+                                   source=str(p), step="save card")
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.with_suffix(p.suffix + ".tmp")
         tmp.write_text(self.to_json())

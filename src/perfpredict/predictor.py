@@ -348,6 +348,13 @@ class Predictor:
         :func:`~perfpredict.estimators.arch.from_onnx_proto`)."""
         from perfpredict.estimators import arch as archmod
 
+        # The batch sizes are checked first: a model file is run and exported before its features exist.
+        if batch_size is not None and batch_sizes is not None:
+            raise UsageError("give batch_size or batch_sizes, not both", step="predict")
+        if isinstance(batch_sizes, (str, bytes)):
+            raise UsageError(f"batch_sizes must be a list of integers such as [16, 32], not the string {batch_sizes!r}",
+                             step="predict")
+        bs = _check_batches(batch_sizes if batch_sizes is not None else [32 if batch_size is None else batch_size])
         given = [x is not None for x in (model, onnx_path, features)]
         if sum(given) != 1:
             raise UsageError("give exactly one of a model (model.py or zoo:<family>), onnx_path or features",
@@ -362,7 +369,6 @@ class Predictor:
         else:
             arch = _as_arch(features)
             source = arch.name or "features"
-        bs = _check_batches(batch_sizes or ([batch_size] if batch_size else [32]))
         return self.card_for(arch, bs, device_type=device_type, source=source, allow_fallback=allow_fallback,
                              mode=mode)
 
@@ -373,8 +379,15 @@ class Predictor:
         (:class:`perfpredict.pair_prediction.PairPrediction`). ``batch_sizes`` picks each card's point
         (default: its first); ``device_type`` the model set whose interference model answers (default: a CUDA
         set). Nothing is run."""
+        from perfpredict.card import PerformanceCard
         from perfpredict.pair_prediction import job_on_device, predict_pair
 
+        for x in (job_a, job_b):
+            if not isinstance(x, PerformanceCard):
+                raise UsageError(f"colocation takes two PerformanceCards (PerformanceCard.load(path) reads one), got "
+                                 f"{type(x).__name__}", step="colocation")
+        if not (isinstance(batch_sizes, (tuple, list)) and len(batch_sizes) == 2):
+            raise UsageError(f"batch_sizes is one batch size (or None) per job, got {batch_sizes!r}", step="colocation")
         ms = self.model_set(device_type or "cuda")
         return predict_pair(ms, job_on_device(job_a, batch_sizes[0]), job_on_device(job_b, batch_sizes[1]))
 
@@ -461,15 +474,16 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
                          f"{type(features).__name__}", step="predict")
     from perfpredict.estimators.feature_schema import check_feature_mapping
 
-    check_feature_mapping(features)
-    return ArchFeatures.from_dict(features)
+    return ArchFeatures.from_dict(check_feature_mapping(features))
 
 
 def _check_batches(batch_sizes: Sequence[int]) -> list[int]:
     try:
         bs = [int(b) for b in batch_sizes]
+        if any(isinstance(b, bool) or b != int(b) for b in batch_sizes):
+            raise ValueError
     except (TypeError, ValueError, OverflowError):
-        raise UsageError(f"batch sizes must be integers, got {batch_sizes!r}", step="predict") from None
+        raise UsageError(f"batch sizes must be whole numbers, got {batch_sizes!r}", step="predict") from None
     if not bs or any(not 1 <= b <= MAX_BATCH_SIZE for b in bs) or len(bs) > MAX_BATCH_SIZES:
         raise UsageError(f"give 1 to {MAX_BATCH_SIZES} batch sizes, each from 1 to {MAX_BATCH_SIZE:,}, got "
                          f"{list(batch_sizes)[:8]!r}", step="predict")

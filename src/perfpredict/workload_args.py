@@ -26,7 +26,12 @@ def parse_batch_sizes(value: str | Sequence[int], what: str = "batch sizes") -> 
             raise UsageError(f"{what} must be comma-separated integers, got {value!r}",
                              step="arguments") from None
     else:
-        sizes = [int(v) for v in value]
+        try:
+            sizes = [int(v) for v in value]
+            if any(isinstance(v, bool) or v != int(v) for v in value):
+                raise ValueError
+        except (TypeError, ValueError, OverflowError):
+            raise UsageError(f"{what} must be whole numbers, got {value!r}", step="arguments") from None
     if not sizes or any(s <= 0 for s in sizes):
         raise UsageError(f"{what} must be positive integers, got {value!r}", step="arguments")
     return tuple(sorted(set(sizes)))

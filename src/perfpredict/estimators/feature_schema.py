@@ -2,8 +2,8 @@
 
 Every number is a finite, non-negative count or byte total, so a NaN, a negative op count or an absurd size is
 refused with the field's name (a ``UsageError`` from the Python API, a 422 from the service) instead of
-surfacing as a math error deep in the estimators. Keys the schema does not name are ignored, so a predicted
-card's ``features`` section can be passed back as it is.
+surfacing as a math error deep in the estimators. Keys the schema does not name are ignored (a misspelt
+optional key is therefore unused, not refused).
 """
 
 from __future__ import annotations
@@ -88,11 +88,12 @@ class FeatureVector(BaseModel):
         return self
 
 
-def check_feature_mapping(features: Mapping[str, Any]) -> None:
-    """Raise :class:`UsageError` naming the first fields at fault when ``features`` would not pass
+def check_feature_mapping(features: Mapping[str, Any]) -> dict[str, Any]:
+    """``features`` with every schema field validated and converted (``"1e6"`` → 1e6), other keys (``family``,
+    ``notes``) kept; :class:`UsageError` naming the first fields at fault when it would not pass
     :class:`FeatureVector` (the service's 422, as one line for Python callers)."""
     try:
-        FeatureVector.model_validate(dict(features))
+        return {**dict(features), **FeatureVector.model_validate(dict(features)).model_dump()}
     except ValidationError as e:
         parts = [f"{'.'.join(str(x) for x in err['loc']) or 'features'}: {err['msg']}" for err in e.errors()[:4]]
         more = f" (and {len(e.errors()) - 4} more)" if len(e.errors()) > 4 else ""

@@ -20,6 +20,7 @@ carry an uncertainty that widens with the distance (in doublings) from that edge
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -103,9 +104,12 @@ class RateModel:
 
     def iter_time(self, batch_size: float | Sequence[float] | np.ndarray) -> np.ndarray | float:
         """Predicted seconds per iteration at ``batch_size`` (scalar in → scalar out)."""
-        b = np.asarray(batch_size, dtype=float)
-        if np.any(b <= 0):
-            raise ValueError("batch size must be positive")
+        try:
+            b = np.asarray(batch_size, dtype=float)
+        except (TypeError, ValueError):
+            raise ValueError(f"batch size must be a positive number, got {batch_size!r}") from None
+        if not np.all(np.isfinite(b)) or np.any(b <= 0):
+            raise ValueError(f"batch size must be a positive, finite number, got {batch_size!r}")
         out = self._iter_time(b)
         return float(out) if out.ndim == 0 else out
 
@@ -125,6 +129,8 @@ class RateModel:
         """Relative 1-sigma uncertainty: the in-range value, times (1 + doublings outside the range)."""
         lo, hi = self.batch_range
         b = float(batch_size)
+        if not (math.isfinite(b) and b > 0):
+            raise ValueError(f"batch size must be a positive, finite number, got {batch_size!r}")
         if lo <= b <= hi:
             return self.rel_uncertainty
         edge = lo if b < lo else hi
@@ -136,8 +142,10 @@ class RateModel:
 
     def latency(self, iterations: float, batch_size: float, nu_s: float = 0.0) -> float:
         """GENIE eq. 4 on one device: ``iterations · T(batch_size) + nu_s`` seconds."""
-        if iterations < 0:
-            raise ValueError("iterations must be non-negative")
+        for name, v in (("iterations", iterations), ("nu_s", nu_s)):
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) \
+                    or not math.isfinite(v) or v < 0:
+                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
         return float(iterations) * float(self.iter_time(batch_size)) + float(nu_s)
 
     def _iter_time(self, b: np.ndarray) -> np.ndarray:
@@ -195,6 +203,14 @@ class RateModel:
         lo, hi = card.batch_range
         if not 0 < lo <= hi:
             raise bad(f"batch_range {list(card.batch_range)} is not 0 < low <= high")
+        # Times must be positive and finite over the measured range (a negative alpha or rate gives negative
+        # latencies; an all-zero quadratic infinite ones).
+        probe = np.unique(np.array([lo, (lo + hi) / 2, hi], dtype=float))
+        for c in cands:
+            with np.errstate(all="ignore"):
+                t = np.asarray(c.iter_time(probe), dtype=float)
+            if not np.all(np.isfinite(t)) or np.any(t <= 0):
+                raise bad(f"{c.kind} gives a non-positive or infinite iteration time within batch sizes {lo}-{hi}")
         lin = next((c for c in cands if c.kind == LINEAR), None)
         return cls(kind=card.kind, coefficients=dict(card.coefficients), batch_range=tuple(card.batch_range),
                    candidates=cands, selection=card.selection, fit_points=card.fit_points,

@@ -66,11 +66,13 @@ class ProfileSettings:
         if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
                                          or self.threads < 1):
             raise UsageError(f"threads must be a positive integer, got {self.threads!r}", step="arguments")
-        if self.memory_limit_bytes is not None and not self.memory_limit_bytes > 0:
-            raise UsageError(f"memory_limit_bytes must be positive, got {self.memory_limit_bytes!r}",
-                             step="arguments")
-        if self.point_timeout_s is not None and not self.point_timeout_s > 0:
-            raise UsageError(f"point_timeout_s must be positive, got {self.point_timeout_s!r}", step="arguments")
+        for name in ("memory_limit_bytes", "point_timeout_s"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0):
+                raise UsageError(f"{name} must be a positive number, got {v!r}", step="arguments")
+        if not isinstance(self.timing, TimingConfig):
+            raise UsageError(f"timing must be a TimingConfig (perfpredict.profile.TimingConfig), got "
+                             f"{type(self.timing).__name__}", step="arguments")
 
     def as_dict(self) -> dict[str, Any]:
         return {"mode": self.mode, "device": self.device, "threads": self.threads,

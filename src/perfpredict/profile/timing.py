@@ -34,6 +34,19 @@ class TimingConfig:
     rel_tol: float = 0.01
     stable_window: int = 5
 
+    def __post_init__(self) -> None:
+        import math
+
+        for name in ("warmup_s", "min_time_s", "max_time_s", "rel_tol"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v) or v < 0:
+                raise ValueError(f"TimingConfig.{name} must be a number >= 0, got {v!r}")
+        for name in ("warmup_iters", "min_iters", "max_iters", "stable_window"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < (1 if name in ("max_iters", "stable_window") else 0):
+                raise ValueError(f"TimingConfig.{name} must be a whole number >= "
+                                 f"{1 if name in ('max_iters', 'stable_window') else 0}, got {v!r}")
+
     def as_dict(self) -> dict:
         return asdict(self)
 

@@ -9,6 +9,7 @@ work in duration / 1.5. The perf model turns an allocation into that speed facto
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -51,6 +52,22 @@ class Job:
     epochs: int | None = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.id, str):
+            raise ValueError(f"job id must be a string, got {self.id!r}")
+        # A NaN or infinite arrival, size or work would make the job vanish from the result, not fail.
+        for name in ("arrival", "gpus", "work", "min_gpus", "max_gpus", "deadline", "weight"):
+            v = getattr(self, name)
+            if v is None and name in ("min_gpus", "max_gpus", "deadline"):
+                continue
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
+                raise ValueError(f"job {self.id}: {name} must be a finite number, got {v!r}")
+        for name in ("min_gpus", "max_gpus"):
+            v = getattr(self, name)
+            if v is not None and not v > 0:
+                raise ValueError(f"job {self.id}: {name} must be > 0, got {v}")
+        if self.epochs is not None and (isinstance(self.epochs, bool) or not isinstance(self.epochs, numbers.Real)
+                                        or self.epochs != int(self.epochs)):
+            raise ValueError(f"job {self.id}: epochs must be a whole number, got {self.epochs!r}")
         if not self.arrival >= 0:
             raise ValueError(f"job {self.id}: arrival must be >= 0, got {self.arrival}")
         if not self.gpus > 0:

@@ -88,6 +88,29 @@ class SimConfig:
     #: GPU sharing: measured utilisation/memory per job, interference and OOM (None: devices are not shared)
     sharing: Sharing | None = None
 
+    def __post_init__(self) -> None:
+        # Checked here, not where they are used: a negative overhead would finish jobs before their work allows,
+        # a negative max_time_s would drop every job from the result, and round_s = 0 divides by zero.
+        def finite(name: str, v, lo: float, strict: bool = False) -> None:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                    or (v <= lo if strict else v < lo):
+                raise ValueError(f"SimConfig.{name} must be a finite number {'>' if strict else '>='} {lo:g}, "
+                                 f"got {v!r}")
+
+        if self.mode not in ("auto", "round", "event"):
+            raise ValueError(f"SimConfig.mode must be auto, round or event, got {self.mode!r}")
+        if self.oversized not in ("error", "drop"):
+            raise ValueError(f"SimConfig.oversized must be 'error' or 'drop', got {self.oversized!r}")
+        finite("round_s", self.round_s, 0, strict=True)
+        finite("start_overhead_s", self.start_overhead_s, 0)
+        finite("restart_overhead_s", self.restart_overhead_s, 0)
+        if self.max_time_s is not None:
+            finite("max_time_s", self.max_time_s, 0)
+        if self.period_s is not None:
+            finite("period_s", self.period_s, 0, strict=True)
+        if isinstance(self.stop_after, str):
+            raise ValueError("SimConfig.stop_after is a set of job ids, not a string")
+
 
 @dataclass
 class SimResult:

@@ -458,6 +458,8 @@ def _csv_lines(path: Path) -> Iterator[tuple[int, str]]:
     """Non-blank lines, without the ``#`` comment lines before the header (after it, ``#`` starts data)."""
     in_preamble = True
     for n, text in _lines(path):
+        if n == 1:
+            text = text.removeprefix("\ufeff")  # a byte-order mark (spreadsheet exports) is not part of the header
         if not text.strip():
             continue
         if in_preamble and text.lstrip().startswith("#"):

@@ -1,0 +1,112 @@
+"""Bad arguments to the Python API (found by an audit): one error naming the argument, found before anything
+runs, never a NaN or negative number, a job that silently vanishes, or a deep TypeError."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from perfpredict import Predictor, fit_rate_model
+from perfpredict.errors import PerfPredictError, UsageError
+from perfpredict.fit.rate import RateModel
+from perfpredict.profile.timing import TimingConfig
+from perfpredict.sched import ClusterSpec, make_policy
+from perfpredict.sched.job import Job
+from perfpredict.sched.mechanisms import make_mechanism
+from perfpredict.sim import SimConfig, simulate
+from perfpredict.sim.run import load_perf_models
+from perfpredict.sim.traces import read_csv_trace
+
+REPO = Path(__file__).resolve().parents[1]
+F = dict(forward_macs_per_sample=930816, param_count=932362, param_bytes=3729448, activation_bytes_per_sample=15464,
+         num_nodes=7)
+
+
+@pytest.mark.parametrize("kw", [dict(arrival=math.inf), dict(work=math.nan), dict(gpus=math.inf), dict(id=None),
+                                dict(epochs=2.5), dict(min_gpus=-1.0), dict(deadline=math.nan)])
+def test_a_job_with_a_non_finite_or_wrong_field_is_refused(kw):
+    with pytest.raises(ValueError):
+        Job(**{**dict(id="a", arrival=0.0, gpus=1, work=100.0, model="resnet18"), **kw})
+
+
+@pytest.mark.parametrize("kw", [dict(max_time_s=-1), dict(restart_overhead_s=-100), dict(start_overhead_s=math.nan),
+                                dict(round_s=0), dict(round_s=math.nan), dict(mode="bogus"), dict(oversized="x"),
+                                dict(stop_after="12"), dict(period_s=0)])
+def test_sim_config_refuses_settings_that_would_lose_or_misplace_jobs(kw):
+    with pytest.raises(ValueError, match="SimConfig"):
+        SimConfig(**kw)
+
+
+def test_valid_simulation_still_runs_with_a_checked_config():
+    jobs = [Job(id=str(i), arrival=10.0 * i, gpus=1, work=100.0, model="resnet18") for i in range(3)]
+    r = simulate(jobs, ClusterSpec.homogeneous(1, gpus=2), make_policy("fifo"), make_mechanism("tune"),
+                 load_perf_models(), SimConfig(restart_overhead_s=30.0, max_time_s=1e6))
+    assert len(r.finished) == 3 and all(js.finish > js.job.arrival for js in r.finished)
+
+
+@pytest.fixture(scope="module")
+def pred():
+    return Predictor.load(REPO / "trained_models")
+
+
+@pytest.mark.parametrize("kw,needle", [(dict(batch_size=0), "batch sizes"), (dict(batch_sizes=[]), "batch sizes"),
+                                       (dict(batch_sizes="16"), "not the string"), (dict(batch_size=2.7), "whole"),
+                                       (dict(batch_size=8, batch_sizes=[16]), "not both")])
+def test_predictor_refuses_batch_sizes_it_would_have_changed(pred, kw, needle):
+    with pytest.raises(UsageError, match=needle):
+        pred.predict(features=F, **kw)
+
+
+def test_predictor_converts_validated_features_and_checks_colocation_arguments(pred):
+    a = pred.predict(features={**F, "param_bytes": "3729448"}, batch_size=16)
+    b = pred.predict(features=F, batch_size=16)
+    assert a.prediction.points[0].iter_time_s == pytest.approx(b.prediction.points[0].iter_time_s)
+    with pytest.raises(UsageError, match="PerformanceCards"):
+        pred.colocation(a, "card.json")
+    with pytest.raises(UsageError, match="one batch size"):
+        pred.colocation(a, a, batch_sizes=(16,))
+
+
+def test_rate_model_refuses_impossible_cards_and_arguments():
+    good = fit_rate_model([8, 16], [400.0, 600.0])
+    rc = good.to_card()
+    rc.candidates[0].coefficients["alpha"] = -1.0
+    with pytest.raises(PerfPredictError, match="non-positive"):
+        RateModel.from_card(rc)
+    for bad in (math.nan, None, 0, -8):
+        with pytest.raises(ValueError, match="batch size"):
+            good.iter_time(bad)
+    with pytest.raises(ValueError, match="nu_s"):
+        good.latency(10, 32, nu_s=-100)
+    with pytest.raises(ValueError, match="iterations"):
+        good.latency(math.nan, 32)
+
+
+def test_profile_checks_batch_sizes_and_timing_before_running(tmp_path):
+    import perfpredict
+
+    ex = str(REPO / "examples" / "minimal_mlp.py")
+    for kw, needle in ((dict(batch_sizes=[]), "positive"), (dict(batch_sizes=[2.5]), "whole"),
+                       (dict(batch_sizes=2), "a list"), (dict(batch_sizes=[2], timing={}), "TimingConfig"),
+                       (dict(batch_sizes=[2], memory_limit_bytes="1G"), "memory_limit_bytes")):
+        with pytest.raises(UsageError, match=needle):
+            perfpredict.profile(ex, out_dir=tmp_path / "o", **kw)
+    assert not (tmp_path / "o").exists()
+    with pytest.raises(ValueError, match="min_time_s"):
+        TimingConfig(min_time_s=math.nan)
+
+
+def test_card_save_into_a_directory_is_refused_without_a_stray_file(pred, tmp_path):
+    card = pred.predict(features=F, batch_size=16)
+    (tmp_path / "d").mkdir()
+    with pytest.raises(PerfPredictError, match="is a directory"):
+        card.save(tmp_path / "d")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
+
+
+def test_a_csv_trace_with_a_byte_order_mark_reads(tmp_path):
+    p = tmp_path / "t.csv"
+    p.write_bytes("\ufeffid,arrival_s,gpus,work_s,model\n0,0,1,100,resnet18\n".encode("utf-8"))
+    assert [j.id for j in read_csv_trace(p)] == ["0"]
