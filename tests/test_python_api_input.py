@@ -110,3 +110,18 @@ def test_a_csv_trace_with_a_byte_order_mark_reads(tmp_path):
     p = tmp_path / "t.csv"
     p.write_bytes("\ufeffid,arrival_s,gpus,work_s,model\n0,0,1,100,resnet18\n".encode("utf-8"))
     assert [j.id for j in read_csv_trace(p)] == ["0"]
+
+
+
+def test_nan_scalars_sub_one_batch_sizes_and_a_string_window_are_refused():
+    from perfpredict.fit import sensitivity_matrix
+    from perfpredict.sim.run import run_simulation
+
+    with pytest.raises(ValueError, match="dataset_bytes"):
+        sensitivity_matrix([1, 2], [10, 20], [1e9], math.nan, 1e8, 1e5)
+    with pytest.raises(ValueError, match="storage_bytes_per_s"):
+        sensitivity_matrix([1, 2], [10, 20], [1e9], 1e10, math.nan, 1e5)
+    with pytest.raises(PerfPredictError, match=">= 1"):
+        fit_rate_model([0.5, 0.7], [1.0, 2.0])
+    with pytest.raises(UsageError, match="steady"):
+        run_simulation("synergy:n=3", "1x8", steady="1:2")

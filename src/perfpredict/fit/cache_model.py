@@ -39,6 +39,7 @@ total memory (add the process's own footprint outside this module).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -60,8 +61,8 @@ def hit_fraction(cache_bytes: ArrayLike, dataset_bytes: float) -> float | np.nda
     lower by at most one item's share; negligible for datasets of many items.) An empty dataset hits
     fully: there is nothing to read. Broadcasts over arrays of cache sizes.
     """
-    if dataset_bytes < 0:
-        raise ValueError(f"dataset_bytes must be >= 0, got {dataset_bytes!r}")
+    if not dataset_bytes >= 0 or not math.isfinite(dataset_bytes):  # NaN fails both comparisons
+        raise ValueError(f"dataset_bytes must be finite and >= 0, got {dataset_bytes!r}")
     m = np.asarray(cache_bytes, dtype=float)
     if np.any(m < 0) or not np.all(np.isfinite(m)):
         raise ValueError(f"cache_bytes must be finite and >= 0, got {cache_bytes!r}")
@@ -85,10 +86,10 @@ def cached_throughput(cpu_throughput: ArrayLike, cache_bytes: ArrayLike, dataset
     seconds per sample — the other asymptotic bound of the closed queueing network. ``None`` means
     unlimited (plain ``min``); ``W = 1`` is the serial form.
     """
-    if storage_bytes_per_s <= 0:
+    if not storage_bytes_per_s > 0 or math.isnan(storage_bytes_per_s):
         raise ValueError(f"storage_bytes_per_s must be > 0, got {storage_bytes_per_s!r}")
-    if mean_item_bytes < 0:
-        raise ValueError(f"mean_item_bytes must be >= 0, got {mean_item_bytes!r}")
+    if not mean_item_bytes >= 0 or not math.isfinite(mean_item_bytes):
+        raise ValueError(f"mean_item_bytes must be finite and >= 0, got {mean_item_bytes!r}")
     cpu = np.asarray(cpu_throughput, dtype=float)
     if np.any(cpu < 0) or not np.all(np.isfinite(cpu)):
         raise ValueError(f"cpu_throughput must be finite and >= 0, got {cpu_throughput!r}")

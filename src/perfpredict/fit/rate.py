@@ -277,6 +277,11 @@ def _clean(batch_sizes, samples_per_s) -> tuple[np.ndarray, np.ndarray]:
     r = np.asarray(list(samples_per_s), dtype=float)
     if b.shape != r.shape:
         raise FitError(f"{len(b)} batch sizes but {len(r)} throughputs", step="fit rate model")
+    frac = (b > 0) & (b < 1)
+    if np.any(frac):
+        raise FitError(f"batch sizes must be >= 1, got {b[frac].tolist()}", step="fit rate model")
+    # Unusable points (NaN or non-positive batch size or throughput: what a sweep records for an OOM or an
+    # error) are left out of the fit, as documented, rather than refused.
     keep = np.isfinite(b) & np.isfinite(r) & (b > 0) & (r > 0)
     b, r = b[keep], r[keep]
     if len(b) == 0:

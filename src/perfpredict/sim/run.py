@@ -275,7 +275,13 @@ def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterS
     if not jobs:
         raise UsageError(f"trace {trace if not isinstance(trace, list) else '(list)'} has no jobs", step="trace")
     if steady is not None:
-        a, b = steady
+        try:
+            a, b = (int(x) for x in steady)
+            if len(steady) != 2:
+                raise ValueError
+        except (TypeError, ValueError):
+            raise UsageError(f"steady must be a (first, last) pair of job indices, got {steady!r}",
+                             step="arguments") from None
         if not 0 <= a < b:
             raise UsageError(f"steady window {a}:{b}: need 0 <= FIRST < LAST", step="arguments")
         if a >= len(jobs):
