@@ -74,6 +74,24 @@ def check_out_dir(out: Path | None) -> None:
             break
 
 
+def check_experiment(no_mlflow: bool, experiment: str) -> None:
+    if not no_mlflow and not experiment.strip():
+        raise UsageError("--experiment is empty: name the MLflow experiment, or pass --no-mlflow", step="arguments")
+
+
+def prepare_mlflow(experiment: str) -> None:
+    """Open the MLflow store and experiment before any work, so an unusable store is one usage error now,
+    not a lost run later."""
+    from perfpredict.tracking import prepare, tracking_uri
+
+    try:
+        prepare(experiment)
+    except Exception as e:  # noqa: BLE001 - an unusable store is a usage problem, found before the work
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise UsageError(f"cannot use the MLflow store {tracking_uri()} ({type(e).__name__}: {first}); "
+                         "fix MLFLOW_TRACKING_URI or pass --no-mlflow", step="mlflow") from None
+
+
 def _fmt_bytes(n: int | None) -> str:
     if n is None:
         return "–"
@@ -295,8 +313,7 @@ def profile(
         raise UsageError("need 0 < --min-time <= --max-time", step="arguments")
     if window <= 0 or link_mbit <= 0:
         raise UsageError("--window and --link-mbit must be positive", step="arguments")
-    if not no_mlflow and not experiment.strip():
-        raise UsageError("--experiment is empty: name the MLflow experiment, or pass --no-mlflow", step="arguments")
+    check_experiment(no_mlflow, experiment)
     if threads is not None and threads < 1:
         raise UsageError(f"--threads must be at least 1, got {threads} (leave it out to use every core)",
                          step="arguments")
@@ -341,19 +358,13 @@ def profile(
         link_mbit=link_mbit, storage_bytes_per_s=storage_bytes_per_s)
     # MODEL_NAME is the user's string: as a folder name it must not climb out of perfpredict-out/.
     out_dir = out or Path("perfpredict-out") / (re.sub(r"[^A-Za-z0-9._-]+", "_", workload.name).strip("._") or "model")
-    check_out_dir(out_dir)
+    if out is None:
+        check_out_dir(out_dir)  # --out itself was checked with the other flags
     if (out_dir / "card.json").is_dir():
         raise UsageError(f"{out_dir / 'card.json'} is a directory; the card cannot be written there", step="arguments")
     command = "perfpredict " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     if not no_mlflow:
-        from perfpredict.tracking import prepare, tracking_uri
-
-        try:
-            prepare(experiment)
-        except Exception as e:  # noqa: BLE001 - an unusable store is a usage problem, found before measuring
-            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            raise UsageError(f"cannot use the MLflow store {tracking_uri()} ({type(e).__name__}: {first}); "
-                             "fix MLFLOW_TRACKING_URI or pass --no-mlflow", step="mlflow") from None
+        prepare_mlflow(experiment)
 
     card_file = out_dir / "card.json"
     before = card_file.stat().st_mtime_ns if card_file.exists() else None  # an earlier run's card
@@ -419,8 +430,7 @@ def simulate(
 
     if mode not in ("auto", "round", "event"):
         raise UsageError(f"--mode must be auto, round or event, not {mode!r}", step="arguments")
-    if not no_mlflow and not experiment.strip():
-        raise UsageError("--experiment is empty: name the MLflow experiment, or pass --no-mlflow", step="arguments")
+    check_experiment(no_mlflow, experiment)
     if not (math.isfinite(round_s) and round_s > 0) or not (math.isfinite(restart_overhead) and restart_overhead >= 0):
         raise UsageError("need --round > 0 and --restart-overhead >= 0 (finite seconds)", step="arguments")
     if max_time is not None and not (math.isfinite(max_time) and max_time > 0):

@@ -32,15 +32,10 @@ def train(
     if not datasets.is_dir():
         raise UsageError(f"no datasets folder at {datasets}", step="train")
     if not no_mlflow:
+        from perfpredict.cli import prepare_mlflow
         from perfpredict.estimators.tracking import TRAIN_EXPERIMENT
-        from perfpredict.tracking import prepare, tracking_uri
 
-        try:
-            prepare(TRAIN_EXPERIMENT)  # a bad tracking URI fails now, not after training
-        except Exception as e:  # noqa: BLE001 - an unusable store is a usage problem, found before training
-            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            raise UsageError(f"cannot use the MLflow store {tracking_uri()} ({type(e).__name__}: {first}); "
-                             "fix MLFLOW_TRACKING_URI or pass --no-mlflow", step="mlflow") from None
+        prepare_mlflow(TRAIN_EXPERIMENT)  # a bad tracking URI fails now, not after training
     with out_console.status("training") as status:
         sets = train_all(datasets, out, evaluate=not no_eval, progress=lambda m: status.update(m), only=only)
     for ts in sets:

@@ -478,12 +478,9 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
 
 
 def _check_batches(batch_sizes: Sequence[int]) -> list[int]:
-    try:
-        bs = [int(b) for b in batch_sizes]
-        if any(isinstance(b, bool) or b != int(b) for b in batch_sizes):
-            raise ValueError
-    except (TypeError, ValueError, OverflowError):
-        raise UsageError(f"batch sizes must be whole numbers, got {batch_sizes!r}", step="predict") from None
+    from perfpredict.workload_args import whole_numbers
+
+    bs = whole_numbers(batch_sizes, step="predict")
     if not bs or any(not 1 <= b <= MAX_BATCH_SIZE for b in bs) or len(bs) > MAX_BATCH_SIZES:
         raise UsageError(f"give 1 to {MAX_BATCH_SIZES} batch sizes, each from 1 to {MAX_BATCH_SIZE:,}, got "
                          f"{list(batch_sizes)[:8]!r}", step="predict")

@@ -15,6 +15,18 @@ from perfpredict.errors import ModelLoadError, UsageError
 ZOO_PREFIX = "zoo:"
 
 
+def whole_numbers(values: Sequence[Any], what: str = "batch sizes", step: str = "arguments") -> list[int]:
+    """``values`` as ints, in order; :class:`UsageError` naming ``what`` for a fraction, a bool or a non-number
+    (``int()`` alone would turn 2.7 into 2)."""
+    try:
+        out = [int(v) for v in values]
+        if any(isinstance(v, bool) or v != int(v) for v in values):
+            raise ValueError
+    except (TypeError, ValueError, OverflowError):
+        raise UsageError(f"{what} must be whole numbers, got {values!r}", step=step) from None
+    return out
+
+
 def parse_batch_sizes(value: str | Sequence[int], what: str = "batch sizes") -> tuple[int, ...]:
     """Parse ``"8,16,32"`` (or a sequence) into sorted, unique, positive integers; ``what`` names the option
     in the error (``"--copies"``)."""
@@ -26,12 +38,7 @@ def parse_batch_sizes(value: str | Sequence[int], what: str = "batch sizes") -> 
             raise UsageError(f"{what} must be comma-separated integers, got {value!r}",
                              step="arguments") from None
     else:
-        try:
-            sizes = [int(v) for v in value]
-            if any(isinstance(v, bool) or v != int(v) for v in value):
-                raise ValueError
-        except (TypeError, ValueError, OverflowError):
-            raise UsageError(f"{what} must be whole numbers, got {value!r}", step="arguments") from None
+        sizes = whole_numbers(value, what)
     if not sizes or any(s <= 0 for s in sizes):
         raise UsageError(f"{what} must be positive integers, got {value!r}", step="arguments")
     return tuple(sorted(set(sizes)))

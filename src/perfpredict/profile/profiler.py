@@ -205,6 +205,25 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
             card.errors.append(CardError(step="export_onnx", message=card.features.error or "export failed"))
     del model
 
+    def close_sweep(interrupted: bool) -> None:
+        """What the finished points give, whether the sweep ran through or was interrupted: the device (when no
+        point described it), their energy and utilisation, and the rate model."""
+        if not device_described:
+            try:
+                card.device = DeviceInfo(**describe_device(device, settings.threads))
+            except Exception:  # noqa: BLE001 - describing must not hide the real failure
+                pass
+        card.energy = energy
+        ok = card.measured_points()
+        if not ok:
+            return
+        listener.stage("fitting rate model")
+        try:
+            _fit(card, ok, device)
+        except Exception:  # noqa: BLE001 - on the way out of an interrupt a fit problem must not lose the points
+            if not interrupted:
+                raise
+
     save()
     # Ctrl-C anywhere in the sweep (in a measurement, or between one and the next) keeps every finished point.
     try:
@@ -260,33 +279,11 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
         nxt = next((b for b in batch_sizes if b not in done), None)
         card.errors.append(CardError(step="interrupted", batch_size=nxt,
                                      message="interrupted by the user; earlier points are kept"))
-        card.energy = energy  # the finished points' utilisation and energy are kept too
-        if not device_described:
-            try:
-                card.device = DeviceInfo(**describe_device(device, settings.threads))
-            except Exception:  # noqa: BLE001 - describing must not hide the interrupt
-                pass
-        ok = card.measured_points()
-        if ok:  # the kept points still give a rate model (and a latency) to whoever reads the card
-            try:
-                _fit(card, ok, device)
-            except Exception:  # noqa: BLE001 - a fit problem must not lose the points on the way out
-                pass
+        close_sweep(interrupted=True)  # the kept points still give a rate model, utilisation and the device
         _finish(card, t_begin)
         save()
         raise
-
-    if not device_described:
-        try:
-            card.device = DeviceInfo(**describe_device(device, settings.threads))
-        except Exception:  # noqa: BLE001 - describing must not hide the real failure
-            pass
-    card.energy = energy
-
-    ok = card.measured_points()
-    if ok:
-        listener.stage("fitting rate model")
-        _fit(card, ok, device)
+    close_sweep(interrupted=False)
 
     if card.features is not None:
         _attach_memory_estimates(card, settings.mode, optimizer_state, overheads)

@@ -88,6 +88,11 @@ class ClusterSpec:
     servers: tuple[ServerSpec, ...]
     name: str = "cluster"
 
+    def __post_init__(self) -> None:
+        # Every builder ends here; homogeneous() and from_dict() also check before they allocate the tuple.
+        if len(self.servers) > MAX_SERVERS:
+            raise ValueError(f"{len(self.servers):,} servers, more than the {MAX_SERVERS:,} a cluster may have")
+
     @classmethod
     def homogeneous(cls, n_servers: int, gpus: int = 8, cpus: float = 24, mem_gb: float = 500.0,
                     gpu_type: str = "V100", gpu_mem_gb: float = 32.0, energy_cost: float | None = None,
