@@ -495,6 +495,11 @@ def simulate(
         except Exception as e:  # noqa: BLE001 - tracking failure must not lose the results (already on disk)
             err_console.print(f"[yellow]warning[/]: MLflow logging failed ({type(e).__name__}: {e}); "
                               f"results are in {out}")
+    if r.stall:
+        # The run is kept (records, metrics, MLflow) but a script must not read it as a complete one.
+        err_console.print(f"[red]error[/]: simulate: {len(r.unfinished)} job(s) can never finish on this cluster: "
+                          f"{r.stall}. The records of all jobs are in {out}", highlight=False)
+        raise typer.Exit(1)
 
 
 @app.command()

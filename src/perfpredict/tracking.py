@@ -169,6 +169,8 @@ def log_simulation(run, *, experiment: str = SIMULATION_EXPERIMENT) -> str:
     name = f"{run.params['policy']}+{run.params['mechanism']}@{run.params['cluster']}"
     with mlflow.start_run(run_name=name) as active:
         mlflow.set_tags({"perfpredict.kind": "simulation", "perfpredict.mode": run.result.mode})
+        if run.result.stall:
+            mlflow.set_tag("perfpredict.stall", run.result.stall[:5000])
         mlflow.log_params({k: str(v)[:500] for k, v in run.params.items()})
         metrics = {k: float(v) for k, v in run.metrics.to_dict().items()
                    if isinstance(v, (int, float)) and not isinstance(v, bool) and v is not None}

@@ -78,6 +78,8 @@ class NodeClass:
     gpus: int
     gpu_hour_cost: float
     servers: tuple[int, ...]
+    #: device memory of each GPU (GB): a job whose device memory exceeds it has no configuration here
+    gpu_mem_gb: float = math.inf
 
 
 @dataclass
@@ -96,6 +98,9 @@ class AndreasProblem:
     rho: float = RHO
     #: H: the rescheduling period, after which a postponed job gets its next chance (4j)
     horizon_s: float = 300.0
+    #: allowed[j, k]: configuration k can hold job j (its GPUs have the device memory the job needs); None: all.
+    #: Alg. 1 never assigns a job to a configuration it cannot run in, and M_j, min t_jng range over the others.
+    allowed: np.ndarray | None = None
     cfg_class: np.ndarray = field(init=False)
     cfg_gpus: np.ndarray = field(init=False)
     #: EUR per second of configuration k: c_ng = g × the class's GPU-hour cost / 3600
@@ -122,6 +127,11 @@ class AndreasProblem:
             raise ValueError("execution times must be finite and > 0")
         if np.any(self.weight < 0):
             raise ValueError("tardiness weights must be >= 0")
+        self.allowed = (np.ones(self.t.shape, dtype=bool) if self.allowed is None
+                        else np.asarray(self.allowed, dtype=bool).reshape(self.t.shape))
+        if J and not self.allowed.any(axis=1).all():
+            bad = int(np.flatnonzero(~self.allowed.any(axis=1))[0])
+            raise ValueError(f"job {self.job_ids[bad]} has no configuration that can hold it")
 
     # -- derived ---------------------------------------------------------------------------------------
     @property
@@ -135,8 +145,8 @@ class AndreasProblem:
 
     @property
     def max_time(self) -> np.ndarray:
-        """M_j: the slowest execution time of each job."""
-        return self.t.max(axis=1)
+        """M_j: the slowest execution time of each job (over the configurations that can hold it)."""
+        return np.where(self.allowed, self.t, -np.inf).max(axis=1)
 
     @property
     def node_class(self) -> np.ndarray:
@@ -156,17 +166,18 @@ class AndreasProblem:
 
     def pressure(self) -> np.ndarray:
         """Δ_j of eq. (2), ``T_c + min t_jng - d_j = min t_jng - d_rel`` (higher: closer to violating)."""
-        return self.t.min(axis=1) - self.d_rel
+        return np.where(self.allowed, self.t, np.inf).min(axis=1) - self.d_rel
 
     def preferences(self) -> np.ndarray:
         """Each job's configurations in the order Alg. 1 tries them: D*_j by cost (then time), then the rest by
-        time (then cost); ties by configuration index. Row j's first entry is the best configuration."""
+        time (then cost); ties by configuration index. Row j's first entry is the best configuration. The
+        configurations that cannot hold the job come last (see :attr:`allowed`)."""
         pi = self.pi
-        in_d = self.t < self.d_rel[:, None]
+        in_d = (self.t < self.d_rel[:, None]) & self.allowed
         k = np.broadcast_to(np.arange(self.t.shape[1]), self.t.shape)
         key1 = np.where(in_d, pi, self.t)
         key2 = np.where(in_d, self.t, pi)
-        return np.lexsort((k, key2, key1, ~in_d), axis=-1)
+        return np.lexsort((k, key2, key1, ~in_d, ~self.allowed), axis=-1)
 
     # -- construction from simulator state -------------------------------------------------------------
     @classmethod
@@ -186,6 +197,8 @@ class AndreasProblem:
                                                         for g in range(1, nc.gpus + 1))}
         rate_cache: dict[tuple[int, float], np.ndarray] = {}
         t = np.empty((len(states), len(cfgs)))
+        cfg_mem = np.asarray([classes[c].gpu_mem_gb for c, nc in enumerate(classes) for _ in range(nc.gpus)])
+        allowed = np.asarray([js.perf.device_mem_gb for js in states], dtype=float)[:, None] <= cfg_mem[None, :] + 1e-9
         for i, js in enumerate(states):
             key = (id(js.perf), js.job.gpus)
             rates = rate_cache.get(key)
@@ -202,17 +215,18 @@ class AndreasProblem:
         d = np.asarray([math.inf if js.job.deadline is None else js.job.deadline - now for js in states], dtype=float)
         w = np.asarray([js.job.weight for js in states], dtype=float)
         return cls(now=now, job_ids=tuple(js.id for js in states), d_rel=d, weight=w, t=t, classes=classes,
-                   rho=rho, horizon_s=horizon_s)
+                   rho=rho, horizon_s=horizon_s, allowed=allowed)
 
 
 def node_classes(cluster: ClusterSpec) -> tuple[NodeClass, ...]:
-    """Group the cluster's GPU servers by (GPU type, GPUs, energy cost), in order of first appearance."""
-    groups: dict[tuple[str, int, float], list[int]] = {}
+    """Group the cluster's GPU servers by (GPU type, GPUs, energy cost, device memory), in order of first
+    appearance."""
+    groups: dict[tuple[str, int, float, float], list[int]] = {}
     for i, s in enumerate(cluster.servers):
         if s.gpus <= 0:
             continue
-        groups.setdefault((s.gpu_type, s.gpus, float(s.energy_cost or 0.0)), []).append(i)
-    return tuple(NodeClass(gt, g, c, tuple(idx)) for (gt, g, c), idx in groups.items())
+        groups.setdefault((s.gpu_type, s.gpus, float(s.energy_cost or 0.0), float(s.gpu_mem_gb)), []).append(i)
+    return tuple(NodeClass(gt, g, c, tuple(idx), mem) for (gt, g, c, mem), idx in groups.items())
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -257,6 +271,8 @@ def check_schedule(p: AndreasProblem, node: np.ndarray, cfg: np.ndarray) -> None
             continue
         if node_class[node[j]] != p.cfg_class[cfg[j]]:
             raise ValueError(f"job {p.job_ids[j]}: configuration of class {p.cfg_class[cfg[j]]} on node {node[j]}")
+        if not p.allowed[j, cfg[j]]:
+            raise ValueError(f"job {p.job_ids[j]}: configuration {cfg[j]} cannot hold it (device memory)")
         used[node[j]] += p.cfg_gpus[cfg[j]]
     if np.any(used > node_gpus):
         raise ValueError(f"over-committed nodes: {np.flatnonzero(used > node_gpus).tolist()}")
@@ -287,6 +303,8 @@ def greedy(p: AndreasProblem, order: Sequence[int] | None = None,
     for j in order:
         first = pref[j, 0] if choice is None or j not in choice else choice[j]
         for k in (first, *pref[j]):
+            if not p.allowed[j, k]:
+                continue
             c, g = int(p.cfg_class[k]), int(p.cfg_gpus[k])
             f = next((f for f in range(g, p.classes[c].gpus + 1) if stacks[c][f]), None)
             if f is not None:
@@ -330,12 +348,14 @@ def randomized_greedy(p: AndreasProblem, max_it: int = MAX_IT, rng: np.random.Ge
     It = max(1, int(max_it))
     t, pi = p.t, p.pi
     pref = p.preferences()
-    in_d = t < p.d_rel[:, None]
+    allowed = p.allowed
+    in_d = (t < p.d_rel[:, None]) & allowed
     has_d = in_d.any(axis=1)
     n_nodes = np.asarray([len(c.servers) for c in p.classes], dtype=float)[p.cfg_class]
     with np.errstate(divide="ignore"):
         w = np.where(has_d[:, None], np.where(in_d, n_nodes / np.maximum(pi, 1e-300), 0.0), n_nodes / t)
     w = np.where(np.isfinite(w), w, 1e300)
+    w = np.where(allowed, w, 0.0)
     cw = np.cumsum(w, axis=1)
     cw /= cw[:, -1:]
     cw[:, -1] = 2.0  # u < 1 always lands
@@ -361,8 +381,12 @@ def randomized_greedy(p: AndreasProblem, max_it: int = MAX_IT, rng: np.random.Ge
     for kk in range(K - 1):
         choice_job += u >= cw[None, :, kk]
     choice_job[0, base] = pref[base, 0]
+    miss = ~allowed[np.arange(J)[None, :], choice_job]  # rounding at the top of cw can land past the last allowed
+    if miss.any():
+        choice_job[miss] = np.broadcast_to(pref[:, 0], choice_job.shape)[miss]
     choice_t = choice_job.reshape(-1)[np.arange(It)[None, :] * J + perm_t]
     pref_class, pref_gpus = p.cfg_class[pref], p.cfg_gpus[pref]
+    pref_ok = np.take_along_axis(allowed, pref, axis=1)
 
     # tardiness terms: every job starts postponed; placing job j in configuration k changes f by gain[j, k]
     d = p.d_rel
@@ -413,7 +437,7 @@ def randomized_greedy(p: AndreasProblem, max_it: int = MAX_IT, rng: np.random.Ge
         if bad.any():  # ASSIGN_TO_SUBOPTIMAL: the first configuration in preference order that fits
             bi = np.flatnonzero(bad)
             jb = j[bi]
-            fits = best_f[pref_gpus[jb], pattern[(active[bi] * C)[:, None] + pref_class[jb]]] >= 0
+            fits = (best_f[pref_gpus[jb], pattern[(active[bi] * C)[:, None] + pref_class[jb]]] >= 0) & pref_ok[jb]
             first = fits.argmax(axis=1)
             ch[bi] = np.where(fits[np.arange(bi.size), first], pref[jb, first], -1)
             placed = ch >= 0
@@ -520,6 +544,8 @@ def solve_milp(p: AndreasProblem, *, alpha: Literal["first-ending", "appendix"] 
         if key[0] in ("x", "z", "a", "w", "y"):
             integrality[i] = 1
             ub[i] = 1
+        if key[0] == "x" and not p.allowed[key[1], k_of[key[2], key[3]]]:
+            ub[i] = 0  # a configuration that cannot hold the job (device memory)
     for j in range(J):
         c[idx["tau", j]] = p.weight[j] / 3600.0
         c[idx["tauh", j]] = p.rho * p.weight[j] / 3600.0

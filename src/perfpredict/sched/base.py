@@ -20,7 +20,13 @@ from typing import Any
 from perfpredict.sched.cluster import Allocation, ClusterSpec, Ledger
 from perfpredict.sched.job import JobState
 
-__all__ = ["Mechanism", "Policy"]
+__all__ = ["Mechanism", "Policy", "UnsupportedInput"]
+
+
+class UnsupportedInput(ValueError):
+    """A mechanism cannot schedule these inputs: a cluster or job outside its model (GENIE's symmetric cluster,
+    a Capacity queue the job's type lacks). The user's choice, not a bug: ``run_simulation`` reports it as a
+    usage error with this message."""
 
 
 class Policy(ABC):

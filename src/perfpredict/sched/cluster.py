@@ -71,6 +71,9 @@ class ServerSpec:
             raise ValueError(f"server field gpu_type must be a string, got {self.gpu_type!r}")
         if self.gpus < 0 or self.cpus < 0 or self.mem_gb < 0 or self.gpu_mem_gb <= 0:
             raise ValueError(f"server resources must be non-negative (device memory positive): {self}")
+        if self.gpus and not self.cpus > 0:
+            # every card's rate depends on the CPUs a job gets: such a server would hold jobs that never progress
+            raise ValueError(f"a server with {self.gpus} GPUs needs CPUs to feed them, got cpus={self.cpus:g}")
 
     @property
     def cpus_per_gpu(self) -> float:

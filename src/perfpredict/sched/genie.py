@@ -61,6 +61,7 @@ from typing import Any
 
 import numpy as np
 
+from perfpredict.sched.base import UnsupportedInput
 from perfpredict.sched.cluster import EPS, Allocation, ClusterSpec, Ledger
 from perfpredict.sched.job import Job, JobState
 from perfpredict.sched.perf import PerfModel
@@ -113,7 +114,7 @@ class Platform:
         """N servers of G GPUs; GENIE assumes a symmetric cluster (§4.2), so every server must have G GPUs."""
         counts = {s.gpus for s in cluster.servers}
         if len(counts) != 1 or 0 in counts:
-            raise ValueError(f"GENIE assumes a symmetric cluster (every node the same number of GPUs); "
+            raise UnsupportedInput(f"GENIE assumes a symmetric cluster (every node the same number of GPUs); "
                              f"{cluster.name} has {sorted(counts)}")
         return cls(cluster.n_servers, counts.pop())
 

@@ -35,12 +35,13 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from perfpredict.errors import UsageError
+from perfpredict.sched.base import UnsupportedInput
 from perfpredict.sched.cluster import ClusterSpec
 from perfpredict.sched.job import Job
 from perfpredict.sched.mechanisms import make_mechanism
@@ -51,12 +52,23 @@ from perfpredict.sim.simulator import SimConfig, SimResult, SimulationError, sim
 __all__ = ["SimRun", "load_perf_models", "parse_cluster", "parse_trace", "run_simulation", "write_outputs"]
 
 
-def parse_cluster(text: str | Path | ClusterSpec) -> ClusterSpec:
-    """A cluster from a spec string or JSON file (see the module docstring), checked: at least one GPU (and, by
-    :class:`ClusterSpec` itself, at most :data:`~perfpredict.sched.cluster.MAX_SERVERS` servers)."""
+def parse_cluster(text: str | Path | ClusterSpec | Mapping[str, Any]) -> ClusterSpec:
+    """A cluster from a spec string, a JSON file or the JSON file's content as a dict (see the module
+    docstring), checked: at least one GPU (and, by :class:`ClusterSpec` itself, at most
+    :data:`~perfpredict.sched.cluster.MAX_SERVERS` servers)."""
     if isinstance(text, ClusterSpec):
         return text
-    spec = _parse_cluster(str(text))
+    if isinstance(text, Mapping):
+        try:
+            spec = ClusterSpec.from_dict(dict(text))
+        except (ValueError, TypeError, KeyError) as e:
+            raise UsageError(f"cluster dict: {e}", step="cluster") from None
+        text = spec.name
+    elif not isinstance(text, (str, Path)):
+        raise UsageError(f"cluster must be a spec such as '16x8', a JSON file, a dict or a ClusterSpec, got "
+                         f"{type(text).__name__}", step="cluster")
+    else:
+        spec = _parse_cluster(str(text))
     if spec.total_gpus <= 0:
         raise UsageError(f"cluster {str(text)!r} has no GPUs", step="cluster")
     return spec
@@ -255,7 +267,7 @@ class SimRun:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterSpec, policy: str = "fifo",
+def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterSpec | Mapping[str, Any], policy: str = "fifo",
                    mechanism: str = "proportional", *, cards: str | Path | dict[str, PerfModel] | None = "paper",
                    config: SimConfig | None = None, seed: int = 0, steady: tuple[int, int] | None = None,
                    out_dir: str | Path | None = None,
@@ -292,7 +304,7 @@ def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterS
     models, cfg = prepare_sharing(jobs, models, mech, cfg)  # Horus: predicted cards and GPU sharing, if needed
     try:
         result = simulate(jobs, spec, pol, mech, models, cfg, on_decision=on_decision)
-    except SimulationError as e:
+    except (SimulationError, UnsupportedInput) as e:
         raise UsageError(str(e), step="simulate") from None
     metrics = metrics_from_result(result, steady=steady)
     params = {"cluster": spec.name, "gpus": spec.total_gpus, "trace": str(trace) if not isinstance(trace, list)
@@ -348,7 +360,8 @@ def write_outputs(run: SimRun, out_dir: str | Path) -> Path:
     doc = {"params": run.params, "metrics": run.metrics.to_dict(),
            "simulation": {"decisions": run.result.decisions, "decision_time_s": run.result.decision_time_s,
                           "wall_s": run.result.wall_s, "end_time_s": run.result.end_time,
-                          "unfinished": len(run.result.unfinished), "dropped": len(run.result.dropped)}}
+                          "unfinished": len(run.result.unfinished), "dropped": len(run.result.dropped),
+                          "stall": run.result.stall}}
     if run.result.mechanism_stats:
         doc["mechanism_stats"] = run.result.mechanism_stats
     doc.update(run.extra)

@@ -137,11 +137,18 @@ class SimResult:
     max_mem_frac: float = 0.0
     max_mem_frac_attempted: float = 0.0
     device_log: list[tuple] = field(default_factory=list)
+    #: why the run stopped with jobs left that could never finish (None: it did not stall), e.g. a cluster on
+    #: which the mechanism's allocations give those jobs no progress
+    stall: str | None = None
 
     @property
     def states(self) -> list[JobState]:
         return self.finished + self.unfinished
 
+
+#: decisions in a row with nothing progressing and nothing left to arrive before a run is declared stalled: a
+#: randomised mechanism (ANDREAS' RG) gets several tries, and a periodic one cannot loop for ever
+STALL_DECISIONS = 10
 
 # Event kinds, in the order they are handled at equal times: completions free resources before arrivals are
 # queued, and both happen before the decision at that instant.
@@ -173,7 +180,9 @@ class _Sim:
                     continue
                 raise SimulationError(f"job {j.id} asks for {j.gpus:g} GPUs; the cluster has {cluster.total_gpus}")
             kept.append(j)
-        biggest_device = max((srv.gpu_mem_gb for srv in cluster.servers if srv.gpus), default=0.0)
+        # device memory of every GPU, largest first: a job needs enough devices that can hold it
+        device_mems = sorted((srv.gpu_mem_gb for srv in cluster.servers for _ in range(srv.gpus)), reverse=True)
+        biggest_device = device_mems[0] if device_mems else 0.0
         self.perf_cache: dict[str, PerfModel] = {}
         self.perf_for = perf_for
         self.sharing = cfg.sharing
@@ -189,6 +198,16 @@ class _Sim:
                     continue
                 raise SimulationError(f"job {j.id} ({j.model}) needs {need:g} GB of device memory; the cluster's "
                                       f"largest GPU has {biggest_device:g} GB")
+            # a rigid mechanism gives a gang job all its GPUs or none: it needs that many devices big enough
+            devices = math.ceil(j.gpus - EPS) if mechanism.rigid and j.gpus >= 1 else 1
+            if devices > 1 and need > 0 and device_mems[devices - 1] < need - EPS:
+                holding = sum(1 for m in device_mems if m >= need - EPS)
+                if cfg.oversized == "drop":
+                    self.dropped.append(j)
+                    continue
+                raise SimulationError(f"job {j.id} ({j.model}) needs {devices} GPUs with {need:g} GB of device "
+                                      f"memory each; the cluster has {holding} such GPU(s), and the {mechanism.name} "
+                                      f"mechanism gives a job all its GPUs or none")
             fitting.append(j)
         kept = fitting
         kept.sort(key=lambda j: (j.arrival, j.id))
@@ -492,6 +511,19 @@ class _Sim:
         if self.on_decision is not None:
             self.on_decision(t, len(self.finished), len(self.active))
 
+    def _stuck(self) -> str:
+        """Why the jobs still active will never finish, for :attr:`SimResult.stall`."""
+        held = len(self.running)
+        waiting = len(self.active) - held
+        parts = []
+        if held:
+            parts.append(f"{held} job(s) hold allocations that give them no throughput (a server with GPUs but no "
+                         f"CPUs does that)")
+        if waiting:
+            parts.append(f"the {self.mech.name} mechanism places none of the other {waiting} job(s)" if held else
+                         f"the {self.mech.name} mechanism places none of the {waiting} job(s) left")
+        return "; ".join(parts)
+
     # -- the loop --------------------------------------------------------------------------------------
     def run(self) -> tuple[float, list[JobState]]:
         R = self.cfg.round_s
@@ -502,13 +534,18 @@ class _Sim:
         pending: float | None = None  # next decision time (round mode)
         tick: float | None = None  # next periodic decision (with a period)
         t = 0.0
+        idle_decisions = 0  # decisions in a row after which nothing progressed and nothing was left to arrive
+        self.stall: str | None = None
         while True:
+            decisions_before = self.decisions
             t_arr = self.arrivals[self.next_arrival].arrival if self.next_arrival < len(self.arrivals) else math.inf
             t_done = self._peek_completion()
             t_dec = min(pending if pending is not None else math.inf, tick if tick is not None else math.inf)
             t_wake = self.wakeups[0] if self.wakeups else math.inf
             t_next = min(t_arr, t_done, t_dec, t_wake)
             if t_next == math.inf:
+                if self.active:  # jobs left, and no event will ever come
+                    self.stall = f"nothing else will happen: {self._stuck()}"
                 break
             if t_next > horizon:
                 t = horizon
@@ -541,9 +578,21 @@ class _Sim:
                     pending = t + R if (waiting and self.policy.time_dependent) else None
             if P is not None:
                 tick = (math.floor(t / P + 1e-9) + 1) * P if self.active else None
-            if (not self.running and self.active and self.next_arrival >= len(self.arrivals)
-                    and pending is None and self._peek_completion() == math.inf and not self.wakeups):
-                break  # nothing runs and nothing will change: the rest can never be scheduled
+            frozen = (self.active and self.next_arrival >= len(self.arrivals) and not self.wakeups
+                      and self._peek_completion() == math.inf)
+            if frozen and not self.running and pending is None:
+                # nothing runs and nothing will change: the rest can never be scheduled
+                self.stall = f"nothing else will happen: {self._stuck()}"
+                break
+            if frozen and self.decisions > decisions_before:
+                idle_decisions += 1
+                if idle_decisions >= STALL_DECISIONS:
+                    # decisions keep coming (a period, a time-dependent policy) but no job can progress: without
+                    # this the loop would tick for ever (e.g. a server with GPUs and no CPUs gives every job rate 0)
+                    self.stall = f"{idle_decisions} decisions in a row changed nothing: {self._stuck()}"
+                    break
+            elif not frozen:
+                idle_decisions = 0
         for js in self.active.values():
             js.advance(max(t, js.updated_at))
         return t, list(self.active.values())
@@ -581,4 +630,4 @@ def simulate(jobs: Sequence[Job], cluster: ClusterSpec, policy: Policy, mechanis
                      end_time=end, mechanism_stats=sim.stats,
                      busy=sim.busy if sim.sharing is not None else [], oom_events=sim.oom_events,
                      max_mem_frac=sim.max_mem_frac, max_mem_frac_attempted=sim.max_mem_frac_attempted,
-                     device_log=sim.device_log)
+                     device_log=sim.device_log, stall=sim.stall)

@@ -211,6 +211,8 @@ class AndreasBaseline(Mechanism):
             if ledger.total_free_gpus == 0:
                 break
             for k in pref[i]:
+                if not p.allowed[i, k]:
+                    break  # the configurations that cannot hold the job come last
                 c, g = int(p.cfg_class[k]), int(p.cfg_gpus[k])
                 s = _best_fit(ledger, classes[c].servers, g)
                 if s is not None:

@@ -49,7 +49,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from perfpredict.sched.base import Mechanism
+from perfpredict.sched.base import Mechanism, UnsupportedInput
 from perfpredict.sched.cluster import Allocation, ClusterSpec, Ledger
 from perfpredict.sched.genie import THETA, GeniePerfModel, Placement, Platform, TaskView, realize, swaf_select_many
 from perfpredict.sched.job import JobState
@@ -239,7 +239,7 @@ class GenieCapacity(_Genie):
         m = js.perf
         q = m.task_type if isinstance(m, GeniePerfModel) else js.job.task
         if q not in self.queues:
-            raise ValueError(f"job {js.id}: model type {q!r} has no Capacity queue (queues: {', '.join(self.queues)})")
+            raise UnsupportedInput(f"job {js.id}: model type {q!r} has no Capacity queue (queues: {', '.join(self.queues)})")
         return q
 
     def dispatch(self, waiting, ledger, platform, now, running):

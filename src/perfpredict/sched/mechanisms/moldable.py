@@ -410,6 +410,9 @@ class _Flexible(Mechanism):
         self.strict_sharing = strict_sharing
         self.preempt_min_remaining = float(preempt_min_remaining)
         self.memory_aware = memory_aware
+        #: device memory -> GPUs of ``_usable_for`` whose memory holds it
+        self._usable_for: ClusterSpec | None = None
+        self._usable_gpus: dict[float, int] = {}
         self._case = 0
         self._extra: dict[str, float] = {}
 
@@ -420,7 +423,18 @@ class _Flexible(Mechanism):
         """The bounds this mechanism uses for ``js``: :meth:`bounds`, with I10's memory floor."""
         b = self.bounds(js.job)
         mem = js.perf.device_mem_gb
-        if not self.memory_aware or mem <= 0 or b.lo >= 1 - EPS:
+        if not self.memory_aware or mem <= 0:
+            return b
+        # on a cluster whose devices differ in memory, no size above the devices that hold the job (else a
+        # job sized for GPUs it cannot use would wait for ever)
+        if cluster is not self._usable_for:
+            self._usable_for, self._usable_gpus = cluster, {}
+        usable = self._usable_gpus.get(mem)
+        if usable is None:
+            usable = self._usable_gpus[mem] = sum(s.gpus for s in cluster.servers if mem <= s.gpu_mem_gb + EPS)
+        if usable < cluster.total_gpus and b.lo - _TOL <= usable < b.hi:
+            b = Bounds(b.lo, float(usable))
+        if b.lo >= 1 - EPS:
             return b
         cap = max((s.gpu_mem_gb for s in cluster.servers if s.gpus > 0), default=0.0)
         if cap <= 0 or mem > cap + EPS:

@@ -1,0 +1,179 @@
+"""Jobs a cluster cannot run: refused up front with the reason, or, when only the run can tell, a run that stops
+and says which jobs can never finish (it must neither loop for ever nor pass NaN metrics off as a result).
+Clusters whose devices differ in memory: every mechanism places a job only on GPUs that hold it."""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from perfpredict.errors import UsageError
+from perfpredict.sched import ClusterSpec, Job, PerfModel, ServerSpec, make_policy
+from perfpredict.sched.andreas import AndreasProblem, NodeClass, check_schedule, greedy, randomized_greedy, solve_milp
+from perfpredict.sched.base import Mechanism
+from perfpredict.sched.mechanisms import make_mechanism
+from perfpredict.sim.run import load_perf_models, run_simulation
+from perfpredict.sim.simulator import STALL_DECISIONS, SimulationError, simulate
+from tests.conftest import RecordingMechanism
+
+#: a 16 GB GPU beside eight 8 GB ones; the paper cards' opennmt needs 10.8 GB on its device
+HET = {"name": "het", "servers": [{"gpus": 8, "cpus": 24, "mem_gb": 500, "gpu_mem_gb": 8},
+                                  {"gpus": 1, "cpus": 24, "mem_gb": 500, "gpu_mem_gb": 16}]}
+
+
+def _het() -> ClusterSpec:
+    return ClusterSpec.from_dict(HET)
+
+
+def test_a_server_with_gpus_and_no_cpus_is_refused():
+    with pytest.raises(ValueError, match="needs CPUs"):
+        ServerSpec(gpus=8, cpus=0)
+    ServerSpec(gpus=0, cpus=0)  # a server without GPUs (storage, a head node) may have none
+    with pytest.raises(UsageError, match="needs CPUs"):
+        run_simulation("synergy:n=3", "1x8:cpus=0")
+
+
+@dataclass(frozen=True)
+class _Stuck(PerfModel):
+    """A card under which no allocation gets any throughput."""
+
+    def rate(self, alloc, ref_gpus, cluster=None) -> float:  # noqa: ARG002
+        return 0.0
+
+
+class _NeverPlaces(Mechanism):
+    name = "never"
+    round_based = False
+
+    def allocate(self, ordered, cluster, running, now):
+        return {}
+
+
+def _jobs(n: int = 2, model: str = "m") -> list[Job]:
+    return [Job(id=f"j{i}", arrival=10.0 * i, gpus=1, work=600.0, model=model) for i in range(n)]
+
+
+def test_a_periodic_mechanism_whose_jobs_never_progress_stops_and_says_so():
+    """ANDREAS decides every 300 s: before the stall check, a job of rate 0 made the loop tick for ever."""
+    res = simulate(_jobs(), ClusterSpec.homogeneous(1, gpus=4), make_policy("fifo"), make_mechanism("andreas"),
+                   {"m": _Stuck(name="m")})
+    assert res.stall is not None and "no throughput" in res.stall, res.stall
+    assert f"{STALL_DECISIONS} decisions" in res.stall
+    assert not res.finished and len(res.unfinished) == 2
+    assert res.decisions <= STALL_DECISIONS + 3
+
+
+def test_an_event_mechanism_whose_jobs_never_progress_stops_and_says_so():
+    res = simulate(_jobs(), ClusterSpec.homogeneous(1, gpus=4), make_policy("fifo"), make_mechanism("proportional"),
+                   {"m": _Stuck(name="m")})
+    assert res.stall is not None and "2 job(s) hold allocations that give them no throughput" in res.stall
+
+
+def test_a_mechanism_that_places_nothing_is_named():
+    res = simulate(_jobs(3), ClusterSpec.homogeneous(1, gpus=4), make_policy("las"), _NeverPlaces(),
+                   {"m": PerfModel(name="m")})
+    assert res.stall is not None and "the never mechanism places none of the 3 job(s) left" in res.stall
+
+
+def test_a_complete_run_has_no_stall():
+    res = simulate(_jobs(3), ClusterSpec.homogeneous(1, gpus=4), make_policy("fifo"), make_mechanism("andreas"),
+                   {"m": PerfModel(name="m")})
+    assert res.stall is None and len(res.finished) == 3
+
+
+def test_a_gang_job_with_too_few_devices_big_enough_is_refused_before_the_run():
+    jobs = [Job(id="a", arrival=0, gpus=2, work=3600, model="opennmt")]
+    with pytest.raises(UsageError, match=r"needs 2 GPUs with 10.8 GB of device memory each; the cluster has 1"):
+        run_simulation(jobs, _het(), mechanism="tune")
+    with pytest.raises(SimulationError, match="needs 2 GPUs"):
+        simulate(jobs, _het(), make_policy("fifo"), make_mechanism("rigid"), load_perf_models("paper"))
+
+
+@pytest.mark.parametrize("mechanism", ["andreas", "andreas-baseline", "moldable-equipartition",
+                                       "malleable-equipartition", "moldable-proportional", "proportional", "tune"])
+def test_jobs_run_only_on_devices_that_hold_them(mechanism):
+    """Two 10.8 GB jobs and a small one on 8 GB + 16 GB GPUs: before, ANDREAS put a big job on an 8 GB device
+    (an internal CapacityError) and the moldable mechanisms sized it for GPUs it could not use (it waited for
+    ever). Every job must finish, the big ones on server 1 only."""
+    jobs = [Job(id="big1", arrival=0, gpus=1, work=3600, model="opennmt"),
+            Job(id="small", arrival=0, gpus=1, work=3600, model="resnet18"),
+            Job(id="big2", arrival=60, gpus=1, work=3600, model="opennmt")]
+    rec = RecordingMechanism(make_mechanism(mechanism))
+    res = simulate(jobs, _het(), make_policy("fifo"), rec, load_perf_models("paper"))
+    assert res.stall is None and len(res.finished) == 3, res.stall
+    seen_big = 0
+    for _, allocs in rec.log:
+        for jid, a in allocs.items():
+            if jid.startswith("big"):
+                seen_big += 1
+                assert a.servers == (1,), (jid, a)
+    assert seen_big > 0
+
+
+def test_genie_on_an_asymmetric_cluster_is_a_usage_error(tmp_path, run_cli):
+    (tmp_path / "het.json").write_text(json.dumps(HET))
+    (tmp_path / "t.csv").write_text("id,arrival_s,gpus,work_s,model\na,0,1,3600,resnet18\n")
+    proc = run_cli("simulate", "--cluster", "het.json", "--trace", "t.csv", "--mechanism", "swaf", "--no-mlflow",
+                   "--out", "o")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "GENIE assumes a symmetric cluster" in proc.stderr and "internal error" not in proc.stderr
+
+
+def test_the_cli_exits_non_zero_on_a_stalled_run_and_keeps_the_records(tmp_path, run_cli):
+    """A job sized for more 16 GB devices than exist under a moldable mechanism with its own minimum: the run
+    ends, the records are written, and the exit says why instead of printing NaN metrics with exit 0."""
+    (tmp_path / "het.json").write_text(json.dumps(HET))
+    (tmp_path / "t.csv").write_text("id,arrival_s,gpus,work_s,model,min_gpus\n"
+                                    "a,0,2,3600,opennmt,2\nb,0,1,3600,resnet18,\n")
+    proc = run_cli("simulate", "--cluster", "het.json", "--trace", "t.csv", "--mechanism", "moldable-equipartition",
+                   "--no-mlflow", "--out", "o")
+    assert proc.returncode == 1, (proc.stdout[-2000:], proc.stderr[-2000:])
+    assert "1 job(s) can never finish" in proc.stderr and "Traceback" not in proc.stderr
+    doc = json.loads((tmp_path / "o" / "metrics.json").read_text())
+    assert doc["simulation"]["stall"] and doc["simulation"]["unfinished"] == 1
+    with open(tmp_path / "o" / "jobs.csv", newline="") as f:
+        finished = {r["id"]: r["finished"] for r in csv.DictReader(f)}
+    assert finished == {"a": "False", "b": "True"}
+
+
+# -- ANDREAS' configurations that cannot hold a job -------------------------------------------------------
+def _mem_problem(seed: int = 0) -> AndreasProblem:
+    """Three classes (8 GB, 16 GB, 8 GB) and six jobs, two of which fit only the 16 GB class."""
+    rng = np.random.default_rng(seed)
+    classes = (NodeClass("T4", 2, 0.016, (0, 1), 8.0), NodeClass("V100", 2, 0.0572, (2,), 16.0),
+               NodeClass("T4b", 1, 0.01, (3,), 8.0))
+    K = 5
+    J = 6
+    t = rng.uniform(600, 7200, size=(J, K))
+    allowed = np.ones((J, K), dtype=bool)
+    allowed[:2, :] = False
+    allowed[:2, 2:4] = True  # the V100 class's configurations (g = 1, 2)
+    return AndreasProblem(now=0.0, job_ids=tuple(f"j{i}" for i in range(J)), d_rel=rng.uniform(0, 9000, J),
+                          weight=rng.uniform(0.5, 2, J), t=t, classes=classes, allowed=allowed)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_randomized_greedy_greedy_and_the_milp_respect_the_configurations_a_job_fits(seed):
+    p = _mem_problem(seed)
+    for node, cfg in (greedy(p), (lambda r: (r.node, r.cfg))(randomized_greedy(p, 200, seed))):
+        check_schedule(p, node, cfg)
+        assert all(p.allowed[j, cfg[j]] for j in range(p.n_jobs) if cfg[j] >= 0)
+    ex = solve_milp(p, time_limit_s=30)
+    check_schedule(p, ex.node, ex.cfg)
+    assert ex.objective <= randomized_greedy(p, 200, seed).f_obj + 1e-6
+
+
+def test_a_configuration_that_cannot_hold_the_job_is_reported_by_check_schedule():
+    p = _mem_problem()
+    cfg = np.full(p.n_jobs, -1)
+    node = np.full(p.n_jobs, -1)
+    cfg[0], node[0] = 0, 0  # job 0 on the 8 GB class
+    with pytest.raises(ValueError, match="cannot hold it"):
+        check_schedule(p, node, cfg)
+    with pytest.raises(ValueError, match="no configuration that can hold it"):
+        AndreasProblem(now=0.0, job_ids=("a",), d_rel=[1.0], weight=[1.0], t=[[1.0, 2.0]],
+                       classes=(NodeClass("T4", 2, 0.016, (0,), 8.0),), allowed=[[False, False]])
