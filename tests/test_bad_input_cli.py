@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from perfpredict.card import PerformanceCard
 from perfpredict.errors import PerfPredictError
 from perfpredict.fit.rate import RateModel, fit_rate_model
 
@@ -170,15 +169,19 @@ def test_a_malformed_rate_model_is_named_not_crashed_on():
 
 
 def test_ctrl_c_keeps_the_points_with_a_rate_model_and_says_where(tmp_path):
-    """SIGINT after the first batch size: exit 130, a message naming the card, and the kept points fitted."""
+    """SIGINT after the second batch size: exit 130, a message naming the card, and the kept points fitted.
+    Six more points (over 1 s each) follow, so a test process starved of CPU still signals a running sweep."""
     model = tmp_path / "slow.py"
     model.write_text("import time\nimport torch\n\nclass M(torch.nn.Module):\n    def __init__(self):\n"
                      "        super().__init__()\n        self.l = torch.nn.Linear(4, 2)\n\n    def forward(self, x):\n"
                      "        time.sleep(0.02)\n        return self.l(x)\n\ndef build_model():\n    return M()\n\n"
                      "def example_inputs(b):\n    return torch.randn(b, 4)\n")
-    proc = subprocess.Popen([sys.executable, "-m", "perfpredict", "profile", str(model), "-b", "2,4,8,16",
+    proc = subprocess.Popen([sys.executable, "-m", "perfpredict", "profile", str(model), "-b", "2,4,8,16,32,64,128,256",
                              "--min-time", "1", "--max-time", "1", "--no-mlflow", "--no-features", "--out", "o"],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            # a test run started in the background by a shell inherits SIGINT ignored, and
+                            # Python then installs no KeyboardInterrupt handler: give the child the default
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen = ""
     deadline = time.monotonic() + 240
     while "batch     4:" not in seen and time.monotonic() < deadline and proc.poll() is None:

@@ -374,3 +374,12 @@ def test_twelve_points_fit_quickly_without_recursive_loo():
     assert elapsed < 2.0
     assert m.fit_points == 12
     assert all(c.loo_rel_error is not None and math.isfinite(c.loo_rel_error) for c in m.candidates)
+
+
+def test_the_selection_names_the_points_the_fit_left_out():
+    """A sweep records an OOM or an error as a NaN or zero throughput; the fit leaves it out, and says so."""
+    clean = fit_rate_model([2, 8, 32], [100.0, 350.0, 700.0])
+    m = fit_rate_model([2, 4, 8, 16, 32], [100.0, float("nan"), 350.0, 0.0, 700.0])
+    assert m.fit_points == 3 and "2 unusable point(s) left out (batch sizes 4, 16)" in m.selection
+    assert m.coefficients == pytest.approx(clean.coefficients)
+    assert "left out" not in clean.selection

@@ -247,3 +247,59 @@ def test_denormal_bound_steps_are_measured_as_run_and_noted(tmp_path, write_mode
     q = plain.card.throughput[0]
     assert q.denormal_speedup is not None and q.denormal_speedup < 1.3
     assert not any("denormal" in n for n in plain.card.notes)
+
+
+# -- a busy host ------------------------------------------------------------------------------------------
+def _hog():
+    import subprocess
+
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+
+def test_other_load_counts_other_processes_and_not_the_measuring_one():
+    """The measuring process spinning is its own work (left out); a second process spinning is another's."""
+    from perfpredict.profile.host_load import OtherLoad
+
+    alone = OtherLoad()
+    alone.start()
+    _busy(0.6)
+    own = alone.stop()
+    hog = _hog()
+    try:
+        time.sleep(0.3)  # let it start
+        beside = OtherLoad()
+        beside.start()
+        time.sleep(0.8)  # the hog has a CPU to itself
+        other = beside.stop()
+    finally:
+        hog.kill()
+        hog.wait()
+    if own is None:
+        pytest.skip("/proc/stat is not readable here")
+    assert other is not None and other >= 0.6, other
+    assert other - own >= 0.4, (own, other)
+    short = OtherLoad()
+    short.start()
+    assert short.stop() is None  # below the tick resolution: no number rather than a wrong one
+
+
+def test_a_point_timed_beside_another_busy_process_says_so_on_the_card(write_model, tmp_path):
+    w = load_model_file(write_model(TINY_MODEL))
+    hog = _hog()
+    try:
+        time.sleep(0.3)
+        # a window long enough for the kernel's 10 ms CPU-time ticks (shorter ones record None)
+        timing = TimingConfig(warmup_iters=1, warmup_s=0.05, min_iters=5, max_iters=100_000, min_time_s=0.6,
+                              max_time_s=2.0)
+        out = profile_workload(w, ProfileSettings(batch_sizes=(8,), timing=timing, features=False),
+                               out_dir=tmp_path / "out")
+    finally:
+        hog.kill()
+        hog.wait()
+    p = out.card.throughput[0]
+    if p.timing.other_cpus is None:
+        pytest.skip("/proc/stat is not readable here")
+    assert p.timing.other_cpus >= 0.5, p.timing.other_cpus
+    threads, cpus = out.card.device.threads, out.card.device.cpu_count
+    if p.timing.other_cpus + threads > cpus:
+        assert any(n.startswith("the host was busy") and "batch size(s) 8" in n for n in out.card.notes), out.card.notes

@@ -4,6 +4,8 @@ runs, never a NaN or negative number, a job that silently vanishes, or a deep Ty
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -125,3 +127,50 @@ def test_nan_scalars_sub_one_batch_sizes_and_a_string_window_are_refused():
         fit_rate_model([0.5, 0.7], [1.0, 2.0])
     with pytest.raises(UsageError, match="steady"):
         run_simulation("synergy:n=3", "1x8", steady="1:2")
+
+
+# -- profile() from a script without the main guard ------------------------------------------------------
+def _run_script(tmp_path, body: str) -> subprocess.CompletedProcess:
+    script = tmp_path / "job.py"
+    script.write_text(body)
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+
+
+def test_profile_at_a_scripts_top_level_without_the_guard_is_refused_before_any_process_starts(tmp_path):
+    """The measuring processes import the script again: unguarded, Python's bootstrapping RuntimeError came from
+    each child and the parent only said the process 'died before reporting'."""
+    proc = _run_script(tmp_path, "from perfpredict import profile\n\n"
+                                 "out = profile('zoo:mlp', batch_sizes=[4], device='cpu', out_dir='o')\n")
+    assert proc.returncode != 0
+    assert 'without `if __name__ == "__main__":`' in proc.stderr and "(line 3)" in proc.stderr, proc.stderr[-2000:]
+    assert "bootstrapping phase" not in proc.stderr and not (tmp_path / "o").exists()
+
+
+def test_the_guard_check_follows_calls_and_accepts_any_spelling_of_the_guard(tmp_path):
+    body = ("from perfpredict.profile.main_guard import check_main_guard\n"
+            "from perfpredict.errors import UsageError\n\n"
+            "def main():\n    check_main_guard()\n\n"
+            "if '__main__' == __name__:\n    main()\n    print('guarded ok')\n\n"
+            "try:\n    main()\nexcept UsageError as e:\n    print('refused', e)\n")
+    proc = _run_script(tmp_path, body)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "guarded ok" in proc.stdout and "refused" in proc.stdout and "(line 12)" in proc.stdout, proc.stdout
+
+
+def test_run_simulation_takes_a_cluster_as_a_dict_like_its_json_file():
+    from perfpredict.sim.run import run_simulation
+
+    spec = {"name": "two", "servers": [{"gpus": 4, "cpus": 16, "count": 2}]}
+    run = run_simulation("synergy:n=4,seed=2", spec)
+    assert run.result.cluster.total_gpus == 8 and run.params["cluster"] == "two" and len(run.result.finished) == 4
+    with pytest.raises(UsageError, match="cluster dict: server field gpus"):
+        run_simulation("synergy:n=4", {"servers": [{"gpus": "x"}]})
+    with pytest.raises(UsageError, match="got int"):
+        run_simulation("synergy:n=4", 16)
+
+
+def test_predict_from_features_names_an_unknown_key():
+    f = {"forward_macs_per_sample": 1e6, "param_count": 1e5, "param_bytes": 4e5, "activation_bytes_per_sample": 1e4,
+         "num_nodes": 5, "op_count": {"Gemm": 2}}
+    card = Predictor.load().predict(features=f, batch_size=8, device_type="cpu")
+    assert "unknown feature key(s) ignored: 'op_count' (did you mean 'op_counts'?)" in card.prediction.notes

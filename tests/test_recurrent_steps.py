@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -278,6 +280,16 @@ def test_batch_axis_names_the_batch_of_a_fixed_shape_onnx_file(tmp_path):
     assert fixed.input_bytes_per_sample == 9 * 4 * 4  # T x F floats: the batch axis is the one left out
     with pytest.raises(UsageError, match="ONNX files only"):
         pred.predict("zoo:mlp", batch_size=8, batch_axis=1)
+    # negative axes count from the last, as in Python, in the library and in the CLI alike
+    one = pred.predict(onnx_path=path, batch_axis=1, batch_size=8, device_type="cpu").prediction.points[0]
+    assert pred.predict(onnx_path=path, batch_axis=-2, batch_size=8,
+                        device_type="cpu").prediction.points[0].iter_time_s == pytest.approx(one.iter_time_s)
+    cli = subprocess.run([sys.executable, "-m", "perfpredict", "predict", str(path), "-b", "8", "--device-type", "cpu",
+                          "--batch-axis", "-2", "--out", str(tmp_path / "card.json")], capture_output=True, text=True,
+                         timeout=300)
+    assert cli.returncode == 0, cli.stderr[-2000:]
+    got = json.loads((tmp_path / "card.json").read_text())["prediction"]["points"][0]["iter_time_s"]
+    assert got == pytest.approx(one.iter_time_s, rel=1e-6)
 
     from fastapi.testclient import TestClient
 

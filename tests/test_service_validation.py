@@ -175,3 +175,16 @@ def test_python_api_refuses_the_same_feature_vectors_by_name(bad, field):
     with pytest.raises(UsageError, match="Field required"):
         pred.predict_values({"param_count": 1}, [32])
     assert pred.predict(features=F | {"family": "mine"}, batch_sizes=[32]).prediction.points[0].iter_time_s > 0
+
+
+def test_an_unknown_feature_key_is_named_with_the_field_it_probably_meant(client):
+    """A misspelt optional key used to vanish silently (the prediction then left that feature out)."""
+    r = _post(client, {"peak_live_byte_per_sample": 5e3, "colour": "blue", "notes": 7})
+    assert r.status_code == 200, r.text
+    notes = r.json()["prediction"]["notes"]
+    named = [n for n in notes if n.startswith("unknown feature key(s) ignored")]
+    assert named == ["unknown feature key(s) ignored: 'colour', 'peak_live_byte_per_sample' (did you mean "
+                     "'peak_live_bytes_per_sample'?)"], notes
+    # keys a card's features section carries (fvcore counts, the source) are not news
+    quiet = _post(client, {"fvcore_macs_per_sample": 1e6, "source": "analytic", "family": "mlp"})
+    assert quiet.status_code == 200 and not any("unknown" in n for n in quiet.json()["prediction"]["notes"])

@@ -25,11 +25,12 @@ def profile_model(target: str, *, params: dict | None = None, batch_sizes=None, 
     ``settings`` are further :class:`perfpredict.profile.ProfileSettings` fields (``timing``, ``threads``,
     ``features``, ...). Nothing is logged to MLflow; use the CLI or :mod:`perfpredict.tracking` for that.
     """
+    from perfpredict.errors import UsageError
+    from perfpredict.profile.main_guard import check_main_guard
     from perfpredict.profile.profiler import ProfileSettings, profile_workload
     from perfpredict.workload import parse_batch_sizes, resolve_workload
 
-    from perfpredict.errors import UsageError
-
+    check_main_guard("perfpredict.profile()")  # measuring processes import the caller's script again
     if not isinstance(target, (str, os.PathLike)):
         raise UsageError(f"target must be a model.py path or 'zoo:<family>', got {target!r}", step="arguments")
     if isinstance(batch_sizes, (int, float)):

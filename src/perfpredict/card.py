@@ -86,6 +86,9 @@ class TimingStats(_Section):
     warmup_iterations: int
     warmup_s: float
     stop_reason: Literal["stable", "max_iters", "time_cap"]
+    other_cpus: float | None = Field(None, description="CPUs that other processes on the host (and the hypervisor) "
+                                                       "kept busy, on average, during the timed window; None "
+                                                       "where it could not be read")
 
 
 class StartupTimes(_Section):

@@ -77,7 +77,8 @@ def predict(
     models: Annotated[Path | None, typer.Option(help="trained_models folder")] = None,
     out: Annotated[Path | None, typer.Option(help="write the predicted card here")] = None,
     batch_axis: Annotated[int | None, typer.Option(help=".onnx only: the axis of the first input that is the "
-                                                        "batch (default: the first, or the symbolic one)")] = None,
+                                                        "batch, negative from the last as in Python (default: the first, or the "
+                                                        "symbolic one)")] = None,
     debug: Annotated[bool, typer.Option("--debug", help="show tracebacks")] = False,  # noqa: ARG001
 ) -> None:
     """Predict a card for a job nobody has profiled (from the estimators in trained_models/)."""
@@ -89,9 +90,6 @@ def predict(
     params = parse_params(param)
     if device_type is not None and not device_type.strip():
         raise UsageError("--device-type is empty: give a model set (e.g. cuda_h100) or a kind (cuda, cpu)",
-                         step="arguments")
-    if batch_axis is not None and batch_axis < 0:
-        raise UsageError(f"--batch-axis must be 0 or more (an axis of the first input), got {batch_axis}",
                          step="arguments")
     is_onnx = target.lower().endswith(".onnx")
     if is_onnx:

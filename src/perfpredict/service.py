@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from perfpredict.errors import PerfPredictError, UsageError
-from perfpredict.estimators.feature_schema import FeatureVector
+from perfpredict.estimators.feature_schema import FeatureVector, request_features
 from perfpredict.predictor import MAX_BATCH_SIZE, MAX_BATCH_SIZES
 
 DEFAULT_MAX_UPLOAD_BYTES = 256 * 1024 * 1024
@@ -146,7 +146,7 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
 
     @app.post("/predict")
     def predict(req: PredictRequest) -> dict[str, Any]:
-        arch = ArchFeatures.from_dict(req.features.model_dump())
+        arch = ArchFeatures.from_dict(request_features(req.features))
         card = pred.card_for(arch, req.batch_sizes, device_type=req.device_type, source=arch.name,
                              allow_fallback=req.allow_fallback, mode=req.mode)
         return card.model_dump(mode="json")
@@ -155,7 +155,7 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
     def colocation(req: ColocationRequest) -> dict[str, Any]:
         """Two jobs sharing one GPU: each job's predicted card, then the interference model's slowdown at their
         cumulative predicted utilisation (``Predictor.colocation``)."""
-        cards = [pred.card_for(ArchFeatures.from_dict(j.features.model_dump()), [j.batch_size],
+        cards = [pred.card_for(ArchFeatures.from_dict(request_features(j.features)), [j.batch_size],
                                device_type=req.device_type or "cuda", source="features",
                                allow_fallback=req.allow_fallback) for j in req.jobs]
         return pred.colocation(*cards, device_type=req.device_type).model_dump(mode="json")

@@ -2,13 +2,15 @@
 
 Every number is a finite, non-negative count or byte total, so a NaN, a negative op count or an absurd size is
 refused with the field's name (a ``UsageError`` from the Python API, a 422 from the service) instead of
-surfacing as a math error deep in the estimators. Keys the schema does not name are ignored (a misspelt
-optional key is therefore unused, not refused).
+surfacing as a math error deep in the estimators. Keys the schema does not use are ignored: silently when a
+card's ``features`` section has them (``fvcore_*``, ``source``, ...), otherwise (a misspelt optional key) named
+in a note on the predicted card, with the field it probably meant.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -33,7 +35,8 @@ class FeatureVector(BaseModel):
     """Graph features of one architecture (what ``perfpredict.estimators.arch.ArchFeatures`` holds). Every
     number is a finite, non-negative count or byte total (at most :data:`MAX_QUANTITY`)."""
 
-    model_config = ConfigDict(allow_inf_nan=False)
+    # extra keys are kept (not validated) so that the routes can name the unknown ones in a note
+    model_config = ConfigDict(allow_inf_nan=False, extra="allow")
 
     forward_macs_per_sample: _Quantity
     param_count: _Quantity
@@ -88,13 +91,48 @@ class FeatureVector(BaseModel):
         return self
 
 
+def unknown_keys_note(keys: Iterable[str]) -> str | None:
+    """A note naming the keys that are neither schema fields nor keys of a card's ``features`` section (which
+    are ignored silently), each with the schema field it probably meant; None when there are none."""
+    from perfpredict.card import GraphFeatures
+
+    fields = list(FeatureVector.model_fields)
+    known = set(fields) | set(GraphFeatures.model_fields) | {"family", "notes"}
+    unknown = sorted(str(k) for k in keys if k not in known)
+    if not unknown:
+        return None
+    named = []
+    for k in unknown[:6]:
+        close = difflib.get_close_matches(k, fields, n=1, cutoff=0.75)
+        named.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    more = f" and {len(unknown) - 6} more" if len(unknown) > 6 else ""
+    return f"unknown feature key(s) ignored: {', '.join(named)}{more}"
+
+
+def request_features(fv: FeatureVector) -> dict[str, Any]:
+    """What an HTTP route predicts from: the validated schema fields, and a note naming any unknown key (a
+    client's other keys, ``notes`` included, are not passed on)."""
+    d = fv.model_dump()
+    out = {k: d[k] for k in FeatureVector.model_fields if k in d}
+    note = unknown_keys_note(d)
+    if note:
+        out["notes"] = (note,)
+    return out
+
+
 def check_feature_mapping(features: Mapping[str, Any]) -> dict[str, Any]:
     """``features`` with every schema field validated and converted (``"1e6"`` → 1e6), other keys (``family``,
     ``notes``) kept; :class:`UsageError` naming the first fields at fault when it would not pass
     :class:`FeatureVector` (the service's 422, as one line for Python callers)."""
     try:
-        return {**dict(features), **FeatureVector.model_validate(dict(features)).model_dump()}
+        checked = FeatureVector.model_validate(dict(features)).model_dump()
     except ValidationError as e:
         parts = [f"{'.'.join(str(x) for x in err['loc']) or 'features'}: {err['msg']}" for err in e.errors()[:4]]
         more = f" (and {len(e.errors()) - 4} more)" if len(e.errors()) > 4 else ""
         raise UsageError("bad feature vector: " + "; ".join(parts) + more, step="predict") from None
+    out = {**dict(features), **{k: checked[k] for k in FeatureVector.model_fields}}
+    note = unknown_keys_note(features)
+    if note:
+        notes = out.get("notes") or ()
+        out["notes"] = ((notes,) if isinstance(notes, str) else tuple(notes)) + (note,)
+    return out

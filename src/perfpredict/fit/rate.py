@@ -230,8 +230,11 @@ def fit_rate_model(batch_sizes: Sequence[float], samples_per_s: Sequence[float],
     exactly; with 1 the rate is assumed constant (with a large uncertainty). ``cross_validate=False`` skips
     the LOO errors (used for the held-out fits themselves).
     """
-    b, r = _clean(batch_sizes, samples_per_s)
+    b, r, left_out = _clean(batch_sizes, samples_per_s)
     n = len(b)
+    # the selection says which measurements the fit did not use (a failed sweep point, a zero throughput)
+    note = (f"; {len(left_out)} unusable point(s) left out (batch sizes {', '.join(f'{x:g}' for x in left_out)})"
+            if left_out else "")
     if kind is not None and kind not in (QUADRATIC, LINEAR, CONSTANT):
         raise FitError(f"unknown rate model kind {kind!r}", step="fit rate model")
     if kind == QUADRATIC and n < 3:
@@ -240,7 +243,7 @@ def fit_rate_model(batch_sizes: Sequence[float], samples_per_s: Sequence[float],
         rate = float(np.exp(np.mean(np.log(r))))
         cand = Candidate(CONSTANT, {"rate": rate})
         return RateModel(CONSTANT, cand.coefficients, (int(b.min()), int(b.max())), [cand],
-                         "single measurement: constant samples/s assumed" if n == 1 else "forced",
+                         ("single measurement: constant samples/s assumed" if n == 1 else "forced") + note,
                          n, _UNKNOWN_REL_UNCERTAINTY)
 
     lin = _fit_linear(b, r)
@@ -266,13 +269,14 @@ def fit_rate_model(batch_sizes: Sequence[float], samples_per_s: Sequence[float],
         how = ("fewer than 4 batch sizes: the quadratic cannot be cross-validated, so linear_time is used"
                if n == 3 else "2 batch sizes: linear_time fitted exactly")
     sel = next(c for c in cands if c.kind == chosen)
-    model = RateModel(chosen, sel.coefficients, (int(b.min()), int(b.max())), cands, how, n,
+    model = RateModel(chosen, sel.coefficients, (int(b.min()), int(b.max())), cands, how + note, n,
                       _UNKNOWN_REL_UNCERTAINTY, sel.r2, sel.loo_rel_error, _linear=lin)
     model.rel_uncertainty = _in_range_uncertainty(model, b, r)
     return model
 
 
-def _clean(batch_sizes, samples_per_s) -> tuple[np.ndarray, np.ndarray]:
+def _clean(batch_sizes, samples_per_s) -> tuple[np.ndarray, np.ndarray, list[float]]:
+    """Sorted usable (batch size, samples/s) and the batch sizes of the points left out."""
     b = np.asarray(list(batch_sizes), dtype=float)
     r = np.asarray(list(samples_per_s), dtype=float)
     if b.shape != r.shape:
@@ -283,6 +287,7 @@ def _clean(batch_sizes, samples_per_s) -> tuple[np.ndarray, np.ndarray]:
     # Unusable points (NaN or non-positive batch size or throughput: what a sweep records for an OOM or an
     # error) are left out of the fit, as documented, rather than refused.
     keep = np.isfinite(b) & np.isfinite(r) & (b > 0) & (r > 0)
+    left_out = [float(x) for x in b[~keep]]
     b, r = b[keep], r[keep]
     if len(b) == 0:
         raise FitError("no positive, finite measurements to fit", step="fit rate model")
@@ -293,7 +298,7 @@ def _clean(batch_sizes, samples_per_s) -> tuple[np.ndarray, np.ndarray]:
         r = np.array([u / t[b == u].mean() for u in uniq])
         b = uniq
     order = np.argsort(b)
-    return b[order], r[order]
+    return b[order], r[order], left_out
 
 
 def _fit_linear(b: np.ndarray, r: np.ndarray) -> Candidate:

@@ -15,6 +15,7 @@ stops early when the same failure repeats, since then it is the model, not the b
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
 import statistics
 import time
@@ -235,15 +236,19 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
             res = runner.run_in_subprocess(req, timeout)
             point = _throughput_point(res, device)
             card.throughput.append(point)
+            if point.ok and not device_described and res.get("device_info"):
+                card.device = DeviceInfo(**res["device_info"])
+                device_described = True
             if (point.denormal_speedup or 0) >= DENORMAL_NOTE_SPEEDUP and not any("denormal" in n for n in card.notes):
+                # the flushed steps run after the timed window: on a busy host the two see different loads
+                busy = (" (timed while the host was busy, so confirm on an idle machine)"
+                        if _timed_on_busy_host(card, point) else "")
                 card.notes.append(f"denormal floats slow this job: at batch {b} an iteration took {point.iter_time_s * 1e3:.3g} "
                                   f"ms as measured and {point.denormal_flushed_iter_time_s * 1e3:.3g} ms with denormals "
-                                  f"flushed to zero ({point.denormal_speedup:.1f}x); torch.set_flush_denormal(True) in "
+                                  f"flushed to zero ({point.denormal_speedup:.1f}x){busy}; torch.set_flush_denormal(True) in "
                                   "the training script would give that speed-up (the throughput here is the default's)")
             if point.ok:
-                if not device_described and res.get("device_info"):
-                    card.device = DeviceInfo(**res["device_info"])
-                    device_described = True
+                _note_busy_host(card)
                 card.memory.append(MemoryPoint(batch_size=b, device=device, **res["memory"]))
                 e = res.get("energy") or {}
                 if e.get("available"):
@@ -307,6 +312,34 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
     save()
     return ProfileOutcome(card, card_path, onnx_path if onnx_path and onnx_path.exists() else None,
                           _outcome_error(card, workload))
+
+
+#: Other processes keeping at least this many CPUs busy while a CPU point was timed, when they and the
+#: measuring threads together want more CPUs than the host has, get a note on the card (idle VM: 0.00-0.05).
+BUSY_HOST_CPUS = 0.25
+_BUSY_NOTE = "the host was busy"
+
+
+def _timed_on_busy_host(card: PerformanceCard, p: ThroughputPoint) -> bool:
+    """Whether other processes competed with CPU point ``p`` for the CPUs while it was timed (see host_load)."""
+    if card.device.kind != "cpu" or not p.ok or p.timing is None or p.timing.other_cpus is None:
+        return False
+    cpus = card.device.cpu_count or os.cpu_count() or 1
+    threads = card.device.threads or cpus
+    return p.timing.other_cpus >= BUSY_HOST_CPUS and p.timing.other_cpus + threads > cpus + 1e-9
+
+
+def _note_busy_host(card: PerformanceCard) -> None:
+    """Keep one note naming the CPU points timed while other processes competed for the CPUs."""
+    busy = [(p.batch_size, p.timing.other_cpus) for p in card.throughput if _timed_on_busy_host(card, p)]
+    cpus = card.device.cpu_count or os.cpu_count() or 1
+    threads = card.device.threads or cpus
+    card.notes[:] = [n for n in card.notes if not n.startswith(_BUSY_NOTE)]
+    if busy:
+        worst = max(c for _, c in busy)
+        card.notes.append(f"{_BUSY_NOTE}: other processes kept up to {worst:.2f} of its {cpus} CPUs busy while batch "
+                          f"size(s) {', '.join(str(b) for b, _ in busy)} were timed with {threads} thread(s), so those "
+                          f"times are likely slower than on an idle machine (see throughput[].timing.other_cpus)")
 
 
 #: A point whose steps run this much faster with denormals flushed gets a note on the card. Measured on the

@@ -56,6 +56,8 @@ class TimingResult:
     times_s: list[float]
     warmup_times_s: list[float]
     stop_reason: str
+    #: CPUs other processes on the host kept busy, on average, during the timed window (see host_load)
+    other_cpus: float | None = None
 
     @property
     def first_iter_s(self) -> float:
@@ -77,6 +79,7 @@ class TimingResult:
             "warmup_iterations": len(self.warmup_times_s),
             "warmup_s": float(sum(self.warmup_times_s)),
             "stop_reason": self.stop_reason,
+            "other_cpus": self.other_cpus,
         }
 
 
@@ -102,6 +105,10 @@ def time_iterations(step: Callable[[], object], sync: Callable[[], None], cfg: T
 
     if before_timed is not None:
         before_timed()
+    from perfpredict.profile.host_load import OtherLoad
+
+    others = OtherLoad()
+    others.start()
     times: list[float] = []
     medians: list[float] = []
     reason = "max_iters"
@@ -119,7 +126,7 @@ def time_iterations(step: Callable[[], object], sync: Callable[[], None], cfg: T
         if elapsed >= cfg.max_time_s and len(times) >= 3:
             reason = "time_cap"
             break
-    return TimingResult(times, warm, reason)
+    return TimingResult(times, warm, reason, others.stop())
 
 
 def _stable(medians: list[float], cfg: TimingConfig) -> bool:
