@@ -349,13 +349,15 @@ def randomized_greedy(p: AndreasProblem, max_it: int = MAX_IT, rng: np.random.Ge
     t, pi = p.t, p.pi
     pref = p.preferences()
     allowed = p.allowed
+    masked = not allowed.all()  # only a cluster whose GPUs differ in device memory pays for the masks below
     in_d = (t < p.d_rel[:, None]) & allowed
     has_d = in_d.any(axis=1)
     n_nodes = np.asarray([len(c.servers) for c in p.classes], dtype=float)[p.cfg_class]
     with np.errstate(divide="ignore"):
         w = np.where(has_d[:, None], np.where(in_d, n_nodes / np.maximum(pi, 1e-300), 0.0), n_nodes / t)
     w = np.where(np.isfinite(w), w, 1e300)
-    w = np.where(allowed, w, 0.0)
+    if masked:
+        w = np.where(allowed, w, 0.0)
     cw = np.cumsum(w, axis=1)
     cw /= cw[:, -1:]
     cw[:, -1] = 2.0  # u < 1 always lands
@@ -381,12 +383,12 @@ def randomized_greedy(p: AndreasProblem, max_it: int = MAX_IT, rng: np.random.Ge
     for kk in range(K - 1):
         choice_job += u >= cw[None, :, kk]
     choice_job[0, base] = pref[base, 0]
-    miss = ~allowed[np.arange(J)[None, :], choice_job]  # rounding at the top of cw can land past the last allowed
-    if miss.any():
+    if masked:  # rounding at the top of cw can land past the last allowed configuration
+        miss = ~allowed[np.arange(J)[None, :], choice_job]
         choice_job[miss] = np.broadcast_to(pref[:, 0], choice_job.shape)[miss]
     choice_t = choice_job.reshape(-1)[np.arange(It)[None, :] * J + perm_t]
     pref_class, pref_gpus = p.cfg_class[pref], p.cfg_gpus[pref]
-    pref_ok = np.take_along_axis(allowed, pref, axis=1)
+    pref_ok = np.take_along_axis(allowed, pref, axis=1) if masked else None
 
     # tardiness terms: every job starts postponed; placing job j in configuration k changes f by gain[j, k]
     d = p.d_rel
@@ -437,7 +439,9 @@ def randomized_greedy(p: AndreasProblem, max_it: int = MAX_IT, rng: np.random.Ge
         if bad.any():  # ASSIGN_TO_SUBOPTIMAL: the first configuration in preference order that fits
             bi = np.flatnonzero(bad)
             jb = j[bi]
-            fits = (best_f[pref_gpus[jb], pattern[(active[bi] * C)[:, None] + pref_class[jb]]] >= 0) & pref_ok[jb]
+            fits = best_f[pref_gpus[jb], pattern[(active[bi] * C)[:, None] + pref_class[jb]]] >= 0
+            if masked:
+                fits &= pref_ok[jb]
             first = fits.argmax(axis=1)
             ch[bi] = np.where(fits[np.arange(bi.size), first], pref[jb, first], -1)
             placed = ch >= 0

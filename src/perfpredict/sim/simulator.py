@@ -167,6 +167,8 @@ class _Sim:
         self.cluster, self.policy, self.mech, self.cfg = cluster, policy, mechanism, cfg
         self.mode = cfg.mode if cfg.mode != "auto" else ("round" if mechanism.round_based else "event")
         self.on_decision = on_decision
+        #: set by run() when jobs are left that can never finish (SimResult.stall)
+        self.stall: str | None = None
         self.dropped: list[Job] = []
         ids = set()
         kept: list[Job] = []
@@ -517,8 +519,8 @@ class _Sim:
         waiting = len(self.active) - held
         parts = []
         if held:
-            parts.append(f"{held} job(s) hold allocations that give them no throughput (a server with GPUs but no "
-                         f"CPUs does that)")
+            parts.append(f"{held} job(s) hold allocations under which their performance models give no "
+                         f"throughput")
         if waiting:
             parts.append(f"the {self.mech.name} mechanism places none of the other {waiting} job(s)" if held else
                          f"the {self.mech.name} mechanism places none of the {waiting} job(s) left")
@@ -535,7 +537,6 @@ class _Sim:
         tick: float | None = None  # next periodic decision (with a period)
         t = 0.0
         idle_decisions = 0  # decisions in a row after which nothing progressed and nothing was left to arrive
-        self.stall: str | None = None
         while True:
             decisions_before = self.decisions
             t_arr = self.arrivals[self.next_arrival].arrival if self.next_arrival < len(self.arrivals) else math.inf
