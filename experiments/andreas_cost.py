@@ -198,21 +198,24 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from perfpredict.script_args import describe, int_list, nonneg_int, out_dir, positive_float, positive_int
+
+    ap = argparse.ArgumentParser(description=describe(__doc__))
     ap.add_argument("--fast", action="store_true", help="N in 10, 16; timing on N = 100 snapshots; 8 MILPs (CI)")
-    ap.add_argument("--nodes", default=None, help="node counts N, comma-separated")
-    ap.add_argument("--load", type=float, default=1.0, help="mean offered load on each case's cluster")
+    ap.add_argument("--nodes", type=int_list, default=None, help="node counts N, comma-separated")
+    ap.add_argument("--load", type=positive_float, default=1.0, help="mean offered load on each case's cluster")
     ap.add_argument("--same-trace", action="store_true",
                     help="case 2 replays case 1's trace (its arrival rate set on the case-1 cluster: half the load)")
-    ap.add_argument("--max-it", type=int, default=1000, help="MaxIt_RG (the paper's: 1000)")
-    ap.add_argument("--gap-instances", type=int, default=None)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default="experiments/out/andreas")
+    ap.add_argument("--max-it", type=positive_int, default=1000, help="MaxIt_RG (the paper's: 1000)")
+    ap.add_argument("--gap-instances", type=nonneg_int, default=None, help="small instances solved exactly "
+                    "(30; fast 8; 0: none)")
+    ap.add_argument("--seed", type=nonneg_int, default=0)
+    ap.add_argument("--out", type=out_dir, default="experiments/out/andreas")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    nodes = [int(x) for x in args.nodes.split(",")] if args.nodes else ([10, 16] if args.fast else [10, 25, 50, 75, 100])
-    n_gap = args.gap_instances or (8 if args.fast else 30)
+    nodes = args.nodes or ([10, 16] if args.fast else [10, 25, 50, 75, 100])
+    n_gap = args.gap_instances if args.gap_instances is not None else (8 if args.fast else 30)
     t_start = time.perf_counter()
 
     rows = run_sweep(nodes, args.load, args.seed, args.max_it, args.same_trace)
@@ -305,4 +308,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from perfpredict.script_args import run_script
+
+    run_script(main)

@@ -173,20 +173,28 @@ def model_summary() -> list[dict]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from perfpredict.script_args import describe, out_dir, positive_float, seed_list
+
+    ap = argparse.ArgumentParser(description=describe(__doc__))
     ap.add_argument("--fast", action="store_true", help="densities 10, 20 on 16 GPUs, seed 0, one mix, 32 GPUs (CI)")
-    ap.add_argument("--seeds", default=None, help="trace seeds, comma-separated (default 0,1,2; --fast: 0)")
-    ap.add_argument("--hours", type=float, default=24.0, help="arrival window (Table 3: 24 h)")
+    ap.add_argument("--seeds", type=seed_list, default=None, help="trace seeds, comma-separated (default 0,1,2; "
+                    "--fast: 0)")
+    ap.add_argument("--hours", type=positive_float, default=24.0, help="arrival window (Table 3: 24 h)")
     ap.add_argument("--iters", default=None, help="iterations per task LO/HI (default: the workload's 10000/500000)")
-    ap.add_argument("--out", default="experiments/out/genie")
+    ap.add_argument("--out", type=out_dir, default="experiments/out/genie")
     args = ap.parse_args()
+    iters = None
+    if args.iters:
+        try:
+            iters = tuple(int(x) for x in args.iters.split("/"))
+        except ValueError:
+            ap.error(f"--iters {args.iters!r}: expected LO/HI whole numbers, e.g. 10000/500000")
+        if len(iters) != 2 or not 1 <= iters[0] <= iters[1]:
+            ap.error(f"--iters {args.iters!r}: expected LO/HI with 1 <= LO <= HI")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()
-    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else ([0] if args.fast else [0, 1, 2])
-    iters = tuple(int(x) for x in args.iters.split("/")) if args.iters else None
-    if iters is not None and len(iters) != 2:
-        ap.error("--iters is LO/HI")
+    seeds = args.seeds or ([0] if args.fast else [0, 1, 2])
     table3 = (5.0, 35.0, 60.0)
     if args.fast:
         densities, mixes, scales = [10.0, 20.0], [(20.0, 50.0, 30.0)], [8]
@@ -266,4 +274,6 @@ def _get(rows: list[dict], seed: int, method: str, key: str) -> float:
 
 
 if __name__ == "__main__":
-    main()
+    from perfpredict.script_args import run_script
+
+    run_script(main)

@@ -116,24 +116,29 @@ def main() -> None:
     )
     from perfpredict.sched.cluster import ClusterSpec
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from perfpredict.script_args import describe, int_list, nonneg_float, out_dir, positive_float, positive_int
+
+    ap = argparse.ArgumentParser(description=describe(__doc__))
     ap.add_argument("--fast", action="store_true", help="2 seeds, cap 2 only, 16 x 8 GPUs at scale (CI)")
-    ap.add_argument("--seeds", type=int, default=None, help="traces per testbed workload (10; fast 2)")
-    ap.add_argument("--caps", default=None, help="max jobs per GPU to run, comma-separated (2,3; fast 2)")
-    ap.add_argument("--scale-nodes", type=int, default=None, help="8-GPU nodes at scale (128; fast 16)")
-    ap.add_argument("--scale-jobs", type=int, default=None, help="jobs at scale (4000; fast 800)")
-    ap.add_argument("--scale-load", type=float, default=2.5,
+    ap.add_argument("--seeds", type=positive_int, default=None, help="traces per testbed workload (10; fast 2)")
+    ap.add_argument("--caps", type=int_list, default=None, help="max jobs per GPU to run, comma-separated (2,3; "
+                    "fast 2)")
+    ap.add_argument("--scale-nodes", type=positive_int, default=None, help="8-GPU nodes at scale (128; fast 16)")
+    ap.add_argument("--scale-jobs", type=positive_int, default=None, help="jobs at scale (4000; fast 800)")
+    ap.add_argument("--scale-load", type=positive_float, default=2.5,
                     help="offered load at scale: exclusive GPU-seconds asked per second over the GPUs")
-    ap.add_argument("--interarrival", type=float, default=36.0, help="mean seconds between testbed arrivals")
-    ap.add_argument("--stress-mem", type=float, default=16.0, help="device memory (GB) of the memory-pressure run")
+    ap.add_argument("--interarrival", type=nonneg_float, default=36.0, help="mean seconds between testbed arrivals "
+                    "(0: all at once)")
+    ap.add_argument("--stress-mem", type=positive_float, default=16.0, help="device memory (GB) of the "
+                    "memory-pressure run")
     ap.add_argument("--predictions", choices=PREDICTIONS, default="trained",
                     help="what the schedulers see: the shipped Predictor (trained on these points) or "
                          "leave-one-family-out predictions (family-cv), or the paper's testbed mix: estimators "
                          "refitted without half of the architectures (paper-mix)")
-    ap.add_argument("--out", default=None, help="output folder (experiments/out/horus[_family_cv])")
+    ap.add_argument("--out", type=out_dir, default=None, help="output folder (experiments/out/horus[_family_cv])")
     args = ap.parse_args()
     seeds = args.seeds or (2 if args.fast else 10)
-    caps = [int(c) for c in (args.caps or ("2" if args.fast else "2,3")).split(",")]
+    caps = args.caps or ([2] if args.fast else [2, 3])
     nodes = args.scale_nodes or (16 if args.fast else 128)
     n_scale = args.scale_jobs or (800 if args.fast else 4000)
     out = Path(args.out or ("experiments/out/horus" if args.predictions == "trained"
@@ -363,4 +368,6 @@ def _plot(rows, summary, caps, path: Path) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from perfpredict.script_args import run_script
+
+    run_script(main)

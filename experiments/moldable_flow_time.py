@@ -27,6 +27,7 @@ advantage "particularly noticeable when the system load is low or very high" (§
 from __future__ import annotations
 
 import argparse
+import math
 import json
 import time
 from pathlib import Path
@@ -41,34 +42,51 @@ def main() -> None:
     from perfpredict.sim.simulator import SimConfig, simulate
     from perfpredict.sim.traces import dl_bag_trace
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from perfpredict.script_args import describe, float_list, int_list, nonneg_int, out_dir, positive_int
+
+    ap = argparse.ArgumentParser(description=describe(__doc__))
     ap.add_argument("--fast", action="store_true", help="small trace and two cluster sizes (CI)")
-    ap.add_argument("--tasks", type=int, default=None)
-    ap.add_argument("--loads", default=None, help="offered loads ρ, comma-separated (cluster size = demand / ρ)")
-    ap.add_argument("--sizes", default=None, help="cluster sizes (GPUs), comma-separated; overrides --loads")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tasks", type=positive_int, default=None)
+    ap.add_argument("--loads", type=float_list, default=None, help="offered loads ρ > 0, comma-separated (cluster "
+                    "size = demand / ρ)")
+    ap.add_argument("--sizes", type=int_list, default=None, help="cluster sizes (GPUs), comma-separated; overrides "
+                    "--loads")
+    ap.add_argument("--seed", type=nonneg_int, default=0)
     ap.add_argument("--share-fraction", default=None,
                     help="sensitivity: Amdahl fraction below one GPU per application, e.g. mcnn=0.5 (how much "
                          "tasks sharing a GPU slow each other; default: the curve's own f, mcnn 0.8)")
-    ap.add_argument("--out", default="experiments/out/moldable")
+    ap.add_argument("--out", type=out_dir, default="experiments/out/moldable")
     args = ap.parse_args()
+    share = None
+    if args.share_fraction:
+        share = {}
+        for kv in args.share_fraction.split(","):
+            k, sep, v = kv.partition("=")
+            try:
+                f = float(v)
+            except ValueError:
+                f = math.nan
+            if not sep or not k.strip() or not 0 < f <= 1:
+                ap.error(f"--share-fraction {kv!r}: expected APP=F with 0 < F <= 1, e.g. mcnn=0.5")
+            share[k.strip()] = f
     n = args.tasks or (600 if args.fast else 4000)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
     jobs = dl_bag_trace(n, seed=args.seed)
-    share = {k: float(v) for k, v in (kv.split("=") for kv in args.share_fraction.split(","))} if args.share_fraction else None
-    models = moldable_models(gpu_mem_gb=12.0, share_fraction=share)
+    try:
+        models = moldable_models(gpu_mem_gb=12.0, share_fraction=share)
+    except (KeyError, ValueError) as e:
+        ap.error(f"--share-fraction: {e.args[0] if e.args else e}")
     if share:
         print("sensitivity: " + ", ".join(f"{k} shares a GPU with Amdahl f = {v:g}: {k} x4 on one GPU does "
                                          f"{4 * models[k].speedup(0.25):.2f}x one task's work" for k, v in share.items()))
     span = max(j.arrival for j in jobs) - min(j.arrival for j in jobs)
     demand = sum(j.work for j in jobs) / span
     if args.sizes:
-        sizes = [int(x) for x in args.sizes.split(",")]
+        sizes = args.sizes
     else:
-        loads = [float(x) for x in args.loads.split(",")] if args.loads else ([0.8, 0.5] if args.fast
-                                                                              else [1.0, 0.5, 0.25, 0.125])
+        loads = args.loads or ([0.8, 0.5] if args.fast else [1.0, 0.5, 0.25, 0.125])
         sizes = sorted({max(1, round(demand / rho)) for rho in loads})
     print(f"workload: {len(jobs)} tasks from {len({j.user for j in jobs})} users over {span / 86400:.1f} days, "
           f"mean volume {sum(j.work for j in jobs) / len(jobs):.0f} s; "
@@ -142,4 +160,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from perfpredict.script_args import run_script
+
+    run_script(main)

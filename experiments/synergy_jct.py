@@ -361,23 +361,36 @@ def plot(rows: Sequence[Mapping[str, Any]], out: Path) -> list[Path]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from perfpredict.sched.mechanisms import make_mechanism
+    from perfpredict.script_args import describe, float_list, nonneg_int, out_dir, positive_int
+
+    ap = argparse.ArgumentParser(description=describe(__doc__))
     ap.add_argument("--fast", action="store_true", help="short traces, a load or two per table (CI)")
-    ap.add_argument("--jobs", type=int, default=None, help="trace length (default 6000; 450 with --fast)")
+    ap.add_argument("--jobs", type=positive_int, default=None, help="trace length (default 6000; 450 with --fast)")
     ap.add_argument("--window", default=None, help="measured arrival indices FIRST:LAST (default 4000:5000)")
-    ap.add_argument("--fifo-loads", default=None, help="loads of table 1, comma-separated (jobs/hour)")
+    ap.add_argument("--fifo-loads", type=float_list, default=None, help="loads of table 1, comma-separated "
+                    "(jobs/hour)")
     ap.add_argument("--mechanisms", default="proportional,greedy,tune", help="mechanisms of tables 1 and 2")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default="experiments/out/synergy")
+    ap.add_argument("--seed", type=nonneg_int, default=0)
+    ap.add_argument("--out", type=out_dir, default="experiments/out/synergy")
     args = ap.parse_args()
+    mechanisms = args.mechanisms.split(",")
+    for m in mechanisms:  # all of them before the first run: a typo must not lose the runs before it
+        try:
+            make_mechanism(m)
+        except ValueError as e:
+            ap.error(f"--mechanisms: {e}")
     plan = FAST if args.fast else FULL
     if args.jobs:
         plan = replace(plan, jobs=args.jobs)
     if args.window:
-        a, b = (int(x) for x in args.window.split(":"))
+        try:
+            a, b = (int(x) for x in args.window.split(":"))
+        except ValueError:
+            ap.error(f"--window {args.window!r}: expected FIRST:LAST arrival indices, e.g. 4000:5000")
         plan = replace(plan, window=(a, b))
     if args.fifo_loads:
-        plan = replace(plan, fifo_loads=tuple(float(x) for x in args.fifo_loads.split(",")))
+        plan = replace(plan, fifo_loads=tuple(args.fifo_loads))
     if not 0 <= plan.window[0] < plan.window[1] <= plan.jobs:
         ap.error(f"window {plan.window} must lie within the {plan.jobs}-job trace")
     out = Path(args.out)
@@ -386,7 +399,7 @@ def main() -> None:
           f"seed {args.seed}\n")
 
     t0 = time.perf_counter()
-    rows = run_tables(plan, args.seed, args.mechanisms.split(","))
+    rows = run_tables(plan, args.seed, mechanisms)
     print_tables(rows)
     checks = check_targets(rows)
     (out / "results.json").write_text(json.dumps({"plan": asdict(plan), "seed": args.seed, "rows": rows,
@@ -398,4 +411,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from perfpredict.script_args import run_script
+
+    run_script(main)

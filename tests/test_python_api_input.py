@@ -174,3 +174,71 @@ def test_predict_from_features_names_an_unknown_key():
          "num_nodes": 5, "op_count": {"Gemm": 2}}
     card = Predictor.load().predict(features=f, batch_size=8, device_type="cpu")
     assert "unknown feature key(s) ignored: 'op_count' (did you mean 'op_counts'?)" in card.prediction.notes
+
+
+# -- scheduler API misuse (audit of the simulator's Python API) -------------------------------------------
+def test_values_that_used_to_be_clamped_or_misread_are_refused():
+    from perfpredict.sched.mechanisms import make_mechanism
+    from perfpredict.sim.horus_workload import horus_trace
+
+    for bad in (0, -3, 2.5):
+        with pytest.raises(ValueError, match="max_it"):
+            make_mechanism("andreas", max_it=bad)  # was clamped to 1 and printed as a valid run
+    with pytest.raises(ValueError, match="interarrival"):
+        horus_trace("small", interarrival_s=-5)  # was read as 'all jobs at once'
+    assert make_mechanism("swaf:backfill=no").backfill is False  # was the truthy string "no"
+    with pytest.raises(ValueError, match="foo"):
+        make_mechanism("tune", foo=1)
+    with pytest.raises(ValueError, match="named by a string"):
+        make_policy(None)
+
+
+def test_nan_resources_and_bad_speedups_are_refused_with_the_name():
+    from perfpredict.fit.speedup import SpeedupCurve
+    from perfpredict.sched import PerfModel
+    from perfpredict.sched.cluster import Share
+
+    with pytest.raises(ValueError, match="finite"):
+        Share(0, 1, float("nan"), 62.5, (0,))
+    with pytest.raises(ValueError, match="finite"):
+        Share(0, 1, 3, float("inf"), (0,))
+    with pytest.raises(ValueError, match="m: speedup must be a function"):
+        PerfModel("m", speedup={1: 1.0})
+    with pytest.raises(ValueError, match=r"m: speedup\(1\)"):
+        PerfModel("m", speedup=lambda p: 0.0)
+    with pytest.raises(ValueError, match=r"m: speedup\(1\)"):
+        PerfModel("m", speedup=lambda p: -1.0)
+    with pytest.raises(ValueError, match="no points"):
+        SpeedupCurve.from_dict({})
+
+
+def test_a_mechanism_returning_the_wrong_type_is_named():
+    from perfpredict.sched import PerfModel
+    from perfpredict.sched.base import Mechanism
+    from perfpredict.sched.cluster import Share
+    from perfpredict.sim.simulator import SimulationError, simulate
+
+    class Wrong(Mechanism):
+        name = "wrong"
+
+        def __init__(self, out):
+            super().__init__()
+            self.out = out
+
+        def allocate(self, ordered, cluster, running, now):
+            return self.out(ordered)
+
+    jobs = [Job(id="a", arrival=0, gpus=1, work=60, model="m")]
+    for out, words in ((lambda o: None, "returned NoneType"), (lambda o: [], "returned list"),
+                       (lambda o: {o[0].id: Share(0, 1, 3, 62.5, (0,))}, "gave job 'a' a Share")):
+        with pytest.raises(SimulationError, match=words):
+            simulate(jobs, ClusterSpec.homogeneous(1), make_policy("fifo"), Wrong(out), {"m": PerfModel("m")})
+
+
+def test_run_simulation_checks_out_dir_before_simulating(tmp_path):
+    from perfpredict.sim.run import run_simulation
+
+    f = tmp_path / "afile"
+    f.write_text("x")
+    with pytest.raises(UsageError, match="is a file"):
+        run_simulation("synergy:n=3", "1x8", out_dir=f)

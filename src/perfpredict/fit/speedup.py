@@ -270,8 +270,13 @@ class SpeedupCurve:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SpeedupCurve:
+        if not isinstance(d, dict):
+            raise ValueError(f"a speedup curve is a JSON object, got {type(d).__name__}")
         if d.get("model", MODEL) != MODEL:
             raise ValueError(f"not a speedup curve: model {d.get('model')!r}")
+        missing = [k for k in ("points", "knots", "tail", "rel_uncertainty") if k not in d]
+        if missing:
+            raise ValueError(f"not a speedup curve: no {', '.join(missing)} (write one with SpeedupCurve.to_dict)")
         sig = d.get("sigma") or [None] * len(d["points"])
         pts = tuple(SpeedupPoint(float(q["p"]), float(q["speedup"]), q.get("kind") or point_kind(float(q["p"])),
                                  None if s is None else float(s)) for q, s in zip(d["points"], sig, strict=True))

@@ -180,8 +180,10 @@ class Share:
     shared: bool = False
 
     def __post_init__(self) -> None:
-        if self.gpus < 0 or self.cpus < -EPS or self.mem_gb < -EPS:
-            raise ValueError(f"negative resources in {self}")
+        # written so that NaN fails too (every comparison with NaN is false); a hot path, hence no isfinite calls
+        if not (0 <= self.gpus < math.inf and -EPS <= self.cpus < math.inf and -EPS <= self.mem_gb < math.inf
+                and 0 <= self.device_mem_gb < math.inf):
+            raise ValueError(f"resources must be finite and non-negative in {self}")
         if self.shared and (not self.devices or abs(self.gpus - len(self.devices)) > EPS):
             raise ValueError(f"a shared share holds whole devices (gpus == number of devices), got {self}")
         if self.devices:

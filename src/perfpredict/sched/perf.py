@@ -77,6 +77,13 @@ class PerfModel:
             object.__setattr__(self, "_type_speed", dict(self.type_speed))  # type: ignore[arg-type]
         if self.gpu_util is not None and not (math.isfinite(self.gpu_util) and self.gpu_util >= 0):
             raise ValueError(f"{self.name}: gpu_util must be a finite fraction >= 0, got {self.gpu_util}")
+        if self.speedup is not None:
+            if not callable(self.speedup):
+                raise ValueError(f"{self.name}: speedup must be a function of the GPU count (e.g. a SpeedupCurve), "
+                                 f"got {type(self.speedup).__name__}")
+            s1 = self.speedup(1.0)
+            if not (isinstance(s1, (int, float, np.floating, np.integer)) and math.isfinite(s1) and s1 > 0):
+                raise ValueError(f"{self.name}: speedup(1) must be a finite number > 0, got {s1!r}")
         grid = (self.cpus_per_gpu, self.mem_per_gpu, self.matrix)
         if any(g is not None for g in grid) and any(g is None for g in grid):
             raise ValueError(f"{self.name}: cpus_per_gpu, mem_per_gpu and matrix go together")
@@ -140,7 +147,15 @@ class PerfModel:
             raise ValueError(f"ref_gpus must be > 0, got {ref_gpus}")
         if self.speedup is None:
             return gpus / ref_gpus
-        return float(self.speedup(gpus)) / float(self.speedup(ref_gpus))
+        s, s_ref = self.speedup(gpus), self.speedup(ref_gpus)
+        try:
+            f = float(s) / float(s_ref)
+        except (TypeError, ValueError, ZeroDivisionError):
+            f = math.nan
+        if not (0 <= f < math.inf):
+            raise ValueError(f"{self.name}: speedup({gpus:g}) / speedup({ref_gpus:g}) = {s!r} / {s_ref!r} is not a "
+                             f"finite number >= 0")
+        return f
 
     # -- GPU types -------------------------------------------------------------------------------------
     def type_factor(self, gpu_type: str) -> float:

@@ -102,6 +102,8 @@ POLICIES: dict[str, type[Policy]] = {p.name: p for p in (FIFO, SRTF, LAS, FTF, S
 
 
 def make_policy(name: str) -> Policy:
+    if not isinstance(name, str):
+        raise ValueError(f"a policy is named by a string ({', '.join(POLICIES)}), got {name!r}")
     try:
         return POLICIES[name.lower()]()
     except KeyError:

@@ -344,6 +344,10 @@ def horus_trace(workload: str = "large", n: int | None = None, *, seed: int = 0,
     n = n if n is not None else (4000 if workload == "scale" else 100)
     if n < 1:
         raise ValueError(f"need at least one job, got n={n}")
+    if not (math.isfinite(interarrival_s) and interarrival_s >= 0):
+        raise ValueError(f"interarrival must be >= 0 seconds (0: all jobs at once), got {interarrival_s!r}")
+    if not (math.isfinite(load) and load > 0) or gpus_total < 1:
+        raise ValueError(f"need load > 0 and gpus >= 1, got load={load!r}, gpus={gpus_total!r}")
     p_short, p_heavy = HORUS_WORKLOADS[workload]
     pts = horus_jobs_table()
     heavy = [p for p in pts if p.util >= HEAVY_UTIL]

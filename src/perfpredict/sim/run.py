@@ -292,6 +292,14 @@ def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterS
             raise UsageError(f"steady window {a}:{b}: need 0 <= FIRST < LAST", step="arguments")
         if a >= len(jobs):
             raise UsageError(f"steady window {a}:{b} holds no jobs: the trace has {len(jobs)}", step="arguments")
+    if out_dir is not None:  # before simulating: a run that cannot be written would be lost
+        od = Path(out_dir)
+        if od.exists() and not od.is_dir():
+            raise UsageError(f"out_dir {od} is a file, not a directory", step="arguments")
+        try:
+            od.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"cannot create out_dir {od}: {e.strerror or e}", step="arguments") from None
     models = load_perf_models(cards)
     try:
         pol = make_policy(policy)

@@ -44,7 +44,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -459,6 +459,9 @@ class _Sim:
         if self.mech.last_stats:
             self.stats.append({"time": t, **self.mech.last_stats})
         name = self.mech.name
+        if not isinstance(new, Mapping):
+            raise SimulationError(f"{name}.allocate returned {type(new).__name__}, not a mapping of job id -> "
+                                  f"Allocation")
         changed: list[tuple[JobState, Allocation, Allocation | None]] = []
         for jid, alloc in new.items():
             prev = self.running.get(jid)
@@ -467,6 +470,8 @@ class _Sim:
             js = self.active.get(jid)
             if js is None:
                 raise SimulationError(f"{name} allocated job {jid!r}, which is not active")
+            if not isinstance(alloc, Allocation):
+                raise SimulationError(f"{name} gave job {jid!r} a {type(alloc).__name__}, not an Allocation")
             if alloc.gpus <= 0:
                 raise SimulationError(f"{name} gave job {jid} an allocation without GPUs")
             if prev is not None and prev == alloc:

@@ -40,12 +40,15 @@ MECHANISMS: dict[str, tuple[str, str]] = {
 
 
 def _option(value: str):
+    """A ``name:key=value`` option's value: a number, a boolean (``true/false/yes/no/on/off``; otherwise
+    ``backfill=no`` would be the non-empty, truthy string "no"), or the text."""
     for conv in (int, float):
         try:
             return conv(value)
         except ValueError:
             pass
-    return value
+    flags = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
+    return flags.get(value.lower(), value)
 
 
 def make_mechanism(name: str, **kwargs) -> Mechanism:
@@ -60,9 +63,8 @@ def make_mechanism(name: str, **kwargs) -> Mechanism:
         raise ValueError(f"unknown mechanism {name!r}; choose from {', '.join(MECHANISMS)}")
     module, cls = MECHANISMS[key]
     mod = importlib.import_module(f"perfpredict.sched.mechanisms.{module}")
-    if not opts:
-        return getattr(mod, cls)(**kwargs)
     try:
         return getattr(mod, cls)(**kwargs)
     except (TypeError, ValueError) as e:  # an option the mechanism does not take, or a value it cannot use
-        raise ValueError(f"mechanism {name!r} with options {opts!r}: {e}") from None
+        given = opts or ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+        raise ValueError(f"mechanism {name!r} with options {given}: {e}") from None

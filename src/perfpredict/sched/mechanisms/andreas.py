@@ -19,6 +19,7 @@ in job order, in preemption/migration and in the randomised search: the comparis
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 
@@ -76,6 +77,10 @@ class AndreasRG(Mechanism):
     def __init__(self, max_it: int = MAX_IT, rho: float = RHO, seed: int = 0, swap_scale: float = 0.5,
                  period_s: float | None = 300.0, record_problems: bool = False) -> None:
         super().__init__()
+        if isinstance(max_it, bool) or not isinstance(max_it, int) or max_it < 1:
+            raise ValueError(f"max_it (MaxIt_RG) must be a whole number >= 1, got {max_it!r}")
+        if not (math.isfinite(rho) and rho >= 0) or not (math.isfinite(swap_scale) and swap_scale >= 0):
+            raise ValueError(f"rho and swap_scale must be finite and >= 0, got {rho!r}, {swap_scale!r}")
         self.max_it, self.rho, self.swap_scale = int(max_it), float(rho), float(swap_scale)
         self.period_s = period_s
         self.rng = np.random.default_rng(seed)

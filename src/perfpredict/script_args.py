@@ -1,0 +1,105 @@
+"""Argument types and the entry wrapper shared by the scripts under ``experiments/`` and ``benchmarks/``.
+
+Those scripts are commands users type, so they follow the CLI's rule: a bad value ends in one line naming the
+option and exit 2 (argparse's own error, through these ``type=`` callables), never a traceback minutes into a
+run, and never a value quietly clamped or read as the default (``--max-it 0``, ``--loads -0.5``).
+:func:`run_script` turns a :class:`~perfpredict.errors.PerfPredictError` raised later (a bad input file, a
+model that does not load) into one line with its exit code, and Ctrl-C into exit 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from perfpredict.errors import PerfPredictError
+
+__all__ = ["float_list", "int_list", "nonneg_float", "nonneg_int", "out_dir", "out_file", "positive_float",
+           "positive_int", "run_script", "seed_list", "describe"]
+
+
+def _number(text: str, kind: type, low: float, strict: bool, what: str) -> float:
+    try:
+        v = kind(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+    if not math.isfinite(v) or (v <= low if strict else v < low):
+        raise argparse.ArgumentTypeError(f"{text!r}: must be {what}")
+    return v
+
+
+def positive_int(text: str) -> int:
+    return int(_number(text, int, 0, True, "a whole number >= 1"))
+
+
+def nonneg_int(text: str) -> int:
+    return int(_number(text, int, 0, False, "a whole number >= 0"))
+
+
+def positive_float(text: str) -> float:
+    return float(_number(text, float, 0, True, "a finite number > 0"))
+
+
+def nonneg_float(text: str) -> float:
+    return float(_number(text, float, 0, False, "a finite number >= 0"))
+
+
+def _list(item: Callable[[str], float]) -> Callable[[str], list]:
+    def parse(text: str) -> list:
+        parts = [p.strip() for p in text.split(",")]
+        if not text.strip() or any(not p for p in parts):
+            raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated values such as 1,2,4")
+        return [item(p) for p in parts]
+
+    parse.__name__ = f"list of {item.__name__}"
+    return parse
+
+
+#: comma-separated whole numbers >= 1 (counts, GPU sizes, seeds use :data:`seed_list`)
+int_list = _list(positive_int)
+#: comma-separated whole numbers >= 0
+seed_list = _list(nonneg_int)
+#: comma-separated finite numbers > 0
+float_list = _list(positive_float)
+
+
+def out_dir(text: str) -> Path:
+    """An output folder: refused up front when it is an existing file (found only at the end before)."""
+    p = Path(text)
+    if p.exists() and not p.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a file, not a folder")
+    return p
+
+
+def out_file(text: str) -> Path:
+    """An output file (``--json``): refused up front when it is a folder or its folder does not exist."""
+    p = Path(text)
+    if p.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder; give a file name")
+    if not p.parent.exists() and str(p.parent) not in ("", "."):
+        raise argparse.ArgumentTypeError(f"{text}: the folder {p.parent} does not exist")
+    return p
+
+
+def run_script(main: Callable[[], int | None]) -> None:
+    """Run a script's ``main()`` and exit: its return code, a :class:`PerfPredictError` as one line with its exit
+    code, or 130 on Ctrl-C."""
+    try:
+        rc = main()
+    except PerfPredictError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(rc or 0)
+
+
+def describe(doc: str | None) -> str:
+    """A script docstring's first paragraph as one line, for ``ArgumentParser(description=...)`` (its first line
+    alone stops mid-sentence)."""
+    para = (doc or "").strip().split("\n\n")[0]
+    return " ".join(line.strip() for line in para.splitlines())
