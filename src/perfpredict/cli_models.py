@@ -29,16 +29,19 @@ def train(
     from perfpredict.estimators.targets import BASELINE_CORRECTION
     from perfpredict.estimators.train import train_all
 
+    from perfpredict.cli import check_out_dir
+
     if not datasets.is_dir():
         raise UsageError(f"no datasets folder at {datasets}", step="train")
+    check_out_dir(out)
     if not no_mlflow:
         from perfpredict.cli import prepare_mlflow
         from perfpredict.estimators.tracking import TRAIN_EXPERIMENT
 
         prepare_mlflow(TRAIN_EXPERIMENT)  # a bad tracking URI fails now, not after training
-    with out_console.status("training") as status:
-        sets = train_all(datasets, out, evaluate=not no_eval, progress=lambda m: status.update(m), only=only)
-    for ts in sets:
+
+    def report(ts) -> None:
+        """Print and log one set as soon as it is saved: a later set's failure must not lose it."""
         t = Table(title=f"{ts.name} ({ts.metadata['device_name']}, {ts.metadata['rows']} rows)")
         for c in ("target", "shipped model", "family-CV MAPE", "RMSLE", "XGBoost", "LightGBM", "random forest",
                   "linear", "q10-q90 coverage (raw → calibrated)"):
@@ -62,6 +65,15 @@ def train(
             run_id = log_training(ts, register=not no_register)
             out_console.print(f"MLflow run {run_id}" + ("" if no_register else
                                                          f"; registered perfpredict-{ts.name}-<target>"))
+
+    try:
+        with out_console.status("training") as status:
+            train_all(datasets, out, evaluate=not no_eval, progress=lambda m: status.update(m), only=only,
+                      on_done=report)
+    except KeyboardInterrupt:
+        err_console.print(f"interrupted: the sets saved above are complete; the one in training was discarded and "
+                          f"{out} keeps its previous version", highlight=False)
+        raise typer.Exit(130) from None
 
 
 @app.command()

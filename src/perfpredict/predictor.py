@@ -47,7 +47,7 @@ def default_models_dir() -> Path:
     if env:
         return Path(env)
     here = Path("trained_models")
-    if (here / "").is_dir() and any(here.glob("*/metadata.json")):
+    if (here / "").is_dir() and any(not p.parent.name.startswith(".") for p in here.glob("*/metadata.json")):
         return here
     return Path(__file__).resolve().parents[2] / "trained_models"
 
@@ -274,7 +274,8 @@ class Predictor:
         """The model sets under ``path`` (default: :func:`default_models_dir`). ``compile_trees=False`` keeps
         XGBoost's own predictor instead of the numpy one (same leaves; for comparison and debugging)."""
         root = Path(path) if path else default_models_dir()
-        dirs = sorted(p.parent for p in root.glob("*/metadata.json"))
+        # a dot-folder is a set `perfpredict train` is still writing (or one a crash left): never a model set
+        dirs = sorted(p.parent for p in root.glob("*/metadata.json") if not p.parent.name.startswith("."))
         if not dirs:
             raise PerfPredictError("no trained models here (run `perfpredict train`)", source=str(root),
                                    step="load models")

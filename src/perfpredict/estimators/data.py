@@ -39,7 +39,20 @@ class TrainingData:
     mode: str = "train"
 
     def column(self, name: str) -> np.ndarray:
-        return np.array([float(r[name]) if r.get(name) not in (None, "") else np.nan for r in self.rows])
+        """A numeric column (NaN where empty); a cell that is not a number is a :class:`PerfPredictError` naming
+        the dataset, the row's configuration and the column."""
+        out = np.full(len(self.rows), np.nan)
+        for i, r in enumerate(self.rows):
+            v = r.get(name)
+            if v in (None, ""):
+                continue
+            try:
+                out[i] = float(v)
+            except (TypeError, ValueError):
+                raise PerfPredictError(f"column {name} of {r.get('config')!r} at batch {r.get('batch_size')} is "
+                                       f"{str(v)[:40]!r}, not a number", source=self.provenance.get("file")
+                                       or self.name, step="load dataset") from None
+        return out
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -65,6 +78,46 @@ def _require_columns(have: Sequence[str] | None, need: Sequence[str], path: Path
                                step="load dataset")
 
 
+def _read_csv(path: Path, need: Sequence[str]) -> list[dict[str, str]]:
+    """The rows of a CSV of ours (a byte-order mark allowed); one error naming the file when it is not text or
+    lacks a column."""
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            reader = csv.DictReader(f)
+            _require_columns(reader.fieldnames, need, path)
+            return list(reader)
+    except UnicodeDecodeError:
+        raise PerfPredictError("not a text CSV (it is not UTF-8)", source=str(path), step="load dataset") from None
+    except csv.Error as e:
+        raise PerfPredictError(f"not a readable CSV: {e}", source=str(path), step="load dataset") from None
+
+
+def _whole(text: str) -> int:
+    try:
+        v = float(text)
+    except (TypeError, ValueError):
+        v = float("nan")
+    if not (v == v and v >= 1 and v == int(v)):
+        raise ValueError(f"batch_size {text!r} is not a whole number >= 1")
+    return int(v)
+
+
+def _read_sidecar(meta_path: Path) -> dict[str, Any]:
+    """The provenance sidecar (``<dataset>.meta.json``; absent: none), checked for the shape it is read in."""
+    if not meta_path.exists():
+        return {}
+    try:
+        doc = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise PerfPredictError(f"the provenance sidecar is not JSON ({e})", source=str(meta_path),
+                               step="load dataset") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("runs", []), list) \
+            or not all(isinstance(r, dict) for r in doc.get("runs", [])):
+        raise PerfPredictError("the provenance sidecar must be an object whose 'runs' is a list of objects",
+                               source=str(meta_path), step="load dataset")
+    return doc
+
+
 def load_training_data(dataset_csv: str | Path, features_csv: str | Path | None = None,
                        mode: str | None = None) -> TrainingData:
     """Successful ``mode`` rows of ``dataset_csv`` (the last row of each point wins), joined to features.
@@ -78,14 +131,10 @@ def load_training_data(dataset_csv: str | Path, features_csv: str | Path | None 
     if not fpath.exists():
         raise PerfPredictError("no features table (run `python profilers/collect_dataset.py features`)",
                                source=str(fpath), step="load dataset")
-    with open(fpath, newline="") as f:
-        reader = csv.DictReader(f)
-        _require_columns(reader.fieldnames, ("config",), fpath)
-        feats = {r["config"]: r for r in reader if not r.get("error")}
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        _require_columns(reader.fieldnames, ("config", "batch_size", "status", "device_kind"), path)
-        all_rows = list(reader)
+    feats = {r["config"]: r for r in _read_csv(fpath, ("config",)) if not r.get("error")}
+    # a row cut short (an interrupted write) or with extra cells is no measurement: left out, like a failed one
+    all_rows = [r for r in _read_csv(path, ("config", "batch_size", "status", "device_kind", "family"))
+                if None not in r and None not in r.values()]
     if mode is None:
         modes = sorted({r.get("mode") or "train" for r in all_rows})
         if len(modes) > 1:
@@ -100,11 +149,19 @@ def load_training_data(dataset_csv: str | Path, features_csv: str | Path | None 
     if not rows:
         raise PerfPredictError(f"no successful {mode} rows joined to features", source=str(path),
                                step="load dataset")
-    archs_by_config = {c: from_table_row(feats[c]) for c in {r["config"] for r in rows}}
+    archs_by_config = {}
+    for c in sorted({r["config"] for r in rows}):
+        try:
+            archs_by_config[c] = from_table_row(feats[c])
+        except (KeyError, TypeError, ValueError) as e:  # a text cell, a truncated row, broken *_json
+            raise PerfPredictError(f"the features of {c!r} do not parse ({type(e).__name__}: {str(e)[:120]})",
+                                   source=str(fpath), step="load dataset") from None
     archs = [archs_by_config[r["config"]] for r in rows]
-    batch = np.array([int(r["batch_size"]) for r in rows])
-    meta_path = path.with_name(path.stem + ".meta.json")
-    provenance = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    try:
+        batch = np.array([_whole(r["batch_size"]) for r in rows])
+    except ValueError as e:
+        raise PerfPredictError(str(e), source=str(path), step="load dataset") from None
+    provenance = _read_sidecar(path.with_name(path.stem + ".meta.json"))
     kinds = {r["device_kind"] for r in rows}
     names = {r["device_name"] for r in rows if r.get("device_name")}
     if len(kinds) != 1 or len(names) > 1:

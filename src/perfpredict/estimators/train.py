@@ -17,13 +17,15 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import json
-from collections.abc import Sequence
+import shutil
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from perfpredict.errors import PerfPredictError
 from perfpredict.estimators.data import TrainingData, load_training_data, training_datasets
 from perfpredict.estimators.design import feature_names
 from perfpredict.estimators.evaluate import evaluate_target, valid_rows
@@ -73,12 +75,44 @@ def _booster_of(model):
     return model
 
 
+#: families the grouped cross-validation needs: one held out, and the interval calibration's nested
+#: leave-one-family-out holds out a second from the rest
+MIN_CV_FAMILIES = 3
+
+
 def train_dataset(dataset_csv: str | Path, out_root: str | Path, *, kinds: tuple[str, ...] = MODEL_KINDS,
                   evaluate: bool = True, progress=None) -> TrainedSet:
-    """Evaluate and fit every target of one dataset; write the artefacts under ``out_root/<dataset>/``."""
+    """Evaluate and fit every target of one dataset; write the artefacts under ``out_root/<dataset>/``.
+
+    The set is written into a staging folder beside it and swapped in only once complete: a run that fails or
+    is interrupted leaves the previous set as it was (a half-replaced set mixed new boosters with old metadata
+    and predicted 150x off without a word)."""
     data = load_training_data(dataset_csv)
-    out = Path(out_root) / data.name
-    out.mkdir(parents=True, exist_ok=True)
+    final = Path(out_root) / data.name
+    out = Path(out_root) / f".{data.name}.training"
+    try:
+        if out.exists():
+            shutil.rmtree(out)
+        out.mkdir(parents=True)
+    except OSError as e:
+        raise PerfPredictError(f"cannot write the model set there: {e.strerror or e}", source=str(out),
+                               step="train") from None
+    try:
+        meta, files = _train_into(data, dataset_csv, out, kinds=kinds, evaluate=evaluate, progress=progress)
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)
+        raise
+    old = Path(out_root) / f".{data.name}.replaced"
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        final.rename(old)
+    out.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
+    return TrainedSet(data.name, final, meta, [final / f.name for f in files])
+
+
+def _train_into(data: TrainingData, dataset_csv: str | Path, out: Path, *, kinds: tuple[str, ...],
+                evaluate: bool, progress) -> tuple[dict[str, Any], list[Path]]:
     say = progress or (lambda msg: None)
     meta: dict[str, Any] = {
         "dataset": data.name, "device_kind": data.device_kind, "device_name": data.device_name, "mode": data.mode,
@@ -91,6 +125,15 @@ def train_dataset(dataset_csv: str | Path, out_root: str | Path, *, kinds: tuple
     files = []
     for spec in targets_for(data.device_kind, data.mode).values():
         keep = valid_rows(data, spec)
+        if not keep.any():
+            raise PerfPredictError(f"no usable rows for target {spec.name}: column {spec.column} is missing, empty "
+                                   f"or never a positive number", source=str(dataset_csv), step="train")
+        fams = sorted(set(data.families[keep].tolist()))
+        if evaluate and len(fams) < MIN_CV_FAMILIES:
+            raise PerfPredictError(f"target {spec.name}: cross-validation by family needs at least "
+                                   f"{MIN_CV_FAMILIES} families, the rows have {len(fams)} ({', '.join(fams)}); "
+                                   f"add measurements of other families or pass --no-eval to fit without scores",
+                                   source=str(dataset_csv), step="train")
         X, y = data.X[keep], data.column(spec.column)[keep]
         aux = None if spec.aux_column is None else data.column(spec.aux_column)[keep]
         entry: dict[str, Any] = {"column": spec.column, "unit": spec.unit, "transform": spec.transform,
@@ -157,7 +200,11 @@ def train_dataset(dataset_csv: str | Path, out_root: str | Path, *, kinds: tuple
     if coloc.exists():
         from perfpredict.estimators.interference import fit_from_colocation_csv
 
-        model, info = fit_from_colocation_csv(coloc)
+        try:
+            model, info = fit_from_colocation_csv(coloc)
+        except (KeyError, ValueError, UnicodeDecodeError) as e:
+            raise PerfPredictError(f"the co-location pairs do not parse ({type(e).__name__}: {str(e)[:160]})",
+                                   source=str(coloc), step="train") from None
         (out / "interference.json").write_text(json.dumps(info, indent=2) + "\n")
         files.append(out / "interference.json")
         meta["interference"] = {k: info[k] for k in ("file", "sha256", "pairs", "points", "r2_linear", "r2_quadratic",
@@ -165,11 +212,7 @@ def train_dataset(dataset_csv: str | Path, out_root: str | Path, *, kinds: tuple
     (out / METADATA_FILE).write_text(json.dumps(meta, indent=2, default=float) + "\n")
     (out / "report.md").write_text(render_report(meta))
     files += [out / METADATA_FILE, out / "report.md"]
-    # A booster of a model kind no longer shipped (e.g. memory now shipped as the bare baseline) would sit
-    # beside the new metadata as if it were part of the set: remove what this training did not write.
-    for stale in set(out.glob("*.xgb.json")) - set(files):
-        stale.unlink()
-    return TrainedSet(data.name, out, meta, files)
+    return meta, files
 
 
 def _profiled_table(data: TrainingData) -> dict[str, Any]:
@@ -189,9 +232,14 @@ def _profiled_table(data: TrainingData) -> dict[str, Any]:
 
 def train_all(datasets_dir: str | Path = "datasets", out_root: str | Path = "trained_models", *,
               kinds: tuple[str, ...] = MODEL_KINDS, evaluate: bool = True, progress=None,
-              only: list[str] | None = None) -> list[TrainedSet]:
-    """Train every training dataset under ``datasets_dir`` (or the ones whose stem is in ``only``)."""
-    from perfpredict.errors import PerfPredictError, UsageError
+              only: list[str] | None = None,
+              on_done: Callable[[TrainedSet], None] | None = None) -> list[TrainedSet]:
+    """Train every training dataset under ``datasets_dir`` (or the ones whose stem is in ``only``).
+
+    ``on_done(set)`` is called as each set is saved (report it, log it), so a later set's failure loses
+    nothing: a dataset that cannot be trained is skipped, the others go on, and a :class:`PerfPredictError`
+    naming every failure is raised at the end."""
+    from perfpredict.errors import UsageError
 
     sets = training_datasets(datasets_dir)
     if not sets:
@@ -203,7 +251,24 @@ def train_all(datasets_dir: str | Path = "datasets", out_root: str | Path = "tra
             raise UsageError(f"no training dataset {', '.join(sorted(unknown))}; available: "
                              + ", ".join(p.stem for p in sets), step="train")
         sets = [p for p in sets if p.stem in only]
-    return [train_dataset(p, out_root, kinds=kinds, evaluate=evaluate, progress=progress) for p in sets]
+    done: list[TrainedSet] = []
+    failed: list[PerfPredictError] = []
+    for p in sets:
+        try:
+            ts = train_dataset(p, out_root, kinds=kinds, evaluate=evaluate, progress=progress)
+        except PerfPredictError as e:
+            failed.append(e)
+            continue
+        done.append(ts)
+        if on_done is not None:
+            on_done(ts)
+    if len(failed) == 1 and len(sets) == 1:
+        raise failed[0]
+    if failed:
+        kept = f"; {len(done)} other set(s) trained and saved" if done else ""
+        raise PerfPredictError(f"{len(failed)} of {len(sets)} dataset(s) not trained{kept} (the model sets already "
+                               f"there are left as they were): " + " | ".join(map(str, failed)), step="train")
+    return done
 
 
 # ---------------------------------------------------------------------------------------------------------
