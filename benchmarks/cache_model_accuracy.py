@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 import warnings
@@ -56,6 +55,7 @@ from perfpredict.data import (
     write_synthetic_files,
 )
 from perfpredict.fit.cache_model import cached_throughput, hit_fraction
+from perfpredict.script_args import describe, float_list, nonneg_int, out_file, positive_float, positive_int
 
 
 class EpochsSampler(torch.utils.data.Sampler[int]):
@@ -122,28 +122,46 @@ def _as_list(batch):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--items", type=int, default=400)
-    ap.add_argument("--item-kb", type=int, default=64, help="item size in KiB")
-    ap.add_argument("--bandwidth-mb", type=float, default=8.0, help="storage cap, MB/s (1e6 bytes)")
+    ap = argparse.ArgumentParser(description=describe(__doc__))
+    ap.add_argument("--items", type=positive_int, default=400)
+    ap.add_argument("--item-kb", type=positive_int, default=64, help="item size in KiB")
+    ap.add_argument("--bandwidth-mb", type=positive_float, default=8.0, help="storage cap, MB/s (1e6 bytes)")
     ap.add_argument("--bw-source", choices=("measured", "configured"), default="measured",
                     help="storage bandwidth the model uses [measured]")
-    ap.add_argument("--fractions", default="0.25,0.5,0.75", help="cache sizes, fractions of the dataset")
-    ap.add_argument("--epochs", type=int, default=2, help="timed steady-state epochs per cache size")
-    ap.add_argument("--workers", type=int, default=6,
+    ap.add_argument("--fractions", default="0.25,0.5,0.75",
+                    help="cache sizes, fractions of the dataset (each above 0 and below 1)")
+    ap.add_argument("--epochs", type=positive_int, default=2, help="timed steady-state epochs per cache size")
+    ap.add_argument("--workers", type=nonneg_int, default=6,
                     help="DataLoader workers (more than cores is fine: storage-bound workers mostly wait)")
-    ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--prefetch", type=int, default=2, help="DataLoader prefetch_factor (batches per worker)")
-    ap.add_argument("--side", type=int, default=64, help="preprocess: decoded image side")
-    ap.add_argument("--passes", type=int, default=2, help="preprocess: blur passes (CPU cost per sample)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--batch-size", type=positive_int, default=8)
+    ap.add_argument("--prefetch", type=positive_int, default=2, help="DataLoader prefetch_factor (batches per worker)")
+    ap.add_argument("--side", type=positive_int, default=64, help="preprocess: decoded image side")
+    ap.add_argument("--passes", type=nonneg_int, default=2, help="preprocess: blur passes (CPU cost per sample)")
+    ap.add_argument("--seed", type=nonneg_int, default=0)
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args(argv)
     warnings.filterwarnings("ignore", message="This DataLoader will create")  # more workers than cores: wanted
 
+    # --fractions and --json stay strings in args (the JSON written at the end records them as typed)
+    try:
+        fractions = float_list(args.fractions)
+    except argparse.ArgumentTypeError as e:
+        ap.error(f"argument --fractions: {e}")
+    if any(f >= 1 for f in fractions):
+        ap.error(f"argument --fractions: {args.fractions!r}: each must be below 1 (a cache of the whole dataset "
+                 "never reads storage; that is the CPU-side rate, measured anyway)")
+    if args.json:
+        try:
+            out_file(args.json)
+        except argparse.ArgumentTypeError as e:
+            ap.error(f"argument --json: {e}")
     if args.items % args.batch_size:
         ap.error("--items must be a multiple of --batch-size (whole batches per epoch)")
-    fractions = [float(f) for f in args.fractions.split(",")]
+    if args.items < args.batch_size * max(args.workers, 1):
+        ap.error("--items must be at least --batch-size x --workers (the pipeline runs a batch per worker past "
+                 "the timed window)")
+    if args.items * args.epochs < 2 * args.batch_size:
+        ap.error("--items x --epochs must be at least two batches (the timed window)")
     item_bytes = args.item_kb * 1024
     bw_cap = args.bandwidth_mb * 1e6
     transform = DecodeAugment(side=args.side, out=32, passes=args.passes)
@@ -245,4 +263,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from perfpredict.script_args import run_script
+
+    run_script(main)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -31,12 +30,13 @@ def main(argv: list[str] | None = None) -> int:
     from perfpredict.profile.request import PointRequest
     from perfpredict.profile.runner import run_in_subprocess
     from perfpredict.profile.timing import TimingConfig
+    from perfpredict.script_args import describe, positive_int
     from perfpredict.workload.spec import WorkloadRef
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=describe(__doc__))
     ap.add_argument("--mode", choices=("infer", "train"), default="infer")
     ap.add_argument("--all", action="store_true", help="every architecture, not one per family")
-    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--batch", type=positive_int, default=4)
     args = ap.parse_args(argv)
 
     rows = [r for r in csv.DictReader(open(ROOT / "datasets" / "zoo_features.csv")) if r["op_counts_json"]]
@@ -76,4 +76,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from perfpredict.script_args import run_script
+
+    run_script(main)

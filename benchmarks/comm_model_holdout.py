@@ -16,20 +16,26 @@ import argparse
 import contextlib
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     from perfpredict.profile.comm_profile import default_placements, measure_comm_model
     from perfpredict.profile.group_request import GroupTiming
     from perfpredict.profile.netns import VirtualNodes, netns_support
     from perfpredict.profile.runner import warm_up
+    from perfpredict.script_args import describe, positive_float, positive_int
     from perfpredict.workload.spec import WorkloadRef
+    from perfpredict.workload.zoo import families
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", nargs="+", default=["mlp", "transformer", "resnet"])
-    ap.add_argument("--batches", type=int, nargs="+", default=[32, 64])
-    ap.add_argument("--window", type=float, default=2.0)
-    ap.add_argument("--link-mbit", type=float, default=1000.0)
-    ap.add_argument("--cores-per-device", type=int, default=1)
-    args = ap.parse_args()
+    ap = argparse.ArgumentParser(description=describe(__doc__))
+    ap.add_argument("--models", nargs="+", default=["mlp", "transformer", "resnet"], help="zoo families")
+    ap.add_argument("--batches", type=positive_int, nargs="+", default=[32, 64], help="global batch sizes")
+    ap.add_argument("--window", type=positive_float, default=2.0, help="timed seconds per placement")
+    ap.add_argument("--link-mbit", type=positive_float, default=1000.0, help="virtual link rate, Mbit/s")
+    ap.add_argument("--cores-per-device", type=positive_int, default=1)
+    args = ap.parse_args(argv)
+    unknown = [m for m in args.models if m not in families()]
+    if unknown:
+        ap.error(f"argument --models: unknown zoo famil{'ies' if len(unknown) > 1 else 'y'} "
+                 f"{', '.join(map(repr, unknown))}; choose from {', '.join(sorted(families()))}")
 
     warm_up()
     ok, why = netns_support()
@@ -58,4 +64,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from perfpredict.script_args import run_script
+
+    run_script(main)

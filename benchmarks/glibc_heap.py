@@ -98,12 +98,20 @@ def _child(family: str, batches: list[int]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from perfpredict.script_args import describe, int_list
+    from perfpredict.workload.zoo import families
+
+    ap = argparse.ArgumentParser(description=describe(__doc__))
     ap.add_argument("--family", default="transformer", help="zoo family, at its default configuration")
-    ap.add_argument("--batches", default="16,64")
+    ap.add_argument("--batches", type=int_list, default="16,64",
+                    help="comma-separated batch sizes, at least two different ones [16,64]")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    batches = [int(b) for b in args.batches.split(",")]
+    batches = args.batches
+    if args.family not in families():
+        ap.error(f"argument --family: unknown zoo family {args.family!r}; choose from {', '.join(sorted(families()))}")
+    if len(set(batches)) < 2:
+        ap.error("argument --batches: give at least two different batch sizes (the slopes are taken between them)")
     if args.child:
         _child(args.family, batches)
         return 0
@@ -124,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         for label, extra in (("glibc defaults", {}), ("MALLOC_MMAP_THRESHOLD_=131072", {"MALLOC_MMAP_THRESHOLD_": "131072"})):
             env = {**os.environ, **extra, "LD_PRELOAD": str(lib)}
             proc = subprocess.run([sys.executable, __file__, "--child", "--family", args.family, "--batches",
-                                   args.batches], env=env, capture_output=True, text=True, timeout=900)
+                                   ",".join(map(str, batches))], env=env, capture_output=True, text=True, timeout=900)
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
             if proc.returncode or not lines:
                 print(f"{label}: failed\n{proc.stderr[-2000:]}")
@@ -152,4 +160,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from perfpredict.script_args import run_script
+
+    run_script(main)

@@ -13,7 +13,7 @@ kernel estimate never saw any).
 
 from __future__ import annotations
 
-import sys
+import argparse
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +21,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    from perfpredict.script_args import describe
+
+    argparse.ArgumentParser(description=describe(__doc__),
+                            epilog="Takes no options: it reads every CPU dataset under datasets/.").parse_args(argv)
     from perfpredict.estimators.data import load_training_data
     from perfpredict.estimators.kernel_time import kernel_seconds, provenance
     from perfpredict.estimators.models import (INFER_TIME_TERMS, STEP_TERMS, TIME_TERMS, baseline_components,
@@ -67,4 +71,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from perfpredict.script_args import run_script
+
+    run_script(main)

@@ -18,6 +18,7 @@ repeat whose device differs from its dataset's is reported as a cross-device com
 
 from __future__ import annotations
 
+import argparse
 import csv
 import math
 from pathlib import Path
@@ -26,6 +27,7 @@ import numpy as np
 
 from perfpredict.estimators.evaluate import metrics
 from perfpredict.estimators.targets import targets_for
+from perfpredict.script_args import describe
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -82,7 +84,9 @@ def committed_pairs(datasets: Path) -> list[tuple[Path, Path]]:
     return pairs
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(description=describe(__doc__),
+                            epilog="Takes no options: it scores every pair committed under datasets/.").parse_args(argv)
     for base, other in committed_pairs(REPO / "datasets"):
         if not base.exists():
             print(f"{other.name}: no {base.name} to pair with")
@@ -102,4 +106,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from perfpredict.script_args import run_script
+
+    run_script(main)

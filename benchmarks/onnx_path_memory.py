@@ -23,6 +23,7 @@ from perfpredict.estimators.data import load_training_data, training_datasets
 from perfpredict.estimators.design import design_matrix
 from perfpredict.estimators.saved_estimate import with_estimated_counts
 from perfpredict.estimators.targets import targets_for
+from perfpredict.script_args import describe
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -44,14 +45,17 @@ def family_cv_both_ways(data, spec, kind: str) -> tuple[np.ndarray, np.ndarray, 
     return y, exact, est
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=describe(__doc__))
     ap.add_argument("--only", help="one dataset (file stem)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     import json
 
+    paths = training_datasets(REPO / "datasets")
+    if args.only and args.only not in {p.stem for p in paths}:
+        ap.error(f"argument --only: no dataset {args.only!r}; choose from {', '.join(p.stem for p in paths)}")
     t0 = time.perf_counter()
-    for path in training_datasets(REPO / "datasets"):
+    for path in paths:
         if args.only and path.stem != args.only:
             continue
         data = load_training_data(path)
@@ -72,4 +76,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from perfpredict.script_args import run_script
+
+    run_script(main)

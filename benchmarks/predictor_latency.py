@@ -18,11 +18,13 @@ import time
 from pathlib import Path
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=200)
-    ap.add_argument("--onnx-repeats", type=int, default=5)
-    args = ap.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    from perfpredict.script_args import describe, positive_int
+
+    ap = argparse.ArgumentParser(description=describe(__doc__))
+    ap.add_argument("--repeats", type=positive_int, default=200, help="timed feature-vector calls")
+    ap.add_argument("--onnx-repeats", type=positive_int, default=5, help="timed ONNX-file calls")
+    args = ap.parse_args(argv)
 
     import torch
 
@@ -80,4 +82,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from perfpredict.script_args import run_script
+
+    run_script(main)

@@ -25,15 +25,16 @@ import time
 from pathlib import Path
 
 from perfpredict.card import PerformanceCard
+from perfpredict.script_args import describe, out_file
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TARGETS = "examples/cnn_classifier.py,zoo:resnet,zoo:transformer,zoo:lstm,zoo:mlp"
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=describe(__doc__))
     ap.add_argument("--targets", default=DEFAULT_TARGETS)
-    ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--json", type=out_file, help="also write the results here")
     ap.add_argument("extra", nargs="*", help="extra arguments passed to perfpredict profile (after --)")
     args = ap.parse_args(argv)
 
@@ -72,4 +73,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from perfpredict.script_args import run_script
+
+    run_script(main)

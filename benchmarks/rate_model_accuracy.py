@@ -23,8 +23,11 @@ import statistics
 import sys
 import time
 
+from perfpredict.errors import PerfPredictError, UsageError
 from perfpredict.fit.rate import LINEAR, QUADRATIC, fit_rate_model
 from perfpredict.profile import ProfileSettings, TimingConfig, profile_workload
+from perfpredict.profile.device import resolve_device
+from perfpredict.script_args import describe, nonneg_float, out_file
 from perfpredict.workload.zoo import families, load_zoo_workload
 
 
@@ -42,48 +45,75 @@ def score(b: list[int], r: list[float], fit_idx: list[int], test_idx: int, kind:
     return rel_err(float(m.iter_time(b[test_idx])), t_true), m.kind
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--families", default=",".join(families()), help="comma-separated zoo families")
-    ap.add_argument("--min-time", type=float, default=TimingConfig().min_time_s,
-                    help="minimum timed seconds per batch size [the profiler's default]")
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--json", help="also write the results here")
-    args = ap.parse_args(argv)
-
-    rows = []
-    t0 = time.perf_counter()
-    for fam in args.families.split(","):
-        w = load_zoo_workload(fam)
-        settings = ProfileSettings(device=args.device, timing=TimingConfig(min_time_s=args.min_time),
-                                   features=False)
+def _measure(fam: str, args: argparse.Namespace, rows: list[dict]) -> None:
+    """Measure one family and append its row (or report on stderr why it was skipped)."""
+    w = load_zoo_workload(fam)
+    settings = ProfileSettings(device=args.device, timing=TimingConfig(min_time_s=args.min_time), features=False)
+    try:
         card = profile_workload(w, settings).card
-        pts = card.measured_points()
-        if len(pts) < 5:
-            print(f"{fam}: only {len(pts)} batch sizes measured, skipped", file=sys.stderr)
-            continue
-        b = [p.batch_size for p in pts[:5]]
-        r = [p.samples_per_s for p in pts[:5]]
-        row = {"family": fam, "device": card.device.name, "batch_sizes": b, "samples_per_s": r,
-               "cv": [p.cv for p in pts[:5]]}
+    except PerfPredictError as e:  # this family failed: report it, keep the others' measurements
+        print(f"{fam}: skipped: {e}", file=sys.stderr)
+        return
+    pts = card.measured_points()
+    if len(pts) < 5:
+        print(f"{fam}: only {len(pts)} batch sizes measured, skipped", file=sys.stderr)
+        return
+    b = [p.batch_size for p in pts[:5]]
+    r = [p.samples_per_s for p in pts[:5]]
+    row = {"family": fam, "device": card.device.name, "batch_sizes": b, "samples_per_s": r,
+           "cv": [p.cv for p in pts[:5]]}
+    try:
         again = profile_workload(w, ProfileSettings(device=args.device, batch_sizes=(b[2], b[4]),
                                                     timing=settings.timing, features=False)).card
         repeat = {p.batch_size: p.iter_time_s for p in again.measured_points()}
-        for name, fit_idx, test_idx in (("interior", [0, 1, 3, 4], 2), ("extrapolated", [0, 1, 2, 3], 4)):
-            err, kind = score(b, r, fit_idx, test_idx, None)
-            t_first = b[test_idx] / r[test_idx]
-            t_again = repeat.get(b[test_idx])
-            row[name] = {"error": err, "selected": kind,
-                         "error_quadratic_only": score(b, r, fit_idx, test_idx, QUADRATIC)[0],
-                         "error_linear_only": score(b, r, fit_idx, test_idx, LINEAR)[0],
-                         "repeatability": rel_err(t_again, t_first) if t_again else None}
-        rows.append(row)
-        print(f"{fam:12s} b={b}  interior {row['interior']['error']:6.1%} ({row['interior']['selected']}, "
-              f"remeasured {_pct(row['interior']['repeatability'])})  extrapolated "
-              f"{row['extrapolated']['error']:6.1%} ({row['extrapolated']['selected']}, remeasured "
-              f"{_pct(row['extrapolated']['repeatability'])})", flush=True)
+    except PerfPredictError as e:  # the first measurement still counts; only the noise column is lost
+        print(f"{fam}: remeasuring failed: {e}", file=sys.stderr)
+        repeat = {}
+    for name, fit_idx, test_idx in (("interior", [0, 1, 3, 4], 2), ("extrapolated", [0, 1, 2, 3], 4)):
+        err, kind = score(b, r, fit_idx, test_idx, None)
+        t_first = b[test_idx] / r[test_idx]
+        t_again = repeat.get(b[test_idx])
+        row[name] = {"error": err, "selected": kind,
+                     "error_quadratic_only": score(b, r, fit_idx, test_idx, QUADRATIC)[0],
+                     "error_linear_only": score(b, r, fit_idx, test_idx, LINEAR)[0],
+                     "repeatability": rel_err(t_again, t_first) if t_again else None}
+    rows.append(row)
+    print(f"{fam:12s} b={b}  interior {row['interior']['error']:6.1%} ({row['interior']['selected']}, "
+          f"remeasured {_pct(row['interior']['repeatability'])})  extrapolated "
+          f"{row['extrapolated']['error']:6.1%} ({row['extrapolated']['selected']}, remeasured "
+          f"{_pct(row['extrapolated']['repeatability'])})", flush=True)
 
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=describe(__doc__))
+    ap.add_argument("--families", default=",".join(families()), help="comma-separated zoo families")
+    ap.add_argument("--min-time", type=nonneg_float, default=TimingConfig().min_time_s,
+                    help="minimum timed seconds per batch size [the profiler's default]")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--json", type=out_file, help="also write the results here")
+    args = ap.parse_args(argv)
+    names = [f.strip() for f in args.families.split(",")]
+    unknown = [f for f in names if f not in families()]
+    if unknown:
+        ap.error(f"argument --families: unknown zoo famil{'ies' if len(unknown) > 1 else 'y'} "
+                 f"{', '.join(map(repr, unknown))}; choose from {', '.join(sorted(families()))}")
+    try:
+        resolve_device(args.device)
+    except UsageError as e:
+        ap.error(f"argument --device: {e.message}")
+
+    rows = []
+    t0 = time.perf_counter()
+    interrupted = False
+    try:
+        for fam in names:
+            _measure(fam, args, rows)
+    except KeyboardInterrupt:  # Ctrl-C: keep (print and save) the families measured so far
+        print("interrupted: results so far", file=sys.stderr)
+        interrupted = True
     if not rows:
+        if interrupted:
+            raise KeyboardInterrupt
         print("nothing measured", file=sys.stderr)
         return 1
     summary = {}
@@ -106,8 +136,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": rows, "summary": summary, "min_time_s": args.min_time}, f, indent=2)
+    if interrupted:
+        raise KeyboardInterrupt
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from perfpredict.script_args import run_script
+
+    run_script(main)

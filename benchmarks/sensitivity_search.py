@@ -27,12 +27,13 @@ import argparse
 import json
 import os
 import platform
+import sys
 import time
 
 import numpy as np
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     from perfpredict.profile.pipeline_worker import PipelineRequest
     from perfpredict.profile.runner import run_pipeline_in_subprocess, warm_up
     from perfpredict.profile.sensitivity import (
@@ -41,18 +42,31 @@ def main() -> None:
     )
     from perfpredict.workload.spec import WorkloadRef
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", nargs="+", default=["resnet", "vgg", "transformer"])
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--window", type=float, default=2.0, help="timed seconds per probe")
-    ap.add_argument("--threshold", type=float, default=0.1)
-    ap.add_argument("--max-cpus", type=int, default=None)
-    ap.add_argument("--json", default=None, help="write the measured curves and results here")
+    from perfpredict.script_args import describe, out_file, positive_float, positive_int
+    from perfpredict.workload.zoo import families
+
+    ap = argparse.ArgumentParser(description=describe(__doc__))
+    ap.add_argument("--models", nargs="+", default=["resnet", "vgg", "transformer"], help="zoo families")
+    ap.add_argument("--batch", type=positive_int, default=32)
+    ap.add_argument("--window", type=positive_float, default=2.0, help="timed seconds per probe")
+    ap.add_argument("--threshold", type=positive_float, default=0.1, help="search threshold, between 0 and 1")
+    ap.add_argument("--max-cpus", type=positive_int, default=None)
+    ap.add_argument("--json", type=out_file, default=None, help="write the measured curves and results here")
     ap.add_argument("--replay", default=None, help="run the search on curves saved by --json; measure nothing")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if not args.threshold < 1:
+        ap.error(f"argument --threshold: {args.threshold:g}: must be between 0 and 1")
     if args.replay:
-        replay_saved(args.replay, args.threshold)
-        return
+        try:
+            saved = load_saved(args.replay)
+        except ValueError as e:
+            ap.error(f"argument --replay: {e}")
+        replay_saved(args.replay, args.threshold, saved)
+        return 0
+    unknown = [m for m in args.models if m not in families()]
+    if unknown:
+        ap.error(f"argument --models: unknown zoo famil{'ies' if len(unknown) > 1 else 'y'} "
+                 f"{', '.join(map(repr, unknown))}; choose from {', '.join(sorted(families()))}")
 
     warm_up()
     cores = sorted(os.sched_getaffinity(0))[: args.max_cpus or None]
@@ -60,34 +74,48 @@ def main() -> None:
     print(f"machine: {len(cores)} usable CPUs; cpu_values = {cpu_values}; threshold {args.threshold:.0%}; "
           f"window {args.window:g} s per probe\n")
     rows = []
-    for fam in args.models:
-        ref = WorkloadRef("zoo", fam)
+    interrupted = False
+    try:
+        for fam in args.models:
+            ref = WorkloadRef("zoo", fam)
 
-        def measure(c: int) -> float:
-            r = run_pipeline_in_subprocess(PipelineRequest(ref, args.batch, tuple(cores[:c]), window_s=args.window),
-                                           600)
-            if r.get("status") != "ok":
-                raise RuntimeError(f"{fam} at {c} CPUs: {r.get('error')}")
-            return float(r["samples_per_s"])
+            def measure(c: int) -> float:
+                r = run_pipeline_in_subprocess(
+                    PipelineRequest(ref, args.batch, tuple(cores[:c]), window_s=args.window), 600)
+                if r.get("status") != "ok":
+                    raise RuntimeError(f"{fam} at {c} CPUs: {r.get('error')}")
+                return float(r["samples_per_s"])
 
-        t0 = time.perf_counter()
-        exhaustive = {c: measure(c) for c in cpu_values}
-        t_ex = time.perf_counter() - t0
-        ex_curve = [exhaustive[c] for c in cpu_values]
-        t0 = time.perf_counter()
-        live = optimistic_cpu_search(measure, cpu_values, threshold=args.threshold)
-        t_live = time.perf_counter() - t0
-        replay = optimistic_cpu_search(lambda c: exhaustive[c], cpu_values, threshold=args.threshold)
-        noise = abs(measure(cpu_values[-1]) - exhaustive[cpu_values[-1]]) / exhaustive[cpu_values[-1]]
-        row = dict(model=fam, ratio=live.n_probes / len(cpu_values), probes=[c for c, _ in live.probed],
-                   err_live=max_relative_error(live.curve, ex_curve),
-                   err_replay=max_relative_error(replay.curve, ex_curve), replay_ratio=replay.n_probes / len(cpu_values),
-                   noise=noise, t_ex=t_ex, t_live=t_live,
-                   curve=" ".join(f"{c}:{v:.0f}" for c, v in zip(cpu_values, ex_curve)), ex_curve=ex_curve,
-                   live_probed=[list(p) for p in live.probed])
-        rows.append(row)
-        print(f"{fam:12s} exhaustive samples/s by CPUs: {row['curve']}")
-        print(f"{'':12s} live search probed {row['probes']} in {t_live:.0f} s (exhaustive {t_ex:.0f} s)\n")
+            try:
+                t0 = time.perf_counter()
+                exhaustive = {c: measure(c) for c in cpu_values}
+                t_ex = time.perf_counter() - t0
+                ex_curve = [exhaustive[c] for c in cpu_values]
+                t0 = time.perf_counter()
+                live = optimistic_cpu_search(measure, cpu_values, threshold=args.threshold)
+                t_live = time.perf_counter() - t0
+                replay = optimistic_cpu_search(lambda c: exhaustive[c], cpu_values, threshold=args.threshold)
+                noise = abs(measure(cpu_values[-1]) - exhaustive[cpu_values[-1]]) / exhaustive[cpu_values[-1]]
+                row = dict(model=fam, ratio=live.n_probes / len(cpu_values), probes=[c for c, _ in live.probed],
+                           err_live=max_relative_error(live.curve, ex_curve),
+                           err_replay=max_relative_error(replay.curve, ex_curve),
+                           replay_ratio=replay.n_probes / len(cpu_values),
+                           noise=noise, t_ex=t_ex, t_live=t_live,
+                           curve=" ".join(f"{c}:{v:.0f}" for c, v in zip(cpu_values, ex_curve)), ex_curve=ex_curve,
+                           live_probed=[list(p) for p in live.probed])
+                rows.append(row)
+                print(f"{fam:12s} exhaustive samples/s by CPUs: {row['curve']}")
+                print(f"{'':12s} live search probed {row['probes']} in {t_live:.0f} s (exhaustive {t_ex:.0f} s)\n")
+            except RuntimeError as e:  # this model failed: report it, keep the others' measurements
+                print(f"{fam}: skipped: {e}\n", file=sys.stderr)
+    except KeyboardInterrupt:  # Ctrl-C: keep (print and save) the models measured so far
+        print("interrupted: results so far", file=sys.stderr)
+        interrupted = True
+    if not rows:
+        if interrupted:
+            raise KeyboardInterrupt
+        print("nothing measured", file=sys.stderr)
+        return 1
 
     print(f"{'model':12s} {'probes ratio':>12s} {'worst err (live)':>17s} {'(replayed)':>11s} "
           f"{'re-measure noise':>17s}")
@@ -106,19 +134,50 @@ def main() -> None:
         print(f"wrote {args.json}")
     print(f"\nmedian probes ratio {np.median([r['ratio'] for r in rows]):.2f} (target <= 0.5); "
           f"worst live error {max(r['err_live'] for r in rows):.1%} (target <= 10%)")
+    if interrupted:
+        raise KeyboardInterrupt
+    return 0
 
 
-def replay_saved(path: str, threshold: float) -> None:
+def load_saved(path: str) -> dict:
+    """The curves a previous ``--json`` run saved; a ValueError with one readable line when the file is missing,
+    is not JSON, or does not hold what ``--json`` writes."""
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except OSError as e:
+        raise ValueError(f"cannot read {path}: {e.strerror or e}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is not a JSON file ({e})") from None
+    what = f"{path} does not hold curves saved by --json"
+    if not isinstance(doc, dict):
+        raise ValueError(what)
+    values, models = doc.get("cpu_values"), doc.get("models")
+    if not isinstance(values, list) or not values or not all(isinstance(c, int) for c in values):
+        raise ValueError(f"{what}: no list of CPU counts ('cpu_values')")
+    if not isinstance(models, list) or not models:
+        raise ValueError(f"{what}: no measured models ('models')")
+    for i, m in enumerate(models):
+        curve = m.get("exhaustive") if isinstance(m, dict) else None
+        if (not isinstance(curve, list) or len(curve) != len(values)
+                or not all(isinstance(v, (int, float)) and v > 0 for v in curve)):
+            raise ValueError(f"{what}: model {i + 1} has no curve of {len(values)} positive throughputs "
+                             f"('exhaustive')")
+        m.setdefault("model", f"model {i + 1}")
+    return doc
+
+
+def replay_saved(path: str, threshold: float, doc: dict | None = None) -> None:
     """The search replayed on curves a previous run saved: probe ratio and reconstruction error, no noise."""
     from perfpredict.profile.sensitivity import (
         max_relative_error,
         optimistic_cpu_search,
     )
 
-    with open(path) as f:
-        doc = json.load(f)
+    if doc is None:
+        doc = load_saved(path)
     values = doc["cpu_values"]
-    print(f"replaying {path}: measured on {doc['machine']}, cpu_values {values}, threshold {threshold:.0%}\n")
+    print(f"replaying {path}: measured on {doc.get('machine')}, cpu_values {values}, threshold {threshold:.0%}\n")
     ratios, errs = [], []
     for m in doc["models"]:
         curve = dict(zip(values, m["exhaustive"]))
@@ -132,4 +191,6 @@ def replay_saved(path: str, threshold: float) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from perfpredict.script_args import run_script
+
+    run_script(main)

@@ -29,15 +29,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     import httpx
 
     from perfpredict.estimators.data import load_training_data
+    from perfpredict.script_args import describe, positive_int
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--requests", type=int, default=100)
-    ap.add_argument("--concurrency", type=int, default=100)
-    args = ap.parse_args()
+    ap = argparse.ArgumentParser(description=describe(__doc__))
+    ap.add_argument("--requests", type=positive_int, default=100)
+    ap.add_argument("--concurrency", type=positive_int, default=100, help="client threads")
+    args = ap.parse_args(argv)
 
     data = load_training_data(REPO / "datasets" / "cuda_h100.csv")
     bodies = [{"features": {k: v for k, v in a.as_dict().items() if k not in ("family", "notes")},
@@ -100,4 +101,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from perfpredict.script_args import run_script
+
+    run_script(main)

@@ -15,29 +15,42 @@ import argparse
 import time
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     from perfpredict.sched import ClusterSpec, make_policy
     from perfpredict.sched.mechanisms import make_mechanism
     from perfpredict.sim.run import load_perf_models
     from perfpredict.sim.simulator import SimConfig, simulate
     from perfpredict.sim.traces import synergy_trace
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--jobs", type=int, default=100_000)
-    ap.add_argument("--load", type=float, default=28.0, help="arrivals per hour")
-    ap.add_argument("--servers", type=int, default=64)
+    from perfpredict.sched.cluster import MAX_SERVERS
+    from perfpredict.script_args import describe, nonneg_int, positive_float, positive_int
+
+    ap = argparse.ArgumentParser(description=describe(__doc__))
+    ap.add_argument("--jobs", type=positive_int, default=100_000)
+    ap.add_argument("--load", type=positive_float, default=28.0, help="arrivals per hour")
+    ap.add_argument("--servers", type=positive_int, default=64)
     ap.add_argument("--policy", default="fifo")
     ap.add_argument("--mechanism", default="proportional")
     ap.add_argument("--mode", default="round", choices=["round", "event"])
-    ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
+    ap.add_argument("--seed", type=nonneg_int, default=0)
+    args = ap.parse_args(argv)
+    if args.servers > MAX_SERVERS:
+        ap.error(f"argument --servers: {args.servers} is more than the {MAX_SERVERS:,} servers a cluster may have")
+    try:
+        policy = make_policy(args.policy)
+    except ValueError as e:
+        ap.error(f"argument --policy: {e}")
+    try:
+        mechanism = make_mechanism(args.mechanism)
+    except (ValueError, TypeError) as e:
+        ap.error(f"argument --mechanism: {e}")
 
     t0 = time.perf_counter()
     jobs = synergy_trace(args.jobs, load_jobs_per_hour=args.load, seed=args.seed)
     t_gen = time.perf_counter() - t0
     cluster = ClusterSpec.homogeneous(args.servers)
     models = load_perf_models("paper")
-    res = simulate(jobs, cluster, make_policy(args.policy), make_mechanism(args.mechanism), models,
+    res = simulate(jobs, cluster, policy, mechanism, models,
                    SimConfig(mode=args.mode))
     jct = sorted(s.finish - s.job.arrival for s in res.finished)
     util = sum(s.job.gpus * s.run_time for s in res.finished) / (cluster.total_gpus * res.end_time)
@@ -53,4 +66,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from perfpredict.script_args import run_script
+
+    run_script(main)

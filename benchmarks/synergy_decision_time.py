@@ -57,15 +57,17 @@ def _models(rng: random.Random):
 MIXES = {"single": ([1], [1.0]), "multi": ([1, 2, 4, 8, 16], [0.55, 0.15, 0.15, 0.12, 0.03])}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--jobs", type=int, default=150)
-    ap.add_argument("--seed", type=int, default=0)
+def main(argv: list[str] | None = None) -> None:
+    from perfpredict.script_args import describe, nonneg_int, positive_float, positive_int
+
+    ap = argparse.ArgumentParser(description=describe(__doc__))
+    ap.add_argument("--rounds", type=positive_int, default=5)
+    ap.add_argument("--jobs", type=positive_int, default=150)
+    ap.add_argument("--seed", type=nonneg_int, default=0)
     ap.add_argument("--mix", choices=[*MIXES, "both"], default="both", help="GPU demands of the queue")
     ap.add_argument("--no-ilp", action="store_true", help="Opt without the ILP (LP bound + LP-weighted points)")
-    ap.add_argument("--time-limit", type=float, default=10.0, help="ILP time limit per round (s)")
-    args = ap.parse_args()
+    ap.add_argument("--time-limit", type=positive_float, default=10.0, help="ILP time limit per round (s)")
+    args = ap.parse_args(argv)
     for mix in (MIXES if args.mix == "both" else [args.mix]):
         run(args, mix)
         print()
@@ -138,4 +140,6 @@ def run(args: argparse.Namespace, mix: str) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from perfpredict.script_args import run_script
+
+    run_script(main)

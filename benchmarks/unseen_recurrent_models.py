@@ -24,12 +24,16 @@ HERE = Path(__file__).resolve().parent
 MODELS = ("gru_lm", "gru_small", "rnn_tagger", "rnn_relu")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    from perfpredict.script_args import describe, int_list
+
+    ap = argparse.ArgumentParser(description=describe(__doc__))
     ap.add_argument("--models", default=None, help="trained_models folder (default: the shipped one)")
-    ap.add_argument("--batch-sizes", default="8,32")
-    args = ap.parse_args()
-    batches = [int(b) for b in args.batch_sizes.split(",")]
+    ap.add_argument("--batch-sizes", type=int_list, default="8,32", help="comma-separated batch sizes [8,32]")
+    args = ap.parse_args(argv)
+    batches = args.batch_sizes
+    if args.models and not Path(args.models).is_dir():
+        ap.error(f"argument --models: {args.models} is not a folder")
 
     from perfpredict import Predictor, profile
 
@@ -70,4 +74,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from perfpredict.script_args import run_script
+
+    run_script(main)
