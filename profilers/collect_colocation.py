@@ -32,6 +32,9 @@ import sys
 import time
 from pathlib import Path
 
+from perfpredict.errors import UsageError
+from perfpredict.script_args import describe, nonneg_int, positive_float, positive_int, run_script
+
 #: Jobs chosen to span solo GPU utilisation from launch-bound (tiny MLP) to compute-bound (ImageNet CNNs,
 #: BERT-base): (label, family, params, batch size).
 JOBS: list[tuple[str, str, dict, int]] = [
@@ -52,32 +55,99 @@ COLUMNS = ["job", "job_batch", "partner", "partner_batch", "status", "error", "j
            "job_slowdown", "partner_slowdown", "job_solo_gpu_utilization", "partner_solo_gpu_utilization",
            "cumulative_gpu_utilization", "device", "window_s", "measured_at"]
 
+#: The numbers an ``ok`` row must have to count as measured (a row cut short, or garbled, is measured again).
+DONE_NUMBERS = ["job_solo_samples_per_s", "partner_solo_samples_per_s", "job_colocated_samples_per_s",
+                "partner_colocated_samples_per_s", "job_slowdown", "partner_slowdown", "window_s"]
+
+#: Columns ``--from-dataset`` needs.
+DATASET_NEEDS = ["config", "family", "batch_size", "status", "iter_time_s"]
+
+
+def _finite(text: str | None) -> float | None:
+    try:
+        v = float(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return v if v == v and v not in (float("inf"), float("-inf")) else None
+
+
+def done_pairs(rows: list[dict[str, str]]) -> set[tuple[str, str]]:
+    """The (job, partner) pairs of ``rows`` already measured: status ``ok`` with every number of
+    :data:`DONE_NUMBERS` present and finite."""
+    return {(r["job"], r["partner"]) for r in rows
+            if r.get("status") == "ok" and r.get("job") and r.get("partner")
+            and all(_finite(r.get(k)) is not None for k in DONE_NUMBERS)}
+
+
+def _out_csv(text: str) -> Path:
+    """``--out``: a CSV file to write (created with its folders), not a folder or a path under a file."""
+    from perfpredict.dataset.collect import check_output_path
+
+    try:
+        return check_output_path(text)
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(e.message) from None
+
+
+def _device(text: str) -> str:
+    """``--device``: its spelling (whether a CUDA device exists is checked when measuring starts)."""
+    req = text.strip().lower()
+    if req in ("auto", "cpu", "cuda") or (req.startswith("cuda:") and req[5:].isdigit()):
+        return req
+    raise argparse.ArgumentTypeError(f"{text!r}: expected auto, cpu, cuda or cuda:<index>")
+
 
 def sample_jobs(rows: list[dict[str, str]], n_jobs: int, seed: int, max_job_mem_gb: float | None = None,
-                max_iter_s: float | None = None) -> list[tuple[str, str, dict, int]]:
+                max_iter_s: float | None = None, source: str | None = None) -> list[tuple[str, str, dict, int]]:
     """``n_jobs`` measured points of a dataset as jobs of the list above: the ok points, sorted by solo GPU
     utilisation (iteration time where there is none), cut into ``n_jobs`` equal strata, one point from each,
     its family drawn uniformly among the families in the stratum (so big families do not crowd out small
     ones). Points above ``max_job_mem_gb`` of NVML process memory (or peak memory) or ``max_iter_s`` per
-    iteration are left out. Deterministic given ``seed``."""
+    iteration are left out. Deterministic given ``seed``. A dataset without the columns this needs, or with
+    text where a number belongs, is a :class:`~perfpredict.errors.UsageError` naming ``source`` and the row."""
     import random
 
     from perfpredict.dataset.collect import plan_sweep
 
+    step = "sampling jobs"
+    if rows:
+        missing = [c for c in DATASET_NEEDS if c not in rows[0]]
+        if missing:
+            raise UsageError(f"the dataset has no {', '.join(missing)} column{'s' if len(missing) > 1 else ''} "
+                             f"(a measured dataset from collect_dataset.py measure has them)", source=source,
+                             step=step)
+
+    def number(r: dict[str, str], key: str, i: int) -> float | None:
+        text = r.get(key)
+        if text in (None, ""):
+            return None
+        v = _finite(text)
+        if v is None:
+            raise UsageError(f"row {i + 2}: {key} is {text!r}, not a number", source=source, step=step)
+        return v
+
     plans = {p.config: p for p in plan_sweep()}
     pts = []
-    for r in rows:
+    for i, r in enumerate(rows):
         if r.get("status") != "ok" or r.get("config") not in plans:
             continue
-        mem = r.get("nvml_process_bytes") or r.get("peak_memory_bytes")
-        if max_job_mem_gb is not None and mem and float(mem) > max_job_mem_gb * 2**30:
+        mem = number(r, "nvml_process_bytes", i) or number(r, "peak_memory_bytes", i)
+        if max_job_mem_gb is not None and mem and mem > max_job_mem_gb * 2**30:
             continue
-        if max_iter_s is not None and r.get("iter_time_s") and float(r["iter_time_s"]) > max_iter_s:
+        it = number(r, "iter_time_s", i)
+        if it is None:
+            raise UsageError(f"row {i + 2}: an ok point without iter_time_s", source=source, step=step)
+        if max_iter_s is not None and it > max_iter_s:
             continue
-        key = float(r["gpu_utilization"]) if r.get("gpu_utilization") else float(r["iter_time_s"])
-        pts.append((key, r["config"], r["family"], int(r["batch_size"])))
+        util = number(r, "gpu_utilization", i)
+        batch = number(r, "batch_size", i)
+        if batch is None or batch != int(batch) or batch < 1:
+            raise UsageError(f"row {i + 2}: batch_size is {r.get('batch_size')!r}, not a whole number >= 1",
+                             source=source, step=step)
+        pts.append((util if util is not None else it, r["config"], r["family"], int(batch)))
     if len(pts) < n_jobs:
-        raise SystemExit(f"error: only {len(pts)} usable points in the dataset, asked for {n_jobs} jobs")
+        raise UsageError(f"only {len(pts)} usable points in the dataset, asked for {n_jobs} jobs", source=source,
+                         step=step)
     pts.sort()
     rng = random.Random(seed)
     out, taken = [], set()
@@ -115,29 +185,42 @@ def random_pairs(labels: list[str], partners: int, seed: int, self_pairs: bool =
 
 
 def main(argv: list[str] | None = None) -> int:
-    from perfpredict.dataset.collect import _append_provenance, _run_provenance, CollectSettings, git_commit_of
+    from perfpredict.dataset.collect import (
+        CollectSettings,
+        _append_provenance,
+        _run_provenance,
+        check_provenance,
+        git_commit_of,
+        prepare_resume,
+    )
     from perfpredict.profile.colocation import measure_pair, measure_solo
     from perfpredict.profile.device import resolve_device
     from perfpredict.profile.group_request import GroupTiming
     from perfpredict.workload.spec import WorkloadRef
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--device", default="auto")
-    ap.add_argument("--jobs", type=int, default=len(JOBS), help="use the first N jobs of the list")
-    ap.add_argument("--window", type=float, default=2.0, help="timed seconds per run")
-    ap.add_argument("--time-budget", type=float, help="stop starting new pairs after this many seconds")
+    ap = argparse.ArgumentParser(description=describe(__doc__))
+    ap.add_argument("--out", type=_out_csv, required=True)
+    ap.add_argument("--device", type=_device, default="auto", help="auto, cpu, cuda or cuda:<index>")
+    ap.add_argument("--jobs", type=positive_int, default=len(JOBS),
+                    help=f"use the first N jobs of the list (1 to {len(JOBS)})")
+    ap.add_argument("--window", type=positive_float, default=2.0, help="timed seconds per run")
+    ap.add_argument("--time-budget", type=positive_float, help="stop starting new pairs after this many seconds")
     ap.add_argument("--from-dataset", type=Path, help="draw the jobs from this dataset's measured points instead")
-    ap.add_argument("--sample-jobs", type=int, default=24, help="with --from-dataset: how many jobs")
-    ap.add_argument("--partners", type=int, default=4, help="with --from-dataset: partners per job (at least)")
+    ap.add_argument("--sample-jobs", type=positive_int, default=24, help="with --from-dataset: how many jobs")
+    ap.add_argument("--partners", type=nonneg_int, default=4,
+                    help="with --from-dataset: partners per job (at least; 0 needs --self-pairs)")
     ap.add_argument("--self-pairs", action="store_true", help="with --from-dataset: also pair each job with a copy")
     ap.add_argument("--seed", type=int, default=0, help="with --from-dataset: seed of the draw")
-    ap.add_argument("--max-job-mem-gb", type=float, default=30.0,
+    ap.add_argument("--max-job-mem-gb", type=positive_float, default=30.0,
                     help="with --from-dataset: leave out points whose measured memory is above this")
-    ap.add_argument("--max-iter-s", type=float, help="with --from-dataset: leave out points slower than this "
-                    "per iteration (default: a tenth of the window)")
+    ap.add_argument("--max-iter-s", type=positive_float, help="with --from-dataset: leave out points slower than "
+                    "this per iteration (default: a tenth of the window)")
     ap.add_argument("--dry-run", action="store_true", help="print the jobs and pairs, measure nothing")
     args = ap.parse_args(argv)
+    if args.jobs > len(JOBS):
+        ap.error(f"argument --jobs: the list has {len(JOBS)} jobs, not {args.jobs}")
+    if args.from_dataset is not None and args.partners == 0 and not args.self_pairs:
+        ap.error("argument --partners: 0 partners and no --self-pairs leaves no pair to measure")
 
     if args.from_dataset is not None:
         from perfpredict.dataset.collect import read_dataset
@@ -145,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.from_dataset.is_file():
             raise SystemExit(f"error: no dataset at {args.from_dataset}")
         jobs = sample_jobs(read_dataset(args.from_dataset), args.sample_jobs, args.seed, args.max_job_mem_gb,
-                           args.max_iter_s if args.max_iter_s is not None else args.window / 10)
+                           args.max_iter_s if args.max_iter_s is not None else args.window / 10,
+                           source=str(args.from_dataset))
         all_pairs = random_pairs([j[0] for j in jobs], args.partners, args.seed, args.self_pairs)
     else:
         jobs = JOBS[: args.jobs]
@@ -160,16 +244,19 @@ def main(argv: list[str] | None = None) -> int:
     device = resolve_device(args.device)
     timing = GroupTiming(window_s=args.window)
     refs = {label: (WorkloadRef("zoo", fam, tuple(sorted(p.items()))), b) for label, fam, p, b in jobs}
-    done = set()
-    if args.out.exists():
-        with open(args.out, newline="") as f:
-            done = {(r["job"], r["partner"]) for r in csv.DictReader(f) if r["status"] == "ok"}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    new = not args.out.exists()
+    # Checked before any measuring: a bad provenance file, a file that is not this script's CSV.
+    check_provenance(args.out)
+    rows, dropped = prepare_resume(args.out, COLUMNS)
+    done = done_pairs(rows)
+    new = not args.out.exists() or args.out.stat().st_size == 0
     settings = CollectSettings(device=device, command=" ".join(shlex.quote(a) for a in sys.argv),
                                git_commit=git_commit_of(Path(__file__).resolve().parent.parent))
     meta = _run_provenance(settings)
     meta["window_s"] = args.window
+    if dropped is not None:
+        meta["dropped_partial_row"] = dropped
+        print(f"note: the cut-short last row of {args.out} (an interrupted run) was removed and is measured again",
+              file=sys.stderr)
     if args.from_dataset is not None:
         meta["sampled_from"] = {"dataset": args.from_dataset.name, "jobs": args.sample_jobs,
                                 "partners": args.partners, "seed": args.seed, "self_pairs": args.self_pairs,
@@ -179,39 +266,59 @@ def main(argv: list[str] | None = None) -> int:
     counts: dict[str, int] = {}
     pairs = [(a, b) for a, b in all_pairs if (a, b) not in done]
     print(f"{len(pairs)} pairs to measure on {device}", file=sys.stderr)
-    with open(args.out, "a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
-        if new:
-            w.writeheader()
-        for i, (a, b) in enumerate(pairs):
-            if args.time_budget is not None and time.monotonic() - t0 > args.time_budget:
-                meta["stopped_by_time_budget"] = True
-                break
-            for label in (a, b):
-                if label not in solo:
-                    solo[label] = measure_solo(*refs[label], device=device, timing=timing, timeout_s=300)
-            (ra, ba), (rb, bb) = refs[a], refs[b]
-            pc = measure_pair(ra, ba, rb, bb, device=device, timing=timing, timeout_s=300,
-                              solo={"job": solo[a], "partner": solo[b]})
-            row = {"job": a, "job_batch": ba, "partner": b, "partner_batch": bb, "status": pc.status,
-                   "error": pc.error, "device": device, "window_s": args.window,
-                   "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                   **{k: getattr(pc, k) for k in COLUMNS if hasattr(pc, k) and k not in ("partner", "status", "error", "device")}}
-            w.writerow(row)
-            f.flush()
-            counts[pc.status] = counts.get(pc.status, 0) + 1
-            desc = (f"slowdown {pc.job_slowdown:.2f} / {pc.partner_slowdown:.2f}, cumulative util "
-                    f"{pc.cumulative_gpu_utilization}" if pc.status == "ok" else f"{pc.status}: {pc.error}")
-            print(f"[{i + 1}/{len(pairs)}] {time.monotonic() - t0:5.0f}s {a} + {b}: {desc}", file=sys.stderr,
-                  flush=True)
-    meta.update(finished_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                wall_s=round(time.monotonic() - t0, 1), counts=counts,
-                solo={k: {"samples_per_s": v.get("samples_per_s"), "gpu": v.get("gpu"), "status": v.get("status")}
-                      for k, v in solo.items()},
-                device_info=next((v.get("device_info") for v in solo.values() if v.get("device_info")), None))
-    _append_provenance(args.out, meta)
+    try:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        f = open(args.out, "a", newline="", encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"cannot write {args.out}: {e.strerror or e}", step="output") from None
+    interrupted = False
+    try:
+        with f:
+            w = csv.DictWriter(f, fieldnames=COLUMNS)
+            if new:
+                w.writeheader()
+            for i, (a, b) in enumerate(pairs):
+                if args.time_budget is not None and time.monotonic() - t0 > args.time_budget:
+                    meta["stopped_by_time_budget"] = True
+                    break
+                for label in (a, b):
+                    if label not in solo:
+                        solo[label] = measure_solo(*refs[label], device=device, timing=timing, timeout_s=300)
+                (ra, ba), (rb, bb) = refs[a], refs[b]
+                pc = measure_pair(ra, ba, rb, bb, device=device, timing=timing, timeout_s=300,
+                                  solo={"job": solo[a], "partner": solo[b]})
+                row = {"job": a, "job_batch": ba, "partner": b, "partner_batch": bb, "status": pc.status,
+                       "error": pc.error, "device": device, "window_s": args.window,
+                       "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                       **{k: getattr(pc, k) for k in COLUMNS
+                          if hasattr(pc, k) and k not in ("partner", "status", "error", "device")}}
+                w.writerow(row)
+                f.flush()
+                counts[pc.status] = counts.get(pc.status, 0) + 1
+                desc = (f"slowdown {pc.job_slowdown:.2f} / {pc.partner_slowdown:.2f}, cumulative util "
+                        f"{pc.cumulative_gpu_utilization}" if pc.status == "ok" else f"{pc.status}: {pc.error}")
+                print(f"[{i + 1}/{len(pairs)}] {time.monotonic() - t0:5.0f}s {a} + {b}: {desc}", file=sys.stderr,
+                      flush=True)
+    except KeyboardInterrupt:
+        interrupted = True
+        meta["interrupted"] = True
+    except BaseException as e:
+        meta["interrupted"] = True
+        meta["failed"] = f"{type(e).__name__}: {e}"
+        raise
+    finally:
+        meta.update(finished_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                    wall_s=round(time.monotonic() - t0, 1), counts=counts, rows_written=sum(counts.values()),
+                    solo={k: {"samples_per_s": v.get("samples_per_s"), "gpu": v.get("gpu"),
+                              "status": v.get("status")} for k, v in solo.items()},
+                    device_info=next((v.get("device_info") for v in solo.values() if v.get("device_info")), None))
+        _append_provenance(args.out, meta, columns=COLUMNS)
+    if interrupted:
+        print(f"interrupted: {sum(counts.values())} rows written to {args.out} in this run (recorded in its "
+              ".meta.json); run the same command again to resume: measured pairs are skipped", file=sys.stderr)
+        return 130
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main)

@@ -23,12 +23,41 @@ import sys
 import time
 from pathlib import Path
 
+from perfpredict.script_args import describe, int_list, nonneg_float, positive_float, positive_int, run_script
+
+
+def _families(text: str) -> list[str]:
+    """``--families``: comma-separated zoo family names (checked against the zoo when the plan is made)."""
+    names = [n.strip() for n in text.split(",")]
+    if not text.strip() or any(not n for n in names):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated zoo families such as mlp,resnet")
+    return names
+
+
+def _device(text: str) -> str:
+    """``--device``: its spelling (whether a CUDA device exists is checked when measuring starts)."""
+    req = text.strip().lower()
+    if req in ("auto", "cpu", "cuda") or (req.startswith("cuda:") and req[5:].isdigit()):
+        return req
+    raise argparse.ArgumentTypeError(f"{text!r}: expected auto, cpu, cuda or cuda:<index>")
+
+
+def _out_csv(text: str) -> Path:
+    """``--out``: a CSV file to write (created with its folders), not a folder or a path under a file."""
+    from perfpredict.dataset.collect import check_output_path
+    from perfpredict.errors import UsageError
+
+    try:
+        return check_output_path(text)
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(e.message) from None
+
 
 def _features(args: argparse.Namespace) -> int:
     from perfpredict.dataset.collect import plan_sweep
     from perfpredict.dataset.features_table import build_features_table
 
-    plans = plan_sweep(args.families.split(",") if args.families else None, max_gmacs=args.max_gmacs)
+    plans = plan_sweep(args.families, max_gmacs=args.max_gmacs)
     print(f"{len(plans)} architectures -> {args.out}", file=sys.stderr)
     t0 = time.perf_counter()
 
@@ -75,9 +104,7 @@ def _measure(args: argparse.Namespace) -> int:
     from perfpredict.profile.device import resolve_device
     from perfpredict.profile.timing import TimingConfig
 
-    bss = [int(b) for b in args.batch_sizes.split(",")] if args.batch_sizes else None
-    plans = plan_sweep(args.families.split(",") if args.families else None, batch_sizes=bss,
-                       max_gmacs=args.max_gmacs,
+    plans = plan_sweep(args.families, batch_sizes=args.batch_sizes, max_gmacs=args.max_gmacs,
                        max_sample_gmacs_per_iter=args.max_gflop_iter / 6 if args.max_gflop_iter else None,
                        max_param_bytes=args.max_param_mb * 2**20 if args.max_param_mb else None)
     plans = plans[:: args.every]
@@ -107,46 +134,58 @@ def _measure(args: argparse.Namespace) -> int:
         print(f"[{i}] {time.perf_counter() - t0:6.0f}s {plan.config} b={row['batch_size']}: {what}",
               file=sys.stderr, flush=True)
 
-    summary = collect(plans, args.out, settings, progress)
+    try:
+        summary = collect(plans, args.out, settings, progress)
+    except KeyboardInterrupt:
+        print(f"interrupted: {i} rows written to {args.out} in this run (recorded in its .meta.json); run the "
+              "same command again to resume: measured points are skipped", file=sys.stderr)
+        return 130
+    if summary.get("dropped_partial_row"):
+        print(f"note: the cut-short last row of {args.out} (an interrupted run) was removed and measured again",
+              file=sys.stderr)
     print(f"done: {summary}", file=sys.stderr)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=describe(__doc__))
     sub = ap.add_subparsers(dest="cmd", required=True)
     f = sub.add_parser("features", help="graph features of every zoo architecture (CPU)")
-    f.add_argument("--out", type=Path, default=Path("datasets/zoo_features.csv"))
-    f.add_argument("--families")
-    f.add_argument("--max-gmacs", type=float)
+    f.add_argument("--out", type=_out_csv, default=Path("datasets/zoo_features.csv"))
+    f.add_argument("--families", type=_families, help="comma-separated zoo families (default: all)")
+    f.add_argument("--max-gmacs", type=positive_float)
     f.add_argument("--recompute-saved", action="store_true",
                    help="recount every row's saved-tensor bytes (after the count changed), keeping the rest")
     f.add_argument("--recompute-graph-walk", action="store_true",
                    help="redo every row's peak-live and rule-based saved bytes (after a walk's rules changed)")
-    f.add_argument("--timeout", type=float, help="seconds one architecture's export may take (default: no limit)")
+    f.add_argument("--timeout", type=positive_float,
+                   help="seconds one architecture's export may take (default: no limit)")
     f.add_argument("--in-process", action="store_true",
                    help="export every architecture in this process (faster for small ones; memory piles up)")
     m = sub.add_parser("measure", help="measure architectures x batch sizes on a device")
-    m.add_argument("--out", type=Path, required=True)
-    m.add_argument("--device", default="auto")
+    m.add_argument("--out", type=_out_csv, required=True)
+    m.add_argument("--device", type=_device, default="auto", help="auto, cpu, cuda or cuda:<index>")
     m.add_argument("--mode", default="train", choices=("train", "infer"))
-    m.add_argument("--families")
-    m.add_argument("--batch-sizes", help="override every family's default batch sizes, e.g. 8,16,32,64,128")
-    m.add_argument("--max-gmacs", type=float, help="skip architectures above this many forward GMACs per sample")
-    m.add_argument("--max-gflop-iter", type=float,
+    m.add_argument("--families", type=_families, help="comma-separated zoo families (default: all)")
+    m.add_argument("--batch-sizes", type=int_list,
+                   help="override every family's default batch sizes, e.g. 8,16,32,64,128")
+    m.add_argument("--max-gmacs", type=positive_float,
+                   help="skip architectures above this many forward GMACs per sample")
+    m.add_argument("--max-gflop-iter", type=positive_float,
                    help="skip points above this many training GFLOPs per iteration (~6 x forward GMACs x batch)")
-    m.add_argument("--max-param-mb", type=float,
+    m.add_argument("--max-param-mb", type=positive_float,
                    help="skip architectures whose fp32 weights exceed this many MiB (training keeps ~3 copies)")
-    m.add_argument("--min-time", type=float, default=None, help="timed seconds per point")
-    m.add_argument("--threads", type=int)
-    m.add_argument("--time-budget", type=float, help="stop starting new architectures after this many seconds")
+    m.add_argument("--min-time", type=nonneg_float, default=None, help="timed seconds per point")
+    m.add_argument("--threads", type=positive_int)
+    m.add_argument("--time-budget", type=positive_float,
+                   help="stop starting new architectures after this many seconds")
     m.add_argument("--git-commit", help="commit to record in the provenance (default: this checkout's HEAD)")
-    m.add_argument("--every", type=int, default=1, help="measure every N-th architecture of the plan (e.g. a "
-                   "repeat run for the noise floor)")
+    m.add_argument("--every", type=positive_int, default=1, help="measure every N-th architecture of the plan "
+                   "(e.g. a repeat run for the noise floor)")
     m.add_argument("--dry-run", action="store_true")
     args = ap.parse_args(argv)
     return _features(args) if args.cmd == "features" else _measure(args)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main)

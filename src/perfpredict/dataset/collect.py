@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import csv
 import datetime as _dt
+import io
 import json
+import math
 import os
 import platform
 import time
@@ -31,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perfpredict.errors import UsageError
 from perfpredict.profile.request import PointRequest
 from perfpredict.profile.timing import TimingConfig
 from perfpredict.workload.spec import WorkloadRef
@@ -241,15 +244,138 @@ class CollectSettings:
 
 
 def read_dataset(path: str | Path) -> list[dict[str, str]]:
+    """The rows of a dataset CSV (none when the file does not exist).
+
+    A file that is not a readable CSV text file (binary, another encoding, a folder) is a
+    :class:`~perfpredict.errors.UsageError` naming it, not a traceback.
+    """
     p = Path(path)
     if not p.exists():
         return []
-    with open(p, newline="") as f:
-        return list(csv.DictReader(f))
+    try:
+        with open(p, newline="", encoding="utf-8") as f:
+            return list(csv.DictReader(f))
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise UsageError(f"{p} is not a readable CSV text file ({e})", step="reading the dataset") from None
+    except OSError as e:
+        raise UsageError(f"cannot read {p}: {e.strerror or e}", step="reading the dataset") from None
+
+
+def check_output_path(path: str | Path) -> Path:
+    """``path`` as a CSV to write: refused when it is a folder or one of its parent folders is a file."""
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"{p} is a folder; give a .csv file name", step="output")
+    for parent in p.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise UsageError(f"cannot create {p}: {parent} is a file, not a folder", step="output")
+            break
+    return p
+
+
+def _csv_records(text: str) -> list[tuple[int, list[str]]]:
+    """Each CSV record of ``text`` with the character offset where it ends."""
+    pos = 0
+    buf = io.StringIO(text, newline="")
+
+    def lines():
+        nonlocal pos
+        for line in buf:
+            pos += len(line)
+            yield line
+
+    # csv.reader pulls one line at a time and stops at the end of a record, so ``pos`` is that record's end
+    return [(pos, rec) for rec in csv.reader(lines())]
+
+
+def prepare_resume(path: str | Path, columns: list[str]) -> tuple[list[dict[str, str]], str | None]:
+    """Get ``path`` ready to have rows of ``columns`` appended, and return its complete rows.
+
+    Refuses (:class:`~perfpredict.errors.UsageError`) a folder, a file under a file, a file that is not CSV
+    text and a CSV whose header is not ``columns`` (appending would put values under the wrong names). A last
+    row cut short by an interrupted or killed run (no line end, or fields missing) is removed from the file,
+    so the next row starts on a line of its own and that point is measured again; every complete row is kept.
+    Returns ``(rows, dropped)``: the rows that have every column, and the text of a removed partial row
+    (None when there was none). Rows with too many or too few fields elsewhere stay in the file but are not
+    returned.
+    """
+    p = check_output_path(path)
+    if not p.exists():
+        return [], None
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise UsageError(f"cannot read {p}: {e.strerror or e}", step="resuming") from None
+    try:
+        text = data.decode("utf-8")
+        if "\x00" in text:
+            raise ValueError("it contains NUL bytes")
+        records = _csv_records(text)
+    except (UnicodeDecodeError, ValueError, csv.Error) as e:
+        raise UsageError(f"{p} is not a CSV text file ({e}); give another --out, or move it away to start "
+                         "afresh", step="resuming") from None
+    expected = ",".join(columns)
+    if not text.strip():
+        if text:
+            _truncate(p, 0)  # only blank lines: start the file again
+        return [], None
+    complete_tail = text.endswith(("\n", "\r"))
+    header = records[0][1]
+    if header != columns:
+        if len(records) == 1 and not complete_tail and expected.startswith(text):
+            # only a cut-short header: nothing was measured, start the file again
+            _truncate(p, 0)
+            return [], text
+        got = ",".join(header)
+        raise UsageError(f"{p} has the header {got[:120]!r}, not the {len(columns)} columns this collection writes "
+                         f"({', '.join(columns[:3])}, ...); give another --out, or move it away to start afresh",
+                         step="resuming")
+    dropped = None
+    if len(records) > 1 and (not complete_tail or len(records[-1][1]) < len(columns)):
+        end = records[-2][0]
+        dropped = text[end:]
+        _truncate(p, len(text[:end].encode("utf-8")))
+        records = records[:-1]
+    elif len(records) == 1 and not complete_tail:
+        # a complete header without its line end: add it so the first row starts on its own line
+        with open(p, "a", newline="") as f:
+            f.write("\r\n")
+    rows = [dict(zip(columns, rec)) for _, rec in records[1:] if len(rec) == len(columns)]
+    return rows, dropped
+
+
+def _truncate(path: Path, size: int) -> None:
+    try:
+        with open(path, "r+b") as f:
+            f.truncate(size)
+    except OSError as e:
+        raise UsageError(f"cannot rewrite {path}: {e.strerror or e}", step="resuming") from None
+
+
+def _number(text: str | None) -> float | None:
+    try:
+        v = float(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
 
 
 def _done_points(rows: list[dict[str, str]]) -> set[tuple[str, int, str]]:
-    return {(r["config"], int(r["batch_size"]), r["mode"]) for r in rows if r["status"] in FINAL_STATUSES}
+    """The points with a final answer: ``oom``, or ``ok`` with a measured iteration time (a row whose numbers
+    are missing or garbled is measured again)."""
+    done = set()
+    for r in rows:
+        status = r.get("status")
+        bs = _number(r.get("batch_size"))
+        if status not in FINAL_STATUSES or bs is None or bs != int(bs) or not r.get("config") or not r.get("mode"):
+            continue
+        if status == "ok":
+            t = _number(r.get("iter_time_s"))
+            if t is None or t <= 0 or _number(r.get("samples_per_s")) is None:
+                continue
+        done.add((r["config"], int(bs), r["mode"]))
+    return done
 
 
 def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSettings,
@@ -258,61 +384,79 @@ def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSetting
 
     Returns a summary: points measured, by status, whether the time budget stopped the sweep.
     """
-    out = Path(out_csv)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    done = _done_points(read_dataset(out))
+    out = check_output_path(out_csv)
+    # A malformed provenance file would otherwise only be found after all the measuring.
+    check_provenance(out)
+    rows, dropped = prepare_resume(out, DATASET_COLUMNS)
+    done = _done_points(rows)
     # Earlier non-final rows (errors, timeouts) of points measured again are superseded: keep the file
     # append-only and let readers take the last row per point.
-    new_file = not out.exists()
+    new_file = not out.exists() or out.stat().st_size == 0
     is_cuda = settings.device.startswith("cuda")
     device_kind = "cuda" if is_cuda else "cpu"
     started = time.monotonic()
     run_meta = _run_provenance(settings)
+    if dropped is not None:
+        run_meta["dropped_partial_row"] = dropped
     counts: dict[str, int] = {}
     stopped_by_budget = False
     device_info: dict[str, Any] | None = None
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        f = open(out, "a", newline="", encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"cannot write {out}: {e.strerror or e}", step="output") from None
 
-    with open(out, "a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=DATASET_COLUMNS)
-        if new_file:
-            writer.writeheader()
+    try:
+        with f:
+            writer = csv.DictWriter(f, fieldnames=DATASET_COLUMNS)
+            if new_file:
+                writer.writeheader()
 
-        def record(plan: ArchPlan, res: dict[str, Any]) -> None:
-            nonlocal device_info
-            row = row_from_result(plan, res, settings.mode, device_kind)
-            writer.writerow(row)
-            f.flush()
-            counts[row["status"]] = counts.get(row["status"], 0) + 1
-            if device_info is None and res.get("device_info"):
-                device_info = res["device_info"]
-            if progress:
-                progress(plan, row)
+            def record(plan: ArchPlan, res: dict[str, Any]) -> None:
+                nonlocal device_info
+                row = row_from_result(plan, res, settings.mode, device_kind)
+                writer.writerow(row)
+                f.flush()
+                counts[row["status"]] = counts.get(row["status"], 0) + 1
+                if device_info is None and res.get("device_info"):
+                    device_info = res["device_info"]
+                if progress:
+                    progress(plan, row)
 
-        for plan in plans:
-            todo = [b for b in plan.batch_sizes if (plan.config, b, settings.mode) not in done]
-            if not todo:
-                continue
-            if settings.time_budget_s is not None and time.monotonic() - started > settings.time_budget_s:
-                stopped_by_budget = True
-                break
-            reqs = [PointRequest(ref=plan.ref, batch_size=b, mode=settings.mode, device=settings.device,
-                                 timing=settings.timing, threads=settings.threads) for b in todo]
-            per_point = settings.timing.max_time_s * 2 + 60.0
-            if settings.per_arch:
-                run_arch_in_subprocess(reqs, per_point * len(reqs) + 60.0, lambda r, p=plan: record(p, r))
-            else:
-                from perfpredict.profile.runner import run_in_subprocess
+            for plan in plans:
+                todo = [b for b in plan.batch_sizes if (plan.config, b, settings.mode) not in done]
+                if not todo:
+                    continue
+                if settings.time_budget_s is not None and time.monotonic() - started > settings.time_budget_s:
+                    stopped_by_budget = True
+                    break
+                reqs = [PointRequest(ref=plan.ref, batch_size=b, mode=settings.mode, device=settings.device,
+                                     timing=settings.timing, threads=settings.threads) for b in todo]
+                per_point = settings.timing.max_time_s * 2 + 60.0
+                if settings.per_arch:
+                    run_arch_in_subprocess(reqs, per_point * len(reqs) + 60.0, lambda r, p=plan: record(p, r))
+                else:
+                    from perfpredict.profile.runner import run_in_subprocess
 
-                for req in reqs:
-                    res = run_in_subprocess(req, per_point)
-                    record(plan, res)
-                    if res.get("status") == "oom":
-                        break
-
-    run_meta.update(finished_at=_now(), wall_s=round(time.monotonic() - started, 1), counts=counts,
-                    stopped_by_time_budget=stopped_by_budget, device_info=device_info)
-    _append_provenance(out, run_meta)
-    return {"counts": counts, "stopped_by_time_budget": stopped_by_budget, "wall_s": run_meta["wall_s"]}
+                    for req in reqs:
+                        res = run_in_subprocess(req, per_point)
+                        record(plan, res)
+                        if res.get("status") == "oom":
+                            break
+    except BaseException as e:
+        # Ctrl-C or a failure: the rows written so far stay, and the run is still recorded.
+        run_meta["interrupted"] = True
+        if not isinstance(e, KeyboardInterrupt):
+            run_meta["failed"] = f"{type(e).__name__}: {e}"
+        raise
+    finally:
+        run_meta.update(finished_at=_now(), wall_s=round(time.monotonic() - started, 1), counts=counts,
+                        rows_written=sum(counts.values()), stopped_by_time_budget=stopped_by_budget,
+                        device_info=device_info)
+        _append_provenance(out, run_meta)
+    return {"counts": counts, "stopped_by_time_budget": stopped_by_budget, "wall_s": run_meta["wall_s"],
+            "dropped_partial_row": dropped is not None}
 
 
 def _now() -> str:
@@ -343,12 +487,35 @@ def provenance_path(dataset_csv: str | Path) -> Path:
     return p.with_name(p.stem + ".meta.json")
 
 
-def _append_provenance(dataset_csv: Path, run_meta: dict[str, Any]) -> None:
+def check_provenance(dataset_csv: str | Path) -> dict[str, Any] | None:
+    """The dataset's provenance file (None when there is none yet), refused up front when it is not one:
+    otherwise the problem would only show once all the measuring is done."""
     path = provenance_path(dataset_csv)
-    meta = json.loads(path.read_text()) if path.exists() else {"dataset": dataset_csv.name, "columns": DATASET_COLUMNS,
-                                                                "runs": []}
+    if not path.exists():
+        return None
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise UsageError(f"{path} is not a readable provenance file ({e}); fix or move it away before "
+                         "collecting into " + Path(dataset_csv).name, step="provenance") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("runs"), list):
+        raise UsageError(f"{path} is not a provenance file (expected a JSON object with a \"runs\" list); fix "
+                         "or move it away before collecting into " + Path(dataset_csv).name, step="provenance")
+    return meta
+
+
+def _append_provenance(dataset_csv: Path, run_meta: dict[str, Any], columns: list[str] | None = None) -> None:
+    """Add one run to the dataset's provenance file; ``columns`` (default :data:`DATASET_COLUMNS`) are listed
+    when the file is created."""
+    dataset_csv = Path(dataset_csv)
+    path = provenance_path(dataset_csv)
+    meta = check_provenance(dataset_csv) or {"dataset": dataset_csv.name,
+                                             "columns": list(columns or DATASET_COLUMNS), "runs": []}
     meta["runs"].append(run_meta)
-    path.write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    try:
+        path.write_text(json.dumps(meta, indent=2, default=str) + "\n", encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"cannot write {path}: {e.strerror or e}", step="provenance") from None
 
 
 def git_commit_of(repo: str | Path = ".") -> str | None:
@@ -365,5 +532,6 @@ def git_commit_of(repo: str | Path = ".") -> str | None:
         return None
 
 
-__all__ = ["ArchPlan", "CUDA_DATASET_TIMING", "CollectSettings", "DATASET_COLUMNS", "collect", "git_commit_of",
-           "plan_sweep", "provenance_path", "read_dataset", "row_from_result"]
+__all__ = ["ArchPlan", "CUDA_DATASET_TIMING", "CollectSettings", "DATASET_COLUMNS", "check_output_path",
+           "check_provenance", "collect", "git_commit_of", "plan_sweep", "prepare_resume", "provenance_path",
+           "read_dataset", "row_from_result"]

@@ -1,0 +1,230 @@
+"""The dataset and co-location collectors on bad input and after an interrupted run: one readable message and a
+non-zero exit, never a traceback; rows already measured are kept, a row cut short is measured again."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from perfpredict.dataset.collect import (
+    DATASET_COLUMNS,
+    CollectSettings,
+    _done_points,
+    collect,
+    plan_sweep,
+    prepare_resume,
+    provenance_path,
+    read_dataset,
+    row_from_result,
+)
+from perfpredict.errors import UsageError
+from perfpredict.profile.timing import TimingConfig
+
+REPO = Path(__file__).resolve().parents[1]
+DATASET_SCRIPT = REPO / "profilers" / "collect_dataset.py"
+COLOCATION_SCRIPT = REPO / "profilers" / "collect_colocation.py"
+QUICK = TimingConfig(warmup_iters=2, warmup_s=0.05, min_iters=5, min_time_s=0.1, max_time_s=1.0)
+
+
+def _colocation():
+    spec = importlib.util.spec_from_file_location("collect_colocation", COLOCATION_SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _run(script: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=120,
+                          cwd=cwd)
+
+
+def _tiny_plan():
+    (plan,) = plan_sweep(["mlp"], batch_sizes=[8, 16], max_gmacs=0.0005)[:1]
+    return plan
+
+
+def _fake_ok_row(plan, batch: int) -> dict:
+    res = {"status": "ok", "batch_size": batch, "timing": {"median_s": 0.001, "p10_s": 0.0009, "p90_s": 0.0011,
+                                                           "cv": 0.05, "iterations": 20},
+           "memory": {"peak_bytes": 1000, "kind": "cpu_rss_increase"}, "threads": 1}
+    return row_from_result(plan, res, "train", "cpu")
+
+
+def _write(path: Path, rows: list[dict], tail: str = "") -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=DATASET_COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+        f.write(tail)
+
+
+def test_a_cut_short_last_row_is_dropped_and_measured_again(tmp_path) -> None:
+    """An interrupted run left half a row without a line end: the resumed run's row is not glued onto it (it
+    was lost before), the complete rows stay, and the cut point is measured again."""
+    plan = _tiny_plan()
+    out = tmp_path / "cpu.csv"
+    done = _fake_ok_row(plan, 8)
+    cut = ",".join(str(v if v is not None else "") for v in _fake_ok_row(plan, 16).values())[:-40]
+    assert ",ok," in cut  # the cut row even has its status: before, it counted as measured
+    _write(out, [done], tail=cut)
+    settings = CollectSettings(device="cpu", timing=QUICK, threads=1, command="test", git_commit="abc1234")
+    summary = collect([plan], out, settings)
+    assert summary["counts"] == {"ok": 1} and summary["dropped_partial_row"]
+    rows = read_dataset(out)
+    assert [int(r["batch_size"]) for r in rows] == [8, 16]
+    assert rows[0] == {k: str(v if v is not None else "") for k, v in done.items()}
+    assert None not in rows[1] and float(rows[1]["iter_time_s"]) > 0 and rows[1]["measured_at"]
+    assert rows[1]["iter_time_s"] != str(_fake_ok_row(plan, 16)["iter_time_s"])  # measured, not the cut one
+    run = json.loads(provenance_path(out).read_text())["runs"][-1]
+    assert run["dropped_partial_row"] == cut and run["rows_written"] == 1
+
+
+def test_prepare_resume_keeps_complete_rows_and_needs_the_numbers() -> None:
+    plan = _tiny_plan()
+    ok = _fake_ok_row(plan, 8)
+    no_time = dict(_fake_ok_row(plan, 16), iter_time_s=None, samples_per_s=None)
+    garbled = dict(_fake_ok_row(plan, 32), batch_size="3x")
+    rows = [{k: str(v if v is not None else "") for k, v in r.items()} for r in (ok, no_time, garbled)]
+    assert _done_points(rows) == {(plan.config, 8, "train")}
+    oom = dict(rows[1], status="oom")
+    assert (plan.config, 16, "train") in _done_points([oom])  # an oom needs no timing
+
+
+def test_prepare_resume_refuses_binary_and_foreign_csv_and_mends_a_cut_header(tmp_path) -> None:
+    binary = tmp_path / "bin.csv"
+    binary.write_bytes(b"\x00\xff\xfe\x89PNG")
+    with pytest.raises(UsageError, match="not a CSV text file"):
+        prepare_resume(binary, DATASET_COLUMNS)
+    foreign = tmp_path / "other.csv"
+    foreign.write_text("a,b,c\n1,2,3\n")
+    with pytest.raises(UsageError, match="header 'a,b,c'"):
+        prepare_resume(foreign, DATASET_COLUMNS)
+    assert foreign.read_text() == "a,b,c\n1,2,3\n"  # refused, not rewritten
+    cut_header = tmp_path / "cut.csv"
+    cut_header.write_text("config,family,batch")
+    assert prepare_resume(cut_header, DATASET_COLUMNS) == ([], "config,family,batch")
+    assert cut_header.read_text() == ""
+    with pytest.raises(UsageError, match="is a folder"):
+        prepare_resume(tmp_path, DATASET_COLUMNS)
+
+
+def test_a_malformed_provenance_file_is_refused_before_measuring(tmp_path) -> None:
+    out = tmp_path / "cpu.csv"
+    provenance_path(out).write_text("{not json")
+    settings = CollectSettings(device="cpu", timing=QUICK, threads=1, command="test", git_commit="abc1234")
+    t0 = time.monotonic()
+    with pytest.raises(UsageError, match="meta.json"):
+        collect([_tiny_plan()], out, settings)
+    assert not out.exists() and time.monotonic() - t0 < 5  # nothing measured
+    proc = _run(DATASET_SCRIPT, "measure", "--out", str(out), "--device", "cpu", "--families", "mlp",
+                "--batch-sizes", "8", "--max-gmacs", "0.0005")
+    assert proc.returncode == 2 and "provenance" in proc.stderr and "Traceback" not in proc.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--every", "0"], "--every"),
+    (["--every", "-1"], "--every"),
+    (["--batch-sizes=-4,0"], "--batch-sizes"),
+    (["--batch-sizes", "abc"], "--batch-sizes"),
+    (["--min-time", "-1"], "--min-time"),
+    (["--device", "nosuch"], "--device"),
+    (["--families", "nosuch", "--dry-run"], "unknown zoo family"),
+])
+def test_collect_dataset_refuses_bad_arguments_in_one_line(tmp_path, args, message) -> None:
+    proc = _run(DATASET_SCRIPT, "measure", "--out", str(tmp_path / "m.csv"), *args)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "m.csv").exists()
+
+
+def test_collect_dataset_refuses_an_output_that_cannot_be_a_file(tmp_path) -> None:
+    (tmp_path / "afile").write_text("x")
+    for out, message in ((tmp_path, "is a folder"), (tmp_path / "afile" / "m.csv", "is a file")):
+        proc = _run(DATASET_SCRIPT, "measure", "--out", str(out), "--families", "mlp", "--dry-run")
+        assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--jobs", "-1"], "--jobs"),
+    (["--jobs", "0"], "--jobs"),
+    (["--window", "-1"], "--window"),
+    (["--sample-jobs", "-3"], "--sample-jobs"),
+    (["--partners", "-2"], "--partners"),
+])
+def test_collect_colocation_refuses_bad_arguments_in_one_line(tmp_path, args, message) -> None:
+    proc = _run(COLOCATION_SCRIPT, "--out", str(tmp_path / "c.csv"), "--dry-run", *args)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_collect_colocation_refuses_a_dataset_it_cannot_read(tmp_path) -> None:
+    binary = tmp_path / "bin.csv"
+    binary.write_bytes(b"\x00\xff\xfe\x89PNG")
+    text_number = tmp_path / "text.csv"
+    rows = read_dataset(REPO / "datasets" / "cpu_xeon_2vcpu.csv")
+    first_ok = next(i for i, r in enumerate(rows) if r["status"] == "ok")
+    rows[first_ok]["iter_time_s"] = "abc"
+    with open(text_number, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    for dataset, message in ((binary, "not a readable CSV"), (text_number, "iter_time_s is 'abc'")):
+        proc = _run(COLOCATION_SCRIPT, "--out", str(tmp_path / "c.csv"), "--from-dataset", str(dataset),
+                    "--sample-jobs", "3", "--dry-run")
+        assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_colocation_row_counts_as_done_only_with_its_numbers() -> None:
+    cc = _colocation()
+    full = dict.fromkeys(cc.COLUMNS, "")
+    full.update(job="a", partner="b", status="ok", window_s="0.2", **dict.fromkeys(cc.DONE_NUMBERS[:-1], "1.5"))
+    cut = {"job": "a", "job_batch": "32", "partner": "c", "partner_batch": "32", "status": "ok", "error": ""}
+    nan = dict(full, partner="d", job_slowdown="nan")
+    assert cc.done_pairs([full, cut, nan]) == {("a", "b")}
+
+
+def test_colocation_resume_measures_a_cut_row_again_on_cpu(tmp_path) -> None:
+    cc = _colocation()
+    out = tmp_path / "pairs.csv"
+    out.write_text(",".join(cc.COLUMNS) + "\r\nmlp-small-b32,32,mlp-small-b32,32,ok,,")
+    proc = _run(COLOCATION_SCRIPT, "--out", str(out), "--device", "cpu", "--jobs", "1", "--window", "0.2")
+    assert proc.returncode == 0, proc.stderr
+    with open(out, newline="") as f:
+        (row,) = list(csv.DictReader(f))
+    assert row["status"] == "ok" and float(row["job_slowdown"]) >= 0 and row["measured_at"]
+    meta = json.loads(provenance_path(out).read_text())
+    assert meta["columns"] == cc.COLUMNS  # the co-location columns, not the dataset's
+    assert meta["runs"][-1]["dropped_partial_row"] == "mlp-small-b32,32,mlp-small-b32,32,ok,,"
+
+
+def test_ctrl_c_keeps_the_rows_records_the_run_and_exits_130(tmp_path) -> None:
+    out = tmp_path / "cpu.csv"
+    proc = subprocess.Popen(
+        [sys.executable, str(DATASET_SCRIPT), "measure", "--out", str(out), "--device", "cpu", "--threads", "1",
+         "--families", "mlp", "--max-gmacs", "0.0005", "--batch-sizes", "8,16", "--min-time", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        # a test run in the background may inherit SIGINT ignored; the script must see it as a user would
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(read_dataset(out) if out.exists() else []) < 1:
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "rows written to" in err and "resume" in err
+    rows = read_dataset(out)
+    assert rows and all(None not in r and r["status"] == "ok" for r in rows)
+    run = json.loads(provenance_path(out).read_text())["runs"][-1]
+    assert run["interrupted"] is True and run["rows_written"] == len(rows)
