@@ -228,3 +228,36 @@ def test_ctrl_c_keeps_the_rows_records_the_run_and_exits_130(tmp_path) -> None:
     assert rows and all(None not in r and r["status"] == "ok" for r in rows)
     run = json.loads(provenance_path(out).read_text())["runs"][-1]
     assert run["interrupted"] is True and run["rows_written"] == len(rows)
+
+
+def test_prepare_resume_never_cuts_measured_rows(tmp_path) -> None:
+    """Review findings: an unclosed quote in an older file swallows the rows after it into one 'short' record
+    (cutting it lost 50 rows); a whole last row without its line end was deleted; a trailing blank line was
+    recorded as a dropped row; a byte-order mark was refused."""
+    plan = _tiny_plan()
+    ok = {k: str(v if v is not None else "") for k, v in _fake_ok_row(plan, 8).items()}
+    line = ",".join(ok[c] for c in DATASET_COLUMNS)
+    header = ",".join(DATASET_COLUMNS)
+
+    older = tmp_path / "older.csv"
+    older.write_text(header + "\r\n" + line + "\r\n" + 'mlp-x,mlp,16,train,cpu,,error,"cut mid-quote\r\n'
+                     + "".join(line + "\r\n" for _ in range(50)))
+    before = older.read_bytes()
+    with pytest.raises(UsageError, match="do not parse as rows"):
+        prepare_resume(older, DATASET_COLUMNS)
+    assert older.read_bytes() == before
+
+    whole = tmp_path / "whole.csv"
+    whole.write_text(header + "\r\n" + line + "\r\n" + line)  # the last row complete, its line end missing
+    rows, dropped = prepare_resume(whole, DATASET_COLUMNS)
+    assert len(rows) == 2 and dropped is None and whole.read_bytes().endswith((line + "\r\n").encode())
+
+    blank = tmp_path / "blank.csv"
+    blank.write_text(header + "\r\n" + line + "\r\n\r\n")
+    assert prepare_resume(blank, DATASET_COLUMNS) == ([ok], None)
+
+    bom = tmp_path / "bom.csv"
+    bom.write_bytes(b"\xef\xbb\xbf" + (header + "\r\n" + line + "\r\n" + line[:30]).encode())
+    rows, dropped = prepare_resume(bom, DATASET_COLUMNS)
+    assert rows == [ok] and dropped == line[:30]
+    assert bom.read_bytes() == b"\xef\xbb\xbf" + (header + "\r\n" + line + "\r\n").encode()

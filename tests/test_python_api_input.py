@@ -242,3 +242,14 @@ def test_run_simulation_checks_out_dir_before_simulating(tmp_path):
     f.write_text("x")
     with pytest.raises(UsageError, match="is a file"):
         run_simulation("synergy:n=3", "1x8", out_dir=f)
+
+
+def test_the_guard_check_lets_python_m_package_through(tmp_path):
+    """multiprocessing never imports a package's __main__ again, so `python -m pkg` needs no guard."""
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "__main__.py").write_text("from perfpredict.profile.main_guard import check_main_guard\n"
+                                     "check_main_guard()\nprint('not refused')\n")
+    proc = subprocess.run([sys.executable, "-m", "mypkg"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0 and "not refused" in proc.stdout, proc.stderr[-2000:]

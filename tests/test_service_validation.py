@@ -188,3 +188,10 @@ def test_an_unknown_feature_key_is_named_with_the_field_it_probably_meant(client
     # keys a card's features section carries (fvcore counts, the source) are not news
     quiet = _post(client, {"fvcore_macs_per_sample": 1e6, "source": "analytic", "family": "mlp"})
     assert quiet.status_code == 200 and not any("unknown" in n for n in quiet.json()["prediction"]["notes"])
+
+
+def test_an_unknown_key_is_echoed_bounded(client):
+    r = _post(client, {"k" * 100_000: 1})
+    assert r.status_code == 200
+    note = next(n for n in r.json()["prediction"]["notes"] if n.startswith("unknown feature key"))
+    assert len(note) < 200 and note.endswith("...")

@@ -130,3 +130,17 @@ def test_the_predictor_never_loads_a_set_still_being_written(tmp_path):
     shutil.copytree(REPO / "trained_models" / SMALL, tmp_path / f".{SMALL}.training")
     meta = json.loads((tmp_path / SMALL / "metadata.json").read_text())
     assert list(Predictor.load(tmp_path).sets) == [SMALL] and meta["dataset"] == SMALL
+
+
+def test_a_swap_cut_between_its_renames_gets_the_previous_set_back(tmp_path):
+    """Killed between moving the old set aside and moving the new one in: the next train restores it first."""
+    from perfpredict.estimators.train import train_dataset
+
+    path = _copy_set(tmp_path / "ds")
+    shutil.copytree(REPO / "trained_models" / SMALL, tmp_path / "models" / f".{SMALL}.replaced")
+    before = _digest(tmp_path / "models" / f".{SMALL}.replaced")
+    path.with_name(f"{SMALL}.meta.json").write_text("[]")  # this train fails while loading the dataset
+    with pytest.raises(PerfPredictError, match="sidecar"):
+        train_dataset(path, tmp_path / "models", evaluate=False)
+    assert sorted(p.name for p in (tmp_path / "models").iterdir()) == [SMALL]
+    assert _digest(tmp_path / "models" / SMALL) == before

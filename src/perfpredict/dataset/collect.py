@@ -307,8 +307,9 @@ def prepare_resume(path: str | Path, columns: list[str]) -> tuple[list[dict[str,
         data = p.read_bytes()
     except OSError as e:
         raise UsageError(f"cannot read {p}: {e.strerror or e}", step="resuming") from None
+    bom = 3 if data.startswith(b"\xef\xbb\xbf") else 0  # an editor's byte-order mark: kept, not counted
     try:
-        text = data.decode("utf-8")
+        text = data[bom:].decode("utf-8")
         if "\x00" in text:
             raise ValueError("it contains NUL bytes")
         records = _csv_records(text)
@@ -318,27 +319,38 @@ def prepare_resume(path: str | Path, columns: list[str]) -> tuple[list[dict[str,
     expected = ",".join(columns)
     if not text.strip():
         if text:
-            _truncate(p, 0)  # only blank lines: start the file again
+            _truncate(p, bom)  # only blank lines: start the file again
         return [], None
     complete_tail = text.endswith(("\n", "\r"))
     header = records[0][1]
     if header != columns:
         if len(records) == 1 and not complete_tail and expected.startswith(text):
             # only a cut-short header: nothing was measured, start the file again
-            _truncate(p, 0)
+            _truncate(p, bom)
             return [], text
         got = ",".join(header)
         raise UsageError(f"{p} has the header {got[:120]!r}, not the {len(columns)} columns this collection writes "
                          f"({', '.join(columns[:3])}, ...); give another --out, or move it away to start afresh",
                          step="resuming")
+    while len(records) > 1 and not records[-1][1]:
+        records = records[:-1]  # blank lines at the end are no rows (readers skip them too)
     dropped = None
-    if len(records) > 1 and (not complete_tail or len(records[-1][1]) < len(columns)):
+    if len(records) > 1 and len(records[-1][1]) < len(columns):
         end = records[-2][0]
-        dropped = text[end:]
-        _truncate(p, len(text[:end].encode("utf-8")))
+        tail = text[end:]
+        if tail.rstrip("\r\n").count("\n") > 0:
+            # more than one physical line does not parse: an open quote swallowed the rows after it (a run of an
+            # older version appended to a cut-short row). Cutting would lose measured rows: the user decides.
+            line = text[:end].count("\n") + 1
+            raise UsageError(f"{p}: from line {line} on, {tail.count(chr(10))} lines do not parse as rows (an "
+                             f"unclosed quote?); fix or move the file before resuming, nothing was changed",
+                             step="resuming")
+        dropped = tail
+        _truncate(p, bom + len(text[:end].encode("utf-8")))
         records = records[:-1]
-    elif len(records) == 1 and not complete_tail:
-        # a complete header without its line end: add it so the first row starts on its own line
+    elif not complete_tail:
+        # a complete last record (the header, or a whole row) without its line end: add it, so the next row
+        # starts on a line of its own
         with open(p, "a", newline="") as f:
             f.write("\r\n")
     rows = [dict(zip(columns, rec)) for _, rec in records[1:] if len(rec) == len(columns)]

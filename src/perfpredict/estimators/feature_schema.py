@@ -103,8 +103,9 @@ def unknown_keys_note(keys: Iterable[str]) -> str | None:
         return None
     named = []
     for k in unknown[:6]:
-        close = difflib.get_close_matches(k, fields, n=1, cutoff=0.75)
-        named.append(f"{k!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        close = difflib.get_close_matches(k[:100], fields, n=1, cutoff=0.75)
+        shown = repr(k[:40]) + ("..." if len(k) > 40 else "")  # a client's key is echoed, so bounded
+        named.append(shown + (f" (did you mean {close[0]!r}?)" if close else ""))
     more = f" and {len(unknown) - 6} more" if len(unknown) > 6 else ""
     return f"unknown feature key(s) ignored: {', '.join(named)}{more}"
 

@@ -87,9 +87,13 @@ def train_dataset(dataset_csv: str | Path, out_root: str | Path, *, kinds: tuple
     The set is written into a staging folder beside it and swapped in only once complete: a run that fails or
     is interrupted leaves the previous set as it was (a half-replaced set mixed new boosters with old metadata
     and predicted 150x off without a word)."""
+    name = Path(dataset_csv).stem  # the set's name (TrainingData.name), known before the file is read
+    final = Path(out_root) / name
+    out = Path(out_root) / f".{name}.training"
+    old = Path(out_root) / f".{name}.replaced"
+    if old.is_dir() and not final.exists():
+        old.rename(final)  # a swap cut between its two renames: the previous set comes back first
     data = load_training_data(dataset_csv)
-    final = Path(out_root) / data.name
-    out = Path(out_root) / f".{data.name}.training"
     try:
         if out.exists():
             shutil.rmtree(out)
@@ -102,11 +106,16 @@ def train_dataset(dataset_csv: str | Path, out_root: str | Path, *, kinds: tuple
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)
         raise
-    old = Path(out_root) / f".{data.name}.replaced"
     shutil.rmtree(old, ignore_errors=True)
     if final.exists():
         final.rename(old)
-    out.rename(final)
+    try:
+        out.rename(final)
+    except BaseException:
+        if old.exists() and not final.exists():
+            old.rename(final)
+        shutil.rmtree(out, ignore_errors=True)
+        raise
     shutil.rmtree(old, ignore_errors=True)
     return TrainedSet(data.name, final, meta, [final / f.name for f in files])
 

@@ -49,6 +49,9 @@ def check_main_guard(api: str = "perfpredict.profile()") -> None:
     path = getattr(main, "__file__", None)
     if main is None or not path or not str(path).endswith(".py"):
         return
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and str(getattr(spec, "name", "")).endswith("__main__"):
+        return  # `python -m pkg`: multiprocessing does not import a package's __main__ again (its own rule)
     frame = _main_module_frame(sys._getframe(1), vars(main))
     if frame is None:
         return

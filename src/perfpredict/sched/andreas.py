@@ -345,7 +345,8 @@ def randomized_greedy(p: AndreasProblem, max_it: int = MAX_IT, rng: np.random.Ge
     if J == 0:
         e = np.zeros(0, dtype=np.int64)
         return RGResult(e, e, 0.0, 0.0, 0, 0, time.perf_counter() - t0, time.process_time() - c0)
-    if isinstance(max_it, bool) or not isinstance(max_it, (int, np.integer)) or max_it < 1:
+    if isinstance(max_it, bool) or not isinstance(max_it, (int, float, np.integer)) or not 1 <= max_it < 2**31 \
+            or max_it != int(max_it):
         raise ValueError(f"MaxIt_RG must be a whole number >= 1, got {max_it!r}")
     It = int(max_it)
     t, pi = p.t, p.pi
