@@ -144,3 +144,20 @@ def test_a_swap_cut_between_its_renames_gets_the_previous_set_back(tmp_path):
         train_dataset(path, tmp_path / "models", evaluate=False)
     assert sorted(p.name for p in (tmp_path / "models").iterdir()) == [SMALL]
     assert _digest(tmp_path / "models" / SMALL) == before
+
+
+def test_a_cuda_set_without_nvml_columns_trains_time_and_memory_and_says_what_it_skipped(tmp_path):
+    """MIG or a container without NVML: no utilisation and no NVML memory. The set used to fail as a whole."""
+    from perfpredict import Predictor
+    from perfpredict.estimators.train import train_dataset
+
+    path = _copy_set(tmp_path / "ds", "cuda_h100")
+    _edit_rows(path, lambda h, rows: [r.__setitem__(h.index(c), "") for r in rows
+                                      for c in ("gpu_utilization", "nvml_process_bytes")])
+    ts = train_dataset(path, tmp_path / "models", evaluate=False)
+    assert set(ts.metadata["skipped_targets"]) == {"gpu_utilization", "device_memory"}
+    assert set(ts.metadata["targets"]) == {"iter_time", "peak_memory"}
+    assert "Not trained: **gpu_utilization**" in (ts.out_dir / "report.md").read_text()
+    card = Predictor.load(tmp_path / "models").predict("zoo:mlp", batch_size=8, device_type="cuda_h100")
+    pt = card.prediction.points[0]
+    assert pt.iter_time_s > 0 and pt.gpu_utilization is None and pt.device_memory_bytes is None

@@ -75,6 +75,9 @@ def _booster_of(model):
     return model
 
 
+#: targets every model set has (the Predictor's card needs them); the NVML ones are skipped when not measured
+REQUIRED_TARGETS = ("iter_time", "peak_memory")
+
 #: families the grouped cross-validation needs: one held out, and the interval calibration's nested
 #: leave-one-family-out holds out a second from the rest
 MIN_CV_FAMILIES = 3
@@ -135,8 +138,14 @@ def _train_into(data: TrainingData, dataset_csv: str | Path, out: Path, *, kinds
     for spec in targets_for(data.device_kind, data.mode).values():
         keep = valid_rows(data, spec)
         if not keep.any():
-            raise PerfPredictError(f"no usable rows for target {spec.name}: column {spec.column} is missing, empty "
-                                   f"or never a positive number", source=str(dataset_csv), step="train")
+            why = f"column {spec.column} is missing, empty or never a positive number"
+            if spec.name not in REQUIRED_TARGETS:
+                # e.g. NVML unavailable (MIG, a container without it): the set still predicts time and memory
+                meta.setdefault("skipped_targets", {})[spec.name] = why
+                say(f"{data.name}/{spec.name}: skipped ({why})")
+                continue
+            raise PerfPredictError(f"no usable rows for target {spec.name}: {why}", source=str(dataset_csv),
+                                   step="train")
         fams = sorted(set(data.families[keep].tolist()))
         if evaluate and len(fams) < MIN_CV_FAMILIES:
             raise PerfPredictError(f"target {spec.name}: cross-validation by family needs at least "
@@ -298,6 +307,8 @@ def render_report(meta: dict[str, Any]) -> str:
              "Leave-one-family-out CV: each prediction comes from a model that never saw that family. Random "
              "5-fold CV (same families in training) for contrast. GPU-utilisation RMSLE is on percent "
              "(Horus' scale); the fraction-scale RMSLE is beside it.", ""]
+    for name, why in meta.get("skipped_targets", {}).items():
+        lines += [f"Not trained: **{name}** ({why}); predicted cards of this set leave it out.", ""]
     for name, t in meta["targets"].items():
         ev = t.get("evaluation")
         lines += [f"## {name} ({t['unit']})", ""]
