@@ -104,6 +104,8 @@ def _measure(args: argparse.Namespace) -> int:
     from perfpredict.profile.device import resolve_device
     from perfpredict.profile.timing import TimingConfig
 
+    # the device first: no GPU for --device cuda is said before the plan is built and printed
+    device = None if args.dry_run else resolve_device(args.device)
     plans = plan_sweep(args.families, batch_sizes=args.batch_sizes, max_gmacs=args.max_gmacs,
                        max_sample_gmacs_per_iter=args.max_gflop_iter / 6 if args.max_gflop_iter else None,
                        max_param_bytes=args.max_param_mb * 2**20 if args.max_param_mb else None)
@@ -114,7 +116,6 @@ def _measure(args: argparse.Namespace) -> int:
         for p in plans:
             print(f"{p.config}\t{p.gmacs_per_sample:.3f} GMACs/sample\tbatch sizes {list(p.batch_sizes)}")
         return 0
-    device = resolve_device(args.device)
     timing = CUDA_DATASET_TIMING if device.startswith("cuda") else TimingConfig()
     if args.min_time is not None:
         timing = TimingConfig(**{**timing.as_dict(), "min_time_s": args.min_time})
