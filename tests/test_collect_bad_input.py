@@ -261,3 +261,24 @@ def test_prepare_resume_never_cuts_measured_rows(tmp_path) -> None:
     rows, dropped = prepare_resume(bom, DATASET_COLUMNS)
     assert rows == [ok] and dropped == line[:30]
     assert bom.read_bytes() == b"\xef\xbb\xbf" + (header + "\r\n" + line + "\r\n").encode()
+
+
+def test_the_features_table_resumes_past_a_cut_row_and_refuses_a_binary_file(tmp_path) -> None:
+    """The features step appends too: an export interrupted mid-row is removed and exported again."""
+    from perfpredict.dataset.features_table import build_features_table, read_features_table
+
+    plans = plan_sweep(["mlp"], max_gmacs=0.0005)[:2]
+    out = tmp_path / "features.csv"
+    assert build_features_table([("mlp", plans[0].cfg)], out, isolate=False) == 1
+    first = out.read_bytes()
+    out.write_bytes(first + first.splitlines()[-1][:50])  # a second row cut by an interrupted write
+    assert build_features_table([("mlp", p.cfg) for p in plans], out, isolate=False) == 1
+    rows = read_features_table(out)
+    assert set(rows) == {p.config for p in plans} and all(not r["error"] for r in rows.values())
+    assert out.read_bytes().startswith(first)
+    binary = tmp_path / "binary.csv"
+    binary.write_bytes(bytes(range(256)))
+    with pytest.raises(UsageError, match="not a features table|not a CSV text file"):
+        read_features_table(binary)
+    with pytest.raises(UsageError, match="not a CSV text file"):
+        build_features_table([("mlp", plans[0].cfg)], binary, isolate=False)

@@ -125,11 +125,17 @@ def _error_row(family: str, cfg: Mapping[str, Any], error: str, seconds: float) 
 
 def read_features_table(path: str | Path) -> dict[str, dict[str, str]]:
     """``config`` → row (strings, as stored) of an existing features table; empty if there is none."""
+    from perfpredict.errors import UsageError
+
     p = Path(path)
     if not p.exists():
         return {}
-    with open(p, newline="") as f:
-        return {row["config"]: row for row in csv.DictReader(f)}
+    try:
+        with open(p, newline="", encoding="utf-8-sig") as f:
+            return {row["config"]: row for row in csv.DictReader(f)}
+    except (UnicodeDecodeError, csv.Error, KeyError) as e:
+        raise UsageError(f"{p} is not a features table ({type(e).__name__}: {e}); give another path, or move it "
+                         f"away to start afresh", step="reading the features table") from None
 
 
 def build_features_table(configs: Iterable[tuple[str, Mapping[str, Any]]], path: str | Path,
@@ -144,10 +150,14 @@ def build_features_table(configs: Iterable[tuple[str, Mapping[str, Any]]], path:
     """
     from perfpredict.workload.zoo import get_family
 
+    from perfpredict.dataset.collect import prepare_resume
+
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    done = read_features_table(p)
-    new_file = not p.exists()
+    # the dataset's resume rules: a binary or foreign file refused, a row cut by an interrupted export removed
+    rows, _ = prepare_resume(p, list(FEATURE_TABLE_COLUMNS))
+    done = {r["config"]: r for r in rows}
+    new_file = not p.exists() or p.stat().st_size == 0
     added = 0
     with open(p, "a", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FEATURE_TABLE_COLUMNS)
