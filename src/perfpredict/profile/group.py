@@ -15,13 +15,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from perfpredict.profile.group_request import GroupMember, GroupTiming
-from perfpredict.profile.runner import _ctx
+from perfpredict.profile.runner import _ctx, interrupts_deferred, parent_gone_quietly
 
 
 def _group_entry(member: GroupMember, timing: GroupTiming, barrier, conn) -> None:
     from perfpredict.profile.group_worker import run_member
 
-    run_member(member, timing, barrier, conn)
+    with parent_gone_quietly():
+        run_member(member, timing, barrier, conn)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -40,10 +41,11 @@ def run_group(members: Sequence[GroupMember], timing: GroupTiming, timeout_s: fl
             recv, send = ctx.Pipe(duplex=False)
             p = ctx.Process(target=_group_entry, args=(m, timing, barrier, send), daemon=True,
                             name=f"perfpredict-{m.label or 'member'}")
-            p.start()
+            with interrupts_deferred():  # the member is tracked (and so killed on Ctrl-C) before SIGINT lands
+                p.start()
+                procs.append(p)
+                pipes.append(recv)
             send.close()
-            procs.append(p)
-            pipes.append(recv)
         results: list[dict[str, Any] | None] = [None] * len(members)
         deadline = time.monotonic() + timeout_s
         pending = set(range(len(members)))

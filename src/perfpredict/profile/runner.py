@@ -8,8 +8,10 @@ servers are unavailable (Windows), ``spawn`` is used.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import signal
+import threading
 import time
 from typing import Any
 
@@ -36,7 +38,33 @@ def _entry(req: PointRequest, conn) -> None:
     where the fork server has preloaded it, so the parent process never pays for importing it."""
     from perfpredict.profile.worker import run_point
 
-    run_point(req, conn)
+    with parent_gone_quietly():
+        run_point(req, conn)
+
+
+@contextlib.contextmanager
+def parent_gone_quietly():
+    """In a measuring process: a parent that has gone away (Ctrl-C, a kill) cannot be answered, so the pipe's
+    BrokenPipeError ends the process quietly instead of printing a traceback into the user's terminal."""
+    try:
+        yield
+    except (BrokenPipeError, ConnectionResetError, EOFError):
+        pass
+
+
+@contextlib.contextmanager
+def interrupts_deferred():
+    """Hold SIGINT back while a measuring process starts: a Ctrl-C in the middle of ``Process.start()`` left a
+    child the parent did not know about, which measured on and then printed a BrokenPipeError traceback."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    warm_up()  # not under the mask: a fork server started here would pass SIGINT blocked on to every child
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)  # a Ctrl-C held back is delivered here
 
 
 def warm_up() -> None:
@@ -61,7 +89,8 @@ def run_in_subprocess(req: PointRequest, timeout_s: float) -> dict[str, Any]:
 def _pipeline_entry(req, conn) -> None:
     from perfpredict.profile.pipeline_worker import run_pipeline
 
-    run_pipeline(req, conn)
+    with parent_gone_quietly():
+        run_pipeline(req, conn)
 
 
 def run_pipeline_in_subprocess(req, timeout_s: float) -> dict[str, Any]:
@@ -76,7 +105,8 @@ def run_entry(entry, req, timeout_s: float, tags: dict[str, Any], daemon: bool =
     recv, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=entry, args=(req, send), name="perfpredict-measure", daemon=daemon)
     try:
-        proc.start()
+        with interrupts_deferred():
+            proc.start()
         send.close()
         deadline = time.monotonic() + timeout_s
         result = None
