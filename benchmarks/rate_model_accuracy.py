@@ -27,7 +27,7 @@ from perfpredict.errors import PerfPredictError, UsageError
 from perfpredict.fit.rate import LINEAR, QUADRATIC, fit_rate_model
 from perfpredict.profile import ProfileSettings, TimingConfig, profile_workload
 from perfpredict.profile.device import resolve_device
-from perfpredict.script_args import describe, nonneg_float, out_file
+from perfpredict.script_args import describe, measure_keeping_partial, nonneg_float, out_file
 from perfpredict.workload.zoo import families, load_zoo_workload
 
 
@@ -104,18 +104,11 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = []
     t0 = time.perf_counter()
-    interrupted = False
-    try:
+    def measure_all() -> None:
         for fam in names:
             _measure(fam, args, rows)
-    except KeyboardInterrupt:  # Ctrl-C: keep (print and save) the families measured so far
-        print("interrupted: results so far", file=sys.stderr)
-        interrupted = True
-    if not rows:
-        if interrupted:
-            raise KeyboardInterrupt
-        print("nothing measured", file=sys.stderr)
-        return 1
+
+    interrupted = measure_keeping_partial(measure_all, rows)  # Ctrl-C: the families measured so far are kept
     summary = {}
     print()
     print(f"{'':14s}{'selected':>10s}{'quadratic':>11s}{'linear':>9s}{'remeasured':>12s}   target")

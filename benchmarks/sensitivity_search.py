@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     from perfpredict.workload.spec import WorkloadRef
 
-    from perfpredict.script_args import describe, out_file, positive_float, positive_int
+    from perfpredict.script_args import describe, measure_keeping_partial, out_file, positive_float, positive_int
     from perfpredict.workload.zoo import families
 
     ap = argparse.ArgumentParser(description=describe(__doc__))
@@ -74,8 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {len(cores)} usable CPUs; cpu_values = {cpu_values}; threshold {args.threshold:.0%}; "
           f"window {args.window:g} s per probe\n")
     rows = []
-    interrupted = False
-    try:
+
+    def measure_all() -> None:
         for fam in args.models:
             ref = WorkloadRef("zoo", fam)
 
@@ -108,14 +108,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{'':12s} live search probed {row['probes']} in {t_live:.0f} s (exhaustive {t_ex:.0f} s)\n")
             except RuntimeError as e:  # this model failed: report it, keep the others' measurements
                 print(f"{fam}: skipped: {e}\n", file=sys.stderr)
-    except KeyboardInterrupt:  # Ctrl-C: keep (print and save) the models measured so far
-        print("interrupted: results so far", file=sys.stderr)
-        interrupted = True
-    if not rows:
-        if interrupted:
-            raise KeyboardInterrupt
-        print("nothing measured", file=sys.stderr)
-        return 1
+
+    interrupted = measure_keeping_partial(measure_all, rows)  # Ctrl-C: the models measured so far are kept
 
     print(f"{'model':12s} {'probes ratio':>12s} {'worst err (live)':>17s} {'(replayed)':>11s} "
           f"{'re-measure noise':>17s}")

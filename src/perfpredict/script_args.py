@@ -12,13 +12,13 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from pathlib import Path
 
 from perfpredict.errors import PerfPredictError
 
 __all__ = ["float_list", "int_list", "nonneg_float", "nonneg_int", "out_dir", "out_file", "positive_float",
-           "positive_int", "run_script", "seed_list", "describe"]
+           "positive_int", "run_script", "seed_list", "describe", "measure_keeping_partial"]
 
 
 def _number(text: str, kind: type, low: float, strict: bool, what: str) -> float:
@@ -82,6 +82,25 @@ def out_file(text: str) -> Path:
     if not p.parent.exists() and str(p.parent) not in ("", "."):
         raise argparse.ArgumentTypeError(f"{text}: the folder {p.parent} does not exist")
     return p
+
+
+def measure_keeping_partial(loop: Callable[[], None], rows: Sized) -> bool:
+    """Run a benchmark's measuring ``loop`` (it appends to ``rows``); Ctrl-C ends it early with a line saying the
+    results so far follow. Returns whether it was interrupted: the caller reports and saves what it has, then
+    raises KeyboardInterrupt (exit 130 through :func:`run_script`). With nothing measured: exit 130 at once
+    after a Ctrl-C, else "nothing measured" and exit 1."""
+    interrupted = False
+    try:
+        loop()
+    except KeyboardInterrupt:
+        print("interrupted: results so far", file=sys.stderr)
+        interrupted = True
+    if not rows:
+        if interrupted:
+            raise KeyboardInterrupt
+        print("nothing measured", file=sys.stderr)
+        raise SystemExit(1)
+    return interrupted
 
 
 def run_script(main: Callable[[], int | None]) -> None:
