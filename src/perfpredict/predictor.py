@@ -41,13 +41,19 @@ _ARCH_COLUMNS = [i for i, n in enumerate(FEATURE_NAMES)
                                   "share_", "ops_")) and n != "ops_onednn"]
 
 
+def model_set_dirs(root: Path) -> list[Path]:
+    """The model sets under ``root``: its folders holding a ``metadata.json``. A dot-folder is a set `perfpredict
+    train` is still writing (or one a crash left), never a model set."""
+    return sorted(p.parent for p in root.glob("*/metadata.json") if not p.parent.name.startswith("."))
+
+
 def default_models_dir() -> Path:
     """``$PERFPREDICT_MODELS``, else ``./trained_models``, else the repository's ``trained_models/``."""
     env = os.environ.get("PERFPREDICT_MODELS")
     if env:
         return Path(env)
     here = Path("trained_models")
-    if (here / "").is_dir() and any(not p.parent.name.startswith(".") for p in here.glob("*/metadata.json")):
+    if (here / "").is_dir() and model_set_dirs(here):
         return here
     return Path(__file__).resolve().parents[2] / "trained_models"
 
@@ -274,8 +280,7 @@ class Predictor:
         """The model sets under ``path`` (default: :func:`default_models_dir`). ``compile_trees=False`` keeps
         XGBoost's own predictor instead of the numpy one (same leaves; for comparison and debugging)."""
         root = Path(path) if path else default_models_dir()
-        # a dot-folder is a set `perfpredict train` is still writing (or one a crash left): never a model set
-        dirs = sorted(p.parent for p in root.glob("*/metadata.json") if not p.parent.name.startswith("."))
+        dirs = model_set_dirs(root)
         if not dirs:
             raise PerfPredictError("no trained models here (run `perfpredict train`)", source=str(root),
                                    step="load models")
