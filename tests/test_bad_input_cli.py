@@ -122,7 +122,7 @@ def test_predict_checks_its_arguments_and_names_the_flag(run_cli, write_model, t
     _one_error_line(run_cli("predict", "zoo:mlp", "--device-type", ""), "--device-type is empty")
     _one_error_line(run_cli("predict", "MODEL.ONNX"), "no ONNX file")
     (tmp_path / "d").mkdir()
-    _one_error_line(run_cli("predict", "zoo:mlp", "--out", "d"), "is a directory")
+    _one_error_line(run_cli("predict", "zoo:mlp", "--out", "d"), "is a folder")
     model = write_model("import torch\n\ndef build_model():\n    raise ValueError('my build failed')\n\n"
                         "def example_inputs(b):\n    return torch.randn(b, 4)\n")
     _one_error_line(run_cli("predict", model), "my build failed")

@@ -35,6 +35,12 @@ def profile_model(target: str, *, params: dict | None = None, batch_sizes=None, 
         raise UsageError(f"target must be a model.py path or 'zoo:<family>', got {target!r}", step="arguments")
     if isinstance(batch_sizes, (int, float)):
         raise UsageError(f"batch_sizes is a list such as [8, 16], got {batch_sizes!r}", step="arguments")
+    if out_dir is not None:  # before measuring: a profile that cannot be saved would be lost
+        from perfpredict.output_paths import output_dir_problem
+
+        problem = output_dir_problem(out_dir)
+        if problem:
+            raise UsageError(f"out_dir: {problem}", step="arguments")
     sizes = parse_batch_sizes(batch_sizes) if batch_sizes is not None else None  # [] is an error, not the default
     s = ProfileSettings(batch_sizes=sizes, mode=mode, device=device, **settings)
     workload = resolve_workload(str(target), params)

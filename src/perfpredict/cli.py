@@ -64,14 +64,11 @@ def _bytes(text: str | None) -> int | None:
 def check_out_dir(out: Path | None) -> None:
     """An output directory that can be used: absent (created later) or a directory, with no file in the way
     above it. Checked before any work starts, so results are never computed only to be lost."""
-    if out is None:
-        return
-    for p in (out, *out.parents):
-        if p.exists():
-            if not p.is_dir():
-                what = f"--out {out}" if p == out else f"--out {out}: {p}"
-                raise UsageError(f"{what} is a file, not a directory", step="arguments")
-            break
+    from perfpredict.output_paths import output_dir_problem
+
+    problem = output_dir_problem(out) if out is not None else None
+    if problem:
+        raise UsageError(f"--out: {problem}", step="arguments")
 
 
 def check_experiment(no_mlflow: bool, experiment: str) -> None:

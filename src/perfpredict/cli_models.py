@@ -94,7 +94,7 @@ def predict(
     debug: Annotated[bool, typer.Option("--debug", help="show tracebacks")] = False,  # noqa: ARG001
 ) -> None:
     """Predict a card for a job nobody has profiled (from the estimators in trained_models/)."""
-    from perfpredict.cli import check_out_dir
+    from perfpredict.output_paths import output_file_problem
     from perfpredict.workload_args import check_target, parse_batch_sizes, parse_params
 
     # Everything typed is checked before the models load and the model file runs.
@@ -113,9 +113,11 @@ def predict(
         check_target(target, params)
     if out is not None:
         if out.is_dir():
-            raise UsageError(f"--out {out} is a directory; give the card's file name, e.g. {out / 'card.json'}",
+            raise UsageError(f"--out {out} is a folder; give the card's file name, e.g. {out / 'card.json'}",
                              step="arguments")
-        check_out_dir(out.parent)
+        problem = output_file_problem(out)
+        if problem:
+            raise UsageError(f"--out: {problem}", step="arguments")
 
     from perfpredict.predictor import Predictor
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sized
 from pathlib import Path
 
 from perfpredict.errors import PerfPredictError
+from perfpredict.output_paths import output_dir_problem, output_file_problem
 
 __all__ = ["float_list", "int_list", "nonneg_float", "nonneg_int", "out_dir", "out_file", "positive_float",
            "positive_int", "run_script", "seed_list", "describe", "measure_keeping_partial"]
@@ -67,21 +68,19 @@ float_list = _list(positive_float)
 
 
 def out_dir(text: str) -> Path:
-    """An output folder: refused up front when it is an existing file (found only at the end before)."""
-    p = Path(text)
-    if p.exists() and not p.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a file, not a folder")
-    return p
+    """An output folder: refused up front when it, or a folder above it, is a file (found only at the end before)."""
+    problem = output_dir_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return Path(text)
 
 
 def out_file(text: str) -> Path:
     """An output file (``--json``): refused up front when it is a folder or its folder does not exist."""
-    p = Path(text)
-    if p.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a folder; give a file name")
-    if not p.parent.exists() and str(p.parent) not in ("", "."):
-        raise argparse.ArgumentTypeError(f"{text}: the folder {p.parent} does not exist")
-    return p
+    problem = output_file_problem(text, parent_must_exist=True)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return Path(text)
 
 
 def measure_keeping_partial(loop: Callable[[], None], rows: Sized) -> bool:

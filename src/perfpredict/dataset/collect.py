@@ -263,15 +263,12 @@ def read_dataset(path: str | Path) -> list[dict[str, str]]:
 
 def check_output_path(path: str | Path) -> Path:
     """``path`` as a CSV to write: refused when it is a folder or one of its parent folders is a file."""
-    p = Path(path)
-    if p.is_dir():
-        raise UsageError(f"{p} is a folder; give a .csv file name", step="output")
-    for parent in p.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise UsageError(f"cannot create {p}: {parent} is a file, not a folder", step="output")
-            break
-    return p
+    from perfpredict.output_paths import output_file_problem
+
+    problem = output_file_problem(path)
+    if problem:
+        raise UsageError(problem, step="output")
+    return Path(path)
 
 
 def _csv_records(text: str) -> list[tuple[int, list[str]]]:

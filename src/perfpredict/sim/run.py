@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from perfpredict.errors import UsageError
+from perfpredict.output_paths import output_dir_problem
 from perfpredict.sched.base import UnsupportedInput
 from perfpredict.sched.cluster import ClusterSpec
 from perfpredict.sched.job import Job
@@ -294,8 +295,9 @@ def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterS
             raise UsageError(f"steady window {a}:{b} holds no jobs: the trace has {len(jobs)}", step="arguments")
     if out_dir is not None:  # before simulating: a run that cannot be written would be lost
         od = Path(out_dir)
-        if od.exists() and not od.is_dir():
-            raise UsageError(f"out_dir {od} is a file, not a directory", step="arguments")
+        problem = output_dir_problem(od)
+        if problem:
+            raise UsageError(f"out_dir: {problem}", step="arguments")
         try:
             od.mkdir(parents=True, exist_ok=True)
         except OSError as e:

@@ -1,0 +1,49 @@
+"""Checks that an output path can be written, made before any work starts.
+
+A profile, a simulation or a benchmark can run for minutes; finding only at the end that ``--out`` names a file
+(or a path under one) loses the run. Every command and script checks its output path with these functions up
+front, and words the problem the same way. Each caller raises its own error type (UsageError, argparse's
+ArgumentTypeError) with the message returned here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def blocking_file(path: str | Path) -> Path | None:
+    """The file that stops ``path`` from being used or created as a folder: ``path`` itself, or its nearest
+    existing parent, when that is not a folder. ``None`` when nothing is in the way."""
+    p = Path(path)
+    for q in (p, *p.parents):
+        if q.exists():
+            return None if q.is_dir() else q
+    return None
+
+
+def output_dir_problem(path: str | Path) -> str | None:
+    """Why ``path`` cannot be an output folder (it, or a folder above it, is a file), or ``None``."""
+    p = Path(path)
+    bad = blocking_file(p)
+    if bad is None:
+        return None
+    if bad == p:
+        return f"{p} is a file, not a folder"
+    return f"cannot create {p}: {bad} is a file, not a folder"
+
+
+def output_file_problem(path: str | Path, *, parent_must_exist: bool = False) -> str | None:
+    """Why ``path`` cannot be an output file (it is a folder, a folder above it is a file, or, with
+    ``parent_must_exist``, its folder does not exist), or ``None``."""
+    p = Path(path)
+    if p.is_dir():
+        return f"{p} is a folder; give a file name"
+    bad = blocking_file(p.parent)
+    if bad is not None:
+        return f"cannot create {p}: {bad} is a file, not a folder"
+    if parent_must_exist and not p.parent.exists():
+        return f"{p}: the folder {p.parent} does not exist"
+    return None
+
+
+__all__ = ["blocking_file", "output_dir_problem", "output_file_problem"]
