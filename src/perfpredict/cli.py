@@ -421,7 +421,7 @@ def simulate(
     experiment: Annotated[str, typer.Option(help="MLflow experiment name")] = "perfpredict-simulations",
     debug: Annotated[bool, typer.Option("--debug", help="show tracebacks")] = False,
 ) -> None:
-    """Replay a trace on a simulated cluster under a policy and a mechanism; write jobs.csv, metrics.json, plots."""
+    """Replay a trace on a simulated cluster under a policy and a mechanism; write jobs.csv/.parquet, metrics.json, plots."""
     from perfpredict.sim.run import run_simulation
     from perfpredict.sim.simulator import SimConfig
 
@@ -482,7 +482,7 @@ def simulate(
     out_console.print(f"simulated in {r.wall_s:.2f} s ({len(r.finished) / max(r.wall_s, 1e-9):,.0f} jobs/s), "
                       f"{r.decisions} decisions, {r.decision_time_s:.2f} s deciding; "
                       f"{len(r.unfinished)} unfinished, {len(r.dropped)} dropped", highlight=False)
-    out_console.print(f"records: {out / 'jobs.csv'}  metrics: {out / 'metrics.json'}", highlight=False)
+    out_console.print(f"records: {out / 'jobs.csv'} (and jobs.parquet)  metrics: {out / 'metrics.json'}", highlight=False)
     if not no_mlflow:
         from perfpredict.tracking import log_simulation, tracking_uri
 

@@ -162,7 +162,7 @@ SIMULATION_EXPERIMENT = "perfpredict-simulations"
 
 def log_simulation(run, *, experiment: str = SIMULATION_EXPERIMENT) -> str:
     """Log a :class:`perfpredict.sim.run.SimRun` as one MLflow run: its parameters, every numeric metric, and
-    the output directory (jobs.csv, metrics.json, plots) as artifacts. Returns the run id."""
+    the output directory (jobs.csv, jobs.parquet, metrics.json, plots) as artifacts. Returns the run id."""
     import mlflow
 
     prepare(experiment)

@@ -32,7 +32,6 @@ Spec formats:
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from collections.abc import Callable, Mapping
@@ -48,6 +47,7 @@ from perfpredict.sched.job import Job
 from perfpredict.sched.mechanisms import make_mechanism
 from perfpredict.sched.perf import PerfModel
 from perfpredict.sched.policies import make_policy
+from perfpredict.sim.job_records import job_records, jobs_table, write_jobs_csv, write_jobs_parquet
 from perfpredict.sim.simulator import SimConfig, SimResult, SimulationError, simulate
 
 __all__ = ["SimRun", "load_perf_models", "parse_cluster", "parse_trace", "run_simulation", "write_outputs"]
@@ -267,6 +267,10 @@ class SimRun:
     #: metrics of a seed's own (GENIE: ``"genie"``, :func:`perfpredict.sim.genie_workload.genie_metrics`)
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def jobs_frame(self):
+        """The per-job records (the columns of ``jobs.csv``/``jobs.parquet``) as a pandas DataFrame."""
+        return jobs_table(job_records(self.result)).to_pandas()
+
 
 def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterSpec | Mapping[str, Any], policy: str = "fifo",
                    mechanism: str = "proportional", *, cards: str | Path | dict[str, PerfModel] | None = "paper",
@@ -274,7 +278,8 @@ def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterS
                    out_dir: str | Path | None = None,
                    on_decision: Callable[[float, int, int], None] | None = None,
                    mechanism_kwargs: dict[str, Any] | None = None) -> SimRun:
-    """Parse, simulate, measure, and (with ``out_dir``) write ``jobs.csv``, ``metrics.json`` and plots."""
+    """Parse, simulate, measure, and (with ``out_dir``) write ``jobs.csv``, ``jobs.parquet``, ``metrics.json``
+    and plots."""
     from perfpredict.sim.metrics import metrics_from_result
 
     spec = parse_cluster(cluster)
@@ -354,19 +359,9 @@ def _finite(x: Any) -> Any:
 def write_outputs(run: SimRun, out_dir: str | Path) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "jobs.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["id", "model", "task", "user", "arrival_s", "gpus", "work_s", "first_start_s", "finish_s",
-                    "jct_s", "run_time_s", "queueing_s", "preemptions", "restarts", "mean_cpus", "mean_mem_gb",
-                    "finished"])
-        for js in run.result.states:
-            j = js.job
-            jct = (js.finish - j.arrival) if js.finish is not None else None
-            rt = js.run_time
-            w.writerow([j.id, j.model, j.task, j.user, j.arrival, j.gpus, j.work, js.first_start, js.finish, jct, rt,
-                        (jct - rt) if jct is not None else None, js.preemptions, js.restarts,
-                        js.cpu_seconds / rt if rt else None, js.mem_gb_seconds / rt if rt else None,
-                        js.finish is not None])
+    rows = job_records(run.result)
+    write_jobs_csv(rows, out / "jobs.csv")
+    write_jobs_parquet(rows, out / "jobs.parquet")
     doc = {"params": run.params, "metrics": run.metrics.to_dict(),
            "simulation": {"decisions": run.result.decisions, "decision_time_s": run.result.decision_time_s,
                           "wall_s": run.result.wall_s, "end_time_s": run.result.end_time,
