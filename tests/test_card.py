@@ -418,3 +418,34 @@ def test_card_memory_analytic_matches_formula(card):
     for mp in card.memory:
         b = mp.batch_size
         assert mp.analytic.total == b * A + 2 * PARAM_BYTES + PARAM_BYTES + b * A + OVERHEAD
+
+
+@pytest.mark.parametrize("where, value, loc", [
+    (("throughput", 0, "iter_time_s"), -0.01, "throughput.0.iter_time_s"),
+    (("memory", 1, "peak_bytes"), -4096, "memory.1.peak_bytes"),
+    (("model", "parameters"), -1, "model.parameters"),
+    (("latency", "nu_s"), -2.0, "latency.nu_s"),
+])
+def test_a_negative_time_size_or_count_is_refused_when_read(card, tmp_path, where, value, loc):
+    """`perfpredict show` and the simulator's card loader used to accept these and use them as measurements."""
+    d = _card_dict(card)
+    node = d
+    for k in where[:-1]:
+        node = node[k]
+    node[where[-1]] = value
+    p = tmp_path / "edited.json"
+    p.write_text(json.dumps(d, indent=2))
+    with pytest.raises(PerfPredictError) as ei:
+        PerformanceCard.load(p)
+    s = _assert_one_line_naming(ei.value, p)
+    assert loc in s and "negative" in s
+
+
+def test_numbers_that_may_be_negative_still_load(card, tmp_path):
+    d = _card_dict(card)
+    d["throughput"][0]["startup"]["first_iter_extra_s"] = -0.002  # a first step faster than the steady median
+    d["rate_model"]["r2"] = -0.5  # a fit worse than the mean
+    p = tmp_path / "ok.json"
+    p.write_text(json.dumps(d))
+    loaded = PerformanceCard.load(p)
+    assert loaded.throughput[0].startup.first_iter_extra_s == -0.002 and loaded.rate_model.r2 == -0.5

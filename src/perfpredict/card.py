@@ -516,12 +516,19 @@ class PerformanceCard(_Section):
             # A newer minor version may only add optional fields: drop the ones this reader does not know.
             raw = _drop_unknown_fields(cls, raw)
         try:
-            return cls.model_validate(raw)
+            card = cls.model_validate(raw)
         except ValidationError as e:
             first = e.errors()[0]
             loc = ".".join(str(p) for p in first["loc"])
             raise PerfPredictError(f"invalid card: {loc}: {first['msg']} ({e.error_count()} problem(s))",
                                    source=source, step="read card") from None
+        bad = list(_negative_numbers(card, ""))
+        if bad:
+            where, value = bad[0]
+            raise PerfPredictError(f"invalid card: {where}: {value:g} is negative, and no time, size, count, rate "
+                                   f"or utilisation can be ({len(bad)} problem(s)); the file was edited or damaged",
+                                   source=source, step="read card")
+        return card
 
     def save(self, path: str | Path) -> Path:
         """Write the card to ``path`` atomically (a temporary file beside it, then a rename)."""
@@ -583,6 +590,35 @@ class PerformanceCard(_Section):
     def max_feasible_batch(self) -> int | None:
         ok = [p.batch_size for p in self.throughput if p.ok]
         return max(ok) if ok else None
+
+
+#: fields whose numbers may be below zero: fitted coefficients and residuals, R² (and the estimators' scores,
+#: which include it), a comm penalty observed below the fit, a first iteration faster than the steady median,
+#: and untyped settings
+NEGATIVE_OK = frozenset({"coefficients", "residuals", "r2", "estimator_scores", "gamma", "lambda_", "comm_observed",
+                         "first_iter_extra_s", "fit", "settings", "kernel_nodes"})
+
+
+def _negative_numbers(value: Any, path: str):
+    """(path, number) for each number below zero in a loaded card, outside :data:`NEGATIVE_OK`.
+
+    Checked where a card is read, not where it is built: a hand-edited or damaged card would otherwise be shown
+    and handed to a scheduler with a negative iteration time or memory, which every consumer reads as valid."""
+    if isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            if name not in NEGATIVE_OK:
+                yield from _negative_numbers(getattr(value, name), f"{path}.{name}" if path else name)
+    elif isinstance(value, bool):
+        return
+    elif isinstance(value, (int, float)):
+        if value < 0:
+            yield path, value
+    elif isinstance(value, (list, tuple)):
+        for i, x in enumerate(value):
+            yield from _negative_numbers(x, f"{path}.{i}")
+    elif isinstance(value, dict):
+        for k, x in value.items():
+            yield from _negative_numbers(x, f"{path}.{k}")
 
 
 def _drop_unknown_fields(model: type[BaseModel], data: Any) -> Any:
