@@ -14,7 +14,8 @@ travels with the answer, since it is large on the data there is: read it before 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
@@ -58,7 +59,21 @@ class PairPrediction(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
-def job_on_device(card: PerformanceCard, batch_size: int | None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class SoloJob:
+    """One job's solo numbers on its GPU, read off its card; ``card_device`` is the GPU the card was measured on
+    or predicted for (name, memory bytes), which decides the memory the pair must fit."""
+
+    name: str
+    batch_size: int
+    source: str
+    gpu_utilization: float
+    iter_time_s: float
+    device_memory_bytes: float | None
+    card_device: tuple[str | None, int | None]
+
+
+def job_on_device(card: PerformanceCard, batch_size: int | None) -> SoloJob:
     """The solo numbers of ``card`` at ``batch_size`` (default: its first), predicted or measured."""
     if card.device.kind != "cuda":
         raise UsageError(f"{card.model.name}: a {card.device.kind} card; co-location on a GPU needs a CUDA card "
@@ -72,9 +87,8 @@ def job_on_device(card: PerformanceCard, batch_size: int | None) -> dict[str, An
         p = pts[b]
         if p.gpu_utilization is None:
             raise UsageError(f"{card.model.name}: the card predicts no GPU utilisation", step="colocation")
-        return {"name": card.model.name, "batch_size": b, "source": "predicted", "gpu_utilization": p.gpu_utilization,
-                "iter_time_s": p.iter_time_s, "device_memory_bytes": p.device_memory_safe_bytes,
-                "_device": (card.device.name, card.device.memory_bytes)}
+        return SoloJob(card.model.name, b, "predicted", p.gpu_utilization, p.iter_time_s, p.device_memory_safe_bytes,
+                       (card.device.name, card.device.memory_bytes))
     util = {e.batch_size: e.gpu_utilization for e in (card.energy.points if card.energy else [])
             if e.gpu_utilization is not None}
     times = {t.batch_size: t.iter_time_s for t in card.throughput if t.ok}
@@ -84,24 +98,23 @@ def job_on_device(card: PerformanceCard, batch_size: int | None) -> dict[str, An
         raise UsageError(f"{card.model.name}: no measured point with both an iteration time and a GPU utilisation"
                          f"{'' if b is None else f' at batch {b}'} (measured: {both or 'none'})", step="colocation")
     mem = next((m.nvml_process_bytes for m in card.memory if m.batch_size == b), None)
-    return {"name": card.model.name, "batch_size": b, "source": "measured", "gpu_utilization": util[b],
-            "iter_time_s": times[b], "device_memory_bytes": None if mem is None else float(mem),
-            "_device": (card.device.name, card.device.memory_bytes)}
+    return SoloJob(card.model.name, b, "measured", util[b], times[b], None if mem is None else float(mem),
+                   (card.device.name, card.device.memory_bytes))
 
 
-def predict_pair(ms: ModelSet, a: dict[str, Any], b: dict[str, Any]) -> PairPrediction:
-    """The pair prediction from two :func:`job_on_device` dicts and the model set whose interference model
+def predict_pair(ms: ModelSet, a: SoloJob, b: SoloJob) -> PairPrediction:
+    """The pair prediction from two :func:`job_on_device` jobs and the model set whose interference model
     answers (see the module docstring)."""
     if ms.interference is None:
         raise UsageError(f"model set {ms.name} has no interference model (collect co-location pairs with "
                          "profilers/collect_colocation.py and run `perfpredict train`)", step="colocation")
-    devices = [j.get("_device") or (None, None) for j in (a, b)]
-    a, b = ({k: v for k, v in j.items() if k != "_device"} for j in (a, b))
-    u = float(a["gpu_utilization"]) + float(b["gpu_utilization"])
+    devices = [j.card_device for j in (a, b)]
+    u = float(a.gpu_utilization) + float(b.gpu_utilization)
     t = float(ms.interference.predict(u))
-    jobs = tuple(JobOnDevice(**j, iter_time_colocated_s=float(j["iter_time_s"]) * (1.0 + t)) for j in (a, b))
+    jobs = tuple(JobOnDevice(**{k: v for k, v in asdict(j).items() if k != "card_device"},
+                             iter_time_colocated_s=float(j.iter_time_s) * (1.0 + t)) for j in (a, b))
     lojo = ms.interference_holdout or {}
-    mems = [j["device_memory_bytes"] for j in (a, b)]
+    mems = [j.device_memory_bytes for j in (a, b)]
     total = None if any(m is None for m in mems) else float(sum(mems))
     # The GPU the cards were measured on or predicted for; the model set's own only when they do not say.
     caps = [m for _, m in devices if m]
