@@ -282,3 +282,31 @@ def test_the_features_table_resumes_past_a_cut_row_and_refuses_a_binary_file(tmp
         read_features_table(binary)
     with pytest.raises(UsageError, match="not a CSV text file"):
         build_features_table([("mlp", plans[0].cfg)], binary, isolate=False)
+
+
+def test_a_ctrl_c_while_a_run_is_being_recorded_still_records_it_whole(tmp_path):
+    """The first Ctrl-C ends the sweep and its run is recorded; a second one during that write used to leave
+    the .meta.json cut short (every earlier run's provenance lost) or the run unrecorded."""
+    import os
+
+    from perfpredict.dataset.collect import _append_provenance, provenance_path
+
+    data = tmp_path / "d.csv"
+    data.write_text("arch\n")
+    _append_provenance(data, {"run": 1})
+
+    class CtrlCWhileWritten:
+        def __str__(self) -> str:  # json.dumps(default=str) calls this while the record is being written
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            return "written"
+
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)  # a shell may have started us ignoring it
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _append_provenance(data, {"run": 2, "marker": CtrlCWhileWritten()})
+    finally:
+        signal.signal(signal.SIGINT, old)
+    runs = json.loads(provenance_path(data).read_text())["runs"]
+    assert [r["run"] for r in runs] == [1, 2] and runs[1]["marker"] == "written"
+    assert not list(tmp_path.glob("*.tmp"))

@@ -521,8 +521,15 @@ def _append_provenance(dataset_csv: Path, run_meta: dict[str, Any], columns: lis
     meta = check_provenance(dataset_csv) or {"dataset": dataset_csv.name,
                                              "columns": list(columns or DATASET_COLUMNS), "runs": []}
     meta["runs"].append(run_meta)
+    from perfpredict.profile.runner import sigint_blocked
+
+    # Written beside and renamed, with Ctrl-C held back: a second Ctrl-C while the first one's run is being
+    # recorded used to leave a truncated file, which lost the provenance of every earlier run too.
+    tmp = path.with_name(path.name + ".tmp")
     try:
-        path.write_text(json.dumps(meta, indent=2, default=str) + "\n", encoding="utf-8")
+        with sigint_blocked():
+            tmp.write_text(json.dumps(meta, indent=2, default=str) + "\n", encoding="utf-8")
+            tmp.replace(path)
     except OSError as e:
         raise UsageError(f"cannot write {path}: {e.strerror or e}", step="provenance") from None
 

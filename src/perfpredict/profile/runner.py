@@ -53,18 +53,36 @@ def parent_gone_quietly():
 
 
 @contextlib.contextmanager
-def interrupts_deferred():
-    """Hold SIGINT back while a measuring process starts: a Ctrl-C in the middle of ``Process.start()`` left a
-    child the parent did not know about, which measured on and then printed a BrokenPipeError traceback."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+def sigint_blocked():
+    """Hold a Ctrl-C back for a step that must not be cut in half; one that came meanwhile is raised at the end.
+
+    The Python-level handler is swapped for one that only records the signal. (Masking SIGINT in this thread
+    is not enough: the kernel then delivers it to another thread, a library's worker, and Python still raises
+    KeyboardInterrupt here.) Outside the main thread, where Python handles no signals, it does nothing."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    warm_up()  # not under the mask: a fork server started here would pass SIGINT blocked on to every child
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    came: list[int] = []
+    old = signal.signal(signal.SIGINT, lambda signum, frame: came.append(signum))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)  # a Ctrl-C held back is delivered here
+        signal.signal(signal.SIGINT, old)
+        if came and old is not signal.SIG_IGN:
+            if callable(old) and old is not signal.default_int_handler:
+                old(signal.SIGINT, None)
+            else:
+                raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def interrupts_deferred():
+    """Hold SIGINT back while a measuring process starts: a Ctrl-C in the middle of ``Process.start()`` left a
+    child the parent did not know about, which measured on and then printed a BrokenPipeError traceback."""
+    if threading.current_thread() is threading.main_thread():
+        warm_up()  # not under the mask: a fork server started here would pass SIGINT blocked on to every child
+    with sigint_blocked():
+        yield
 
 
 def warm_up() -> None:
