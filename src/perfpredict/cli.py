@@ -403,6 +403,30 @@ def profile(
         raise outcome.error
 
 
+def sim_settings(mode: str, round_s: float, restart_overhead: float, max_time: float | None,
+                 steady: str | None):
+    """The simulator flags shared by ``simulate`` and ``compare``, checked: a SimConfig and the steady window."""
+    from perfpredict.sim.simulator import SimConfig
+
+    if mode not in ("auto", "round", "event"):
+        raise UsageError(f"--mode must be auto, round or event, not {mode!r}", step="arguments")
+    if not (math.isfinite(round_s) and round_s > 0) or not (math.isfinite(restart_overhead) and restart_overhead >= 0):
+        raise UsageError("need --round > 0 and --restart-overhead >= 0 (finite seconds)", step="arguments")
+    if max_time is not None and not (math.isfinite(max_time) and max_time > 0):
+        raise UsageError(f"--max-time must be a positive number of seconds, got {max_time}", step="arguments")
+    window = None
+    if steady:
+        try:
+            a, b = (int(x) for x in steady.split(":"))
+        except ValueError:
+            raise UsageError(f"--steady {steady!r}: expected FIRST:LAST job indices, e.g. 1000:6000",
+                             step="arguments") from None
+        if not 0 <= a < b:
+            raise UsageError(f"--steady {steady!r}: need 0 <= FIRST < LAST", step="arguments")
+        window = (a, b)
+    return SimConfig(mode=mode, round_s=round_s, restart_overhead_s=restart_overhead, max_time_s=max_time), window
+
+
 @app.command()
 def simulate(
     cluster: Annotated[str, typer.Option(help="cluster JSON file, or SERVERSxGPUS[:cpus=24,mem=500,gpu_mem=32], or andreas:nodes=N,case=1|2, or armida, or genie[:nodes=4,gpus=4], or horus-testbed | horus-scale | horus:nodes=3,gpus=4,gpu_mem=80")] = "16x8",
@@ -423,27 +447,10 @@ def simulate(
 ) -> None:
     """Replay a trace on a simulated cluster under a policy and a mechanism; write jobs.csv/.parquet, metrics.json, plots."""
     from perfpredict.sim.run import run_simulation
-    from perfpredict.sim.simulator import SimConfig
 
-    if mode not in ("auto", "round", "event"):
-        raise UsageError(f"--mode must be auto, round or event, not {mode!r}", step="arguments")
     check_experiment(no_mlflow, experiment)
-    if not (math.isfinite(round_s) and round_s > 0) or not (math.isfinite(restart_overhead) and restart_overhead >= 0):
-        raise UsageError("need --round > 0 and --restart-overhead >= 0 (finite seconds)", step="arguments")
-    if max_time is not None and not (math.isfinite(max_time) and max_time > 0):
-        raise UsageError(f"--max-time must be a positive number of seconds, got {max_time}", step="arguments")
-    window = None
-    if steady:
-        try:
-            a, b = (int(x) for x in steady.split(":"))
-        except ValueError:
-            raise UsageError(f"--steady {steady!r}: expected FIRST:LAST job indices, e.g. 1000:6000",
-                             step="arguments") from None
-        if not 0 <= a < b:
-            raise UsageError(f"--steady {steady!r}: need 0 <= FIRST < LAST", step="arguments")
-        window = (a, b)
+    cfg, window = sim_settings(mode, round_s, restart_overhead, max_time, steady)
     check_out_dir(out)
-    cfg = SimConfig(mode=mode, round_s=round_s, restart_overhead_s=restart_overhead, max_time_s=max_time)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err_console, transient=True) as progress:
         task = progress.add_task(f"simulating {policy} + {mechanism}", total=None)
@@ -573,6 +580,7 @@ def version() -> None:
 
 
 def main() -> None:
+    import perfpredict.cli_compare  # noqa: F401 - registers compare on `app`
     import perfpredict.cli_models  # noqa: F401 - registers train / predict / serve on `app`
 
     # --debug works with any command: taken out here, so commands without the option do not reject it.

@@ -160,6 +160,42 @@ def _log_extended(mlflow, card: PerformanceCard) -> None:
 SIMULATION_EXPERIMENT = "perfpredict-simulations"
 
 
+def log_comparison(cmp, out_dir: str | Path, *, trace: str, cluster: str,
+                   experiment: str = SIMULATION_EXPERIMENT) -> str:
+    """Log a :class:`perfpredict.sim.compare.Comparison` as one MLflow run: what was compared, each scheduler's
+    mean and paired change against the baseline per metric (``<scheduler>/<metric>`` and
+    ``<scheduler>/<metric>.vs_baseline``), and the summary files as artifacts (the per-run records stay on disk:
+    with many seeds of a large trace they would dwarf the store). Returns the run id."""
+    import re
+
+    import mlflow
+
+    prepare(experiment)
+    out = Path(out_dir)
+
+    def key(text: str) -> str:  # MLflow keys allow letters, digits, _ - . space / and :
+        return re.sub(r"[^\w.\- /:]", "_", text)
+
+    with mlflow.start_run(run_name=f"compare {len(cmp.schedulers)} schedulers@{cluster}") as active:
+        mlflow.set_tags({"perfpredict.kind": "comparison", "perfpredict.baseline": cmp.baseline.label,
+                         "perfpredict.interrupted": str(cmp.interrupted).lower()})
+        mlflow.log_params({"trace": str(trace)[:500], "cluster": str(cluster)[:500],
+                           "seeds": ",".join(map(str, cmp.seeds))[:500],
+                           "schedulers": ";".join(s.label for s in cmp.schedulers)[:500],
+                           "metrics": ",".join(cmp.metrics)[:500], "failed_runs": len(cmp.failed())})
+        metrics = {}
+        for r in cmp.summary():
+            if r["mean"] is not None and math.isfinite(r["mean"]):
+                metrics[key(f"{r['scheduler']}/{r['metric']}")] = float(r["mean"])
+            if r["vs_baseline"] is not None:
+                metrics[key(f"{r['scheduler']}/{r['metric']}.vs_baseline")] = float(r["vs_baseline"])
+        mlflow.log_metrics(metrics)
+        for name in ("runs.csv", "summary.csv", "summary.json", "compare.png"):
+            if (out / name).is_file():
+                mlflow.log_artifact(str(out / name))
+        return active.info.run_id
+
+
 def log_simulation(run, *, experiment: str = SIMULATION_EXPERIMENT) -> str:
     """Log a :class:`perfpredict.sim.run.SimRun` as one MLflow run: its parameters, every numeric metric, and
     the output directory (jobs.csv, jobs.parquet, metrics.json, plots) as artifacts. Returns the run id."""

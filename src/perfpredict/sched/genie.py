@@ -304,8 +304,8 @@ class TaskView:
     def of(cls, js: JobState, platform: Platform, theta: float = THETA) -> TaskView:
         m = js.perf
         if not isinstance(m, GeniePerfModel):
-            raise ValueError(f"job {js.id}: GENIE schedulers need a GENIE task model (genie/<type>/<mode>/b<batch>), "
-                             f"got {m.name!r}")
+            raise UnsupportedInput(f"job {js.id}: GENIE schedulers need a GENIE task model "
+                                   f"(genie/<type>/<mode>/b<batch>, as a genie:... trace gives), got {m.name!r}")
         places = platform.placements()
         pr = np.array([m.pr(s) for s in places])
         # a global batch splits into local batches of at least one sample

@@ -1,0 +1,131 @@
+"""``perfpredict compare``: several schedulers on the same trace and cluster, paired over seeds (registered on
+the main app)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from perfpredict.cli import app, check_experiment, check_out_dir, err_console, out_console, sim_settings
+from perfpredict.errors import UsageError
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"--seeds {text!r}: expected whole numbers, e.g. 0,1,2", step="arguments") from None
+    if not seeds or any(k < 0 for k in seeds):
+        raise UsageError(f"--seeds {text!r}: give one or more seeds >= 0, e.g. 0,1,2", step="arguments")
+    return seeds
+
+
+def _cell(metric: str, value: float | None) -> str:
+    if value is None or not math.isfinite(value):
+        return "–"
+    if metric.endswith("_s"):
+        return f"{value / 3600:,.2f} h"
+    if metric.endswith("util") or metric == "genie.qos_guarantee":
+        return f"{value:.1%}"
+    return f"{value:,.4g}"
+
+
+@app.command()
+def compare(
+    mechanism: Annotated[list[str], typer.Option("--mechanism", "-m", help="a mechanism as `simulate` takes it "
+                                                 "(options after a colon); repeat for each one to compare")],
+    policy: Annotated[list[str] | None, typer.Option("--policy", "-p", help="a policy; repeat to compare "
+                                                     "several (every policy runs with every mechanism)")] = None,
+    cluster: Annotated[str, typer.Option(help="as for `simulate`")] = "16x8",
+    trace: Annotated[str, typer.Option(help="as for `simulate`; a generated trace is drawn once per seed")] =
+        "synergy:n=1000,load=9",
+    seeds: Annotated[str, typer.Option(help="comma-separated seeds: one trace per seed, replayed by every "
+                                            "scheduler")] = "0,1,2",
+    metric: Annotated[list[str] | None, typer.Option("--metric", help="a metric to compare (repeatable; default "
+                                                     "avg_jct_s, p99_jct_s, makespan_s, avg_queue_delay_s, "
+                                                     "gpu_util)")] = None,
+    cards: Annotated[str, typer.Option(help="as for `simulate`")] = "paper",
+    mode: Annotated[str, typer.Option(help="auto | round | event")] = "auto",
+    round_s: Annotated[float, typer.Option("--round", help="round length in seconds (round mode)")] = 300.0,
+    restart_overhead: Annotated[float, typer.Option(help="seconds without progress when a job resumes or moves")] = 0.0,
+    steady: Annotated[str | None, typer.Option(help="steady-state window of job indices for JCT, e.g. 1000:6000")] = None,
+    max_time: Annotated[float | None, typer.Option(help="stop each run at this simulated time (s)")] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="output directory")] = Path("perfpredict-compare"),
+    no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="do not log to MLflow")] = False,
+    experiment: Annotated[str, typer.Option(help="MLflow experiment name")] = "perfpredict-simulations",
+    debug: Annotated[bool, typer.Option("--debug", help="show tracebacks")] = False,  # noqa: ARG001
+) -> None:
+    """Compare schedulers on one trace and cluster: each one's mean ± sd over seeds and its paired change
+    against the first (the baseline); write runs.csv, summary.csv/.json, compare.png and every run's records.
+
+    Every scheduler replays the same trace for a seed, so each change is computed per seed and then averaged
+    (± its standard error): differences smaller than the spread between traces still show."""
+    from perfpredict.sim.compare import DEFAULT_METRICS, check_metrics, compare as run_compare, parse_schedulers
+    from perfpredict.sim.compare import seed_independent
+
+    check_experiment(no_mlflow, experiment)
+    cfg, window = sim_settings(mode, round_s, restart_overhead, max_time, steady)
+    seed_list = _seeds(seeds)
+    schedulers = parse_schedulers(policy or ["fifo"], mechanism)
+    metrics = check_metrics(metric or DEFAULT_METRICS)
+    check_out_dir(out)
+    if len(seed_list) > 1 and seed_independent(trace):
+        err_console.print(f"[yellow]note[/]: {trace} does not change with the seed (a file, or seed= in the spec): "
+                          f"the {len(seed_list)} seeds replay the same trace, so ± shows only what randomised "
+                          "schedulers vary", highlight=False)
+    if len(schedulers) < 2:
+        err_console.print("[yellow]note[/]: one scheduler: nothing to compare it with (give -m twice)")
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err_console, transient=True) as progress:
+        task = progress.add_task("comparing", total=len(seed_list) * len(schedulers))
+
+        def done(row, n, total) -> None:
+            progress.update(task, completed=n, description=f"{row['scheduler']} seed {row['seed']}: {row['status']}")
+
+        cmp = run_compare(trace, cluster, schedulers, seed_list, metrics=metrics, cards=cards, config=cfg,
+                          steady=window, out_dir=out, on_run=done)
+    summary = cmp.summary()
+    table = Table(title=f"{len(schedulers)} schedulers on {trace} / {cluster}, {len(seed_list)} seed(s); "
+                        f"change vs {cmp.baseline.label}, paired by seed (± standard error)", title_style="bold")
+    table.add_column("scheduler")
+    for m in metrics:
+        table.add_column(m, justify="right")
+    for s in schedulers:
+        cells = []
+        for m in metrics:
+            r = next(x for x in summary if x["scheduler"] == s.label and x["metric"] == m)
+            text = _cell(m, r["mean"])
+            if r["sd"] is not None:
+                text += f" ± {_cell(m, r['sd'])}"
+            if r["vs_baseline"] is not None:
+                se = f" ± {r['vs_baseline_se']:.1%}" if r["vs_baseline_se"] is not None else ""
+                colour = "green" if r["better"] else "red"
+                text += f"\n[{colour}]{r['vs_baseline']:+.1%}{se}[/]"
+            cells.append(text)
+        table.add_row(s.label, *cells)
+    out_console.print(table)
+    failed = cmp.failed()
+    for r in failed:
+        err_console.print(f"[red]{r['status']}[/]: {r['scheduler']} seed {r['seed']}: {r['error']}", highlight=False,
+                          soft_wrap=True)
+    out_console.print(f"runs: {out / 'runs.csv'}  summary: {out / 'summary.csv'}  plot: {out / 'compare.png'}",
+                      highlight=False)
+    if not no_mlflow and cmp.runs:
+        from perfpredict.tracking import log_comparison, tracking_uri
+
+        try:
+            run_id = log_comparison(cmp, out, trace=trace, cluster=cluster, experiment=experiment)
+            out_console.print(f"mlflow: run {run_id} in {tracking_uri()} (experiment {experiment!r})", highlight=False)
+        except Exception as e:  # noqa: BLE001 - tracking failure must not lose the results (already on disk)
+            err_console.print(f"[yellow]warning[/]: MLflow logging failed ({type(e).__name__}: {e}); "
+                              f"results are in {out}")
+    if cmp.interrupted:
+        err_console.print(f"[yellow]interrupted[/]: {len(cmp.runs)} run(s) finished and written to {out}")
+        raise typer.Exit(130)
+    if failed:
+        raise typer.Exit(1)

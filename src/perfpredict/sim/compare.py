@@ -1,0 +1,302 @@
+"""Compare schedulers on one trace and cluster: every (policy, mechanism) on the same jobs, over several seeds.
+
+This is the question a scheduler researcher asks first: is mine better than the baselines, by how much, and is
+the difference larger than the spread between traces? Each seed generates one trace (synthetic specs take the
+seed; see :func:`perfpredict.sim.run.parse_trace`), and every scheduler replays that same trace, so the
+comparison is *paired*: a scheduler's change against the baseline is computed per seed and then averaged, which
+removes the trace-to-trace variance that dominates unpaired means (Horus' makespan varies by 20-40 min between
+traces; the difference between two schedulers on one trace varies far less).
+
+Rows are written to ``runs.csv`` as each run ends, so a Ctrl-C or a failing scheduler loses nothing already
+simulated; a scheduler that cannot run this trace (a GENIE mechanism on a Synergy trace) is recorded as failed
+and the others go on.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perfpredict.errors import UsageError
+
+#: metrics compared by default (all are "lower is better" except the utilisations and GENIE's QoS guarantee)
+DEFAULT_METRICS = ("avg_jct_s", "p99_jct_s", "makespan_s", "avg_queue_delay_s", "gpu_util")
+#: metrics where a larger value is better; every other compared metric is better smaller
+HIGHER_IS_BETTER = frozenset({"n_finished", "n_measured", "gpu_util", "cpu_util", "mem_util", "volume_util", "busy_gpu_util",
+                              "genie.qos_guarantee"})
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    policy: str
+    mechanism: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.policy}+{self.mechanism}"
+
+
+@dataclass
+class Comparison:
+    """The runs (one dict per scheduler and seed) and, per scheduler, each metric's mean, standard deviation
+    and paired change against the baseline (the first scheduler)."""
+
+    schedulers: list[Scheduler]
+    seeds: list[int]
+    metrics: list[str]
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    interrupted: bool = False
+
+    @property
+    def baseline(self) -> Scheduler:
+        return self.schedulers[0]
+
+    def failed(self) -> list[dict[str, Any]]:
+        return [r for r in self.runs if r["status"] != "ok"]
+
+    def summary(self) -> list[dict[str, Any]]:
+        """Per scheduler and metric: ``mean``, ``sd`` (over seeds), ``n`` and ``vs_baseline`` (the mean over
+        seeds of value / baseline's value on the same seed, minus 1; None for the baseline itself or without a
+        paired seed) with its standard error ``vs_baseline_se``."""
+        ok = {(r["scheduler"], r["seed"]): r for r in self.runs if r["status"] == "ok"}
+        out = []
+        for s in self.schedulers:
+            for m in self.metrics:
+                vals = [ok[(s.label, k)][m] for k in self.seeds if (s.label, k) in ok and _num(ok[(s.label, k)].get(m))]
+                changes = []
+                if s != self.baseline:
+                    for k in self.seeds:
+                        a, b = ok.get((s.label, k)), ok.get((self.baseline.label, k))
+                        if a and b and _num(a.get(m)) and _num(b.get(m)) and b[m] != 0:
+                            changes.append(a[m] / b[m] - 1.0)
+                out.append({
+                    "scheduler": s.label, "policy": s.policy, "mechanism": s.mechanism, "metric": m,
+                    "n": len(vals), "mean": statistics.fmean(vals) if vals else None,
+                    "sd": statistics.stdev(vals) if len(vals) > 1 else None,
+                    "vs_baseline": statistics.fmean(changes) if changes else None,
+                    "vs_baseline_se": (statistics.stdev(changes) / math.sqrt(len(changes))) if len(changes) > 1 else None,
+                    "paired_seeds": len(changes),
+                    "better": None if not changes else _better(m, statistics.fmean(changes)),
+                })
+        return out
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _better(metric: str, change: float) -> bool:
+    return change > 0 if metric in HIGHER_IS_BETTER else change < 0
+
+
+def folder_name(label: str) -> str:
+    """A scheduler label as a folder name (mechanism options bring ':', ',' and '=')."""
+    return re.sub(r"[^A-Za-z0-9_.+-]+", "_", label).strip("_") or "scheduler"
+
+
+def parse_schedulers(policies: Sequence[str], mechanisms: Sequence[str]) -> list[Scheduler]:
+    """Every policy with every mechanism, in the order given (the first is the baseline); names are checked
+    here, before any simulation."""
+    from perfpredict.sched.mechanisms import make_mechanism
+    from perfpredict.sched.policies import make_policy
+
+    if not policies or not mechanisms:
+        raise UsageError("name at least one policy and one mechanism", step="arguments")
+    for p in policies:
+        try:
+            make_policy(p)
+        except ValueError as e:
+            raise UsageError(str(e), step="arguments") from None
+    for m in mechanisms:
+        try:
+            make_mechanism(m)
+        except ValueError as e:
+            raise UsageError(str(e), step="arguments") from None
+    out = [Scheduler(p.strip(), m.strip()) for p in policies for m in mechanisms]
+    seen = set()
+    for s in out:
+        if s.label in seen:
+            raise UsageError(f"{s.label} is named twice", step="arguments")
+        seen.add(s.label)
+    return out
+
+
+#: GENIE's own metrics (§7.1), present when the trace's jobs are GENIE tasks
+GENIE_METRICS = ("genie.qos_guarantee", "genie.makespan_s", "genie.avg_norm_latency", "genie.avg_norm_response")
+
+
+def known_metrics() -> list[str]:
+    """The numeric metrics a run reports (:class:`perfpredict.sim.metrics.SimMetrics`) and GENIE's."""
+    import dataclasses
+
+    from perfpredict.sim.metrics import SimMetrics
+
+    return [f.name for f in dataclasses.fields(SimMetrics) if f.type in ("int", "float", int, float)] + list(GENIE_METRICS)
+
+
+def check_metrics(metrics: Sequence[str]) -> list[str]:
+    """``metrics`` without repeats, each one a metric runs report (else a usage error naming the close ones)."""
+    import difflib
+
+    known = known_metrics()
+    out = []
+    for m in metrics:
+        m = m.strip()
+        if m not in known:
+            near = difflib.get_close_matches(m, known, n=3)
+            hint = f" (did you mean {', '.join(near)}?)" if near else f"; known: {', '.join(known)}"
+            raise UsageError(f"unknown metric {m!r}{hint}", step="arguments")
+        if m not in out:
+            out.append(m)
+    if not out:
+        raise UsageError("name at least one metric", step="arguments")
+    return out
+
+
+def seed_independent(trace: str | Path) -> bool:
+    """Whether ``trace`` is the same whatever the seed: a file, or a spec that fixes ``seed=``."""
+    text = str(trace)
+    if ":" not in text and "=" not in text:
+        return Path(text).is_file() or text == "andreas-table5"
+    return bool(re.search(r"(^|[:,])seed=", text))
+
+
+def _row(s: Scheduler, seed: int, run: Any, metrics: Sequence[str]) -> dict[str, Any]:
+    m = run.metrics.to_dict()
+    for name, values in run.extra.items():  # e.g. genie.qos_guarantee
+        if isinstance(values, dict):
+            m.update({f"{name}.{k}": v for k, v in values.items() if _num(v)})
+    row: dict[str, Any] = {"scheduler": s.label, "policy": s.policy, "mechanism": s.mechanism, "seed": seed,
+                           "status": "ok" if not run.result.stall else "stalled", "error": run.result.stall or "",
+                           "jobs": run.params["jobs"], "n_finished": m.get("n_finished"),
+                           "sim_wall_s": run.result.wall_s, "decision_time_s": run.result.decision_time_s}
+    for k in metrics:
+        v = m.get(k)
+        row[k] = float(v) if _num(v) else None
+    return row
+
+
+def _failed_row(s: Scheduler, seed: int, status: str, error: str, metrics: Sequence[str]) -> dict[str, Any]:
+    return {"scheduler": s.label, "policy": s.policy, "mechanism": s.mechanism, "seed": seed, "status": status,
+            "error": error, **{k: None for k in metrics}}
+
+
+def compare(trace: str | Path, cluster: Any, schedulers: Sequence[Scheduler], seeds: Sequence[int], *,
+            metrics: Sequence[str] = DEFAULT_METRICS, cards: Any = "paper", config: Any = None,
+            steady: tuple[int, int] | None = None, out_dir: str | Path | None = None,
+            on_run: Callable[[dict[str, Any], int, int], None] | None = None,
+            on_decision: Callable[[float, int, int], None] | None = None) -> Comparison:
+    """Simulate every scheduler on the trace of every seed (see the module docstring).
+
+    With ``out_dir``: each run's outputs in ``runs/<scheduler>/seed<k>/`` (as ``perfpredict simulate`` writes
+    them), ``runs.csv`` row by row, and at the end ``summary.csv``, ``summary.json`` and ``compare.png``.
+    ``on_run(row, done, total)`` is called after each run. Ctrl-C stops after what has been simulated:
+    the comparison so far is returned with ``interrupted`` set (and written)."""
+    from perfpredict.sim.run import run_simulation
+
+    seeds = list(dict.fromkeys(int(k) for k in seeds))
+    if not seeds:
+        raise UsageError("give at least one seed", step="arguments")
+    schedulers = list(schedulers)
+    if not schedulers:
+        raise UsageError("give at least one scheduler", step="arguments")
+    metrics = check_metrics(metrics)
+    cmp = Comparison(schedulers=schedulers, seeds=seeds, metrics=metrics)
+    out = Path(out_dir) if out_dir is not None else None
+    columns = ["scheduler", "policy", "mechanism", "seed", "status", "error", "jobs", "n_finished", *metrics,
+               "sim_wall_s", "decision_time_s"]
+    sink = None
+    if out is not None:
+        from perfpredict.output_paths import output_dir_problem
+
+        problem = output_dir_problem(out)
+        if problem:
+            raise UsageError(f"out_dir: {problem}", step="arguments")
+    total = len(seeds) * len(schedulers)
+    try:
+        for seed in seeds:
+            for s in schedulers:
+                run_dir = out / "runs" / folder_name(s.label) / f"seed{seed}" if out is not None else None
+                try:
+                    run = run_simulation(trace, cluster, s.policy, s.mechanism, cards=cards, config=config,
+                                         seed=seed, steady=steady, out_dir=run_dir, on_decision=on_decision)
+                    row = _row(s, seed, run, metrics)
+                except UsageError as e:
+                    if e.step in ("arguments", "trace", "cluster", "cards") and not cmp.runs:
+                        raise  # the trace, cluster or cards are wrong for everyone: one error, nothing run
+                    row = _failed_row(s, seed, "failed", e.message, metrics)
+                except Exception as e:  # noqa: BLE001 - a bug in one scheduler must not lose the others' runs
+                    row = _failed_row(s, seed, "error", f"internal error: {type(e).__name__}: {e}", metrics)
+                cmp.runs.append(row)
+                if out is not None:
+                    if sink is None:  # created with the first row: a trace that fails at once leaves nothing
+                        out.mkdir(parents=True, exist_ok=True)
+                        sink = open(out / "runs.csv", "w", newline="", encoding="utf-8")  # noqa: SIM115
+                        writer = csv.DictWriter(sink, fieldnames=columns, extrasaction="ignore")
+                        writer.writeheader()
+                    writer.writerow(row)
+                    sink.flush()
+                if on_run is not None:
+                    on_run(row, len(cmp.runs), total)
+    except KeyboardInterrupt:
+        cmp.interrupted = True
+    finally:
+        if sink is not None:
+            sink.close()
+    if out is not None and cmp.runs:
+        write_summary(cmp, out)
+    return cmp
+
+
+def write_summary(cmp: Comparison, out: Path) -> list[Path]:
+    """``summary.csv``, ``summary.json`` and ``compare.png`` in ``out``."""
+    rows = cmp.summary()
+    made = [out / "summary.csv", out / "summary.json"]
+    with open(made[0], "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    doc = {"baseline": cmp.baseline.label, "seeds": cmp.seeds, "metrics": cmp.metrics,
+           "schedulers": [s.label for s in cmp.schedulers], "interrupted": cmp.interrupted,
+           "failed": [{"scheduler": r["scheduler"], "seed": r["seed"], "status": r["status"], "error": r["error"]}
+                      for r in cmp.failed()],
+           "summary": rows}
+    made[1].write_text(json.dumps(doc, indent=2, allow_nan=False, default=float))
+    made.append(plot_comparison(cmp, rows, out / "compare.png"))
+    return made
+
+
+def plot_comparison(cmp: Comparison, rows: list[dict[str, Any]], path: Path) -> Path:
+    """One panel per metric: each scheduler's mean over seeds with its standard deviation."""
+    from perfpredict.sim.plots import plt
+
+    n = len(cmp.metrics)
+    fig, axes = plt.subplots(1, n, figsize=(max(3.0 * n, 4.5), 3.4 + 0.12 * len(cmp.schedulers)), squeeze=False)
+    labels = [s.label for s in cmp.schedulers]
+    for ax, m in zip(axes[0], cmp.metrics):
+        by = {r["scheduler"]: r for r in rows if r["metric"] == m}
+        scale, unit = (1 / 3600, " (h)") if m.endswith("_s") else (1.0, "")
+        means = [(by[x]["mean"] or 0.0) * scale for x in labels]
+        sds = [(by[x]["sd"] or 0.0) * scale for x in labels]
+        ax.bar(range(len(labels)), means, yerr=sds, capsize=3,
+               color=["#999999"] + ["#4c72b0"] * (len(labels) - 1))
+        ax.set_xticks(range(len(labels)))
+        ax.set_xticklabels(labels, rotation=35, ha="right", fontsize=7)
+        ax.set_title(m + unit, fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(f"mean ± sd over {len(cmp.seeds)} seed(s); grey: the baseline", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+__all__ = ["DEFAULT_METRICS", "GENIE_METRICS", "HIGHER_IS_BETTER", "Comparison", "Scheduler", "check_metrics",
+           "compare", "known_metrics", "parse_schedulers", "seed_independent", "write_summary"]

@@ -1,0 +1,132 @@
+"""`perfpredict compare` / perfpredict.sim.compare: several schedulers on the same traces, paired by seed."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from perfpredict.errors import UsageError
+from perfpredict.sim.compare import Scheduler, compare, parse_schedulers
+
+TRACE = "synergy:n=80,load=6"
+
+
+def _rows(path):
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def test_each_scheduler_replays_the_same_trace_per_seed_and_changes_are_paired(tmp_path):
+    scheds = parse_schedulers(["fifo"], ["proportional", "tune"])
+    cmp = compare(TRACE, "2x8", scheds, [0, 1, 2], out_dir=tmp_path)
+    assert len(cmp.runs) == 6 and not cmp.failed() and not cmp.interrupted
+    # the same seed gives every scheduler the same jobs; another seed gives other jobs
+    arrivals = {(s.label, k): {r["id"]: r["arrival_s"] for r in _rows(tmp_path / "runs" / s.label / f"seed{k}" / "jobs.csv")}
+                for s in scheds for k in (0, 1, 2)}
+    for k in (0, 1, 2):
+        assert arrivals[("fifo+proportional", k)] == arrivals[("fifo+tune", k)]
+    assert arrivals[("fifo+tune", 0)] != arrivals[("fifo+tune", 1)]
+    # the summary is the runs': mean over seeds, and the mean of per-seed ratios against the baseline
+    by = {(r["scheduler"], r["seed"]): r for r in cmp.runs}
+    summary = {(r["scheduler"], r["metric"]): r for r in cmp.summary()}
+    tune = summary[("fifo+tune", "avg_jct_s")]
+    ratios = [by[("fifo+tune", k)]["avg_jct_s"] / by[("fifo+proportional", k)]["avg_jct_s"] - 1 for k in (0, 1, 2)]
+    assert tune["vs_baseline"] == pytest.approx(sum(ratios) / 3) and tune["paired_seeds"] == 3
+    assert tune["mean"] == pytest.approx(sum(by[("fifo+tune", k)]["avg_jct_s"] for k in (0, 1, 2)) / 3)
+    assert tune["better"] == (tune["vs_baseline"] < 0)
+    assert summary[("fifo+proportional", "avg_jct_s")]["vs_baseline"] is None
+    doc = json.loads((tmp_path / "summary.json").read_text())
+    assert doc["baseline"] == "fifo+proportional" and doc["failed"] == [] and doc["seeds"] == [0, 1, 2]
+    assert len(_rows(tmp_path / "runs.csv")) == 6 and (tmp_path / "compare.png").stat().st_size > 0
+
+
+def test_a_scheduler_that_cannot_run_the_trace_is_recorded_and_the_others_go_on(tmp_path):
+    cmp = compare(TRACE, "2x8", parse_schedulers(["fifo"], ["proportional", "swaf"]), [0, 1], out_dir=tmp_path)
+    assert [r["status"] for r in cmp.runs] == ["ok", "failed", "ok", "failed"]
+    assert "GENIE task model" in cmp.failed()[0]["error"]
+    swaf = next(r for r in cmp.summary() if r["scheduler"] == "fifo+swaf" and r["metric"] == "avg_jct_s")
+    assert swaf["n"] == 0 and swaf["mean"] is None and swaf["vs_baseline"] is None
+    assert len(json.loads((tmp_path / "summary.json").read_text())["failed"]) == 2
+
+
+def test_names_and_metrics_are_checked_before_anything_runs(tmp_path):
+    with pytest.raises(UsageError, match="unknown mechanism"):
+        parse_schedulers(["fifo"], ["tunex"])
+    with pytest.raises(UsageError, match="named twice"):
+        parse_schedulers(["fifo"], ["tune", "tune"])
+    with pytest.raises(UsageError, match="did you mean avg_jct_s"):
+        compare(TRACE, "2x8", [Scheduler("fifo", "tune")], [0], metrics=["avg_jtc_s"], out_dir=tmp_path / "o")
+    with pytest.raises(UsageError, match="does not exist"):
+        compare("nowhere.csv", "2x8", [Scheduler("fifo", "tune")], [0], out_dir=tmp_path / "o")
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_prints_the_table_writes_files_and_logs_one_mlflow_run(run_cli, tmp_path):
+    proc = run_cli("compare", "-m", "proportional", "-m", "tune", "--trace", TRACE, "--cluster", "2x8",
+                   "--seeds", "0,1", "--metric", "avg_jct_s", "--metric", "gpu_util", "--out", "c")
+    assert proc.returncode == 0, proc.stderr
+    assert "fifo+tune" in proc.stdout and "change vs fifo+proportional" in proc.stdout
+    assert {"runs.csv", "summary.csv", "summary.json", "compare.png", "runs"} <= {p.name for p in (tmp_path / "c").iterdir()}
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns.db")
+    runs = mlflow.search_runs(experiment_names=["perfpredict-simulations"], output_format="list")
+    assert len(runs) == 1
+    m = runs[0].data.metrics
+    summary = {(r["scheduler"], r["metric"]): r for r in json.loads((tmp_path / "c" / "summary.json").read_text())["summary"]}
+    assert m["fifo_tune/avg_jct_s.vs_baseline"] == pytest.approx(summary[("fifo+tune", "avg_jct_s")]["vs_baseline"])
+    assert runs[0].data.tags["perfpredict.kind"] == "comparison"
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["-m", "tune", "--seeds", "a,b"], "--seeds"),
+    (["-m", "tune", "--seeds", "-1"], "--seeds"),
+    (["-m", "tune", "--metric", "jct"], "unknown metric"),
+    (["-m", "tune", "-p", "fifo", "-p", "fifo"], "named twice"),
+    (["-m", "tune", "--trace", "nowhere.csv"], "does not exist"),
+])
+def test_cli_bad_input_is_one_line_and_exit_2(run_cli, tmp_path, args, needle):
+    proc = run_cli("compare", *args, "--no-mlflow", "--out", "c")
+    assert proc.returncode == 2, proc.stderr
+    assert needle in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "c").exists()
+
+
+def test_cli_failed_scheduler_exits_1_with_the_others_written(run_cli, tmp_path):
+    proc = run_cli("compare", "-m", "proportional", "-m", "swaf", "--trace", TRACE, "--cluster", "2x8",
+                   "--seeds", "0", "--no-mlflow", "--out", "c")
+    assert proc.returncode == 1
+    assert "fifo+swaf seed 0" in proc.stderr and "GENIE task model" in proc.stderr
+    assert [r["status"] for r in _rows(tmp_path / "c" / "runs.csv")] == ["ok", "failed"]
+
+
+def test_ctrl_c_keeps_the_runs_finished_so_far(tmp_path):
+    out = tmp_path / "c"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlruns.db"}
+    proc = subprocess.Popen([sys.executable, "-m", "perfpredict", "compare", "-m", "proportional", "-m", "tune",
+                             "--trace", "synergy:n=1500,load=9", "--cluster", "8x8", "--seeds", "0,1,2,3,4,5",
+                             "--no-mlflow", "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env,
+                            # a test run started in the background by a shell inherits SIGINT ignored
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (out / "runs.csv").exists() and len(_rows(out / "runs.csv")) >= 1:
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, "finished before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    rows = _rows(out / "runs.csv")
+    assert 1 <= len(rows) < 12
+    doc = json.loads((out / "summary.json").read_text())
+    assert doc["interrupted"] is True
