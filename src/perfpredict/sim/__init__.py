@@ -1,7 +1,9 @@
 """Trace-driven simulation: trace readers and generators (:mod:`.traces`), the event-driven simulator
 (:mod:`.simulator`), the metrics computed from its output (:mod:`.metrics`), and :func:`run_simulation`, which
-does all of it from text specs (what ``perfpredict simulate`` calls)."""
+does all of it from text specs (what ``perfpredict simulate`` calls); :func:`compare` runs several schedulers
+on the same traces (``perfpredict compare``)."""
 
+from perfpredict.sim.compare import Comparison, Scheduler, compare, parse_schedulers
 from perfpredict.sim.metrics import SimMetrics, compute_metrics, metrics_from_result
 from perfpredict.sim.run import SimRun, run_simulation
 from perfpredict.sim.simulator import SimConfig, SimResult, SimulationError, simulate
@@ -15,7 +17,7 @@ from perfpredict.sim.traces import (
 )
 
 __all__ = [
-    "SimConfig", "SimMetrics", "SimResult", "SimRun", "SimulationError", "TraceError", "compute_metrics",
+    "Comparison", "Scheduler", "SimConfig", "SimMetrics", "compare", "parse_schedulers", "SimResult", "SimRun", "SimulationError", "TraceError", "compute_metrics",
     "load_trace", "metrics_from_result", "read_csv_trace", "read_swf", "run_simulation", "simulate",
     "synergy_trace", "write_csv_trace",
 ]
