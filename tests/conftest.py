@@ -77,6 +77,9 @@ class RecordingMechanism(Mechanism):
         self.waiting: list[list] = []
         self.queues: list[list] = []
 
+    def min_devices(self, job):
+        return self.inner.min_devices(job)
+
     def allocate(self, ordered, cluster, running, now):
         self.inner._current = self._current
         out = self.inner.allocate(ordered, cluster, running, now)

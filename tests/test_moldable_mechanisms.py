@@ -435,3 +435,16 @@ def test_allocations_always_fit_and_respect_bounds(mech, servers, batches, done)
             for k, a in running.items():
                 assert out[k] is a
         running = out
+
+
+def test_rigid_gives_a_fractional_demand_above_one_gpu_its_whole_gpus_rounded_up():
+    """1.4 GPUs is 2 whole GPUs: RigidFCFS used to round it to 1, and the simulator stopped mid-run ("rigid but
+    gave job a 1 GPUs for a demand of 1.4")."""
+    from perfpredict.sim.simulator import simulate
+
+    jobs = [Job(id="a", arrival=0, gpus=1.4, work=100, model="m"), Job(id="b", arrival=0, gpus=2.6, work=100, model="m")]
+    res = simulate(jobs, ClusterSpec.homogeneous(1, gpus=4), FIFO(), make_mechanism("rigid"), {"m": PerfModel("m")})
+    assert len(res.finished) == 2 and not res.unfinished
+    # 2 + 3 GPUs do not fit 4 at once: b waits for a
+    a, b = sorted(res.finished, key=lambda js: js.job.id)
+    assert b.first_start == pytest.approx(a.finish)

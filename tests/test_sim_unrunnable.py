@@ -17,7 +17,7 @@ from perfpredict.sched.andreas import AndreasProblem, NodeClass, check_schedule,
 from perfpredict.sched.base import Mechanism
 from perfpredict.sched.mechanisms import make_mechanism
 from perfpredict.sim.run import load_perf_models, run_simulation
-from perfpredict.sim.simulator import STALL_DECISIONS, SimulationError, simulate
+from perfpredict.sim.simulator import STALL_DECISIONS, SimConfig, SimulationError, simulate
 from tests.conftest import RecordingMechanism
 
 #: a 16 GB GPU beside eight 8 GB ones; the paper cards' opennmt needs 10.8 GB on its device
@@ -123,21 +123,108 @@ def test_genie_on_an_asymmetric_cluster_is_a_usage_error(tmp_path, run_cli):
     assert "GENIE assumes a symmetric cluster" in proc.stderr and "internal error" not in proc.stderr
 
 
-def test_the_cli_exits_non_zero_on_a_stalled_run_and_keeps_the_records(tmp_path, run_cli):
-    """A job sized for more 16 GB devices than exist under a moldable mechanism with its own minimum: the run
-    ends, the records are written, and the exit says why instead of printing NaN metrics with exit 0."""
+def test_the_cli_refuses_a_moldable_job_whose_minimum_size_never_fits(tmp_path, run_cli):
+    """A job sized for more 16 GB devices than exist under a moldable mechanism with its own minimum: before, it
+    was accepted and the run stalled; now the CLI refuses it up front with one readable message and exit 2."""
     (tmp_path / "het.json").write_text(json.dumps(HET))
     (tmp_path / "t.csv").write_text("id,arrival_s,gpus,work_s,model,min_gpus\n"
                                     "a,0,2,3600,opennmt,2\nb,0,1,3600,resnet18,\n")
     proc = run_cli("simulate", "--cluster", "het.json", "--trace", "t.csv", "--mechanism", "moldable-equipartition",
                    "--no-mlflow", "--out", "o")
-    assert proc.returncode == 1, (proc.stdout[-2000:], proc.stderr[-2000:])
-    assert "1 job(s) can never finish" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 2, (proc.stdout[-2000:], proc.stderr[-2000:])
+    assert "job a (opennmt) needs at least 2 GPUs with 10.8 GB of device memory each" in proc.stderr
+    assert "moldable-equipartition" in proc.stderr and "the cluster has 1 such GPU(s)" in proc.stderr
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+
+
+def test_a_stalled_run_keeps_the_records(tmp_path):
+    """A run that stalls (here: a card under which no allocation progresses) still writes every job's record and
+    says why in metrics.json, instead of NaN metrics passed off as a result."""
+    jobs = _jobs(2) + [Job(id="ok", arrival=0, gpus=1, work=600.0, model="fine")]
+    run = run_simulation(jobs, ClusterSpec.homogeneous(1, gpus=4), mechanism="proportional",
+                         cards={"m": _Stuck(name="m"), "fine": PerfModel(name="fine")}, out_dir=tmp_path / "o")
+    assert run.result.stall and "2 job(s) hold allocations" in run.result.stall
     doc = json.loads((tmp_path / "o" / "metrics.json").read_text())
-    assert doc["simulation"]["stall"] and doc["simulation"]["unfinished"] == 1
+    assert doc["simulation"]["stall"] == run.result.stall and doc["simulation"]["unfinished"] == 2
     with open(tmp_path / "o" / "jobs.csv", newline="") as f:
         finished = {r["id"]: r["finished"] for r in csv.DictReader(f)}
-    assert finished == {"a": "False", "b": "True"}
+    assert finished == {"j0": "False", "j1": "False", "ok": "True"}
+
+
+# -- moldable/malleable jobs whose minimum size can never fit -----------------------------------------------
+FLEXIBLE = ["moldable-equipartition", "malleable-equipartition", "moldable-proportional", "malleable-proportional"]
+
+
+@pytest.mark.parametrize("mechanism", FLEXIBLE)
+def test_a_moldable_job_with_too_few_devices_big_enough_for_its_minimum_is_refused_before_the_run(mechanism):
+    """The moldable mirror of the rigid case above: min_gpus=2 of a 10.8 GB job, one 16 GB GPU. Before, the job was
+    accepted and the run only stopped when the stall detector saw it wait for ever."""
+    jobs = [Job(id="a", arrival=0, gpus=2, work=3600, model="opennmt", min_gpus=2),
+            Job(id="b", arrival=0, gpus=1, work=3600, model="resnet18")]
+    msg = (rf"job a \(opennmt\) needs at least 2 GPUs with 10.8 GB of device memory each \(its minimum size under "
+           rf"the {mechanism} mechanism\); the cluster has 1 such GPU\(s\)")
+    with pytest.raises(SimulationError, match=msg):
+        simulate(jobs, _het(), make_policy("fifo"), make_mechanism(mechanism), load_perf_models("paper"))
+    with pytest.raises(UsageError, match=msg):
+        run_simulation(jobs, _het(), mechanism=mechanism)
+    # with oversized="drop" it is left out and reported; the rest runs to completion
+    res = simulate(jobs, _het(), make_policy("fifo"), make_mechanism(mechanism), load_perf_models("paper"),
+                   SimConfig(oversized="drop"))
+    assert [j.id for j in res.dropped] == ["a"]
+    assert res.stall is None and [js.id for js in res.finished] == ["b"] and not res.unfinished
+
+
+@pytest.mark.parametrize("mechanism", FLEXIBLE)
+def test_a_moldable_minimum_above_every_gpu_of_the_cluster_is_refused(mechanism):
+    """A minimum of 8 GPUs on a 4-GPU cluster, for a job asking for 1 (so the demand check lets it through), and
+    for a card that gives no device memory (every GPU holds it: the count alone decides)."""
+    jobs = [Job(id="a", arrival=0, gpus=1, work=600, model="m", min_gpus=8)]
+    with pytest.raises(SimulationError, match=rf"job a \(m\) needs at least 8 GPUs \(its minimum size under the "
+                                              rf"{mechanism} mechanism\); the cluster has 4$"):
+        simulate(jobs, ClusterSpec.homogeneous(1, gpus=4), make_policy("fifo"), make_mechanism(mechanism),
+                 {"m": PerfModel(name="m")})
+
+
+def test_the_mechanisms_default_minimum_counts_too():
+    """No min_gpus on the job: the mechanism's p_min decides (2 here), so a 10.8 GB job on one 16 GB GPU."""
+    jobs = [Job(id="a", arrival=0, gpus=1, work=3600, model="opennmt")]
+    mech = make_mechanism("moldable-equipartition:p_min=2")
+    with pytest.raises(SimulationError, match="needs at least 2 GPUs with 10.8 GB"):
+        simulate(jobs, _het(), make_policy("fifo"), mech, load_perf_models("paper"))
+    # the paper's default p_min (1/4) needs one device, which the cluster has
+    res = simulate(jobs, _het(), make_policy("fifo"), make_mechanism("moldable-equipartition"),
+                   load_perf_models("paper"))
+    assert res.stall is None and len(res.finished) == 1
+
+
+@pytest.mark.parametrize("mechanism", FLEXIBLE)
+@pytest.mark.parametrize("min_gpus", [0.25, 0.3, 0.5, 1.0])
+def test_a_fractional_minimum_needs_one_device(mechanism, min_gpus):
+    """1/n of a GPU is still one device that must hold the job: a 10.8 GB job with a fractional minimum on the one
+    16 GB GPU is accepted and finishes; a sharing bound is never counted as several devices."""
+    assert make_mechanism(mechanism).min_devices(Job(id="x", arrival=0, gpus=1, work=1, min_gpus=min_gpus)) == 1
+    jobs = [Job(id="a", arrival=0, gpus=1, work=3600, model="opennmt", min_gpus=min_gpus),
+            Job(id="b", arrival=0, gpus=1, work=3600, model="resnet18", min_gpus=min_gpus)]
+    res = simulate(jobs, _het(), make_policy("fifo"), make_mechanism(mechanism), load_perf_models("paper"))
+    assert res.stall is None and len(res.finished) == 2 and not res.dropped
+
+
+def test_min_devices_per_mechanism():
+    """Rigid: the gang's whole GPUs (a fraction: one device); moldable: p_min snapped (I4: 1.5 -> 2, 0.3 -> 1/3);
+    the others keep the old rule (one device: the mechanism chooses the size)."""
+    def job(gpus: float, min_gpus: float | None = None) -> Job:
+        return Job(id="x", arrival=0, gpus=gpus, work=1, min_gpus=min_gpus)
+
+    for name in ("rigid", "tune", "proportional", "horus"):
+        m = make_mechanism(name)
+        assert m.rigid
+        assert [m.min_devices(job(g)) for g in (0.25, 1, 2, 2.5, 3)] == [1, 1, 2, 3, 3], name
+    flex = make_mechanism("malleable-equipartition")
+    assert [flex.min_devices(job(4, lo)) for lo in (None, 0.3, 1, 1.5, 2, 3)] == [1, 1, 1, 2, 2, 3]
+    assert make_mechanism("moldable-proportional:p_min=3").min_devices(job(1)) == 3
+    for name in ("andreas", "swaf"):
+        m = make_mechanism(name)
+        assert not m.rigid and m.min_devices(job(4)) == 1, name
 
 
 # -- ANDREAS' configurations that cannot hold a job -------------------------------------------------------

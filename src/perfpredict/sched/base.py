@@ -13,12 +13,13 @@ with its allocation unchanged.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from perfpredict.sched.cluster import Allocation, ClusterSpec, Ledger
-from perfpredict.sched.job import JobState
+from perfpredict.sched.cluster import EPS, Allocation, ClusterSpec, Ledger
+from perfpredict.sched.job import Job, JobState
 
 __all__ = ["Mechanism", "Policy", "UnsupportedInput"]
 
@@ -78,6 +79,17 @@ class Mechanism(ABC):
         ledger = Ledger(cluster)
         ledger.take_all(running.values())
         return ledger
+
+    def min_devices(self, job: Job) -> int:
+        """The fewest devices ``job`` can ever run on under this mechanism, each holding the job's device memory.
+
+        The simulator refuses (or, with ``SimConfig.oversized="drop"``, drops) a job before the run when the
+        cluster has fewer GPUs that can hold it: such a job would otherwise only wait until the run stalls.
+        Default: a rigid mechanism gives a gang job all its GPUs or none, so a demand of one GPU or more needs
+        ``ceil(gpus)`` devices; a fraction of a GPU needs one device, and so does any job under a mechanism
+        that does not say how small it may make it. Mechanisms with their own minimum size override this.
+        """
+        return math.ceil(job.gpus - EPS) if self.rigid and job.gpus >= 1 else 1
 
     @abstractmethod
     def allocate(self, ordered: Sequence[JobState], cluster: ClusterSpec, running: Mapping[str, Allocation],

@@ -77,7 +77,9 @@ class SimConfig:
     restart_overhead_s: float = 0.0
     #: stop at this simulated time (jobs not finished by then are reported as unfinished)
     max_time_s: float | None = None
-    #: jobs whose GPU demand exceeds the cluster: "error" (default) or "drop" (reported in the result)
+    #: jobs the cluster can never run (a GPU demand above its GPUs, device memory above its largest GPU, or more
+    #: GPUs that hold the job than it has for the smallest size the mechanism runs it on, ``Mechanism.min_devices``):
+    #: "error" (default) or "drop" (reported in the result)
     oversized: Literal["error", "drop"] = "error"
     #: stop as soon as every job with one of these ids has finished (the others still active are reported as
     #: unfinished; those not yet arrived are left out). Synergy's simulator measures a window of jobs this
@@ -200,16 +202,21 @@ class _Sim:
                     continue
                 raise SimulationError(f"job {j.id} ({j.model}) needs {need:g} GB of device memory; the cluster's "
                                       f"largest GPU has {biggest_device:g} GB")
-            # a rigid mechanism gives a gang job all its GPUs or none: it needs that many devices big enough
-            devices = math.ceil(j.gpus - EPS) if mechanism.rigid and j.gpus >= 1 else 1
-            if devices > 1 and need > 0 and device_mems[devices - 1] < need - EPS:
-                holding = sum(1 for m in device_mems if m >= need - EPS)
+            # the fewest devices the mechanism can run the job on (a rigid gang job: all its GPUs; a moldable one:
+            # its minimum size), each big enough for it; a job needing more would only wait until the run stalls
+            devices = mechanism.min_devices(j)
+            holding = sum(1 for m in device_mems if m >= need - EPS) if need > 0 else len(device_mems)
+            if devices > holding:
                 if cfg.oversized == "drop":
                     self.dropped.append(j)
                     continue
-                raise SimulationError(f"job {j.id} ({j.model}) needs {devices} GPUs with {need:g} GB of device "
-                                      f"memory each; the cluster has {holding} such GPU(s), and the {mechanism.name} "
-                                      f"mechanism gives a job all its GPUs or none")
+                each, such = (f" with {need:g} GB of device memory each", " such GPU(s)") if need > 0 else ("", "")
+                if mechanism.rigid:
+                    raise SimulationError(f"job {j.id} ({j.model}) needs {devices} GPUs{each}; the cluster has "
+                                          f"{holding}{such}, and the {mechanism.name} mechanism gives a job all its "
+                                          f"GPUs or none")
+                raise SimulationError(f"job {j.id} ({j.model}) needs at least {devices} GPUs{each} (its minimum size "
+                                      f"under the {mechanism.name} mechanism); the cluster has {holding}{such}")
             fitting.append(j)
         kept = fitting
         kept.sort(key=lambda j: (j.arrival, j.id))

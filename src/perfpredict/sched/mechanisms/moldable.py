@@ -419,6 +419,12 @@ class _Flexible(Mechanism):
     def bounds(self, job: Job) -> Bounds:
         return job_bounds(job, self.p_min, self.p_max)
 
+    def min_devices(self, job: Job) -> int:
+        """``p_min`` in devices: ``p_min`` dedicated GPUs when it is one or more (I4), else one device, which a
+        ``1/n`` share still needs whole as far as its memory goes. I10's memory floor only raises a fraction,
+        at most to one GPU, so :meth:`bounds` alone decides this."""
+        return self.bounds(job).floor
+
     def job_bounds(self, js: JobState, cluster: ClusterSpec) -> Bounds:
         """The bounds this mechanism uses for ``js``: :meth:`bounds`, with I10's memory floor."""
         b = self.bounds(js.job)
@@ -749,8 +755,9 @@ class RigidFCFS(Mechanism):
 
     @staticmethod
     def size(job: Job) -> float:
-        """Whole GPUs for a request ≥ 1 (rounded), else the requested fraction of one GPU."""
-        return float(max(1, round(job.gpus))) if job.gpus >= 1 - EPS else float(job.gpus)
+        """Whole GPUs for a request ≥ 1 (rounded up: 1.4 GPUs is 2, as the simulator's rigidity check and
+        :meth:`Mechanism.min_devices` read it), else the requested fraction of one GPU."""
+        return float(max(1, math.ceil(job.gpus - EPS))) if job.gpus >= 1 - EPS else float(job.gpus)
 
     def allocate(self, ordered: Sequence[JobState], cluster: ClusterSpec, running: Mapping[str, Allocation],
                  now: float) -> dict[str, Allocation]:
