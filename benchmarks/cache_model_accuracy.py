@@ -55,7 +55,15 @@ from perfpredict.data import (
     write_synthetic_files,
 )
 from perfpredict.fit.cache_model import cached_throughput, hit_fraction
-from perfpredict.script_args import describe, float_list, nonneg_int, out_file, positive_float, positive_int
+from perfpredict.script_args import (
+    describe,
+    float_list,
+    measure_keeping_partial,
+    nonneg_int,
+    out_file,
+    positive_float,
+    positive_int,
+)
 
 
 class EpochsSampler(torch.utils.data.Sampler[int]):
@@ -196,45 +204,52 @@ def main(argv: list[str] | None = None) -> int:
         assert full.stats().items_cached == n
         del full
 
-        rows = []
-        for frac in fractions:
-            cache = MinIOCache(FileDataset(root, reader=BandwidthLimitedReader(bw_cap)),
-                               capacity_bytes=int(frac * dataset_bytes))
-            # Warm-up: one epoch of raw reads by the workers fills the cache (first read, first cached).
-            fill = torch.utils.data.DataLoader(cache, batch_size=args.batch_size, num_workers=args.workers,
-                                               sampler=EpochsSampler(n, 1, args.seed + 1), collate_fn=_as_list)
-            for _ in fill:
-                pass
-            del fill
-            # Then the pipeline: one untimed epoch to reach its steady state, the timed epochs, and a tail epoch
-            # the window never reaches (see timed_throughput). The window is epoch-aligned, so it reads each
-            # item once per timed epoch: exactly the cached fraction hits.
-            snaps = []
-            measured, secs = timed_throughput(Preprocessed(cache, transform),
-                                              EpochsSampler(n, args.epochs + 2, args.seed + 2),
-                                              skip=n, timed=n * args.epochs, **common,
-                                              on_clock=lambda c=cache, s=snaps: s.append(c.stats()))
-            st = cache.stats()
-            # Hit rate of the reads the workers made while the clock ran (after the warm-up epoch filled the
-            # cache, first read first cached, by the workers).
-            hits, misses = snaps[1].hits - snaps[0].hits, snaps[1].misses - snaps[0].misses
-            hit_rate_steady = hits / (hits + misses)
-            # Fraction of the window the modelled device spent transferring: < 1 means it sat idle.
-            storage_busy = (snaps[1].bytes_missed - snaps[0].bytes_missed) / bw_cap / secs
-            pred = float(cached_throughput(cpu_rate, frac * dataset_bytes, dataset_bytes, bw, item_bytes))
-            serial = float(cached_throughput(cpu_rate, frac * dataset_bytes, dataset_bytes, bw, item_bytes,
-                                             overlap=False))
-            w_limited = float(cached_throughput(cpu_rate, frac * dataset_bytes, dataset_bytes, bw, item_bytes,
-                                                workers=max(args.workers, 1)))
-            io_rate = bw / ((1 - hit_fraction(frac * dataset_bytes, dataset_bytes)) * item_bytes)
-            rows.append({"fraction": frac, "cache_bytes": int(frac * dataset_bytes),
-                         "items_cached": st.items_cached, "hit_rate": hit_rate_steady,
-                         "model_hit_fraction": float(hit_fraction(frac * dataset_bytes, dataset_bytes)),
-                         "bound": "storage" if io_rate < cpu_rate else "cpu",
-                         "predicted": pred, "predicted_serial": serial, "predicted_workers": w_limited,
-                         "rel_err_workers": abs(w_limited - measured) / measured, "measured": measured,
-                         "timed_s": secs, "storage_busy": storage_busy, "rel_err": abs(pred - measured) / measured})
-            del cache
+        rows: list[dict] = []
+
+        def measure_all() -> None:
+            for frac in fractions:
+                cache = MinIOCache(FileDataset(root, reader=BandwidthLimitedReader(bw_cap)),
+                                   capacity_bytes=int(frac * dataset_bytes))
+                # Warm-up: one epoch of raw reads by the workers fills the cache (first read, first cached).
+                fill = torch.utils.data.DataLoader(cache, batch_size=args.batch_size, num_workers=args.workers,
+                                                   sampler=EpochsSampler(n, 1, args.seed + 1), collate_fn=_as_list)
+                for _ in fill:
+                    pass
+                del fill
+                # Then the pipeline: one untimed epoch to reach its steady state, the timed epochs, and a tail epoch
+                # the window never reaches (see timed_throughput). The window is epoch-aligned, so it reads each
+                # item once per timed epoch: exactly the cached fraction hits.
+                snaps = []
+                measured, secs = timed_throughput(Preprocessed(cache, transform),
+                                                  EpochsSampler(n, args.epochs + 2, args.seed + 2),
+                                                  skip=n, timed=n * args.epochs, **common,
+                                                  on_clock=lambda c=cache, s=snaps: s.append(c.stats()))
+                st = cache.stats()
+                # Hit rate of the reads the workers made while the clock ran (after the warm-up epoch filled the
+                # cache, first read first cached, by the workers).
+                hits, misses = snaps[1].hits - snaps[0].hits, snaps[1].misses - snaps[0].misses
+                hit_rate_steady = hits / (hits + misses)
+                # Fraction of the window the modelled device spent transferring: < 1 means it sat idle.
+                storage_busy = (snaps[1].bytes_missed - snaps[0].bytes_missed) / bw_cap / secs
+                pred = float(cached_throughput(cpu_rate, frac * dataset_bytes, dataset_bytes, bw, item_bytes))
+                serial = float(cached_throughput(cpu_rate, frac * dataset_bytes, dataset_bytes, bw, item_bytes,
+                                                 overlap=False))
+                w_limited = float(cached_throughput(cpu_rate, frac * dataset_bytes, dataset_bytes, bw, item_bytes,
+                                                    workers=max(args.workers, 1)))
+                io_rate = bw / ((1 - hit_fraction(frac * dataset_bytes, dataset_bytes)) * item_bytes)
+                rows.append({"fraction": frac, "cache_bytes": int(frac * dataset_bytes),
+                             "items_cached": st.items_cached, "hit_rate": hit_rate_steady,
+                             "model_hit_fraction": float(hit_fraction(frac * dataset_bytes, dataset_bytes)),
+                             "bound": "storage" if io_rate < cpu_rate else "cpu",
+                             "predicted": pred, "predicted_serial": serial, "predicted_workers": w_limited,
+                             "rel_err_workers": abs(w_limited - measured) / measured, "measured": measured,
+                             "timed_s": secs, "storage_busy": storage_busy, "rel_err": abs(pred - measured) / measured})
+                print(f"cache {frac:.0%}: measured {measured:.1f} samples/s, predicted {pred:.1f} "
+                      f"({rows[-1]['rel_err']:.1%} error)", flush=True)
+                del cache
+
+        # Ctrl-C: the cache sizes measured so far are reported and saved
+        interrupted = measure_keeping_partial(measure_all, rows)
 
     wall = time.perf_counter() - t_start
     print(f"dataset: {n} items x {args.item_kb} KiB = {dataset_bytes / 1e6:.1f} MB; {args.workers} workers, "
@@ -258,7 +273,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "storage_bytes_per_s": bw, "storage_bytes_per_s_measured": bw_measured,
-                       "cpu_rate": cpu_rate, "rows": rows, "max_rel_err": worst, "wall_s": wall}, f, indent=2)
+                       "cpu_rate": cpu_rate, "rows": rows, "max_rel_err": worst, "wall_s": wall,
+                       "interrupted": interrupted}, f, indent=2)
+    if interrupted:
+        raise KeyboardInterrupt
     return 0 if worst <= 0.10 else 1
 
 

@@ -128,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
           f"predicted iteration time; {time.perf_counter() - t0:.0f} s")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"rows": rows, "summary": summary, "min_time_s": args.min_time}, f, indent=2)
+            json.dump({"rows": rows, "summary": summary, "min_time_s": args.min_time, "interrupted": interrupted},
+                      f, indent=2)
     if interrupted:
         raise KeyboardInterrupt
     return 0

@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
                            "torch": torch.__version__, "host": platform.node()},
                "batch": args.batch, "window_s": args.window, "threshold": args.threshold, "cpu_values": cpu_values,
                "models": [{k: v for k, v in r.items() if k != "curve"} | {"exhaustive": r["ex_curve"]}
-                          for r in rows]}
+                          for r in rows], "interrupted": interrupted}
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=1)
         print(f"wrote {args.json}")

@@ -1,10 +1,14 @@
 """The benchmark scripts are commands users type: a bad value ends in argparse's one-line error and exit 2
-before any work starts, never a traceback (each case here returns in about a second)."""
+before any work starts, never a traceback (each case here returns in about a second); Ctrl-C keeps what was
+measured."""
 
 from __future__ import annotations
 
+import json
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -53,3 +57,66 @@ def test_help_describes_the_script_in_whole_sentences():
     r = _run("sim_speed.py", "--help")
     assert r.returncode == 0
     assert "100 000 jobs on 512 GPUs in < 60 s)." in " ".join(r.stdout.split())
+
+
+def _interrupt_after_first_row(script: str, args: list[str], row_starts: str, cwd) -> tuple[int, str, str]:
+    """Start ``script``, wait for its first measured row on stdout (a line starting with ``row_starts``), send it
+    SIGINT as Ctrl-C would, and return (exit code, stdout, stderr)."""
+    proc = subprocess.Popen([sys.executable, str(REPO / "benchmarks" / script), *args], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            # a test run started in the background by a shell inherits SIGINT ignored, and
+                            # Python then installs no KeyboardInterrupt handler: give the child the default
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        seen = ""
+        deadline = time.monotonic() + 120
+        while not any(line.startswith(row_starts) for line in seen.splitlines()) \
+                and time.monotonic() < deadline and proc.poll() is None:
+            seen += proc.stdout.readline()
+        assert any(line.startswith(row_starts) for line in seen.splitlines()), (seen, proc.stderr.read())
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, seen + out, err
+
+
+def _check_kept(rc: int, err: str, path, total: int) -> dict:
+    """Exit 130 with the helper's line, no traceback, and a --json file holding the rows measured before Ctrl-C
+    (at least one, fewer than asked for) marked as interrupted."""
+    assert rc == 130, err
+    assert "interrupted: results so far" in err and "Traceback" not in err
+    doc = json.loads(path.read_text())
+    assert doc["interrupted"] is True
+    assert 1 <= len(doc["rows"]) < total, doc["rows"]
+    return doc
+
+
+def test_ctrl_c_in_profiling_overhead_keeps_the_targets_profiled(tmp_path):
+    """Four profiles of the smallest zoo model (about 5 s each): Ctrl-C after the first keeps its row."""
+    out = tmp_path / "overhead.json"
+    rc, stdout, err = _interrupt_after_first_row(
+        "profiling_overhead.py", ["--targets", "zoo:mlp,zoo:mlp,zoo:mlp,zoo:mlp", "--json", str(out), "--",
+                                  "-b", "2", "--min-time", "0.2", "--max-time", "0.5", "--no-mlflow",
+                                  "--no-features", "--no-fvcore"], "zoo:mlp", tmp_path)
+    doc = _check_kept(rc, err, out, 4)
+    assert all(r["target"] == "zoo:mlp" and r["timed_s"] > 0 and r["command_ratio"] > 1 for r in doc["rows"])
+    assert doc["median_command_ratio"] > 1
+    assert f"median over {len(doc['rows'])} targets" in stdout  # the partial results are printed too
+
+
+def test_ctrl_c_in_cache_model_accuracy_keeps_the_cache_sizes_measured(tmp_path):
+    """Nine cache sizes of a tiny dataset behind a slow storage cap (a second or two each): Ctrl-C after the
+    first keeps its measured and predicted throughput."""
+    out = tmp_path / "cache.json"
+    fractions = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
+    rc, stdout, err = _interrupt_after_first_row(
+        "cache_model_accuracy.py", ["--items", "16", "--item-kb", "16", "--batch-size", "4", "--workers", "1",
+                                    "--epochs", "1", "--bandwidth-mb", "0.25",
+                                    "--fractions", ",".join(map(str, fractions)), "--json", str(out)],
+        "cache ", tmp_path)
+    doc = _check_kept(rc, err, out, len(fractions))
+    assert [r["fraction"] for r in doc["rows"]] == fractions[:len(doc["rows"])]
+    assert all(r["measured"] > 0 and r["predicted"] > 0 for r in doc["rows"])
+    assert "max error" in stdout
