@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import math
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from perfpredict.card import ColocationInfo, PerformanceCard
 from perfpredict.errors import UsageError
-from perfpredict.profile.colocation import measure_colocation, measure_pair
+from perfpredict.profile import host_load
+from perfpredict.profile.colocation import BUSY_NOTE, _run, busy_host_note, measure_colocation, measure_pair
 from perfpredict.profile.group import run_group
 from perfpredict.profile.group_request import GroupTiming
 from perfpredict.profile.netns import VirtualNodes, netns_support
@@ -97,6 +103,10 @@ def test_colocated_copies_are_measured_together(write_model):
     assert pair.per_copy_relative == pytest.approx(pair.aggregate_samples_per_s / 2 / solo.aggregate_samples_per_s)
     cores = len(os.sched_getaffinity(0))
     assert (solo.threads_per_copy, pair.threads_per_copy) == (cores, max(1, cores // 2))  # 1/n of the cores each
+    if host_load.reading() is not None:  # the load from outside each group is recorded, and survives the card
+        for p in info.points:
+            _plausible_other_cpus(p.other_cpus)
+        assert ColocationInfo.model_validate_json(info.model_dump_json()) == info
 
 
 def test_pair_slowdown_follows_its_definition(write_model):
@@ -107,6 +117,82 @@ def test_pair_slowdown_follows_its_definition(write_model):
     assert pr.partner == "zoo:mlp[depth=2,width=64]"
     assert pr.job_slowdown == pytest.approx(abs(pr.job_solo_samples_per_s / pr.job_colocated_samples_per_s - 1))
     assert pr.cumulative_gpu_utilization is None  # CPU: no GPU utilisation is invented
+    if host_load.reading() is not None:  # each of the three runs records the load from outside it
+        for v in (pr.other_cpus, pr.job_solo_other_cpus, pr.partner_solo_other_cpus):
+            _plausible_other_cpus(v)
+
+
+def _plausible_other_cpus(v: float | None) -> None:
+    """A measured ``other_cpus``: a finite number of CPUs, >= 0 and at most the host's (an idle host gives about 0;
+    this machine may run other tests, so no tighter bound holds)."""
+    assert v is not None and math.isfinite(v) and 0 <= v <= (os.cpu_count() or 1) + 0.1, v
+
+
+def test_a_group_leaves_its_own_cpu_time_out_of_the_load_from_outside(write_model):
+    """Two copies keep the CPUs busy themselves: that is the group's work, not another process's. Checked within
+    the group's own window against the host's busy CPUs over the same span, so outside load cannot flip it."""
+    if host_load.reading() is None:
+        pytest.skip("/proc/stat is not readable here")
+    ref = WorkloadRef("file", str(write_model(TINY_MODEL)))
+    results = _run([(ref, 16)] * 2, "cpu", "train", QUICK, 120)
+    assert [r["status"] for r in results] == ["ok", "ok"], results
+    windows = [r["host_load"] for r in results]
+    other = host_load.group_other_cpus(windows)
+    (t0, busy0), (t1, busy1) = max((w[0][:2] for w in windows)), min((w[1][:2] for w in windows))
+    host = (busy1 - busy0) / (t1 - t0)  # every process, the copies included
+    own = sum((w[1][2] - w[0][2]) / (w[1][0] - w[0][0]) for w in windows)  # CPUs the copies kept busy
+    assert own >= 0.5, own
+    assert other is not None and other == pytest.approx(max(0.0, host - own), abs=0.1), (host, own, other)
+    assert other <= host - 0.4
+
+
+def test_copies_timed_beside_a_busy_process_record_it_and_get_a_note(write_model):
+    """A process spinning beside the group is load from outside it: every run records it, and on CPU, where it
+    competes with the copies' threads for the cores, the card gets the co-location busy-host note."""
+    if host_load.reading() is None:
+        pytest.skip("/proc/stat is not readable here")
+    ref = WorkloadRef("file", str(write_model(TINY_MODEL)))
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)  # let it start
+        info = measure_colocation(ref, 16, copies=(2,), timing=QUICK, timeout_s=120)
+    finally:
+        hog.kill()
+        hog.wait()
+    assert [p.status for p in info.points] == ["ok", "ok"], [p.error for p in info.points]
+    assert all(p.other_cpus is not None and p.other_cpus >= 0.3 for p in info.points), info.points
+    cpus = os.cpu_count() or 1
+    note = busy_host_note(info, cpus)
+    assert note is not None and note.startswith(BUSY_NOTE) and "1 copy" in note and "2 copies" in note, note
+    # the note is about CPU co-location only: a GPU's rates do not depend on the host's spare cores that way
+    assert busy_host_note(info.model_copy(update={"device": "cuda:0"}), cpus) is None
+
+
+def test_cards_saved_before_the_co_location_load_was_recorded_still_load(tmp_path):
+    """Schema 1.10 cards have no other_cpus in their co-location points and pairs: they load, with None."""
+    from tests.test_card import build_card
+
+    card, _ = build_card()
+    doc = json.loads(card.to_json())
+    doc["schema_version"] = "1.10"
+    doc["colocation"] = {
+        "batch_size": 16, "window_s": 3.0, "device": "cpu", "source": "measured",
+        "points": [{"copies": 1, "batch_size": 16, "status": "ok", "per_copy_samples_per_s": [900.0],
+                    "per_copy_relative": 1.0, "aggregate_samples_per_s": 900.0, "aggregate_relative": 1.0,
+                    "threads_per_copy": 2, "device": "cpu"},
+                   {"copies": 2, "batch_size": 16, "status": "ok", "per_copy_samples_per_s": [500.0, 480.0],
+                    "per_copy_relative": 0.54, "aggregate_samples_per_s": 980.0, "aggregate_relative": 1.09,
+                    "threads_per_copy": 1, "device": "cpu"}],
+        "pairs": [{"partner": "zoo:mlp", "job_solo_samples_per_s": 900.0, "partner_solo_samples_per_s": 2000.0,
+                   "job_colocated_samples_per_s": 600.0, "partner_colocated_samples_per_s": 1100.0,
+                   "job_slowdown": 0.5, "partner_slowdown": 0.82, "status": "ok", "device": "cpu"}]}
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(doc))
+    old = PerformanceCard.load(path)
+    assert old.colocation is not None and [p.other_cpus for p in old.colocation.points] == [None, None]
+    (pair,) = old.colocation.pairs
+    assert (pair.other_cpus, pair.job_solo_other_cpus, pair.partner_solo_other_cpus) == (None, None, None)
+    assert busy_host_note(old.colocation, 2) is None  # nothing recorded, nothing claimed
 
 
 def test_a_broken_copy_is_reported_not_the_barrier(write_model):

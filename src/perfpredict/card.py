@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from perfpredict.errors import PerfPredictError
 
-SCHEMA_VERSION = "1.10"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
+SCHEMA_VERSION = "1.11"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
 #                                             features.activation_bytes_by_op; 1.3: features.lookup_param_bytes;
 #                                             1.4: features.recurrent_steps_by_op;
 #                                             1.5: features.saved_cpu_bytes_per_sample;
@@ -32,7 +32,9 @@ SCHEMA_VERSION = "1.10"  # 1.1: scaling, colocation, speedup_curve, comm_model, 
 #                                                  features.graph_saved_bytes_per_sample/_fixed;
 #                                             1.7: memory[].file_backed_bytes; 1.8: features.kernel_nodes;
 #                                             1.9: throughput[].denormal_speedup, denormal_flushed_iter_time_s;
-#                                             1.10: prediction.points[].iter_time_baseline_shares
+#                                             1.10: prediction.points[].iter_time_baseline_shares;
+#                                             1.11: colocation.points[].other_cpus, colocation.pairs[].other_cpus,
+#                                                   job_solo_other_cpus, partner_solo_other_cpus
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -304,6 +306,11 @@ class ColocationPoint(_Section):
     aggregate_relative: float | None = Field(None, description="sum over copies / solo")
     threads_per_copy: int | None = None
     gpu_utilization: float | None = Field(None, description="CUDA: whole-GPU NVML utilisation during the run")
+    other_cpus: float | None = Field(None, description="CPUs that processes outside the group (and the hypervisor) "
+                                                       "kept busy, on average, while all n copies were timed: the "
+                                                       "host's busy CPU time minus the copies' own (they load each "
+                                                       "other by design); None where it could not be read or in "
+                                                       "cards older than schema 1.11")
     error: str | None = None
     source: Source = "measured"
     device: str | None = None
@@ -322,6 +329,12 @@ class PairColocation(_Section):
     job_solo_gpu_utilization: float | None = None
     partner_solo_gpu_utilization: float | None = None
     cumulative_gpu_utilization: float | None = Field(None, description="sum of the two solo utilisations (CUDA)")
+    other_cpus: float | None = Field(None, description="CPUs that processes outside the pair (and the hypervisor) "
+                                                       "kept busy, on average, while the two were timed together: "
+                                                       "the host's busy CPU time minus the pair's own; None where "
+                                                       "it could not be read or in cards older than schema 1.11")
+    job_solo_other_cpus: float | None = Field(None, description="other_cpus of the job's solo run")
+    partner_solo_other_cpus: float | None = Field(None, description="other_cpus of the partner's solo run")
     status: Literal["ok", "oom", "error", "nonfinite", "timeout"] = "ok"
     error: str | None = None
     source: Source = "measured"

@@ -8,6 +8,7 @@ machine cannot run (no virtual nodes, no input pipeline) is explained in ``card.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -93,7 +94,7 @@ def run_extended(card: PerformanceCard, workload: Workload, settings: ExtendedSe
 
 
 def _colocation(card, ref: WorkloadRef, batch: int, s: ExtendedSettings, timing, stage) -> None:
-    from perfpredict.profile.colocation import measure_colocation, measure_pair
+    from perfpredict.profile.colocation import BUSY_NOTE, busy_host_note, measure_colocation, measure_pair
     from perfpredict.workload import parse_params, resolve_workload
 
     stage(f"co-location: {', '.join(str(n) for n in s.copies)} copies at batch {batch}")
@@ -106,6 +107,11 @@ def _colocation(card, ref: WorkloadRef, batch: int, s: ExtendedSettings, timing,
         pb = min(partner.batch_sizes, key=lambda b: abs(b - batch))
         info.pairs.append(measure_pair(ref, batch, partner.ref, pb, device=s.device, mode=s.mode, timing=timing,
                                        timeout_s=s.timeout_s))
+    # as the sweep's busy-host note does for its points: the co-location runs other processes competed with
+    card.notes[:] = [n for n in card.notes if not n.startswith(BUSY_NOTE)]
+    note = busy_host_note(info, card.device.cpu_count or os.cpu_count() or 1)
+    if note:
+        card.notes.append(note)
 
 
 def _scaling(card, ref: WorkloadRef, batch: int, s: ExtendedSettings, timing, stage) -> None:

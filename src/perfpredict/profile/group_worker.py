@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from perfpredict.errors import ModelLoadError, PerfPredictError
+from perfpredict.profile import host_load
 from perfpredict.profile import memory as mem
 from perfpredict.profile.device import describe_device
 from perfpredict.profile.energy import GpuSampler, nvml_handle_for_torch_device
@@ -150,6 +151,8 @@ def measure_member(member: GroupMember, timing: GroupTiming, barrier) -> dict[st
         if sampler is not None:
             sampler.start()
         times: list[float] = []
+        # host and own CPU time at both ends of the window: the parent works out the load from outside the group
+        load_start = host_load.reading()
         start = clock()
         while True:
             s = clock()
@@ -162,13 +165,15 @@ def measure_member(member: GroupMember, timing: GroupTiming, barrier) -> dict[st
             elif clock() - start >= timing.window_s and len(times) >= 3:
                 break
         elapsed = clock() - start
+        load_end = host_load.reading()
         if sampler is not None:
             sampler.stop()
         reason = "max_iters" if target_iters is not None else "time_cap"
         stats = TimingResult(times, warm, reason).stats()
         out.update(status="ok", timing=stats, window_s=elapsed, iterations=len(times),
                    samples_per_s=member.batch_size * len(times) / elapsed,
-                   median_samples_per_s=member.batch_size / float(np.median(times)))
+                   median_samples_per_s=member.batch_size / float(np.median(times)),
+                   host_load=(load_start, load_end) if load_start is not None and load_end is not None else None)
         if sampler is not None:
             out["gpu"] = sampler.result(len(times))
         if dist is not None:

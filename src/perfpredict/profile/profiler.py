@@ -41,6 +41,7 @@ from perfpredict.card import (
     utc_now,
 )
 from perfpredict.errors import ModelRunError, NonFiniteLossError, PerfPredictError, UsageError
+from perfpredict.profile.host_load import competed
 from perfpredict.profile.timing import TimingConfig
 from perfpredict.workload.spec import Workload
 
@@ -314,19 +315,16 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
                           _outcome_error(card, workload))
 
 
-#: Other processes keeping at least this many CPUs busy while a CPU point was timed, when they and the
-#: measuring threads together want more CPUs than the host has, get a note on the card (idle VM: 0.00-0.05).
-BUSY_HOST_CPUS = 0.25
 _BUSY_NOTE = "the host was busy"
 
 
 def _timed_on_busy_host(card: PerformanceCard, p: ThroughputPoint) -> bool:
     """Whether other processes competed with CPU point ``p`` for the CPUs while it was timed (see host_load)."""
-    if card.device.kind != "cpu" or not p.ok or p.timing is None or p.timing.other_cpus is None:
+    if card.device.kind != "cpu" or not p.ok or p.timing is None:
         return False
     cpus = card.device.cpu_count or os.cpu_count() or 1
     threads = card.device.threads or cpus
-    return p.timing.other_cpus >= BUSY_HOST_CPUS and p.timing.other_cpus + threads > cpus + 1e-9
+    return competed(p.timing.other_cpus, threads, cpus)
 
 
 def _note_busy_host(card: PerformanceCard) -> None:
