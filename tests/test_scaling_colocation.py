@@ -62,6 +62,19 @@ def test_scaling_reports_speedup_relative_to_one_worker(write_model):
     assert two.local_batch == 16 and two.backend == "gloo" and two.device == "cpu"
 
 
+def test_ranks_the_machine_cannot_run_are_noted_and_the_others_kept(write_model):
+    """--workers 1,2,4,8 on a 2-core machine used to lose the whole scaling section (k = 1, 2 too)."""
+    import os
+
+    ref = WorkloadRef("file", str(write_model(TINY_MODEL)))
+    cores = len(os.sched_getaffinity(0))
+    info = measure_scaling(ref, 4 * cores, [2, 4 * cores], timing=QUICK, timeout_s=120)
+    assert [p.workers for p in info.points] == [1, 2] and all(p.status == "ok" for p in info.points)
+    assert f"k = {4 * cores} not measured" in info.note and f"{cores} cores" in info.note
+    odd = measure_scaling(ref, 7, [2], timing=QUICK, timeout_s=120)
+    assert [p.workers for p in odd.points] == [1] and "k = 2 not measured" in odd.note and "split evenly" in odd.note
+
+
 def test_uneven_split_and_too_many_workers_are_usage_errors(write_model):
     ref = WorkloadRef("file", str(write_model(TINY_MODEL)))
     with pytest.raises(UsageError, match="does not split evenly"):

@@ -66,7 +66,9 @@ def run_extended(card: PerformanceCard, workload: Workload, settings: ExtendedSe
     ref = workload.ref
     device = settings.device
     timing = GroupTiming(window_s=settings.window_s)
-    k_max = max(settings.workers) if settings.workers else max_workers(device)
+    limit = max_workers(device)
+    # the batch splits over the most ranks this machine runs (the others are left out with a note)
+    k_max = max([k for k in settings.workers if k <= limit] or [1]) if settings.workers else limit
     batch = settings.batch_size or reference_batch(card, max(1, k_max))
     if batch is None:
         card.errors.append(CardError(step="extended profiles", message="no batch size ran in the sweep, so "
@@ -120,6 +122,8 @@ def _scaling(card, ref: WorkloadRef, batch: int, s: ExtendedSettings, timing, st
     stage(f"data-parallel scaling at global batch {batch}")
     card.scaling = measure_scaling(ref, batch, s.workers, device=s.device, mode=s.mode, timing=timing,
                                    timeout_s=s.timeout_s)
+    skipped = [part for part in (card.scaling.note or "").split("; ") if "not measured" in part]
+    card.notes.extend(f"scaling: {part}" for part in skipped)  # what this machine cannot run (see the README)
 
 
 def _comm(card, ref: WorkloadRef, batch: int, s: ExtendedSettings, timing, stage) -> None:

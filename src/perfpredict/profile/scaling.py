@@ -144,14 +144,22 @@ def measure_scaling(ref: WorkloadRef, global_batch: int, workers: Sequence[int] 
     workers = sorted(set(int(k) for k in workers))
     if 1 not in workers:
         workers = [1, *workers]
+    # What this machine cannot run is left out with a note, not an error: an error would lose the k it can run.
+    too_many = [k for k in workers if k > limit]
+    uneven = [k for k in workers if k <= limit and global_batch % k]
+    workers = [k for k in workers if k <= limit and not global_batch % k]
+    notes = [] if device.startswith("cuda") else \
+        ["CPU: each worker is a group of cores (affinity) with that many threads; gloo all-reduce"]
+    if too_many:
+        unit = "GPUs are visible" if device.startswith("cuda") else "cores are available to this process"
+        notes.append(f"k = {', '.join(map(str, too_many))} not measured: one rank per device, and {limit} {unit}")
+    if uneven:
+        notes.append(f"k = {', '.join(map(str, uneven))} not measured: the global batch {global_batch} does not "
+                     "split evenly over that many ranks")
     info = ScalingInfo(global_batch=global_batch, backend="nccl" if device.startswith("cuda") else "gloo",
-                       device=device,
-                       note=None if device.startswith("cuda") else
-                       "CPU: each worker is a group of cores (affinity) with that many threads; gloo all-reduce")
+                       device=device, note="; ".join(notes) or None)
     base = None
     for k in workers:
-        if global_batch % k:
-            continue
         pt = measure_placement(ref, Placement(1, k), global_batch, device, mode, timing, None, timeout_s)
         if pt.status == "ok":
             if k == 1:
