@@ -121,6 +121,9 @@ BROKEN = {
     "nan_loss": (TINY_MODEL + "\ndef loss_fn(out):\n    return out.mean() * float('nan')\n", "loss", "not finite"),
     "inputs_raise": (TINY_MODEL + "\ndef example_inputs(b):\n    raise KeyError('images')\n", "example_inputs",
                      "KeyError"),
+    # a stub hook (`def make_optimizer(params): ...`) used to fail inside the timed step at zero_grad
+    "optimizer_stub": (TINY_MODEL + "\ndef make_optimizer(params): ...\n", "make_optimizer",
+                       "make_optimizer() returned NoneType, expected a torch.optim.Optimizer"),
 }
 
 

@@ -114,7 +114,7 @@ def measure_member(member: GroupMember, timing: GroupTiming, barrier) -> dict[st
         opt = None
         if member.mode == "train":
             state["phase"] = "make_optimizer"
-            opt = workload.make_optimizer(model.parameters())
+            opt = workload.optimizer(model.parameters())
         step = _train_step(model, workload, inputs, targets, opt, state) if member.mode == "train" \
             else _infer_step(model, inputs, state)
         sync = (lambda: torch.cuda.synchronize(device)) if is_cuda else (lambda: None)

@@ -108,7 +108,7 @@ def measure_pipeline(req: PipelineRequest) -> dict[str, Any]:
         state["phase"] = "build_model"
         torch.manual_seed(req.seed)
         model = workload.build_model().to(device).train()
-        opt = workload.make_optimizer(model.parameters())
+        opt = workload.optimizer(model.parameters())
         multi = isinstance(workload.example_inputs(1), tuple)
         sync = (lambda: torch.cuda.synchronize(device)) if is_cuda else (lambda: None)
 

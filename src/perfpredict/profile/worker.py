@@ -101,7 +101,7 @@ def measure_point(req: PointRequest) -> dict[str, Any]:
         opt = None
         if req.mode == "train":
             state["phase"] = "make_optimizer"
-            opt = workload.make_optimizer(model.parameters())
+            opt = workload.optimizer(model.parameters())
         t_setup = time.perf_counter() - t0
 
         step = _train_step(model, workload, inputs, targets, opt, state) if req.mode == "train" \

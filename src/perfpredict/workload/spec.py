@@ -121,6 +121,17 @@ class Workload:
             return None
         return to_device(self.example_targets(batch_size), device)
 
+    def optimizer(self, params: Any) -> torch.optim.Optimizer:
+        """``make_optimizer(params)``, checked: a hook that returns something else (e.g. a stub that returns
+        None) used to fail later inside the timed step, as an AttributeError at ``zero_grad``."""
+        opt = self.make_optimizer(params)
+        if not (callable(getattr(opt, "step", None)) and callable(getattr(opt, "zero_grad", None))):
+            from perfpredict.errors import ModelLoadError
+
+            raise ModelLoadError(f"make_optimizer() returned {type(opt).__name__}, expected a torch.optim.Optimizer "
+                                 "(an object with step() and zero_grad())", step="make_optimizer")
+        return opt
+
     def loss(self, outputs: Any, targets: Any = None) -> torch.Tensor:
         if self.example_targets is None:
             return self.loss_fn(outputs)
