@@ -219,7 +219,8 @@ def print_summary(card, console: Console = out_console) -> None:
             console.print(f"energy ({card.energy.scope}): {util}{_fmt_opt(e.energy_per_iter_j)} J/iter at batch "
                           f"{e.batch_size}", highlight=False)
         else:
-            console.print(f"energy/utilisation: unavailable ({card.energy.reason})", highlight=False)
+            why = card.energy.reason or "no batch size was measured"
+            console.print(f"energy/utilisation: unavailable ({why})", highlight=False)
     _print_extended(card, console)
     if card.run.wall_s and card.run.timed_s:
         console.print(f"profile wall time {card.run.wall_s:.1f} s, of which timed iterations "
