@@ -494,3 +494,21 @@ def test_leftover_table_picks_what_a_scan_of_the_grid_picks():
                 i = np.flatnonzero(ok)
                 k = i[np.lexsort((pm[i], pc[i], -pw[i]))[0]]
                 assert got == (pc[k], pm[k], pw[k]), (perf.name, c_lim, m_lim)
+
+
+def test_tetris_asks_for_the_share_when_no_empty_server_holds_a_small_jobs_demand():
+    """A 2-GPU job at Synergy's reference 62.5 GB per GPU on 64 GB servers fits no single server, and Tetris
+    places a job one server could hold on one server only: it waited for ever (found on a GENIE trace)."""
+    from perfpredict.sched.cluster import ClusterSpec, ServerSpec
+    from perfpredict.sched.job import Job
+    from perfpredict.sched.mechanisms import make_mechanism
+    from perfpredict.sched.perf import PerfModel
+    from perfpredict.sched.policies import make_policy
+    from perfpredict.sim.simulator import simulate
+
+    cluster = ClusterSpec([ServerSpec(gpus=4, cpus=20, mem_gb=64.0)] * 2)
+    jobs = [Job(id=str(i), arrival=0, gpus=2, work=600, model="m") for i in range(3)]
+    res = simulate(jobs, cluster, make_policy("fifo"), make_mechanism("tetris"), {"m": PerfModel("m")})
+    assert res.stall is None and len(res.finished) == 3
+    for js in res.finished:  # each on one server, with at most the server's memory
+        assert js.mem_gb_seconds / js.run_time <= 64.0 + 1e-6

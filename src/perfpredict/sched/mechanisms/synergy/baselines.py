@@ -98,11 +98,19 @@ class Tetris(Mechanism):
         if n == 0:
             self.last_stats = {"placed": 0.0, "idle_gpus": float(cluster.total_gpus)}
             return {}
+        max_gpus = max(s.gpus for s in cluster.servers)
+        for r in reqs:
+            # A job one server could hold must fit one (below), so a demand vector no empty server holds (2 GPUs
+            # at Synergy's 62.5 GB each on a 64 GB server) would starve it for ever: ask for the share instead,
+            # as the request builder does for a demand the whole empty cluster cannot hold.
+            if r.g <= max_gpus and not any(
+                    (r.ok is None or r.ok[i]) and srv.gpus >= r.g and srv.cpus + _RTOL >= r.g * r.c
+                    and srv.mem_gb + _RTOL >= r.g * r.m for i, srv in enumerate(cluster.servers)):
+                r.c, r.m = r.fb_c, r.fb_m
         caps = np.array([[s.gpus, s.cpus, s.mem_gb] for s in cluster.servers], dtype=float)
         caps[caps <= 0] = np.inf
         dem = np.array([[r.g, r.g * r.c, r.g * r.m] for r in reqs], dtype=float)  # n x 3
         bonus = self.policy_weight * (1.0 - np.arange(n) / n)
-        max_gpus = max(s.gpus for s in cluster.servers)
         big = np.array([r.g > max_gpus for r in reqs])
         allowed = np.array([r.ok if r.ok is not None else (True,) * cluster.n_servers for r in reqs], dtype=bool)
         pending = np.ones(n, dtype=bool)
