@@ -107,12 +107,14 @@ def test_cli_failed_scheduler_exits_1_with_the_others_written(run_cli, tmp_path)
     assert [r["status"] for r in _rows(tmp_path / "c" / "runs.csv")] == ["ok", "failed"]
 
 
-def test_ctrl_c_keeps_the_runs_finished_so_far(tmp_path):
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_ctrl_c_keeps_the_runs_finished_so_far(tmp_path, jobs):
     out = tmp_path / "c"
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlruns.db"}
     proc = subprocess.Popen([sys.executable, "-m", "perfpredict", "compare", "-m", "proportional", "-m", "tune",
                              "--trace", "synergy:n=1500,load=9", "--cluster", "8x8", "--seeds", "0,1,2,3,4,5",
-                             "--no-mlflow", "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             "--jobs", jobs, "--no-mlflow", "--out", str(out)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE,
                             text=True, env=env,
                             # a test run started in the background by a shell inherits SIGINT ignored
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
@@ -130,3 +132,20 @@ def test_ctrl_c_keeps_the_runs_finished_so_far(tmp_path):
     assert 1 <= len(rows) < 12
     doc = json.loads((out / "summary.json").read_text())
     assert doc["interrupted"] is True
+    # the pool's workers are stopped with the parent, not left to finish (and write) the runs they were on
+    written = sorted(out.glob("runs/*/*/metrics.json"))
+    assert len(written) <= len(rows) + int(jobs)  # at most the runs in flight finished after the Ctrl-C
+    time.sleep(4)
+    assert sorted(out.glob("runs/*/*/metrics.json")) == written
+
+
+def test_worker_processes_give_the_same_comparison(tmp_path):
+    """--jobs runs simulations in a process pool; the simulator is deterministic, so the rows must not change."""
+    scheds = parse_schedulers(["fifo", "srtf"], ["proportional", "tune"])
+    one = compare(TRACE, "2x8", scheds, [0, 1], out_dir=tmp_path / "one")
+    two = compare(TRACE, "2x8", scheds, [0, 1], out_dir=tmp_path / "two", jobs=2)
+    strip = [{k: v for k, v in r.items() if k not in ("sim_wall_s", "decision_time_s")} for r in one.runs]
+    assert [{k: v for k, v in r.items() if k not in ("sim_wall_s", "decision_time_s")} for r in two.runs] == strip
+    assert len(_rows(tmp_path / "two" / "runs.csv")) == 8 and (tmp_path / "two" / "summary.json").exists()
+    with pytest.raises(UsageError, match="jobs"):
+        compare(TRACE, "2x8", scheds, [0], jobs=0)

@@ -49,6 +49,8 @@ def compare(
     metric: Annotated[list[str] | None, typer.Option("--metric", help="a metric to compare (repeatable; default "
                                                      "avg_jct_s, p99_jct_s, makespan_s, avg_queue_delay_s, "
                                                      "gpu_util)")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", help="simulations run at once, in worker processes (each "
+                                       "run is single-threaded; results do not depend on it)")] = 1,
     cards: Annotated[str, typer.Option(help="as for `simulate`")] = "paper",
     mode: Annotated[str, typer.Option(help="auto | round | event")] = "auto",
     round_s: Annotated[float, typer.Option("--round", help="round length in seconds (round mode)")] = 300.0,
@@ -71,6 +73,8 @@ def compare(
     check_experiment(no_mlflow, experiment)
     cfg, window = sim_settings(mode, round_s, restart_overhead, max_time, steady)
     seed_list = _seeds(seeds)
+    if jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, got {jobs}", step="arguments")
     schedulers = parse_schedulers(policy or ["fifo"], mechanism)
     metrics = check_metrics(metric or DEFAULT_METRICS)
     check_out_dir(out)
@@ -88,7 +92,7 @@ def compare(
             progress.update(task, completed=n, description=f"{row['scheduler']} seed {row['seed']}: {row['status']}")
 
         cmp = run_compare(trace, cluster, schedulers, seed_list, metrics=metrics, cards=cards, config=cfg,
-                          steady=window, out_dir=out, on_run=done)
+                          steady=window, out_dir=out, jobs=jobs, on_run=done)
     summary = cmp.summary()
     table = Table(title=f"{len(schedulers)} schedulers on {trace} / {cluster}, {len(seed_list)} seed(s); "
                         f"change vs {cmp.baseline.label}, paired by seed (± standard error)", title_style="bold")

@@ -188,68 +188,124 @@ def _failed_row(s: Scheduler, seed: int, status: str, error: str, metrics: Seque
             "error": error, **{k: None for k in metrics}}
 
 
+#: a failure at one of these steps is the trace's, cluster's or cards' (wrong for every scheduler): one error
+FATAL_STEPS = ("arguments", "trace", "cluster", "cards")
+
+
+def _run_one(trace: Any, cluster: Any, s: Scheduler, seed: int, metrics: Sequence[str], cards: Any, config: Any,
+             steady: tuple[int, int] | None, run_dir: Path | None,
+             on_decision: Callable[[float, int, int], None] | None = None) -> dict[str, Any]:
+    """One scheduler on one seed's trace, as a row (a failure is a row too, with its step in ``_step``).
+    Module-level so that a process pool can run it."""
+    from perfpredict.sim.run import run_simulation
+
+    try:
+        run = run_simulation(trace, cluster, s.policy, s.mechanism, cards=cards, config=config, seed=seed,
+                             steady=steady, out_dir=run_dir, on_decision=on_decision)
+        return _row(s, seed, run, metrics)
+    except UsageError as e:
+        return {**_failed_row(s, seed, "failed", e.message, metrics), "_step": e.step}
+    except Exception as e:  # noqa: BLE001 - a bug in one scheduler must not lose the others' runs
+        return _failed_row(s, seed, "error", f"internal error: {type(e).__name__}: {e}", metrics)
+
+
+def _run_task(task: tuple) -> dict[str, Any]:
+    return _run_one(*task)
+
+
+def _ignore_sigint() -> None:
+    """In a pool worker: Ctrl-C reaches the whole process group; the parent alone handles it (and stops us)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def compare(trace: str | Path, cluster: Any, schedulers: Sequence[Scheduler], seeds: Sequence[int], *,
             metrics: Sequence[str] = DEFAULT_METRICS, cards: Any = "paper", config: Any = None,
-            steady: tuple[int, int] | None = None, out_dir: str | Path | None = None,
+            steady: tuple[int, int] | None = None, out_dir: str | Path | None = None, jobs: int = 1,
             on_run: Callable[[dict[str, Any], int, int], None] | None = None,
             on_decision: Callable[[float, int, int], None] | None = None) -> Comparison:
     """Simulate every scheduler on the trace of every seed (see the module docstring).
 
     With ``out_dir``: each run's outputs in ``runs/<scheduler>/seed<k>/`` (as ``perfpredict simulate`` writes
     them), ``runs.csv`` row by row, and at the end ``summary.csv``, ``summary.json`` and ``compare.png``.
-    ``on_run(row, done, total)`` is called after each run. Ctrl-C stops after what has been simulated:
-    the comparison so far is returned with ``interrupted`` set (and written)."""
-    from perfpredict.sim.run import run_simulation
-
+    ``jobs`` > 1 runs that many simulations at once in worker processes (the first run is made alone, so a
+    trace or cluster that is wrong for everyone is one error; a script calling this needs an
+    ``if __name__ == "__main__":`` guard). ``on_run(row, done, total)`` is called after each run, and
+    ``on_decision`` (progress within a run) only when runs are not in worker processes. Ctrl-C stops after
+    what has been simulated: the comparison so far is returned with ``interrupted`` set (and written). Runs are
+    returned in (seed, scheduler) order whatever order they finished in."""
     seeds = list(dict.fromkeys(int(k) for k in seeds))
     if not seeds:
         raise UsageError("give at least one seed", step="arguments")
     schedulers = list(schedulers)
     if not schedulers:
         raise UsageError("give at least one scheduler", step="arguments")
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise UsageError(f"jobs must be a whole number >= 1, got {jobs!r}", step="arguments")
     metrics = check_metrics(metrics)
     cmp = Comparison(schedulers=schedulers, seeds=seeds, metrics=metrics)
     out = Path(out_dir) if out_dir is not None else None
     columns = ["scheduler", "policy", "mechanism", "seed", "status", "error", "jobs", "n_finished", *metrics,
                "sim_wall_s", "decision_time_s"]
-    sink = None
     if out is not None:
         from perfpredict.output_paths import output_dir_problem
 
         problem = output_dir_problem(out)
         if problem:
             raise UsageError(f"out_dir: {problem}", step="arguments")
-    total = len(seeds) * len(schedulers)
+    order = [(seed, s) for seed in seeds for s in schedulers]
+    tasks = [(trace, cluster, s, seed, metrics, cards, config, steady,
+              out / "runs" / folder_name(s.label) / f"seed{seed}" if out is not None else None)
+             for seed, s in order]
+    sink = writer = None
+
+    def record(row: dict[str, Any]) -> None:
+        nonlocal sink, writer
+        row.pop("_step", None)
+        cmp.runs.append(row)
+        if out is not None:
+            if sink is None:  # created with the first row: a trace that fails at once leaves nothing
+                out.mkdir(parents=True, exist_ok=True)
+                sink = open(out / "runs.csv", "w", newline="", encoding="utf-8")  # noqa: SIM115 - closed below
+                writer = csv.DictWriter(sink, fieldnames=columns, extrasaction="ignore")
+                writer.writeheader()
+            writer.writerow(row)
+            sink.flush()
+        if on_run is not None:
+            on_run(row, len(cmp.runs), len(tasks))
+
+    # picklable inputs only in worker processes (cards given as a dict of perf models may hold functions)
+    parallel = jobs > 1 and len(tasks) > 2 and not isinstance(cards, dict)
+    if parallel:
+        from perfpredict.profile.main_guard import check_main_guard
+
+        check_main_guard("perfpredict.sim.compare(jobs > 1)")
     try:
-        for seed in seeds:
-            for s in schedulers:
-                run_dir = out / "runs" / folder_name(s.label) / f"seed{seed}" if out is not None else None
-                try:
-                    run = run_simulation(trace, cluster, s.policy, s.mechanism, cards=cards, config=config,
-                                         seed=seed, steady=steady, out_dir=run_dir, on_decision=on_decision)
-                    row = _row(s, seed, run, metrics)
-                except UsageError as e:
-                    if e.step in ("arguments", "trace", "cluster", "cards") and not cmp.runs:
-                        raise  # the trace, cluster or cards are wrong for everyone: one error, nothing run
-                    row = _failed_row(s, seed, "failed", e.message, metrics)
-                except Exception as e:  # noqa: BLE001 - a bug in one scheduler must not lose the others' runs
-                    row = _failed_row(s, seed, "error", f"internal error: {type(e).__name__}: {e}", metrics)
-                cmp.runs.append(row)
-                if out is not None:
-                    if sink is None:  # created with the first row: a trace that fails at once leaves nothing
-                        out.mkdir(parents=True, exist_ok=True)
-                        sink = open(out / "runs.csv", "w", newline="", encoding="utf-8")  # noqa: SIM115
-                        writer = csv.DictWriter(sink, fieldnames=columns, extrasaction="ignore")
-                        writer.writeheader()
-                    writer.writerow(row)
-                    sink.flush()
-                if on_run is not None:
-                    on_run(row, len(cmp.runs), total)
+        first = _run_one(*tasks[0], on_decision=on_decision)
+        if first.get("_step") in FATAL_STEPS:
+            raise UsageError(first["error"], step=first["_step"])
+        record(first)
+        if not parallel:
+            for task in tasks[1:]:
+                record(_run_one(*task, on_decision=on_decision))
+        else:
+            import multiprocessing
+
+            pool = multiprocessing.get_context("forkserver").Pool(min(jobs, len(tasks) - 1), _ignore_sigint)
+            try:
+                for row in pool.imap_unordered(_run_task, tasks[1:]):
+                    record(row)
+            finally:
+                pool.terminate()  # after Ctrl-C: the runs still going are stopped, not left to finish
+                pool.join()
     except KeyboardInterrupt:
         cmp.interrupted = True
     finally:
         if sink is not None:
             sink.close()
+    rank = {(seed, s.label): i for i, (seed, s) in enumerate(order)}
+    cmp.runs.sort(key=lambda r: rank[(r["seed"], r["scheduler"])])
     if out is not None and cmp.runs:
         write_summary(cmp, out)
     return cmp
