@@ -4,6 +4,7 @@ runs, never a NaN or negative number, a job that silently vanishes, or a deep Ty
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -253,3 +254,25 @@ def test_the_guard_check_lets_python_m_package_through(tmp_path):
                                      "check_main_guard()\nprint('not refused')\n")
     proc = subprocess.run([sys.executable, "-m", "mypkg"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert proc.returncode == 0 and "not refused" in proc.stdout, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("tetris:threshold=abc", "threshold=abc must be a finite number >= 0"),
+    ("tetris:policy_weight=nan", "policy_weight=nan must be a finite number"),
+    ("horus:k=inf", "k=inf must be a whole number"),
+    ("horus-f:beta=2.5", "beta=2.5 must be a whole number"),  # HorusF passes **kwargs on to Horus
+    ("obp:max_colocated=-1", "max_colocated=-1 must be a whole number >= 0"),
+    ("andreas:period_s=soon", "period_s=soon must be a finite number"),
+    ("swaf:backfill=2", "backfill=2 must be true or false"),
+    ("horus:bogus=1", "has no option 'bogus'; its options: k, beta"),
+])
+def test_mechanism_options_are_checked_against_the_constructor(spec, words):
+    """Found by fuzzing: these reached the mechanism and failed inside a decision (TypeError, AssertionError,
+    OverflowError) or were silently taken."""
+    from perfpredict.sched.mechanisms import make_mechanism
+
+    with pytest.raises(ValueError, match=re.escape(words)):
+        make_mechanism(spec)
+    # and the forms that are meant to work still do
+    assert make_mechanism("horus:overcommit=1.5").__class__.__name__ == "Horus"
+    assert make_mechanism("horus:overcommit=breakeven,k=3").k == 3
