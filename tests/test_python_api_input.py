@@ -276,3 +276,21 @@ def test_mechanism_options_are_checked_against_the_constructor(spec, words):
     # and the forms that are meant to work still do
     assert make_mechanism("horus:overcommit=1.5").__class__.__name__ == "Horus"
     assert make_mechanism("horus:overcommit=breakeven,k=3").k == 3
+
+
+def test_fuzzed_api_arguments_are_usage_errors(tmp_path):
+    """Found by fuzzing: each one used to escape as a TypeError/AttributeError/ValueError from deep inside."""
+    from perfpredict.card import PerformanceCard
+    from perfpredict.errors import PerfPredictError
+    from perfpredict.sched.mechanisms import make_mechanism
+    from perfpredict.sim.run import run_simulation
+
+    with pytest.raises(UsageError, match="steady must be a"):
+        run_simulation("synergy:n=5", "1x8", steady=(1.5, 3))
+    with pytest.raises(UsageError, match="cards must be"):
+        run_simulation("synergy:n=5", "1x8", cards=5)
+    with pytest.raises(ValueError, match="named by a string"):
+        make_mechanism(None)
+    with pytest.raises(PerfPredictError, match="not a readable card"):
+        PerformanceCard.from_json('{"schema_version": "1.0", "x": ' + "9" * 5000 + "}")
+    assert run_simulation("synergy:n=5", "1x8", steady=(1.0, 3)).metrics.n_measured == 2  # whole floats are fine

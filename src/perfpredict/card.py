@@ -518,6 +518,9 @@ class PerformanceCard(_Section):
         except json.JSONDecodeError as e:
             raise PerfPredictError(f"not valid JSON ({e.msg} at line {e.lineno})", source=source,
                                    step="read card") from None
+        except (ValueError, RecursionError) as e:  # an integer of thousands of digits, nesting too deep
+            raise PerfPredictError(f"not a readable card ({type(e).__name__}: {str(e)[:120]})", source=source,
+                                   step="read card") from None
         if not isinstance(raw, dict) or "schema_version" not in raw:
             raise PerfPredictError("not a perfpredict card (no schema_version)", source=source, step="read card")
         version = str(raw["schema_version"]).split(".")

@@ -220,6 +220,9 @@ def load_perf_models(cards: str | Path | dict[str, PerfModel] | None = "paper") 
     memory=safe|median]``) by the Horus jobs' predicted models (:func:`perfpredict.sim.horus_workload.horus_perf_models`)."""
     if isinstance(cards, dict):
         return cards
+    if cards is not None and not isinstance(cards, (str, Path)):
+        raise UsageError(f"cards must be 'paper', a folder of card.json files, a horus:... spec or a dict of "
+                         f"perf models, got {type(cards).__name__}", step="cards")
     from perfpredict.sched import paper_cards
 
     models: dict[str, PerfModel] = dict(paper_cards.synergy_models())
@@ -288,16 +291,18 @@ def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterS
         raise UsageError(f"trace {trace if not isinstance(trace, list) else '(list)'} has no jobs", step="trace")
     if steady is not None:
         try:
-            a, b = (int(x) for x in steady)
-            if len(steady) != 2:
-                raise ValueError
-        except (TypeError, ValueError):
+            a, b = steady
+            if any(isinstance(x, bool) or float(x) != int(x) for x in (a, b)):
+                raise ValueError  # 1.5 is not a job index (it used to fail inside the metrics)
+            a, b = int(a), int(b)
+        except (TypeError, ValueError, OverflowError):
             raise UsageError(f"steady must be a (first, last) pair of job indices, got {steady!r}",
                              step="arguments") from None
         if not 0 <= a < b:
             raise UsageError(f"steady window {a}:{b}: need 0 <= FIRST < LAST", step="arguments")
         if a >= len(jobs):
             raise UsageError(f"steady window {a}:{b} holds no jobs: the trace has {len(jobs)}", step="arguments")
+        steady = (a, b)
     if out_dir is not None:  # before simulating: a run that cannot be written would be lost
         od = Path(out_dir)
         problem = output_dir_problem(od)

@@ -56,6 +56,8 @@ def _option(value: str):
 
 
 def make_mechanism(name: str, **kwargs) -> Mechanism:
+    if not isinstance(name, str):
+        raise ValueError(f"a mechanism is named by a string such as 'tune' or 'horus:k=3', got {name!r}")
     name, _, opts = name.partition(":")
     for item in filter(None, opts.split(",")):
         k, sep, v = item.partition("=")
