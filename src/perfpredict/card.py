@@ -538,12 +538,20 @@ class PerformanceCard(_Section):
             loc = ".".join(str(p) for p in first["loc"])
             raise PerfPredictError(f"invalid card: {loc}: {first['msg']} ({e.error_count()} problem(s))",
                                    source=source, step="read card") from None
+        bad = list(_non_finite_numbers(card, ""))
+        if bad:  # perfpredict writes no NaN or Infinity (they become null); Python's json reads them
+            where, value = bad[0]
+            raise PerfPredictError(f"invalid card: {where}: {value} is not a finite number ({len(bad)} problem(s)); "
+                                   "the file was edited or damaged", source=source, step="read card")
         bad = list(_negative_numbers(card, ""))
         if bad:
             where, value = bad[0]
             raise PerfPredictError(f"invalid card: {where}: {value:g} is negative, and no time, size, count, rate "
                                    f"or utilisation can be ({len(bad)} problem(s)); the file was edited or damaged",
                                    source=source, step="read card")
+        if card.prediction is not None and not card.prediction.points:
+            raise PerfPredictError("invalid card: prediction.points is empty: a predicted card has one point per "
+                                   "batch size", source=source, step="read card")
         return card
 
     def save(self, path: str | Path) -> Path:
@@ -635,6 +643,23 @@ def _negative_numbers(value: Any, path: str):
     elif isinstance(value, dict):
         for k, x in value.items():
             yield from _negative_numbers(x, f"{path}.{k}")
+
+
+def _non_finite_numbers(value: Any, path: str):
+    """(path, number) for each NaN or infinite number in a loaded card (untyped settings aside)."""
+    if isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            if name not in ("settings", "kernel_nodes"):
+                yield from _non_finite_numbers(getattr(value, name), f"{path}.{name}" if path else name)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            yield path, value
+    elif isinstance(value, (list, tuple)):
+        for i, x in enumerate(value):
+            yield from _non_finite_numbers(x, f"{path}.{i}")
+    elif isinstance(value, dict):
+        for k, x in value.items():
+            yield from _non_finite_numbers(x, f"{path}.{k}")
 
 
 def _drop_unknown_fields(model: type[BaseModel], data: Any) -> Any:

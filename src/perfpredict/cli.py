@@ -149,9 +149,10 @@ def print_prediction(card, console: Console = out_console) -> None:
                   "-" if p.device_memory_safe_bytes is None else f"{p.device_memory_safe_bytes / 2**20:.0f} MiB",
                   "-" if p.gpu_utilization is None else f"{p.gpu_utilization:.0%}")
     console.print(t)
-    console.print(f"nearest profiled architecture: {info.nearest.name} (distance {info.nearest.distance:.2f}, "
-                  f"in-distribution up to {info.nearest.threshold:.2f})", highlight=False)
-    for p in [info.points[0], *info.points[1:][-1:]]:  # the first and the last batch size asked for
+    if info.nearest is not None:
+        console.print(f"nearest profiled architecture: {info.nearest.name} (distance {info.nearest.distance:.2f}, "
+                      f"in-distribution up to {info.nearest.threshold:.2f})", highlight=False)
+    for p in info.points[:1] + info.points[1:][-1:]:  # the first and the last batch size asked for
         if p.iter_time_baseline_shares:
             parts = sorted(p.iter_time_baseline_shares.items(), key=lambda kv: -kv[1])
             console.print(f"time baseline at batch {p.batch_size}: "
@@ -172,11 +173,16 @@ def print_summary(card, console: Console = out_console) -> None:
                       ("p10–p90", "right"), ("cv", "right"), ("iters", "right"), ("peak mem", "right"),
                       ("Horus eq.2", "right")):
         t.add_column(col, justify=just)
+    def ms(v: float | None, fmt: str = ".2f") -> str:  # a hand-edited card may leave a number out
+        return "–" if v is None else f"{v * 1e3:{fmt}}"
+
     for p in card.throughput:
         m = mem.get(p.batch_size)
         if p.ok:
-            t.add_row(str(p.batch_size), "ok", f"{p.samples_per_s:.1f}", f"{p.iter_time_s * 1e3:.2f} ms",
-                      f"{p.p10_s * 1e3:.1f}–{p.p90_s * 1e3:.1f} ms", f"{p.cv:.1%}", str(p.iterations),
+            t.add_row(str(p.batch_size), "ok", "–" if p.samples_per_s is None else f"{p.samples_per_s:.1f}",
+                      f"{ms(p.iter_time_s)} ms",
+                      f"{ms(p.p10_s, '.1f')}–{ms(p.p90_s, '.1f')} ms", "–" if p.cv is None else f"{p.cv:.1%}",
+                      "–" if p.iterations is None else str(p.iterations),
                       _fmt_bytes(m.peak_bytes if m else None),
                       _fmt_bytes(m.analytic.total if m and m.analytic else None))
         else:

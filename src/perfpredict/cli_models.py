@@ -157,7 +157,7 @@ def colocate(
     bs: list[int | None] = [None, None]
     if batch_sizes.strip():
         items = [x for x in batch_sizes.split(",") if x.strip()]
-        if len(items) > 2:
+        if not items or len(items) > 2:
             raise UsageError(f"--batch-sizes takes one or two values (A's, B's), got {batch_sizes!r}", step="arguments")
         parsed = [parse_batch_sizes(x, "--batch-sizes")[0] for x in items]
         bs = [parsed[0], parsed[-1]]

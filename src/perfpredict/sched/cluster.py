@@ -40,6 +40,9 @@ class CapacityError(ValueError):
 MAX_GPUS_PER_SERVER = 1024
 #: The most servers one cluster spec may list (a typo such as ``count: 1e12`` is refused, not allocated).
 MAX_SERVERS = 100_000
+#: the most jobs a generated trace may have: 100x the 100 000-job speed benchmark; a mistyped size (n=1e9)
+#: is one error instead of a MemoryError minutes later
+MAX_TRACE_JOBS = 10_000_000
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfpredict.sched.andreas_cards import ANDREAS_APPS, ANDREAS_GPU_TYPES, andreas_model, gpu_hour_cost
-from perfpredict.sched.cluster import ClusterSpec, ServerSpec
+from perfpredict.sched.cluster import MAX_SERVERS, MAX_TRACE_JOBS, ClusterSpec, ServerSpec
 from perfpredict.sched.job import Job
 from perfpredict.sim.spec_options import spec_options
 
@@ -78,8 +78,8 @@ def _server(gpu_type: str, gpus: int) -> ServerSpec:
 
 def andreas_cluster(n_nodes: int, case: int = 1) -> ClusterSpec:
     """§V-B: ⌈N/2⌉ V100 nodes and ⌊N/2⌋ T4 nodes; case 1: 2 V100 / 1 T4 per node, case 2: 4 V100 / 2 T4."""
-    if n_nodes < 1:
-        raise ValueError(f"n_nodes must be >= 1, got {n_nodes}")
+    if not 1 <= n_nodes <= MAX_SERVERS:
+        raise ValueError(f"n_nodes must be from 1 to {MAX_SERVERS:,}, got {n_nodes}")
     if case not in (1, 2):
         raise ValueError(f"case is 1 (2 V100 / 1 T4 per node) or 2 (4 V100 / 2 T4), got {case}")
     v100, t4 = (2, 1) if case == 1 else (4, 2)
@@ -125,6 +125,8 @@ def andreas_trace(n_nodes: int, case: int = 1, *, n_jobs: int | None = None, loa
     if n_nodes < 1 or load <= 0 or phase_h <= 0 or not 0 < low <= high:
         raise ValueError("need n_nodes >= 1, load > 0, phase_h > 0 and 0 < low <= high")
     n = 10 * n_nodes if n_jobs is None else int(n_jobs)
+    if n > MAX_TRACE_JOBS:
+        raise ValueError(f"{n:,} jobs, more than the {MAX_TRACE_JOBS:,} a generated trace may have")
     rng = np.random.default_rng(seed)
     apps = list(ANDREAS_APPS)
     slacks = table_v_slacks()

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from perfpredict.sched.cluster import ClusterSpec
+from perfpredict.sched.cluster import MAX_TRACE_JOBS, ClusterSpec
 from perfpredict.sched.genie import (
     QOS_CLASSES,
     GeniePerfModel,
@@ -98,8 +98,11 @@ def genie_trace(rate_per_hour: float = 10.0, hours: float = 24.0, *, mix: Sequen
 
     ``mix``: Urgent/Prior/Normal proportions; ``training_share``: fraction of training tasks. Job ids are
     arrival indices."""
-    if not (rate_per_hour > 0 and math.isfinite(rate_per_hour)) or not hours > 0:
-        raise ValueError(f"need rate_per_hour > 0 and hours > 0, got {rate_per_hour}, {hours}")
+    if not (rate_per_hour > 0 and math.isfinite(rate_per_hour)) or not (hours > 0 and math.isfinite(hours)):
+        raise ValueError(f"need rate_per_hour > 0 and hours > 0 (finite), got {rate_per_hour}, {hours}")
+    if rate_per_hour * hours > MAX_TRACE_JOBS:  # the arrival loop would run (and allocate) for ever
+        raise ValueError(f"rate x hours = {rate_per_hour * hours:,.0f} tasks, more than the {MAX_TRACE_JOBS:,} a "
+                         "generated trace may have")
     if not 0 <= training_share <= 1:
         raise ValueError(f"training_share must be in [0, 1], got {training_share}")
     lo, hi = (int(x) for x in iterations)
@@ -107,8 +110,9 @@ def genie_trace(rate_per_hour: float = 10.0, hours: float = 24.0, *, mix: Sequen
         raise ValueError(f"iterations must be (lo, hi) with 1 <= lo <= hi, got {iterations}")
     if len(mix) != 3:
         raise ValueError(f"mix is three proportions (urgent, prior, normal), got {list(mix)}")
-    if not batches or any(b < 1 for b in batches) or not requests or any(r < 1 for r in requests):
-        raise ValueError("batches and requests must be non-empty lists of positive integers")
+    if not batches or any(not 1 <= b <= 2**31 for b in batches) or not requests \
+            or any(not 1 <= r <= 2**31 for r in requests):
+        raise ValueError("batches and requests must be non-empty lists of whole numbers from 1 to 2^31")
     names = list(types) if types is not None else list(GENIE_TYPES)
     for t in names:
         if t not in GENIE_TYPES:

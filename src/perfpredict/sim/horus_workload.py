@@ -60,7 +60,7 @@ from pathlib import Path
 
 import numpy as np
 
-from perfpredict.sched.cluster import ClusterSpec, ServerSpec
+from perfpredict.sched.cluster import MAX_SERVERS, MAX_TRACE_JOBS, ClusterSpec, ServerSpec
 from perfpredict.sched.job import Job
 from perfpredict.sched.perf import PerfModel
 
@@ -342,8 +342,8 @@ def horus_trace(workload: str = "large", n: int | None = None, *, seed: int = 0,
     if workload not in HORUS_WORKLOADS:
         raise ValueError(f"unknown Horus workload {workload!r}; use {', '.join(HORUS_WORKLOADS)}")
     n = n if n is not None else (4000 if workload == "scale" else 100)
-    if n < 1:
-        raise ValueError(f"need at least one job, got n={n}")
+    if not 1 <= n <= MAX_TRACE_JOBS:
+        raise ValueError(f"need from 1 to {MAX_TRACE_JOBS:,} jobs, got n={n}")
     if not (math.isfinite(interarrival_s) and interarrival_s >= 0):
         raise ValueError(f"interarrival must be >= 0 seconds (0: all jobs at once), got {interarrival_s!r}")
     if not (math.isfinite(load) and load > 0) or gpus_total < 1:
@@ -431,6 +431,8 @@ def cluster_from_spec(spec: str) -> ClusterSpec:
     srv = ServerSpec(gpus=g, cpus=float(kv.get("cpus", 6 * g)), mem_gb=float(kv.get("mem", 32 * g)),
                      gpu_type="H100", gpu_mem_gb=float(kv.get("gpu_mem", H100_MEM_GB)))
     nodes = int(kv.get("nodes", 3))
+    if not 1 <= nodes <= MAX_SERVERS:  # before the tuple of servers is built
+        raise ValueError(f"nodes must be from 1 to {MAX_SERVERS:,}, got {nodes}")
     return ClusterSpec((srv,) * nodes, name=f"horus ({nodes}x{g} H100, {srv.gpu_mem_gb:g} GB)")
 
 

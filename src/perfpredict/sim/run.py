@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfpredict.errors import UsageError
+from perfpredict.errors import PerfPredictError, UsageError
 from perfpredict.output_paths import output_dir_problem
 from perfpredict.sched.base import UnsupportedInput
 from perfpredict.sched.cluster import ClusterSpec
@@ -62,7 +63,7 @@ def parse_cluster(text: str | Path | ClusterSpec | Mapping[str, Any]) -> Cluster
     if isinstance(text, Mapping):
         try:
             spec = ClusterSpec.from_dict(dict(text))
-        except (ValueError, TypeError, KeyError) as e:
+        except (ValueError, TypeError, KeyError, OverflowError) as e:  # OverflowError: a count of inf
             raise UsageError(f"cluster dict: {e}", step="cluster") from None
         text = spec.name
     elif not isinstance(text, (str, Path)):
@@ -103,8 +104,10 @@ def _parse_cluster(s: str) -> ClusterSpec:
             raise UsageError(f"cluster file {s} does not exist", step="cluster")
         try:
             return ClusterSpec.load(p)
-        except (ValueError, TypeError) as e:
-            raise UsageError(f"cluster file {s}: {e}", step="cluster") from None
+        except (ValueError, TypeError, KeyError, OverflowError, RecursionError) as e:
+            # OverflowError: 1e999 (inf) as a count; RecursionError: nesting too deep for the JSON reader
+            raise UsageError(f"cluster file {s}: {type(e).__name__ + ': ' if isinstance(e, (OverflowError, RecursionError)) else ''}"
+                             f"{str(e)[:200]}", step="cluster") from None
     if p.is_dir():
         raise UsageError(f"cluster {s} is a directory, expected a JSON file or SERVERSxGPUS like 16x8",
                          step="cluster")
@@ -146,6 +149,8 @@ def parse_trace(text: str | Path | list[Job], seed: int = 0) -> list[Job]:
     """A trace file or a generator spec (see the module docstring) → jobs."""
     if isinstance(text, list):
         return text
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise UsageError(f"seed must be a whole number >= 0, got {seed!r}", step="arguments")
     from perfpredict.sim import traces
 
     s = str(text)
@@ -254,8 +259,16 @@ def load_perf_models(cards: str | Path | dict[str, PerfModel] | None = "paper") 
         card = PerformanceCard.load(f)
         # Trace durations are at the GPU-proportional share of Synergy's reference server (3 CPUs, 62.5 GB
         # per GPU): measure every card's grid against that, not against the card's own demand.
-        model = PerfModel.from_card(card, ref_cpus_per_gpu=paper_cards.REF_CPUS_PER_GPU,
-                                    ref_mem_per_gpu=paper_cards.REF_MEM_PER_GPU)
+        try:
+            model = PerfModel.from_card(card, ref_cpus_per_gpu=paper_cards.REF_CPUS_PER_GPU,
+                                        ref_mem_per_gpu=paper_cards.REF_MEM_PER_GPU)
+        except PerfPredictError as e:
+            raise UsageError(f"cards: {f}: {e.message}", step="cards") from None
+        except (ValueError, TypeError, KeyError, IndexError, ZeroDivisionError) as e:
+            # a card that passed the schema but whose sections do not make a model (an empty sensitivity grid,
+            # a speedup fit without knots)
+            raise UsageError(f"cards: {f}: cannot build a performance model from it ({type(e).__name__}: {e})",
+                             step="cards") from None
         models[card.model.name] = model
         models[f.stem if f.stem != "card" else f.parent.name] = model
     return models

@@ -58,6 +58,7 @@ from pathlib import Path
 import numpy as np
 
 from perfpredict.errors import PerfPredictError
+from perfpredict.sched.cluster import MAX_TRACE_JOBS
 from perfpredict.sched.job import Job
 from perfpredict.sched.paper_cards import SYNERGY_TASK_MODELS
 
@@ -96,8 +97,8 @@ def synergy_trace(n_jobs: int, *, load_jobs_per_hour: float | None = None,
     (normalised, so (33, 33, 33) works). ``multi_gpu``: draw demands from ``gpu_demand`` (default
     :data:`PHILLY_LIKE_GPU_DEMAND`) instead of 1. Job ids are ``"0"`` .. ``str(n_jobs - 1)`` in arrival order.
     """
-    if n_jobs < 0:
-        raise ValueError(f"n_jobs must be >= 0, got {n_jobs}")
+    if not 0 <= n_jobs <= MAX_TRACE_JOBS:
+        raise ValueError(f"n_jobs must be from 0 to {MAX_TRACE_JOBS:,}, got {n_jobs}")
     if load_jobs_per_hour is not None and not (load_jobs_per_hour > 0 and math.isfinite(load_jobs_per_hour)):
         raise ValueError(f"load_jobs_per_hour must be a positive number or None, got {load_jobs_per_hour}")
     weights = np.asarray(split, dtype=float)
@@ -196,6 +197,8 @@ def dl_bag_trace(n_tasks: int, *, users: int = 14, tasks_per_bag: float = 33.5, 
     So a bag arrives over its lifetime, a wave of ``c`` tasks and then one task per completion, not all at
     one instant. Load is then set by the cluster size, as in the paper (fewer GPUs = more congested).
     """
+    if n_tasks > MAX_TRACE_JOBS:
+        raise ValueError(f"n_tasks must be at most {MAX_TRACE_JOBS:,}, got {n_tasks}")
     if (n_tasks < 0 or users <= 0 or tasks_per_bag < 1 or bags_per_day <= 0 or not 0 <= opennmt_share < 1
             or max_concurrency < 1 or not 1 <= concurrency <= max_concurrency or start_gap_s < 0
             or not median_runtime_s > 0 or not runtime_sigma >= 0):
@@ -307,10 +310,12 @@ def read_swf_report(path: str | Path, *, gpus_per_proc: float = 1.0, max_jobs: i
     (1, 240) for its moldable runs); ``None`` leaves them unset.
     """
     p = Path(path)
-    if not gpus_per_proc > 0 or not math.isfinite(gpus_per_proc):
-        raise ValueError(f"gpus_per_proc must be a positive number, got {gpus_per_proc}")
-    if max_jobs is not None and max_jobs < 0:
-        raise ValueError(f"max_jobs must be >= 0, got {max_jobs}")
+    # TraceError (a ValueError too): one readable error from the Python API as from the CLI
+    if isinstance(gpus_per_proc, bool) or not isinstance(gpus_per_proc, (int, float)) \
+            or not (gpus_per_proc > 0 and math.isfinite(gpus_per_proc)):
+        raise TraceError(f"gpus_per_proc must be a positive number, got {gpus_per_proc!r}", path=path)
+    if max_jobs is not None and (isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 0):
+        raise TraceError(f"max_jobs must be a whole number >= 0, got {max_jobs!r}", path=path)
     rep = SwfReport(jobs=[])
     raw: list[tuple[str, float, float, float, str, int]] = []  # id, submit, run, gpus, user, line
     seen: dict[str, int] = {}
@@ -518,7 +523,7 @@ def load_trace(path: str | Path, **swf_options) -> list[Job]:
         return read_swf(p, **swf_options)
     if kind == ".csv":
         if swf_options:
-            raise TypeError(f"options {sorted(swf_options)} apply to SWF traces only")
+            raise TraceError(f"options {sorted(swf_options)} apply to SWF traces only", path=p)
         return read_csv_trace(p)
     raise TraceError(f"unknown trace format {kind or '(no suffix)'!r}; expected .swf or .csv (optionally .gz)",
                      path=p)

@@ -77,9 +77,11 @@ class AndreasRG(Mechanism):
     def __init__(self, max_it: int = MAX_IT, rho: float = RHO, seed: int = 0, swap_scale: float = 0.5,
                  period_s: float | None = 300.0, record_problems: bool = False) -> None:
         super().__init__()
-        if isinstance(max_it, bool) or not isinstance(max_it, (int, float, np.integer)) or not 1 <= max_it < 2**31 \
-                or max_it != int(max_it):
-            raise ValueError(f"max_it (MaxIt_RG) must be a whole number >= 1, got {max_it!r}")
+        if isinstance(max_it, bool) or not isinstance(max_it, (int, float, np.integer)) or not 1 <= max_it <= 10**6 \
+                or max_it != int(max_it):  # RG holds an array of MaxIt_RG rows: 2e9 asked for 45 GB
+            raise ValueError(f"max_it (MaxIt_RG) must be a whole number from 1 to 1,000,000, got {max_it!r}")
+        if period_s is not None and not (math.isfinite(period_s) and period_s >= 1.0):
+            raise ValueError(f"period_s must be at least 1 second (or None: no periodic call), got {period_s!r}")
         if not (math.isfinite(rho) and rho >= 0) or not (math.isfinite(swap_scale) and swap_scale >= 0):
             raise ValueError(f"rho and swap_scale must be finite and >= 0, got {rho!r}, {swap_scale!r}")
         self.max_it, self.rho, self.swap_scale = int(max_it), float(rho), float(swap_scale)

@@ -712,7 +712,8 @@ class _Proportional(_Flexible):
         self._extra["t_target"] = t_trg
         out: dict[str, Allocation] = {}
         for js in sorted(queue, key=lambda j: -v[j.id]):
-            sizes = sizes_between(b[js.id].lo, b[js.id].hi)
+            # no size above the cluster's GPUs can be placed: listing them all (p_max = 1e11) ran out of memory
+            sizes = sizes_between(b[js.id].lo, max(b[js.id].lo, min(b[js.id].hi, float(state.cluster.total_gpus))))
             best = min(range(len(sizes)), key=lambda k: (abs(self._runtime(js, v[js.id], sizes[k]) - t_trg), k))
             for p in reversed(sizes[:best + 1]):  # I7: the chosen size, else the next smaller ones
                 a = state.place(js, p)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfpredict.sched.base import Mechanism
+from perfpredict.sched.base import Mechanism, UnsupportedInput
 from perfpredict.sched.cluster import Allocation, ClusterSpec
 from perfpredict.sched.job import JobState
 from perfpredict.sched.mechanisms.synergy.share import _RTOL, _WTOL, proportional_share
@@ -214,7 +214,9 @@ class SynergyOpt(Mechanism):
         b_ub = np.concatenate([[cap_c, cap_m], -floors + _WTOL])
         res = linprog(-w, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=np.ones(len(reqs)), bounds=(0, 1), method="highs")
         if res.status != 0:  # pragma: no cover - all-proportional is always feasible
-            raise RuntimeError(f"Synergy-Opt LP1 failed: {res.message}")
+            # HiGHS refuses models whose numbers span too many orders of magnitude (1e300 CPUs on a server)
+            raise UnsupportedInput(f"Synergy-Opt's LP1 cannot be solved for this cluster and these jobs "
+                                   f"(HiGHS: {res.message}); check the servers' CPUs and memory")
         return res, ext, offs
 
     def bound(self, ordered: Sequence[JobState], cluster: ClusterSpec, consolidated: bool = False) -> float:
