@@ -195,3 +195,28 @@ def test_an_unknown_key_is_echoed_bounded(client):
     assert r.status_code == 200
     note = next(n for n in r.json()["prediction"]["notes"] if n.startswith("unknown feature key"))
     assert len(note) < 200 and note.endswith("...")
+
+
+def test_an_upload_whose_weights_point_at_files_is_refused_without_looking_at_the_disk(client, onnx_bytes, tmp_path,
+                                                                                        monkeypatch):
+    """ONNX's checker resolves external-data locations against the working directory: the service's answer used
+    to differ by whether a file of that name existed there (found by fuzzing)."""
+    import onnx
+    from onnx.external_data_helper import set_external_data
+
+    m = onnx.load_from_string(onnx_bytes)
+    w = m.graph.initializer[0]
+    set_external_data(w, location="w.bin")
+    w.ClearField("raw_data")
+    w.data_location = onnx.TensorProto.EXTERNAL
+    data = m.SerializeToString()
+    monkeypatch.chdir(tmp_path)
+    answers = []
+    for exists in (False, True):
+        if exists:
+            (tmp_path / "w.bin").write_bytes(b"\0" * 512)
+        r = client.post("/predict/onnx", files={"file": ("m.onnx", data, "application/octet-stream")},
+                        data={"batch_sizes": "8"})
+        answers.append((r.status_code, r.json()["detail"]))
+    assert answers[0] == answers[1] and answers[0][0] == 400 and "external files" in answers[0][1]
+    _assert_still_serving(client)

@@ -174,7 +174,7 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
             raise HTTPException(413, f"upload larger than {max_upload_bytes} bytes")
         name = (file.filename or "upload.onnx").rsplit("/", 1)[-1][:200]
         try:
-            arch = from_onnx_proto(load_onnx_bytes(data, name), name=name.removesuffix(".onnx"), batch_axis=batch_axis)
+            arch = from_onnx_proto(load_onnx_bytes(data, name, external_data=False), name=name.removesuffix(".onnx"), batch_axis=batch_axis)
         except ArchFeaturesError as e:
             raise HTTPException(400, str(e)) from None
         card = pred.card_for(arch, bs, device_type=device_type, source=name, mode=mode)

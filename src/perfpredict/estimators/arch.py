@@ -201,8 +201,12 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
 # ---------------------------------------------------------------------------------------------------------
 # ONNX, statically
 # ---------------------------------------------------------------------------------------------------------
-def load_onnx_bytes(data: bytes, source: str = "upload"):
-    """Parse ONNX bytes into a ModelProto and check it; raises :class:`ArchFeaturesError` with one line."""
+def load_onnx_bytes(data: bytes, source: str = "upload", *, external_data: bool = True):
+    """Parse ONNX bytes into a ModelProto and check it; raises :class:`ArchFeaturesError` with one line.
+
+    ``external_data=False`` (the HTTP service) refuses weights stored as references to other files: ONNX's
+    checker looks such files up relative to the working directory, so an upload could probe the server's disk
+    (its error said whether a file of that name exists there)."""
     import onnx
 
     try:
@@ -211,6 +215,10 @@ def load_onnx_bytes(data: bytes, source: str = "upload"):
         raise ArchFeaturesError(f"not an ONNX model ({type(e).__name__})", source=source, step="parse onnx") from None
     if not proto.graph.node:
         raise ArchFeaturesError("ONNX model has an empty graph", source=source, step="parse onnx")
+    if not external_data and any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer):
+        raise ArchFeaturesError("the model's weights are references to external files, which this service does not "
+                                "read; upload a model with its weights inside (under the size limit) or send its "
+                                "feature vector to /predict", source=source, step="parse onnx")
     try:
         onnx.checker.check_model(proto)
     except Exception as e:  # noqa: BLE001
