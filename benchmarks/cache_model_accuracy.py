@@ -63,6 +63,7 @@ from perfpredict.script_args import (
     out_file,
     positive_float,
     positive_int,
+    stop_requested,
 )
 
 
@@ -208,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
 
         def measure_all() -> None:
             for frac in fractions:
+                if stop_requested():  # a Ctrl-C whose KeyboardInterrupt a DataLoader's clean-up swallowed
+                    raise KeyboardInterrupt
                 cache = MinIOCache(FileDataset(root, reader=BandwidthLimitedReader(bw_cap)),
                                    capacity_bytes=int(frac * dataset_bytes))
                 # Warm-up: one epoch of raw reads by the workers fills the cache (first read, first cached).

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from perfpredict.card import PerformanceCard
-from perfpredict.script_args import describe, measure_keeping_partial, out_file
+from perfpredict.script_args import describe, measure_keeping_partial, out_file, stop_requested
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TARGETS = "examples/cnn_classifier.py,zoo:resnet,zoo:transformer,zoo:lstm,zoo:mlp"
@@ -44,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
 
         def measure_all() -> None:
             for i, target in enumerate(args.targets.split(",")):
+                if stop_requested():  # a Ctrl-C whose KeyboardInterrupt was swallowed
+                    raise KeyboardInterrupt
                 out = Path(tmp) / f"out{i}"
                 tgt = str(REPO / target) if not target.startswith("zoo:") else target
                 cmd = [sys.executable, "-m", "perfpredict", "profile", tgt, "--out", str(out), "--device", "cpu",

@@ -27,7 +27,7 @@ from perfpredict.errors import PerfPredictError, UsageError
 from perfpredict.fit.rate import LINEAR, QUADRATIC, fit_rate_model
 from perfpredict.profile import ProfileSettings, TimingConfig, profile_workload
 from perfpredict.profile.device import resolve_device
-from perfpredict.script_args import describe, measure_keeping_partial, nonneg_float, out_file
+from perfpredict.script_args import describe, measure_keeping_partial, nonneg_float, out_file, stop_requested
 from perfpredict.workload.zoo import families, load_zoo_workload
 
 
@@ -106,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     def measure_all() -> None:
         for fam in names:
+            if stop_requested():  # a Ctrl-C whose KeyboardInterrupt was swallowed
+                raise KeyboardInterrupt
             _measure(fam, args, rows)
 
     interrupted = measure_keeping_partial(measure_all, rows)  # Ctrl-C: the families measured so far are kept

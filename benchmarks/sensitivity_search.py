@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     from perfpredict.workload.spec import WorkloadRef
 
-    from perfpredict.script_args import describe, measure_keeping_partial, out_file, positive_float, positive_int
+    from perfpredict.script_args import describe, measure_keeping_partial, out_file, positive_float, positive_int, \
+        stop_requested
     from perfpredict.workload.zoo import families
 
     ap = argparse.ArgumentParser(description=describe(__doc__))
@@ -77,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def measure_all() -> None:
         for fam in args.models:
+            if stop_requested():  # a Ctrl-C whose KeyboardInterrupt was swallowed
+                raise KeyboardInterrupt
             ref = WorkloadRef("zoo", fam)
 
             def measure(c: int) -> float:

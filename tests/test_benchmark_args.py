@@ -120,3 +120,36 @@ def test_ctrl_c_in_cache_model_accuracy_keeps_the_cache_sizes_measured(tmp_path)
     assert [r["fraction"] for r in doc["rows"]] == fractions[:len(doc["rows"])]
     assert all(r["measured"] > 0 and r["predicted"] > 0 for r in doc["rows"])
     assert "max error" in stdout
+
+
+def test_a_ctrl_c_that_python_swallows_in_a_finalizer_still_stops_the_benchmark(capsys):
+    """A Ctrl-C landing in a DataLoader's clean-up (a finalizer) was printed as "Exception ignored" and the
+    benchmark went on measuring, then exited 1 (seen once in CI); it is now remembered and stops the loop."""
+    import os
+    import signal
+    import time
+
+    from perfpredict.script_args import measure_keeping_partial, stop_requested
+
+    rows: list[int] = []
+
+    class CleanUp:
+        def __del__(self) -> None:  # Python cannot raise from here: it reports the exception as unraisable
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+
+    def loop() -> None:
+        for i in range(3):
+            if stop_requested():
+                raise KeyboardInterrupt
+            rows.append(i)
+            CleanUp()  # dropped at once: __del__ runs here
+
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)  # a shell may have started us ignoring it
+    try:
+        assert measure_keeping_partial(loop, rows) is True
+    finally:
+        signal.signal(signal.SIGINT, old)
+    assert rows == [0]
+    err = capsys.readouterr().err
+    assert "interrupted: results so far" in err and "Traceback" not in err and "Exception ignored" not in err

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sized
 from pathlib import Path
 
@@ -19,7 +21,7 @@ from perfpredict.errors import PerfPredictError
 from perfpredict.output_paths import output_dir_problem, output_file_problem
 
 __all__ = ["float_list", "int_list", "nonneg_float", "nonneg_int", "out_dir", "out_file", "positive_float",
-           "positive_int", "run_script", "seed_list", "describe", "measure_keeping_partial"]
+           "positive_int", "run_script", "seed_list", "describe", "measure_keeping_partial", "stop_requested"]
 
 
 def _number(text: str, kind: type, low: float, strict: bool, what: str) -> float:
@@ -83,17 +85,56 @@ def out_file(text: str) -> Path:
     return Path(text)
 
 
+#: set by a Ctrl-C during :func:`measure_keeping_partial`'s loop (see :func:`stop_requested`)
+_stop_asked = False
+
+
+def stop_requested() -> bool:
+    """Whether Ctrl-C was pressed during :func:`measure_keeping_partial`'s loop. Python drops a KeyboardInterrupt
+    raised inside a finalizer (a DataLoader's worker clean-up prints "Exception ignored ..." and goes on), so a
+    loop checks this between items: ``if stop_requested(): raise KeyboardInterrupt``."""
+    return _stop_asked
+
+
 def measure_keeping_partial(loop: Callable[[], None], rows: Sized) -> bool:
     """Run a benchmark's measuring ``loop`` (it appends to ``rows``); Ctrl-C ends it early with a line saying the
     results so far follow. Returns whether it was interrupted: the caller reports and saves what it has, then
     raises KeyboardInterrupt (exit 130 through :func:`run_script`). With nothing measured: exit 130 at once
-    after a Ctrl-C, else "nothing measured" and exit 1."""
+    after a Ctrl-C, else "nothing measured" and exit 1. A Ctrl-C is remembered even where Python swallowed its
+    KeyboardInterrupt (:func:`stop_requested`)."""
+    global _stop_asked
+    _stop_asked = False
+
+    def on_sigint(signum, frame) -> None:
+        global _stop_asked
+        _stop_asked = True
+        raise KeyboardInterrupt
+
+    def on_unraisable(info) -> None:
+        # Python calls this for an exception it cannot raise (in a __del__, a finalizer, an at-fork callback):
+        # a Ctrl-C landing there is remembered (stop_requested) instead of printed as a traceback
+        if isinstance(info.exc_value, KeyboardInterrupt):
+            return
+        previous_hook(info)
+
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = on_unraisable
+
+    old = None
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        old = signal.signal(signal.SIGINT, on_sigint)
     interrupted = False
     try:
         loop()
     except KeyboardInterrupt:
-        print("interrupted: results so far", file=sys.stderr)
         interrupted = True
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGINT, old)
+        sys.unraisablehook = previous_hook
+    interrupted = interrupted or _stop_asked
+    if interrupted:
+        print("interrupted: results so far", file=sys.stderr)
     if not rows:
         if interrupted:
             raise KeyboardInterrupt
