@@ -61,6 +61,8 @@ def test_names_and_metrics_are_checked_before_anything_runs(tmp_path):
         parse_schedulers(["fifo"], ["tunex"])
     with pytest.raises(UsageError, match="named twice"):
         parse_schedulers(["fifo"], ["tune", "tune"])
+    with pytest.raises(UsageError, match="horus:k=3 and fifo.horus:k=3, is named twice"):  # one run folder
+        parse_schedulers(["fifo"], ["horus:k=3", "horus:k=3,"])
     with pytest.raises(UsageError, match="did you mean avg_jct_s"):
         compare(TRACE, "2x8", [Scheduler("fifo", "tune")], [0], metrics=["avg_jtc_s"], out_dir=tmp_path / "o")
     with pytest.raises(UsageError, match="does not exist"):

@@ -120,11 +120,13 @@ def parse_schedulers(policies: Sequence[str], mechanisms: Sequence[str]) -> list
         except ValueError as e:
             raise UsageError(str(e), step="arguments") from None
     out = [Scheduler(p.strip(), m.strip()) for p in policies for m in mechanisms]
-    seen = set()
+    seen: dict[str, str] = {}  # folder name -> label: two spellings of one scheduler would share a folder
     for s in out:
-        if s.label in seen:
-            raise UsageError(f"{s.label} is named twice", step="arguments")
-        seen.add(s.label)
+        folder = folder_name(s.label)
+        if folder in seen:
+            same = s.label if seen[folder] == s.label else f"{seen[folder]} and {s.label}"
+            raise UsageError(f"{same} is named twice", step="arguments")
+        seen[folder] = s.label
     return out
 
 
