@@ -195,6 +195,20 @@ def _card_dict(card) -> dict:
     return json.loads(card.to_json())
 
 
+def _load_edited(card, p: Path, where: tuple, value) -> str:
+    """Write ``card`` to ``p`` with the field at path ``where`` set to ``value``; return the one-line
+    error loading it raised."""
+    d = _card_dict(card)
+    node = d
+    for k in where[:-1]:
+        node = node[k]
+    node[where[-1]] = value
+    p.write_text(json.dumps(d, indent=2))
+    with pytest.raises(PerfPredictError) as ei:
+        PerformanceCard.load(p)
+    return _assert_one_line_naming(ei.value, p)
+
+
 @pytest.mark.parametrize("version", ["2.0", "0.9", "10.0"])
 def test_different_major_version_rejected(card, tmp_path, version):
     d = _card_dict(card)
@@ -243,16 +257,7 @@ def test_non_card_json_rejected(tmp_path, text):
     (("rate_model", "coefficients"), "alpha=1", "rate_model.coefficients"),
 ])
 def test_wrong_field_type_rejected(card, tmp_path, where, value, loc):
-    d = _card_dict(card)
-    node = d
-    for k in where[:-1]:
-        node = node[k]
-    node[where[-1]] = value
-    p = tmp_path / "bad.json"
-    p.write_text(json.dumps(d, indent=2))
-    with pytest.raises(PerfPredictError) as ei:
-        PerformanceCard.load(p)
-    s = _assert_one_line_naming(ei.value, p)
+    s = _load_edited(card, tmp_path / "bad.json", where, value)
     assert loc in s
 
 
@@ -428,16 +433,7 @@ def test_card_memory_analytic_matches_formula(card):
 ])
 def test_a_negative_time_size_or_count_is_refused_when_read(card, tmp_path, where, value, loc):
     """`perfpredict show` and the simulator's card loader used to accept these and use them as measurements."""
-    d = _card_dict(card)
-    node = d
-    for k in where[:-1]:
-        node = node[k]
-    node[where[-1]] = value
-    p = tmp_path / "edited.json"
-    p.write_text(json.dumps(d, indent=2))
-    with pytest.raises(PerfPredictError) as ei:
-        PerformanceCard.load(p)
-    s = _assert_one_line_naming(ei.value, p)
+    s = _load_edited(card, tmp_path / "edited.json", where, value)
     assert loc in s and "negative" in s
 
 

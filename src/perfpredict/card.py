@@ -623,43 +623,37 @@ NEGATIVE_OK = frozenset({"coefficients", "residuals", "r2", "estimator_scores", 
                          "first_iter_extra_s", "fit", "settings", "kernel_nodes"})
 
 
+def _numbers(value: Any, path: str, skip: frozenset[str] | set[str]):
+    """(path, number) for each number in a loaded card (booleans aside), leaving out the fields named in
+    ``skip`` at any depth."""
+    if isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            if name not in skip:
+                yield from _numbers(getattr(value, name), f"{path}.{name}" if path else name, skip)
+    elif isinstance(value, bool):
+        return
+    elif isinstance(value, (int, float)):
+        yield path, value
+    elif isinstance(value, (list, tuple)):
+        for i, x in enumerate(value):
+            yield from _numbers(x, f"{path}.{i}", skip)
+    elif isinstance(value, dict):
+        for k, x in value.items():
+            yield from _numbers(x, f"{path}.{k}", skip)
+
+
 def _negative_numbers(value: Any, path: str):
     """(path, number) for each number below zero in a loaded card, outside :data:`NEGATIVE_OK`.
 
     Checked where a card is read, not where it is built: a hand-edited or damaged card would otherwise be shown
     and handed to a scheduler with a negative iteration time or memory, which every consumer reads as valid."""
-    if isinstance(value, BaseModel):
-        for name in type(value).model_fields:
-            if name not in NEGATIVE_OK:
-                yield from _negative_numbers(getattr(value, name), f"{path}.{name}" if path else name)
-    elif isinstance(value, bool):
-        return
-    elif isinstance(value, (int, float)):
-        if value < 0:
-            yield path, value
-    elif isinstance(value, (list, tuple)):
-        for i, x in enumerate(value):
-            yield from _negative_numbers(x, f"{path}.{i}")
-    elif isinstance(value, dict):
-        for k, x in value.items():
-            yield from _negative_numbers(x, f"{path}.{k}")
+    return ((p, v) for p, v in _numbers(value, path, NEGATIVE_OK) if v < 0)
 
 
 def _non_finite_numbers(value: Any, path: str):
     """(path, number) for each NaN or infinite number in a loaded card (untyped settings aside)."""
-    if isinstance(value, BaseModel):
-        for name in type(value).model_fields:
-            if name not in ("settings", "kernel_nodes"):
-                yield from _non_finite_numbers(getattr(value, name), f"{path}.{name}" if path else name)
-    elif isinstance(value, float):
-        if not math.isfinite(value):
-            yield path, value
-    elif isinstance(value, (list, tuple)):
-        for i, x in enumerate(value):
-            yield from _non_finite_numbers(x, f"{path}.{i}")
-    elif isinstance(value, dict):
-        for k, x in value.items():
-            yield from _non_finite_numbers(x, f"{path}.{k}")
+    return ((p, v) for p, v in _numbers(value, path, {"settings", "kernel_nodes"})
+            if isinstance(v, float) and not math.isfinite(v))
 
 
 def _drop_unknown_fields(model: type[BaseModel], data: Any) -> Any:
