@@ -410,6 +410,13 @@ def profile(
         raise outcome.error
 
 
+#: the simulator flags ``simulate`` and ``compare`` share (checked by :func:`sim_settings`)
+SimMode = Annotated[str, typer.Option(help="auto | round | event")]
+SimRound = Annotated[float, typer.Option("--round", help="round length in seconds (round mode)")]
+SimRestartOverhead = Annotated[float, typer.Option(help="seconds without progress when a job resumes or moves")]
+SimSteady = Annotated[str | None, typer.Option(help="steady-state window of job indices for JCT, e.g. 1000:6000")]
+
+
 def sim_settings(mode: str, round_s: float, restart_overhead: float, max_time: float | None,
                  steady: str | None):
     """The simulator flags shared by ``simulate`` and ``compare``, checked: a SimConfig and the steady window."""
@@ -442,10 +449,10 @@ def simulate(
     mechanism: Annotated[str, typer.Option(help="proportional | greedy | tune | opt | drf | tetris | moldable-equipartition | malleable-equipartition | moldable-proportional | malleable-proportional | rigid | andreas | andreas-baseline | swaf | genie-fifo | genie-capacity | genie-min-min | genie-weighted-fair | genie-tetris-perf | genie-tetris-cer | horus | horus-f | obp | pab | fifo-exclusive; options after a colon, e.g. horus:k=3,interference=paper,max_colocated=3")] = "proportional",
     cards: Annotated[str, typer.Option(help="'paper' or a directory of card.json files (override paper models), or for Horus jobs horus:predictions=trained|family-cv|paper-mix,memory=safe|median")] = "paper",
     seed: Annotated[int, typer.Option(help="seed for generated traces")] = 0,
-    mode: Annotated[str, typer.Option(help="auto | round | event")] = "auto",
-    round_s: Annotated[float, typer.Option("--round", help="round length in seconds (round mode)")] = 300.0,
-    restart_overhead: Annotated[float, typer.Option(help="seconds without progress when a job resumes or moves")] = 0.0,
-    steady: Annotated[str | None, typer.Option(help="steady-state window of job indices for JCT, e.g. 1000:6000")] = None,
+    mode: SimMode = "auto",
+    round_s: SimRound = 300.0,
+    restart_overhead: SimRestartOverhead = 0.0,
+    steady: SimSteady = None,
     max_time: Annotated[float | None, typer.Option(help="stop at this simulated time (s)")] = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="output directory")] = Path("perfpredict-sim"),
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="do not log to MLflow")] = False,

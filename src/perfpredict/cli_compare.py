@@ -11,7 +11,18 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from perfpredict.cli import app, check_experiment, check_out_dir, err_console, out_console, sim_settings
+from perfpredict.cli import (
+    SimMode,
+    SimRestartOverhead,
+    SimRound,
+    SimSteady,
+    app,
+    check_experiment,
+    check_out_dir,
+    err_console,
+    out_console,
+    sim_settings,
+)
 from perfpredict.errors import UsageError
 
 
@@ -52,10 +63,10 @@ def compare(
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="simulations run at once, in worker processes (each "
                                        "run is single-threaded; results do not depend on it)")] = 1,
     cards: Annotated[str, typer.Option(help="as for `simulate`")] = "paper",
-    mode: Annotated[str, typer.Option(help="auto | round | event")] = "auto",
-    round_s: Annotated[float, typer.Option("--round", help="round length in seconds (round mode)")] = 300.0,
-    restart_overhead: Annotated[float, typer.Option(help="seconds without progress when a job resumes or moves")] = 0.0,
-    steady: Annotated[str | None, typer.Option(help="steady-state window of job indices for JCT, e.g. 1000:6000")] = None,
+    mode: SimMode = "auto",
+    round_s: SimRound = 300.0,
+    restart_overhead: SimRestartOverhead = 0.0,
+    steady: SimSteady = None,
     max_time: Annotated[float | None, typer.Option(help="stop each run at this simulated time (s)")] = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="output directory")] = Path("perfpredict-compare"),
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="do not log to MLflow")] = False,
