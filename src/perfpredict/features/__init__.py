@@ -16,6 +16,7 @@ from perfpredict.features.fvcore_check import fvcore_counts
 from perfpredict.features.graph import GraphStats, analyze_onnx, unknown_shapes_note
 from perfpredict.estimators.kernel_nodes import rows_at_fixed_batch, split_nodes
 from perfpredict.features.onnx_export import export_onnx
+from perfpredict.workload.forward_args import as_positional, positional_args
 from perfpredict.workload.spec import Workload
 
 __all__ = ["analyze_onnx", "export_onnx", "extract_features", "features_from_onnx", "fvcore_counts"]
@@ -34,15 +35,18 @@ def extract_features(workload: Workload, model: torch.nn.Module | None = None,
         if model is None:
             torch.manual_seed(0)
             model = workload.build_model()
-        model = model.to("cpu")
+        # Keyword inputs (example_inputs returned a dict) reach the exporters and fvcore through a wrapper
+        # that takes them by position.
+        model, args1 = as_positional(model.to("cpu"), workload.inputs(1))
         b1, b2 = 1, 2
-        if not _forward_runs(model, workload.inputs(b1)):  # some models reject batch 1 (e.g. squeeze())
+        if not _forward_runs(model, args1):  # some models reject batch 1 (e.g. squeeze())
             b1, b2 = 2, 4
-            if not _forward_runs(model, workload.inputs(b1)):
+            args1 = positional_args(workload.inputs(b1))
+            if not _forward_runs(model, args1):
                 # Both exporters run this forward; they would fail too, one of them slowly.
                 return GraphFeatures(available=False, error="not exported: the model's forward pass fails "
                                                             "in eval mode at batch sizes 1 and 2")
-        args1, args2 = workload.inputs(b1), workload.inputs(b2)
+        args2 = positional_args(workload.inputs(b2))
         first = export_onnx(model, args1, onnx_path)
         second = export_onnx(model, args2)
         s1, s2 = analyze_onnx(first.model_proto), analyze_onnx(second.model_proto)

@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import torch
 
+from perfpredict.workload.forward_args import call_forward
+
 
 #: The kernels a count can follow: "cuda" (fused attention, 1-byte dropout masks; the default) or "cpu".
 KERNELS = ("cuda", "cpu")
@@ -75,7 +77,7 @@ def saved_tensor_bytes(model: torch.nn.Module, inputs: tuple, loss_fn=None, kern
         F.scaled_dot_product_attention, F.dropout = fused_sdpa, fused_dropout
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            out = model(*inputs)
+            out = call_forward(model, inputs)
             if loss_fn is not None:
                 loss_fn(out)
     finally:

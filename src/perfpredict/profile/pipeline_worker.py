@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,7 @@ from perfpredict.data.preprocess import Preprocessed
 from perfpredict.errors import ModelLoadError
 from perfpredict.profile import memory as mem
 from perfpredict.profile.worker import _first_line, _NonFiniteLoss
+from perfpredict.workload.forward_args import KeywordInputs, call_forward, has_tensor
 from perfpredict.workload.spec import WorkloadRef, to_device
 
 
@@ -71,13 +73,19 @@ def _split(batch: Any) -> tuple[Any, Any]:
     return batch, None
 
 
-def forward_args(x: Any, multi: bool) -> tuple[Any, ...]:
-    """A collated forward input → the model's positional arguments.
+def forward_args(x: Any, multi: bool, keyword: bool = False,
+                 constants: Mapping[str, Any] | None = None) -> tuple[Any, ...]:
+    """A collated forward input → the model's arguments (a tuple, or :class:`KeywordInputs`).
 
     ``preprocess`` returns several forward arguments as a tuple, which the DataLoader's default collation turns
     into a list: a list is the argument list when the workload's ``example_inputs`` are a tuple (``multi``),
-    and one argument otherwise (a model that takes a list).
+    and one argument otherwise (a model that takes a list). A dict (collated from per-sample dicts) is the
+    keyword arguments when ``example_inputs`` returns a dict (``keyword``), and one argument otherwise; the
+    dict's non-tensor values there (``constants``, e.g. ``use_cache=False``) are added where the batch lacks them,
+    since collation would turn a per-sample flag into a tensor.
     """
+    if keyword and isinstance(x, Mapping):
+        return KeywordInputs({**(constants or {}), **x})
     if isinstance(x, tuple) or (multi and isinstance(x, list)):
         return tuple(x)
     return (x,)
@@ -109,7 +117,9 @@ def measure_pipeline(req: PipelineRequest) -> dict[str, Any]:
         torch.manual_seed(req.seed)
         model = workload.build_model().to(device).train()
         opt = workload.optimizer(model.parameters())
-        multi = isinstance(workload.example_inputs(1), tuple)
+        example = workload.example_inputs(1)
+        multi, keyword = isinstance(example, tuple), isinstance(example, Mapping)
+        constants = {k: v for k, v in example.items() if not has_tensor(v)} if keyword else {}
         sync = (lambda: torch.cuda.synchronize(device)) if is_cuda else (lambda: None)
 
         def batches():
@@ -119,7 +129,7 @@ def measure_pipeline(req: PipelineRequest) -> dict[str, Any]:
         def train(batch) -> None:
             x, y = _split(batch)
             x = to_device(x, device)
-            outputs = model(*forward_args(x, multi))
+            outputs = call_forward(model, forward_args(x, multi, keyword, constants))
             loss = workload.loss(outputs, to_device(y, device)) if workload.example_targets is not None \
                 else workload.loss(outputs)
             if not bool(torch.isfinite(loss.detach())):

@@ -26,6 +26,7 @@ from perfpredict.profile.energy import (
 )
 from perfpredict.profile.request import PointRequest
 from perfpredict.profile.timing import TimingConfig, time_iterations
+from perfpredict.workload.forward_args import call_forward
 
 
 class _NonFiniteLoss(Exception):
@@ -202,7 +203,7 @@ def _train_step(model, workload, inputs, targets, opt, state):
         state["phase"] = "zero_grad"
         opt.zero_grad(set_to_none=True)
         state["phase"] = "forward"
-        outputs = model(*inputs)
+        outputs = call_forward(model, inputs)
         state["phase"] = "loss"
         loss = workload.loss(outputs, targets)
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
@@ -222,7 +223,7 @@ def _infer_step(model, inputs, state):
     def step() -> None:
         state["phase"] = "forward"
         with torch.inference_mode():
-            model(*inputs)
+            call_forward(model, inputs)
 
     return step
 

@@ -3,7 +3,8 @@
 The convention (README, "The model.py convention"):
 
 required
-    ``build_model() -> torch.nn.Module`` and ``example_inputs(batch_size) -> Tensor | tuple[Tensor, ...]``
+    ``build_model() -> torch.nn.Module`` and ``example_inputs(batch_size) -> Tensor | tuple | dict``
+    (a tuple is the positional arguments, a dict the keyword arguments)
 optional
     ``loss_fn(outputs) -> Tensor`` (or ``loss_fn(outputs, targets)`` with ``example_targets``),
     ``example_targets(batch_size)``, ``make_optimizer(params)``, ``BATCH_SIZES``, ``MODEL_NAME``.
@@ -84,7 +85,7 @@ def _workload_from_module(module: ModuleType, path: Path, shown: str) -> Workloa
     if missing:
         raise ModelLoadError(
             f"does not define {' and '.join(f'{m}()' for m in missing)}; a model file needs "
-            "build_model() -> torch.nn.Module and example_inputs(batch_size) -> Tensor | tuple of Tensors",
+            "build_model() -> torch.nn.Module and example_inputs(batch_size) -> Tensor | tuple | dict",
             source=shown, step="validate")
     for hook in REQUIRED_HOOKS + OPTIONAL_HOOKS:
         if hasattr(module, hook) and not callable(getattr(module, hook)):

@@ -110,8 +110,14 @@ class Workload:
         return self.ref.describe()
 
     def inputs(self, batch_size: int, device: torch.device | str = "cpu") -> tuple[Any, ...]:
-        """The forward arguments for ``batch_size``, moved to ``device``, always as a tuple."""
+        """The forward arguments for ``batch_size``, moved to ``device``, always as a tuple: a
+        :class:`~perfpredict.workload.forward_args.KeywordInputs` when ``example_inputs`` returned a dict
+        (call the model with :func:`~perfpredict.workload.forward_args.call_forward`)."""
         args = self.example_inputs(batch_size)
+        if isinstance(args, Mapping):
+            from perfpredict.workload.forward_args import KeywordInputs
+
+            return KeywordInputs({k: to_device(v, device) for k, v in args.items()})
         if not isinstance(args, tuple):
             args = (args,)
         return tuple(to_device(a, device) for a in args)

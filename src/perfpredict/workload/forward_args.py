@@ -1,0 +1,98 @@
+"""A model's forward arguments, given by position (a Tensor or a tuple) or by name (a dict).
+
+Most models people bring today take keyword arguments: a Hugging Face-style language model is called as
+``model(input_ids=..., attention_mask=..., labels=...)``. A ``model.py`` says so by returning a ``dict`` from
+``example_inputs``; :class:`KeywordInputs` carries it, and :func:`call_forward` passes it by name.
+
+Graph tools (the ONNX exporters, fvcore's tracer, saved-tensor counting) pass positional tensors only, so for
+them :func:`as_positional` wraps the model in :class:`KeywordForward`, a module whose positional arguments
+are the dict's tensor-carrying values, in the dict's order, and whose other values (``use_cache=False``,
+``None``) stay fixed keyword arguments. A forward that takes one dict as its *positional* argument is written
+as a 1-tuple, ``return (batch_dict,)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+
+class KeywordInputs(tuple):
+    """Keyword forward arguments: a tuple of the values (so byte counts and ``to_device`` see every tensor)
+    that remembers the names they go with."""
+
+    names: tuple[str, ...]
+
+    def __new__(cls, mapping: Mapping[str, Any]) -> KeywordInputs:
+        bad = [k for k in mapping if not isinstance(k, str) or not k.isidentifier()]
+        if bad:
+            raise TypeError(f"example_inputs returned a dict whose keys must be argument names, found {bad[0]!r}")
+        obj = super().__new__(cls, mapping.values())
+        obj.names = tuple(mapping)
+        return obj
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(zip(self.names, self))
+
+    def __repr__(self) -> str:
+        return f"KeywordInputs({', '.join(self.names)})"
+
+
+def call_forward(model: Any, inputs: tuple[Any, ...]) -> Any:
+    """``model(*inputs)``, or ``model(**inputs)`` when the inputs are :class:`KeywordInputs`."""
+    if isinstance(inputs, KeywordInputs):
+        return model(**inputs.as_dict())
+    return model(*inputs)
+
+
+def has_tensor(obj: Any) -> bool:
+    """Whether ``obj`` is a tensor or a (nested) list, tuple or dict holding one."""
+    if isinstance(obj, torch.Tensor):
+        return True
+    if isinstance(obj, Mapping):
+        return any(has_tensor(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return any(has_tensor(v) for v in obj)
+    return False
+
+
+class KeywordForward(torch.nn.Module):
+    """``model`` called by name from positional tensors: what tracers and ONNX exporters need.
+
+    ``forward(*values)`` calls ``model(**dict(zip(names, values)), **constants)``. The wrapped model is a
+    submodule, so its parameters, buffers and train/eval state are the wrapper's.
+    """
+
+    def __init__(self, model: torch.nn.Module, names: tuple[str, ...], constants: Mapping[str, Any]):
+        super().__init__()
+        self.model = model
+        self.names = tuple(names)
+        self.constants = dict(constants)
+
+    def forward(self, *values: Any) -> Any:
+        return self.model(**dict(zip(self.names, values)), **self.constants)
+
+
+def _tensor_names(inputs: KeywordInputs) -> tuple[str, ...]:
+    return tuple(k for k, v in zip(inputs.names, inputs) if has_tensor(v))
+
+
+def positional_args(inputs: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The arguments :func:`as_positional`'s module takes for ``inputs``: the tensor-carrying values of keyword
+    inputs, in order; positional inputs as they are."""
+    if not isinstance(inputs, KeywordInputs):
+        return tuple(inputs)
+    named = inputs.as_dict()
+    return tuple(named[k] for k in _tensor_names(inputs))
+
+
+def as_positional(model: torch.nn.Module, inputs: tuple[Any, ...]) -> tuple[torch.nn.Module, tuple[Any, ...]]:
+    """``(module, args)`` such that ``module(*args)`` runs ``call_forward(model, inputs)`` with tensors only
+    in ``args``: the model itself for positional inputs, a :class:`KeywordForward` for keyword ones."""
+    if not isinstance(inputs, KeywordInputs):
+        return model, tuple(inputs)
+    names = _tensor_names(inputs)
+    constants = {k: v for k, v in inputs.as_dict().items() if k not in names}
+    return KeywordForward(model, names, constants), positional_args(inputs)
