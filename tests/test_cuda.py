@@ -123,3 +123,31 @@ def test_kernel_benchmarks_time_on_the_gpu():
         assert r["nodes"] and all(r["seconds"][m] > 0 for m in ("infer", "train"))
     d = machine_description("cuda")
     assert d["device"] == "cuda" and d["gpu_name"]
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_on_cuda_runs_under_autocast_and_keeps_the_device(write_model, tmp_path, precision):
+    """The forward checks its own dtype (tests/test_precision.py's pattern); fp16 steps go through the scaler."""
+    expect = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}[precision]
+    path = write_model(TINY_MODEL + f"""
+class Checked(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(32, 8)
+
+    def forward(self, x):
+        y = self.fc(x)
+        if y.dtype != {expect}:
+            raise ValueError(f"forward ran in {{y.dtype}}")
+        return y
+
+def build_model():
+    return Checked()
+""")
+    wl = resolve_workload(str(path), None, precision)
+    outcome = profile_workload(wl, _settings(batch_sizes=(16, 64), features=False), out_dir=tmp_path / "out")
+    assert outcome.error is None
+    card = outcome.card
+    assert card.run.precision == precision and card.device.kind == "cuda"
+    assert [p.status for p in card.throughput] == ["ok", "ok"]
+    assert all(p.device.startswith("cuda") for p in card.measured_points())

@@ -19,8 +19,11 @@ from perfpredict.fit.rate import RateModel, fit_rate_model, lat
 
 
 def profile_model(target: str, *, params: dict | None = None, batch_sizes=None, mode: str = "train",
-                  device: str = "auto", out_dir=None, **settings):
+                  device: str = "auto", out_dir=None, precision: str | None = None, **settings):
     """Profile a model file or ``zoo:<family>`` and return a :class:`perfpredict.profile.ProfileOutcome`.
+
+    ``precision`` is ``"fp32"``, ``"bf16"`` or ``"fp16"`` (mixed precision under ``torch.autocast``); None
+    takes the model file's ``PRECISION``, else fp32.
 
     ``settings`` are further :class:`perfpredict.profile.ProfileSettings` fields (``timing``, ``threads``,
     ``features``, ...). Nothing is logged to MLflow; use the CLI or :mod:`perfpredict.tracking` for that.
@@ -43,7 +46,7 @@ def profile_model(target: str, *, params: dict | None = None, batch_sizes=None, 
             raise UsageError(f"out_dir: {problem}", step="arguments")
     sizes = parse_batch_sizes(batch_sizes) if batch_sizes is not None else None  # [] is an error, not the default
     s = ProfileSettings(batch_sizes=sizes, mode=mode, device=device, **settings)
-    workload = resolve_workload(str(target), params)
+    workload = resolve_workload(str(target), params, precision)
     return profile_workload(workload, s, out_dir=out_dir)
 
 

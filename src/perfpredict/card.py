@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from perfpredict.errors import PerfPredictError
 
-SCHEMA_VERSION = "1.11"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
+SCHEMA_VERSION = "1.12"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
 #                                             features.activation_bytes_by_op; 1.3: features.lookup_param_bytes;
 #                                             1.4: features.recurrent_steps_by_op;
 #                                             1.5: features.saved_cpu_bytes_per_sample;
@@ -34,7 +34,8 @@ SCHEMA_VERSION = "1.11"  # 1.1: scaling, colocation, speedup_curve, comm_model, 
 #                                             1.9: throughput[].denormal_speedup, denormal_flushed_iter_time_s;
 #                                             1.10: prediction.points[].iter_time_baseline_shares;
 #                                             1.11: colocation.points[].other_cpus, colocation.pairs[].other_cpus,
-#                                                   job_solo_other_cpus, partner_solo_other_cpus
+#                                                   job_solo_other_cpus, partner_solo_other_cpus;
+#                                             1.12: run.precision
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -427,6 +428,9 @@ class CardError(_Section):
 
 class ProfileRun(_Section):
     mode: Literal["train", "infer"]
+    precision: Literal["fp32", "bf16", "fp16"] = Field(
+        "fp32", description="fp32, or mixed precision: forward and loss under torch.autocast with bfloat16 or "
+                            "float16 (fp16 with a gradient scaler)")
     batch_sizes: list[int]
     started_at: str
     finished_at: str | None = None

@@ -167,7 +167,8 @@ def print_summary(card, console: Console = out_console) -> None:
         print_prediction(card, console)
         return
     mem = {m.batch_size: m for m in card.memory}
-    t = Table(title=f"{card.model.name} · {card.run.mode} · {card.device.kind}: {card.device.name}",
+    precision = "" if card.run.precision == "fp32" else f" · {card.run.precision}"
+    t = Table(title=f"{card.model.name} · {card.run.mode}{precision} · {card.device.kind}: {card.device.name}",
               title_style="bold")
     for col, just in (("batch", "right"), ("status", "left"), ("samples/s", "right"), ("iter median", "right"),
                       ("p10–p90", "right"), ("cv", "right"), ("iters", "right"), ("peak mem", "right"),
@@ -287,6 +288,7 @@ def profile(
     batch_sizes: Annotated[str | None, typer.Option("--batch-sizes", "-b", help="comma-separated, e.g. 8,16,32")] = None,
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:<i>")] = "auto",
     mode: Annotated[Mode, typer.Option(help="train (fwd+bwd+step) or infer (forward only)")] = Mode.train,
+    precision: Annotated[str | None, typer.Option(help="fp32 | bf16 | fp16 (autocast mixed precision) [the file's PRECISION, else fp32]")] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="output dir [./perfpredict-out/<model>/]")] = None,
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="do not log to MLflow")] = False,
     experiment: Annotated[str, typer.Option(help="MLflow experiment name")] = "perfpredict-profiles",
@@ -324,6 +326,10 @@ def profile(
     if extended_batch is not None and extended_batch < 1:
         raise UsageError(f"--extended-batch must be a positive integer, got {extended_batch}", step="arguments")
     params = parse_params(param)
+    if precision is not None:
+        from perfpredict.workload.spec import check_precision
+
+        precision = check_precision(precision, "--precision")
     sizes = parse_batch_sizes(batch_sizes, "--batch-sizes") if batch_sizes else None
     worker_counts = parse_batch_sizes(workers, "--workers") if workers else None
     copy_counts = parse_batch_sizes(copies, "--copies")
@@ -348,7 +354,7 @@ def profile(
     from perfpredict.profile.extended import ExtendedSettings
     from perfpredict.workload import resolve_workload
 
-    workload = resolve_workload(target, params)
+    workload = resolve_workload(target, params, precision)
     if (colocation or all_) and partner_target:
         resolve_workload(partner_target, {})  # a wrong --partner is found now, not after the sweep
     settings = ProfileSettings(

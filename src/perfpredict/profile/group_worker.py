@@ -115,8 +115,8 @@ def measure_member(member: GroupMember, timing: GroupTiming, barrier) -> dict[st
         if member.mode == "train":
             state["phase"] = "make_optimizer"
             opt = workload.optimizer(model.parameters())
-        step = _train_step(model, workload, inputs, targets, opt, state) if member.mode == "train" \
-            else _infer_step(model, inputs, state)
+        step = _train_step(model, workload, inputs, targets, opt, state, device) if member.mode == "train" \
+            else _infer_step(model, inputs, state, workload, device)
         sync = (lambda: torch.cuda.synchronize(device)) if is_cuda else (lambda: None)
         clock = time.perf_counter
 

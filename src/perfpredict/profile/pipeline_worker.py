@@ -117,6 +117,7 @@ def measure_pipeline(req: PipelineRequest) -> dict[str, Any]:
         torch.manual_seed(req.seed)
         model = workload.build_model().to(device).train()
         opt = workload.optimizer(model.parameters())
+        scaler = workload.grad_scaler(device)
         example = workload.example_inputs(1)
         multi, keyword = isinstance(example, tuple), isinstance(example, Mapping)
         constants = {k: v for k, v in example.items() if not has_tensor(v)} if keyword else {}
@@ -129,14 +130,20 @@ def measure_pipeline(req: PipelineRequest) -> dict[str, Any]:
         def train(batch) -> None:
             x, y = _split(batch)
             x = to_device(x, device)
-            outputs = call_forward(model, forward_args(x, multi, keyword, constants))
-            loss = workload.loss(outputs, to_device(y, device)) if workload.example_targets is not None \
-                else workload.loss(outputs)
+            with workload.autocast(device):
+                outputs = call_forward(model, forward_args(x, multi, keyword, constants))
+                loss = workload.loss(outputs, to_device(y, device)) if workload.example_targets is not None \
+                    else workload.loss(outputs)
             if not bool(torch.isfinite(loss.detach())):
                 raise _NonFiniteLoss(f"loss is {float(loss.detach())} (not finite)")
             opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+            if scaler is None:
+                loss.backward()
+                opt.step()
+            else:
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
 
         it = batches()
         state["phase"] = "warm-up"

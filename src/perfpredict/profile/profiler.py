@@ -114,6 +114,9 @@ def library_versions() -> dict[str, str]:
     return out
 
 
+_AUTOCAST_NAMES = {"bf16": "bfloat16", "fp16": "float16"}
+
+
 def _model_info(workload: Workload) -> tuple[ModelInfo, Any]:
     import torch
 
@@ -179,9 +182,15 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
     card = PerformanceCard(
         status="partial", model=info,
         device=DeviceInfo(kind="cuda" if device.startswith("cuda") else "cpu", name="(not yet measured)"),
-        run=ProfileRun(mode=settings.mode, batch_sizes=list(batch_sizes), started_at=utc_now(),
+        run=ProfileRun(mode=settings.mode, precision=workload.precision, batch_sizes=list(batch_sizes), started_at=utc_now(),
                        perfpredict_version=__version__, library_versions=library_versions(), command=command,
                        settings={**settings.as_dict(), "device": device, "memory_limit_bytes": mem_limit}))
+    if workload.precision != "fp32":
+        card.notes.append(
+            f"precision {workload.precision}: every measurement ran the forward pass and the loss under "
+            f"torch.autocast({_AUTOCAST_NAMES[workload.precision]})"
+            + (" with a gradient scaler" if workload.precision == "fp16" and settings.mode == "train" else "")
+            + "; the graph features and the Horus eq. 2 memory estimate describe the fp32 graph")
     energy = EnergyInfo(available=False)
     optimizer_state: list[int] = []
     overheads: list[int] = []

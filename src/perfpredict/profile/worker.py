@@ -105,8 +105,8 @@ def measure_point(req: PointRequest) -> dict[str, Any]:
             opt = workload.optimizer(model.parameters())
         t_setup = time.perf_counter() - t0
 
-        step = _train_step(model, workload, inputs, targets, opt, state) if req.mode == "train" \
-            else _infer_step(model, inputs, state)
+        step = _train_step(model, workload, inputs, targets, opt, state, device) if req.mode == "train" \
+            else _infer_step(model, inputs, state, workload, device)
         sync = (lambda: torch.cuda.synchronize(device)) if is_cuda else (lambda: None)
 
         energy = _EnergyProbe(req, handle)
@@ -198,31 +198,41 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0][:500]
 
 
-def _train_step(model, workload, inputs, targets, opt, state):
+def _train_step(model, workload, inputs, targets, opt, state, device):
+    """One training step as the workload's precision runs it: forward and loss under autocast for bf16/fp16,
+    and for fp16 the loss scaled before backward and the step taken through the scaler (which skips a step
+    whose gradients overflowed, as mixed-precision training does)."""
+    scaler = workload.grad_scaler(device)
+
     def step() -> None:
         state["phase"] = "zero_grad"
         opt.zero_grad(set_to_none=True)
-        state["phase"] = "forward"
-        outputs = call_forward(model, inputs)
-        state["phase"] = "loss"
-        loss = workload.loss(outputs, targets)
+        with workload.autocast(device):
+            state["phase"] = "forward"
+            outputs = call_forward(model, inputs)
+            state["phase"] = "loss"
+            loss = workload.loss(outputs, targets)
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
             raise TypeError(f"loss_fn must return a scalar tensor, got "
                             f"{tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__}")
         if not bool(torch.isfinite(loss.detach())):
             raise _NonFiniteLoss(f"loss is {float(loss.detach())} (not finite)")
         state["phase"] = "backward"
-        loss.backward()
+        (loss if scaler is None else scaler.scale(loss)).backward()
         state["phase"] = "optimizer_step"
-        opt.step()
+        if scaler is None:
+            opt.step()
+        else:
+            scaler.step(opt)
+            scaler.update()
 
     return step
 
 
-def _infer_step(model, inputs, state):
+def _infer_step(model, inputs, state, workload, device):
     def step() -> None:
         state["phase"] = "forward"
-        with torch.inference_mode():
+        with torch.inference_mode(), workload.autocast(device):
             call_forward(model, inputs)
 
     return step

@@ -6,24 +6,30 @@ from collections.abc import Mapping
 from typing import Any
 
 from perfpredict.workload.loader import load_model_file
-from perfpredict.workload.spec import DEFAULT_BATCH_SIZES, Workload, WorkloadRef
+from perfpredict.workload.spec import DEFAULT_BATCH_SIZES, PRECISIONS, Workload, WorkloadRef, check_precision
 from perfpredict.workload_args import ZOO_PREFIX, check_target, parse_batch_sizes, parse_params
 
 
-def resolve_workload(target: str, params: Mapping[str, Any] | None = None) -> Workload:
-    """``zoo:<family>`` (with ``params``) or a path to a ``model.py``."""
+def resolve_workload(target: str, params: Mapping[str, Any] | None = None,
+                     precision: str | None = None) -> Workload:
+    """``zoo:<family>`` (with ``params``) or a path to a ``model.py``; ``precision`` overrides the file's
+    ``PRECISION`` (default fp32)."""
     if target.startswith(ZOO_PREFIX):
         from perfpredict.workload.zoo import load_zoo_workload
 
-        return load_zoo_workload(target[len(ZOO_PREFIX):], params)
-    check_target(target, params)
-    return load_model_file(target)
+        wl = load_zoo_workload(target[len(ZOO_PREFIX):], params)
+    else:
+        check_target(target, params)
+        wl = load_model_file(target)
+    return wl.with_precision(precision) if precision is not None else wl
 
 
 __all__ = [
     "DEFAULT_BATCH_SIZES",
+    "PRECISIONS",
     "Workload",
     "WorkloadRef",
+    "check_precision",
     "load_model_file",
     "parse_batch_sizes",
     "parse_params",

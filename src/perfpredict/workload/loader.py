@@ -7,7 +7,8 @@ required
     (a tuple is the positional arguments, a dict the keyword arguments)
 optional
     ``loss_fn(outputs) -> Tensor`` (or ``loss_fn(outputs, targets)`` with ``example_targets``),
-    ``example_targets(batch_size)``, ``make_optimizer(params)``, ``BATCH_SIZES``, ``MODEL_NAME``.
+    ``example_targets(batch_size)``, ``make_optimizer(params)``, ``BATCH_SIZES``, ``MODEL_NAME``,
+    ``PRECISION`` (``"fp32"``, ``"bf16"`` or ``"fp16"``: mixed-precision training under ``torch.autocast``).
 
 Each file is executed as a fresh module under a unique name (two files both called ``model.py`` never
 collide), with its own directory importable so it can import sibling helpers.
@@ -23,11 +24,12 @@ import traceback
 from pathlib import Path
 from types import ModuleType
 
-from perfpredict.errors import ModelLoadError
+from perfpredict.errors import ModelLoadError, UsageError
 from perfpredict.workload.spec import (
     DEFAULT_BATCH_SIZES,
     Workload,
     WorkloadRef,
+    check_precision,
     default_loss,
     default_optimizer,
 )
@@ -103,6 +105,12 @@ def _workload_from_module(module: ModuleType, path: Path, shown: str) -> Workloa
             raise ModelLoadError(f"BATCH_SIZES must be a non-empty list of positive integers, got {raw!r}",
                                  source=shown, step="validate")
     name = str(getattr(module, "MODEL_NAME", path.stem))
+    precision = "fp32"
+    if hasattr(module, "PRECISION"):
+        try:
+            precision = check_precision(module.PRECISION, "PRECISION")
+        except UsageError as e:
+            raise ModelLoadError(e.message, source=shown, step="validate") from None
     return Workload(
         name=name,
         ref=WorkloadRef(kind="file", target=str(path)),
@@ -115,4 +123,5 @@ def _workload_from_module(module: ModuleType, path: Path, shown: str) -> Workloa
         preprocess=getattr(module, "preprocess", None),
         batch_sizes=batch_sizes,
         description=(module.__doc__ or "").strip().splitlines()[0] if module.__doc__ else "",
+        precision=precision,
     )

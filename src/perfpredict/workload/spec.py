@@ -8,14 +8,29 @@ callables in whatever process needs them.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import torch
 
 #: Batch sizes swept when neither the model file nor the command line says otherwise.
 DEFAULT_BATCH_SIZES: tuple[int, ...] = (4, 8, 16, 32, 64)
+
+#: Training precisions: fp32, or mixed precision under ``torch.autocast`` with bfloat16 or float16 (the latter
+#: with a gradient scaler, as mixed-precision training runs it).
+PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16")
+_AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def check_precision(value: Any, what: str = "precision") -> str:
+    """``value`` as one of :data:`PRECISIONS`, or a :class:`UsageError` naming them."""
+    from perfpredict.errors import UsageError
+
+    if not isinstance(value, str) or value.strip().lower() not in PRECISIONS:
+        raise UsageError(f"{what} must be one of {', '.join(PRECISIONS)}, got {value!r}", step="arguments")
+    return value.strip().lower()
 
 
 @dataclass(frozen=True)
@@ -25,15 +40,19 @@ class WorkloadRef:
     kind: Literal["file", "zoo"]
     target: str
     params: tuple[tuple[str, Any], ...] = ()
+    #: Training precision chosen for this run (``--precision``); None: the file's ``PRECISION``, else fp32.
+    precision: str | None = None
 
     def load(self) -> Workload:
         if self.kind == "file":
             from perfpredict.workload.loader import load_model_file
 
-            return load_model_file(self.target)
-        from perfpredict.workload.zoo import load_zoo_workload
+            wl = load_model_file(self.target)
+        else:
+            from perfpredict.workload.zoo import load_zoo_workload
 
-        return load_zoo_workload(self.target, dict(self.params))
+            wl = load_zoo_workload(self.target, dict(self.params))
+        return wl.with_precision(self.precision) if self.precision else wl
 
     def describe(self) -> str:
         if self.kind == "file":
@@ -103,6 +122,26 @@ class Workload:
     batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
     description: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    #: one of :data:`PRECISIONS`: the file's ``PRECISION``, ``--precision``, or fp32
+    precision: str = "fp32"
+
+    def with_precision(self, precision: str) -> Workload:
+        """This workload trained at ``precision``; its ref carries the choice to the measuring processes."""
+        p = check_precision(precision)
+        return replace(self, precision=p, ref=replace(self.ref, precision=p))
+
+    def autocast(self, device: torch.device | str) -> contextlib.AbstractContextManager:
+        """The context the forward pass and the loss run in: ``torch.autocast`` for bf16/fp16, else nothing."""
+        dtype = _AUTOCAST_DTYPES.get(self.precision)
+        if dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(torch.device(device).type, dtype=dtype)
+
+    def grad_scaler(self, device: torch.device | str) -> torch.amp.GradScaler | None:
+        """fp16's loss scaler (gradients in float16 underflow without it); None for fp32 and bf16."""
+        if self.precision != "fp16":
+            return None
+        return torch.amp.GradScaler(torch.device(device).type)
 
     @property
     def source(self) -> str:
