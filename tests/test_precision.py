@@ -69,7 +69,7 @@ def test_the_choice_travels_with_the_reference_to_the_measuring_process(write_mo
     assert over.precision == "fp32" and over.ref.load().precision == "fp32"  # --precision wins over PRECISION
     zoo = resolve_workload("zoo:mlp", {}, "fp16")
     assert zoo.ref.load().precision == "fp16" and zoo.grad_scaler("cpu") is not None
-    assert zoo.with_precision("bf16").grad_scaler("cpu") is None
+    assert zoo.with_options(precision="bf16").grad_scaler("cpu") is None
 
 
 @pytest.mark.parametrize("mode", ["train", "infer"])

@@ -19,11 +19,12 @@ from perfpredict.fit.rate import RateModel, fit_rate_model, lat
 
 
 def profile_model(target: str, *, params: dict | None = None, batch_sizes=None, mode: str = "train",
-                  device: str = "auto", out_dir=None, precision: str | None = None, **settings):
+                  device: str = "auto", out_dir=None, precision: str | None = None, compile: bool = False,  # noqa: A002
+                  **settings):
     """Profile a model file or ``zoo:<family>`` and return a :class:`perfpredict.profile.ProfileOutcome`.
 
     ``precision`` is ``"fp32"``, ``"bf16"`` or ``"fp16"`` (mixed precision under ``torch.autocast``); None
-    takes the model file's ``PRECISION``, else fp32.
+    takes the model file's ``PRECISION``, else fp32. ``compile=True`` measures ``torch.compile(model)``.
 
     ``settings`` are further :class:`perfpredict.profile.ProfileSettings` fields (``timing``, ``threads``,
     ``features``, ...). Nothing is logged to MLflow; use the CLI or :mod:`perfpredict.tracking` for that.
@@ -46,7 +47,9 @@ def profile_model(target: str, *, params: dict | None = None, batch_sizes=None, 
             raise UsageError(f"out_dir: {problem}", step="arguments")
     sizes = parse_batch_sizes(batch_sizes) if batch_sizes is not None else None  # [] is an error, not the default
     s = ProfileSettings(batch_sizes=sizes, mode=mode, device=device, **settings)
-    workload = resolve_workload(str(target), params, precision)
+    if not isinstance(compile, bool):
+        raise UsageError(f"compile must be True or False, got {compile!r}", step="arguments")
+    workload = resolve_workload(str(target), params, precision, compile or None)
     return profile_workload(workload, s, out_dir=out_dir)
 
 

@@ -35,7 +35,7 @@ SCHEMA_VERSION = "1.12"  # 1.1: scaling, colocation, speedup_curve, comm_model, 
 #                                             1.10: prediction.points[].iter_time_baseline_shares;
 #                                             1.11: colocation.points[].other_cpus, colocation.pairs[].other_cpus,
 #                                                   job_solo_other_cpus, partner_solo_other_cpus;
-#                                             1.12: run.precision
+#                                             1.12: run.precision, run.compiled
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -431,6 +431,8 @@ class ProfileRun(_Section):
     precision: Literal["fp32", "bf16", "fp16"] = Field(
         "fp32", description="fp32, or mixed precision: forward and loss under torch.autocast with bfloat16 or "
                             "float16 (fp16 with a gradient scaler)")
+    compiled: bool = Field(False, description="the measured steps called torch.compile(model), compiled at the "
+                                              "first (warm-up) step of each measuring process")
     batch_sizes: list[int]
     started_at: str
     finished_at: str | None = None

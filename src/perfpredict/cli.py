@@ -167,7 +167,8 @@ def print_summary(card, console: Console = out_console) -> None:
         print_prediction(card, console)
         return
     mem = {m.batch_size: m for m in card.memory}
-    precision = "" if card.run.precision == "fp32" else f" · {card.run.precision}"
+    precision = ("" if card.run.precision == "fp32" else f" · {card.run.precision}") \
+        + (" · compiled" if card.run.compiled else "")
     t = Table(title=f"{card.model.name} · {card.run.mode}{precision} · {card.device.kind}: {card.device.name}",
               title_style="bold")
     for col, just in (("batch", "right"), ("status", "left"), ("samples/s", "right"), ("iter median", "right"),
@@ -289,6 +290,7 @@ def profile(
     device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:<i>")] = "auto",
     mode: Annotated[Mode, typer.Option(help="train (fwd+bwd+step) or infer (forward only)")] = Mode.train,
     precision: Annotated[str | None, typer.Option(help="fp32 | bf16 | fp16 (autocast mixed precision) [the file's PRECISION, else fp32]")] = None,
+    compile_: Annotated[bool, typer.Option("--compile", help="measure torch.compile(model) (compiled at each process's first step)")] = False,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="output dir [./perfpredict-out/<model>/]")] = None,
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="do not log to MLflow")] = False,
     experiment: Annotated[str, typer.Option(help="MLflow experiment name")] = "perfpredict-profiles",
@@ -354,7 +356,7 @@ def profile(
     from perfpredict.profile.extended import ExtendedSettings
     from perfpredict.workload import resolve_workload
 
-    workload = resolve_workload(target, params, precision)
+    workload = resolve_workload(target, params, precision, compile_ or None)
     if (colocation or all_) and partner_target:
         resolve_workload(partner_target, {})  # a wrong --partner is found now, not after the sweep
     settings = ProfileSettings(

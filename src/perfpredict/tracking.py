@@ -70,6 +70,7 @@ def log_profile(card: PerformanceCard, out_dir: str | Path | None, *, experiment
             "device_name": card.device.name,
             "mode": card.run.mode,
             "precision": card.run.precision,
+            "compiled": card.run.compiled,
             "batch_sizes": ",".join(str(b) for b in card.run.batch_sizes),
             "threads": card.device.threads,
             "perfpredict_version": card.run.perfpredict_version,

@@ -25,6 +25,7 @@ from perfpredict.profile.group_request import GroupMember, GroupTiming
 from perfpredict.profile.timing import TimingResult
 from perfpredict.profile.worker import (
     _first_line,
+    compile_phase,
     _infer_step,
     _NonFiniteLoss,
     _train_step,
@@ -108,6 +109,7 @@ def measure_member(member: GroupMember, timing: GroupTiming, barrier) -> dict[st
             pg_started = True
             model = DistributedDataParallel(model, device_ids=[device.index] if is_cuda else None)
 
+        model = workload.prepared(model)  # after DDP: dynamo splits the graph at DDP's bucket boundaries
         state["phase"] = "example_inputs"
         inputs = workload.inputs(member.batch_size, device)
         targets = workload.targets(member.batch_size, device)
@@ -184,7 +186,7 @@ def measure_member(member: GroupMember, timing: GroupTiming, barrier) -> dict[st
     except BaseException as e:
         if isinstance(e, KeyboardInterrupt):
             raise
-        out["phase"] = getattr(e, "step", None) or state["phase"]
+        out["phase"] = getattr(e, "step", None) or compile_phase(e) or state["phase"]
         out["traceback"] = traceback.format_exc()
         if isinstance(e, _NonFiniteLoss):
             out["status"], out["error"] = "nonfinite", str(e)

@@ -21,7 +21,7 @@ import torch
 from perfpredict.data.preprocess import Preprocessed
 from perfpredict.errors import ModelLoadError
 from perfpredict.profile import memory as mem
-from perfpredict.profile.worker import _first_line, _NonFiniteLoss
+from perfpredict.profile.worker import _first_line, _NonFiniteLoss, compile_phase
 from perfpredict.workload.forward_args import KeywordInputs, call_forward, has_tensor
 from perfpredict.workload.spec import WorkloadRef, to_device
 
@@ -115,7 +115,7 @@ def measure_pipeline(req: PipelineRequest) -> dict[str, Any]:
                                              multiprocessing_context="fork" if workers > 0 else None)
         state["phase"] = "build_model"
         torch.manual_seed(req.seed)
-        model = workload.build_model().to(device).train()
+        model = workload.prepared(workload.build_model().to(device).train())
         opt = workload.optimizer(model.parameters())
         scaler = workload.grad_scaler(device)
         example = workload.example_inputs(1)
@@ -167,7 +167,7 @@ def measure_pipeline(req: PipelineRequest) -> dict[str, Any]:
     except BaseException as e:
         if isinstance(e, KeyboardInterrupt):
             raise
-        out["phase"] = getattr(e, "step", None) or state["phase"]
+        out["phase"] = getattr(e, "step", None) or compile_phase(e) or state["phase"]
         out["traceback"] = traceback.format_exc()
         out["status"] = "oom" if mem.is_oom_error(e) else ("nonfinite" if isinstance(e, _NonFiniteLoss) else "error")
         out["error"] = getattr(e, "message", None) or f"{type(e).__name__}: {_first_line(e)}"

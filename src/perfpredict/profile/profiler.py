@@ -182,7 +182,7 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
     card = PerformanceCard(
         status="partial", model=info,
         device=DeviceInfo(kind="cuda" if device.startswith("cuda") else "cpu", name="(not yet measured)"),
-        run=ProfileRun(mode=settings.mode, precision=workload.precision, batch_sizes=list(batch_sizes), started_at=utc_now(),
+        run=ProfileRun(mode=settings.mode, precision=workload.precision, compiled=workload.compile, batch_sizes=list(batch_sizes), started_at=utc_now(),
                        perfpredict_version=__version__, library_versions=library_versions(), command=command,
                        settings={**settings.as_dict(), "device": device, "memory_limit_bytes": mem_limit}))
     if workload.precision != "fp32":
@@ -191,6 +191,11 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
             f"torch.autocast({_AUTOCAST_NAMES[workload.precision]})"
             + (" with a gradient scaler" if workload.precision == "fp16" and settings.mode == "train" else "")
             + "; the graph features and the Horus eq. 2 memory estimate describe the fp32 graph")
+    if workload.compile:
+        card.notes.append(
+            "compiled: each measuring process called torch.compile(model) and compiled at its first step, so the "
+            "compile time is in startup.first_iter_extra_s and the latency's ν, not in the timed iterations; on CPU "
+            "the peak RSS includes the compiler's own memory")
     energy = EnergyInfo(available=False)
     optimizer_state: list[int] = []
     overheads: list[int] = []

@@ -93,6 +93,7 @@ def measure_point(req: PointRequest) -> dict[str, Any]:
                                  step="build_model")
         model = model.to(device)
         model.train(req.mode == "train")
+        model = workload.prepared(model)
         t_build = time.perf_counter() - t0
 
         t0 = time.perf_counter()
@@ -147,7 +148,7 @@ def measure_point(req: PointRequest) -> dict[str, Any]:
     except BaseException as e:
         if isinstance(e, KeyboardInterrupt):
             raise
-        out["phase"] = getattr(e, "step", None) or state["phase"]
+        out["phase"] = getattr(e, "step", None) or compile_phase(e) or state["phase"]
         out["traceback"] = traceback.format_exc()
         if isinstance(e, _NonFiniteLoss):
             out["status"] = "nonfinite"
@@ -191,6 +192,14 @@ def _denormal_check(step, median_s: float) -> dict | None:
         torch.set_flush_denormal(False)
     m = flushed["median_s"]
     return {"flushed_median_s": m, "speedup": median_s / m if m > 0 else None, "steps": flushed["iterations"]}
+
+
+def compile_phase(e: BaseException) -> str | None:
+    """``"compile"`` for an error raised by torch.compile (dynamo or its backend), which surfaces at the first
+    call of the compiled model, inside the step's forward or backward."""
+    exc = getattr(getattr(torch, "_dynamo", None), "exc", None)
+    base = getattr(exc, "TorchDynamoException", None)
+    return "compile" if base is not None and isinstance(e, base) else None
 
 
 def _first_line(e: BaseException) -> str:

@@ -11,9 +11,9 @@ from perfpredict.workload_args import ZOO_PREFIX, check_target, parse_batch_size
 
 
 def resolve_workload(target: str, params: Mapping[str, Any] | None = None,
-                     precision: str | None = None) -> Workload:
+                     precision: str | None = None, compile: bool | None = None) -> Workload:  # noqa: A002
     """``zoo:<family>`` (with ``params``) or a path to a ``model.py``; ``precision`` overrides the file's
-    ``PRECISION`` (default fp32)."""
+    ``PRECISION`` (default fp32); ``compile`` measures ``torch.compile(model)``."""
     if target.startswith(ZOO_PREFIX):
         from perfpredict.workload.zoo import load_zoo_workload
 
@@ -21,7 +21,7 @@ def resolve_workload(target: str, params: Mapping[str, Any] | None = None,
     else:
         check_target(target, params)
         wl = load_model_file(target)
-    return wl.with_precision(precision) if precision is not None else wl
+    return wl.with_options(precision=precision, compile=compile)
 
 
 __all__ = [

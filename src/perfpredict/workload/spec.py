@@ -42,6 +42,8 @@ class WorkloadRef:
     params: tuple[tuple[str, Any], ...] = ()
     #: Training precision chosen for this run (``--precision``); None: the file's ``PRECISION``, else fp32.
     precision: str | None = None
+    #: ``--compile``: measure ``torch.compile(model)``
+    compile: bool = False
 
     def load(self) -> Workload:
         if self.kind == "file":
@@ -52,7 +54,7 @@ class WorkloadRef:
             from perfpredict.workload.zoo import load_zoo_workload
 
             wl = load_zoo_workload(self.target, dict(self.params))
-        return wl.with_precision(self.precision) if self.precision else wl
+        return wl.with_options(precision=self.precision, compile=self.compile or None)
 
     def describe(self) -> str:
         if self.kind == "file":
@@ -124,11 +126,24 @@ class Workload:
     extra: dict[str, Any] = field(default_factory=dict)
     #: one of :data:`PRECISIONS`: the file's ``PRECISION``, ``--precision``, or fp32
     precision: str = "fp32"
+    #: measure ``torch.compile(model)`` instead of the eager model
+    compile: bool = False
 
-    def with_precision(self, precision: str) -> Workload:
-        """This workload trained at ``precision``; its ref carries the choice to the measuring processes."""
-        p = check_precision(precision)
-        return replace(self, precision=p, ref=replace(self.ref, precision=p))
+    def with_options(self, precision: str | None = None, compile: bool | None = None) -> Workload:  # noqa: A002
+        """This workload run at ``precision`` and/or compiled (None: unchanged); its ref carries the choices to
+        the measuring processes."""
+        wl = self
+        if precision is not None:
+            p = check_precision(precision)
+            wl = replace(wl, precision=p, ref=replace(wl.ref, precision=p))
+        if compile is not None:
+            wl = replace(wl, compile=bool(compile), ref=replace(wl.ref, compile=bool(compile)))
+        return wl
+
+    def prepared(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The module the measured steps call: ``torch.compile(model)`` with ``compile``, else ``model``. Inductor
+        compiles at the first call, so its time lands in the first (warm-up) step and the start-up ν."""
+        return torch.compile(model) if self.compile else model
 
     def autocast(self, device: torch.device | str) -> contextlib.AbstractContextManager:
         """The context the forward pass and the loss run in: ``torch.autocast`` for bf16/fp16, else nothing."""
