@@ -119,7 +119,8 @@ def _measure(args: argparse.Namespace) -> int:
     timing = CUDA_DATASET_TIMING if device.startswith("cuda") else TimingConfig()
     if args.min_time is not None:
         timing = TimingConfig(**{**timing.as_dict(), "min_time_s": args.min_time})
-    settings = CollectSettings(device=device, mode=args.mode, timing=timing, threads=args.threads,
+    settings = CollectSettings(device=device, mode=args.mode, precision=args.precision, timing=timing,
+                               threads=args.threads,
                                time_budget_s=args.time_budget,
                                command=" ".join(shlex.quote(a) for a in sys.argv),
                                git_commit=args.git_commit or git_commit_of(Path(__file__).resolve().parent.parent))
@@ -167,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--out", type=_out_csv, required=True)
     m.add_argument("--device", type=_device, default="auto", help="auto, cpu, cuda or cuda:<index>")
     m.add_argument("--mode", default="train", choices=("train", "infer"))
+    m.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"),
+                   help="autocast mixed precision of every measured step (one precision per output file)")
     m.add_argument("--families", type=_families, help="comma-separated zoo families (default: all)")
     m.add_argument("--batch-sizes", type=int_list,
                    help="override every family's default batch sizes, e.g. 8,16,32,64,128")

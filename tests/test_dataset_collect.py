@@ -80,3 +80,25 @@ def test_features_are_exported_in_a_fresh_process_and_a_failure_is_one_row(tmp_p
     assert not rows[plan.config]["error"]
     (failed,) = [r for name, r in rows.items() if name != plan.config]
     assert "depth" in failed["error"] and failed["family"] == "mlp"
+
+
+def test_a_dataset_holds_one_precision_recorded_in_its_provenance(tmp_path) -> None:
+    import pytest
+
+    from perfpredict.dataset.collect import dataset_precision
+    from perfpredict.errors import UsageError
+
+    plans = plan_sweep(["mlp"], batch_sizes=[8], max_gmacs=0.0005)[:1]
+    assert plans[0].ref_at("fp32") == plans[0].ref and plans[0].ref_at("bf16").precision == "bf16"
+    out = tmp_path / "cpu_bf16.csv"
+    quick = TimingConfig(warmup_iters=2, warmup_s=0.05, min_iters=5, min_time_s=0.1, max_time_s=1.0)
+    settings = CollectSettings(device="cpu", precision="bf16", timing=quick, threads=1, command="test")
+    assert collect(plans, out, settings)["counts"] == {"ok": 1}
+    meta = json.loads(out.with_suffix(".meta.json").read_text())
+    assert meta["runs"][-1]["precision"] == "bf16" and dataset_precision(meta) == "bf16"
+    # appending another precision would mix two kinds of step in one training set
+    with pytest.raises(UsageError, match="holds bf16 measurements"):
+        collect(plans, out, CollectSettings(device="cpu", timing=quick, threads=1))
+    assert dataset_precision({"runs": [{"device": "cpu"}]}) == "fp32"  # runs from before precision was recorded
+    with pytest.raises(UsageError, match="mixes precisions"):
+        dataset_precision({"dataset": "x.csv", "runs": [{"precision": "bf16"}, {}]})

@@ -210,7 +210,7 @@ def test_inference_models_predict_less_memory_and_time_than_training(predictor):
         assert pi.iter_time_s < train_s[(data.configs[i], b)], data.configs[i]
     # a named set of the other mode gives way to its device's set in the mode asked for, if there is one
     assert predictor.model_set("cpu_epyc_2vcpu", mode="infer").name == "cpu_epyc_2vcpu_infer"
-    with pytest.raises(UsageError, match="trained on train"):
+    with pytest.raises(UsageError, match="trained on fp32 train measurements"):
         predictor.model_set("cuda_h100", mode="infer")
     with pytest.raises(UsageError, match="infer mode"):
         predictor.model_set("cuda", mode="infer")  # no CUDA inference data yet
@@ -223,20 +223,33 @@ def test_a_kind_with_sets_from_two_cpu_models_picks_this_machines(monkeypatch):
     from types import SimpleNamespace
 
     import perfpredict.predictor as predictor_module
+    from perfpredict.errors import UsageError
     from perfpredict.predictor import Predictor
 
-    def set_(name, device, mode):
-        return SimpleNamespace(name=name, device_kind="cpu", device_name=device, mode=mode)
+    def set_(name, device, mode, precision="fp32"):
+        return SimpleNamespace(name=name, device_kind="cpu", device_name=device, mode=mode, precision=precision)
 
     sets = {s.name: s for s in (set_("cpu_a", "CPU A", "train"), set_("cpu_a_infer", "CPU A", "infer"),
-                                set_("cpu_b", "CPU B", "train"), set_("cpu_b_infer", "CPU B", "infer"))}
+                                set_("cpu_b", "CPU B", "train"), set_("cpu_b_infer", "CPU B", "infer"),
+                                set_("cpu_b_bf16", "CPU B", "train", "bf16"))}
     pred = Predictor(sets)
     for here, expect in (("CPU B", "cpu_b"), ("CPU A", "cpu_a"), ("CPU C", "cpu_a")):
         monkeypatch.setattr(predictor_module, "cpu_model_name", lambda here=here: here)
-        assert pred.model_set("cpu").name == expect
+        assert pred.model_set("cpu").name == expect  # fp32 unless asked: the bf16 set is never the default
         assert pred.model_set("cpu", mode="infer").name == expect + "_infer"
         assert pred.model_set("cpu_b").name == "cpu_b"
         assert pred.model_set("cpu_b", mode="infer").name == "cpu_b_infer"
+        # precision picks like mode: a kind's set at it, a named set's twin at it, a named set as it is
+        assert pred.model_set("cpu", precision="bf16").name == "cpu_b_bf16"
+        assert pred.model_set("cpu_b", precision="bf16").name == "cpu_b_bf16"
+        assert pred.model_set("cpu_b_bf16").name == "cpu_b_bf16"
+        assert pred.model_set("cpu_b_bf16", precision="fp32").name == "cpu_b"
+        with pytest.raises(UsageError, match="no bf16 train-mode set was measured on its device"):
+            pred.model_set("cpu_a", precision="bf16")
+        with pytest.raises(UsageError, match="at fp16"):
+            pred.model_set("cpu", precision="fp16")
+        with pytest.raises(UsageError, match="fp32, bf16, fp16"):
+            pred.model_set("cpu", precision="int8")
 
 
 def test_a_dataset_mixing_modes_needs_the_mode_named(tmp_path):

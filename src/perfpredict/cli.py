@@ -134,7 +134,8 @@ def print_prediction(card, console: Console = out_console) -> None:
     """A predicted card (``perfpredict predict``, or ``show`` on its file): one row per batch size with the
     intervals, the nearest profiled architecture, the time baseline's split and the estimators' notes."""
     info = card.prediction
-    t = Table(title=f"{card.model.name}: predicted {card.run.mode} on {card.device.name} ({info.method})")
+    precision = "" if card.run.precision == "fp32" else f" ({card.run.precision})"
+    t = Table(title=f"{card.model.name}: predicted {card.run.mode}{precision} on {card.device.name} ({info.method})")
     # what the memory column is depends on the device the estimators were trained on (card.memory[].kind)
     peak = "peak allocated" if card.device.kind == "cuda" else "peak RSS increase"
     for c in ("batch", "iter time (q10-q90)", "samples/s", f"{peak} (q10-q90)", "GPU memory to reserve (q90)",

@@ -85,6 +85,8 @@ def predict(
              "machine's CPU model if any)")] = None,
     mode: Annotated[str | None, typer.Option(help="train (default) or infer: the model set trained on "
                                                   "training steps or on inference passes")] = None,
+    precision: Annotated[str | None, typer.Option(help="fp32 | bf16 | fp16: the model set trained at that autocast "
+                                                       "precision [a model file's PRECISION if a set has it, else fp32]")] = None,
     param: Annotated[list[str] | None, typer.Option("--param", help="zoo knob k=v (repeatable)")] = None,
     models: Annotated[Path | None, typer.Option(help="trained_models folder")] = None,
     out: Annotated[Path | None, typer.Option(help="write the predicted card here")] = None,
@@ -100,6 +102,10 @@ def predict(
     # Everything typed is checked before the models load and the model file runs.
     bs = list(parse_batch_sizes(batch_sizes, "--batch-sizes"))
     params = parse_params(param)
+    if precision is not None:
+        from perfpredict.workload.spec import check_precision
+
+        precision = check_precision(precision, "--precision")
     if device_type is not None and not device_type.strip():
         raise UsageError("--device-type is empty: give a model set (e.g. cuda_h100) or a kind (cuda, cpu)",
                          step="arguments")
@@ -124,10 +130,10 @@ def predict(
     pred = Predictor.load(models)
     if is_onnx:
         card = pred.predict(onnx_path=target, batch_sizes=bs, device_type=device_type, mode=mode,
-                            batch_axis=batch_axis)
+                            batch_axis=batch_axis, precision=precision)
     else:
         card = pred.predict(target, batch_sizes=bs, device_type=device_type, params=params or None, mode=mode,
-                            batch_axis=batch_axis)
+                            batch_axis=batch_axis, precision=precision)
     print_prediction(card)
     if out:
         try:

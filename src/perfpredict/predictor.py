@@ -172,6 +172,9 @@ class ModelSet:
         self.device_name: str = self.meta["device_name"]
         #: "train" (training steps) or "infer" (forward passes): what the training rows measured
         self.mode: str = self.meta.get("mode", "train")
+        #: "fp32", or "bf16"/"fp16": the autocast precision the training rows ran at (sets from before it was
+        #: recorded: fp32)
+        self.precision: str = self.meta.get("precision", "fp32")
         self.trained_batches: list[int] = self.meta["batch_sizes"]
         self.targets: dict[str, _Target] = {}
         for tname, t in self.meta["targets"].items():
@@ -291,7 +294,8 @@ class Predictor:
     def device_types(self) -> list[str]:
         return list(self.sets)
 
-    def model_set(self, device_type: str | None = None, mode: str | None = None) -> ModelSet:
+    def model_set(self, device_type: str | None = None, mode: str | None = None,
+                  precision: str | None = None) -> ModelSet:
         """``device_type`` is a model-set name (``cuda_h100``) or a kind (``cuda``/``cpu``); None = a CUDA set.
         ``mode`` ("train" or "infer"; None = train) picks among a kind's sets; a named set of the other mode
         gives way to the set measured on the same device in ``mode`` (``cpu_xeon_2vcpu`` with "infer" is
@@ -300,21 +304,31 @@ class Predictor:
         A kind with several sets (two CPU models) picks the one measured on this machine's CPU model when
         there is one, else the first by name: a CPU time model does not carry over between CPU models (on the
         Intel Xeon VM the zoo's training steps take a median 0.62x and its forward passes 0.38x the time they
-        take on the AMD EPYC one, ``benchmarks/noise_floor.py``). Name the set to predict for another machine."""
+        take on the AMD EPYC one, ``benchmarks/noise_floor.py``). Name the set to predict for another machine.
+
+        ``precision`` ("fp32", "bf16", "fp16"; None = fp32, or a named set's own) picks the same way: sets
+        trained on steps run at that autocast precision."""
         if mode not in (None, "train", "infer"):
             raise UsageError(f"mode must be 'train' or 'infer', got {mode!r}", step="predict")
+        if precision is not None:
+            from perfpredict.workload.spec import check_precision
+
+            precision = check_precision(precision)
         if device_type in self.sets:
             ms = self.sets[device_type]
-            if mode is None or ms.mode == mode:
+            if (mode is None or ms.mode == mode) and (precision is None or ms.precision == precision):
                 return ms
+            mode, precision = mode or ms.mode, precision or ms.precision
             twin = [s for s in self.sets.values()
-                    if s.device_kind == ms.device_kind and s.device_name == ms.device_name and s.mode == mode]
+                    if s.device_kind == ms.device_kind and s.device_name == ms.device_name and s.mode == mode
+                    and s.precision == precision]
             if twin:
                 return twin[0]
-            raise UsageError(f"model set {device_type!r} was trained on {ms.mode} measurements, not {mode}, and "
-                             f"no {mode}-mode set was measured on its device ({ms.device_name})", step="predict")
-        kind, want = device_type or "cuda", mode or "train"
-        matches = [s for s in self.sets.values() if s.device_kind == kind and s.mode == want]
+            raise UsageError(f"model set {device_type!r} was trained on {ms.precision} {ms.mode} measurements, "
+                             f"and no {precision} {mode}-mode set was measured on its device ({ms.device_name})",
+                             step="predict")
+        kind, want, prec = device_type or "cuda", mode or "train", precision or "fp32"
+        matches = [s for s in self.sets.values() if s.device_kind == kind and s.mode == want and s.precision == prec]
         if kind == "cpu" and len(matches) > 1:
             local = cpu_model_name()
             matches = [s for s in matches if s.device_name == local] or matches
@@ -323,20 +337,22 @@ class Predictor:
         asked = repr(device_type) if device_type else f"'{kind}' (the default when none is named)"
         hint = ("; measure a set with `python profilers/collect_dataset.py measure --device cuda --mode infer` on a "
                 "GPU and train it" if kind == "cuda" and want == "infer" else "")
-        raise UsageError(f"no trained models for device type {asked} in {want} mode; available: "
-                         + ", ".join(f"{n} ({s.mode})" for n, s in self.sets.items()) + hint, step="predict")
+        raise UsageError(f"no trained models for device type {asked} in {want} mode at {prec}; available: "
+                         + ", ".join(f"{n} ({s.mode}, {s.precision})" for n, s in self.sets.items()) + hint,
+                         step="predict")
 
     # -- predictions --------------------------------------------------------------------------------------
     def predict_values(self, features: ArchFeatures | Mapping[str, Any], batch_sizes: Sequence[int],
-                       device_type: str | None = None, mode: str | None = None) -> dict[str, Any]:
+                       device_type: str | None = None, mode: str | None = None,
+                       precision: str | None = None) -> dict[str, Any]:
         """Estimator outputs as plain numbers (the fast path: no card, no fallback)."""
         arch = _as_arch(features)
         bs = _check_batches(batch_sizes)
-        ms = self.model_set(device_type, mode)
+        ms = self.model_set(device_type, mode, precision)
         estimated = _lacks_counts(arch)
         arch = ms.with_graph_counts(arch)
         X = design_matrix([(arch, b) for b in bs], device_kind=ms.device_kind)
-        out: dict[str, Any] = {"batch_sizes": bs, "model_set": ms.name, "mode": ms.mode}
+        out: dict[str, Any] = {"batch_sizes": bs, "model_set": ms.name, "mode": ms.mode, "precision": ms.precision}
         for name, t in ms.targets.items():
             y, q = t.predict(X, estimated_counts=estimated)
             out[name] = {"median": y.tolist(), "q10": q[:, 0].tolist(), "q90": q[:, -1].tolist()}
@@ -346,12 +362,14 @@ class Predictor:
                 features: ArchFeatures | Mapping[str, Any] | None = None, batch_size: int | None = None,
                 batch_sizes: Sequence[int] | None = None, device_type: str | None = None,
                 params: Mapping[str, Any] | None = None, allow_fallback: bool = True, mode: str | None = None,
-                batch_axis: int | None = None):
+                batch_axis: int | None = None, precision: str | None = None):
         """A :class:`~perfpredict.card.PerformanceCard` predicted for a model file / ``zoo:`` target, an ONNX
         file, or ready graph features (exactly one of them); ``mode`` "train" (default) or "infer" picks the
         model set trained on training steps or on inference passes; ``batch_axis`` (ONNX files only) says which
         axis of the graph's first input is the batch where the graph cannot (see
-        :func:`~perfpredict.estimators.arch.from_onnx_proto`)."""
+        :func:`~perfpredict.estimators.arch.from_onnx_proto`); ``precision`` ("fp32", "bf16", "fp16") picks
+        the set trained at that autocast precision. Left out, it is a model file's ``PRECISION`` where a set was
+        trained at it (else fp32, with a note), and fp32 for everything else."""
         from perfpredict.estimators import arch as archmod
 
         # The batch sizes are checked first: a model file is run and exported before its features exist.
@@ -376,7 +394,22 @@ class Predictor:
             arch = _as_arch(features)
             source = arch.name or "features"
         return self.card_for(arch, bs, device_type=device_type, source=source, allow_fallback=allow_fallback,
-                             mode=mode)
+                             mode=mode, precision=precision)
+
+    def _set_for(self, arch: ArchFeatures, device_type: str | None, mode: str | None,
+                 precision: str | None) -> tuple[ModelSet, str | None]:
+        """The model set for a prediction, and a note when a model file's own ``PRECISION`` had no set of its
+        precision here (an explicit ``precision`` without one is an error instead)."""
+        asked = arch.precision if precision is None and arch.precision not in (None, "fp32") else None
+        if asked is None:
+            return self.model_set(device_type, mode, precision), None
+        try:
+            return self.model_set(device_type, mode, asked), None
+        except UsageError:
+            ms = self.model_set(device_type, mode, None)
+            return ms, (f"the model file asks for {asked} mixed precision, but no {asked} set was trained for this "
+                        f"device; these predict a {ms.precision} step with {ms.name} (profile it with "
+                        f"--precision {asked} to measure)")
 
     def colocation(self, job_a, job_b, *, batch_sizes: tuple[int | None, int | None] = (None, None),
                    device_type: str | None = None):
@@ -398,18 +431,19 @@ class Predictor:
         return predict_pair(ms, job_on_device(job_a, batch_sizes[0]), job_on_device(job_b, batch_sizes[1]))
 
     def card_for(self, arch: ArchFeatures, batch_sizes: Sequence[int], *, device_type: str | None = None,
-                 source: str = "features", allow_fallback: bool = True, mode: str | None = None):
+                 source: str = "features", allow_fallback: bool = True, mode: str | None = None,
+                 precision: str | None = None):
         from perfpredict.card import NearestProfiled, PredictedPoint, PredictionInfo
 
         batch_sizes = _check_batches(batch_sizes)
-        ms = self.model_set(device_type, mode)
+        ms, precision_note = self._set_for(arch, device_type, mode, precision)
         estimated = _lacks_counts(arch)
         arch = ms.with_graph_counts(arch)
         near_name, dist = ms.nearest(arch)
         ood = dist > ms.ood_threshold
         nearest = NearestProfiled(name=near_name, family=ms.profiled[near_name]["family"], distance=dist,
                                   threshold=ms.ood_threshold)
-        notes = list(arch.notes)
+        notes = list(arch.notes) + ([precision_note] if precision_note else [])
         X = design_matrix([(arch, b) for b in batch_sizes], device_kind=ms.device_kind)
         preds = {name: t.predict(X, estimated_counts=estimated) for name, t in ms.targets.items()}
         method = "estimator"
@@ -539,7 +573,8 @@ def _assemble_card(arch: ArchFeatures, source: str, ms: ModelSet, info):
                         trainable_parameters=int(arch.param_count), param_bytes=int(arch.param_bytes),
                         family=arch.family),
         device=DeviceInfo(kind=dev, name=ms.device_name),
-        run=ProfileRun(mode=ms.mode, batch_sizes=bs, started_at=utc_now(), perfpredict_version=__version__,
+        run=ProfileRun(mode=ms.mode, precision=ms.precision, batch_sizes=bs, started_at=utc_now(),
+                       perfpredict_version=__version__,
                        command=f"Predictor.predict ({ms.name})"),
         throughput=[ThroughputPoint(batch_size=p.batch_size, status="ok", samples_per_s=p.samples_per_s,
                                     iter_time_s=p.iter_time_s, p10_s=p.iter_time_interval_s[0],

@@ -49,6 +49,8 @@ class PredictRequest(BaseModel):
                                      "server's CPU model if any, else the first)")
     mode: Literal["train", "infer"] | None = Field(
         None, description="training steps (default) or inference passes: picks the model set trained on them")
+    precision: Literal["fp32", "bf16", "fp16"] | None = Field(
+        None, description="the autocast precision the job trains at (default fp32): picks the set trained at it")
     allow_fallback: bool = True
 
 
@@ -138,6 +140,7 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
         out = {}
         for name, ms in pred.sets.items():
             out[name] = {"device_kind": ms.device_kind, "device_name": ms.device_name, "mode": ms.mode,
+                         "precision": ms.precision,
                          "dataset_sha256": ms.meta["dataset_sha256"], "rows": ms.meta["rows"],
                          "families": ms.meta["families"], "batch_sizes": ms.trained_batches,
                          "targets": {k: t.scores for k, t in ms.targets.items()},
@@ -148,7 +151,7 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
     def predict(req: PredictRequest) -> dict[str, Any]:
         arch = ArchFeatures.from_dict(request_features(req.features))
         card = pred.card_for(arch, req.batch_sizes, device_type=req.device_type, source=arch.name,
-                             allow_fallback=req.allow_fallback, mode=req.mode)
+                             allow_fallback=req.allow_fallback, mode=req.mode, precision=req.precision)
         return card.model_dump(mode="json")
 
     @app.post("/colocation")
@@ -164,6 +167,7 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
     async def predict_onnx(file: UploadFile = File(...), batch_sizes: str = Form("32"),
                            device_type: str | None = Form(None),
                            mode: Literal["train", "infer"] | None = Form(None),
+                           precision: Literal["fp32", "bf16", "fp16"] | None = Form(None),
                            batch_axis: int | None = Form(None)) -> dict[str, Any]:
         try:
             bs = parse_batch_sizes(batch_sizes)
@@ -177,7 +181,7 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
             arch = from_onnx_proto(load_onnx_bytes(data, name, external_data=False), name=name.removesuffix(".onnx"), batch_axis=batch_axis)
         except ArchFeaturesError as e:
             raise HTTPException(400, str(e)) from None
-        card = pred.card_for(arch, bs, device_type=device_type, source=name, mode=mode)
+        card = pred.card_for(arch, bs, device_type=device_type, source=name, mode=mode, precision=precision)
         return card.model_dump(mode="json")
 
     return app

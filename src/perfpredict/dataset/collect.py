@@ -29,7 +29,7 @@ import os
 import platform
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,10 @@ class ArchPlan:
     @property
     def ref(self) -> WorkloadRef:
         return WorkloadRef(kind="zoo", target=self.family, params=tuple(sorted(self.cfg.items())))
+
+    def ref_at(self, precision: str) -> WorkloadRef:
+        """The reference measured at ``precision`` (fp32 leaves the ref as datasets before precision had it)."""
+        return self.ref if precision == "fp32" else replace(self.ref, precision=precision)
 
 
 def plan_sweep(families: Iterable[str] | None = None, batch_sizes: Iterable[int] | None = None,
@@ -230,6 +234,8 @@ def run_arch_in_subprocess(reqs: list[PointRequest], timeout_s: float,
 class CollectSettings:
     device: str = "cpu"  # "cpu" or "cuda:<i>" (already resolved)
     mode: str = "train"
+    #: "fp32", or "bf16"/"fp16" autocast mixed precision; one per file, recorded in each run's provenance
+    precision: str = "fp32"
     timing: TimingConfig = field(default_factory=TimingConfig)
     threads: int | None = None
     time_budget_s: float | None = None
@@ -395,7 +401,10 @@ def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSetting
     """
     out = check_output_path(out_csv)
     # A malformed provenance file would otherwise only be found after all the measuring.
-    check_provenance(out)
+    recorded = dataset_precision(check_provenance(out))
+    if out.exists() and out.stat().st_size > 0 and recorded != settings.precision:
+        raise UsageError(f"{out.name} holds {recorded} measurements; collect {settings.precision} into a file of "
+                         "its own (one precision per dataset)", step="provenance")
     rows, dropped = prepare_resume(out, DATASET_COLUMNS)
     done = _done_points(rows)
     # Earlier non-final rows (errors, timeouts) of points measured again are superseded: keep the file
@@ -440,7 +449,7 @@ def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSetting
                 if settings.time_budget_s is not None and time.monotonic() - started > settings.time_budget_s:
                     stopped_by_budget = True
                     break
-                reqs = [PointRequest(ref=plan.ref, batch_size=b, mode=settings.mode, device=settings.device,
+                reqs = [PointRequest(ref=plan.ref_at(settings.precision), batch_size=b, mode=settings.mode, device=settings.device,
                                      timing=settings.timing, threads=settings.threads) for b in todo]
                 per_point = settings.timing.max_time_s * 2 + 60.0
                 if settings.per_arch:
@@ -477,7 +486,8 @@ def _run_provenance(settings: CollectSettings) -> dict[str, Any]:
 
     meta: dict[str, Any] = {
         "started_at": _now(), "command": settings.command, "git_commit": settings.git_commit,
-        "device": settings.device, "mode": settings.mode, "timing": settings.timing.as_dict(),
+        "device": settings.device, "mode": settings.mode, "precision": settings.precision,
+        "timing": settings.timing.as_dict(),
         "threads": settings.threads, "torch_version": torch.__version__, "cuda_version": torch.version.cuda,
         "python_version": platform.python_version(), "platform": platform.platform(),
         "hostname": platform.node(), "cpu_count": os.cpu_count(),
@@ -511,6 +521,16 @@ def check_provenance(dataset_csv: str | Path) -> dict[str, Any] | None:
         raise UsageError(f"{path} is not a provenance file (expected a JSON object with a \"runs\" list); fix "
                          "or move it away before collecting into " + Path(dataset_csv).name, step="provenance")
     return meta
+
+
+def dataset_precision(meta: dict[str, Any] | None) -> str:
+    """The precision a dataset's runs measured at (runs from before precision was recorded: fp32); a file whose
+    runs disagree is a :class:`UsageError`."""
+    found = {str(run.get("precision") or "fp32") for run in (meta or {}).get("runs", []) if isinstance(run, dict)}
+    if len(found) > 1:
+        raise UsageError(f"{(meta or {}).get('dataset', 'the dataset')} mixes precisions ({', '.join(sorted(found))}) "
+                         "across its runs; keep one precision per file", step="provenance")
+    return found.pop() if found else "fp32"
 
 
 def _append_provenance(dataset_csv: Path, run_meta: dict[str, Any], columns: list[str] | None = None) -> None:
@@ -549,5 +569,6 @@ def git_commit_of(repo: str | Path = ".") -> str | None:
 
 
 __all__ = ["ArchPlan", "CUDA_DATASET_TIMING", "CollectSettings", "DATASET_COLUMNS", "check_output_path",
+           "dataset_precision",
            "check_provenance", "collect", "git_commit_of", "plan_sweep", "prepare_resume", "provenance_path",
            "read_dataset", "row_from_result"]

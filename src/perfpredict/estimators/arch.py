@@ -70,6 +70,9 @@ class ArchFeatures:
     name: str = ""
     family: str | None = None
     notes: tuple[str, ...] = ()
+    #: the precision the source asks for (a model file's ``PRECISION``); None where it says nothing (an ONNX
+    #: file, a feature vector). Not a feature: it picks the model set.
+    precision: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "family": self.family, "forward_macs_per_sample": self.forward_macs_per_sample,
@@ -195,14 +198,7 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
         graph_saved_bytes_per_sample=float(feats.graph_saved_bytes_per_sample or 0),
         graph_saved_bytes_fixed=float(feats.graph_saved_bytes_fixed or 0),
         kernel_nodes=tuple(tuple(r) for r in feats.kernel_nodes), name=wl.name,
-        notes=tuple(n for n in (feats.error, _precision_note(wl.precision)) if n))
-
-
-def _precision_note(precision: str) -> str | None:
-    if precision == "fp32":
-        return None
-    return (f"the model file asks for {precision} mixed precision, but the estimators were trained on fp32 "
-            "measurements: these are predictions for an fp32 step (profile it with --precision to measure)")
+        notes=(feats.error,) if feats.error else (), precision=wl.precision)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -22,6 +22,16 @@ NON_TRAINING_SUFFIXES = ("_repeat", "_colocation")
 FEATURES_FILE = "zoo_features.csv"
 
 
+def _precision_of(provenance: dict[str, Any], path: Path) -> str:
+    from perfpredict.dataset.collect import dataset_precision
+    from perfpredict.errors import UsageError
+
+    try:
+        return dataset_precision(provenance)
+    except UsageError as e:
+        raise PerfPredictError(e.message, source=str(path), step="load dataset") from None
+
+
 @dataclass
 class TrainingData:
     name: str  # dataset stem, e.g. "cuda_h100"
@@ -37,6 +47,8 @@ class TrainingData:
     provenance: dict[str, Any] = field(default_factory=dict)
     #: what the rows measured: training steps ("train") or forward passes under no_grad ("infer")
     mode: str = "train"
+    #: the precision every row ran at (fp32, or bf16/fp16 autocast), from the provenance file
+    precision: str = "fp32"
 
     def column(self, name: str) -> np.ndarray:
         """A numeric column (NaN where empty); a cell that is not a number is a :class:`PerfPredictError` naming
@@ -178,4 +190,4 @@ def load_training_data(dataset_csv: str | Path, features_csv: str | Path | None 
                              for run in provenance.get("runs", [])],
                     "device_info": next((run.get("device_info") for run in provenance.get("runs", [])
                                          if run.get("device_info")), None)},
-        mode=mode)
+        mode=mode, precision=_precision_of(provenance, path))
