@@ -20,10 +20,10 @@ class TinyCausalLM(nn.Module):
         self.tokens = nn.Embedding(VOCAB, WIDTH)
         self.positions = nn.Embedding(CONTEXT, WIDTH)
         layer = nn.TransformerEncoderLayer(WIDTH, HEADS, 4 * WIDTH, dropout=0.0, batch_first=True, norm_first=True)
-        self.blocks = nn.TransformerEncoder(layer, LAYERS)
+        self.blocks = nn.TransformerEncoder(layer, LAYERS, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(WIDTH)
         self.lm_head = nn.Linear(WIDTH, VOCAB, bias=False)
-        causal = torch.triu(torch.full((CONTEXT, CONTEXT), float("-inf")), diagonal=1)
+        causal = torch.triu(torch.ones(CONTEXT, CONTEXT, dtype=torch.bool), diagonal=1)  # True: may not attend
         self.register_buffer("causal_mask", causal, persistent=False)
 
     def forward(self, input_ids, attention_mask=None, labels=None):

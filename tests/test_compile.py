@@ -62,3 +62,49 @@ def test_a_compiler_failure_is_one_readable_error_at_step_compile(write_model, r
     assert ": compile: " in r.stderr and "compiler" in r.stderr.lower()
     card = PerformanceCard.load(tmp_path / "c" / "card.json")  # the card is kept, with the failure recorded
     assert card.run.compiled and card.errors and card.errors[0].step == "compile"
+
+
+def test_a_model_bug_found_while_compiling_is_the_models_error_at_its_step(write_model, run_cli, tmp_path):
+    """Dynamo finds a shape mismatch while tracing and raises a TorchRuntimeError about fake tensors: the
+    report names the model's RuntimeError at step forward (as without --compile), not a compiler failure, and
+    torch's logged traceback stays out of the output. Tracing fails before inductor: no C++ compiler needed."""
+    path = write_model("""
+import torch, torch.nn as nn
+
+def build_model():
+    return nn.Sequential(nn.Linear(8, 4), nn.Linear(5, 2))  # 4 outputs into 5 inputs
+
+def example_inputs(batch_size):
+    return torch.randn(batch_size, 8)
+""")
+    r = run_cli("profile", path, "-b", "4", "--compile", *FAST, "--out", tmp_path / "c")
+    assert r.returncode != 0 and "Traceback" not in r.stderr + r.stdout
+    assert ": forward: RuntimeError: " in r.stderr and "found by torch.compile" in r.stderr
+    card = PerformanceCard.load(tmp_path / "c" / "card.json")
+    assert card.errors[0].step == "forward" and "must have same reduction dim" in card.errors[0].message
+
+
+def test_wrapped_allocation_failures_and_worker_errors_are_read_through():
+    import torch
+
+    from perfpredict.profile.failure import failure_text, first_line
+    from perfpredict.profile.memory import is_oom_error
+
+    try:
+        try:
+            raise MemoryError("std::bad_alloc")
+        except MemoryError as inner:
+            raise RuntimeError("backend='inductor' raised:") from inner
+    except RuntimeError as e:
+        assert is_oom_error(e)  # the cause is the allocation failure
+    assert not is_oom_error(RuntimeError("shape mismatch"))
+    assert first_line(RuntimeError("backend='inductor' raised:\n  LoweringException: x")) \
+        == "backend='inductor' raised: LoweringException: x"
+    assert first_line(RuntimeError("\x1b[96mcoloured\x1b[0m")) == "coloured"
+    # a DataLoader worker's error: the reason is at the end of the text it re-raises
+    loader = torch.utils.data.DataLoader([None] * 4, batch_size=2, num_workers=1)
+    try:
+        next(iter(loader))
+    except TypeError as e:
+        text = failure_text(e)
+    assert text.startswith("TypeError: default_collate") and "NoneType" in text and "TypeError: TypeError" not in text

@@ -83,8 +83,7 @@ def test_keyword_inputs_keep_their_names_and_values():
     assert positional_args(kw) == (b, a)  # tensor-carrying values only, in the dict's order
     with pytest.raises(TypeError, match="argument names"):
         KeywordInputs({1: a})
-    with pytest.raises(TypeError, match="argument names"):
-        KeywordInputs({"not a name": a})
+    assert call_forward(lambda **kw: sorted(kw), KeywordInputs({"input-ids": a})) == ["input-ids"]  # **kwargs forward
 
 
 def test_the_positional_wrapper_calls_the_model_by_name_with_its_constants():
@@ -251,3 +250,106 @@ def test_the_keyword_example_trains_by_name():
     assert abs(loss.item() - torch.log(torch.tensor(2048.0)).item()) < 1.0  # untrained: about ln(vocabulary)
     loss.backward()
     assert model.tokens.weight.grad is not None and model.lm_head.weight.grad.abs().sum() > 0
+
+
+# -- findings of a review: trailing dicts, batch-dependent fixed values, collated flags --------------------
+
+def test_a_dict_as_the_last_positional_argument_is_exported_as_an_argument(write_model):
+    """torch.onnx.export reads a trailing dict in args as keyword arguments: the README's one-dict convention
+    (``return (batch,)``) and a keyword model whose last tensor argument is a dict both lost their features."""
+    from perfpredict.features import extract_features
+
+    one_dict = load_model_file(write_model('''
+import torch, torch.nn as nn
+
+class Batch(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 2)
+
+    def forward(self, batch):
+        return self.lin(batch["x"] * batch["w"])
+
+def build_model():
+    return Batch()
+
+def example_inputs(batch_size):
+    return ({"x": torch.randn(batch_size, 4), "w": torch.randn(batch_size, 4)},)
+''', "one_dict.py"))
+    last_dict = load_model_file(write_model('''
+import torch, torch.nn as nn
+
+class Pair(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 8)
+        self.b = nn.Linear(8, 8)
+
+    def forward(self, x, extra):
+        return self.b(self.a(x) + extra["u"] * extra["v"])
+
+def build_model():
+    return Pair()
+
+def example_inputs(batch_size):
+    return {"x": torch.randn(batch_size, 4), "extra": {"u": torch.randn(batch_size, 8), "v": torch.randn(batch_size, 8)}}
+''', "last_dict.py"))
+    f1, f2 = extract_features(one_dict), extract_features(last_dict)
+    assert f1.available, f1.error
+    assert f2.available, f2.error
+    assert f1.forward_macs_per_sample == f1.fvcore_macs_per_sample == 4 * 2
+    assert f2.forward_macs_per_sample == f2.fvcore_macs_per_sample == 4 * 8 + 8 * 8
+
+
+_SAMPLER = '''
+import torch, torch.nn as nn
+
+class Sampler(nn.Module):
+    """Draws num_samples latents and decodes them: the fixed value is the batch size."""
+    def __init__(self):
+        super().__init__()
+        self.dec = nn.Linear(64, 256)
+        self.cond = nn.Linear(8, 256)
+
+    def forward(self, cond, num_samples):
+        if num_samples != cond.shape[0]:
+            raise ValueError(f"num_samples {num_samples} for a batch of {cond.shape[0]}")
+        return self.dec(torch.ones(num_samples, 64)) + self.cond(cond)
+
+def build_model():
+    return Sampler()
+
+def example_inputs(batch_size):
+    return {"cond": torch.randn(batch_size, 8), "num_samples": batch_size}
+
+def make_dataset():
+    return list(range(64))
+
+def preprocess(i):
+    return {"cond": torch.randn(8, generator=torch.Generator().manual_seed(i))}
+'''
+
+
+def test_fixed_values_that_depend_on_the_batch_size_are_taken_at_each_batch_size(write_model):
+    from perfpredict.features import extract_features
+    from perfpredict.profile.pipeline_worker import PipelineRequest
+    from perfpredict.profile.runner import run_pipeline_in_subprocess
+    from perfpredict.workload import WorkloadRef
+
+    path = write_model(_SAMPLER)
+    f = extract_features(load_model_file(path))
+    assert f.available, f.error
+    assert f.forward_macs_per_sample == f.fvcore_macs_per_sample == 64 * 256 + 8 * 256 and f.forward_macs_fixed == 0
+    # the input pipeline's batches get num_samples of their own batch size (the model raises otherwise)
+    res = run_pipeline_in_subprocess(PipelineRequest(WorkloadRef("file", str(path)), batch_size=8, cpus=(0,),
+                                                     window_s=0.3, warmup_batches=1, num_workers=0), 120)
+    assert res["status"] == "ok", res.get("error")
+
+
+def test_a_fixed_value_of_example_inputs_wins_over_a_collated_per_sample_flag():
+    from perfpredict.profile.pipeline_worker import forward_args
+
+    batch = torch.utils.data.default_collate([{"x": torch.zeros(2), "use_cache": False}] * 4)
+    assert isinstance(batch["use_cache"], torch.Tensor)  # what collation does to a flag
+    args = forward_args(batch, multi=False, keyword=True, constants={"use_cache": False})
+    assert args.as_dict()["use_cache"] is False

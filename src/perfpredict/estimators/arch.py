@@ -157,6 +157,7 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
     from perfpredict.features import extract_features
     from perfpredict.features.saved import saved_bytes_split
     from perfpredict.workload import resolve_workload
+    from perfpredict.workload.spec import iter_tensors
 
     wl = resolve_workload(target, params)
     torch.manual_seed(0)
@@ -188,7 +189,7 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
         param_count=float(sum(p.numel() for p in model.parameters())), param_bytes=float(feats.param_bytes or 0),
         activation_bytes_per_sample=float(feats.activation_bytes_per_sample or 0),
         activation_bytes_fixed=float(feats.activation_bytes_fixed or 0), num_nodes=float(feats.num_nodes or 0),
-        input_bytes_per_sample=float(sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))),
+        input_bytes_per_sample=float(sum(t.numel() * t.element_size() for t in iter_tensors(inputs))),
         op_counts=feats.op_counts, macs_by_op=feats.macs_by_op, activation_bytes_by_op=feats.activation_bytes_by_op,
         saved_bytes_per_sample=float(saved), saved_bytes_fixed=float(saved_fixed),
         saved_cpu_bytes_per_sample=float(saved_cpu), saved_cpu_bytes_fixed=float(saved_cpu_fixed),

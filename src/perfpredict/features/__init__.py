@@ -16,7 +16,7 @@ from perfpredict.features.fvcore_check import fvcore_counts
 from perfpredict.features.graph import GraphStats, analyze_onnx, unknown_shapes_note
 from perfpredict.estimators.kernel_nodes import rows_at_fixed_batch, split_nodes
 from perfpredict.features.onnx_export import export_onnx
-from perfpredict.workload.forward_args import as_positional, positional_args
+from perfpredict.workload.forward_args import as_positional
 from perfpredict.workload.spec import Workload
 
 __all__ = ["analyze_onnx", "export_onnx", "extract_features", "features_from_onnx", "fvcore_counts"]
@@ -35,20 +35,21 @@ def extract_features(workload: Workload, model: torch.nn.Module | None = None,
         if model is None:
             torch.manual_seed(0)
             model = workload.build_model()
-        # Keyword inputs (example_inputs returned a dict) reach the exporters and fvcore through a wrapper
-        # that takes them by position.
-        model, args1 = as_positional(model.to("cpu"), workload.inputs(1))
+        # Keyword inputs (example_inputs returned a dict) reach the exporters and fvcore through a wrapper that
+        # takes their tensors by position; one wrapper per batch size, as its fixed values may depend on it.
+        model = model.to("cpu")
         b1, b2 = 1, 2
-        if not _forward_runs(model, args1):  # some models reject batch 1 (e.g. squeeze())
+        model1, args1 = as_positional(model, workload.inputs(b1))
+        if not _forward_runs(model1, args1):  # some models reject batch 1 (e.g. squeeze())
             b1, b2 = 2, 4
-            args1 = positional_args(workload.inputs(b1))
-            if not _forward_runs(model, args1):
+            model1, args1 = as_positional(model, workload.inputs(b1))
+            if not _forward_runs(model1, args1):
                 # Both exporters run this forward; they would fail too, one of them slowly.
                 return GraphFeatures(available=False, error="not exported: the model's forward pass fails "
                                                             "in eval mode at batch sizes 1 and 2")
-        args2 = positional_args(workload.inputs(b2))
-        first = export_onnx(model, args1, onnx_path)
-        second = export_onnx(model, args2)
+        model2, args2 = as_positional(model, workload.inputs(b2))
+        first = export_onnx(model1, args1, onnx_path)
+        second = export_onnx(model2, args2)
         s1, s2 = analyze_onnx(first.model_proto), analyze_onnx(second.model_proto)
     except BaseException as e:  # the user's code runs here: sys.exit() included
         if isinstance(e, KeyboardInterrupt):
@@ -62,7 +63,7 @@ def extract_features(workload: Workload, model: torch.nn.Module | None = None,
     feats.export_batch_size = b1
     if use_fvcore:
         try:
-            f1, f2 = fvcore_counts(model, args1), fvcore_counts(model, args2)
+            f1, f2 = fvcore_counts(model1, args1), fvcore_counts(model2, args2)
             feats.fvcore_macs_per_sample, _ = _split(f1["macs"], f2["macs"], b1, b2)
             feats.fvcore_flops_per_sample, _ = _split(f1["total"], f2["total"], b1, b2)
             feats.fvcore_by_operator = {k: _split(f1["by_operator"].get(k, 0), v, b1, b2)[0]

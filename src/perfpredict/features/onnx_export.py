@@ -15,6 +15,8 @@ beside it, ``<name>.data``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import contextlib
 import io
 import logging
@@ -81,6 +83,10 @@ def export_onnx(model: torch.nn.Module, args: tuple, path: str | Path | None = N
     """
     import onnx
 
+    if args and isinstance(args[-1], Mapping):
+        # torch.onnx.export reads a trailing dict in args as keyword arguments; an empty one after it keeps a
+        # dict the model takes by position (``example_inputs`` returning ``(batch,)``) a positional argument.
+        args = (*args, {})
     was_training = model.training
     model.eval()
     attempts: list[str] = []

@@ -21,11 +21,10 @@ from perfpredict.profile import host_load
 from perfpredict.profile import memory as mem
 from perfpredict.profile.device import describe_device
 from perfpredict.profile.energy import GpuSampler, nvml_handle_for_torch_device
+from perfpredict.profile.failure import failure_phase, failure_text, first_line
 from perfpredict.profile.group_request import GroupMember, GroupTiming
 from perfpredict.profile.timing import TimingResult
 from perfpredict.profile.worker import (
-    _first_line,
-    compile_phase,
     _infer_step,
     _NonFiniteLoss,
     _train_step,
@@ -186,16 +185,16 @@ def measure_member(member: GroupMember, timing: GroupTiming, barrier) -> dict[st
     except BaseException as e:
         if isinstance(e, KeyboardInterrupt):
             raise
-        out["phase"] = getattr(e, "step", None) or compile_phase(e) or state["phase"]
+        out["phase"] = failure_phase(e, state["phase"])
         out["traceback"] = traceback.format_exc()
         if isinstance(e, _NonFiniteLoss):
             out["status"], out["error"] = "nonfinite", str(e)
         elif mem.is_oom_error(e):
-            out["status"], out["error"] = "oom", _first_line(e)
+            out["status"], out["error"] = "oom", first_line(e)
         elif isinstance(e, PerfPredictError):
             out["status"], out["error"] = "error", e.message
         else:
-            out["status"], out["error"] = "error", f"{type(e).__name__}: {_first_line(e)}"
+            out["status"], out["error"] = "error", failure_text(e)
         if barrier is not None and dist is None:
             barrier.abort()  # release the others now instead of at their barrier timeout
         return out

@@ -94,7 +94,20 @@ def available_memory_bytes() -> int:
 
 
 def is_oom_error(exc: BaseException) -> bool:
-    """True for CUDA and CPU allocation failures (torch raises several different types)."""
+    """True for CUDA and CPU allocation failures (torch raises several different types), also when wrapped:
+    torch.compile reports running out of memory while compiling as ``InternalTorchDynamoError: MemoryError:
+    std::bad_alloc`` or a ``BackendCompilerFailed`` whose cause is the allocation failure."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if _is_oom_itself(e):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def _is_oom_itself(exc: BaseException) -> bool:
     if isinstance(exc, MemoryError):
         return True
     try:
@@ -106,4 +119,5 @@ def is_oom_error(exc: BaseException) -> bool:
         pass
     text = str(exc)
     return any(s in text for s in ("out of memory", "can't allocate memory", "Cannot allocate memory",
-                                   "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED"))
+                                   "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED", "std::bad_alloc",
+                                   "MemoryError"))

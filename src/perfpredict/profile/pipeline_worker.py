@@ -21,7 +21,8 @@ import torch
 from perfpredict.data.preprocess import Preprocessed
 from perfpredict.errors import ModelLoadError
 from perfpredict.profile import memory as mem
-from perfpredict.profile.worker import _first_line, _NonFiniteLoss, compile_phase
+from perfpredict.profile.failure import failure_phase, failure_text
+from perfpredict.profile.worker import _NonFiniteLoss
 from perfpredict.workload.forward_args import KeywordInputs, call_forward, has_tensor
 from perfpredict.workload.spec import WorkloadRef, to_device
 
@@ -81,11 +82,11 @@ def forward_args(x: Any, multi: bool, keyword: bool = False,
     into a list: a list is the argument list when the workload's ``example_inputs`` are a tuple (``multi``),
     and one argument otherwise (a model that takes a list). A dict (collated from per-sample dicts) is the
     keyword arguments when ``example_inputs`` returns a dict (``keyword``), and one argument otherwise; the
-    dict's non-tensor values there (``constants``, e.g. ``use_cache=False``) are added where the batch lacks them,
-    since collation would turn a per-sample flag into a tensor.
+    non-tensor values of that dict (``constants``, e.g. ``use_cache=False``) are the call's fixed arguments and
+    win over the batch's, since collation turns a per-sample flag into a tensor of flags.
     """
     if keyword and isinstance(x, Mapping):
-        return KeywordInputs({**(constants or {}), **x})
+        return KeywordInputs({**x, **(constants or {})})
     if isinstance(x, tuple) or (multi and isinstance(x, list)):
         return tuple(x)
     return (x,)
@@ -118,7 +119,7 @@ def measure_pipeline(req: PipelineRequest) -> dict[str, Any]:
         model = workload.prepared(workload.build_model().to(device).train())
         opt = workload.optimizer(model.parameters())
         scaler = workload.grad_scaler(device)
-        example = workload.example_inputs(1)
+        example = workload.example_inputs(req.batch_size)  # its fixed values may depend on the batch size
         multi, keyword = isinstance(example, tuple), isinstance(example, Mapping)
         constants = {k: v for k, v in example.items() if not has_tensor(v)} if keyword else {}
         sync = (lambda: torch.cuda.synchronize(device)) if is_cuda else (lambda: None)
@@ -167,8 +168,8 @@ def measure_pipeline(req: PipelineRequest) -> dict[str, Any]:
     except BaseException as e:
         if isinstance(e, KeyboardInterrupt):
             raise
-        out["phase"] = getattr(e, "step", None) or compile_phase(e) or state["phase"]
+        out["phase"] = failure_phase(e, state["phase"])
         out["traceback"] = traceback.format_exc()
         out["status"] = "oom" if mem.is_oom_error(e) else ("nonfinite" if isinstance(e, _NonFiniteLoss) else "error")
-        out["error"] = getattr(e, "message", None) or f"{type(e).__name__}: {_first_line(e)}"
+        out["error"] = getattr(e, "message", None) or failure_text(e)
         return out

@@ -24,6 +24,7 @@ from perfpredict.profile.energy import (
     nvml_handle_for_torch_device,
     nvml_process_memory,
 )
+from perfpredict.profile.failure import failure_phase, failure_text, first_line
 from perfpredict.profile.request import PointRequest
 from perfpredict.profile.timing import TimingConfig, time_iterations
 from perfpredict.workload.forward_args import call_forward
@@ -148,20 +149,20 @@ def measure_point(req: PointRequest) -> dict[str, Any]:
     except BaseException as e:
         if isinstance(e, KeyboardInterrupt):
             raise
-        out["phase"] = getattr(e, "step", None) or compile_phase(e) or state["phase"]
+        out["phase"] = failure_phase(e, state["phase"])
         out["traceback"] = traceback.format_exc()
         if isinstance(e, _NonFiniteLoss):
             out["status"] = "nonfinite"
             out["error"] = str(e)
         elif mem.is_oom_error(e):
             out["status"] = "oom"
-            out["error"] = _first_line(e)
+            out["error"] = first_line(e)
         elif isinstance(e, PerfPredictError):
             out["status"] = "error"
             out["error"] = e.message
         else:
             out["status"] = "error"
-            out["error"] = f"{type(e).__name__}: {_first_line(e)}"
+            out["error"] = failure_text(e)
         return out
 
 
@@ -192,19 +193,6 @@ def _denormal_check(step, median_s: float) -> dict | None:
         torch.set_flush_denormal(False)
     m = flushed["median_s"]
     return {"flushed_median_s": m, "speedup": median_s / m if m > 0 else None, "steps": flushed["iterations"]}
-
-
-def compile_phase(e: BaseException) -> str | None:
-    """``"compile"`` for an error raised by torch.compile (dynamo or its backend), which surfaces at the first
-    call of the compiled model, inside the step's forward or backward."""
-    exc = getattr(getattr(torch, "_dynamo", None), "exc", None)
-    base = getattr(exc, "TorchDynamoException", None)
-    return "compile" if base is not None and isinstance(e, base) else None
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip() or type(e).__name__
-    return text.splitlines()[0][:500]
 
 
 def _train_step(model, workload, inputs, targets, opt, state, device):

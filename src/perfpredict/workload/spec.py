@@ -69,7 +69,7 @@ def default_loss(outputs: Any) -> torch.Tensor:
     Nested outputs (tuples, lists, dicts — e.g. an LSTM's ``(output, (h, c))``) contribute the mean of each
     floating-point tensor they contain, summed, so every output takes part in the backward pass.
     """
-    tensors = [t for t in _iter_tensors(outputs) if t.is_floating_point()]
+    tensors = [t for t in iter_tensors(outputs) if t.is_floating_point()]
     if not tensors:
         raise TypeError("the model returned no floating-point tensor, so the default loss (mean of outputs) "
                         "cannot be formed; define loss_fn(outputs) in the model file")
@@ -79,15 +79,16 @@ def default_loss(outputs: Any) -> torch.Tensor:
     return total
 
 
-def _iter_tensors(obj: Any):
+def iter_tensors(obj: Any):
+    """Every tensor in ``obj`` (a tensor, or lists, tuples and dicts of them, nested)."""
     if isinstance(obj, torch.Tensor):
         yield obj
     elif isinstance(obj, Mapping):
         for v in obj.values():
-            yield from _iter_tensors(v)
+            yield from iter_tensors(v)
     elif isinstance(obj, (list, tuple)):
         for v in obj:
-            yield from _iter_tensors(v)
+            yield from iter_tensors(v)
 
 
 def default_optimizer(params) -> torch.optim.Optimizer:
@@ -142,8 +143,16 @@ class Workload:
 
     def prepared(self, model: torch.nn.Module) -> torch.nn.Module:
         """The module the measured steps call: ``torch.compile(model)`` with ``compile``, else ``model``. Inductor
-        compiles at the first call, so its time lands in the first (warm-up) step and the start-up ν."""
-        return torch.compile(model) if self.compile else model
+        compiles at the first call, so its time lands in the first (warm-up) step and the start-up ν.
+
+        Torch's own error logging is silenced first: dynamo logs a model's error with a full traceback to
+        stderr before raising it, and the measuring process reports that error itself, in one line."""
+        if not self.compile:
+            return model
+        import logging
+
+        logging.getLogger("torch").setLevel(logging.CRITICAL)
+        return torch.compile(model)
 
     def autocast(self, device: torch.device | str) -> contextlib.AbstractContextManager:
         """The context the forward pass and the loss run in: ``torch.autocast`` for bf16/fp16, else nothing."""
