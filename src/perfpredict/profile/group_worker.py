@@ -110,7 +110,7 @@ def measure_member(member: GroupMember, timing: GroupTiming, barrier) -> dict[st
 
         model = workload.prepared(model)  # after DDP: dynamo splits the graph at DDP's bucket boundaries
         state["phase"] = "example_inputs"
-        inputs = workload.inputs(member.batch_size, device)
+        inputs = workload.step_inputs(member.batch_size, device, member.mode)
         targets = workload.targets(member.batch_size, device)
         opt = None
         if member.mode == "train":

@@ -131,6 +131,12 @@ def measure_pipeline(req: PipelineRequest) -> dict[str, Any]:
         def train(batch) -> None:
             x, y = _split(batch)
             x = to_device(x, device)
+            if workload.train_step is not None:  # the model file's own step takes the collated batch as is
+                with workload.autocast(device):
+                    loss = workload.train_step(model, x, None if y is None else to_device(y, device), opt)
+                if isinstance(loss, torch.Tensor) and loss.numel() == 1 and not bool(torch.isfinite(loss.detach())):
+                    raise _NonFiniteLoss(f"loss is {float(loss.detach())} (not finite)")
+                return
             with workload.autocast(device):
                 outputs = call_forward(model, forward_args(x, multi, keyword, constants))
                 loss = workload.loss(outputs, to_device(y, device)) if workload.example_targets is not None \

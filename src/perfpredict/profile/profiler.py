@@ -189,8 +189,15 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
         card.notes.append(
             f"precision {workload.precision}: every measurement ran the forward pass and the loss under "
             f"torch.autocast({_AUTOCAST_NAMES[workload.precision]})"
-            + (" with a gradient scaler" if workload.precision == "fp16" and settings.mode == "train" else "")
+            + (" with a gradient scaler" if workload.precision == "fp16" and settings.mode == "train"
+               and workload.train_step is None else "")
             + "; the graph features and the Horus eq. 2 memory estimate describe the fp32 graph")
+    if workload.train_step is not None and settings.mode == "train":
+        card.notes.append(
+            "train_step: every training measurement timed the model file's own train_step(model, inputs, targets, "
+            "optimizer) instead of the default step"
+            + ("; under fp16 it does its own loss scaling (no GradScaler is added)" if workload.precision == "fp16"
+               else ""))
     if workload.compile:
         card.notes.append(
             "compiled: each measuring process called torch.compile(model) and compiled at its first step, so the "

@@ -99,7 +99,7 @@ def measure_point(req: PointRequest) -> dict[str, Any]:
 
         t0 = time.perf_counter()
         state["phase"] = "example_inputs"
-        inputs = workload.inputs(req.batch_size, device)
+        inputs = workload.step_inputs(req.batch_size, device, req.mode)
         targets = workload.targets(req.batch_size, device)
         opt = None
         if req.mode == "train":
@@ -199,6 +199,8 @@ def _train_step(model, workload, inputs, targets, opt, state, device):
     """One training step as the workload's precision runs it: forward and loss under autocast for bf16/fp16,
     and for fp16 the loss scaled before backward and the step taken through the scaler (which skips a step
     whose gradients overflowed, as mixed-precision training does)."""
+    if workload.train_step is not None:
+        return _hook_step(model, workload, inputs, targets, opt, state, device)
     scaler = workload.grad_scaler(device)
 
     def step() -> None:
@@ -222,6 +224,21 @@ def _train_step(model, workload, inputs, targets, opt, state, device):
         else:
             scaler.step(opt)
             scaler.update()
+
+    return step
+
+
+def _hook_step(model, workload, inputs, targets, opt, state, device):
+    """The model file's own ``train_step(model, inputs, targets, optimizer)``, under the precision's autocast
+    (an fp16 step scales its own loss); a scalar tensor it returns is checked like the default step's loss."""
+    hook = workload.train_step
+
+    def step() -> None:
+        state["phase"] = "train_step"
+        with workload.autocast(device):
+            loss = hook(model, inputs, targets, opt)
+        if isinstance(loss, torch.Tensor) and loss.numel() == 1 and not bool(torch.isfinite(loss.detach())):
+            raise _NonFiniteLoss(f"loss is {float(loss.detach())} (not finite)")
 
     return step
 

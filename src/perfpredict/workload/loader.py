@@ -8,7 +8,8 @@ required
 optional
     ``loss_fn(outputs) -> Tensor`` (or ``loss_fn(outputs, targets)`` with ``example_targets``),
     ``example_targets(batch_size)``, ``make_optimizer(params)``, ``BATCH_SIZES``, ``MODEL_NAME``,
-    ``PRECISION`` (``"fp32"``, ``"bf16"`` or ``"fp16"``: mixed-precision training under ``torch.autocast``).
+    ``PRECISION`` (``"fp32"``, ``"bf16"`` or ``"fp16"``: mixed-precision training under ``torch.autocast``),
+    ``train_step(model, inputs, targets, optimizer)`` (a whole training step of the user's own).
 
 Each file is executed as a fresh module under a unique name (two files both called ``model.py`` never
 collide), with its own directory importable so it can import sibling helpers.
@@ -36,7 +37,7 @@ from perfpredict.workload.spec import (
 from perfpredict.workload_args import check_model_path
 
 REQUIRED_HOOKS = ("build_model", "example_inputs")
-OPTIONAL_HOOKS = ("loss_fn", "example_targets", "make_optimizer", "make_dataset", "preprocess")
+OPTIONAL_HOOKS = ("loss_fn", "example_targets", "make_optimizer", "make_dataset", "preprocess", "train_step")
 
 
 def load_model_file(path: str | Path) -> Workload:
@@ -121,6 +122,7 @@ def _workload_from_module(module: ModuleType, path: Path, shown: str) -> Workloa
         example_targets=getattr(module, "example_targets", None),
         make_dataset=getattr(module, "make_dataset", None),
         preprocess=getattr(module, "preprocess", None),
+        train_step=getattr(module, "train_step", None),
         batch_sizes=batch_sizes,
         description=(module.__doc__ or "").strip().splitlines()[0] if module.__doc__ else "",
         precision=precision,

@@ -122,6 +122,10 @@ class Workload:
     #: turns one into a training sample. Either may be absent.
     make_dataset: Callable[[], Any] | None = None
     preprocess: Callable[[Any], Any] | None = None
+    #: ``train_step(model, inputs, targets, optimizer) -> loss | None``: one whole training step of the user's
+    #: own (gradient accumulation, clipping, several losses or optimizers), timed instead of the default
+    #: zero_grad/forward/loss/backward/step. ``inputs`` is what ``example_inputs`` returned, on the device.
+    train_step: Callable[..., Any] | None = None
     batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
     description: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -184,6 +188,13 @@ class Workload:
         if not isinstance(args, tuple):
             args = (args,)
         return tuple(to_device(a, device) for a in args)
+
+    def step_inputs(self, batch_size: int, device: torch.device | str, mode: str) -> Any:
+        """What the timed step takes: :meth:`inputs`, or for a ``train_step`` hook in train mode the value
+        ``example_inputs`` returned (a tensor, tuple or dict), moved to ``device``."""
+        if mode == "train" and self.train_step is not None:
+            return to_device(self.example_inputs(batch_size), device)
+        return self.inputs(batch_size, device)
 
     def targets(self, batch_size: int, device: torch.device | str = "cpu") -> Any:
         if self.example_targets is None:
