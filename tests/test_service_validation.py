@@ -220,3 +220,19 @@ def test_an_upload_whose_weights_point_at_files_is_refused_without_looking_at_th
         answers.append((r.status_code, r.json()["detail"]))
     assert answers[0] == answers[1] and answers[0][0] == 400 and "external files" in answers[0][1]
     _assert_still_serving(client)
+
+
+def test_precision_picks_the_set_trained_at_it_on_both_routes(client, onnx_bytes):
+    r = _post(client, batch_sizes=[16], device_type="cpu", precision="bf16")
+    assert r.status_code == 200, r.text
+    card = r.json()
+    assert card["run"]["precision"] == "bf16" and card["prediction"]["model_set"] == "cpu_xeon_2vcpu_bf16"
+    files = {"file": ("m.onnx", onnx_bytes, "application/octet-stream")}
+    r = client.post("/predict/onnx", files=files, data={"batch_sizes": "16", "device_type": "cpu", "precision": "bf16"})
+    assert r.status_code == 200, r.text
+    assert r.json()["run"]["precision"] == "bf16"
+    _assert_refused(_post(client, batch_sizes=[16], precision="int8"), "precision")
+    _assert_refused(_post(client, batch_sizes=[16], device_type="cuda", precision="bf16"), "at bf16")
+    models = client.get("/models").json()
+    assert models["cpu_xeon_2vcpu_bf16"]["precision"] == "bf16" and models["cuda_h100"]["precision"] == "fp32"
+    _assert_still_serving(client)
