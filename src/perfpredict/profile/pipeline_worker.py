@@ -22,7 +22,7 @@ from perfpredict.data.preprocess import Preprocessed
 from perfpredict.errors import ModelLoadError
 from perfpredict.profile import memory as mem
 from perfpredict.profile.failure import failure_phase, failure_text
-from perfpredict.profile.worker import _NonFiniteLoss
+from perfpredict.profile.worker import _NonFiniteLoss, check_finite_loss
 from perfpredict.workload.forward_args import KeywordInputs, call_forward, has_tensor
 from perfpredict.workload.spec import WorkloadRef, to_device
 
@@ -134,15 +134,13 @@ def measure_pipeline(req: PipelineRequest) -> dict[str, Any]:
             if workload.train_step is not None:  # the model file's own step takes the collated batch as is
                 with workload.autocast(device):
                     loss = workload.train_step(model, x, None if y is None else to_device(y, device), opt)
-                if isinstance(loss, torch.Tensor) and loss.numel() == 1 and not bool(torch.isfinite(loss.detach())):
-                    raise _NonFiniteLoss(f"loss is {float(loss.detach())} (not finite)")
+                check_finite_loss(loss)
                 return
             with workload.autocast(device):
                 outputs = call_forward(model, forward_args(x, multi, keyword, constants))
                 loss = workload.loss(outputs, to_device(y, device)) if workload.example_targets is not None \
                     else workload.loss(outputs)
-            if not bool(torch.isfinite(loss.detach())):
-                raise _NonFiniteLoss(f"loss is {float(loss.detach())} (not finite)")
+            check_finite_loss(loss)
             opt.zero_grad(set_to_none=True)
             if scaler is None:
                 loss.backward()

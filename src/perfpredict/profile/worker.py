@@ -34,6 +34,13 @@ class _NonFiniteLoss(Exception):
     pass
 
 
+def check_finite_loss(loss: Any) -> None:
+    """Raise :class:`_NonFiniteLoss` for a scalar tensor loss that is NaN or infinite (anything else passes:
+    a ``train_step`` hook may return None or a Python number)."""
+    if isinstance(loss, torch.Tensor) and loss.numel() == 1 and not bool(torch.isfinite(loss.detach())):
+        raise _NonFiniteLoss(f"loss is {float(loss.detach())} (not finite)")
+
+
 def run_point(req: PointRequest, conn) -> None:
     """Subprocess entry point: measure and send the result dict through ``conn``."""
     try:
@@ -214,8 +221,7 @@ def _train_step(model, workload, inputs, targets, opt, state, device):
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
             raise TypeError(f"loss_fn must return a scalar tensor, got "
                             f"{tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__}")
-        if not bool(torch.isfinite(loss.detach())):
-            raise _NonFiniteLoss(f"loss is {float(loss.detach())} (not finite)")
+        check_finite_loss(loss)
         state["phase"] = "backward"
         (loss if scaler is None else scaler.scale(loss)).backward()
         state["phase"] = "optimizer_step"
@@ -237,8 +243,7 @@ def _hook_step(model, workload, inputs, targets, opt, state, device):
         state["phase"] = "train_step"
         with workload.autocast(device):
             loss = hook(model, inputs, targets, opt)
-        if isinstance(loss, torch.Tensor) and loss.numel() == 1 and not bool(torch.isfinite(loss.detach())):
-            raise _NonFiniteLoss(f"loss is {float(loss.detach())} (not finite)")
+        check_finite_loss(loss)
 
     return step
 
