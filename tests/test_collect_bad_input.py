@@ -75,6 +75,9 @@ def test_a_cut_short_last_row_is_dropped_and_measured_again(tmp_path) -> None:
     cut = ",".join(str(v if v is not None else "") for v in _fake_ok_row(plan, 16).values())[:-40]
     assert ",ok," in cut  # the cut row even has its status: before, it counted as measured
     _write(out, [done], tail=cut)
+    from perfpredict.dataset.collect import _append_provenance
+
+    _append_provenance(out, {"run_id": "earlier", "device": "cpu", "precision": "fp32"})  # the run that was cut
     settings = CollectSettings(device="cpu", timing=QUICK, threads=1, command="test", git_commit="abc1234")
     summary = collect([plan], out, settings)
     assert summary["counts"] == {"ok": 1} and summary["dropped_partial_row"]

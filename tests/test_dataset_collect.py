@@ -93,12 +93,26 @@ def test_a_dataset_holds_one_precision_recorded_in_its_provenance(tmp_path) -> N
     out = tmp_path / "cpu_bf16.csv"
     quick = TimingConfig(warmup_iters=2, warmup_s=0.05, min_iters=5, min_time_s=0.1, max_time_s=1.0)
     settings = CollectSettings(device="cpu", precision="bf16", timing=quick, threads=1, command="test")
-    assert collect(plans, out, settings)["counts"] == {"ok": 1}
+    during = []  # what the provenance said while the run was measuring (a SIGKILL there would leave it so)
+    assert collect(plans, out, settings, progress=lambda plan, row: during.append(
+        json.loads(out.with_suffix(".meta.json").read_text())["runs"]))["counts"] == {"ok": 1}
+    assert during[0][-1]["precision"] == "bf16" and during[0][-1]["finished_at"] is None
     meta = json.loads(out.with_suffix(".meta.json").read_text())
     assert meta["runs"][-1]["precision"] == "bf16" and dataset_precision(meta) == "bf16"
     # appending another precision would mix two kinds of step in one training set
     with pytest.raises(UsageError, match="holds bf16 measurements"):
         collect(plans, out, CollectSettings(device="cpu", timing=quick, threads=1))
+    # a run killed outright (SIGKILL) has already recorded its precision: the entry is written before measuring
+    runs = json.loads(out.with_suffix(".meta.json").read_text())["runs"]
+    assert len(runs) == 1 and runs[0]["finished_at"] and runs[0]["run_id"]  # completed in place, not appended
+    stale = tmp_path / "gone.csv"  # a leftover provenance whose CSV was deleted still says what the file holds
+    stale.with_suffix(".meta.json").write_text(out.with_suffix(".meta.json").read_text())
+    with pytest.raises(UsageError, match="holds bf16 measurements"):
+        collect(plans, stale, CollectSettings(device="cpu", timing=quick, threads=1))
+    rows_only = tmp_path / "rows_only.csv"  # rows without any provenance: precision unknown
+    rows_only.write_text(out.read_text())
+    with pytest.raises(UsageError, match="no provenance"):
+        collect(plans, rows_only, settings)
     assert dataset_precision({"runs": [{"device": "cpu"}]}) == "fp32"  # runs from before precision was recorded
     with pytest.raises(UsageError, match="mixes precisions"):
         dataset_precision({"dataset": "x.csv", "runs": [{"precision": "bf16"}, {}]})

@@ -695,3 +695,9 @@ def test_the_bf16_set_is_picked_by_precision_and_carries_the_measured_bf16_ratio
     assert med["mlp"] > 1.15 and med["dlrm"] > 1.15, med
     card = pred.card_for(data.archs[0], [16], device_type="cpu", precision="bf16")
     assert card.run.precision == "bf16" and card.prediction.model_set == "cpu_xeon_2vcpu_bf16"
+    # a model file's PRECISION (carried by its features) picks the set on the fast path too, as for cards
+    from dataclasses import replace
+
+    asks = replace(data.archs[0], precision="bf16")
+    assert pred.predict_values(asks, [16], device_type="cpu_xeon_2vcpu")["model_set"] == "cpu_xeon_2vcpu_bf16"
+    assert pred.card_for(asks, [16], device_type="cpu_xeon_2vcpu").prediction.model_set == "cpu_xeon_2vcpu_bf16"

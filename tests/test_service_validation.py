@@ -232,6 +232,10 @@ def test_precision_picks_the_set_trained_at_it_on_both_routes(client, onnx_bytes
     assert r.status_code == 200, r.text
     assert r.json()["run"]["precision"] == "bf16"
     _assert_refused(_post(client, batch_sizes=[16], precision="int8"), "precision")
+    r = _post(client, batch_sizes=[16], device_type="cpu", precision=" BF16 ")  # as the CLI and the API take it
+    assert r.status_code == 200 and r.json()["run"]["precision"] == "bf16", r.text
+    r = client.post("/predict/onnx", files=files, data={"batch_sizes": "16", "device_type": "cpu", "precision": "BF16"})
+    assert r.status_code == 200 and r.json()["run"]["precision"] == "bf16", r.text
     _assert_refused(_post(client, batch_sizes=[16], device_type="cuda", precision="bf16"), "at bf16")
     models = client.get("/models").json()
     assert models["cpu_xeon_2vcpu_bf16"]["precision"] == "bf16" and models["cuda_h100"]["precision"] == "fp32"

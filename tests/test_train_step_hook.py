@@ -105,3 +105,77 @@ def test_a_broken_hook_is_one_readable_error(write_model, run_cli, tmp_path, bad
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert ("train_step must be a function" in r.stderr) if bad.startswith("train_step =") else \
         (": train_step: ValueError: boom" in r.stderr)
+
+
+# -- findings of a review ---------------------------------------------------------------------------------
+
+def test_the_input_pipeline_gives_the_hook_the_batch_with_its_fixed_arguments(write_model):
+    from perfpredict.profile.pipeline_worker import PipelineRequest
+    from perfpredict.profile.runner import run_pipeline_in_subprocess
+    from perfpredict.workload import WorkloadRef
+
+    path = write_model(HOOKED.replace('return {"x": torch.randn(batch_size, 16)}',
+                                      'return {"x": torch.randn(batch_size, 16), "micro": True}')
+                       .replace("model(x, micro=True)", "model(x, micro=inputs['micro'])") + '''
+def make_dataset():
+    return list(range(64))
+
+def preprocess(i):
+    return {"x": torch.randn(16, generator=torch.Generator().manual_seed(i))}, i % 4
+''')
+    res = run_pipeline_in_subprocess(PipelineRequest(WorkloadRef("file", str(path)), batch_size=8, cpus=(0,),
+                                                     window_s=0.3, warmup_batches=1, num_workers=0), 120)
+    assert res["status"] == "ok", res.get("error")  # micro=True came from example_inputs, not the batch
+
+
+def test_an_optimizer_wrapper_without_state_keeps_every_measurement(write_model):
+    """A GAN's make_optimizer may return an object holding two optimizers: it has step() and zero_grad() but
+    no torch optimizer's state, so its state bytes are unknown, not an error after all the timing."""
+    from perfpredict.profile.request import PointRequest
+    from perfpredict.profile.runner import run_in_subprocess
+    from perfpredict.workload import WorkloadRef
+
+    path = write_model(HOOKED.replace('''def make_optimizer(params):
+    return torch.optim.Adam(params, lr=1e-3)''', '''class TwoOpt:
+    def __init__(self, params):
+        params = list(params)
+        self.g = torch.optim.Adam(params[:2], lr=1e-3)
+        self.d = torch.optim.SGD(params[2:], lr=1e-3)
+
+    def zero_grad(self, set_to_none=True):
+        self.g.zero_grad(set_to_none); self.d.zero_grad(set_to_none)
+
+    def step(self):
+        self.g.step(); self.d.step()
+
+def make_optimizer(params):
+    return TwoOpt(params)''').replace("isinstance(optimizer, torch.optim.Adam)", "isinstance(optimizer, TwoOpt)"))
+    res = run_in_subprocess(PointRequest(WorkloadRef("file", str(path)), 8, timing=FAST_TIMING), 120)
+    assert res["status"] == "ok", res.get("error")
+    assert res["optimizer_state_bytes"] is None
+
+
+@pytest.mark.parametrize("bad", ["float('nan')", "torch.tensor([1.0, float('inf')])"])
+def test_a_non_finite_python_number_or_vector_from_the_hook_is_caught(bad):
+    from perfpredict.profile.worker import _NonFiniteLoss, check_finite_loss
+
+    with pytest.raises(_NonFiniteLoss, match="not finite"):
+        check_finite_loss(eval(bad))
+    check_finite_loss(None)
+    check_finite_loss(0.5)
+    check_finite_loss(torch.ones(3))
+
+
+def test_a_hook_reaching_a_model_attribute_under_ddp_is_told_about_model_module():
+    from perfpredict.profile.failure import failure_text
+
+    text = failure_text(AttributeError("'DistributedDataParallel' object has no attribute 'body'"))
+    assert "model.module" in text and text.startswith("AttributeError:")
+
+
+def test_predict_says_the_estimators_model_the_default_step_not_the_hook(write_model):
+    from perfpredict.predictor import Predictor
+
+    card = Predictor.load().predict(str(write_model(HOOKED.replace("if not micro:", "if False:"))),
+                                    batch_sizes=[8], device_type="cpu")
+    assert any("defines its own train_step" in n for n in card.prediction.notes)

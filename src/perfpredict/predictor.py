@@ -348,7 +348,7 @@ class Predictor:
         """Estimator outputs as plain numbers (the fast path: no card, no fallback)."""
         arch = _as_arch(features)
         bs = _check_batches(batch_sizes)
-        ms = self.model_set(device_type, mode, precision)
+        ms, _ = self._set_for(arch, device_type, mode, precision)
         estimated = _lacks_counts(arch)
         arch = ms.with_graph_counts(arch)
         X = design_matrix([(arch, b) for b in bs], device_kind=ms.device_kind)
@@ -444,6 +444,10 @@ class Predictor:
         nearest = NearestProfiled(name=near_name, family=ms.profiled[near_name]["family"], distance=dist,
                                   threshold=ms.ood_threshold)
         notes = list(arch.notes) + ([precision_note] if precision_note else [])
+        if ms.device_kind == "cpu" and device_type in (None, "cpu") and ms.device_name != cpu_model_name():
+            notes.append(f"no {ms.precision} {ms.mode}-mode set was measured on this machine's CPU "
+                         f"({cpu_model_name()}): these predict {ms.device_name}, and a CPU time model does not "
+                         "carry over between CPU models (collect one with profilers/collect_dataset.py)")
         X = design_matrix([(arch, b) for b in batch_sizes], device_kind=ms.device_kind)
         preds = {name: t.predict(X, estimated_counts=estimated) for name, t in ms.targets.items()}
         method = "estimator"

@@ -23,7 +23,7 @@ import math
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, BeforeValidator, Field, TypeAdapter, ValidationError
 
 from perfpredict.errors import PerfPredictError, UsageError
 from perfpredict.estimators.feature_schema import FeatureVector, request_features
@@ -40,6 +40,14 @@ class UploadLimitError(UsageError, ValueError):
     """A non-positive or non-finite ``max_upload_bytes`` (a ValueError for API callers, one line for the CLI)."""
 
 
+def _lower(v: Any) -> Any:
+    return v.strip().lower() if isinstance(v, str) else v
+
+
+#: fp32 / bf16 / fp16, in any case and with surrounding spaces, as the CLI and the Python API take it
+Precision = Annotated[Literal["fp32", "bf16", "fp16"], BeforeValidator(_lower)]
+
+
 class PredictRequest(BaseModel):
     features: FeatureVector
     batch_sizes: BatchSizes = Field(default_factory=lambda: [32], description=f"1 to {MAX_BATCH_SIZES} batch "
@@ -49,7 +57,7 @@ class PredictRequest(BaseModel):
                                      "server's CPU model if any, else the first)")
     mode: Literal["train", "infer"] | None = Field(
         None, description="training steps (default) or inference passes: picks the model set trained on them")
-    precision: Literal["fp32", "bf16", "fp16"] | None = Field(
+    precision: Precision | None = Field(
         None, description="the autocast precision the job trains at (default fp32): picks the set trained at it")
     allow_fallback: bool = True
 
@@ -167,7 +175,7 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
     async def predict_onnx(file: UploadFile = File(...), batch_sizes: str = Form("32"),
                            device_type: str | None = Form(None),
                            mode: Literal["train", "infer"] | None = Form(None),
-                           precision: Literal["fp32", "bf16", "fp16"] | None = Form(None),
+                           precision: Annotated[Precision | None, Form()] = None,
                            batch_axis: int | None = Form(None)) -> dict[str, Any]:
         try:
             bs = parse_batch_sizes(batch_sizes)

@@ -28,6 +28,7 @@ import math
 import os
 import platform
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -401,10 +402,18 @@ def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSetting
     """
     out = check_output_path(out_csv)
     # A malformed provenance file would otherwise only be found after all the measuring.
-    recorded = dataset_precision(check_provenance(out))
-    if out.exists() and out.stat().st_size > 0 and recorded != settings.precision:
-        raise UsageError(f"{out.name} holds {recorded} measurements; collect {settings.precision} into a file of "
-                         "its own (one precision per dataset)", step="provenance")
+    meta = check_provenance(out)
+    has_rows = out.exists() and out.stat().st_size > 0
+    if meta is None and has_rows and read_dataset(out):
+        raise UsageError(f"{out.name} has measured rows but no provenance ({provenance_path(out).name}), so which "
+                         "precision and device they came from is unknown; restore it or collect into a new file",
+                         step="provenance")
+    if meta is not None and meta.get("runs"):
+        recorded = dataset_precision(meta)
+        if recorded != settings.precision:
+            raise UsageError(f"{out.name} holds {recorded} measurements (its {provenance_path(out).name} says so); "
+                             f"collect {settings.precision} into a file of its own (one precision per dataset)",
+                             step="provenance")
     rows, dropped = prepare_resume(out, DATASET_COLUMNS)
     done = _done_points(rows)
     # Earlier non-final rows (errors, timeouts) of points measured again are superseded: keep the file
@@ -416,6 +425,10 @@ def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSetting
     run_meta = _run_provenance(settings)
     if dropped is not None:
         run_meta["dropped_partial_row"] = dropped
+    # Recorded before the first row, and completed at the end: a run killed outright (SIGTERM, SIGKILL, a lost
+    # machine) still leaves its precision and device beside the rows it wrote.
+    run_meta["finished_at"] = None
+    _append_provenance(out, run_meta)
     counts: dict[str, int] = {}
     stopped_by_budget = False
     device_info: dict[str, Any] | None = None
@@ -472,7 +485,7 @@ def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSetting
         run_meta.update(finished_at=_now(), wall_s=round(time.monotonic() - started, 1), counts=counts,
                         rows_written=sum(counts.values()), stopped_by_time_budget=stopped_by_budget,
                         device_info=device_info)
-        _append_provenance(out, run_meta)
+        _append_provenance(out, run_meta, replace_run=run_meta["run_id"])
     return {"counts": counts, "stopped_by_time_budget": stopped_by_budget, "wall_s": run_meta["wall_s"],
             "dropped_partial_row": dropped is not None}
 
@@ -485,7 +498,8 @@ def _run_provenance(settings: CollectSettings) -> dict[str, Any]:
     import torch
 
     meta: dict[str, Any] = {
-        "started_at": _now(), "command": settings.command, "git_commit": settings.git_commit,
+        "run_id": uuid.uuid4().hex[:12], "started_at": _now(), "command": settings.command,
+        "git_commit": settings.git_commit,
         "device": settings.device, "mode": settings.mode, "precision": settings.precision,
         "timing": settings.timing.as_dict(),
         "threads": settings.threads, "torch_version": torch.__version__, "cuda_version": torch.version.cuda,
@@ -533,14 +547,21 @@ def dataset_precision(meta: dict[str, Any] | None) -> str:
     return found.pop() if found else "fp32"
 
 
-def _append_provenance(dataset_csv: Path, run_meta: dict[str, Any], columns: list[str] | None = None) -> None:
-    """Add one run to the dataset's provenance file; ``columns`` (default :data:`DATASET_COLUMNS`) are listed
-    when the file is created."""
+def _append_provenance(dataset_csv: Path, run_meta: dict[str, Any], columns: list[str] | None = None,
+                       replace_run: str | None = None) -> None:
+    """Add one run to the dataset's provenance file, or with ``replace_run`` put it in place of the run
+    recorded with that ``run_id`` (the entry a run writes before measuring); ``columns`` (default
+    :data:`DATASET_COLUMNS`) are listed when the file is created."""
     dataset_csv = Path(dataset_csv)
     path = provenance_path(dataset_csv)
     meta = check_provenance(dataset_csv) or {"dataset": dataset_csv.name,
                                              "columns": list(columns or DATASET_COLUMNS), "runs": []}
-    meta["runs"].append(run_meta)
+    at = next((i for i, r in enumerate(meta["runs"]) if isinstance(r, dict) and replace_run is not None
+               and r.get("run_id") == replace_run), None)
+    if at is None:
+        meta["runs"].append(run_meta)
+    else:
+        meta["runs"][at] = run_meta
     from perfpredict.profile.runner import sigint_blocked
 
     # Written beside and renamed, with Ctrl-C held back: a second Ctrl-C while the first one's run is being

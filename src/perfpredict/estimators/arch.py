@@ -199,7 +199,15 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
         graph_saved_bytes_per_sample=float(feats.graph_saved_bytes_per_sample or 0),
         graph_saved_bytes_fixed=float(feats.graph_saved_bytes_fixed or 0),
         kernel_nodes=tuple(tuple(r) for r in feats.kernel_nodes), name=wl.name,
-        notes=(feats.error,) if feats.error else (), precision=wl.precision)
+        notes=tuple(n for n in (feats.error, _hook_note(wl)) if n), precision=wl.precision)
+
+
+def _hook_note(wl) -> str | None:
+    if wl.train_step is None:
+        return None
+    return ("the model file defines its own train_step, which the estimators do not model: these predict "
+            "perfpredict's default step (forward, loss, backward, one optimizer step); profile the file to "
+            "measure the hook's step")
 
 
 # ---------------------------------------------------------------------------------------------------------

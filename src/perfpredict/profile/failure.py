@@ -69,6 +69,9 @@ def first_line(e: BaseException) -> str:
 def failure_text(e: BaseException) -> str:
     """``"<Type>: <message>"`` for a report; a wrapped model error is named by its own type."""
     line = first_line(e)
+    if isinstance(e, AttributeError) and "'DistributedDataParallel' object has no attribute" in line:
+        line += (" (with --scaling the model is wrapped in DistributedDataParallel: a train_step hook reaches "
+                 "the model's own attributes through model.module)")
     if _model_error_in_compile(e) is not None or line.startswith(f"{type(e).__name__}:"):
         return line
     return f"{type(e).__name__}: {line}"

@@ -131,9 +131,13 @@ def measure_pipeline(req: PipelineRequest) -> dict[str, Any]:
         def train(batch) -> None:
             x, y = _split(batch)
             x = to_device(x, device)
-            if workload.train_step is not None:  # the model file's own step takes the collated batch as is
+            if workload.train_step is not None:
+                # the model file's own step takes the batch shaped as example_inputs returns it
+                args = forward_args(x, multi, keyword, constants)
+                batch_in = args.as_dict() if isinstance(args, KeywordInputs) else \
+                    (args if isinstance(example, tuple) else x)
                 with workload.autocast(device):
-                    loss = workload.train_step(model, x, None if y is None else to_device(y, device), opt)
+                    loss = workload.train_step(model, batch_in, None if y is None else to_device(y, device), opt)
                 check_finite_loss(loss)
                 return
             with workload.autocast(device):

@@ -8,8 +8,10 @@ each measuring process starts with torch already imported.
 
 from __future__ import annotations
 
+import math
 import time
 import traceback
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -35,10 +37,25 @@ class _NonFiniteLoss(Exception):
 
 
 def check_finite_loss(loss: Any) -> None:
-    """Raise :class:`_NonFiniteLoss` for a scalar tensor loss that is NaN or infinite (anything else passes:
-    a ``train_step`` hook may return None or a Python number)."""
-    if isinstance(loss, torch.Tensor) and loss.numel() == 1 and not bool(torch.isfinite(loss.detach())):
-        raise _NonFiniteLoss(f"loss is {float(loss.detach())} (not finite)")
+    """Raise :class:`_NonFiniteLoss` for a loss that is NaN or infinite: a tensor (any size: a ``train_step``
+    hook may return per-sample losses) or a Python number (``loss.item()``); None passes."""
+    if isinstance(loss, torch.Tensor):
+        finite = torch.isfinite(loss.detach())
+        if not bool(finite.all()):
+            bad = loss.detach()[~finite].flatten()[0]
+            raise _NonFiniteLoss(f"loss is {float(bad)} (not finite)")
+    elif isinstance(loss, (int, float)) and not math.isfinite(loss):
+        raise _NonFiniteLoss(f"loss is {loss} (not finite)")
+
+
+def optimizer_state_bytes(opt: Any) -> int | None:
+    """Bytes of tensors in ``opt.state`` (momentum, Adam moments); None for an optimizer-like object without a
+    torch optimizer's ``state`` (a wrapper around two optimizers, as a GAN's ``make_optimizer`` may return)."""
+    state = getattr(opt, "state", None)
+    if not isinstance(state, Mapping):
+        return None
+    return sum(t.numel() * t.element_size() for st in state.values() if isinstance(st, Mapping)
+               for t in st.values() if isinstance(t, torch.Tensor))
 
 
 def run_point(req: PointRequest, conn) -> None:
@@ -146,10 +163,10 @@ def measure_point(req: PointRequest) -> dict[str, Any]:
         if not is_cuda and req.check_denormals:
             state["phase"] = "denormal_check"
             out["denormal_check"] = _denormal_check(step, stats["median_s"])
+            state["phase"] = "collect"  # the checked steps set their own phase
         out["energy"] = energy.result(stats["iterations"])
         if opt is not None:
-            out["optimizer_state_bytes"] = sum(t.numel() * t.element_size() for st in opt.state.values()
-                                               for t in st.values() if isinstance(t, torch.Tensor))
+            out["optimizer_state_bytes"] = optimizer_state_bytes(opt)
         # Described here, not in the parent, so the parent never creates a CUDA context of its own.
         out["device_info"] = describe_device(req.device, torch.get_num_threads())
         return out
