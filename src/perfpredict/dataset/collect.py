@@ -425,10 +425,6 @@ def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSetting
     run_meta = _run_provenance(settings)
     if dropped is not None:
         run_meta["dropped_partial_row"] = dropped
-    # Recorded before the first row, and completed at the end: a run killed outright (SIGTERM, SIGKILL, a lost
-    # machine) still leaves its precision and device beside the rows it wrote.
-    run_meta["finished_at"] = None
-    _append_provenance(out, run_meta)
     counts: dict[str, int] = {}
     stopped_by_budget = False
     device_info: dict[str, Any] | None = None
@@ -437,6 +433,14 @@ def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSetting
         f = open(out, "a", newline="", encoding="utf-8")
     except OSError as e:
         raise UsageError(f"cannot write {out}: {e.strerror or e}", step="output") from None
+    # Recorded before the first row, and completed at the end: a run killed outright (SIGTERM, SIGKILL, a lost
+    # machine) still leaves its precision and device beside the rows it wrote.
+    run_meta["finished_at"] = None
+    try:
+        _append_provenance(out, run_meta)
+    except BaseException:
+        f.close()
+        raise
 
     try:
         with f:
@@ -462,8 +466,9 @@ def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSetting
                 if settings.time_budget_s is not None and time.monotonic() - started > settings.time_budget_s:
                     stopped_by_budget = True
                     break
-                reqs = [PointRequest(ref=plan.ref_at(settings.precision), batch_size=b, mode=settings.mode, device=settings.device,
-                                     timing=settings.timing, threads=settings.threads) for b in todo]
+                reqs = [PointRequest(ref=plan.ref_at(settings.precision), batch_size=b, mode=settings.mode,
+                                     device=settings.device, timing=settings.timing, threads=settings.threads)
+                        for b in todo]
                 per_point = settings.timing.max_time_s * 2 + 60.0
                 if settings.per_arch:
                     run_arch_in_subprocess(reqs, per_point * len(reqs) + 60.0, lambda r, p=plan: record(p, r))
