@@ -90,7 +90,7 @@ def test_a_dataset_holds_one_precision_recorded_in_its_provenance(tmp_path) -> N
 
     plans = plan_sweep(["mlp"], batch_sizes=[8], max_gmacs=0.0005)[:1]
     assert plans[0].ref_at("fp32") == plans[0].ref and plans[0].ref_at("bf16").precision == "bf16"
-    out = tmp_path / "cpu_bf16.csv"
+    out = tmp_path / "new_folder" / "cpu_bf16.csv"  # a folder that does not exist yet
     quick = TimingConfig(warmup_iters=2, warmup_s=0.05, min_iters=5, min_time_s=0.1, max_time_s=1.0)
     settings = CollectSettings(device="cpu", precision="bf16", timing=quick, threads=1, command="test")
     during = []  # what the provenance said while the run was measuring (a SIGKILL there would leave it so)
@@ -105,11 +105,11 @@ def test_a_dataset_holds_one_precision_recorded_in_its_provenance(tmp_path) -> N
     # a run killed outright (SIGKILL) has already recorded its precision: the entry is written before measuring
     runs = json.loads(out.with_suffix(".meta.json").read_text())["runs"]
     assert len(runs) == 1 and runs[0]["finished_at"] and runs[0]["run_id"]  # completed in place, not appended
-    stale = tmp_path / "gone.csv"  # a leftover provenance whose CSV was deleted still says what the file holds
+    stale = tmp_path / "new_folder" / "gone.csv"  # a leftover provenance whose CSV was deleted still says what the file holds
     stale.with_suffix(".meta.json").write_text(out.with_suffix(".meta.json").read_text())
     with pytest.raises(UsageError, match="holds bf16 measurements"):
         collect(plans, stale, CollectSettings(device="cpu", timing=quick, threads=1))
-    rows_only = tmp_path / "rows_only.csv"  # rows without any provenance: precision unknown
+    rows_only = tmp_path / "new_folder" / "rows_only.csv"  # rows without any provenance: precision unknown
     rows_only.write_text(out.read_text())
     with pytest.raises(UsageError, match="no provenance"):
         collect(plans, rows_only, settings)
