@@ -307,3 +307,18 @@ def test_a_point_timed_beside_another_busy_process_says_so_on_the_card(write_mod
     threads, cpus = out.card.device.threads, out.card.device.cpu_count
     if p.timing.other_cpus + threads > cpus:
         assert any(n.startswith("the host was busy") and "batch size(s) 8" in n for n in out.card.notes), out.card.notes
+
+
+def test_what_importing_the_model_file_takes_is_recorded_as_part_of_the_peak(write_model):
+    """A model file whose imports are big (``import transformers`` is ~90-150 MiB) shows it: load_bytes is that
+    part of the RSS increase, taken before the model was built, and the peak keeps it (as the datasets do)."""
+    path = write_model(TINY_MODEL + """
+_IMPORTED = bytearray(64 * 2**20)  # stands in for a large library import: 64 MiB, touched
+for _i in range(0, len(_IMPORTED), 4096):
+    _IMPORTED[_i] = 1
+""")
+    res = run_in_subprocess(PointRequest(WorkloadRef("file", str(path)), 16, timing=FAST_TIMING), 120)
+    assert res["status"] == "ok", res.get("error")
+    m = res["memory"]
+    assert 60 * 2**20 <= m["load_bytes"] <= 80 * 2**20
+    assert m["peak_bytes"] >= m["load_bytes"]

@@ -35,7 +35,7 @@ SCHEMA_VERSION = "1.12"  # 1.1: scaling, colocation, speedup_curve, comm_model, 
 #                                             1.10: prediction.points[].iter_time_baseline_shares;
 #                                             1.11: colocation.points[].other_cpus, colocation.pairs[].other_cpus,
 #                                                   job_solo_other_cpus, partner_solo_other_cpus;
-#                                             1.12: run.precision, run.compiled
+#                                             1.12: run.precision, run.compiled, memory[].load_bytes
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -152,6 +152,8 @@ class MemoryPoint(_Section):
     cuda_reserved_bytes: int | None = None
     nvml_process_bytes: int | None = None
     baseline_bytes: int | None = Field(None, description="RSS (cpu) or NVML process memory (cuda) before the model")
+    load_bytes: int | None = Field(None, description="cpu: of the RSS increase, what importing the model file took "
+                                                     "(its own libraries, e.g. transformers) before the model was built")
     file_backed_bytes: int | None = Field(None, description="cpu: of the RSS increase, the pages of mapped files "
                                                             "(torch's library code) the run faulted in")
     analytic: HorusMemoryEstimate | None = None

@@ -191,6 +191,11 @@ def print_summary(card, console: Console = out_console) -> None:
         else:
             t.add_row(str(p.batch_size), f"[yellow]{p.status}[/]", "–", "–", "–", "–", "–", "–", "–")
     console.print(t)
+    loads = [m.load_bytes for m in card.memory if m.load_bytes and m.load_bytes >= 2**20]
+    if loads:
+        console.print(f"of the peak RSS increase, {_fmt_bytes(max(loads))} is importing the model file's own "
+                      "libraries, before the model was built (graph-based predictions do not include it)",
+                      highlight=False)
     code = [m.file_backed_bytes for m in card.memory if m.file_backed_bytes]
     if code:
         lo, hi = _fmt_bytes(min(code)), _fmt_bytes(max(code))
