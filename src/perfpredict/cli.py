@@ -168,9 +168,9 @@ def print_summary(card, console: Console = out_console) -> None:
         print_prediction(card, console)
         return
     mem = {m.batch_size: m for m in card.memory}
-    precision = ("" if card.run.precision == "fp32" else f" · {card.run.precision}") \
+    how = ("" if card.run.precision == "fp32" else f" · {card.run.precision}") \
         + (" · compiled" if card.run.compiled else "")
-    t = Table(title=f"{card.model.name} · {card.run.mode}{precision} · {card.device.kind}: {card.device.name}",
+    t = Table(title=f"{card.model.name} · {card.run.mode}{how} · {card.device.kind}: {card.device.name}",
               title_style="bold")
     for col, just in (("batch", "right"), ("status", "left"), ("samples/s", "right"), ("iter median", "right"),
                       ("p10–p90", "right"), ("cv", "right"), ("iters", "right"), ("peak mem", "right"),

@@ -15,8 +15,6 @@ beside it, ``<name>.data``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import contextlib
 import io
 import logging
@@ -25,6 +23,7 @@ import shutil
 import sys
 import tempfile
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any

@@ -114,7 +114,31 @@ def library_versions() -> dict[str, str]:
     return out
 
 
-_AUTOCAST_NAMES = {"bf16": "bfloat16", "fp16": "float16"}
+def _run_option_notes(workload: Workload, mode: str) -> list[str]:
+    """What the card says about how its steps ran: mixed precision, a ``train_step`` hook, ``torch.compile``."""
+    from perfpredict.workload.spec import AUTOCAST_DTYPES
+
+    notes = []
+    hook = workload.train_step is not None and mode == "train"
+    if workload.precision != "fp32":
+        dtype = str(AUTOCAST_DTYPES[workload.precision]).removeprefix("torch.")
+        notes.append(
+            f"precision {workload.precision}: every measurement ran the forward pass and the loss under "
+            f"torch.autocast({dtype})"
+            + (" with a gradient scaler" if workload.precision == "fp16" and mode == "train" and not hook else "")
+            + "; the graph features and the Horus eq. 2 memory estimate describe the fp32 graph")
+    if hook:
+        notes.append(
+            "train_step: every training measurement timed the model file's own train_step(model, inputs, targets, "
+            "optimizer) instead of the default step"
+            + ("; under fp16 it does its own loss scaling (no GradScaler is added)" if workload.precision == "fp16"
+               else ""))
+    if workload.compile:
+        notes.append(
+            "compiled: each measuring process called torch.compile(model) and compiled at its first step, so the "
+            "compile time is in startup.first_iter_extra_s and the latency's ν, not in the timed iterations; on CPU "
+            "the peak RSS includes the compiler's own memory")
+    return notes
 
 
 def _model_info(workload: Workload) -> tuple[ModelInfo, Any]:
@@ -182,27 +206,11 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
     card = PerformanceCard(
         status="partial", model=info,
         device=DeviceInfo(kind="cuda" if device.startswith("cuda") else "cpu", name="(not yet measured)"),
-        run=ProfileRun(mode=settings.mode, precision=workload.precision, compiled=workload.compile, batch_sizes=list(batch_sizes), started_at=utc_now(),
+        run=ProfileRun(mode=settings.mode, precision=workload.precision, compiled=workload.compile,
+                       batch_sizes=list(batch_sizes), started_at=utc_now(),
                        perfpredict_version=__version__, library_versions=library_versions(), command=command,
-                       settings={**settings.as_dict(), "device": device, "memory_limit_bytes": mem_limit}))
-    if workload.precision != "fp32":
-        card.notes.append(
-            f"precision {workload.precision}: every measurement ran the forward pass and the loss under "
-            f"torch.autocast({_AUTOCAST_NAMES[workload.precision]})"
-            + (" with a gradient scaler" if workload.precision == "fp16" and settings.mode == "train"
-               and workload.train_step is None else "")
-            + "; the graph features and the Horus eq. 2 memory estimate describe the fp32 graph")
-    if workload.train_step is not None and settings.mode == "train":
-        card.notes.append(
-            "train_step: every training measurement timed the model file's own train_step(model, inputs, targets, "
-            "optimizer) instead of the default step"
-            + ("; under fp16 it does its own loss scaling (no GradScaler is added)" if workload.precision == "fp16"
-               else ""))
-    if workload.compile:
-        card.notes.append(
-            "compiled: each measuring process called torch.compile(model) and compiled at its first step, so the "
-            "compile time is in startup.first_iter_extra_s and the latency's ν, not in the timed iterations; on CPU "
-            "the peak RSS includes the compiler's own memory")
+                       settings={**settings.as_dict(), "device": device, "memory_limit_bytes": mem_limit}),
+        notes=_run_option_notes(workload, settings.mode))
     energy = EnergyInfo(available=False)
     optimizer_state: list[int] = []
     overheads: list[int] = []

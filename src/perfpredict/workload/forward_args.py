@@ -50,13 +50,9 @@ def call_forward(model: Any, inputs: tuple[Any, ...]) -> Any:
 
 def has_tensor(obj: Any) -> bool:
     """Whether ``obj`` is a tensor or a (nested) list, tuple or dict holding one."""
-    if isinstance(obj, torch.Tensor):
-        return True
-    if isinstance(obj, Mapping):
-        return any(has_tensor(v) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return any(has_tensor(v) for v in obj)
-    return False
+    from perfpredict.workload.spec import iter_tensors
+
+    return next(iter_tensors(obj), None) is not None
 
 
 class KeywordForward(torch.nn.Module):
@@ -76,17 +72,12 @@ class KeywordForward(torch.nn.Module):
         return self.model(**dict(zip(self.names, values)), **self.constants)
 
 
-def _tensor_names(inputs: KeywordInputs) -> tuple[str, ...]:
-    return tuple(k for k, v in zip(inputs.names, inputs) if has_tensor(v))
-
-
 def positional_args(inputs: tuple[Any, ...]) -> tuple[Any, ...]:
     """The arguments :func:`as_positional`'s module takes for ``inputs``: the tensor-carrying values of keyword
     inputs, in order; positional inputs as they are."""
     if not isinstance(inputs, KeywordInputs):
         return tuple(inputs)
-    named = inputs.as_dict()
-    return tuple(named[k] for k in _tensor_names(inputs))
+    return tuple(v for v in inputs if has_tensor(v))
 
 
 def as_positional(model: torch.nn.Module, inputs: tuple[Any, ...]) -> tuple[torch.nn.Module, tuple[Any, ...]]:
@@ -94,6 +85,7 @@ def as_positional(model: torch.nn.Module, inputs: tuple[Any, ...]) -> tuple[torc
     in ``args``: the model itself for positional inputs, a :class:`KeywordForward` for keyword ones."""
     if not isinstance(inputs, KeywordInputs):
         return model, tuple(inputs)
-    names = _tensor_names(inputs)
-    constants = {k: v for k, v in inputs.as_dict().items() if k not in names}
-    return KeywordForward(model, names, constants), positional_args(inputs)
+    named = inputs.as_dict()
+    names = tuple(k for k, v in named.items() if has_tensor(v))
+    constants = {k: v for k, v in named.items() if k not in names}
+    return KeywordForward(model, names, constants), tuple(named[k] for k in names)

@@ -21,7 +21,8 @@ DEFAULT_BATCH_SIZES: tuple[int, ...] = (4, 8, 16, 32, 64)
 #: Training precisions: fp32, or mixed precision under ``torch.autocast`` with bfloat16 or float16 (the latter
 #: with a gradient scaler, as mixed-precision training runs it).
 PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16")
-_AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+#: the autocast dtype of each mixed precision
+AUTOCAST_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def check_precision(value: Any, what: str = "precision") -> str:
@@ -160,7 +161,7 @@ class Workload:
 
     def autocast(self, device: torch.device | str) -> contextlib.AbstractContextManager:
         """The context the forward pass and the loss run in: ``torch.autocast`` for bf16/fp16, else nothing."""
-        dtype = _AUTOCAST_DTYPES.get(self.precision)
+        dtype = AUTOCAST_DTYPES.get(self.precision)
         if dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(torch.device(device).type, dtype=dtype)
