@@ -91,13 +91,15 @@ def arch_features_row_in_subprocess(family: str, cfg: Mapping[str, Any],
     from concurrent.futures import TimeoutError as FutureTimeout
     from concurrent.futures.process import BrokenProcessPool
 
-    from perfpredict.profile.runner import _ctx
+    from perfpredict.profile.runner import _ctx, sigint_blocked
 
     t0 = time.perf_counter()
     pool = ProcessPoolExecutor(max_workers=1, mp_context=_ctx())
     error = None
     try:
-        return pool.submit(arch_features_row, family, dict(cfg)).result(timeout=timeout_s)
+        with sigint_blocked():  # submit() starts the process: a Ctrl-C inside it would orphan a half-started one
+            future = pool.submit(arch_features_row, family, dict(cfg))
+        return future.result(timeout=timeout_s)
     except BrokenProcessPool:
         error = "the export process died before reporting (most likely out of memory)"
     except FutureTimeout:
@@ -352,11 +354,13 @@ def _in_fresh_process(fn: Callable[..., Any], *args: Any) -> Any:
     within one process), or None when it raised or its process died."""
     from concurrent.futures import ProcessPoolExecutor
 
-    from perfpredict.profile.runner import _ctx
+    from perfpredict.profile.runner import _ctx, sigint_blocked
 
     try:
         with ProcessPoolExecutor(max_workers=1, mp_context=_ctx()) as pool:
-            return pool.submit(fn, *args).result()
+            with sigint_blocked():  # as in arch_features_row_in_subprocess
+                future = pool.submit(fn, *args)
+            return future.result()
     except Exception:  # noqa: BLE001 - a model error or a dead process: the caller leaves its cells empty
         return None
 

@@ -294,13 +294,22 @@ def compare(trace: str | Path, cluster: Any, schedulers: Sequence[Scheduler], se
         else:
             import multiprocessing
 
-            pool = multiprocessing.get_context("forkserver").Pool(min(jobs, len(tasks) - 1), _ignore_sigint)
+            from perfpredict.profile.runner import sigint_blocked
+
+            pool = None
             try:
+                # A Ctrl-C in the middle of Pool() left a worker the parent did not know about; it failed to
+                # unpickle the pool's (by then unlinked) semaphores and printed a traceback. Held back until
+                # the pool exists, it is raised here and the pool is terminated below.
+                with sigint_blocked():
+                    pool = multiprocessing.get_context("forkserver").Pool(min(jobs, len(tasks) - 1),
+                                                                          _ignore_sigint)
                 for row in pool.imap_unordered(_run_task, tasks[1:]):
                     record(row)
             finally:
-                pool.terminate()  # after Ctrl-C: the runs still going are stopped, not left to finish
-                pool.join()
+                if pool is not None:
+                    pool.terminate()  # after Ctrl-C: the runs still going are stopped, not left to finish
+                    pool.join()
     except KeyboardInterrupt:
         cmp.interrupted = True
     finally:
