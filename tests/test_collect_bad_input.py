@@ -313,3 +313,19 @@ def test_a_ctrl_c_while_a_run_is_being_recorded_still_records_it_whole(tmp_path)
     runs = json.loads(provenance_path(data).read_text())["runs"]
     assert [r["run"] for r in runs] == [1, 2] and runs[1]["marker"] == "written"
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_one_process_per_architecture_measures_on_cpu_too(tmp_path) -> None:
+    """The CUDA collector's mode (every batch size of an architecture in one process) runs on the CPU when asked,
+    so its process handling is tested without a GPU."""
+    plan = _tiny_plan()
+    out = tmp_path / "cpu.csv"
+    settings = CollectSettings(device="cpu", timing=QUICK, threads=1, command="test", git_commit="abc1234",
+                               process_per_arch=True)
+    summary = collect([plan], out, settings)
+    assert summary["counts"] == {"ok": 2}
+    rows = read_dataset(out)
+    assert [int(r["batch_size"]) for r in rows] == [8, 16]
+    assert all(float(r["iter_time_s"]) > 0 and r["device_kind"] == "cpu" for r in rows)
+    run = json.loads(provenance_path(out).read_text())["runs"][-1]
+    assert run["process_isolation"] == "one process per architecture"

@@ -156,17 +156,19 @@ def _arch_entry(reqs: list[PointRequest], conn) -> None:
 
     import torch
 
+    from perfpredict.profile.runner import parent_gone_quietly
     from perfpredict.profile.worker import measure_point
 
     try:
-        for req in reqs:
-            res = measure_point(req)
-            conn.send(res)
-            gc.collect()
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-            if res.get("status") == "oom":
-                break  # larger batches of this architecture would only run out of memory too
+        with parent_gone_quietly():  # a parent gone (Ctrl-C) cannot be answered: end without a traceback
+            for req in reqs:
+                res = measure_point(req)
+                conn.send(res)
+                gc.collect()
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+                if res.get("status") == "oom":
+                    break  # larger batches of this architecture would only run out of memory too
     finally:
         conn.close()
 
@@ -179,7 +181,7 @@ def run_arch_in_subprocess(reqs: list[PointRequest], timeout_s: float,
     SIGKILL, ``error`` for another death, ``timeout``); points it never reached get no row, so a re-run
     measures them.
     """
-    from perfpredict.profile.runner import _ctx
+    from perfpredict.profile.runner import _ctx, interrupts_deferred
 
     ctx = _ctx()
     recv, send = ctx.Pipe(duplex=False)
@@ -187,7 +189,8 @@ def run_arch_in_subprocess(reqs: list[PointRequest], timeout_s: float,
     got = 0
     deadline = time.monotonic() + timeout_s
     try:
-        proc.start()
+        with interrupts_deferred():  # a Ctrl-C inside start() would leave a child that finally: cannot see
+            proc.start()
         send.close()
         while got < len(reqs):
             remaining = deadline - time.monotonic()
