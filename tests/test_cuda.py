@@ -151,3 +151,16 @@ def build_model():
     assert card.run.precision == precision and card.device.kind == "cuda"
     assert [p.status for p in card.throughput] == ["ok", "ok"]
     assert all(p.device.startswith("cuda") for p in card.measured_points())
+
+
+def test_largest_batch_on_cuda_under_an_allocator_cap():
+    """`perfpredict max-batch --device cuda --memory-limit 1GiB`: the cap is the caching allocator's, so the batch
+    that ran peaked within it and the next one ran out of CUDA memory."""
+    from perfpredict.profile.batch_search import find_largest_batch
+
+    r = find_largest_batch(resolve_workload("zoo:mlp"), device="cuda", memory_limit_bytes=2**30, multiple_of=256,
+                           max_batch=2**22)
+    ok, failed = r.probe(r.largest_ok), r.probe(r.smallest_failed)
+    assert r.device.startswith("cuda") and r.device_name
+    assert ok.status == "ok" and ok.peak_bytes <= 2**30 and ok.device_bytes
+    assert failed.status == "oom" and r.smallest_failed - r.largest_ok == 256

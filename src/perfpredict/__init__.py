@@ -58,6 +58,29 @@ def profile_model(target: str, *, params: dict | None = None, batch_sizes=None, 
 profile = profile_model
 
 
+def largest_batch(target: str, *, memory_limit_bytes: int | None = None, params: dict | None = None,
+                  device: str = "auto", mode: str = "train", precision: str | None = None,
+                  compile: bool = False, multiple_of: int = 1, max_batch: int = 65536, **kw):  # noqa: A002
+    """The largest batch size whose step fits the memory, found by running steps on ``device`` (doubling until
+    one runs out of memory, then bisection): a :class:`perfpredict.profile.batch_search.BatchLimit`.
+    ``memory_limit_bytes``: on CPU the peak RSS increase allowed (default 90 % of the free memory), on CUDA the
+    caching allocator's cap (default the whole device). ``kw``: ``threads``, ``timeout_s``, ``start``,
+    ``on_probe``. ``Predictor.largest_batch`` predicts the same without running anything."""
+    from perfpredict.errors import UsageError
+    from perfpredict.profile.batch_search import find_largest_batch
+    from perfpredict.profile.main_guard import check_main_guard
+    from perfpredict.workload import resolve_workload
+
+    check_main_guard("perfpredict.largest_batch()")
+    if not isinstance(target, (str, os.PathLike)):
+        raise UsageError(f"target must be a model.py path or 'zoo:<family>', got {target!r}", step="arguments")
+    if not isinstance(compile, bool):
+        raise UsageError(f"compile must be True or False, got {compile!r}", step="arguments")
+    workload = resolve_workload(str(target), params, precision, compile or None)
+    return find_largest_batch(workload, device=device, mode=mode, memory_limit_bytes=memory_limit_bytes,
+                              multiple_of=multiple_of, max_batch=max_batch, **kw)
+
+
 def __getattr__(name: str):
     # The Predictor pulls in xgboost: import it only when asked for.
     if name == "Predictor":
@@ -75,6 +98,7 @@ __all__ = [
     "RateModel",
     "__version__",
     "fit_rate_model",
+    "largest_batch",
     "lat",
     "profile",
     "profile_model",

@@ -303,7 +303,7 @@ def profile(
     threads: Annotated[int | None, typer.Option(help="torch intra-op threads per measurement [all cores]")] = None,
     min_time: Annotated[float, typer.Option(help="minimum timed seconds per batch size")] = 2.0,
     max_time: Annotated[float, typer.Option(help="cap on timed seconds per batch size")] = 15.0,
-    memory_limit: Annotated[str | None, typer.Option(help="CPU: memory a measurement may use, e.g. 4GB")] = None,
+    memory_limit: Annotated[str | None, typer.Option(help="memory a measurement may use, e.g. 4GB (CPU: beyond its start; CUDA: the allocator's cap)")] = None,
     no_features: Annotated[bool, typer.Option("--no-features", help="skip ONNX export and graph features")] = False,
     no_fvcore: Annotated[bool, typer.Option("--no-fvcore", help="skip the fvcore MAC cross-check")] = False,
     scaling: Annotated[bool, typer.Option("--scaling", help="data-parallel S(k) with DDP (+ GENIE comm model)")] = False,
@@ -608,6 +608,7 @@ def version() -> None:
 
 
 def main() -> None:
+    import perfpredict.cli_batch  # noqa: F401 - registers max-batch on `app`
     import perfpredict.cli_compare  # noqa: F401 - registers compare on `app`
     import perfpredict.cli_models  # noqa: F401 - registers train / predict / serve on `app`
 

@@ -370,8 +370,6 @@ class Predictor:
         :func:`~perfpredict.estimators.arch.from_onnx_proto`); ``precision`` ("fp32", "bf16", "fp16") picks
         the set trained at that autocast precision. Left out, it is a model file's ``PRECISION`` where a set was
         trained at it (else fp32, with a note), and fp32 for everything else."""
-        from perfpredict.estimators import arch as archmod
-
         # The batch sizes are checked first: a model file is run and exported before its features exist.
         if batch_size is not None and batch_sizes is not None:
             raise UsageError("give batch_size or batch_sizes, not both", step="predict")
@@ -379,22 +377,28 @@ class Predictor:
             raise UsageError(f"batch_sizes must be a list of integers such as [16, 32], not the string {batch_sizes!r}",
                              step="predict")
         bs = _check_batches(batch_sizes if batch_sizes is not None else [32 if batch_size is None else batch_size])
-        given = [x is not None for x in (model, onnx_path, features)]
-        if sum(given) != 1:
-            raise UsageError("give exactly one of a model (model.py or zoo:<family>), onnx_path or features",
-                             step="predict")
-        if batch_axis is not None and onnx_path is None:
-            raise UsageError("batch_axis applies to ONNX files only (a model.py is exported at batch 1 and 2)",
-                             step="predict")
-        if model is not None:
-            arch, source = archmod.from_workload(model, params), str(model)
-        elif onnx_path is not None:
-            arch, source = archmod.from_onnx_file(onnx_path, batch_axis=batch_axis), str(onnx_path)
-        else:
-            arch = _as_arch(features)
-            source = arch.name or "features"
+        arch, source = _arch_of(model, onnx_path, features, params, batch_axis)
         return self.card_for(arch, bs, device_type=device_type, source=source, allow_fallback=allow_fallback,
                              mode=mode, precision=precision)
+
+    def largest_batch(self, model: str | None = None, *, memory_limit_bytes: int,
+                      onnx_path: str | Path | None = None, features: ArchFeatures | Mapping[str, Any] | None = None,
+                      device_type: str | None = None, mode: str | None = None, precision: str | None = None,
+                      params: Mapping[str, Any] | None = None, batch_axis: int | None = None,
+                      quantile: str = "q90", multiple_of: int = 1, max_batch: int | None = None):
+        """The largest batch size predicted to fit ``memory_limit_bytes`` (a
+        :class:`~perfpredict.profile.batch_search.BatchLimit` with ``source="predicted"``): on a CUDA set the q90
+        of the GPU memory NVML will see (context included), on a CPU set the q90 of the step's peak RSS
+        increase; ``quantile="median"`` holds the median instead. Nothing is run but the export of a model file.
+        :func:`~perfpredict.profile.batch_search.find_largest_batch` measures the same on a device."""
+        from perfpredict.predicted_batch_limit import check_limit_args, predicted_largest_batch
+
+        check_limit_args(memory_limit_bytes, quantile, multiple_of, max_batch)  # before a model file is run,
+        self.model_set(device_type, mode, precision)  # and that a model set answers
+        arch, _ = _arch_of(model, onnx_path, features, params, batch_axis)
+        return predicted_largest_batch(self, arch, memory_limit_bytes, device_type=device_type, mode=mode,
+                                       precision=precision, quantile=quantile, multiple_of=multiple_of,
+                                       max_batch=max_batch)
 
     def _set_for(self, arch: ArchFeatures, device_type: str | None, mode: str | None,
                  precision: str | None) -> tuple[ModelSet, str | None]:
@@ -519,6 +523,26 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
     from perfpredict.estimators.feature_schema import check_feature_mapping
 
     return ArchFeatures.from_dict(check_feature_mapping(features))
+
+
+def _arch_of(model: str | None, onnx_path: str | Path | None, features: ArchFeatures | Mapping[str, Any] | None,
+             params: Mapping[str, Any] | None, batch_axis: int | None) -> tuple[ArchFeatures, str]:
+    """The graph features of exactly one of a model file / ``zoo:`` target, an ONNX file or a feature mapping,
+    and the name of where they came from."""
+    from perfpredict.estimators import arch as archmod
+
+    if sum(x is not None for x in (model, onnx_path, features)) != 1:
+        raise UsageError("give exactly one of a model (model.py or zoo:<family>), onnx_path or features",
+                         step="predict")
+    if batch_axis is not None and onnx_path is None:
+        raise UsageError("batch_axis applies to ONNX files only (a model.py is exported at batch 1 and 2)",
+                         step="predict")
+    if model is not None:
+        return archmod.from_workload(model, params), str(model)
+    if onnx_path is not None:
+        return archmod.from_onnx_file(onnx_path, batch_axis=batch_axis), str(onnx_path)
+    arch = _as_arch(features)
+    return arch, arch.name or "features"
 
 
 def _check_batches(batch_sizes: Sequence[int]) -> list[int]:

@@ -129,6 +129,33 @@ def log_profile(card: PerformanceCard, out_dir: str | Path | None, *, experiment
         return run.info.run_id
 
 
+def log_batch_limit(result, path: str | Path, *, experiment: str = PROFILE_EXPERIMENT) -> str:
+    """One MLflow run for a ``perfpredict max-batch`` search (measured or predicted): its settings as params,
+    the answer and each probe's memory and iteration time as metrics (step = batch size), the JSON as artifact."""
+    import mlflow
+
+    prepare(experiment)
+    with mlflow.start_run(run_name=f"{result.model} max batch") as run:
+        mlflow.set_tags({"perfpredict.kind": "max_batch", "perfpredict.source": result.source,
+                         "perfpredict.device": result.device, "perfpredict.interrupted": str(result.interrupted)})
+        mlflow.log_params({k: str(v)[:500] for k, v in {
+            "model": result.model, "device_name": result.device_name, "mode": result.mode,
+            "precision": result.precision, "compiled": result.compiled, "memory_limit_bytes": result.memory_limit_bytes,
+            "multiple_of": result.multiple_of, "max_batch": result.max_batch}.items() if v is not None})
+        metrics = {"largest_ok_batch": result.largest_ok, "smallest_failed_batch": result.smallest_failed,
+                   "search_wall_s": result.wall_s, "probes": len(result.probes)}
+        mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v is not None})
+        for p in result.probes:
+            mlflow.log_metric("probe_fits", float(p.status == "ok"), step=p.batch_size)
+            mem = p.device_bytes if p.device_bytes is not None else p.peak_bytes
+            if mem is not None:
+                mlflow.log_metric("probe_memory_bytes", float(mem), step=p.batch_size)
+            if p.iter_time_s is not None and math.isfinite(p.iter_time_s):
+                mlflow.log_metric("probe_iter_time_s", p.iter_time_s, step=p.batch_size)
+        mlflow.log_artifact(str(path))
+        return run.info.run_id
+
+
 def _log_extended(mlflow, card: PerformanceCard) -> None:
     """Metrics of the scaling / co-location / comm-model / sensitivity sections (step = k, n or c)."""
     if card.scaling is not None:

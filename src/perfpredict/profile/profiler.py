@@ -53,7 +53,7 @@ class ProfileSettings:
     device: str = "auto"
     timing: TimingConfig = field(default_factory=TimingConfig)
     threads: int | None = None
-    memory_limit_bytes: int | None = None  # CPU; None → 90% of the memory available when the sweep starts
+    memory_limit_bytes: int | None = None  # CPU: None → 90% of the memory available at the start; CUDA: None = no cap
     point_timeout_s: float | None = None  # None → derived from the timing caps
     features: bool = True
     fvcore: bool = True

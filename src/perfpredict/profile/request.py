@@ -16,7 +16,8 @@ class PointRequest:
     device: str = "cpu"  # "cpu" | "cuda:<i>"
     timing: TimingConfig = field(default_factory=TimingConfig)
     threads: int | None = None
-    memory_limit_bytes: int | None = None  # CPU only: data memory allowed beyond the process's baseline
+    #: CPU: data memory allowed beyond the process's baseline (RLIMIT_DATA); CUDA: the caching allocator's cap
+    memory_limit_bytes: int | None = None
     seed: int = 0
     measure_energy: bool = True
     #: CPU only: after the timed window, time a few steps with denormals flushed to zero (worker._denormal_check)

@@ -92,6 +92,9 @@ def measure_point(req: PointRequest) -> dict[str, Any]:
         if is_cuda:
             state["phase"] = "cuda init"
             torch.cuda.set_device(device)
+            if req.memory_limit_bytes:  # "what fits in N bytes" on a larger card: caps the caching allocator
+                total = torch.cuda.get_device_properties(device).total_memory
+                torch.cuda.set_per_process_memory_fraction(min(1.0, req.memory_limit_bytes / total), device)
             torch.zeros(1, device=device)
             torch.cuda.synchronize(device)
             try:

@@ -1,0 +1,181 @@
+"""``perfpredict max-batch``: the largest batch size that fits a memory budget, measured on a device or predicted
+(registered on the main app)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from perfpredict.cli import (
+    Mode,
+    _bytes,
+    _fmt_bytes,
+    app,
+    check_experiment,
+    check_out_dir,
+    err_console,
+    out_console,
+    prepare_mlflow,
+)
+from perfpredict.errors import UsageError
+
+
+@app.command("max-batch")
+def max_batch(
+    target: Annotated[str, typer.Argument(help="path to a model.py, or zoo:<family> (see `perfpredict zoo`)")],
+    param: Annotated[list[str] | None, typer.Option("--param", "-p", help="zoo parameter name=value (repeatable)")] = None,
+    memory_limit: Annotated[str | None, typer.Option(help="the budget, e.g. 16GB (measured: default the whole GPU, or "
+                                                          "90% of the free memory on CPU; --predicted: required)")] = None,
+    device: Annotated[str, typer.Option(help="measured: auto | cpu | cuda | cuda:<i>")] = "auto",
+    mode: Annotated[Mode, typer.Option(help="train (fwd+bwd+step) or infer (forward only)")] = Mode.train,
+    precision: Annotated[str | None, typer.Option(help="fp32 | bf16 | fp16 [the file's PRECISION, else fp32]")] = None,
+    compile_: Annotated[bool, typer.Option("--compile", help="measured: probe torch.compile(model)")] = False,
+    multiple_of: Annotated[int, typer.Option(help="answer a multiple of this (8 keeps tensor cores busy)")] = 1,
+    max_batch_size: Annotated[int | None, typer.Option("--max-batch", help="largest batch size to try [65536 "
+                                                                           "measured, 1,000,000 predicted]")] = None,
+    threads: Annotated[int | None, typer.Option(help="measured: torch intra-op threads [all cores]")] = None,
+    timeout: Annotated[float, typer.Option(help="measured: seconds one probe may take")] = 600.0,
+    predicted: Annotated[bool, typer.Option("--predicted", help="answer from the trained estimators; nothing runs")] = False,
+    device_type: Annotated[str | None, typer.Option(help="--predicted: model set or kind (cuda_h100, cpu) [cuda]")] = None,
+    quantile: Annotated[str, typer.Option(help="--predicted: q90 (safe) or median of the predicted memory")] = "q90",
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="output dir [./perfpredict-out/<model>/]")] = None,
+    no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="do not log to MLflow")] = False,
+    experiment: Annotated[str, typer.Option(help="MLflow experiment name")] = "perfpredict-profiles",
+    debug: Annotated[bool, typer.Option("--debug", help="show tracebacks")] = False,
+) -> None:
+    """The largest batch size whose training (or inference) step fits the memory: measured by running steps
+    (doubling until one runs out of memory, then bisection), or predicted with --predicted."""
+    from perfpredict.workload_args import check_target, parse_params
+
+    check_experiment(no_mlflow, experiment)
+    params = parse_params(param)
+    limit = _bytes(memory_limit)
+    if limit is not None and limit <= 0:
+        raise UsageError(f"--memory-limit must be positive, got {memory_limit!r}", step="arguments")
+    if predicted and limit is None:
+        raise UsageError("--predicted needs --memory-limit: the memory of the device to fit, e.g. 80GB",
+                         step="arguments")
+    if timeout <= 0:
+        raise UsageError(f"--timeout must be positive, got {timeout}", step="arguments")
+    if threads is not None and threads < 1:
+        raise UsageError(f"--threads must be at least 1, got {threads}", step="arguments")
+    if precision is not None:
+        from perfpredict.workload.spec import check_precision
+
+        precision = check_precision(precision, "--precision")
+    if predicted and (compile_ or threads is not None or device != "auto"):
+        raise UsageError("--compile, --threads and --device are for measuring; with --predicted the model set is "
+                         "named by --device-type", step="arguments")
+    if not predicted and (device_type is not None or quantile != "q90"):
+        raise UsageError("--device-type and --quantile apply to --predicted only", step="arguments")
+    from perfpredict.predicted_batch_limit import check_limit_args
+    from perfpredict.profile.batch_search import DEFAULT_MAX_BATCH, check_search_args
+
+    if predicted:
+        check_limit_args(limit, quantile, multiple_of, max_batch_size)
+    else:
+        check_search_args(multiple_of, max_batch_size or DEFAULT_MAX_BATCH, None)
+    check_target(target, params)
+    check_out_dir(out)
+    if not no_mlflow:
+        prepare_mlflow(experiment)
+
+    if predicted:
+        result = _predicted(target, params, limit, device_type, mode.value, precision, quantile, multiple_of,
+                            max_batch_size)
+    else:
+        result = _measured(target, params, limit, device, mode.value, precision, compile_, multiple_of,
+                           max_batch_size or DEFAULT_MAX_BATCH, threads, timeout)
+    out_dir = out or Path("perfpredict-out") / (re.sub(r"[^A-Za-z0-9._-]+", "_", result.model).strip("._") or "model")
+    if out is None:
+        check_out_dir(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / ("max_batch_predicted.json" if predicted else "max_batch.json")
+    path.write_text(json.dumps(result.model_dump(mode="json"), indent=2))
+    print_batch_limit(result)
+    out_console.print(f"written: {path}", highlight=False)
+    if not no_mlflow:
+        from perfpredict.tracking import log_batch_limit, tracking_uri
+
+        try:
+            run_id = log_batch_limit(result, path, experiment=experiment)
+            out_console.print(f"mlflow: run {run_id} in {tracking_uri()} (experiment {experiment!r})", highlight=False)
+        except Exception as e:  # noqa: BLE001 - tracking failure must not lose the result (already on disk)
+            err_console.print(f"[yellow]warning[/]: MLflow logging failed ({type(e).__name__}: {e}); the result is "
+                              f"at {path}")
+    if result.interrupted:
+        err_console.print(f"[yellow]interrupted[/]: the probes finished so far are in {path}", highlight=False)
+        raise typer.Exit(130)
+
+
+def _measured(target, params, limit, device, mode, precision, compile_, multiple_of, max_batch, threads, timeout):
+    from perfpredict.profile import runner
+
+    runner.warm_up()  # the fork server imports torch while this process loads the model file
+    from perfpredict.profile.batch_search import find_largest_batch
+    from perfpredict.workload import resolve_workload
+
+    workload = resolve_workload(target, params, precision, compile_ or None)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err_console,
+                  transient=True) as progress:
+        task = progress.add_task("starting", total=None)
+        state = {"lo": None}
+
+        def started(b: int) -> None:
+            known = f" (largest that ran: {state['lo']})" if state["lo"] else ""
+            progress.update(task, description=f"running batch size {b}{known}")
+
+        def finished(p) -> None:
+            if p.status == "ok":
+                state["lo"] = max(state["lo"] or 0, p.batch_size)
+
+        return find_largest_batch(workload, device=device, mode=mode, memory_limit_bytes=limit,
+                                  multiple_of=multiple_of, max_batch=max_batch, threads=threads, timeout_s=timeout,
+                                  on_start=started, on_probe=finished)
+
+
+def _predicted(target, params, limit, device_type, mode, precision, quantile, multiple_of, max_batch):
+    from perfpredict.predictor import Predictor
+
+    predictor = Predictor.load()
+    with err_console.status("exporting the model and predicting"):
+        return predictor.largest_batch(target, params=params or None, memory_limit_bytes=limit,
+                                       device_type=device_type, mode=mode, precision=precision, quantile=quantile,
+                                       multiple_of=multiple_of, max_batch=max_batch)
+
+
+def print_batch_limit(result, console=out_console) -> None:
+    """The probes as a table, then the answer."""
+    predicted = result.source == "predicted"
+    limit = _fmt_bytes(result.memory_limit_bytes) if result.memory_limit_bytes else "the whole device"
+    table = Table(title=f"{result.model}: largest {result.mode} batch within {limit} on {result.device}"
+                        f"{f' ({result.device_name})' if result.device_name else ''}, {result.precision}"
+                        f"{', predicted' if predicted else ''}", title_style="bold")
+    table.add_column("batch", justify="right")
+    table.add_column("fits")
+    table.add_column("memory (held to the limit)" if predicted else "peak memory", justify="right")
+    table.add_column("iteration", justify="right")
+    table.add_column("samples/s", justify="right")
+    for p in result.probes:
+        mem = p.device_bytes if p.device_bytes is not None else p.peak_bytes
+        ok = p.status == "ok"
+        why = "no" if predicted else "over the limit" if (p.error or "").startswith("ran, but") else p.status
+        table.add_row(str(p.batch_size), "[green]yes[/]" if ok else f"[red]{why}[/]",
+                      _fmt_bytes(mem), f"{p.iter_time_s * 1e3:.3g} ms" if p.iter_time_s else "–",
+                      f"{p.batch_size / p.iter_time_s:,.0f}" if p.iter_time_s else "–")
+    console.print(table)
+    if result.largest_ok is None:
+        console.print(f"[bold red]no batch size fits[/]: {result.stopped_because}", highlight=False)
+    else:
+        above = f", {result.smallest_failed} does not" if result.smallest_failed is not None else ""
+        console.print(f"[bold]largest batch size: {result.largest_ok}[/]{above} ({result.stopped_because}; "
+                      f"{len(result.probes)} {'evaluations' if predicted else 'probes'} in {result.wall_s:.1f} s)",
+                      highlight=False)
+    for n in result.notes:
+        console.print(f"note: {n}", highlight=False, style="dim")

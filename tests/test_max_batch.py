@@ -1,0 +1,174 @@
+"""`perfpredict max-batch`: the largest batch size that fits, found by running steps (CPU here) or predicted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from perfpredict import Predictor
+from perfpredict.errors import PerfPredictError, UsageError
+from perfpredict.profile.batch_search import find_largest_batch
+from perfpredict.workload import resolve_workload
+from tests.conftest import TINY_MODEL
+
+MIB = 2**20
+
+#: Each sample holds one more MiB alive through the backward pass (a real allocation, not a mock), so the
+#: batch that fits a limit is known to within the step's fixed overhead.
+MIB_PER_SAMPLE = """
+import torch
+import torch.nn as nn
+
+class Wide(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(32, 8)
+
+    def forward(self, x):
+        big = x[:, :1].expand(-1, 2**18) * torch.ones(2**18)   # batch x 1 MiB
+        return self.fc(x) + big.sum(dim=1, keepdim=True)
+
+def build_model():
+    return Wide()
+
+def example_inputs(batch_size):
+    return torch.randn(batch_size, 32)
+"""
+
+
+@pytest.fixture(scope="module")
+def predictor():
+    return Predictor.load()
+
+
+def test_the_search_finds_the_batch_at_the_memory_limit(write_model):
+    limit = 200 * MIB
+    wl = resolve_workload(str(write_model(MIB_PER_SAMPLE)))
+    seen = []
+    r = find_largest_batch(wl, device="cpu", memory_limit_bytes=limit, multiple_of=8, threads=1,
+                           on_probe=seen.append)
+    assert r.source == "measured" and r.device == "cpu" and r.device_name and not r.interrupted
+    assert seen == r.probes
+    ok, failed = r.probe(r.largest_ok), r.probe(r.smallest_failed)
+    assert ok.status == "ok" and ok.peak_bytes <= limit
+    assert failed.status == "oom" and r.smallest_failed - r.largest_ok == 8
+    # 1 MiB per sample under 200 MiB, less the step's fixed memory (torch's code pages, the optimizer: ~30 MiB)
+    assert 136 <= r.largest_ok <= 192, r.probes
+    # doubling from 8, then bisection: every probe below the answer ran
+    assert [p.batch_size for p in r.probes][:4] == [8, 16, 32, 64]
+    assert all(p.status == "ok" for p in r.probes if p.batch_size <= r.largest_ok)
+    assert "ran out of memory" in r.stopped_because or "above the limit" in r.stopped_because
+
+
+def test_a_model_that_fits_everywhere_stops_at_max_batch(write_model):
+    wl = resolve_workload(str(write_model(TINY_MODEL)))
+    r = find_largest_batch(wl, device="cpu", max_batch=48, multiple_of=16, threads=1)
+    assert [p.batch_size for p in r.probes] == [16, 32, 48]
+    assert r.largest_ok == 48 and r.smallest_failed is None and "max_batch 48" in r.stopped_because
+
+
+def test_a_broken_model_is_its_own_error_not_a_batch_limit(write_model):
+    wl = resolve_workload(str(write_model(TINY_MODEL.replace("torch.randn(batch_size, 32)",
+                                                               "torch.randn(batch_size, 31)"))))
+    with pytest.raises(PerfPredictError, match="other than memory.*fix the model first"):
+        find_largest_batch(wl, device="cpu", max_batch=64, threads=1)
+
+
+def test_a_ctrl_c_keeps_the_probes_measured_so_far(write_model):
+    wl = resolve_workload(str(write_model(TINY_MODEL)))
+    calls = []
+
+    def start(b):
+        calls.append(b)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+
+    r = find_largest_batch(wl, device="cpu", max_batch=4096, threads=1, on_start=start)
+    assert r.interrupted and r.stopped_because == "interrupted by the user"
+    assert [p.batch_size for p in r.probes] == [1, 2] and r.largest_ok == 2
+
+
+@pytest.mark.parametrize("kw, needle", [({"multiple_of": 0}, "multiple_of"), ({"max_batch": 4, "multiple_of": 8}, "max_batch"),
+                                         ({"mode": "eval"}, "mode"), ({"memory_limit_bytes": -5}, "memory_limit")])
+def test_bad_search_arguments_are_usage_errors(write_model, kw, needle):
+    wl = resolve_workload(str(write_model(TINY_MODEL)))
+    with pytest.raises(UsageError, match=needle):
+        find_largest_batch(wl, device="cpu", **kw)
+
+
+def test_predicted_answer_is_where_the_q90_crosses_the_limit(predictor):
+    from perfpredict.estimators.arch import from_workload
+
+    feats = from_workload("zoo:resnet", {"depth": 18, "width": 64, "image_size": 64})
+    r = predictor.largest_batch(features=feats, memory_limit_bytes=16e9, device_type="cuda_h100", multiple_of=8)
+    assert r.source == "predicted" and r.device == "cuda" and r.largest_ok and r.largest_ok % 8 == 0
+    v = predictor.predict_values(feats, [r.largest_ok, r.smallest_failed], device_type="cuda_h100")
+    mem = v["device_memory"]  # a CUDA set holds NVML's process memory (context included) to the card
+    assert max(mem["q90"][0], mem["median"][0]) <= 16e9 < max(mem["q90"][1], mem["median"][1])
+    assert r.smallest_failed - r.largest_ok == 8
+    assert r.probe(r.largest_ok).device_bytes == int(max(mem["q90"][0], mem["median"][0]))
+    # a larger budget never gives a smaller batch; the median is held to it less strictly than the q90
+    bigger = predictor.largest_batch(features=feats, memory_limit_bytes=40e9, device_type="cuda_h100", multiple_of=8)
+    median = predictor.largest_batch(features=feats, memory_limit_bytes=16e9, device_type="cuda_h100",
+                                     multiple_of=8, quantile="median")
+    assert bigger.largest_ok > r.largest_ok and median.largest_ok >= r.largest_ok
+    assert any("outside the batch sizes the estimators were trained on" in n for n in bigger.notes)
+
+
+def test_predicted_for_a_model_file_on_cpu_and_nothing_fits_a_tiny_budget(predictor, write_model):
+    path = str(write_model(MIB_PER_SAMPLE))
+    r = predictor.largest_batch(path, memory_limit_bytes=2e9, device_type="cpu", max_batch=4096)
+    assert r.device == "cpu" and r.largest_ok is not None and r.probe(r.largest_ok).device_bytes is None
+    none = predictor.largest_batch(path, memory_limit_bytes=1e3, device_type="cpu")
+    assert none.largest_ok is None and none.smallest_failed == 1 and "smallest" in none.stopped_because
+
+
+@pytest.mark.parametrize("kw, needle", [({"quantile": "q50"}, "quantile"), ({"memory_limit_bytes": 0}, "memory_limit"),
+                                         ({"max_batch": 2_000_000}, "at most"), ({"device_type": "tpu"}, "tpu")])
+def test_predicted_bad_arguments_are_found_before_the_model_file_runs(predictor, tmp_path, kw, needle):
+    never = tmp_path / "never.py"
+    never.write_text("raise SystemExit('the model file was run')\n")
+    args = {"memory_limit_bytes": 1e9, **kw}
+    with pytest.raises(UsageError, match=needle):
+        predictor.largest_batch(str(never), **args)
+
+
+def test_cli_measured_writes_the_result_and_logs_it(run_cli, write_model, tmp_path):
+    path = write_model(MIB_PER_SAMPLE)
+    proc = run_cli("max-batch", path, "--device", "cpu", "--memory-limit", "150MiB", "--multiple-of", "16",
+                   "--threads", "1", "--out", "o")
+    assert proc.returncode == 0, proc.stderr
+    assert "largest batch size:" in proc.stdout and "mlflow: run" in proc.stdout
+    doc = json.loads((tmp_path / "o" / "max_batch.json").read_text())
+    assert doc["source"] == "measured" and doc["memory_limit_bytes"] == 150 * MIB and doc["largest_ok"] >= 16
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/mlruns.db")
+    runs = mlflow.search_runs(experiment_names=["perfpredict-profiles"])
+    assert runs["metrics.largest_ok_batch"].tolist() == [doc["largest_ok"]]
+    assert runs["tags.perfpredict.kind"].tolist() == ["max_batch"]
+
+
+def test_cli_predicted_and_its_argument_errors(run_cli, tmp_path):
+    proc = run_cli("max-batch", "zoo:mlp", "--predicted", "--memory-limit", "1GB", "--device-type", "cpu",
+                   "--no-mlflow", "--out", "p")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "p" / "max_batch_predicted.json").read_text())
+    assert doc["source"] == "predicted" and doc["largest_ok"] > 1
+    for args, needle in [(["--predicted"], "needs --memory-limit"),
+                         (["--memory-limit", "1GB", "--device-type", "cpu"], "--predicted only"),
+                         (["--memory-limit", "1GB", "--predicted", "--compile"], "for measuring"),
+                         (["--memory-limit", "1GB", "--timeout", "0"], "--timeout")]:
+        bad = run_cli("max-batch", "zoo:mlp", *args, "--no-mlflow", "--out", "bad")
+        assert bad.returncode == 2 and needle in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+    assert not (tmp_path / "bad").exists()
+
+
+def test_the_top_level_api_measures_the_same_way(write_model):
+    import perfpredict
+
+    r = perfpredict.largest_batch(str(write_model(TINY_MODEL)), device="cpu", max_batch=32, multiple_of=16, threads=1)
+    assert r.largest_ok == 32 and [p.status for p in r.probes] == ["ok", "ok"]
+    with pytest.raises(UsageError, match="target"):
+        perfpredict.largest_batch(3)
