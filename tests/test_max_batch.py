@@ -172,3 +172,24 @@ def test_the_top_level_api_measures_the_same_way(write_model):
     assert r.largest_ok == 32 and [p.status for p in r.probes] == ["ok", "ok"]
     with pytest.raises(UsageError, match="target"):
         perfpredict.largest_batch(3)
+
+
+def test_service_answers_the_largest_batch_for_a_feature_vector(predictor):
+    from fastapi.testclient import TestClient
+
+    from perfpredict.estimators.arch import from_workload
+    from perfpredict.service import create_app
+
+    client = TestClient(create_app(predictor))
+    arch = from_workload("zoo:mlp", None)
+    body = {"features": {k: v for k, v in arch.as_dict().items() if k not in ("family", "notes")},
+            "memory_limit_bytes": 4e9, "device_type": "cuda_h100", "multiple_of": 64}
+    r = client.post("/max-batch", json=body)
+    assert r.status_code == 200, r.text
+    doc = r.json()
+    direct = predictor.largest_batch(features=arch, memory_limit_bytes=4e9, device_type="cuda_h100", multiple_of=64)
+    assert doc["source"] == "predicted" and doc["largest_ok"] == direct.largest_ok and doc["largest_ok"] % 64 == 0
+    for bad in ({"memory_limit_bytes": 0}, {"memory_limit_bytes": "lots"}, {"quantile": "q50"}, {"multiple_of": 0},
+                {"device_type": "tpu"}):
+        assert client.post("/max-batch", json=body | bad).status_code == 422, bad
+    assert client.get("/health").status_code == 200

@@ -88,6 +88,19 @@ def _upload_limit(max_upload_bytes: Any) -> int:
     return int(max_upload_bytes)
 
 
+class MaxBatchRequest(BaseModel):
+    features: FeatureVector
+    memory_limit_bytes: Annotated[float, Field(gt=0, allow_inf_nan=False, description="the memory to fit: on a CUDA "
+                                               "set the GPU's (NVML process memory, context included), on a CPU "
+                                               "set the peak RSS increase of a step")]
+    device_type: str | None = Field(None, description="a model set or a kind, as for /predict (default cuda)")
+    mode: Literal["train", "infer"] | None = None
+    precision: Precision | None = None
+    quantile: Literal["q90", "median"] = Field("q90", description="which prediction is held to the limit")
+    multiple_of: BatchSize = 1
+    max_batch: BatchSize | None = Field(None, description=f"largest batch size to consider (default {MAX_BATCH_SIZE})")
+
+
 class PairJob(BaseModel):
     """One job of a co-location request: its graph features and the batch size it runs at."""
 
@@ -170,6 +183,15 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
                                device_type=req.device_type or "cuda", source="features",
                                allow_fallback=req.allow_fallback) for j in req.jobs]
         return pred.colocation(*cards, device_type=req.device_type).model_dump(mode="json")
+
+    @app.post("/max-batch")
+    def max_batch(req: MaxBatchRequest) -> dict[str, Any]:
+        """The largest batch size predicted to fit ``memory_limit_bytes`` (``Predictor.largest_batch``)."""
+        arch = ArchFeatures.from_dict(request_features(req.features))
+        limit = pred.largest_batch(features=arch, memory_limit_bytes=req.memory_limit_bytes,
+                                   device_type=req.device_type, mode=req.mode, precision=req.precision,
+                                   quantile=req.quantile, multiple_of=req.multiple_of, max_batch=req.max_batch)
+        return limit.model_dump(mode="json")
 
     @app.post("/predict/onnx")
     async def predict_onnx(file: UploadFile = File(...), batch_sizes: str = Form("32"),
