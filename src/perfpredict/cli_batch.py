@@ -80,7 +80,7 @@ def max_batch(
     if predicted:
         check_limit_args(limit, quantile, multiple_of, max_batch_size)
     else:
-        check_search_args(multiple_of, max_batch_size or DEFAULT_MAX_BATCH, None)
+        check_search_args(multiple_of, DEFAULT_MAX_BATCH if max_batch_size is None else max_batch_size, None)
     check_target(target, params)
     check_out_dir(out)
     if not no_mlflow:
@@ -91,7 +91,7 @@ def max_batch(
                             max_batch_size)
     else:
         result = _measured(target, params, limit, device, mode.value, precision, compile_, multiple_of,
-                           max_batch_size or DEFAULT_MAX_BATCH, threads, timeout)
+                           DEFAULT_MAX_BATCH if max_batch_size is None else max_batch_size, threads, timeout)
     out_dir = out or Path("perfpredict-out") / (re.sub(r"[^A-Za-z0-9._-]+", "_", result.model).strip("._") or "model")
     if out is None:
         check_out_dir(out_dir)

@@ -156,6 +156,30 @@ def log_batch_limit(result, path: str | Path, *, experiment: str = PROFILE_EXPER
         return run.info.run_id
 
 
+def log_ab(result, path: str | Path, *, experiment: str = PROFILE_EXPERIMENT) -> str:
+    """One MLflow run for a ``perfpredict ab`` comparison: both sides as params, the speed-up and its interval
+    as metrics, each round's times at step = round, the JSON as artifact."""
+    import mlflow
+
+    prepare(experiment)
+    with mlflow.start_run(run_name=f"ab {result.base.model} vs {result.new.model}") as run:
+        mlflow.set_tags({"perfpredict.kind": "ab", "perfpredict.verdict": result.verdict,
+                         "perfpredict.device": result.device, "perfpredict.interrupted": str(result.interrupted)})
+        mlflow.log_params({k: str(v)[:500] for k, v in {
+            "base": result.base.model, "base_precision": result.base.precision, "base_compiled": result.base.compiled,
+            "new": result.new.model, "new_precision": result.new.precision, "new_compiled": result.new.compiled,
+            "batch_size": result.batch_size, "mode": result.mode, "device_name": result.device_name}.items()
+            if v is not None})
+        metrics = {"speedup": result.speedup, "speedup_ci_low": result.ci_low, "speedup_ci_high": result.ci_high,
+                   "peak_ratio": result.peak_ratio, "rounds": len(result.rounds), "ab_wall_s": result.wall_s}
+        mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v is not None})
+        for r in result.rounds:
+            mlflow.log_metric("base_iter_time_s", r.base_iter_time_s, step=r.round)
+            mlflow.log_metric("new_iter_time_s", r.new_iter_time_s, step=r.round)
+        mlflow.log_artifact(str(path))
+        return run.info.run_id
+
+
 def _log_extended(mlflow, card: PerformanceCard) -> None:
     """Metrics of the scaling / co-location / comm-model / sensitivity sections (step = k, n or c)."""
     if card.scaling is not None:

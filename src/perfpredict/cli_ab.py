@@ -1,0 +1,148 @@
+"""``perfpredict ab``: is the new version of a job faster? Paired, interleaved rounds with a 95 % interval
+(registered on the main app)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from perfpredict.cli import Mode, _fmt_bytes, app, check_experiment, check_out_dir, err_console, out_console, prepare_mlflow
+from perfpredict.errors import UsageError
+
+
+@app.command("ab")
+def ab(
+    base: Annotated[str, typer.Argument(help="the job as it is: a model.py or zoo:<family>")],
+    new: Annotated[str | None, typer.Argument(help="the changed job [the same target, with the --new-* options]")] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", "-b", help="batch size both run at")] = 32,
+    param: Annotated[list[str] | None, typer.Option("--param", "-p", help="zoo parameter of both, name=value")] = None,
+    new_param: Annotated[list[str] | None, typer.Option("--new-param", help="zoo parameter of the new job only")] = None,
+    precision: Annotated[str | None, typer.Option(help="fp32 | bf16 | fp16 for both [each file's PRECISION]")] = None,
+    new_precision: Annotated[str | None, typer.Option(help="precision of the new job only")] = None,
+    compile_: Annotated[bool, typer.Option("--compile", help="both compiled with torch.compile")] = False,
+    new_compile: Annotated[bool, typer.Option("--new-compile", help="the new job compiled, the base eager")] = False,
+    rounds: Annotated[int, typer.Option(help="paired rounds (each measures both, in ABBA order)")] = 5,
+    device: Annotated[str, typer.Option(help="auto | cpu | cuda | cuda:<i>")] = "auto",
+    mode: Annotated[Mode, typer.Option(help="train (fwd+bwd+step) or infer (forward only)")] = Mode.train,
+    threads: Annotated[int | None, typer.Option(help="torch intra-op threads per measurement [all cores]")] = None,
+    min_time: Annotated[float, typer.Option(help="minimum timed seconds per measurement")] = 1.0,
+    max_time: Annotated[float, typer.Option(help="cap on timed seconds per measurement")] = 5.0,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="output dir [./perfpredict-out/ab-<base>-<new>/]")] = None,
+    no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="do not log to MLflow")] = False,
+    experiment: Annotated[str, typer.Option(help="MLflow experiment name")] = "perfpredict-profiles",
+    debug: Annotated[bool, typer.Option("--debug", help="show tracebacks")] = False,
+) -> None:
+    """Compare two jobs' step times (or one job before and after a change: --new-precision, --new-compile,
+    --new-param) in paired, interleaved rounds, and say whether the difference is beyond the noise."""
+    from perfpredict.workload.spec import check_precision
+    from perfpredict.workload_args import check_target, parse_params
+
+    check_experiment(no_mlflow, experiment)
+    if batch_size < 1:
+        raise UsageError(f"--batch-size must be at least 1, got {batch_size}", step="arguments")
+    if rounds < 2:
+        raise UsageError(f"--rounds must be at least 2 (an interval needs two), got {rounds}", step="arguments")
+    if not (0 < min_time <= max_time):
+        raise UsageError("need 0 < --min-time <= --max-time", step="arguments")
+    if threads is not None and threads < 1:
+        raise UsageError(f"--threads must be at least 1, got {threads}", step="arguments")
+    if compile_ and new_compile:
+        raise UsageError("--compile already compiles both; --new-compile is for compiling the new job only",
+                         step="arguments")
+    params, extra = parse_params(param), parse_params(new_param)
+    base_precision = check_precision(precision, "--precision") if precision is not None else None
+    newer_precision = check_precision(new_precision, "--new-precision") if new_precision is not None else base_precision
+    new_target = new or base
+    check_target(base, params)
+    check_target(new_target, {**params, **extra})
+    if new is None and not (extra or new_compile or new_precision):
+        err_console.print("[yellow]note[/]: no NEW target and no --new-* option: both sides are the same job, so "
+                          "this measures the noise", highlight=False)
+    check_out_dir(out)
+    if not no_mlflow:
+        prepare_mlflow(experiment)
+
+    from perfpredict.profile import runner
+
+    runner.warm_up()
+    from perfpredict.profile.ab import compare_jobs
+    from perfpredict.profile.timing import TimingConfig
+    from perfpredict.workload import resolve_workload
+
+    base_wl = resolve_workload(base, params, base_precision, compile_ or None)
+    new_wl = resolve_workload(new_target, {**params, **extra}, newer_precision, (compile_ or new_compile) or None)
+    name = f"ab-{base_wl.name}-{new_wl.name}" if base_wl.name != new_wl.name else f"ab-{base_wl.name}"
+    out_dir = out or Path("perfpredict-out") / (re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._")[:120] or "ab")
+    if out is None:
+        check_out_dir(out_dir)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err_console, transient=True) as progress:
+        task = progress.add_task("starting", total=rounds)
+        result = compare_jobs(base_wl, new_wl, batch_size, rounds=rounds, device=device, mode=mode.value,
+                              timing=TimingConfig(min_time_s=min_time, max_time_s=max_time), threads=threads,
+                              on_start=lambda which, k: progress.update(task, description=f"round {k + 1}: {which}"),
+                              on_round=lambda rnd, total: progress.update(task, completed=rnd.round))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "ab.json"
+    path.write_text(json.dumps(result.model_dump(mode="json"), indent=2))
+    print_ab(result)
+    out_console.print(f"written: {path}", highlight=False)
+    if not no_mlflow:
+        from perfpredict.tracking import log_ab, tracking_uri
+
+        try:
+            run_id = log_ab(result, path, experiment=experiment)
+            out_console.print(f"mlflow: run {run_id} in {tracking_uri()} (experiment {experiment!r})", highlight=False)
+        except Exception as e:  # noqa: BLE001 - tracking failure must not lose the result (already on disk)
+            err_console.print(f"[yellow]warning[/]: MLflow logging failed ({type(e).__name__}: {e}); the result is "
+                              f"at {path}")
+    if result.interrupted:
+        err_console.print(f"[yellow]interrupted[/]: the rounds finished so far are in {path}", highlight=False)
+        raise typer.Exit(130)
+
+
+def _describe(side) -> str:
+    opts = [side.precision] + (["compiled"] if side.compiled else [])
+    return f"{side.model} ({', '.join(opts)})"
+
+
+def print_ab(result, console=out_console) -> None:
+    """The rounds as a table, then the speed-up with its interval and the verdict."""
+    console.print(f"base: {_describe(result.base)}\nnew:  {_describe(result.new)}", highlight=False)
+    table = Table(title=f"batch {result.batch_size}, {result.mode}, {result.device}"
+                        f"{f' ({result.device_name})' if result.device_name else ''}", title_style="bold")
+    for col in ("round", "order", "base", "new", "base / new"):
+        table.add_column(col, justify="right" if col != "order" else "left")
+    for r in result.rounds:
+        table.add_row(str(r.round), r.order, f"{r.base_iter_time_s * 1e3:.3g} ms", f"{r.new_iter_time_s * 1e3:.3g} ms",
+                      f"{r.base_iter_time_s / r.new_iter_time_s:.3f}×")
+    console.print(table)
+    if result.ci_low is None:
+        tail = f" ({result.speedup:.3f}× from one round)" if result.speedup else ""
+        console.print(f"[yellow]too few rounds for an interval[/]{tail}: {result.stopped_because}", highlight=False)
+    else:
+        n = len(result.rounds)
+        interval = f"95% interval {result.ci_low:.3f}–{result.ci_high:.3f}×, {n} paired rounds"
+        if result.verdict == "faster":
+            line = f"[bold green]new is faster[/]: {result.speedup:.3f}× the base's speed ({interval})"
+        elif result.verdict == "slower":
+            line = f"[bold red]new is slower[/]: {result.speedup:.3f}× the base's speed ({interval})"
+        else:
+            line = (f"[bold]no detectable difference[/]: {result.speedup:.3f}× ({interval}); a change smaller than "
+                    "the interval needs more rounds to show")
+        console.print(line, highlight=False)
+    if result.peak_ratio is not None:
+        b = [r.base_peak_bytes for r in result.rounds if r.base_peak_bytes]
+        nw = [r.new_peak_bytes for r in result.rounds if r.new_peak_bytes]
+        console.print(f"peak memory: new {result.peak_ratio:.2f}× the base's ({_fmt_bytes(sorted(nw)[len(nw) // 2])} "
+                      f"against {_fmt_bytes(sorted(b)[len(b) // 2])})", highlight=False)
+    if result.stopped_because != "all rounds ran":
+        console.print(f"stopped: {result.stopped_because}", highlight=False)
+    for n in result.notes:
+        console.print(f"note: {n}", highlight=False, style="dim")
