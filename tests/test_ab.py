@@ -53,10 +53,14 @@ def test_a_job_against_itself_is_noted_and_a_ctrl_c_keeps_the_rounds(write_model
         if k == 2:
             raise KeyboardInterrupt
 
-    r = compare_jobs(wl, wl, 16, rounds=5, device="cpu", timing=QUICK, threads=1, on_start=start)
+    r = compare_jobs(wl, wl, 16, rounds=5, device="cpu", timing=QUICK, threads=1, on_start=start,
+                     return_on_interrupt=True)
     assert r.interrupted and len(r.rounds) == 2 and r.ci_low is not None
     assert calls == [("base", 0), ("new", 0), ("new", 1), ("base", 1), ("base", 2)]
     assert any("same job" in n for n in r.notes) and any("2 of 5 rounds" in n for n in r.notes)
+    calls.clear()
+    with pytest.raises(KeyboardInterrupt):  # the Python API's default: the interrupt reaches the caller
+        compare_jobs(wl, wl, 16, rounds=5, device="cpu", timing=QUICK, threads=1, on_start=start)
 
 
 def test_the_first_round_failing_names_the_side(write_model):

@@ -84,13 +84,20 @@ def test_a_ctrl_c_keeps_the_probes_measured_so_far(write_model):
         if len(calls) == 3:
             raise KeyboardInterrupt
 
-    r = find_largest_batch(wl, device="cpu", max_batch=4096, threads=1, on_start=start)
+    r = find_largest_batch(wl, device="cpu", max_batch=4096, threads=1, on_start=start, return_on_interrupt=True)
     assert r.interrupted and r.stopped_because == "interrupted by the user"
     assert [p.batch_size for p in r.probes] == [1, 2] and r.largest_ok == 2
+    calls.clear()  # the Python API's default: the interrupt reaches the caller (a loop of searches stops)
+    with pytest.raises(KeyboardInterrupt):
+        find_largest_batch(wl, device="cpu", max_batch=4096, threads=1, on_start=start)
 
 
 @pytest.mark.parametrize("kw, needle", [({"multiple_of": 0}, "multiple_of"), ({"max_batch": 4, "multiple_of": 8}, "max_batch"),
-                                         ({"mode": "eval"}, "mode"), ({"memory_limit_bytes": -5}, "memory_limit")])
+                                         ({"mode": "eval"}, "mode"), ({"memory_limit_bytes": -5}, "memory_limit"),
+                                         ({"memory_limit_bytes": float("nan")}, "memory_limit"),
+                                         ({"memory_limit_bytes": float("inf")}, "memory_limit"),
+                                         ({"timeout_s": float("nan")}, "timeout"), ({"timeout_s": 0}, "timeout"),
+                                         ({"threads": 0}, "threads"), ({"max_batch": 2**40}, "at most")])
 def test_bad_search_arguments_are_usage_errors(write_model, kw, needle):
     wl = resolve_workload(str(write_model(TINY_MODEL)))
     with pytest.raises(UsageError, match=needle):
@@ -189,7 +196,50 @@ def test_service_answers_the_largest_batch_for_a_feature_vector(predictor):
     doc = r.json()
     direct = predictor.largest_batch(features=arch, memory_limit_bytes=4e9, device_type="cuda_h100", multiple_of=64)
     assert doc["source"] == "predicted" and doc["largest_ok"] == direct.largest_ok and doc["largest_ok"] % 64 == 0
-    for bad in ({"memory_limit_bytes": 0}, {"memory_limit_bytes": "lots"}, {"quantile": "q50"}, {"multiple_of": 0},
+    for bad in ({"memory_limit_bytes": 0}, {"memory_limit_bytes": 0.5}, {"memory_limit_bytes": True},
+                {"memory_limit_bytes": "lots"}, {"quantile": "q50"}, {"multiple_of": 0},
                 {"device_type": "tpu"}):
         assert client.post("/max-batch", json=body | bad).status_code == 422, bad
     assert client.get("/health").status_code == 200
+
+
+NAN_AT_64 = TINY_MODEL + """
+def loss_fn(out):
+    return out.sum() * (float("nan") if out.shape[0] >= 64 else 1.0)
+"""
+
+
+def test_cli_a_nan_loss_at_a_larger_batch_is_no_memory_answer(run_cli, write_model, tmp_path):
+    proc = run_cli("max-batch", write_model(NAN_AT_64), "--device", "cpu", "--multiple-of", "16", "--threads", "1",
+                   "--no-mlflow", "--out", "o")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "other than memory (nonfinite)" in proc.stderr and "no memory limit was found" in proc.stdout
+    doc = json.loads((tmp_path / "o" / "max_batch.json").read_text())  # the probes are kept
+    assert doc["largest_ok"] == 32 and doc["smallest_failed"] == 64 and "nonfinite" in doc["model_error"]
+
+
+def test_cli_output_problems_are_found_before_anything_runs(run_cli, tmp_path):
+    (tmp_path / "o" / "max_batch.json").mkdir(parents=True)
+    proc = run_cli("max-batch", "zoo:mlp", "--device", "cpu", "--no-mlflow", "--out", "o")
+    assert proc.returncode == 2 and "is a directory" in proc.stderr and "Traceback" not in proc.stderr
+    (tmp_path / "perfpredict-out").write_text("a file where the default folder goes")
+    proc = run_cli("max-batch", "zoo:mlp", "--predicted", "--memory-limit", "1GB", "--no-mlflow")
+    assert proc.returncode == 2 and "default output folder" in proc.stderr and "--out" in proc.stderr
+    proc = run_cli("max-batch", "zoo:mlp", "--device", "cpu", "--timeout", "nan", "--no-mlflow", "--out", "p")
+    assert proc.returncode == 2 and "--timeout" in proc.stderr
+
+
+def test_predicted_answer_uses_the_set_it_names_whatever_the_file_asks(predictor, write_model):
+    """A file with PRECISION = "bf16" predicted with precision="fp32": the fp32 set answers, at its own values."""
+    path = str(write_model(TINY_MODEL + 'PRECISION = "bf16"\n'))
+    from perfpredict.estimators.arch import from_workload
+
+    fp32 = predictor.largest_batch(path, memory_limit_bytes=2e8, device_type="cpu_xeon_2vcpu", precision="fp32")
+    v = predictor.predict_values(from_workload(path, None), [fp32.largest_ok, fp32.smallest_failed],
+                                 device_type="cpu_xeon_2vcpu", precision="fp32")
+    assert v["model_set"] == "cpu_xeon_2vcpu" and fp32.precision == "fp32"
+    q90 = [max(a, b) for a, b in zip(v["peak_memory"]["q90"], v["peak_memory"]["median"])]
+    assert q90[0] <= 2e8 < q90[1]
+    # left to the file, the bf16 set answers
+    bf16 = predictor.largest_batch(path, memory_limit_bytes=2e8, device_type="cpu")
+    assert bf16.precision == "bf16" and bf16.notes[0].startswith("predicted by model set cpu_xeon_2vcpu_bf16")

@@ -65,7 +65,8 @@ def largest_batch(target: str, *, memory_limit_bytes: int | None = None, params:
     one runs out of memory, then bisection): a :class:`perfpredict.profile.batch_search.BatchLimit`.
     ``memory_limit_bytes``: on CPU the peak RSS increase allowed (default 90 % of the free memory), on CUDA the
     caching allocator's cap (default the whole device). ``kw``: ``threads``, ``timeout_s``, ``start``,
-    ``on_probe``. ``Predictor.largest_batch`` predicts the same without running anything."""
+    ``on_probe``, ``return_on_interrupt`` (a Ctrl-C returns the probes so far instead of raising).
+    ``Predictor.largest_batch`` predicts the same without running anything."""
     from perfpredict.errors import UsageError
     from perfpredict.profile.batch_search import find_largest_batch
     from perfpredict.profile.main_guard import check_main_guard

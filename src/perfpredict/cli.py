@@ -71,6 +71,28 @@ def check_out_dir(out: Path | None) -> None:
         raise UsageError(f"--out: {problem}", step="arguments")
 
 
+def output_file(out: Path | None, name: str, filename: str, *, create: bool = True) -> Path:
+    """Where a command writes ``filename``: in ``--out``, else in ``perfpredict-out/<name>/``. Checked (and the
+    folder created) before any work, so a finished result is never lost to a path problem."""
+    from perfpredict.output_paths import output_dir_problem
+
+    # the name is the user's string (MODEL_NAME): as a folder name it must not climb out of perfpredict-out/
+    folder = out or Path("perfpredict-out") / (re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._")[:120] or "model")
+    problem = output_dir_problem(folder)
+    if problem:
+        raise UsageError(f"--out: {problem}" if out is not None else f"the default output folder: {problem} (pass "
+                         "--out)", step="arguments")
+    target = folder / filename
+    if target.is_dir():
+        raise UsageError(f"{target} is a directory; the result cannot be written there", step="arguments")
+    if create:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"cannot create the output folder {folder}: {e.strerror or e}", step="arguments") from None
+    return target
+
+
 def check_experiment(no_mlflow: bool, experiment: str) -> None:
     if not no_mlflow and not experiment.strip():
         raise UsageError("--experiment is empty: name the MLflow experiment, or pass --no-mlflow", step="arguments")
@@ -374,12 +396,7 @@ def profile(
         batch_size=extended_batch, workers=worker_counts, copies=copy_counts,
         partner=partner_target, window_s=window,
         link_mbit=link_mbit, storage_bytes_per_s=storage_bytes_per_s)
-    # MODEL_NAME is the user's string: as a folder name it must not climb out of perfpredict-out/.
-    out_dir = out or Path("perfpredict-out") / (re.sub(r"[^A-Za-z0-9._-]+", "_", workload.name).strip("._") or "model")
-    if out is None:
-        check_out_dir(out_dir)  # --out itself was checked with the other flags
-    if (out_dir / "card.json").is_dir():
-        raise UsageError(f"{out_dir / 'card.json'} is a directory; the card cannot be written there", step="arguments")
+    out_dir = output_file(out, workload.name, "card.json", create=False).parent
     command = "perfpredict " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     if not no_mlflow:
         prepare_mlflow(experiment)

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Annotated
 
@@ -12,8 +11,18 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from perfpredict.cli import Mode, _fmt_bytes, app, check_experiment, check_out_dir, err_console, out_console, prepare_mlflow
-from perfpredict.errors import UsageError
+from perfpredict.cli import (
+    Mode,
+    _fmt_bytes,
+    app,
+    check_experiment,
+    check_out_dir,
+    err_console,
+    out_console,
+    output_file,
+    prepare_mlflow,
+)
+from perfpredict.errors import PerfPredictError, UsageError
 
 
 @app.command("ab")
@@ -78,18 +87,15 @@ def ab(
     base_wl = resolve_workload(base, params, base_precision, compile_ or None)
     new_wl = resolve_workload(new_target, {**params, **extra}, newer_precision, (compile_ or new_compile) or None)
     name = f"ab-{base_wl.name}-{new_wl.name}" if base_wl.name != new_wl.name else f"ab-{base_wl.name}"
-    out_dir = out or Path("perfpredict-out") / (re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._")[:120] or "ab")
-    if out is None:
-        check_out_dir(out_dir)
+    path = output_file(out, name, "ab.json")
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err_console, transient=True) as progress:
         task = progress.add_task("starting", total=rounds)
         result = compare_jobs(base_wl, new_wl, batch_size, rounds=rounds, device=device, mode=mode.value,
                               timing=TimingConfig(min_time_s=min_time, max_time_s=max_time), threads=threads,
                               on_start=lambda which, k: progress.update(task, description=f"round {k + 1}: {which}"),
-                              on_round=lambda rnd, total: progress.update(task, completed=rnd.round))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "ab.json"
+                              on_round=lambda rnd, total: progress.update(task, completed=rnd.round),
+                              return_on_interrupt=True)
     path.write_text(json.dumps(result.model_dump(mode="json"), indent=2))
     print_ab(result)
     out_console.print(f"written: {path}", highlight=False)
@@ -105,6 +111,8 @@ def ab(
     if result.interrupted:
         err_console.print(f"[yellow]interrupted[/]: the rounds finished so far are in {path}", highlight=False)
         raise typer.Exit(130)
+    if "failed for" in result.stopped_because:  # a job broke after the first round: the rounds are kept, no success
+        raise PerfPredictError(f"{result.stopped_because} (the rounds before are in {path})", step="ab")
 
 
 def _describe(side) -> str:

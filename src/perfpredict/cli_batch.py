@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-import re
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -21,9 +21,10 @@ from perfpredict.cli import (
     check_out_dir,
     err_console,
     out_console,
+    output_file,
     prepare_mlflow,
 )
-from perfpredict.errors import UsageError
+from perfpredict.errors import PerfPredictError, UsageError
 
 
 @app.command("max-batch")
@@ -61,8 +62,8 @@ def max_batch(
     if predicted and limit is None:
         raise UsageError("--predicted needs --memory-limit: the memory of the device to fit, e.g. 80GB",
                          step="arguments")
-    if timeout <= 0:
-        raise UsageError(f"--timeout must be positive, got {timeout}", step="arguments")
+    if not 0 < timeout < math.inf:
+        raise UsageError(f"--timeout must be a positive number of seconds, got {timeout}", step="arguments")
     if threads is not None and threads < 1:
         raise UsageError(f"--threads must be at least 1, got {threads}", step="arguments")
     if precision is not None:
@@ -85,18 +86,20 @@ def max_batch(
     check_out_dir(out)
     if not no_mlflow:
         prepare_mlflow(experiment)
+    if not predicted:
+        from perfpredict.profile import runner
 
+        runner.warm_up()  # the fork server imports torch while this process loads the model file
+    from perfpredict.workload import resolve_workload
+
+    workload = resolve_workload(target, params, precision, compile_ or None)
+    path = output_file(out, workload.name, "max_batch_predicted.json" if predicted else "max_batch.json")
     if predicted:
         result = _predicted(target, params, limit, device_type, mode.value, precision, quantile, multiple_of,
                             max_batch_size)
     else:
-        result = _measured(target, params, limit, device, mode.value, precision, compile_, multiple_of,
+        result = _measured(workload, limit, device, mode.value, multiple_of,
                            DEFAULT_MAX_BATCH if max_batch_size is None else max_batch_size, threads, timeout)
-    out_dir = out or Path("perfpredict-out") / (re.sub(r"[^A-Za-z0-9._-]+", "_", result.model).strip("._") or "model")
-    if out is None:
-        check_out_dir(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / ("max_batch_predicted.json" if predicted else "max_batch.json")
     path.write_text(json.dumps(result.model_dump(mode="json"), indent=2))
     print_batch_limit(result)
     out_console.print(f"written: {path}", highlight=False)
@@ -112,16 +115,14 @@ def max_batch(
     if result.interrupted:
         err_console.print(f"[yellow]interrupted[/]: the probes finished so far are in {path}", highlight=False)
         raise typer.Exit(130)
+    if result.model_error:  # the answer is where the model broke, not a memory limit: not a success
+        raise PerfPredictError(f"{result.model_error} (the probes are in {path})", source=result.model,
+                               step="max batch")
 
 
-def _measured(target, params, limit, device, mode, precision, compile_, multiple_of, max_batch, threads, timeout):
-    from perfpredict.profile import runner
-
-    runner.warm_up()  # the fork server imports torch while this process loads the model file
+def _measured(workload, limit, device, mode, multiple_of, max_batch, threads, timeout):
     from perfpredict.profile.batch_search import find_largest_batch
-    from perfpredict.workload import resolve_workload
 
-    workload = resolve_workload(target, params, precision, compile_ or None)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err_console,
                   transient=True) as progress:
         task = progress.add_task("starting", total=None)
@@ -137,7 +138,7 @@ def _measured(target, params, limit, device, mode, precision, compile_, multiple
 
         return find_largest_batch(workload, device=device, mode=mode, memory_limit_bytes=limit,
                                   multiple_of=multiple_of, max_batch=max_batch, threads=threads, timeout_s=timeout,
-                                  on_start=started, on_probe=finished)
+                                  on_start=started, on_probe=finished, return_on_interrupt=True)
 
 
 def _predicted(target, params, limit, device_type, mode, precision, quantile, multiple_of, max_batch):
@@ -170,8 +171,13 @@ def print_batch_limit(result, console=out_console) -> None:
                       _fmt_bytes(mem), f"{p.iter_time_s * 1e3:.3g} ms" if p.iter_time_s else "–",
                       f"{p.batch_size / p.iter_time_s:,.0f}" if p.iter_time_s else "–")
     console.print(table)
-    if result.largest_ok is None:
+    if result.largest_ok is None and result.interrupted:
+        console.print(f"[yellow]no answer[/]: {result.stopped_because}", highlight=False)
+    elif result.largest_ok is None:
         console.print(f"[bold red]no batch size fits[/]: {result.stopped_because}", highlight=False)
+    elif result.model_error:
+        console.print(f"[yellow]largest batch size that ran: {result.largest_ok}[/], but no memory limit was found: "
+                      f"{result.stopped_because}", highlight=False)
     else:
         above = f", {result.smallest_failed} does not" if result.smallest_failed is not None else ""
         console.print(f"[bold]largest batch size: {result.largest_ok}[/]{above} ({result.stopped_because}; "

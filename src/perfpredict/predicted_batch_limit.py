@@ -30,8 +30,8 @@ def check_limit_args(memory_limit_bytes: Any, quantile: Any, multiple_of: Any, m
     from perfpredict.predictor import MAX_BATCH_SIZE
 
     if isinstance(memory_limit_bytes, bool) or not isinstance(memory_limit_bytes, (int, float)) \
-            or not memory_limit_bytes > 0 or memory_limit_bytes == float("inf"):
-        raise UsageError(f"memory_limit_bytes must be a positive number of bytes, got {memory_limit_bytes!r}",
+            or not 1 <= memory_limit_bytes < float("inf"):
+        raise UsageError(f"memory_limit_bytes must be a number of bytes >= 1, got {memory_limit_bytes!r}",
                          step="predict")
     if quantile not in ("q90", "median"):
         raise UsageError(f"quantile must be 'q90' or 'median', got {quantile!r}", step="predict")
@@ -52,14 +52,15 @@ def predicted_largest_batch(predictor: Any, arch: ArchFeatures, memory_limit_byt
 
     max_batch, first = check_limit_args(memory_limit_bytes, quantile, multiple_of, max_batch)
     t0 = time.perf_counter()
-    ms, _ = predictor._set_for(arch, device_type, mode, precision)
+    ms, precision_note = predictor._set_for(arch, device_type, mode, precision)
     target = memory_target(ms)
     probes: dict[int, BatchProbe] = {}
 
     def evaluate(batches: list[int]) -> None:
         for i in range(0, len(batches), MAX_BATCH_SIZES):
             chunk = batches[i:i + MAX_BATCH_SIZES]
-            v = predictor.predict_values(arch, chunk, device_type=ms.name)
+            # the set chosen above, named whole: a model file's PRECISION must not pick another one here
+            v = predictor.predict_values(arch, chunk, device_type=ms.name, mode=ms.mode, precision=ms.precision)
             for j, b in enumerate(chunk):
                 med, q90 = v[target]["median"][j], v[target]["q90"][j]
                 used = max(med, q90) if quantile == "q90" else med
@@ -94,7 +95,7 @@ def predicted_largest_batch(predictor: Any, arch: ArchFeatures, memory_limit_byt
     else:
         reason = f"batch size {hi} is predicted not to fit"
     notes = [f"predicted by model set {ms.name} ({ms.precision} {ms.mode}, {ms.device_name}); the {quantile} of the "
-             f"predicted {what[target]} is held to the limit"]
+             f"predicted {what[target]} is held to the limit"] + ([precision_note] if precision_note else [])
     lo_t, hi_t = min(ms.trained_batches), max(ms.trained_batches)
     if lo is not None and not lo_t <= lo <= hi_t:
         notes.append(f"the answer is outside the batch sizes the estimators were trained on ({lo_t}-{hi_t}): the "

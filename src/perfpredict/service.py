@@ -90,7 +90,7 @@ def _upload_limit(max_upload_bytes: Any) -> int:
 
 class MaxBatchRequest(BaseModel):
     features: FeatureVector
-    memory_limit_bytes: Annotated[float, Field(gt=0, allow_inf_nan=False, description="the memory to fit: on a CUDA "
+    memory_limit_bytes: Annotated[float, Field(ge=1, strict=True, allow_inf_nan=False, description="the memory to fit: on a CUDA "
                                                "set the GPU's (NVML process memory, context included), on a CPU "
                                                "set the peak RSS increase of a step")]
     device_type: str | None = Field(None, description="a model set or a kind, as for /predict (default cuda)")

@@ -90,11 +90,13 @@ def _side(label: str, w: Workload) -> ABSide:
 def compare_jobs(base: Workload, new: Workload, batch_size: int, *, rounds: int = 5, device: str = "auto",
                  mode: str = "train", timing: TimingConfig = AB_TIMING, threads: int | None = None,
                  timeout_s: float = 600.0, on_round: Callable[[ABRound, int], None] | None = None,
-                 on_start: Callable[[str, int], None] | None = None) -> ABResult:
+                 on_start: Callable[[str, int], None] | None = None, return_on_interrupt: bool = False) -> ABResult:
     """Measure ``base`` and ``new`` at ``batch_size`` in ``rounds`` interleaved rounds (ABBA) on ``device`` and
     return the paired comparison. The first round failing is an error naming the side; a later failure ends
-    the rounds and keeps those finished, as a Ctrl-C does."""
+    the rounds and keeps those finished. A Ctrl-C raises KeyboardInterrupt, or with ``return_on_interrupt``
+    ends the rounds and keeps those finished (``interrupted`` set; the CLI writes them)."""
     from perfpredict.profile import runner
+    from perfpredict.profile.batch_search import check_run_args
     from perfpredict.profile.device import resolve_device
     from perfpredict.profile.main_guard import check_main_guard
     from perfpredict.profile.request import PointRequest
@@ -107,6 +109,7 @@ def compare_jobs(base: Workload, new: Workload, batch_size: int, *, rounds: int 
         raise UsageError(f"batch_size must be a whole number >= 1, got {batch_size!r}", step="arguments")
     if mode not in ("train", "infer"):
         raise UsageError(f"mode must be 'train' or 'infer', got {mode!r}", step="arguments")
+    check_run_args(timeout_s, threads)
     t0 = time.perf_counter()
     dev = resolve_device(device)
     runner.warm_up()
@@ -149,7 +152,10 @@ def compare_jobs(base: Workload, new: Workload, batch_size: int, *, rounds: int 
             if on_round is not None:
                 on_round(rnd, rounds)
     except KeyboardInterrupt:
-        reason, interrupted = "interrupted by the user", True
+        if not return_on_interrupt:
+            raise
+        interrupted = True
+        reason = "interrupted by the user" if done else "interrupted by the user before the first round finished"
     speedup, low, high, verdict = summarize([r.log_ratio for r in done])
     peaks = [r.new_peak_bytes / r.base_peak_bytes for r in done if r.base_peak_bytes and r.new_peak_bytes]
     notes = []

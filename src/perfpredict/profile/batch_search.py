@@ -16,9 +16,10 @@ the model, not the batch size. A probe past its time limit counts as not fitting
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -30,6 +31,8 @@ from perfpredict.workload.spec import Workload
 #: first step, next to a second step's activations; the time is a rough figure, not a profile.
 PROBE_TIMING = TimingConfig(warmup_iters=1, warmup_s=0.0, min_iters=2, max_iters=2, min_time_s=0.0, max_time_s=60.0)
 DEFAULT_MAX_BATCH = 65536
+#: the largest batch a measured search may try: far past any real step, and a cap on a model that ignores it
+MAX_SEARCH_BATCH = 2**24
 
 
 class BatchProbe(BaseModel):
@@ -40,6 +43,7 @@ class BatchProbe(BaseModel):
     iter_time_s: float | None = Field(None, description="median of two steps: rough")
     seconds: float = Field(description="wall time of the probe, process start to answer")
     error: str | None = None
+    phase: str | None = Field(None, description="the step that failed (build_model, forward, ...)")
 
 
 class BatchLimit(BaseModel):
@@ -62,6 +66,8 @@ class BatchLimit(BaseModel):
     smallest_failed: int | None
     stopped_because: str
     interrupted: bool = False
+    model_error: str | None = Field(None, description="a failure that is not memory (an exception, a NaN loss) "
+                                                      "ended the search: largest_ok is then no memory limit")
     probes: list[BatchProbe]
     wall_s: float
     notes: list[str] = Field(default_factory=list)
@@ -86,21 +92,34 @@ def check_search_args(multiple_of: int, max_batch: int, start: int | None) -> in
         raise UsageError(f"start {first} is not a multiple of {multiple_of}", step="arguments")
     if max_batch < first:
         raise UsageError(f"max_batch {max_batch} is below the first batch size to try ({first})", step="arguments")
+    if max_batch > MAX_SEARCH_BATCH:
+        raise UsageError(f"max_batch is at most {MAX_SEARCH_BATCH:,}, got {max_batch:,}", step="arguments")
     return first
+
+
+def check_run_args(timeout_s: Any, threads: Any) -> None:
+    """A measuring run's ``timeout_s`` (a positive, finite number of seconds) and ``threads`` (None or >= 1)."""
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < math.inf:
+        raise UsageError(f"timeout must be a positive number of seconds, got {timeout_s!r}", step="arguments")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise UsageError(f"threads must be a whole number >= 1 (or None: every core), got {threads!r}",
+                         step="arguments")
 
 
 def find_largest_batch(workload: Workload, *, device: str = "auto", mode: str = "train",
                        memory_limit_bytes: int | None = None, multiple_of: int = 1, max_batch: int = DEFAULT_MAX_BATCH,
                        start: int | None = None, threads: int | None = None, timeout_s: float = 600.0,
                        on_probe: Callable[[BatchProbe], None] | None = None,
-                       on_start: Callable[[int], None] | None = None) -> BatchLimit:
+                       on_start: Callable[[int], None] | None = None,
+                       return_on_interrupt: bool = False) -> BatchLimit:
     """The largest batch size (a multiple of ``multiple_of``, at most ``max_batch``) whose step runs on ``device``
     within its memory. Doubles from ``start`` (default ``multiple_of``) until a step runs out of memory, then
     bisects to one ``multiple_of``. ``on_start(b)``/``on_probe(probe)`` report progress.
 
     Raises :class:`PerfPredictError` when the first probe fails for a reason other than memory (the model
-    itself is broken); a Ctrl-C raises KeyboardInterrupt (the probes so far are lost only if the caller drops
-    them: pass ``on_probe`` to keep them)."""
+    itself is broken); a later such failure ends the search with ``model_error`` set. A Ctrl-C raises
+    KeyboardInterrupt, or with ``return_on_interrupt`` ends the search with the probes finished so far
+    (``interrupted`` set; the CLI writes them)."""
     from perfpredict.profile import runner
     from perfpredict.profile.device import describe_device, resolve_device
     from perfpredict.profile.main_guard import check_main_guard
@@ -110,13 +129,17 @@ def find_largest_batch(workload: Workload, *, device: str = "auto", mode: str = 
     check_main_guard("find_largest_batch()")  # the probes' processes import the caller's script again
     if mode not in ("train", "infer"):
         raise UsageError(f"mode must be 'train' or 'infer', got {mode!r}", step="arguments")
-    if memory_limit_bytes is not None and memory_limit_bytes <= 0:
-        raise UsageError(f"memory_limit_bytes must be positive, got {memory_limit_bytes}", step="arguments")
+    if memory_limit_bytes is not None and (isinstance(memory_limit_bytes, bool)
+                                           or not isinstance(memory_limit_bytes, (int, float))
+                                           or not 1 <= memory_limit_bytes < math.inf):
+        raise UsageError(f"memory_limit_bytes must be a positive number of bytes, got {memory_limit_bytes!r}",
+                         step="arguments")
     first = check_search_args(multiple_of, max_batch, start)
+    check_run_args(timeout_s, threads)
     t0 = time.perf_counter()
     dev = resolve_device(device)
     runner.warm_up()
-    limit = memory_limit_bytes
+    limit = None if memory_limit_bytes is None else int(memory_limit_bytes)
     if dev == "cpu" and limit is None:
         limit = int(available_memory_bytes() * 0.9)
     probes: list[BatchProbe] = []
@@ -133,7 +156,7 @@ def find_largest_batch(workload: Workload, *, device: str = "auto", mode: str = 
         p = BatchProbe(batch_size=b, status=res.get("status", "error"), peak_bytes=mem.get("peak_bytes"),
                        device_bytes=mem.get("nvml_process_bytes"),
                        iter_time_s=(res.get("timing") or {}).get("median_s"), seconds=time.perf_counter() - t,
-                       error=res.get("error"))
+                       error=res.get("error"), phase=res.get("phase"))
         if dev == "cpu" and p.status == "ok" and limit is not None and (p.peak_bytes or 0) > limit:
             # RLIMIT_DATA caps private memory; the pages of torch's code it faulted in come on top. The
             # limit is held to the peak RSS increase, what the CPU memory estimators predict.
@@ -151,17 +174,21 @@ def find_largest_batch(workload: Workload, *, device: str = "auto", mode: str = 
     try:
         reason = _search(probe, bounds, first, multiple_of, max_batch, workload.name)
     except KeyboardInterrupt:  # the probes so far are the result; the caller says it was cut short
+        if not return_on_interrupt:
+            raise
         interrupted = True
-        reason = "interrupted by the user"
+        reason = ("interrupted by the user" if probes else
+                  "interrupted by the user before any batch size finished")
     lo, hi = bounds["lo"], bounds["hi"]
     if not reason:
         failed = next(x for x in probes if x.batch_size == hi)
-        what = (f"took longer than {timeout_s:.0f} s" if failed.status == "timeout" else
+        what = (f"took longer than {timeout_s:g} s" if failed.status == "timeout" else
                 failed.error if (failed.error or "").startswith("ran, but") else "ran out of memory")
         reason = (f"batch size {hi} {what}" if lo is not None else f"the smallest batch size tried, {hi}, {what}")
+    model_error = reason if "other than memory" in reason else None
     notes = []
     if any(x.status == "timeout" for x in probes):
-        notes.append(f"a probe past its {timeout_s:.0f} s limit counted as not fitting: the limit found may be "
+        notes.append(f"a probe past its {timeout_s:g} s limit counted as not fitting: the limit found may be "
                      "time's, not memory's (raise --timeout)")
     if dev == "cpu":
         notes.append("CPU: a batch fits when its step's peak RSS increase over the measuring process's start "
@@ -172,7 +199,7 @@ def find_largest_batch(workload: Workload, *, device: str = "auto", mode: str = 
     return BatchLimit(model=workload.name, device=dev, device_name=info.get("name") or _device_name(dev, describe_device),
                       mode=mode, precision=workload.precision, compiled=workload.compile, memory_limit_bytes=limit,
                       multiple_of=multiple_of, max_batch=max_batch, largest_ok=lo, smallest_failed=hi,
-                      stopped_because=reason, interrupted=interrupted, probes=probes,
+                      stopped_because=reason, interrupted=interrupted, model_error=model_error, probes=probes,
                       wall_s=time.perf_counter() - t0, notes=notes)
 
 
@@ -195,8 +222,7 @@ def _search(probe: Callable[[int], BatchProbe], bounds: dict[str, int | None], f
             break
         if bounds["lo"] is None:
             raise PerfPredictError(f"batch size {b} failed for a reason other than memory ({p.status}): {p.error}; "
-                                   "fix the model first (perfpredict profile shows the step)", source=name,
-                                   step="max batch")
+                                   "fix the model first", source=name, step=p.phase or "max batch")
         return f"batch size {b} failed for a reason other than memory ({p.status}): {p.error}"
     while bounds["lo"] is not None and bounds["hi"] - bounds["lo"] > multiple_of:  # bisection
         mid = _round_down((bounds["lo"] + bounds["hi"]) // 2, multiple_of)

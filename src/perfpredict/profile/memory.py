@@ -73,7 +73,7 @@ def limit_data_memory(extra_bytes: int) -> int | None:
     cap = base + int(extra_bytes)
     try:
         resource.setrlimit(resource.RLIMIT_DATA, (cap, cap))
-    except (ValueError, OSError):
+    except (ValueError, OSError, OverflowError):  # OverflowError: a cap past what the kernel can hold (no cap)
         return None
     return cap
 
