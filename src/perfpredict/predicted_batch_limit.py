@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from perfpredict.errors import UsageError
 from perfpredict.estimators.arch import ArchFeatures
-from perfpredict.profile.batch_search import BatchLimit, BatchProbe, _round_down, check_search_args
+from perfpredict.profile.batch_search import BatchLimit, BatchProbe, check_search_args, round_down_to
 
 
 def memory_target(ms: Any) -> str:
@@ -69,7 +69,7 @@ def predicted_largest_batch(predictor: Any, arch: ArchFeatures, memory_limit_byt
                                        device_bytes=int(used) if target == "device_memory" else None,
                                        iter_time_s=float(v["iter_time"]["median"][j]), seconds=0.0)
 
-    top = _round_down(max_batch, multiple_of)
+    top = round_down_to(max_batch, multiple_of)
     ladder, b = [], first
     while b < top:
         ladder.append(b)
@@ -82,7 +82,7 @@ def predicted_largest_batch(predictor: Any, arch: ArchFeatures, memory_limit_byt
         if hi is not None and b > hi:
             del probes[b]
     while lo is not None and hi is not None and hi - lo > multiple_of:
-        mid = _round_down((lo + hi) // 2, multiple_of)
+        mid = round_down_to((lo + hi) // 2, multiple_of)
         if mid <= lo:
             break
         evaluate([mid])

@@ -76,7 +76,7 @@ class BatchLimit(BaseModel):
         return next((p for p in self.probes if p.batch_size == batch_size), None)
 
 
-def _round_down(b: int, multiple_of: int) -> int:
+def round_down_to(b: int, multiple_of: int) -> int:
     return max(multiple_of, b // multiple_of * multiple_of)
 
 
@@ -213,7 +213,7 @@ def _search(probe: Callable[[int], BatchProbe], bounds: dict[str, int | None], f
         p = probe(b)
         if p.status == "ok":
             bounds["lo"] = b
-            b = min(b * 2, _round_down(max_batch, multiple_of))
+            b = min(b * 2, round_down_to(max_batch, multiple_of))
             if b <= bounds["lo"]:
                 return f"every batch size tried up to max_batch {max_batch} ran"
             continue
@@ -225,7 +225,7 @@ def _search(probe: Callable[[int], BatchProbe], bounds: dict[str, int | None], f
                                    "fix the model first", source=name, step=p.phase or "max batch")
         return f"batch size {b} failed for a reason other than memory ({p.status}): {p.error}"
     while bounds["lo"] is not None and bounds["hi"] - bounds["lo"] > multiple_of:  # bisection
-        mid = _round_down((bounds["lo"] + bounds["hi"]) // 2, multiple_of)
+        mid = round_down_to((bounds["lo"] + bounds["hi"]) // 2, multiple_of)
         if mid <= bounds["lo"]:
             break
         p = probe(mid)
