@@ -243,3 +243,10 @@ def test_predicted_answer_uses_the_set_it_names_whatever_the_file_asks(predictor
     # left to the file, the bf16 set answers
     bf16 = predictor.largest_batch(path, memory_limit_bytes=2e8, device_type="cpu")
     assert bf16.precision == "bf16" and bf16.notes[0].startswith("predicted by model set cpu_xeon_2vcpu_bf16")
+
+
+def test_predictor_refuses_a_model_that_is_not_a_path_and_params_that_are_not_a_mapping(predictor):
+    with pytest.raises(UsageError, match="model must be"):
+        predictor.largest_batch(42, memory_limit_bytes=1e9)
+    with pytest.raises(UsageError, match="params must be a mapping"):
+        predictor.predict("zoo:mlp", params="width=3")

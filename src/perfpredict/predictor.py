@@ -538,7 +538,12 @@ def _arch_of(model: str | None, onnx_path: str | Path | None, features: ArchFeat
         raise UsageError("batch_axis applies to ONNX files only (a model.py is exported at batch 1 and 2)",
                          step="predict")
     if model is not None:
-        return archmod.from_workload(model, params), str(model)
+        if not isinstance(model, (str, os.PathLike)):
+            raise UsageError(f"model must be a model.py path or 'zoo:<family>', got {type(model).__name__}",
+                             step="predict")
+        if params is not None and not isinstance(params, Mapping):
+            raise UsageError(f"params must be a mapping such as {{'width': 64}}, got {params!r}"[:200], step="predict")
+        return archmod.from_workload(str(model), params), str(model)
     if onnx_path is not None:
         return archmod.from_onnx_file(onnx_path, batch_axis=batch_axis), str(onnx_path)
     arch = _as_arch(features)
