@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 
 import pytest
 
@@ -92,3 +93,18 @@ def test_cli_writes_the_comparison_logs_it_and_refuses_bad_flags(run_cli, tmp_pa
         bad = run_cli("ab", "zoo:mlp", *args, "--no-mlflow", "--out", "bad")
         assert bad.returncode == 2 and needle in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
     assert not (tmp_path / "bad").exists()
+
+
+def test_cli_prints_user_strings_verbatim_and_checks_the_folder_first(run_cli, tmp_path, write_model):
+    """A MODEL_NAME with rich markup in it is printed as it is (it was a MarkupError traceback), and a folder
+    that takes no files is refused before anything is measured (the rounds were lost after the run)."""
+    path = write_model(TINY_MODEL + 'MODEL_NAME = "net[/]"\n')
+    proc = run_cli("ab", path, "--new-param", "x=1", "--no-mlflow")
+    assert proc.returncode == 2 and "--param" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    proc = run_cli("ab", path, "-b", "4", "--rounds", "2", "--device", "cpu", "--threads", "1", "--min-time", "0.2",
+                   "--max-time", "0.4", "--no-mlflow", "--out", "o")
+    assert proc.returncode == 0, proc.stderr
+    assert "base: net[/] (fp32)" in proc.stdout and json.loads((tmp_path / "o" / "ab.json").read_text())["base"]["model"] == "net[/]"
+    if sys.platform.startswith("linux"):
+        proc = run_cli("ab", "zoo:mlp", "--no-mlflow", "--out", "/proc")
+        assert proc.returncode == 2 and "cannot write in /proc" in proc.stderr, proc.stderr

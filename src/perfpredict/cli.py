@@ -8,9 +8,11 @@ before a failure is written first.
 from __future__ import annotations
 
 import math
+import os
 import re
 import shlex
 import sys
+import tempfile
 import traceback
 from enum import Enum
 from pathlib import Path
@@ -18,6 +20,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -85,11 +88,21 @@ def output_file(out: Path | None, name: str, filename: str, *, create: bool = Tr
     target = folder / filename
     if target.is_dir():
         raise UsageError(f"{target} is a directory; the result cannot be written there", step="arguments")
+    if target.is_symlink() and not target.exists():
+        raise UsageError(f"{target} is a link to {os.readlink(target)}, which does not exist", step="arguments")
     if create:
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise UsageError(f"cannot create the output folder {folder}: {e.strerror or e}", step="arguments") from None
+    # A folder that exists but takes no files (read-only, /proc, /sys) is found by writing one, now.
+    probe_in = next((d for d in (folder, *folder.parents) if d.exists()), Path("."))
+    try:
+        fd, name = tempfile.mkstemp(prefix=".perfpredict-write-test-", dir=probe_in)
+        os.close(fd)
+        os.unlink(name)
+    except OSError as e:
+        raise UsageError(f"cannot write in {probe_in}: {e.strerror or e}", step="arguments") from None
     return target
 
 
@@ -148,7 +161,7 @@ class _RichListener:
             msg = (f"  batch {point.batch_size:>5}: {point.samples_per_s:10.1f} samples/s  "
                    f"median {point.iter_time_s * 1e3:8.2f} ms  cv {point.cv:.1%}  ({point.iterations} iters)")
         else:
-            msg = f"  batch {point.batch_size:>5}: [yellow]{point.status}[/]: {point.error}"
+            msg = f"  batch {point.batch_size:>5}: [yellow]{point.status}[/]: {escape(point.error or '')}"
         self.progress.console.print(msg, markup=True, highlight=False)
 
 
@@ -157,7 +170,7 @@ def print_prediction(card, console: Console = out_console) -> None:
     intervals, the nearest profiled architecture, the time baseline's split and the estimators' notes."""
     info = card.prediction
     precision = "" if card.run.precision == "fp32" else f" ({card.run.precision})"
-    t = Table(title=f"{card.model.name}: predicted {card.run.mode}{precision} on {card.device.name} ({info.method})")
+    t = Table(title=escape(f"{card.model.name}: predicted {card.run.mode}{precision} on {card.device.name} ({info.method})"))
     # what the memory column is depends on the device the estimators were trained on (card.memory[].kind)
     peak = "peak allocated" if card.device.kind == "cuda" else "peak RSS increase"
     for c in ("batch", "iter time (q10-q90)", "samples/s", f"{peak} (q10-q90)", "GPU memory to reserve (q90)",
@@ -192,7 +205,7 @@ def print_summary(card, console: Console = out_console) -> None:
     mem = {m.batch_size: m for m in card.memory}
     how = ("" if card.run.precision == "fp32" else f" · {card.run.precision}") \
         + (" · compiled" if card.run.compiled else "")
-    t = Table(title=f"{card.model.name} · {card.run.mode}{how} · {card.device.kind}: {card.device.name}",
+    t = Table(title=escape(f"{card.model.name} · {card.run.mode}{how} · {card.device.kind}: {card.device.name}"),
               title_style="bold")
     for col, just in (("batch", "right"), ("status", "left"), ("samples/s", "right"), ("iter median", "right"),
                       ("p10–p90", "right"), ("cv", "right"), ("iters", "right"), ("peak mem", "right"),
@@ -225,7 +238,7 @@ def print_summary(card, console: Console = out_console) -> None:
                       "code the kernels paged in (file-backed, shared with other processes running the same "
                       "kernels)", highlight=False)
     console.print(f"model: {card.model.parameters:,} parameters ({_fmt_bytes(card.model.param_bytes)}), "
-                  f"source {card.model.source}", highlight=False)
+                  f"source {escape(str(card.model.source))}", highlight=False)
     rm = card.rate_model
     if rm is not None:
         coef = ", ".join(f"{k}={v:.4g}" for k, v in rm.coefficients.items())
@@ -422,11 +435,11 @@ def profile(
         plots = []
         err_console.print(f"[yellow]warning[/]: plots not written: {type(e).__name__}: {e}")
     print_summary(card)
-    out_console.print(f"card: {outcome.card_path}", highlight=False)
+    out_console.print(f"card: {outcome.card_path}", highlight=False, markup=False)
     if outcome.onnx_path:
-        out_console.print(f"onnx: {outcome.onnx_path}", highlight=False)
+        out_console.print(f"onnx: {outcome.onnx_path}", highlight=False, markup=False)
     for p in plots:
-        out_console.print(f"plot: {p}", highlight=False)
+        out_console.print(f"plot: {p}", highlight=False, markup=False)
     if not no_mlflow:
         from perfpredict.tracking import log_profile, tracking_uri, ui_command
 
@@ -636,7 +649,7 @@ def main() -> None:
     try:
         app()
     except PerfPredictError as e:
-        err_console.print(f"[bold red]error[/]: {e}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]error[/]: {escape(str(e))}", highlight=False, soft_wrap=True)
         if debug and e.detail:
             err_console.print(e.detail, highlight=False, markup=False)
         elif debug:
@@ -648,7 +661,7 @@ def main() -> None:
     except Exception as e:  # a bug in perfpredict itself: still one line unless --debug
         if debug:
             raise
-        err_console.print(f"[bold red]internal error[/]: {type(e).__name__}: {e} (re-run with --debug for the "
+        err_console.print(f"[bold red]internal error[/]: {type(e).__name__}: {escape(str(e))} (re-run with --debug for the "
                           "traceback, and please report it)", highlight=False, soft_wrap=True)
         sys.exit(70)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -86,7 +87,8 @@ def ab(
 
     base_wl = resolve_workload(base, params, base_precision, compile_ or None)
     new_wl = resolve_workload(new_target, {**params, **extra}, newer_precision, (compile_ or new_compile) or None)
-    name = f"ab-{base_wl.name}-{new_wl.name}" if base_wl.name != new_wl.name else f"ab-{base_wl.name}"
+    tags = [_tag(w) for w in (base_wl, new_wl)]
+    name = "ab-" + "-".join(tags if tags[0] != tags[1] else tags[:1])
     path = output_file(out, name, "ab.json")
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err_console, transient=True) as progress:
@@ -98,33 +100,41 @@ def ab(
                               return_on_interrupt=True)
     path.write_text(json.dumps(result.model_dump(mode="json"), indent=2))
     print_ab(result)
-    out_console.print(f"written: {path}", highlight=False)
+    out_console.print(f"written: {path}", highlight=False, markup=False)
     if not no_mlflow:
         from perfpredict.tracking import log_ab, tracking_uri
 
         try:
             run_id = log_ab(result, path, experiment=experiment)
-            out_console.print(f"mlflow: run {run_id} in {tracking_uri()} (experiment {experiment!r})", highlight=False)
+            out_console.print(f"mlflow: run {run_id} in {tracking_uri()} (experiment {experiment!r})", highlight=False,
+                              markup=False)
         except Exception as e:  # noqa: BLE001 - tracking failure must not lose the result (already on disk)
-            err_console.print(f"[yellow]warning[/]: MLflow logging failed ({type(e).__name__}: {e}); the result is "
-                              f"at {path}")
+            err_console.print(f"[yellow]warning[/]: MLflow logging failed ({type(e).__name__}: {escape(str(e))}); the "
+                              f"result is at {escape(str(path))}")
     if result.interrupted:
-        err_console.print(f"[yellow]interrupted[/]: the rounds finished so far are in {path}", highlight=False)
+        err_console.print(f"[yellow]interrupted[/]: the rounds finished so far are in {escape(str(path))}",
+                          highlight=False)
         raise typer.Exit(130)
     if "failed for" in result.stopped_because:  # a job broke after the first round: the rounds are kept, no success
         raise PerfPredictError(f"{result.stopped_because} (the rounds before are in {path})", step="ab")
 
 
+def _tag(w) -> str:
+    """A side's part of the default folder name: the model, and what was changed about it."""
+    return w.name + ("" if w.precision == "fp32" else f"-{w.precision}") + ("-compiled" if w.compile else "")
+
+
 def _describe(side) -> str:
     opts = [side.precision] + (["compiled"] if side.compiled else [])
-    return f"{side.model} ({', '.join(opts)})"
+    where = f" {side.target}" if side.target != side.model else ""
+    return escape(f"{side.model} ({', '.join(opts)}){where}")
 
 
 def print_ab(result, console=out_console) -> None:
     """The rounds as a table, then the speed-up with its interval and the verdict."""
     console.print(f"base: {_describe(result.base)}\nnew:  {_describe(result.new)}", highlight=False)
-    table = Table(title=f"batch {result.batch_size}, {result.mode}, {result.device}"
-                        f"{f' ({result.device_name})' if result.device_name else ''}", title_style="bold")
+    table = Table(title=escape(f"batch {result.batch_size}, {result.mode}, {result.device}"
+                               f"{f' ({result.device_name})' if result.device_name else ''}"), title_style="bold")
     for col in ("round", "order", "base", "new", "base / new"):
         table.add_column(col, justify="right" if col != "order" else "left")
     for r in result.rounds:
@@ -133,7 +143,8 @@ def print_ab(result, console=out_console) -> None:
     console.print(table)
     if result.ci_low is None:
         tail = f" ({result.speedup:.3f}× from one round)" if result.speedup else ""
-        console.print(f"[yellow]too few rounds for an interval[/]{tail}: {result.stopped_because}", highlight=False)
+        console.print(f"[yellow]too few rounds for an interval[/]{tail}: {escape(result.stopped_because)}",
+                      highlight=False)
     else:
         n = len(result.rounds)
         interval = f"95% interval {result.ci_low:.3f}–{result.ci_high:.3f}×, {n} paired rounds"
@@ -151,6 +162,6 @@ def print_ab(result, console=out_console) -> None:
         console.print(f"peak memory: new {result.peak_ratio:.2f}× the base's ({_fmt_bytes(sorted(nw)[len(nw) // 2])} "
                       f"against {_fmt_bytes(sorted(b)[len(b) // 2])})", highlight=False)
     if result.stopped_because != "all rounds ran":
-        console.print(f"stopped: {result.stopped_because}", highlight=False)
+        console.print(f"stopped: {escape(result.stopped_because)}", highlight=False)
     for n in result.notes:
-        console.print(f"note: {n}", highlight=False, style="dim")
+        console.print(f"note: {escape(n)}", highlight=False, style="dim")

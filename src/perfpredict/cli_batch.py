@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -102,18 +103,20 @@ def max_batch(
                            DEFAULT_MAX_BATCH if max_batch_size is None else max_batch_size, threads, timeout)
     path.write_text(json.dumps(result.model_dump(mode="json"), indent=2))
     print_batch_limit(result)
-    out_console.print(f"written: {path}", highlight=False)
+    out_console.print(f"written: {path}", highlight=False, markup=False)
     if not no_mlflow:
         from perfpredict.tracking import log_batch_limit, tracking_uri
 
         try:
             run_id = log_batch_limit(result, path, experiment=experiment)
-            out_console.print(f"mlflow: run {run_id} in {tracking_uri()} (experiment {experiment!r})", highlight=False)
+            out_console.print(f"mlflow: run {run_id} in {tracking_uri()} (experiment {experiment!r})", highlight=False,
+                              markup=False)
         except Exception as e:  # noqa: BLE001 - tracking failure must not lose the result (already on disk)
-            err_console.print(f"[yellow]warning[/]: MLflow logging failed ({type(e).__name__}: {e}); the result is "
-                              f"at {path}")
+            err_console.print(f"[yellow]warning[/]: MLflow logging failed ({type(e).__name__}: {escape(str(e))}); the "
+                              f"result is at {escape(str(path))}")
     if result.interrupted:
-        err_console.print(f"[yellow]interrupted[/]: the probes finished so far are in {path}", highlight=False)
+        err_console.print(f"[yellow]interrupted[/]: the probes finished so far are in {escape(str(path))}",
+                          highlight=False)
         raise typer.Exit(130)
     if result.model_error:  # the answer is where the model broke, not a memory limit: not a success
         raise PerfPredictError(f"{result.model_error} (the probes are in {path})", source=result.model,
@@ -155,9 +158,9 @@ def print_batch_limit(result, console=out_console) -> None:
     """The probes as a table, then the answer."""
     predicted = result.source == "predicted"
     limit = _fmt_bytes(result.memory_limit_bytes) if result.memory_limit_bytes else "the whole device"
-    table = Table(title=f"{result.model}: largest {result.mode} batch within {limit} on {result.device}"
-                        f"{f' ({result.device_name})' if result.device_name else ''}, {result.precision}"
-                        f"{', predicted' if predicted else ''}", title_style="bold")
+    table = Table(title=escape(f"{result.model}: largest {result.mode} batch within {limit} on {result.device}"
+                               f"{f' ({result.device_name})' if result.device_name else ''}, {result.precision}"
+                               f"{', predicted' if predicted else ''}"), title_style="bold")
     table.add_column("batch", justify="right")
     table.add_column("fits")
     table.add_column("memory (held to the limit)" if predicted else "peak memory", justify="right")
@@ -172,16 +175,16 @@ def print_batch_limit(result, console=out_console) -> None:
                       f"{p.batch_size / p.iter_time_s:,.0f}" if p.iter_time_s else "–")
     console.print(table)
     if result.largest_ok is None and result.interrupted:
-        console.print(f"[yellow]no answer[/]: {result.stopped_because}", highlight=False)
+        console.print(f"[yellow]no answer[/]: {escape(result.stopped_because)}", highlight=False)
     elif result.largest_ok is None:
-        console.print(f"[bold red]no batch size fits[/]: {result.stopped_because}", highlight=False)
+        console.print(f"[bold red]no batch size fits[/]: {escape(result.stopped_because)}", highlight=False)
     elif result.model_error:
         console.print(f"[yellow]largest batch size that ran: {result.largest_ok}[/], but no memory limit was found: "
-                      f"{result.stopped_because}", highlight=False)
+                      f"{escape(result.stopped_because)}", highlight=False)
     else:
         above = f", {result.smallest_failed} does not" if result.smallest_failed is not None else ""
-        console.print(f"[bold]largest batch size: {result.largest_ok}[/]{above} ({result.stopped_because}; "
+        console.print(f"[bold]largest batch size: {result.largest_ok}[/]{above} ({escape(result.stopped_because)}; "
                       f"{len(result.probes)} {'evaluations' if predicted else 'probes'} in {result.wall_s:.1f} s)",
                       highlight=False)
     for n in result.notes:
-        console.print(f"note: {n}", highlight=False, style="dim")
+        console.print(f"note: {escape(n)}", highlight=False, style="dim")

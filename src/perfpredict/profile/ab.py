@@ -33,6 +33,7 @@ Verdict = Literal["faster", "slower", "no detectable difference", "too few round
 class ABSide(BaseModel):
     label: str
     model: str
+    target: str = Field(description="the model file, or zoo:<family>[params]")
     precision: str
     compiled: bool
 
@@ -84,7 +85,7 @@ def summarize(log_ratios: list[float]) -> tuple[float | None, float | None, floa
 
 
 def _side(label: str, w: Workload) -> ABSide:
-    return ABSide(label=label, model=w.name, precision=w.precision, compiled=w.compile)
+    return ABSide(label=label, model=w.name, target=w.ref.describe(), precision=w.precision, compiled=w.compile)
 
 
 def compare_jobs(base: Workload, new: Workload, batch_size: int, *, rounds: int = 5, device: str = "auto",
@@ -110,6 +111,11 @@ def compare_jobs(base: Workload, new: Workload, batch_size: int, *, rounds: int 
     if mode not in ("train", "infer"):
         raise UsageError(f"mode must be 'train' or 'infer', got {mode!r}", step="arguments")
     check_run_args(timeout_s, threads)
+    if not isinstance(timing, TimingConfig):
+        raise UsageError(f"timing must be a TimingConfig, got {type(timing).__name__}", step="arguments")
+    if not isinstance(device, str):
+        raise UsageError(f"device must be 'auto', 'cpu' or 'cuda[:i]', got {device!r}", step="arguments")
+    import scipy.stats  # noqa: F401 - imported now (~0.5 s): not after the rounds, where a Ctrl-C would lose them
     t0 = time.perf_counter()
     dev = resolve_device(device)
     runner.warm_up()
@@ -137,8 +143,8 @@ def compare_jobs(base: Workload, new: Workload, batch_size: int, *, rounds: int 
                 if res.get("status") != "ok":
                     what = f"{which} ({sides[which].name}) at batch {batch_size}: {res.get('status')}: {res.get('error')}"
                     if k == 0:
-                        raise PerfPredictError(f"the first round failed for {what}", source=sides[which].name,
-                                               step="ab")
+                        raise PerfPredictError(f"the first round failed for {what}", source=sides[which].ref.describe(),
+                                               step=res.get("phase") or "ab")
                     reason = f"round {k + 1} failed for {what}"
                     break
                 got[which] = res
@@ -161,8 +167,10 @@ def compare_jobs(base: Workload, new: Workload, batch_size: int, *, rounds: int 
     notes = []
     if base.ref == new.ref:
         notes.append("base and new are the same job: this measures the noise (an interval around 1 is expected)")
-    if len(done) < rounds:
+    if 2 <= len(done) < rounds:
         notes.append(f"{len(done)} of {rounds} rounds finished: the interval is wider than a full run's")
+    elif len(done) < 2:
+        notes.append(f"{len(done)} of {rounds} rounds finished: an interval needs two")
     return ABResult(base=_side("base", base), new=_side("new", new), batch_size=batch_size, mode=mode, device=dev,
                     device_name=info.get("name"), rounds=done, speedup=speedup, ci_low=low, ci_high=high,
                     verdict=verdict, peak_ratio=statistics.median(peaks) if peaks else None, stopped_because=reason,
