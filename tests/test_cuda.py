@@ -164,3 +164,13 @@ def test_largest_batch_on_cuda_under_an_allocator_cap():
     assert r.device.startswith("cuda") and r.device_name
     assert ok.status == "ok" and ok.peak_bytes <= 2**30 and ok.device_bytes
     assert failed.status == "oom" and r.smallest_failed - r.largest_ok == 256
+
+
+def test_ab_on_cuda_finds_the_larger_job_slower():
+    """`perfpredict ab --device cuda`: paired rounds on the GPU, each measurement in a fresh process."""
+    from perfpredict.profile.ab import compare_jobs
+
+    r = compare_jobs(resolve_workload("zoo:mlp", {"width": 256}), resolve_workload("zoo:mlp", {"width": 4096}), 4096,
+                     rounds=3, device="cuda", timing=FAST_TIMING)
+    assert r.device.startswith("cuda") and r.device_name and len(r.rounds) == 3
+    assert r.verdict == "slower" and r.ci_high < 1 and r.peak_ratio > 2
