@@ -53,8 +53,9 @@ def test_the_search_finds_the_batch_at_the_memory_limit(write_model):
     ok, failed = r.probe(r.largest_ok), r.probe(r.smallest_failed)
     assert ok.status == "ok" and ok.peak_bytes <= limit
     assert failed.status == "oom" and r.smallest_failed - r.largest_ok == 8
-    # 1 MiB per sample under 200 MiB, less the step's fixed memory (torch's code pages, the optimizer: ~30 MiB)
-    assert 136 <= r.largest_ok <= 192, r.probes
+    # 1 MiB per sample under 200 MiB, less the step's fixed memory (torch's code pages, the optimizer: ~30 MiB on
+    # the Xeon VM; up to 80 MiB allowed for other CPUs' oneDNN code)
+    assert 112 <= r.largest_ok <= 192, r.probes
     # doubling from 8, then bisection: every probe below the answer ran
     assert [p.batch_size for p in r.probes][:4] == [8, 16, 32, 64]
     assert all(p.status == "ok" for p in r.probes if p.batch_size <= r.largest_ok)
