@@ -7,6 +7,7 @@ before a failure is written first.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -104,6 +105,28 @@ def output_file(out: Path | None, name: str, filename: str, *, create: bool = Tr
     except OSError as e:
         raise UsageError(f"cannot write in {probe_in}: {e.strerror or e}", step="arguments") from None
     return target
+
+
+def save_result(result, path: Path, show, log, *, no_mlflow: bool, experiment: str, kept: str) -> None:
+    """The end of a command that measures into a pydantic ``result`` (``max-batch``, ``ab``): write it to ``path``
+    as JSON, ``show`` it, ``log(result, path, experiment=...)`` it to MLflow (a tracking failure only warns: the
+    file is on disk), and after a Ctrl-C say where the ``kept`` part is and exit 130."""
+    path.write_text(json.dumps(result.model_dump(mode="json"), indent=2))
+    show(result)
+    out_console.print(f"written: {path}", highlight=False, markup=False)
+    if not no_mlflow:
+        from perfpredict.tracking import tracking_uri
+
+        try:
+            run_id = log(result, path, experiment=experiment)
+            out_console.print(f"mlflow: run {run_id} in {tracking_uri()} (experiment {experiment!r})", highlight=False,
+                              markup=False)
+        except Exception as e:  # noqa: BLE001 - tracking failure must not lose the result (already on disk)
+            err_console.print(f"[yellow]warning[/]: MLflow logging failed ({type(e).__name__}: {escape(str(e))}); the "
+                              f"result is at {escape(str(path))}")
+    if result.interrupted:
+        err_console.print(f"[yellow]interrupted[/]: {kept} finished so far are in {escape(str(path))}", highlight=False)
+        raise typer.Exit(130)
 
 
 def check_experiment(no_mlflow: bool, experiment: str) -> None:

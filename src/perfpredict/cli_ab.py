@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -22,6 +21,7 @@ from perfpredict.cli import (
     out_console,
     output_file,
     prepare_mlflow,
+    save_result,
 )
 from perfpredict.errors import PerfPredictError, UsageError
 
@@ -98,23 +98,9 @@ def ab(
                               on_start=lambda which, k: progress.update(task, description=f"round {k + 1}: {which}"),
                               on_round=lambda rnd, total: progress.update(task, completed=rnd.round),
                               return_on_interrupt=True)
-    path.write_text(json.dumps(result.model_dump(mode="json"), indent=2))
-    print_ab(result)
-    out_console.print(f"written: {path}", highlight=False, markup=False)
-    if not no_mlflow:
-        from perfpredict.tracking import log_ab, tracking_uri
+    from perfpredict.tracking import log_ab
 
-        try:
-            run_id = log_ab(result, path, experiment=experiment)
-            out_console.print(f"mlflow: run {run_id} in {tracking_uri()} (experiment {experiment!r})", highlight=False,
-                              markup=False)
-        except Exception as e:  # noqa: BLE001 - tracking failure must not lose the result (already on disk)
-            err_console.print(f"[yellow]warning[/]: MLflow logging failed ({type(e).__name__}: {escape(str(e))}); the "
-                              f"result is at {escape(str(path))}")
-    if result.interrupted:
-        err_console.print(f"[yellow]interrupted[/]: the rounds finished so far are in {escape(str(path))}",
-                          highlight=False)
-        raise typer.Exit(130)
+    save_result(result, path, print_ab, log_ab, no_mlflow=no_mlflow, experiment=experiment, kept="the rounds")
     if "failed for" in result.stopped_because:  # a job broke after the first round: the rounds are kept, no success
         raise PerfPredictError(f"{result.stopped_because} (the rounds before are in {path})", step="ab")
 

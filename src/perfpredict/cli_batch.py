@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Annotated
@@ -24,6 +23,7 @@ from perfpredict.cli import (
     out_console,
     output_file,
     prepare_mlflow,
+    save_result,
 )
 from perfpredict.errors import PerfPredictError, UsageError
 
@@ -101,23 +101,10 @@ def max_batch(
     else:
         result = _measured(workload, limit, device, mode.value, multiple_of,
                            DEFAULT_MAX_BATCH if max_batch_size is None else max_batch_size, threads, timeout)
-    path.write_text(json.dumps(result.model_dump(mode="json"), indent=2))
-    print_batch_limit(result)
-    out_console.print(f"written: {path}", highlight=False, markup=False)
-    if not no_mlflow:
-        from perfpredict.tracking import log_batch_limit, tracking_uri
+    from perfpredict.tracking import log_batch_limit
 
-        try:
-            run_id = log_batch_limit(result, path, experiment=experiment)
-            out_console.print(f"mlflow: run {run_id} in {tracking_uri()} (experiment {experiment!r})", highlight=False,
-                              markup=False)
-        except Exception as e:  # noqa: BLE001 - tracking failure must not lose the result (already on disk)
-            err_console.print(f"[yellow]warning[/]: MLflow logging failed ({type(e).__name__}: {escape(str(e))}); the "
-                              f"result is at {escape(str(path))}")
-    if result.interrupted:
-        err_console.print(f"[yellow]interrupted[/]: the probes finished so far are in {escape(str(path))}",
-                          highlight=False)
-        raise typer.Exit(130)
+    save_result(result, path, print_batch_limit, log_batch_limit, no_mlflow=no_mlflow, experiment=experiment,
+                kept="the probes")
     if result.model_error:  # the answer is where the model broke, not a memory limit: not a success
         raise PerfPredictError(f"{result.model_error} (the probes are in {path})", source=result.model,
                                step="max batch")

@@ -97,7 +97,7 @@ def compare_jobs(base: Workload, new: Workload, batch_size: int, *, rounds: int 
     the rounds and keeps those finished. A Ctrl-C raises KeyboardInterrupt, or with ``return_on_interrupt``
     ends the rounds and keeps those finished (``interrupted`` set; the CLI writes them)."""
     from perfpredict.profile import runner
-    from perfpredict.profile.batch_search import check_run_args
+    from perfpredict.profile.request import check_run_args
     from perfpredict.profile.device import resolve_device
     from perfpredict.profile.main_guard import check_main_guard
     from perfpredict.profile.request import PointRequest

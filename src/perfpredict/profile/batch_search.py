@@ -19,11 +19,12 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from perfpredict.errors import PerfPredictError, UsageError
+from perfpredict.profile.request import check_run_args
 from perfpredict.profile.timing import TimingConfig
 from perfpredict.workload.spec import Workload
 
@@ -96,14 +97,6 @@ def check_search_args(multiple_of: int, max_batch: int, start: int | None) -> in
         raise UsageError(f"max_batch is at most {MAX_SEARCH_BATCH:,}, got {max_batch:,}", step="arguments")
     return first
 
-
-def check_run_args(timeout_s: Any, threads: Any) -> None:
-    """A measuring run's ``timeout_s`` (a positive, finite number of seconds) and ``threads`` (None or >= 1)."""
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < math.inf:
-        raise UsageError(f"timeout must be a positive number of seconds, got {timeout_s!r}", step="arguments")
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise UsageError(f"threads must be a whole number >= 1 (or None: every core), got {threads!r}",
-                         step="arguments")
 
 
 def find_largest_batch(workload: Workload, *, device: str = "auto", mode: str = "train",
