@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 
 def main(argv: list[str] | None = None) -> int:
     from perfpredict.dataset.collect import git_commit_of
+    from perfpredict.script_args import command_line
     from perfpredict.estimators.code_footprint import MODES, TABLE_PATH
     from perfpredict.profile.code_pages import PAGE, measure_catalogue, machine_description
 
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     table = {
         "provenance": {**machine_description(),
                        "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                       "command": "python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv or sys.argv[1:])]),
+                       "command": "python " + command_line(__file__, argv),
                        "git_commit": git_commit_of(Path(__file__).resolve().parents[1]),
                        "wall_s": round(time.monotonic() - started, 1),
                        "what": "file-backed pages resident in a fresh fork of the profiler's fork server after "

@@ -27,13 +27,12 @@ import argparse
 import csv
 import datetime as dt
 import itertools
-import shlex
 import sys
 import time
 from pathlib import Path
 
 from perfpredict.errors import UsageError
-from perfpredict.script_args import describe, nonneg_int, positive_float, positive_int, run_script
+from perfpredict.script_args import command_line, describe, nonneg_int, positive_float, positive_int, run_script
 
 #: Jobs chosen to span solo GPU utilisation from launch-bound (tiny MLP) to compute-bound (ImageNet CNNs,
 #: BERT-base): (label, family, params, batch size).
@@ -249,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, dropped = prepare_resume(args.out, COLUMNS)
     done = done_pairs(rows)
     new = not args.out.exists() or args.out.stat().st_size == 0
-    settings = CollectSettings(device=device, command=" ".join(shlex.quote(a) for a in sys.argv),
+    settings = CollectSettings(device=device, command=command_line(__file__, argv),
                                git_commit=git_commit_of(Path(__file__).resolve().parent.parent))
     meta = _run_provenance(settings)
     meta["window_s"] = args.window
@@ -271,6 +270,15 @@ def main(argv: list[str] | None = None) -> int:
         f = open(args.out, "a", newline="", encoding="utf-8")
     except OSError as e:
         raise UsageError(f"cannot write {args.out}: {e.strerror or e}", step="output") from None
+    # Recorded before the first row and completed at the end, as the dataset collector does: a run killed
+    # outright (SIGKILL, the lent machine taken back at its time limit) still leaves its device, window and
+    # command beside the rows it wrote.
+    meta["finished_at"] = None
+    try:
+        _append_provenance(args.out, meta, columns=COLUMNS)
+    except BaseException:
+        f.close()
+        raise
     interrupted = False
     try:
         with f:
@@ -312,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
                     solo={k: {"samples_per_s": v.get("samples_per_s"), "gpu": v.get("gpu"),
                               "status": v.get("status")} for k, v in solo.items()},
                     device_info=next((v.get("device_info") for v in solo.values() if v.get("device_info")), None))
-        _append_provenance(args.out, meta, columns=COLUMNS)
+        _append_provenance(args.out, meta, columns=COLUMNS, replace_run=meta["run_id"])
     if interrupted:
         print(f"interrupted: {sum(counts.values())} rows written to {args.out} in this run (recorded in its "
               ".meta.json); run the same command again to resume: measured pairs are skipped", file=sys.stderr)

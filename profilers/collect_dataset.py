@@ -18,12 +18,11 @@ commit), one entry per collection run.
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 import time
 from pathlib import Path
 
-from perfpredict.script_args import describe, int_list, nonneg_float, positive_float, positive_int, run_script
+from perfpredict.script_args import command_line, describe, int_list, nonneg_float, positive_float, positive_int, run_script
 
 
 def _families(text: str) -> list[str]:
@@ -122,7 +121,7 @@ def _measure(args: argparse.Namespace) -> int:
     settings = CollectSettings(device=device, mode=args.mode, precision=args.precision, timing=timing,
                                threads=args.threads,
                                time_budget_s=args.time_budget,
-                               command=" ".join(shlex.quote(a) for a in sys.argv),
+                               command=command_line(__file__, args.argv),
                                git_commit=args.git_commit or git_commit_of(Path(__file__).resolve().parent.parent))
     t0 = time.perf_counter()
     i = 0
@@ -188,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                    "(e.g. a repeat run for the noise floor)")
     m.add_argument("--dry-run", action="store_true")
     args = ap.parse_args(argv)
+    args.argv = argv
     return _features(args) if args.cmd == "features" else _measure(args)
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -26,6 +25,7 @@ from pathlib import Path
 
 def main(argv: list[str] | None = None) -> int:
     from perfpredict.dataset.collect import git_commit_of
+    from perfpredict.script_args import command_line
     from perfpredict.estimators.kernel_time import MODES, TABLE_PATH, columns, fit_costs
     from perfpredict.profile.kernel_bench import catalogue, machine_description, measure
 
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     table = {
         "provenance": {**machine_description(args.device),
                        "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                       "command": "python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *(argv or sys.argv[1:])]),
+                       "command": "python " + command_line(__file__, argv),
                        "git_commit": git_commit_of(Path(__file__).resolve().parents[1]),
                        "wall_s": round(time.monotonic() - started, 1), "seed": args.seed, "per_kind": args.per_kind,
                        "what": "median seconds of one inference pass (torch.inference_mode) or training step "

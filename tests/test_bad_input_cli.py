@@ -73,6 +73,7 @@ def test_simulate_writes_strict_json_when_a_metric_has_no_value(run_cli, tmp_pat
 
 @pytest.mark.parametrize("args, needle", [
     (["--threads", "0"], "--threads"),
+    (["--threads", "4096"], "crash torch's OpenMP runtime"),  # the measuring process died inside libgomp
     (["--memory-limit", "1.2.3GB"], "memory size"),
     (["--memory-limit", "1e400GB"], "too large"),
     (["--memory-limit", "0"], "--memory-limit must be positive"),
@@ -198,6 +199,7 @@ def test_ctrl_c_keeps_the_points_with_a_rate_model_and_says_where(tmp_path):
 
 
 @pytest.mark.parametrize("kw,needle", [({"mode": "eval"}, "mode must be"), ({"threads": 0}, "threads must be"),
+                                       ({"threads": 10**6}, "8 per CPU"),
                                        ({"memory_limit_bytes": 0}, "memory_limit_bytes"),
                                        ({"batch_sizes": [0]}, "positive")])
 def test_python_profile_checks_its_settings_before_building_anything(tmp_path, kw, needle):
@@ -224,3 +226,24 @@ def test_profile_stays_callable_after_its_package_is_imported():
             "print('ok')\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+
+
+def test_a_ctrl_c_no_command_catches_is_one_line_not_a_silent_exit():
+    """Typer turns a Ctrl-C that reaches it into a bare exit 130 with nothing printed: a user who pressed it
+    early (while torch loads, before any measuring) saw the prompt come back without a word. main() names it.
+    A real KeyboardInterrupt raised inside a command registered for the test, through Typer's own handling."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "import perfpredict.cli as cli\n"
+        "@cli.app.command(name='stop-here')\n"
+        "def stop_here() -> None:\n"
+        "    raise KeyboardInterrupt\n"
+        "sys.argv = ['perfpredict', 'stop-here']\n"
+        "cli.main()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip() == "interrupted (Ctrl-C)" and "Traceback" not in proc.stderr

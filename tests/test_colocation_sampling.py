@@ -125,3 +125,33 @@ def test_an_architecture_at_two_batch_sizes_is_held_out_whole(tmp_path):
 def test_leave_one_job_out_needs_three_jobs(tmp_path):
     _write_pairs(tmp_path / "p.csv", [("a", "b", 0.3, 0.4, 0.1, 0.2), ("a", "a", 0.3, 0.3, 0.1, 0.1)])
     assert leave_one_job_out(colocation_rows(tmp_path / "p.csv")) is None
+
+
+def test_a_run_is_in_the_provenance_before_its_first_pair_is_measured(tmp_path, monkeypatch):
+    """A collection killed outright (the lent machine taken back) must still leave its command and device beside
+    the rows it wrote: the run is recorded before measuring and completed at the end, as the dataset collector
+    does. One real CPU pair (the tiny MLP with a copy of itself)."""
+    import json
+
+    import perfpredict.profile.colocation as colocation
+
+    cc = _collector()
+    out = tmp_path / "pairs.csv"
+    meta_file = tmp_path / "pairs.meta.json"
+    seen_at_first_pair: list[dict] = []
+    real_measure_pair = colocation.measure_pair
+
+    def measure_pair_noting_the_provenance(*args, **kwargs):
+        seen_at_first_pair.append(json.loads(meta_file.read_text()))
+        return real_measure_pair(*args, **kwargs)
+
+    monkeypatch.setattr(colocation, "measure_pair", measure_pair_noting_the_provenance)
+    assert cc.main(["--out", str(out), "--device", "cpu", "--jobs", "1", "--window", "0.3"]) == 0
+    (during,) = seen_at_first_pair
+    (run,) = during["runs"]
+    assert run["finished_at"] is None and run["device"] == "cpu" and "--jobs 1" in run["command"]
+    after = json.loads(meta_file.read_text())
+    (done,) = after["runs"]                      # the same entry, completed, not a second one
+    assert done["run_id"] == run["run_id"] and done["finished_at"] and done["rows_written"] == 1
+    rows = list(csv.DictReader(open(out)))
+    assert len(rows) == 1 and rows[0]["status"] == "ok" and float(rows[0]["job_slowdown"]) > -1

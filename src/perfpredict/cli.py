@@ -386,9 +386,9 @@ def profile(
     if window <= 0 or link_mbit <= 0:
         raise UsageError("--window and --link-mbit must be positive", step="arguments")
     check_experiment(no_mlflow, experiment)
-    if threads is not None and threads < 1:
-        raise UsageError(f"--threads must be at least 1, got {threads} (leave it out to use every core)",
-                         step="arguments")
+    from perfpredict.profile.request import check_threads
+
+    check_threads(threads, "--threads")
     if extended_batch is not None and extended_batch < 1:
         raise UsageError(f"--extended-batch must be a positive integer, got {extended_batch}", step="arguments")
     params = parse_params(param)
@@ -660,6 +660,14 @@ def version() -> None:
     out_console.print(f"perfpredict {__version__}")
 
 
+def _ctrl_c_typer_swallowed(exit_: SystemExit) -> bool:
+    """Whether this exit is Typer's translation of a Ctrl-C no command caught (``raise Exit(130) from
+    KeyboardInterrupt`` inside Typer, then ``sys.exit``): a command that catches it itself says what it kept
+    and raises its own ``Exit(130)`` from None, which has no KeyboardInterrupt as its cause."""
+    translated = exit_.__context__
+    return isinstance(getattr(translated, "__cause__", None), KeyboardInterrupt)
+
+
 def main() -> None:
     import perfpredict.cli_ab  # noqa: F401 - registers ab on `app`
     import perfpredict.cli_batch  # noqa: F401 - registers max-batch on `app`
@@ -679,8 +687,14 @@ def main() -> None:
             err_console.print(traceback.format_exc(), highlight=False, markup=False)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
-        err_console.print("[yellow]interrupted[/]; measurements finished so far were written to the card")
+        # Before a command started (its imports) or after it ended: a command that measures says itself what
+        # it kept, so nothing is claimed here.
+        err_console.print("[yellow]interrupted[/] (Ctrl-C)")
         sys.exit(130)
+    except SystemExit as e:
+        if e.code == 130 and _ctrl_c_typer_swallowed(e):
+            err_console.print("[yellow]interrupted[/] (Ctrl-C)")
+        raise
     except Exception as e:  # a bug in perfpredict itself: still one line unless --debug
         if debug:
             raise

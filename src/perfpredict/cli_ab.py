@@ -60,8 +60,9 @@ def ab(
         raise UsageError(f"--rounds must be at least 2 (an interval needs two), got {rounds}", step="arguments")
     if not (0 < min_time <= max_time):
         raise UsageError("need 0 < --min-time <= --max-time", step="arguments")
-    if threads is not None and threads < 1:
-        raise UsageError(f"--threads must be at least 1, got {threads}", step="arguments")
+    from perfpredict.profile.request import check_threads
+
+    check_threads(threads, "--threads")
     if compile_ and new_compile:
         raise UsageError("--compile already compiles both; --new-compile is for compiling the new job only",
                          step="arguments")

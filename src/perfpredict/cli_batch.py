@@ -65,8 +65,9 @@ def max_batch(
                          step="arguments")
     if not 0 < timeout < math.inf:
         raise UsageError(f"--timeout must be a positive number of seconds, got {timeout}", step="arguments")
-    if threads is not None and threads < 1:
-        raise UsageError(f"--threads must be at least 1, got {threads}", step="arguments")
+    from perfpredict.profile.request import check_threads
+
+    check_threads(threads, "--threads")
     if precision is not None:
         from perfpredict.workload.spec import check_precision
 

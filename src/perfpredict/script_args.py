@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shlex
 import signal
 import sys
 import threading
@@ -20,7 +21,7 @@ from pathlib import Path
 from perfpredict.errors import PerfPredictError
 from perfpredict.output_paths import output_dir_problem, output_file_problem
 
-__all__ = ["float_list", "int_list", "nonneg_float", "nonneg_int", "out_dir", "out_file", "positive_float",
+__all__ = ["command_line", "float_list", "int_list", "nonneg_float", "nonneg_int", "out_dir", "out_file", "positive_float",
            "positive_int", "run_script", "seed_list", "describe", "measure_keeping_partial", "stop_requested"]
 
 
@@ -155,6 +156,17 @@ def run_script(main: Callable[[], int | None]) -> None:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
     sys.exit(rc or 0)
+
+
+def command_line(script_file: str, argv: list[str] | None) -> str:
+    """The command that ran a script, for its provenance: the shell's command line when ``main`` parsed
+    ``sys.argv``, else the script's path (relative to the repository) and the arguments ``main`` was given (a
+    test or a notebook calling it, where ``sys.argv`` is the caller's, e.g. pytest's)."""
+    if argv is None:
+        return " ".join(shlex.quote(a) for a in sys.argv)
+    script = Path(script_file).resolve()
+    shown = script.relative_to(script.parents[1]) if len(script.parents) > 1 else script
+    return " ".join(shlex.quote(a) for a in [str(shown), *argv])
 
 
 def describe(doc: str | None) -> str:

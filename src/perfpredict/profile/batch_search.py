@@ -137,6 +137,7 @@ def find_largest_batch(workload: Workload, *, device: str = "auto", mode: str = 
         limit = int(available_memory_bytes() * 0.9)
     probes: list[BatchProbe] = []
     info: dict = {}
+    signatures: dict[int, object] = {}  # batch size -> its inputs' shapes (input_signature), for ok probes
 
     def probe(b: int) -> BatchProbe:
         if on_start is not None:
@@ -157,6 +158,16 @@ def find_largest_batch(workload: Workload, *, device: str = "auto", mode: str = 
                                         f"the limit ({limit / 2**20:.0f} MiB)")
         if res.get("device_info") and not info:
             info.update(res["device_info"])
+        if p.status == "ok" and res.get("input_signature") is not None:
+            same = next((b0 for b0, sig in signatures.items() if sig == res["input_signature"] and b0 != b), None)
+            signatures[b] = res["input_signature"]
+            if same is not None:
+                # Every larger batch would run too: say so now instead of doubling to max_batch.
+                p.status = "error"
+                p.error = (f"example_inputs returned the same inputs at batch size {same} and {b} (the same tensor "
+                           "shapes and numbers), so the step's memory does not depend on the batch size: the model "
+                           "ignores its batch_size argument")
+                p.phase = "example_inputs"
         probes.append(p)
         if on_probe is not None:
             on_probe(p)

@@ -65,9 +65,9 @@ class ProfileSettings:
         # anything is built or measured.
         if self.mode not in ("train", "infer"):
             raise UsageError(f"mode must be 'train' or 'infer', got {self.mode!r}", step="arguments")
-        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
-                                         or self.threads < 1):
-            raise UsageError(f"threads must be a positive integer, got {self.threads!r}", step="arguments")
+        from perfpredict.profile.request import check_threads
+
+        check_threads(self.threads)
         for name in ("memory_limit_bytes", "point_timeout_s"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0):

@@ -28,10 +28,32 @@ class PointRequest:
     check_denormals: bool = True
 
 
+#: At most this many torch threads per CPU the process may use (and never fewer than MIN_THREADS_CAP allowed): threads
+#: beyond the cores only time-share them, and on the 2-vCPU VM 4096 made the measuring process die (exit 1, or
+#: SIGSEGV at 100 000) inside torch's OpenMP runtime, which the search then blamed on the model.
+THREADS_PER_CPU_CAP = 8
+MIN_THREADS_CAP = 64
+
+
+def check_threads(threads: Any, option: str = "threads") -> None:
+    """``threads``: None (every core) or a whole number from 1 to the cap (8 per usable CPU, at least 64)."""
+    if threads is None:
+        return
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise UsageError(f"{option} must be a whole number >= 1 (or left out: every core), got {threads!r}",
+                         step="arguments")
+    from perfpredict.profile.device import usable_cpus
+
+    cpus = usable_cpus()
+    cap = max(MIN_THREADS_CAP, THREADS_PER_CPU_CAP * cpus)
+    if threads > cap:
+        raise UsageError(f"{option} {threads} is more than {cap} ({THREADS_PER_CPU_CAP} per CPU; this process may use "
+                         f"{cpus}): threads beyond the cores only time-share them, and thousands crash torch's "
+                         "OpenMP runtime", step="arguments")
+
+
 def check_run_args(timeout_s: Any, threads: Any) -> None:
     """A measuring run's ``timeout_s`` (a positive, finite number of seconds) and ``threads`` (None or >= 1)."""
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < math.inf:
         raise UsageError(f"timeout must be a positive number of seconds, got {timeout_s!r}", step="arguments")
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise UsageError(f"threads must be a whole number >= 1 (or None: every core), got {threads!r}",
-                         step="arguments")
+    check_threads(threads)

@@ -29,7 +29,7 @@ from perfpredict.profile.energy import (
 from perfpredict.profile.failure import failure_phase, failure_text, first_line
 from perfpredict.profile.request import PointRequest
 from perfpredict.profile.timing import TimingConfig, time_iterations
-from perfpredict.workload.forward_args import call_forward
+from perfpredict.workload.forward_args import call_forward, input_signature
 
 
 class _NonFiniteLoss(Exception):
@@ -130,6 +130,7 @@ def measure_point(req: PointRequest) -> dict[str, Any]:
         t0 = time.perf_counter()
         state["phase"] = "example_inputs"
         inputs = workload.step_inputs(req.batch_size, device, req.mode)
+        out["input_signature"] = input_signature(inputs)
         targets = workload.targets(req.batch_size, device)
         opt = None
         if req.mode == "train":

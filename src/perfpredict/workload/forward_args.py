@@ -89,3 +89,22 @@ def as_positional(model: torch.nn.Module, inputs: tuple[Any, ...]) -> tuple[torc
     names = tuple(k for k, v in named.items() if has_tensor(v))
     constants = {k: v for k, v in named.items() if k not in names}
     return KeywordForward(model, names, constants), tuple(named[k] for k in names)
+
+
+def input_signature(value: Any, depth: int = 0) -> Any:
+    """What a batch size can change in a model's inputs: each tensor's shape and each plain number's value, in
+    the inputs' own nesting (other objects by type name). Two batch sizes with the same signature mean
+    ``example_inputs`` ignores its ``batch_size``, so no batch size can run out of memory (``max-batch`` stops
+    on it). JSON-able: lists, strings and numbers."""
+    if depth > 8:
+        return "..."
+    if isinstance(value, torch.Tensor):
+        return ["tensor", list(value.shape)]
+    if isinstance(value, (bool, int, float)) or value is None:
+        return value
+    if isinstance(value, Mapping):
+        return ["dict", [[str(k), input_signature(v, depth + 1)] for k, v in value.items()]]
+    if isinstance(value, (tuple, list)):
+        names = list(getattr(value, "names", ()))
+        return ["seq", names, [input_signature(v, depth + 1) for v in value]]
+    return ["object", type(value).__name__]
