@@ -6,8 +6,8 @@ Two kinds of pairs are committed under ``datasets/``:
 - ``<dataset>_repeat.csv``: the same device, later, in fresh processes, with the same settings. That is the
   noise floor: no model can be expected to predict a measurement closer than the measurement repeats, so the
   family-CV scores in the README are read against it.
-- two training datasets of one device kind and mode measured on different devices (the two CPU VMs): the
-  same points on another device. That is how far a model trained on one device is off on the other before
+- two training datasets of one device kind, mode and precision measured on different devices (the CPU VMs,
+  told apart by model name and, where recorded, ``cpu_id``): the same points on another device. That is how far a model trained on one device is off on the other before
   any model error: what carries over (memory) and what does not (time).
 
 Each pair is joined on (config, batch size, mode), and the device names both files recorded are printed; a
@@ -46,14 +46,23 @@ def _value(row: dict[str, str], column: str) -> float:
     return v if math.isfinite(v) and v > 0 else math.nan
 
 
+def device_label(dataset_csv: Path, device_name: str) -> str:
+    """The device a file measured on: its rows' device name, and for a CPU the ``cpu_id`` its provenance records
+    (two VMs both named "AMD EPYC" are different machines)."""
+    from perfpredict.dataset.collect import check_provenance, dataset_cpu_id
+
+    cpu = dataset_cpu_id(check_provenance(dataset_csv))
+    return f"{device_name} ({cpu})" if cpu else device_name
+
+
 def paired_scores(first_csv: Path, again_csv: Path) -> dict:
     """Points in both files, the device names each recorded, and {target: metrics of the second file's values
     against the first's}, plus the median ratio second / first per target."""
     first, again = _ok_rows(first_csv), _ok_rows(again_csv)
     both = sorted(set(first) & set(again))
     out: dict = {"points": len(both), "targets": {}, "median_ratio": {},
-                 "devices": (sorted({first[k]["device_name"] for k in both}),
-                             sorted({again[k]["device_name"] for k in both}))}
+                 "devices": (sorted({device_label(first_csv, first[k]["device_name"]) for k in both}),
+                             sorted({device_label(again_csv, again[k]["device_name"]) for k in both}))}
     if not both:
         return out
     r0 = first[both[0]]
@@ -77,11 +86,18 @@ def committed_pairs(datasets: Path) -> list[tuple[Path, Path]]:
         rows = _ok_rows(p)
         if rows:
             r = next(iter(rows.values()))
-            groups.setdefault((r["device_kind"], r["mode"]), []).append((r["device_name"], p))
+            groups.setdefault((r["device_kind"], r["mode"], r.get("precision") or _precision(p)), []).append(
+                (device_label(p, r["device_name"]), p))
     for members in groups.values():
         first_device, first = members[0]
         pairs += [(first, p) for device, p in members[1:] if device != first_device]
     return pairs
+
+
+def _precision(dataset_csv: Path) -> str:
+    from perfpredict.dataset.collect import check_provenance, dataset_precision
+
+    return dataset_precision(check_provenance(dataset_csv))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from perfpredict.dataset.collect import CollectSettings, collect, plan_sweep, read_dataset
 from perfpredict.profile.timing import TimingConfig
@@ -116,3 +117,39 @@ def test_a_dataset_holds_one_precision_recorded_in_its_provenance(tmp_path) -> N
     assert dataset_precision({"runs": [{"device": "cpu"}]}) == "fp32"  # runs from before precision was recorded
     with pytest.raises(UsageError, match="mixes precisions"):
         dataset_precision({"dataset": "x.csv", "runs": [{"precision": "bf16"}, {}]})
+
+
+def test_a_cpu_dataset_holds_one_machine(tmp_path, monkeypatch) -> None:
+    """Two VMs both named "AMD EPYC" ran the same training steps a median 0.75x apart, so a CPU dataset records
+    the CPU beyond its name (cpu_id, in each run's device_info) and the collector will not append another
+    machine's measurements to it."""
+    import pytest
+
+    import perfpredict.hostinfo as hostinfo
+    from perfpredict.dataset.collect import dataset_cpu_id
+    from perfpredict.errors import UsageError
+    from perfpredict.estimators.data import load_training_data
+
+    here = hostinfo.cpu_id()
+    assert here is None or (" family " in here and " model " in here and "; " in here)
+    plans = plan_sweep(["mlp"], batch_sizes=[8], max_gmacs=0.0005)[:1]
+    out = tmp_path / "cpu.csv"
+    quick = TimingConfig(warmup_iters=2, warmup_s=0.05, min_iters=5, min_time_s=0.1, max_time_s=1.0)
+    settings = CollectSettings(device="cpu", timing=quick, threads=1, command="test")
+    assert collect(plans, out, settings)["counts"] == {"ok": 1}
+    meta = json.loads(out.with_suffix(".meta.json").read_text())
+    assert meta["runs"][-1]["device_info"]["cpu_id"] == here and dataset_cpu_id(meta) == here
+    monkeypatch.setattr(hostinfo, "cpu_id", lambda: "GenuineIntel family 6 model 143 stepping 8; avx2 amx_bf16")
+    with pytest.raises(UsageError, match="measured on another CPU"):
+        collect(plans, out, settings)
+    monkeypatch.setattr(hostinfo, "cpu_model_name", lambda: "Some Other CPU")
+    with pytest.raises(UsageError, match="measured on another CPU"):
+        collect(plans, out, settings)
+    with pytest.raises(UsageError, match="mixes CPUs"):
+        dataset_cpu_id({"dataset": "x.csv", "cpu_id": "a", "runs": [{"device_info": {"cpu_id": "b"}}]})
+    assert dataset_cpu_id({"runs": [{"device_info": {"name": "AMD EPYC"}}]}) is None   # from before it was recorded
+    assert dataset_cpu_id({"cpu_id": "added by hand", "runs": [{}]}) == "added by hand"
+    # the training data carries it to the model set's metadata (the Predictor's choice among same-name sets)
+    features = Path(__file__).resolve().parents[1] / "datasets" / "zoo_features.csv"
+    monkeypatch.undo()
+    assert load_training_data(out, features_csv=features).cpu_id == here

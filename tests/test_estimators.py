@@ -227,8 +227,10 @@ def test_a_kind_with_sets_from_two_cpu_models_picks_this_machines(monkeypatch):
     from perfpredict.predictor import Predictor
 
     def set_(name, device, mode, precision="fp32"):
-        return SimpleNamespace(name=name, device_kind="cpu", device_name=device, mode=mode, precision=precision)
+        return SimpleNamespace(name=name, device_kind="cpu", device_name=device, mode=mode, precision=precision,
+                               cpu_id=None)
 
+    monkeypatch.setattr(predictor_module, "cpu_id", lambda: "some CPU; avx2")
     sets = {s.name: s for s in (set_("cpu_a", "CPU A", "train"), set_("cpu_a_infer", "CPU A", "infer"),
                                 set_("cpu_b", "CPU B", "train"), set_("cpu_b_infer", "CPU B", "infer"),
                                 set_("cpu_b_bf16", "CPU B", "train", "bf16"))}
@@ -250,6 +252,35 @@ def test_a_kind_with_sets_from_two_cpu_models_picks_this_machines(monkeypatch):
             pred.model_set("cpu", precision="fp16")
         with pytest.raises(UsageError, match="fp32, bf16, fp16"):
             pred.model_set("cpu", precision="int8")
+
+
+def test_sets_from_two_machines_with_one_cpu_name_are_told_apart_by_cpu_id(monkeypatch):
+    """Two VMs both named "AMD EPYC" in /proc/cpuinfo ran the zoo's training steps a median 0.75x apart, so among
+    sets of this machine's CPU name the one whose recorded cpu_id is this machine's comes first, then one that
+    recorded none; a named set's twin at another precision must be from the same machine."""
+    from types import SimpleNamespace
+
+    import perfpredict.predictor as predictor_module
+    from perfpredict.errors import UsageError
+    from perfpredict.predictor import Predictor
+
+    def set_(name, cpu, precision="fp32"):
+        return SimpleNamespace(name=name, device_kind="cpu", device_name="AMD EPYC", mode="train",
+                               precision=precision, cpu_id=cpu)
+
+    zen3, zen4 = "AuthenticAMD family 25 model 1 stepping 1; avx2 fma", "AuthenticAMD family 25 model 17 stepping 1; avx2"
+    old, new, new_bf16 = set_("epyc_old", None), set_("epyc_zen4", zen4), set_("epyc_zen4_bf16", zen4, "bf16")
+    pred = Predictor({s.name: s for s in (old, new, new_bf16)})
+    monkeypatch.setattr(predictor_module, "cpu_model_name", lambda: "AMD EPYC")
+    for here, expect in ((zen4, "epyc_zen4"), (zen3, "epyc_old"), (None, "epyc_old")):
+        monkeypatch.setattr(predictor_module, "cpu_id", lambda here=here: here)
+        assert pred.model_set("cpu").name == expect
+        assert pred.model_set("cpu", precision="bf16").name == "epyc_zen4_bf16"   # the only bf16 set
+        assert predictor_module._measured_on_this_cpu(new) == (here in (zen4, None))
+        assert predictor_module._measured_on_this_cpu(old)                       # unrecorded: cannot tell
+    assert pred.model_set("epyc_zen4", precision="bf16").name == "epyc_zen4_bf16"
+    with pytest.raises(UsageError, match="no bf16 train-mode set was measured on its device"):
+        pred.model_set("epyc_old", precision="bf16")                             # another machine's bf16 set
 
 
 def test_a_dataset_mixing_modes_needs_the_mode_named(tmp_path):
@@ -694,7 +725,9 @@ def test_the_bf16_set_is_picked_by_precision_and_carries_the_measured_bf16_ratio
     assert med["resnet"] < 0.85 and med["unet"] < 0.85, med
     assert med["mlp"] > 1.15 and med["dlrm"] > 1.15, med
     card = pred.card_for(data.archs[0], [16], device_type="cpu", precision="bf16")
-    assert card.run.precision == "bf16" and card.prediction.model_set == "cpu_xeon_2vcpu_bf16"
+    local_bf16 = pred.model_set("cpu", precision="bf16")  # this machine's, when one was measured here
+    assert local_bf16.precision == "bf16" and local_bf16.name in ("cpu_xeon_2vcpu_bf16", "cpu_epyc_genoa_2vcpu_bf16")
+    assert card.run.precision == "bf16" and card.prediction.model_set == local_bf16.name
     # a model file's PRECISION (carried by its features) picks the set on the fast path too, as for cards
     from dataclasses import replace
 

@@ -229,6 +229,31 @@ def example_inputs(batch_size):
 
 @pytest.mark.skipif(__import__("platform").machine() not in ("x86_64", "AMD64"),
                     reason="denormal arithmetic is slow on x86; other CPUs may flush or handle it at full speed")
+def _denormal_penalty() -> float:
+    """How much slower this CPU runs elementwise and matrix kernels on denormal floats than on normal ones (the
+    largest ratio of three; ~1.0 where the hardware has no denormal penalty)."""
+    import torch
+
+    def seconds(fn, reps: int = 20) -> float:
+        for _ in range(3):
+            fn()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        return (time.perf_counter() - t0) / reps
+
+    ratios = []
+    for make in (lambda v: torch.full((1 << 20,), v), lambda v: torch.full((256, 256), v)):
+        tiny, normal = make(1e-39), make(1e-3)
+        out = torch.empty_like(tiny)
+        if tiny.dim() == 1:
+            ratios.append(seconds(lambda: torch.mul(tiny, 0.9, out=out)) / seconds(lambda: torch.mul(normal, 0.9, out=out)))
+            ratios.append(seconds(lambda: torch.add(tiny, tiny, out=out)) / seconds(lambda: torch.add(normal, normal, out=out)))
+        else:
+            ratios.append(seconds(lambda: tiny @ tiny) / seconds(lambda: normal @ normal))
+    return max(ratios)
+
+
 def test_denormal_bound_steps_are_measured_as_run_and_noted(tmp_path, write_model):
     """A ReLU RNN whose backward pass decays into denormal floats: the point keeps the default's time, and
     the worker's re-timing with denormals flushed to zero shows the speed-up and puts a note on the card
@@ -239,7 +264,17 @@ def test_denormal_bound_steps_are_measured_as_run_and_noted(tmp_path, write_mode
     out = profile_workload(relu, ProfileSettings(batch_sizes=(8,), timing=FAST_TIMING, features=False),
                            out_dir=tmp_path / "relu")
     p = out.card.throughput[0]
-    assert p.ok and p.denormal_speedup is not None and p.denormal_speedup > 1.5, p
+    assert p.ok and p.denormal_speedup is not None, p
+    if p.denormal_speedup <= 1.5:
+        # Only a CPU that slows down on denormal floats has anything to detect: Intel's microcode assists do
+        # (the Xeon VM: 97 ms against 38 ms), AMD's Zen 4 does not (48 ms against 56 ms flushed). Then the
+        # kernels themselves must show no penalty either, or the profiler missed one.
+        penalty = _denormal_penalty()
+        if penalty < 1.5:
+            pytest.skip(f"this CPU does not slow down on denormal floats (kernels {penalty:.2f}x, the RNN step "
+                        f"{p.denormal_speedup:.2f}x): nothing to detect")
+        pytest.fail(f"the kernels run {penalty:.2f}x slower on denormals, but the profiler measured "
+                    f"{p.denormal_speedup:.2f}x for a denormal-bound step")
     assert p.denormal_flushed_iter_time_s < p.iter_time_s
     assert any("denormal floats slow this job" in n for n in out.card.notes)
     plain = profile_workload(load_model_file(write_model(TINY_MODEL)), ProfileSettings(batch_sizes=(8,), timing=FAST_TIMING,

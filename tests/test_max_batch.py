@@ -98,7 +98,8 @@ def test_a_ctrl_c_keeps_the_probes_measured_so_far(write_model):
                                          ({"memory_limit_bytes": float("nan")}, "memory_limit"),
                                          ({"memory_limit_bytes": float("inf")}, "memory_limit"),
                                          ({"timeout_s": float("nan")}, "timeout"), ({"timeout_s": 0}, "timeout"),
-                                         ({"threads": 0}, "threads"), ({"max_batch": 2**40}, "at most")])
+                                         ({"threads": 0}, "threads"), ({"threads": 4096}, "OpenMP"),
+                                         ({"max_batch": 2**40}, "at most")])
 def test_bad_search_arguments_are_usage_errors(write_model, kw, needle):
     wl = resolve_workload(str(write_model(TINY_MODEL)))
     with pytest.raises(UsageError, match=needle):
@@ -243,7 +244,8 @@ def test_predicted_answer_uses_the_set_it_names_whatever_the_file_asks(predictor
     assert q90[0] <= 2e8 < q90[1]
     # left to the file, the bf16 set answers
     bf16 = predictor.largest_batch(path, memory_limit_bytes=2e8, device_type="cpu")
-    assert bf16.precision == "bf16" and bf16.notes[0].startswith("predicted by model set cpu_xeon_2vcpu_bf16")
+    local_bf16 = predictor.model_set("cpu", precision="bf16").name  # this machine's bf16 set, where there is one
+    assert bf16.precision == "bf16" and bf16.notes[0].startswith(f"predicted by model set {local_bf16}")
 
 
 def test_predictor_refuses_a_model_that_is_not_a_path_and_params_that_are_not_a_mapping(predictor):
@@ -251,3 +253,39 @@ def test_predictor_refuses_a_model_that_is_not_a_path_and_params_that_are_not_a_
         predictor.largest_batch(42, memory_limit_bytes=1e9)
     with pytest.raises(UsageError, match="params must be a mapping"):
         predictor.predict("zoo:mlp", params="width=3")
+
+
+#: example_inputs ignores its batch size, a common slip: every batch would "fit", up to max_batch.
+IGNORES_BATCH = TINY_MODEL.replace("torch.randn(batch_size, 32)", "torch.randn(4, 32)")
+#: ... while a model that builds its batch inside forward from a number it is given does not ignore it.
+BATCH_AS_A_NUMBER = """
+import torch
+import torch.nn as nn
+
+class FromCount(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(32, 8)
+
+    def forward(self, n):
+        return self.fc(torch.randn(n, 32))
+
+def build_model():
+    return FromCount()
+
+def example_inputs(batch_size):
+    return (batch_size,)
+"""
+
+
+def test_cli_a_model_that_ignores_its_batch_size_stops_at_the_second_probe(run_cli, write_model, tmp_path):
+    assert IGNORES_BATCH != TINY_MODEL
+    proc = run_cli("max-batch", write_model(IGNORES_BATCH), "--device", "cpu", "--threads", "1", "--no-mlflow",
+                   "--out", "o")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "ignores its batch_size" in proc.stderr and "batch size 1 and 2" in proc.stderr
+    doc = json.loads((tmp_path / "o" / "max_batch.json").read_text())
+    assert [p["batch_size"] for p in doc["probes"]] == [1, 2] and "ignores" in doc["model_error"]
+    r = find_largest_batch(resolve_workload(str(write_model(BATCH_AS_A_NUMBER, name="as_number.py"))),
+                           device="cpu", max_batch=8, threads=1)
+    assert r.model_error is None and r.largest_ok == 8 and [p.batch_size for p in r.probes] == [1, 2, 4, 8]

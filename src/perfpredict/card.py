@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from perfpredict.errors import PerfPredictError
 
-SCHEMA_VERSION = "1.12"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
+SCHEMA_VERSION = "1.13"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
 #                                             features.activation_bytes_by_op; 1.3: features.lookup_param_bytes;
 #                                             1.4: features.recurrent_steps_by_op;
 #                                             1.5: features.saved_cpu_bytes_per_sample;
@@ -35,7 +35,8 @@ SCHEMA_VERSION = "1.12"  # 1.1: scaling, colocation, speedup_curve, comm_model, 
 #                                             1.10: prediction.points[].iter_time_baseline_shares;
 #                                             1.11: colocation.points[].other_cpus, colocation.pairs[].other_cpus,
 #                                                   job_solo_other_cpus, partner_solo_other_cpus;
-#                                             1.12: run.precision, run.compiled, memory[].load_bytes
+#                                             1.12: run.precision, run.compiled, memory[].load_bytes;
+#                                             1.13: device.cpu_id
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -49,6 +50,8 @@ class DeviceInfo(_Section):
 
     kind: Literal["cpu", "cuda"]
     name: str = Field(description="CPU model name or GPU product name")
+    cpu_id: str | None = Field(None, description="the host CPU beyond its model name (vendor, family/model/stepping, "
+                                                 "vector ISA): a VM may mask the name")
     index: int | None = Field(None, description="CUDA device index used (None on CPU)")
     uuid: str | None = None
     threads: int | None = Field(None, description="torch intra-op threads used by the measuring process")

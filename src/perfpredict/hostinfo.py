@@ -15,3 +15,33 @@ def cpu_model_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+#: The vector ISA extensions that change which CPU kernels torch runs (oneDNN and ATen dispatch on them).
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16",
+             "amx_int8")
+
+
+def cpu_id() -> str | None:
+    """The CPU beyond its model name: vendor, family/model/stepping and the vector ISA torch dispatches on, e.g.
+    ``AuthenticAMD family 25 model 17 stepping 1; avx2 fma avx512f avx512_vnni avx512_bf16``.
+
+    Why: a VM's model name can be masked. Two development VMs both named "AMD EPYC" ran the same training
+    steps a median 0.75x apart (0.30x to 0.95x by family), so the name alone does not say whose time model
+    applies. None where /proc/cpuinfo is not readable (not Linux)."""
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first processor's block is enough
+                key, _, value = line.partition(":")
+                fields[key.strip().lower()] = value.strip()
+    except OSError:
+        return None
+    if not fields:
+        return None
+    flags = set(fields.get("flags", "").split())
+    isa = " ".join(f for f in ISA_FLAGS if f in flags) or "no AVX2"
+    return (f"{fields.get('vendor_id', 'unknown vendor')} family {fields.get('cpu family', '?')} model "
+            f"{fields.get('model', '?')} stepping {fields.get('stepping', '?')}; {isa}")

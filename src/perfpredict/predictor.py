@@ -32,7 +32,7 @@ from perfpredict.estimators.evaluate import calibrated
 from perfpredict.estimators.forest import compile_model_file
 from perfpredict.estimators.models import MEMORY_TERMS, baseline_components, with_utilization_prior
 from perfpredict.estimators.saved_estimate import ESTIMABLE_ATTRS, SAVED_ATTRS, SavedBytesEstimator
-from perfpredict.hostinfo import cpu_model_name
+from perfpredict.hostinfo import cpu_id, cpu_model_name
 
 #: Features describing the architecture alone (no batch size): the space the fallback measures distance in
 #: (``ops_onednn`` re-counts the conv and LSTM ops already in ``ops_conv`` and ``ops_rnn``, so it is left out).
@@ -175,6 +175,9 @@ class ModelSet:
         #: "fp32", or "bf16"/"fp16": the autocast precision the training rows ran at (sets from before it was
         #: recorded: fp32)
         self.precision: str = self.meta.get("precision", "fp32")
+        #: the measuring machine's CPU beyond its model name (hostinfo.cpu_id); None for sets from before it
+        #: was recorded
+        self.cpu_id: str | None = self.meta.get("cpu_id")
         self.trained_batches: list[int] = self.meta["batch_sizes"]
         self.targets: dict[str, _Target] = {}
         for tname, t in self.meta["targets"].items():
@@ -265,6 +268,22 @@ class ModelSet:
         return self.profiled_names[i], float(d[i])
 
 
+def _measured_on_this_cpu(ms: ModelSet) -> bool:
+    """Whether a CPU set was measured on this machine's CPU, as far as its record says: the same model name, and
+    the same :func:`~perfpredict.hostinfo.cpu_id` where both are known."""
+    here = cpu_id()
+    return ms.device_name == cpu_model_name() and (ms.cpu_id is None or here is None or ms.cpu_id == here)
+
+
+def _local_cpu_first(sets: list[ModelSet]) -> list[ModelSet]:
+    """CPU sets in the order to use them on this machine: measured on this CPU (name and cpu_id), then the same
+    name with no cpu_id recorded (it may be this CPU), then the rest as given."""
+    here, name = cpu_id(), cpu_model_name()
+    same = [s for s in sets if s.device_name == name and s.cpu_id is not None and s.cpu_id == here]
+    unknown = [s for s in sets if s.device_name == name and s.cpu_id is None]
+    return same + unknown + [s for s in sets if s not in same and s not in unknown]
+
+
 def _lacks_counts(arch: ArchFeatures) -> bool:
     """Whether the Predictor will estimate ``arch``'s saved-tensor counts (an ONNX file, a bare feature vector)."""
     return any(getattr(arch, attr) is None for attr in SAVED_ATTRS)
@@ -304,7 +323,10 @@ class Predictor:
         A kind with several sets (two CPU models) picks the one measured on this machine's CPU model when
         there is one, else the first by name: a CPU time model does not carry over between CPU models (on the
         Intel Xeon VM the zoo's training steps take a median 0.62x and its forward passes 0.38x the time they
-        take on the AMD EPYC one, ``benchmarks/noise_floor.py``). Name the set to predict for another machine.
+        take on the AMD EPYC one, ``benchmarks/noise_floor.py``). Among sets of the same model name, the one
+        whose recorded CPU (``cpu_id``: family, model, vector ISA) is this machine's comes first, then one that
+        recorded none: two VMs both named "AMD EPYC" differed by a median 0.75x. Name the set to predict for
+        another machine.
 
         ``precision`` ("fp32", "bf16", "fp16"; None = fp32, or a named set's own) picks the same way: sets
         trained on steps run at that autocast precision."""
@@ -320,8 +342,8 @@ class Predictor:
                 return ms
             mode, precision = mode or ms.mode, precision or ms.precision
             twin = [s for s in self.sets.values()
-                    if s.device_kind == ms.device_kind and s.device_name == ms.device_name and s.mode == mode
-                    and s.precision == precision]
+                    if s.device_kind == ms.device_kind and s.device_name == ms.device_name and s.cpu_id == ms.cpu_id
+                    and s.mode == mode and s.precision == precision]
             if twin:
                 return twin[0]
             raise UsageError(f"model set {device_type!r} was trained on {ms.precision} {ms.mode} measurements, "
@@ -330,8 +352,7 @@ class Predictor:
         kind, want, prec = device_type or "cuda", mode or "train", precision or "fp32"
         matches = [s for s in self.sets.values() if s.device_kind == kind and s.mode == want and s.precision == prec]
         if kind == "cpu" and len(matches) > 1:
-            local = cpu_model_name()
-            matches = [s for s in matches if s.device_name == local] or matches
+            matches = _local_cpu_first(matches)
         if matches:
             return matches[0]
         asked = repr(device_type) if device_type else f"'{kind}' (the default when none is named)"
@@ -448,10 +469,12 @@ class Predictor:
         nearest = NearestProfiled(name=near_name, family=ms.profiled[near_name]["family"], distance=dist,
                                   threshold=ms.ood_threshold)
         notes = list(arch.notes) + ([precision_note] if precision_note else [])
-        if ms.device_kind == "cpu" and device_type in (None, "cpu") and ms.device_name != cpu_model_name():
+        if ms.device_kind == "cpu" and device_type in (None, "cpu") and not _measured_on_this_cpu(ms):
+            here = cpu_id()
             notes.append(f"no {ms.precision} {ms.mode}-mode set was measured on this machine's CPU "
-                         f"({cpu_model_name()}): these predict {ms.device_name}, and a CPU time model does not "
-                         "carry over between CPU models (collect one with profilers/collect_dataset.py)")
+                         f"({cpu_model_name()}{'; ' + here if here else ''}): these predict {ms.device_name}"
+                         f"{' (' + ms.cpu_id + ')' if ms.cpu_id else ''}, and a CPU time model does not carry over "
+                         "between CPUs (collect one with profilers/collect_dataset.py)")
         X = design_matrix([(arch, b) for b in batch_sizes], device_kind=ms.device_kind)
         preds = {name: t.predict(X, estimated_counts=estimated) for name, t in ms.targets.items()}
         method = "estimator"

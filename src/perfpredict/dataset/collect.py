@@ -418,6 +418,8 @@ def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSetting
                              f"collect {settings.precision} into a file of its own (one precision per dataset)",
                              step="provenance")
     rows, dropped = prepare_resume(out, DATASET_COLUMNS)
+    if settings.device == "cpu":
+        _check_same_cpu(out, meta, rows)
     done = _done_points(rows)
     # Earlier non-final rows (errors, timeouts) of points measured again are superseded: keep the file
     # append-only and let readers take the last row per point.
@@ -553,6 +555,36 @@ def dataset_precision(meta: dict[str, Any] | None) -> str:
         raise UsageError(f"{(meta or {}).get('dataset', 'the dataset')} mixes precisions ({', '.join(sorted(found))}) "
                          "across its runs; keep one precision per file", step="provenance")
     return found.pop() if found else "fp32"
+
+
+def _check_same_cpu(out: Path, meta: dict[str, Any] | None, rows: list[dict[str, str]]) -> None:
+    """Refuse to add this machine's CPU measurements to a file measured on another CPU: its time model would
+    average two machines (two VMs both named "AMD EPYC" ran the same steps a median 0.75x apart)."""
+    from perfpredict.hostinfo import cpu_id, cpu_model_name
+
+    here_name, here_id = cpu_model_name(), cpu_id()
+    names = {r.get("device_name") for r in rows if r.get("device_name")}
+    recorded = dataset_cpu_id(meta)
+    if (names and here_name not in names) or (recorded and here_id and recorded != here_id):
+        theirs = "; ".join(sorted(names)) + (f" ({recorded})" if recorded else "")
+        raise UsageError(f"{out.name} was measured on another CPU ({theirs}); this machine is {here_name}"
+                         f"{' (' + here_id + ')' if here_id else ''}: collect into a file of its own (one machine "
+                         "per dataset)", step="provenance")
+
+
+def dataset_cpu_id(meta: dict[str, Any] | None) -> str | None:
+    """The CPU a dataset's runs measured on beyond its model name (:func:`perfpredict.hostinfo.cpu_id`): the runs'
+    ``device_info.cpu_id``, or a file's own ``cpu_id`` (added by hand to runs from before the collector recorded
+    it); None for files from before either. Runs on two different CPUs are a :class:`UsageError`."""
+    meta = meta or {}
+    found = {run["device_info"]["cpu_id"] for run in meta.get("runs", [])
+             if isinstance(run, dict) and isinstance(run.get("device_info"), dict) and run["device_info"].get("cpu_id")}
+    if meta.get("cpu_id"):
+        found.add(str(meta["cpu_id"]))
+    if len(found) > 1:
+        raise UsageError(f"{meta.get('dataset', 'the dataset')} mixes CPUs across its runs ({'; '.join(sorted(found))});"
+                         " keep one machine per file", step="provenance")
+    return found.pop() if found else None
 
 
 def _append_provenance(dataset_csv: Path, run_meta: dict[str, Any], columns: list[str] | None = None,

@@ -24,10 +24,21 @@ FEATURES_FILE = "zoo_features.csv"
 
 def _precision_of(provenance: dict[str, Any], path: Path) -> str:
     from perfpredict.dataset.collect import dataset_precision
+
+    return _from_provenance(dataset_precision, provenance, path)
+
+
+def _cpu_id_of(provenance: dict[str, Any], path: Path) -> str | None:
+    from perfpredict.dataset.collect import dataset_cpu_id
+
+    return _from_provenance(dataset_cpu_id, provenance, path)
+
+
+def _from_provenance(read, provenance: dict[str, Any], path: Path):
     from perfpredict.errors import UsageError
 
     try:
-        return dataset_precision(provenance)
+        return read(provenance)
     except UsageError as e:
         raise PerfPredictError(e.message, source=str(path), step="load dataset") from None
 
@@ -49,6 +60,9 @@ class TrainingData:
     mode: str = "train"
     #: the precision every row ran at (fp32, or bf16/fp16 autocast), from the provenance file
     precision: str = "fp32"
+    #: a CPU dataset's CPU beyond its model name (hostinfo.cpu_id), from the provenance; None when unrecorded,
+    #: and for GPU datasets (their host CPU may differ between lent sessions; the rows are the GPU's)
+    cpu_id: str | None = None
 
     def column(self, name: str) -> np.ndarray:
         """A numeric column (NaN where empty); a cell that is not a number is a :class:`PerfPredictError` naming
@@ -190,4 +204,4 @@ def load_training_data(dataset_csv: str | Path, features_csv: str | Path | None 
                              for run in provenance.get("runs", [])],
                     "device_info": next((run.get("device_info") for run in provenance.get("runs", [])
                                          if run.get("device_info")), None)},
-        mode=mode, precision=_precision_of(provenance, path))
+        mode=mode, precision=_precision_of(provenance, path), cpu_id=_cpu_id_of(provenance, path) if kind == "cpu" else None)

@@ -128,7 +128,7 @@ def _train_into(data: TrainingData, dataset_csv: str | Path, out: Path, *, kinds
     say = progress or (lambda msg: None)
     meta: dict[str, Any] = {
         "dataset": data.name, "device_kind": data.device_kind, "device_name": data.device_name, "mode": data.mode,
-        "precision": data.precision,
+        "precision": data.precision, "cpu_id": data.cpu_id,
         "dataset_sha256": data.sha256, "rows": len(data), "families": sorted(set(data.families.tolist())),
         "architectures": len(set(data.configs.tolist())),
         "batch_sizes": sorted(set(int(b) for b in data.batch)), "provenance": data.provenance,

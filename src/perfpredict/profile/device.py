@@ -7,7 +7,7 @@ import platform
 import socket
 
 from perfpredict.errors import UsageError
-from perfpredict.hostinfo import cpu_model_name
+from perfpredict.hostinfo import cpu_id, cpu_model_name
 
 
 def resolve_device(requested: str) -> str:
@@ -58,6 +58,7 @@ def describe_device(device: str, threads: int | None = None) -> dict:
         "platform": platform.platform(),
         "cpu_count": usable_cpus(),
         "threads": threads,
+        "cpu_id": cpu_id(),
     }
     if device == "cpu":
         info.update(kind="cpu", name=cpu_model_name(), memory_bytes=int(psutil.virtual_memory().total))
