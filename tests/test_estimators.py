@@ -728,6 +728,7 @@ def test_the_bf16_set_is_picked_by_precision_and_carries_the_measured_bf16_ratio
     local_bf16 = pred.model_set("cpu", precision="bf16")  # this machine's, when one was measured here
     assert local_bf16.precision == "bf16" and local_bf16.name in ("cpu_xeon_2vcpu_bf16", "cpu_epyc_genoa_2vcpu_bf16")
     assert card.run.precision == "bf16" and card.prediction.model_set == local_bf16.name
+    assert card.device.cpu_id == local_bf16.cpu_id  # the machine the set was measured on, where recorded
     # a model file's PRECISION (carried by its features) picks the set on the fast path too, as for cards
     from dataclasses import replace
 

@@ -628,7 +628,7 @@ def _assemble_card(arch: ArchFeatures, source: str, ms: ModelSet, info):
         model=ModelInfo(name=arch.name or Path(source).stem, source=source, parameters=int(arch.param_count),
                         trainable_parameters=int(arch.param_count), param_bytes=int(arch.param_bytes),
                         family=arch.family),
-        device=DeviceInfo(kind=dev, name=ms.device_name),
+        device=DeviceInfo(kind=dev, name=ms.device_name, cpu_id=ms.cpu_id if dev == "cpu" else None),
         run=ProfileRun(mode=ms.mode, precision=ms.precision, batch_sizes=bs, started_at=utc_now(),
                        perfpredict_version=__version__,
                        command=f"Predictor.predict ({ms.name})"),
