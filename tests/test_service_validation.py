@@ -240,4 +240,8 @@ def test_precision_picks_the_set_trained_at_it_on_both_routes(client, onnx_bytes
     _assert_refused(_post(client, batch_sizes=[16], device_type="cuda", precision="bf16"), "at bf16")
     models = client.get("/models").json()
     assert models["cpu_xeon_2vcpu_bf16"]["precision"] == "bf16" and models["cuda_h100"]["precision"] == "fp32"
+    # two machines with one CPU name are told apart by the cpu_id their datasets recorded (None: from before it)
+    assert models["cpu_epyc_genoa_2vcpu"]["cpu_id"].startswith("AuthenticAMD family 25 model 17")
+    assert models["cpu_epyc_2vcpu"]["device_name"] == models["cpu_epyc_genoa_2vcpu"]["device_name"]
+    assert models["cpu_epyc_2vcpu"]["cpu_id"] is None
     _assert_still_serving(client)

@@ -160,8 +160,8 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
     def models() -> dict[str, Any]:
         out = {}
         for name, ms in pred.sets.items():
-            out[name] = {"device_kind": ms.device_kind, "device_name": ms.device_name, "mode": ms.mode,
-                         "precision": ms.precision,
+            out[name] = {"device_kind": ms.device_kind, "device_name": ms.device_name, "cpu_id": ms.cpu_id,
+                         "mode": ms.mode, "precision": ms.precision,
                          "dataset_sha256": ms.meta["dataset_sha256"], "rows": ms.meta["rows"],
                          "families": ms.meta["families"], "batch_sizes": ms.trained_batches,
                          "targets": {k: t.scores for k, t in ms.targets.items()},
