@@ -7,8 +7,9 @@ Two kinds of pairs are committed under ``datasets/``:
   noise floor: no model can be expected to predict a measurement closer than the measurement repeats, so the
   family-CV scores in the README are read against it.
 - two training datasets of one device kind, mode and precision measured on different devices (the CPU VMs,
-  told apart by model name and, where recorded, ``cpu_id``): the same points on another device. That is how far a model trained on one device is off on the other before
-  any model error: what carries over (memory) and what does not (time).
+  told apart by model name and, where recorded, ``cpu_id``): the same points on another device. That is how
+  far a model trained on one device is off on the other before any model error: what carries over (memory)
+  and what does not (time).
 
 Each pair is joined on (config, batch size, mode), and the device names both files recorded are printed; a
 repeat whose device differs from its dataset's is reported as a cross-device comparison, not a noise floor.
@@ -46,13 +47,16 @@ def _value(row: dict[str, str], column: str) -> float:
     return v if math.isfinite(v) and v > 0 else math.nan
 
 
-def device_label(dataset_csv: Path, device_name: str) -> str:
+def device_label(device_name: str, cpu_id: str | None) -> str:
     """The device a file measured on: its rows' device name, and for a CPU the ``cpu_id`` its provenance records
     (two VMs both named "AMD EPYC" are different machines)."""
+    return f"{device_name} ({cpu_id})" if cpu_id else device_name
+
+
+def _cpu_id(dataset_csv: Path) -> str | None:
     from perfpredict.dataset.collect import check_provenance, dataset_cpu_id
 
-    cpu = dataset_cpu_id(check_provenance(dataset_csv))
-    return f"{device_name} ({cpu})" if cpu else device_name
+    return dataset_cpu_id(check_provenance(dataset_csv))
 
 
 def paired_scores(first_csv: Path, again_csv: Path) -> dict:
@@ -60,9 +64,10 @@ def paired_scores(first_csv: Path, again_csv: Path) -> dict:
     against the first's}, plus the median ratio second / first per target."""
     first, again = _ok_rows(first_csv), _ok_rows(again_csv)
     both = sorted(set(first) & set(again))
+    cpu_first, cpu_again = _cpu_id(first_csv), _cpu_id(again_csv)  # one provenance read per file
     out: dict = {"points": len(both), "targets": {}, "median_ratio": {},
-                 "devices": (sorted({device_label(first_csv, first[k]["device_name"]) for k in both}),
-                             sorted({device_label(again_csv, again[k]["device_name"]) for k in both}))}
+                 "devices": (sorted({device_label(first[k]["device_name"], cpu_first) for k in both}),
+                             sorted({device_label(again[k]["device_name"], cpu_again) for k in both}))}
     if not both:
         return out
     r0 = first[both[0]]
@@ -78,6 +83,7 @@ def paired_scores(first_csv: Path, again_csv: Path) -> dict:
 def committed_pairs(datasets: Path) -> list[tuple[Path, Path]]:
     """(dataset, its repeat) for every repeat under ``datasets``, then (first, other) for the training datasets
     of one device kind and mode that were measured on different devices."""
+    from perfpredict.dataset.collect import check_provenance, dataset_cpu_id, dataset_precision
     from perfpredict.estimators.data import training_datasets
 
     pairs = [(p.with_name(p.name.replace("_repeat.csv", ".csv")), p) for p in sorted(datasets.glob("*_repeat.csv"))]
@@ -86,18 +92,13 @@ def committed_pairs(datasets: Path) -> list[tuple[Path, Path]]:
         rows = _ok_rows(p)
         if rows:
             r = next(iter(rows.values()))
-            groups.setdefault((r["device_kind"], r["mode"], r.get("precision") or _precision(p)), []).append(
-                (device_label(p, r["device_name"]), p))
+            meta = check_provenance(p)  # the rows name neither the precision nor the CPU id; the provenance does
+            groups.setdefault((r["device_kind"], r["mode"], dataset_precision(meta)), []).append(
+                (device_label(r["device_name"], dataset_cpu_id(meta)), p))
     for members in groups.values():
         first_device, first = members[0]
         pairs += [(first, p) for device, p in members[1:] if device != first_device]
     return pairs
-
-
-def _precision(dataset_csv: Path) -> str:
-    from perfpredict.dataset.collect import check_provenance, dataset_precision
-
-    return dataset_precision(check_provenance(dataset_csv))
 
 
 def main(argv: list[str] | None = None) -> int:

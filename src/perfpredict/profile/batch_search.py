@@ -98,7 +98,6 @@ def check_search_args(multiple_of: int, max_batch: int, start: int | None) -> in
     return first
 
 
-
 def find_largest_batch(workload: Workload, *, device: str = "auto", mode: str = "train",
                        memory_limit_bytes: int | None = None, multiple_of: int = 1, max_batch: int = DEFAULT_MAX_BATCH,
                        start: int | None = None, threads: int | None = None, timeout_s: float = 600.0,

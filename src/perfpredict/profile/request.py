@@ -53,7 +53,8 @@ def check_threads(threads: Any, option: str = "threads") -> None:
 
 
 def check_run_args(timeout_s: Any, threads: Any) -> None:
-    """A measuring run's ``timeout_s`` (a positive, finite number of seconds) and ``threads`` (None or >= 1)."""
+    """A measuring run's ``timeout_s`` (a positive, finite number of seconds) and ``threads``
+    (:func:`check_threads`)."""
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < math.inf:
         raise UsageError(f"timeout must be a positive number of seconds, got {timeout_s!r}", step="arguments")
     check_threads(threads)
