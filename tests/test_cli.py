@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -182,6 +183,32 @@ def test_failure_after_some_points_keeps_them_and_debug_shows_the_traceback(run_
 def test_bad_arguments(run_cli, args, step):
     line = _one_error_line(run_cli(*args, "--no-mlflow"))
     assert step in line
+
+
+def _fork_servers_started_in(folder) -> list[int]:
+    """PIDs of live multiprocessing fork servers whose sys.path starts in ``folder`` (``python -m`` puts the
+    working directory first), read from /proc."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if "multiprocessing.forkserver" in cmd and f"'{folder}'" in cmd:
+            pids.append(int(proc.name))
+    return pids
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads /proc")
+def test_a_command_that_fails_early_leaves_no_fork_server_holding_its_output(tmp_path):
+    """The fork server is warmed up before the model is loaded; when loading fails, the command used to exit while
+    the server was still importing torch, and the server kept the command's stdout/stderr open for seconds (a
+    pipe reader such as ``| tee`` or ``capture_output`` waited for it). It is now ended with the command."""
+    with open(tmp_path / "out.txt", "w") as out:
+        proc = subprocess.run([sys.executable, "-m", "perfpredict", "profile", "zoo:nosuch", "--no-mlflow"],
+                              stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path, timeout=300)
+    assert proc.returncode != 0 and "unknown zoo family" in (tmp_path / "out.txt").read_text()
+    assert _fork_servers_started_in(tmp_path) == []
 
 
 def test_param_on_a_model_file_is_rejected(run_cli, write_model):

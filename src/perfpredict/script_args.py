@@ -97,6 +97,15 @@ def stop_requested() -> bool:
     return _stop_asked
 
 
+def _half_built_finalizer(info) -> bool:
+    """Whether an unraisable exception is a multiprocessing finalizer that a Ctrl-C cut in half: a
+    KeyboardInterrupt between ``Finalize.__init__``'s weakref and its registry key leaves a callback that later
+    fails with ``AttributeError: '_key'`` when its object dies (a CPython race, seen as a DataLoader unwound)."""
+    from multiprocessing.util import Finalize
+
+    return isinstance(info.object, Finalize) and isinstance(info.exc_value, AttributeError)
+
+
 def measure_keeping_partial(loop: Callable[[], None], rows: Sized) -> bool:
     """Run a benchmark's measuring ``loop`` (it appends to ``rows``); Ctrl-C ends it early with a line saying the
     results so far follow. Returns whether it was interrupted: the caller reports and saves what it has, then
@@ -114,7 +123,7 @@ def measure_keeping_partial(loop: Callable[[], None], rows: Sized) -> bool:
     def on_unraisable(info) -> None:
         # Python calls this for an exception it cannot raise (in a __del__, a finalizer, an at-fork callback):
         # a Ctrl-C landing there is remembered (stop_requested) instead of printed as a traceback
-        if isinstance(info.exc_value, KeyboardInterrupt):
+        if isinstance(info.exc_value, KeyboardInterrupt) or (_stop_asked and _half_built_finalizer(info)):
             return
         previous_hook(info)
 

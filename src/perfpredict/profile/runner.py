@@ -8,8 +8,10 @@ servers are unavailable (Windows), ``spawn`` is used.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import multiprocessing as mp
+import os
 import signal
 import threading
 import time
@@ -27,10 +29,31 @@ def _ctx() -> mp.context.BaseContext:
         if "forkserver" in mp.get_all_start_methods():
             ctx = mp.get_context("forkserver")
             ctx.set_forkserver_preload(_PRELOAD)
+            atexit.register(_stop_fork_server)
         else:  # pragma: no cover - Windows
             ctx = mp.get_context("spawn")
         _context = ctx
     return _context
+
+
+def _stop_fork_server() -> None:
+    """At exit, end the fork server at once instead of letting it finish importing torch.
+
+    A command that fails before measuring (a wrong zoo name, a broken model file) exits while the server it
+    warmed up is still importing; left alone, the server only sees that its parent is gone when the import ends
+    (about 2 s later, longer on a busy machine), and until then it holds the command's stdout and stderr open,
+    so a pipe reader (``perfpredict ... | tee log``, ``subprocess.run(capture_output=True)``) waits for it.
+    Skipped while measuring processes are still alive: their exit status is relayed by the server.
+    Uses ``ForkServer._stop`` (CPython's own stop; private, so any failure leaves the old behaviour)."""
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    pid = getattr(server, "_forkserver_pid", None)
+    if pid is None or mp.active_children():
+        return
+    with contextlib.suppress(Exception):
+        os.kill(pid, signal.SIGKILL)
+        server._stop()
 
 
 def _entry(req: PointRequest, conn) -> None:
