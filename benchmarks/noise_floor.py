@@ -5,7 +5,7 @@ Two kinds of pairs are committed under ``datasets/``:
 
 - ``<dataset>_repeat.csv``: the same device, later, in fresh processes, with the same settings. That is the
   noise floor: no model can be expected to predict a measurement closer than the measurement repeats, so the
-  family-CV scores in the README are read against it.
+  family-CV scores in docs/estimators.md are read against it.
 - two training datasets of one device kind, mode and precision measured on different devices (the CPU VMs,
   told apart by model name and, where recorded, ``cpu_id``): the same points on another device. That is how
   far a model trained on one device is off on the other before any model error: what carries over (memory)

@@ -107,7 +107,7 @@ def test_leave_one_job_out_recovers_a_true_cumulative_model(tmp_path):
 def test_leave_one_job_out_on_the_h100_pairs_beats_the_mean():
     r = leave_one_job_out(colocation_rows(PAIRS))
     assert r["jobs"] == 8 and r["points"] == 72
-    # Horus's model carries some information about a job it has not seen (README: how little).
+    # Horus's model carries some information about a job it has not seen (docs/estimators.md: how little).
     assert r["rmse"] < r["rmse_mean_slowdown"] and r["mae"] < r["mae_mean_slowdown"]
 
 

@@ -1,4 +1,4 @@
-"""The experiments' ``--fast`` modes run end to end (as CI-sized versions of the README's tables) and what they
+"""The experiments' ``--fast`` modes run end to end (as CI-sized versions of the tables in docs/simulator.md) and what they
 write says what their tables say."""
 
 from __future__ import annotations

@@ -223,7 +223,7 @@ def _one_node_two_gpus_with_one_busy():
 
 @pytest.mark.parametrize("backfill", [False, True])
 def test_swaf_serves_an_overdue_task_first_and_blocks_at_the_head(backfill):
-    """The two readings of §5.4 the README's diagnosis rests on, on a hand-built queue:
+    """The two readings of §5.4 the diagnosis in docs/simulator.md rests on, on a hand-built queue:
 
     * eq. 13's allowance orders the queue whatever its sign ("w could be negative, which has no impact on the task
       ordering"): a Prior task already past its ECT (w < 0) goes before a Normal task that just arrived (w > 0);

@@ -192,7 +192,7 @@ def test_case_1_starts_when_the_minimum_shares_use_up_every_free_gpu():
 
 
 def test_lone_arrival_takes_every_vacant_gpu_up_to_p_max():
-    # What makes Moldable EQ lose at moderate load (README): a task arriving alone gets p_max = 4 GPUs when 4
+    # What makes Moldable EQ lose at moderate load (docs/simulator.md): a task arriving alone gets p_max = 4 GPUs when 4
     # are vacant (case 2) and otherwise every vacant GPU (case 3: 1 GPU, then D'Hondt), however few tasks
     # are running; the paper's rules do not hold GPUs back for later arrivals.
     spec = cluster(8)

@@ -123,7 +123,7 @@ def _scaling(card, ref: WorkloadRef, batch: int, s: ExtendedSettings, timing, st
     card.scaling = measure_scaling(ref, batch, s.workers, device=s.device, mode=s.mode, timing=timing,
                                    timeout_s=s.timeout_s)
     skipped = [part for part in (card.scaling.note or "").split("; ") if "not measured" in part]
-    card.notes.extend(f"scaling: {part}" for part in skipped)  # what this machine cannot run (see the README)
+    card.notes.extend(f"scaling: {part}" for part in skipped)  # what this machine cannot run (see docs/profiling.md)
 
 
 def _comm(card, ref: WorkloadRef, batch: int, s: ExtendedSettings, timing, stage) -> None:

@@ -359,7 +359,7 @@ def realize(ledger: Ledger, s: Placement) -> dict[int, list[int]] | None:
 
 def describe(model: GeniePerfModel, platform: Platform, job: Job | None = None,
              theta: float = THETA) -> list[dict[str, Any]]:
-    """Per placement: PR, Comm, Cost, CER (and Lat for ``job``): for reports and the README."""
+    """Per placement: PR, Comm, Cost, CER (and Lat for ``job``): for reports and docs/simulator.md."""
     rows = []
     for s in platform.placements(max_gpus=model.batch):
         row: dict[str, Any] = {"placement": str(s), "gpus": s.n, "comm": model.comm(s), "pr": model.pr(s),
