@@ -251,3 +251,22 @@ def test_typing_mistakes_are_found_without_importing_torch(tmp_path):
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ("profile", "zoo:mlp", "-b", "0"),
+    ("profile", "zoo:mlp", "--memory-limit", "lots"),
+    ("profile", "no_such_model.py"),
+    ("max-batch", "zoo:mlp", "--memory-limit", "lots"),
+    ("ab", "zoo:mlp", "--rounds", "1"),
+])
+def test_an_argument_error_is_found_before_torch_is_imported(args, tmp_path):
+    """A mistyped flag is refused before the ~1.5 s it takes to import torch (the command's own checks need only
+    the torch-free half of a workload: ``perfpredict.workload.ref``)."""
+    code = ("import sys\nfrom perfpredict.cli import main\nsys.argv = ['perfpredict', *sys.argv[1:]]\n"
+            "try:\n    main()\nexcept SystemExit as e:\n    code = e.code\n"
+            "print('torch imported' if 'torch' in sys.modules else 'torch not imported', code)")
+    proc = subprocess.run([sys.executable, "-c", code, *args, "--no-mlflow"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    assert proc.stdout.split() == ["torch", "not", "imported", "2"], (proc.stdout, proc.stderr)
+    assert "error" in proc.stderr and "Traceback" not in proc.stderr

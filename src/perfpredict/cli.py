@@ -393,7 +393,7 @@ def profile(
         raise UsageError(f"--extended-batch must be a positive integer, got {extended_batch}", step="arguments")
     params = parse_params(param)
     if precision is not None:
-        from perfpredict.workload.spec import check_precision
+        from perfpredict.workload.ref import check_precision
 
         precision = check_precision(precision, "--precision")
     sizes = parse_batch_sizes(batch_sizes, "--batch-sizes") if batch_sizes else None

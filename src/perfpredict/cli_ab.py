@@ -50,7 +50,7 @@ def ab(
 ) -> None:
     """Compare two jobs' step times (or one job before and after a change: --new-precision, --new-compile,
     --new-param) in paired, interleaved rounds, and say whether the difference is beyond the noise."""
-    from perfpredict.workload.spec import check_precision
+    from perfpredict.workload.ref import check_precision
     from perfpredict.workload_args import check_target, parse_params
 
     check_experiment(no_mlflow, experiment)

@@ -69,7 +69,7 @@ def max_batch(
 
     check_threads(threads, "--threads")
     if precision is not None:
-        from perfpredict.workload.spec import check_precision
+        from perfpredict.workload.ref import check_precision
 
         precision = check_precision(precision, "--precision")
     if predicted and (compile_ or threads is not None or device != "auto"):

@@ -103,7 +103,7 @@ def predict(
     bs = list(parse_batch_sizes(batch_sizes, "--batch-sizes"))
     params = parse_params(param)
     if precision is not None:
-        from perfpredict.workload.spec import check_precision
+        from perfpredict.workload.ref import check_precision
 
         precision = check_precision(precision, "--precision")
     if device_type is not None and not device_type.strip():

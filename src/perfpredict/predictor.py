@@ -333,7 +333,7 @@ class Predictor:
         if mode not in (None, "train", "infer"):
             raise UsageError(f"mode must be 'train' or 'infer', got {mode!r}", step="predict")
         if precision is not None:
-            from perfpredict.workload.spec import check_precision
+            from perfpredict.workload.ref import check_precision
 
             precision = check_precision(precision)
         if device_type in self.sets:

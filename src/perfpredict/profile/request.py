@@ -9,7 +9,7 @@ from typing import Any
 from perfpredict.errors import UsageError
 
 from perfpredict.profile.timing import TimingConfig
-from perfpredict.workload.spec import WorkloadRef
+from perfpredict.workload.ref import WorkloadRef
 
 
 @dataclass(frozen=True)

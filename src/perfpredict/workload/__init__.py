@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from perfpredict.workload.loader import load_model_file
-from perfpredict.workload.spec import DEFAULT_BATCH_SIZES, PRECISIONS, Workload, WorkloadRef, check_precision
+from perfpredict.workload.ref import DEFAULT_BATCH_SIZES, PRECISIONS, WorkloadRef, check_precision
 from perfpredict.workload_args import ZOO_PREFIX, check_target, parse_batch_sizes, parse_params
+
+if TYPE_CHECKING:
+    from perfpredict.workload.loader import load_model_file
+    from perfpredict.workload.spec import Workload
+
+#: Imported on first use, since they import torch (see :mod:`perfpredict.workload.ref`)
+_LAZY = {"Workload": "perfpredict.workload.spec", "load_model_file": "perfpredict.workload.loader"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def resolve_workload(target: str, params: Mapping[str, Any] | None = None,
@@ -19,6 +34,8 @@ def resolve_workload(target: str, params: Mapping[str, Any] | None = None,
 
         wl = load_zoo_workload(target[len(ZOO_PREFIX):], params)
     else:
+        from perfpredict.workload.loader import load_model_file
+
         check_target(target, params)
         wl = load_model_file(target)
     return wl.with_options(precision=precision, compile=compile)

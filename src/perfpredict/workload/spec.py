@@ -1,4 +1,5 @@
-"""What perfpredict knows how to run: a :class:`Workload` (callables) and its picklable :class:`WorkloadRef`.
+"""What perfpredict knows how to run: a :class:`Workload` (callables) and its picklable :class:`WorkloadRef`
+(defined in :mod:`perfpredict.workload.ref`, which does not import torch, and re-exported here).
 
 A workload comes either from a user's ``model.py`` (see README, "The model.py convention") or from the
 built-in zoo. Profiling runs every measurement in a fresh subprocess, so a workload must be re-creatable
@@ -11,57 +12,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
-#: Batch sizes swept when neither the model file nor the command line says otherwise.
-DEFAULT_BATCH_SIZES: tuple[int, ...] = (4, 8, 16, 32, 64)
+from perfpredict.workload.ref import DEFAULT_BATCH_SIZES, PRECISIONS, WorkloadRef, check_precision  # noqa: F401
 
-#: Training precisions: fp32, or mixed precision under ``torch.autocast`` with bfloat16 or float16 (the latter
-#: with a gradient scaler, as mixed-precision training runs it).
-PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16")
 #: the autocast dtype of each mixed precision
 AUTOCAST_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def check_precision(value: Any, what: str = "precision") -> str:
-    """``value`` as one of :data:`PRECISIONS`, or a :class:`UsageError` naming them."""
-    from perfpredict.errors import UsageError
-
-    if not isinstance(value, str) or value.strip().lower() not in PRECISIONS:
-        raise UsageError(f"{what} must be one of {', '.join(PRECISIONS)}, got {value!r}", step="arguments")
-    return value.strip().lower()
-
-
-@dataclass(frozen=True)
-class WorkloadRef:
-    """A picklable pointer to a workload: a model file path, or a zoo family plus its parameters."""
-
-    kind: Literal["file", "zoo"]
-    target: str
-    params: tuple[tuple[str, Any], ...] = ()
-    #: Training precision chosen for this run (``--precision``); None: the file's ``PRECISION``, else fp32.
-    precision: str | None = None
-    #: ``--compile``: measure ``torch.compile(model)``
-    compile: bool = False
-
-    def load(self) -> Workload:
-        if self.kind == "file":
-            from perfpredict.workload.loader import load_model_file
-
-            wl = load_model_file(self.target)
-        else:
-            from perfpredict.workload.zoo import load_zoo_workload
-
-            wl = load_zoo_workload(self.target, dict(self.params))
-        return wl.with_options(precision=self.precision, compile=self.compile or None)
-
-    def describe(self) -> str:
-        if self.kind == "file":
-            return self.target
-        args = ",".join(f"{k}={v}" for k, v in self.params)
-        return f"zoo:{self.target}" + (f"[{args}]" if args else "")
 
 
 def default_loss(outputs: Any) -> torch.Tensor:
