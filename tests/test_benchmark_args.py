@@ -37,6 +37,9 @@ def _run(script: str, *args: str) -> subprocess.CompletedProcess:
     ("onnx_path_memory.py", ["--only", "nosuch"], "no dataset 'nosuch'; choose from"),
     ("noise_floor.py", ["--bogus"], "unrecognized arguments"),
     ("kernel_time_accuracy.py", ["--bogus"], "unrecognized arguments"),
+    ("ab_same_job.py", ["--rounds", "2"], "--rounds must be at least 3"),
+    ("ab_same_job.py", ["--target", "zoo:nosuch"], "unknown zoo family 'nosuch'"),
+    ("ab_same_job.py", ["--param", "depth"], "argument --param"),
 ])
 def test_a_bad_value_is_one_line_and_exit_2(script, args, says):
     r = _run(script, *args)
@@ -200,3 +203,51 @@ def test_a_finalizer_that_a_ctrl_c_cut_in_half_is_not_printed_after_the_interrup
     finally:
         signal.signal(signal.SIGINT, old)
         sys.unraisablehook = old_hook
+
+
+def test_ab_same_job_measures_a_job_against_itself_and_scores_both_analyses(tmp_path):
+    """A real A/A comparison of a small MLP, three rounds: every round is kept with its order, the order
+    alternates, and the summary holds both analyses' false-alarm rates with their intervals."""
+    out = tmp_path / "aa.json"
+    r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "ab_same_job.py"), "--param", "width=64",
+                        "--batch-size", "4", "--comparisons", "1", "--rounds", "3", "--min-time", "0.05",
+                        "--max-time", "0.1", "--json", str(out)], capture_output=True, text=True, cwd=tmp_path,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "order effect over 3 rounds" in r.stdout and "crossover" in r.stdout
+    doc = json.loads(out.read_text())
+    assert len(doc["comparisons"]) == 1
+    for c in doc["comparisons"]:
+        assert [x["base_first"] for x in c["rounds"]] == [True, False, True]
+        assert all(x["base_s"] > 0 and x["new_s"] > 0 for x in c["rounds"])
+    assert set(doc["summary"]) == {"paired t, 3 rounds", "paired t, 2 rounds", "crossover, 3 rounds",
+                                   "crossover, 2 rounds"}
+    for v in doc["summary"].values():
+        low, high = v["false_alarms_ci95"]
+        assert 0 <= low <= v["false_alarms"] <= high <= 1 and v["faster"] + v["slower"] == v["false_alarms"]
+    lo, hi = doc["order_effect"]["ci95"]
+    assert 0 < lo <= doc["order_effect"]["first_over_second"] <= hi
+
+
+def test_the_crossover_analysis_takes_out_an_order_effect():
+    """With the first process in every round 20 % slower and no real difference, the plain mean over an odd count
+    of rounds is biased and its interval is wide; the crossover fit recovers a speed-up of 1 with a tight
+    interval. With one order only it falls back to the plain analysis."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        from ab_same_job import binomial_interval, summarize_crossover
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    from perfpredict.profile.ab import summarize
+
+    import math
+
+    noise = [0.01, -0.012, 0.008, -0.005, 0.004]
+    first = [True, False, True, False, True]
+    lr = [(math.log(1.2) if f else -math.log(1.2)) + e for f, e in zip(first, noise)]
+    plain, cross = summarize(lr), summarize_crossover(lr, first)
+    assert plain[0] > 1.03 and plain[2] - plain[1] > 0.3
+    assert cross[0] == pytest.approx(1.0, abs=0.01) and cross[2] - cross[1] < 0.06 and cross[1] < 1 < cross[2]
+    assert summarize_crossover(lr[:1] * 3, [True] * 3) == summarize(lr[:1] * 3)
+    assert binomial_interval(0, 30) == (0.0, pytest.approx(0.1157, abs=1e-4))
+    assert binomial_interval(30, 30)[1] == 1.0

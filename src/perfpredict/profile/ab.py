@@ -17,13 +17,15 @@ import math
 import statistics
 import time
 from collections.abc import Callable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
 from perfpredict.errors import PerfPredictError, UsageError
 from perfpredict.profile.timing import TimingConfig
-from perfpredict.workload.spec import Workload
+
+if TYPE_CHECKING:
+    from perfpredict.workload.spec import Workload
 
 #: A shorter window than a profile's: the rounds, not one long window, carry the statistics.
 AB_TIMING = TimingConfig(min_time_s=1.0, max_time_s=5.0)
