@@ -14,6 +14,7 @@ import pytest
 
 from perfpredict.errors import PerfPredictError
 from perfpredict.fit.rate import RateModel, fit_rate_model
+from tests.conftest import TINY_MODEL
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "minimal_mlp.py"
@@ -127,6 +128,11 @@ def test_predict_checks_its_arguments_and_names_the_flag(run_cli, write_model, t
     model = write_model("import torch\n\ndef build_model():\n    raise ValueError('my build failed')\n\n"
                         "def example_inputs(b):\n    return torch.randn(b, 4)\n")
     _one_error_line(run_cli("predict", model), "my build failed")
+    # a device type no model set answers for is found before the model file runs (it exported the model first)
+    ran = tmp_path / "ran"
+    marker = write_model(f"import pathlib\npathlib.Path({str(ran)!r}).write_text('x')\n" + TINY_MODEL, "marker.py")
+    _one_error_line(run_cli("predict", marker, "--device-type", "tpu"), "no trained models for device type 'tpu'")
+    assert not ran.exists()
 
 
 def test_show_and_latency_on_a_predicted_card(run_cli, tmp_path):

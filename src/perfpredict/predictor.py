@@ -398,6 +398,8 @@ class Predictor:
             raise UsageError(f"batch_sizes must be a list of integers such as [16, 32], not the string {batch_sizes!r}",
                              step="predict")
         bs = _check_batches(batch_sizes if batch_sizes is not None else [32 if batch_size is None else batch_size])
+        # and that a model set answers (the same condition _set_for ends on), before the model file is run
+        self.model_set(device_type, mode, precision)
         arch, source = _arch_of(model, onnx_path, features, params, batch_axis)
         return self.card_for(arch, bs, device_type=device_type, source=source, allow_fallback=allow_fallback,
                              mode=mode, precision=precision)
