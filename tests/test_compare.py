@@ -173,6 +173,38 @@ def test_ctrl_c_while_the_worker_pool_starts_is_one_message(tmp_path):
     assert json.loads((out / "summary.json").read_text())["interrupted"] is True
 
 
+def test_worker_processes_start_with_the_parents_refitted_predictions(tmp_path):
+    """A pool worker starts from the fork server with empty caches; it used to refit the Horus family-CV
+    predictions (~17 s on 2 cores) that the parent had already made. The parent's refits are handed over: a
+    worker primed with them answers from them, without reading the (here nonexistent) dataset."""
+    from perfpredict.sim import horus_workload
+    from perfpredict.sim.compare import worker_caches
+
+    ds, fs = tmp_path / "nosuch.csv", tmp_path / "nosuch_features.csv"
+    key = ("family-cv", *horus_workload._cache_key(str(ds), str(fs), None))
+    made_here = {("cfg", 8): {"gpu_utilization": (40.0, 55.0)}}
+    horus_workload._REFITS[key] = made_here  # as if this process had refitted them
+    try:
+        caches = worker_caches()
+        assert caches["horus_refits"][key] is made_here
+        code = ("import pickle, sys\n"
+                "from perfpredict.sim.compare import init_worker\n"
+                "from perfpredict.sim.horus_workload import family_cv_predictions\n"
+                "init_worker(pickle.loads(sys.stdin.buffer.read()))\n"
+                f"print(family_cv_predictions({str(ds)!r}, {str(fs)!r}))")
+        import pickle
+
+        proc = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(caches), capture_output=True,
+                              timeout=120)
+        assert proc.returncode == 0, proc.stderr.decode()
+        assert proc.stdout.decode().strip() == str(made_here)
+        # without the hand-over the worker would refit, which here cannot even read its dataset
+        bare = subprocess.run([sys.executable, "-c", code], input=pickle.dumps({}), capture_output=True, timeout=120)
+        assert bare.returncode != 0 and b"nosuch" in bare.stderr
+    finally:
+        horus_workload._REFITS.pop(key, None)
+
+
 def test_worker_processes_give_the_same_comparison(tmp_path):
     """--jobs runs simulations in a process pool; the simulator is deterministic, so the rows must not change."""
     scheds = parse_schedulers(["fifo", "srtf"], ["proportional", "tune"])

@@ -54,6 +54,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -195,7 +196,7 @@ def family_cv_predictions(dataset: str, features: str, models_dir: str | None = 
     hyper-parameters) are refitted on all other families' rows and predict this family's points, as the
     Predictor would (quantiles sorted, utilisation clipped). A family's predictions therefore do not depend on
     its own measurements. Deterministic; cached per process (about 17 s on 2 cores for 11 families)."""
-    return _family_cv_predictions(*_cache_key(dataset, features, models_dir))
+    return _cached_refit("family-cv", _cache_key(dataset, features, models_dir), _family_cv_refit)
 
 
 def _cache_key(dataset: str, features: str, models_dir: str | None) -> tuple[str, str, str | None]:
@@ -205,9 +206,37 @@ def _cache_key(dataset: str, features: str, models_dir: str | None) -> tuple[str
             None if models_dir is None else str(Path(models_dir).resolve()))
 
 
-@lru_cache(maxsize=4)
-def _family_cv_predictions(dataset: str, features: str, models_dir: str | None
-                           ) -> dict[tuple[str, int], dict[str, tuple[float, float]]]:
+#: Refitted predictions by (kind, dataset, features, models_dir): a refit takes ~17 s on 2 cores, so it is made
+#: once per process, and handed to worker processes, which start empty (:func:`refit_cache_entries`).
+_REFITS: dict[tuple[str, str, str, str | None], dict[tuple[str, int], dict[str, tuple[float, float]]]] = {}
+_MAX_REFITS = 8
+
+
+def _cached_refit(kind: str, key: tuple[str, str, str | None], compute: Callable[..., dict]) -> dict:
+    k = (kind, *key)
+    if k not in _REFITS:
+        value = compute(*key)
+        while len(_REFITS) >= _MAX_REFITS:
+            _REFITS.pop(next(iter(_REFITS)))
+        _REFITS[k] = value
+    return _REFITS[k]
+
+
+def refit_cache_entries() -> dict:
+    """This process's refitted predictions, to seed a worker process with (:func:`prime_refit_cache`):
+    ``perfpredict compare -j`` workers each paid the family-CV refit again before."""
+    return dict(_REFITS)
+
+
+def prime_refit_cache(entries: dict) -> None:
+    """Take refitted predictions made in another process (:func:`refit_cache_entries`); entries already here stay."""
+    for k, v in entries.items():
+        if k not in _REFITS and len(_REFITS) < _MAX_REFITS:
+            _REFITS[k] = v
+
+
+def _family_cv_refit(dataset: str, features: str, models_dir: str | None
+                     ) -> dict[tuple[str, int], dict[str, tuple[float, float]]]:
     from perfpredict.estimators.data import load_training_data
 
     data = load_training_data(dataset, features)
@@ -280,12 +309,11 @@ def paper_mix_predictions(dataset: str, features: str, models_dir: str | None = 
     are then new to the predictor (their family may not be), as in seed 004 §5; the other half are its
     training points. Same format as :func:`family_cv_predictions`; memory's q90 widened by the shipped
     interval calibration, as the Predictor does. Cached per process."""
-    return _paper_mix_predictions(*_cache_key(dataset, features, models_dir))
+    return _cached_refit("paper-mix", _cache_key(dataset, features, models_dir), _paper_mix_refit)
 
 
-@lru_cache(maxsize=4)
-def _paper_mix_predictions(dataset: str, features: str, models_dir: str | None
-                           ) -> dict[tuple[str, int], dict[str, tuple[float, float]]]:
+def _paper_mix_refit(dataset: str, features: str, models_dir: str | None
+                     ) -> dict[tuple[str, int], dict[str, tuple[float, float]]]:
     from perfpredict.estimators.data import load_training_data
 
     data = load_training_data(dataset, features)
