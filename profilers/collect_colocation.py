@@ -49,10 +49,16 @@ JOBS: list[tuple[str, str, dict, int]] = [
                                       "vocab": 30522, "num_classes": 2}, 16),
 ]
 
-COLUMNS = ["job", "job_batch", "partner", "partner_batch", "status", "error", "job_solo_samples_per_s",
-           "partner_solo_samples_per_s", "job_colocated_samples_per_s", "partner_colocated_samples_per_s",
-           "job_slowdown", "partner_slowdown", "job_solo_gpu_utilization", "partner_solo_gpu_utilization",
-           "cumulative_gpu_utilization", "device", "window_s", "measured_at"]
+#: Columns before the host-load ones (the H100 file of 2026-11-23 was written with these): such a file is
+#: given the current header when a run resumes it (:func:`perfpredict.dataset.collect.upgrade_header`).
+COLUMNS_V1 = ["job", "job_batch", "partner", "partner_batch", "status", "error", "job_solo_samples_per_s",
+              "partner_solo_samples_per_s", "job_colocated_samples_per_s", "partner_colocated_samples_per_s",
+              "job_slowdown", "partner_slowdown", "job_solo_gpu_utilization", "partner_solo_gpu_utilization",
+              "cumulative_gpu_utilization", "device", "window_s", "measured_at"]
+
+#: ``other_cpus``: CPUs that processes outside the pair kept busy while the two were timed together (and
+#: each job's solo run), from /proc/stat; empty in rows measured before it was recorded.
+COLUMNS = [*COLUMNS_V1[:15], "other_cpus", "job_solo_other_cpus", "partner_solo_other_cpus", *COLUMNS_V1[15:]]
 
 #: The numbers an ``ok`` row must have to count as measured (a row cut short, or garbled, is measured again).
 DONE_NUMBERS = ["job_solo_samples_per_s", "partner_solo_samples_per_s", "job_colocated_samples_per_s",
@@ -191,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         check_provenance,
         git_commit_of,
         prepare_resume,
+        upgrade_header,
     )
     from perfpredict.profile.colocation import measure_pair, measure_solo
     from perfpredict.profile.device import resolve_device
@@ -245,6 +252,10 @@ def main(argv: list[str] | None = None) -> int:
     refs = {label: (WorkloadRef("zoo", fam, tuple(sorted(p.items()))), b) for label, fam, p, b in jobs}
     # Checked before any measuring: a bad provenance file, a file that is not this script's CSV.
     check_provenance(args.out)
+    upgraded = upgrade_header(args.out, COLUMNS, [COLUMNS_V1], by=command_line(__file__, argv))
+    if upgraded is not None:
+        print(f"note: {args.out} was written before the host-load columns; its header now has them (empty in "
+              "the rows already measured)", file=sys.stderr)
     rows, dropped = prepare_resume(args.out, COLUMNS)
     done = done_pairs(rows)
     new = not args.out.exists() or args.out.stat().st_size == 0

@@ -203,6 +203,8 @@ def test_colocation_resume_measures_a_cut_row_again_on_cpu(tmp_path) -> None:
     with open(out, newline="") as f:
         (row,) = list(csv.DictReader(f))
     assert row["status"] == "ok" and float(row["job_slowdown"]) >= 0 and row["measured_at"]
+    # the host's other load during the pair and each solo run (read from /proc/stat on Linux)
+    assert all(float(row[k]) >= 0 for k in ("other_cpus", "job_solo_other_cpus", "partner_solo_other_cpus"))
     meta = json.loads(provenance_path(out).read_text())
     assert meta["columns"] == cc.COLUMNS  # the co-location columns, not the dataset's
     assert meta["runs"][-1]["dropped_partial_row"] == "mlp-small-b32,32,mlp-small-b32,32,ok,,"
@@ -329,3 +331,94 @@ def test_one_process_per_architecture_measures_on_cpu_too(tmp_path) -> None:
     assert all(float(r["iter_time_s"]) > 0 and r["device_kind"] == "cpu" for r in rows)
     run = json.loads(provenance_path(out).read_text())["runs"][-1]
     assert run["process_isolation"] == "one process per architecture"
+
+
+def _v1_file(path: Path, cc, rows: list[dict], tail: str = "") -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cc.COLUMNS_V1)
+        w.writeheader()
+        w.writerows(rows)
+        f.write(tail)
+
+
+def test_an_older_colocation_header_is_upgraded_without_losing_a_value(tmp_path) -> None:
+    """The H100 pairs were written before the host-load columns: a resumed run would have been refused (the
+    header differs), so the file is given the new header first, every old value under its own name."""
+    from perfpredict.dataset.collect import upgrade_header
+
+    cc = _colocation()
+    assert set(cc.COLUMNS_V1) < set(cc.COLUMNS) and "other_cpus" in cc.COLUMNS
+    shipped = REPO / "datasets" / "cuda_h100_colocation.csv"
+    with open(shipped, newline="") as f:
+        reader = csv.DictReader(f)
+        old_rows = list(reader)
+    if reader.fieldnames != cc.COLUMNS_V1:
+        pytest.skip("the shipped file already has the current header")
+    out = tmp_path / "pairs.csv"
+    cut = "mlp-small-b32,32,lstm-small-b32,32,ok,,1999"
+    _v1_file(out, cc, old_rows, tail=cut)
+    provenance_path(out).write_text(json.dumps({"dataset": out.name, "columns": ["config"], "runs": []}))
+
+    assert upgrade_header(out, cc.COLUMNS, [cc.COLUMNS_V1], by="test") == cc.COLUMNS_V1
+    text = out.read_text()
+    assert text.endswith(cut)  # the cut-short row is left for prepare_resume, which measures it again
+    rows, dropped = prepare_resume(out, cc.COLUMNS)
+    assert dropped == cut and len(rows) == len(old_rows)
+    for old, new in zip(old_rows, rows):
+        assert {k: new[k] for k in old} == old and new["other_cpus"] == new["job_solo_other_cpus"] == ""
+    meta = json.loads(provenance_path(out).read_text())
+    assert meta["columns"] == cc.COLUMNS
+    (up,) = meta["header_upgrades"]
+    assert up["from"] == cc.COLUMNS_V1 and up["rows"] == len(old_rows) and up["by"] == "test"
+    assert up["added"] == ["other_cpus", "job_solo_other_cpus", "partner_solo_other_cpus"]
+    # The interference model fitted from it is the one fitted from the shipped file.
+    from perfpredict.estimators.interference import colocation_points, colocation_rows
+
+    assert colocation_points(out) == colocation_points(shipped)
+    assert colocation_rows(out) == colocation_rows(shipped)
+    # Once upgraded there is nothing left to do.
+    before = out.read_bytes()
+    assert upgrade_header(out, cc.COLUMNS, [cc.COLUMNS_V1]) is None and out.read_bytes() == before
+
+
+def test_a_header_upgrade_refuses_what_it_cannot_map_and_changes_nothing(tmp_path) -> None:
+    from perfpredict.dataset.collect import upgrade_header
+
+    cc = _colocation()
+    row = dict.fromkeys(cc.COLUMNS_V1, "1")
+    bad = tmp_path / "bad.csv"
+    _v1_file(bad, cc, [row], tail="a,b\r\n" + ",".join("1" for _ in cc.COLUMNS_V1) + "\r\n")
+    before = bad.read_bytes()
+    with pytest.raises(UsageError, match="has 2 fields, not the header's 18"):
+        upgrade_header(bad, cc.COLUMNS, [cc.COLUMNS_V1])
+    assert bad.read_bytes() == before
+    foreign = tmp_path / "foreign.csv"
+    foreign.write_text("a,b\r\n1,2\r\n")
+    assert upgrade_header(foreign, cc.COLUMNS, [cc.COLUMNS_V1]) is None  # not an older header: left alone,
+    with pytest.raises(UsageError, match="header 'a,b'"):                 # and prepare_resume refuses it
+        prepare_resume(foreign, cc.COLUMNS)
+    lossy = tmp_path / "lossy.csv"
+    lossy.write_bytes(b"a,job\r\n1,2\r\n")
+    with pytest.raises(UsageError, match="column\\(s\\) the current one lacks \\(a\\)"):
+        upgrade_header(lossy, ["job"], [["a", "job"]])
+    assert lossy.read_bytes() == b"a,job\r\n1,2\r\n"
+    assert upgrade_header(tmp_path / "none.csv", cc.COLUMNS, [cc.COLUMNS_V1]) is None
+
+
+def test_the_colocation_collector_resumes_a_file_with_the_older_header(tmp_path) -> None:
+    cc = _colocation()
+    done = dict.fromkeys(cc.COLUMNS_V1, "")
+    done.update(job="mlp-small-b32", job_batch="32", partner="mlp-small-b32", partner_batch="32", status="ok",
+                device="cpu", measured_at="2026-11-23T00:00:00+00:00",
+                **dict.fromkeys(cc.DONE_NUMBERS, "0.5"))
+    out = tmp_path / "pairs.csv"
+    _v1_file(out, cc, [done])
+    proc = _run(COLOCATION_SCRIPT, "--out", str(out), "--device", "cpu", "--jobs", "1", "--window", "0.2")
+    assert proc.returncode == 0, proc.stderr
+    assert "its header now has them" in proc.stderr and "0 pairs to measure" in proc.stderr
+    with open(out, newline="") as f:
+        reader = csv.DictReader(f)
+        (row,) = list(reader)
+    assert reader.fieldnames == cc.COLUMNS and row["job_slowdown"] == "0.5" and row["other_cpus"] == ""
+    meta = json.loads(provenance_path(out).read_text())
+    assert meta["columns"] == cc.COLUMNS and meta["header_upgrades"][0]["from"] == cc.COLUMNS_V1

@@ -364,6 +364,71 @@ def prepare_resume(path: str | Path, columns: list[str]) -> tuple[list[dict[str,
     return rows, dropped
 
 
+def upgrade_header(path: str | Path, columns: list[str], older: Iterable[Iterable[str]],
+                   by: str = "") -> list[str] | None:
+    """Give a CSV written under an older header of the same collection the current ``columns``, so a new
+    run can append to it (:func:`prepare_resume` refuses any other header). Returns the old header, or None
+    when there was nothing to do (no file, or a header that is not one of ``older``).
+
+    Only a header listed in ``older`` is rewritten, and only when its columns are all among ``columns``:
+    each value stays under its own name and the new columns are left empty in the old rows (they were not
+    measured then). A cut-short last row (an interrupted run) is kept as it was, after the rewritten rows,
+    for :func:`prepare_resume` to remove. Any other row whose field count is not the old header's stops the
+    upgrade with nothing changed. The file is rewritten beside and renamed, with Ctrl-C held back, and the
+    upgrade is recorded in the provenance file (``header_upgrades``: when, from which header, ``by``)."""
+    p = check_output_path(path)
+    if not p.is_file():
+        return None
+    try:
+        data = p.read_bytes()
+        bom = 3 if data.startswith(b"\xef\xbb\xbf") else 0
+        text = data[bom:].decode("utf-8")
+        records = _csv_records(text)
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None  # prepare_resume says what is wrong with the file
+    if not records:
+        return None
+    header = records[0][1]
+    if header == columns or not any(header == list(o) for o in older):
+        return None
+    missing = [c for c in header if c not in columns]
+    if missing:
+        raise UsageError(f"{p}: its older header has column(s) the current one lacks ({', '.join(missing)}); "
+                         "it cannot be upgraded without losing them", step="resuming")
+    last = max(i for i, (_, rec) in enumerate(records) if rec)
+    tail = ""
+    if last > 0 and len(records[last][1]) < len(header):
+        tail, records = text[records[last - 1][0]:], records[:last]
+    body = [(end, rec) for end, rec in records[1:] if rec]
+    bad = [i for i, (_, rec) in enumerate(body) if len(rec) != len(header)]
+    if bad:
+        end = body[bad[0]][0]
+        raise UsageError(f"{p}: a row ending at line {text[:end].count(chr(10))} has {len(body[bad[0]][1])} fields, "
+                         f"not the header's {len(header)}; fix it before upgrading the header, nothing was changed",
+                         step="resuming")
+    out = io.StringIO()
+    w = csv.DictWriter(out, fieldnames=columns, lineterminator="\r\n")
+    w.writeheader()
+    for _, rec in body:
+        w.writerow(dict(zip(header, rec)))
+    from perfpredict.profile.runner import sigint_blocked
+
+    tmp = p.with_name(p.name + ".upgrade.tmp")
+    try:
+        with sigint_blocked():
+            tmp.write_bytes(data[:bom] + (out.getvalue() + tail).encode("utf-8"))
+            tmp.replace(p)
+    except OSError as e:
+        raise UsageError(f"cannot rewrite {p}: {e.strerror or e}", step="resuming") from None
+    meta = check_provenance(p) or {"dataset": p.name, "runs": []}
+    meta["columns"] = list(columns)
+    meta.setdefault("header_upgrades", []).append(
+        {"at": _now(), "from": header, "added": [c for c in columns if c not in header], "rows": len(body),
+         "by": by})
+    _write_provenance(p, meta)
+    return header
+
+
 def _truncate(path: Path, size: int) -> None:
     try:
         with open(path, "r+b") as f:
@@ -591,19 +656,27 @@ def _append_provenance(dataset_csv: Path, run_meta: dict[str, Any], columns: lis
                        replace_run: str | None = None) -> None:
     """Add one run to the dataset's provenance file, or with ``replace_run`` put it in place of the run
     recorded with that ``run_id`` (the entry a run writes before measuring); ``columns`` (default
-    :data:`DATASET_COLUMNS`) are listed when the file is created."""
+    :data:`DATASET_COLUMNS`) are the CSV's header, checked by :func:`prepare_resume` before the run: they are
+    listed when the file is created, and given explicitly they replace the list (a file created by a version
+    that listed the measured datasets' columns for every collection is mended at its next run)."""
     dataset_csv = Path(dataset_csv)
-    path = provenance_path(dataset_csv)
     meta = check_provenance(dataset_csv) or {"dataset": dataset_csv.name,
                                              "columns": list(columns or DATASET_COLUMNS), "runs": []}
+    if columns is not None:
+        meta["columns"] = list(columns)
     at = next((i for i, r in enumerate(meta["runs"]) if isinstance(r, dict) and replace_run is not None
                and r.get("run_id") == replace_run), None)
     if at is None:
         meta["runs"].append(run_meta)
     else:
         meta["runs"][at] = run_meta
+    _write_provenance(dataset_csv, meta)
+
+
+def _write_provenance(dataset_csv: Path, meta: dict[str, Any]) -> None:
     from perfpredict.profile.runner import sigint_blocked
 
+    path = provenance_path(dataset_csv)
     # Written beside and renamed, with Ctrl-C held back: a second Ctrl-C while the first one's run is being
     # recorded used to leave a truncated file, which lost the provenance of every earlier run too.
     tmp = path.with_name(path.name + ".tmp")
@@ -632,4 +705,4 @@ def git_commit_of(repo: str | Path = ".") -> str | None:
 __all__ = ["ArchPlan", "CUDA_DATASET_TIMING", "CollectSettings", "DATASET_COLUMNS", "check_output_path",
            "dataset_precision",
            "check_provenance", "collect", "git_commit_of", "plan_sweep", "prepare_resume", "provenance_path",
-           "read_dataset", "row_from_result"]
+           "read_dataset", "row_from_result", "upgrade_header"]
