@@ -122,3 +122,12 @@ def test_api_trace_arguments_are_trace_or_usage_errors(tmp_path):
     csv_trace.write_text("id,arrival_s,gpus,work_s\n0,0,1,10\n")
     with pytest.raises(TraceError, match="SWF traces only"):
         load_trace(csv_trace, gpus_per_proc=2)
+
+
+def test_the_synergy_cluster_by_name_and_an_unknown_name_lists_the_named_ones():
+    synergy = parse_cluster("synergy")
+    assert synergy.total_gpus == 128 and len(synergy.servers) == 16
+    assert {(s.gpus, s.cpus, s.mem_gb) for s in synergy.servers} == {(8, 24, 500.0)}  # seed 001 §5.1
+    assert synergy.servers == parse_cluster("16x8").servers
+    with pytest.raises(UsageError, match="synergy \\(16x8\\), armida, .*horus-testbed"):
+        parse_cluster("synergie")

@@ -76,7 +76,14 @@ def parse_cluster(text: str | Path | ClusterSpec | Mapping[str, Any]) -> Cluster
     return spec
 
 
+#: The seed papers' clusters by name (their options after a colon are in ``perfpredict simulate --help``).
+NAMED_CLUSTERS = ("synergy (16x8)", "armida", "andreas:nodes=N,case=1|2", "genie[:nodes=4,gpus=4]", "horus-testbed", "horus-scale",
+                  "horus:nodes=3,gpus=4,gpu_mem=80")
+
+
 def _parse_cluster(s: str) -> ClusterSpec:
+    if s == "synergy":
+        return ClusterSpec.homogeneous(16, name="synergy")  # §5.1: 16 servers x 8 GPUs, 24 CPUs, 500 GB
     if s == "armida" or s.startswith("andreas:") or s == "andreas":
         from perfpredict.sim.andreas_workload import cluster_from_spec
 
@@ -115,8 +122,8 @@ def _parse_cluster(s: str) -> ClusterSpec:
     try:
         n, g = (int(x) for x in head.lower().split("x"))
     except ValueError:
-        raise UsageError(f"cluster {s!r}: expected a JSON file or SERVERSxGPUS like 16x8[:cpus=24,mem=500]",
-                         step="cluster") from None
+        raise UsageError(f"cluster {s!r}: expected a JSON file, SERVERSxGPUS like 16x8[:cpus=24,mem=500], or one of "
+                         f"the papers' clusters: {', '.join(NAMED_CLUSTERS)}", step="cluster") from None
     kw: dict[str, Any] = {}
     names = {"cpus": ("cpus", float), "mem": ("mem_gb", float), "gpu_mem": ("gpu_mem_gb", float),
              "type": ("gpu_type", str), "energy": ("energy_cost", float)}
