@@ -246,6 +246,14 @@ def main(argv: list[str] | None = None) -> int:
         for a, b in all_pairs:
             print(f"pair {a} + {b}")
         print(f"{len(jobs)} jobs, {len(all_pairs)} pairs")
+        if args.out.is_file():
+            # what a resumed run would skip (read only: an older header is not upgraded by a dry run)
+            from perfpredict.dataset.collect import read_dataset
+
+            done = done_pairs(read_dataset(args.out))
+            left = sum(p not in done for p in all_pairs)
+            print(f"{len(all_pairs) - left} of the {len(all_pairs)} pairs are in {args.out} already; {left} are not",
+                  file=sys.stderr)
         return 0
     device = resolve_device(args.device)
     timing = GroupTiming(window_s=args.window)

@@ -96,9 +96,11 @@ def _measure(args: argparse.Namespace) -> int:
     from perfpredict.dataset.collect import (
         CUDA_DATASET_TIMING,
         CollectSettings,
+        _done_points,
         collect,
         git_commit_of,
         plan_sweep,
+        read_dataset,
     )
     from perfpredict.profile.device import resolve_device
     from perfpredict.profile.timing import TimingConfig
@@ -114,6 +116,12 @@ def _measure(args: argparse.Namespace) -> int:
     if args.dry_run:
         for p in plans:
             print(f"{p.config}\t{p.gmacs_per_sample:.3f} GMACs/sample\tbatch sizes {list(p.batch_sizes)}")
+        if args.out.exists():
+            # what a resumed run would skip: the points --out already has (read only; nothing is rewritten)
+            done = _done_points(read_dataset(args.out))
+            left = sum((p.config, b, args.mode) not in done for p in plans for b in p.batch_sizes)
+            print(f"{n_points - left} of the {n_points} points are in {args.out} already; {left} are not",
+                  file=sys.stderr)
         return 0
     timing = CUDA_DATASET_TIMING if device.startswith("cuda") else TimingConfig()
     if args.min_time is not None:
