@@ -24,24 +24,42 @@ ROOT = Path(__file__).resolve().parents[1]
 def main(argv: list[str] | None = None) -> int:
     from perfpredict.script_args import describe
 
-    argparse.ArgumentParser(description=describe(__doc__),
-                            epilog="Takes no options: it reads every CPU dataset under datasets/.").parse_args(argv)
+    ap = argparse.ArgumentParser(description=describe(__doc__),
+                                 epilog="It reads every CPU dataset under datasets/ (those whose name starts with "
+                                        "--only, if given).")
+    ap.add_argument("--table", type=Path, help="a kernel-cost table to price the kernels with instead of the "
+                    "package's (e.g. one measured on another CPU by profilers/collect_kernel_costs.py --out)")
+    ap.add_argument("--only", default="cpu_", help="dataset name prefix (default: cpu_, every CPU set)")
+    args = ap.parse_args(argv)
+    if not args.only.startswith("cpu_"):
+        ap.error("argument --only: the kernel table prices CPU sets only; give a prefix starting with cpu_")
+    if args.table is not None and not args.table.is_file():
+        ap.error(f"argument --table: no file at {args.table}")
     from perfpredict.estimators.data import load_training_data
     from perfpredict.estimators.kernel_time import kernel_seconds, provenance
     from perfpredict.estimators.models import (INFER_TIME_TERMS, STEP_TERMS, TIME_TERMS, baseline_components,
                                                fit_baseline)
 
-    prov = provenance()
-    print(f"kernel cost table: {prov.get('cpu_model')}, torch {prov.get('torch_version')}, "
-          f"measured {prov.get('measured_at')}")
-    for name in ("cpu_xeon_2vcpu_infer", "cpu_xeon_2vcpu", "cpu_epyc_2vcpu_infer", "cpu_epyc_2vcpu"):
-        path = ROOT / "datasets" / f"{name}.csv"
-        if not path.exists():
+    from perfpredict.estimators.kernel_time import TABLE_PATH
+
+    table = args.table or TABLE_PATH
+    try:
+        prov = provenance(table)
+        kernel_seconds([], 1, "train", table)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        ap.error(f"argument --table: {table} is not a kernel-cost table ({type(e).__name__}: {str(e)[:120]})")
+    print(f"kernel cost table: {table.name}, {prov.get('cpu_model')} ({prov.get('cpu_id', 'cpu id not recorded')}), "
+          f"torch {prov.get('torch_version')}, measured {prov.get('measured_at')}")
+    from perfpredict.estimators.data import training_datasets
+
+    for path in training_datasets(ROOT / "datasets"):
+        name = path.stem
+        if not name.startswith(args.only):
             continue
         d = load_training_data(path)
         y = d.column("iter_time_s")
         ok = np.isfinite(y) & (y > 0) & np.array([bool(a.kernel_nodes) for a in d.archs])
-        est = np.array([kernel_seconds(a.kernel_nodes, int(b), d.mode) if a.kernel_nodes else np.nan
+        est = np.array([kernel_seconds(a.kernel_nodes, int(b), d.mode, table) if a.kernel_nodes else np.nan
                         for a, b in zip(d.archs, d.batch)])
         y, est, fam = y[ok], est[ok], d.families[ok]
         scale = float(np.median(y / est))

@@ -171,8 +171,11 @@ def test_collector_refuses_a_device_this_machine_lacks(tmp_path, capsys, device)
 def test_benchmarks_record_the_device_they_ran_on():
     from perfpredict.profile.kernel_bench import machine_description
 
+    from perfpredict.hostinfo import cpu_id
+
     d = machine_description("cpu")
     assert d["device"] == "cpu" and d["cpu_model"] and "gpu_name" not in d
+    assert d["cpu_id"] == cpu_id()  # the model name alone does not tell two EPYC VMs apart
 
 
 # --- the shipped table ------------------------------------------------------------------------------------

@@ -279,9 +279,10 @@ def machine_description(device: str = "cpu") -> dict[str, Any]:
 
     import torch
 
-    from perfpredict.hostinfo import cpu_model_name
+    from perfpredict.hostinfo import cpu_id, cpu_model_name
 
-    out = {"device": str(device), "cpu_model": cpu_model_name(), "cpu_count": os.cpu_count(),
+    # cpu_id: two VMs both named "AMD EPYC" ran the same steps a median 0.75x apart; the id tells them apart
+    out = {"device": str(device), "cpu_model": cpu_model_name(), "cpu_id": cpu_id(), "cpu_count": os.cpu_count(),
            "threads": torch.get_num_threads(), "torch_version": torch.__version__,
            "python_version": platform.python_version(), "machine": platform.machine()}
     if str(device).startswith("cuda"):
