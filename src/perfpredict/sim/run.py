@@ -77,8 +77,8 @@ def parse_cluster(text: str | Path | ClusterSpec | Mapping[str, Any]) -> Cluster
 
 
 #: The seed papers' clusters by name (their options after a colon are in ``perfpredict simulate --help``).
-NAMED_CLUSTERS = ("synergy (16x8)", "armida", "andreas:nodes=N,case=1|2", "genie[:nodes=4,gpus=4]", "horus-testbed", "horus-scale",
-                  "horus:nodes=3,gpus=4,gpu_mem=80")
+NAMED_CLUSTERS = ("synergy (16x8)", "armida", "andreas:nodes=N,case=1|2", "genie[:nodes=4,gpus=4]", "horus-testbed",
+                  "horus-scale", "horus:nodes=3,gpus=4,gpu_mem=80")
 
 
 def _parse_cluster(s: str) -> ClusterSpec:
