@@ -45,6 +45,7 @@ Tetris with GENIE's models (``genie-tetris-perf`` / ``genie-tetris-cer``, :class
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -118,9 +119,11 @@ class _Genie(Mechanism):
         self.last_stats = {"waiting": float(len(waiting)), "launched": float(len(launched))}
         return out
 
+    @abstractmethod
     def dispatch(self, waiting: list[JobState], ledger: Ledger, platform: Platform, now: float,
                  running: Mapping[str, Allocation]) -> dict[str, Allocation]:
-        raise NotImplementedError
+        """The tasks of ``waiting`` to launch now on what ``ledger`` has free, and their placements: each
+        scheduler's own rule (SWAF, the black-box orders, Capacity, Tetris)."""
 
 
 class SWAF(_Genie):
@@ -164,8 +167,9 @@ class SWAF(_Genie):
 class _BlackBox(_Genie):
     """Launch in :meth:`key` order with the user's request, stopping at the first task that does not fit."""
 
+    @abstractmethod
     def key(self, js: JobState, view: TaskView) -> float:
-        raise NotImplementedError
+        """The launch order's key, smallest first (arrival for FIFO, ECT for Min-Min, ...)."""
 
     def dispatch(self, waiting, ledger, platform, now, running):
         keyed = sorted(waiting, key=lambda js: (self.key(js, self.view(js, platform)), js.arrival_key))

@@ -104,6 +104,7 @@ from __future__ import annotations
 import functools
 import heapq
 import math
+from abc import abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -486,10 +487,11 @@ class _Flexible(Mechanism):
         }
         return out
 
+    @abstractmethod
     def _decide(self, queue: list[JobState], state: DeviceState, now: float,
                 b: Mapping[str, Bounds]) -> dict[str, Allocation]:
-        """Allocations for ``queue`` on what ``state`` has free (``b``: each job's bounds)."""
-        raise NotImplementedError
+        """Allocations for ``queue`` on what ``state`` has free (``b``: each job's bounds): Equipartition's
+        (§IV-A) or Proportional's (§IV-B) rule, in the subclasses."""
 
     @staticmethod
     def _replace(decided: dict[str, Allocation], active: Mapping[str, JobState], pinned: Mapping[str, Allocation],
