@@ -80,6 +80,10 @@ class _Target:
     interval_log_margin: float = 0.0
     #: the margin for inputs whose saved-tensor counts were estimated (ONNX files); None: the one above
     interval_log_margin_estimated_counts: float | None = None
+    #: log margin added to the upper quantile per doubling of the batch size past the largest trained one
+    #: (memory: it grows faster than linearly in the batch; ``metadata.json``'s
+    #: ``upper_extrapolation_log_margin_per_doubling``, 0 for sets trained before it)
+    upper_extrapolation_margin: float = 0.0
 
     def _base(self, X: np.ndarray, coef: np.ndarray, floor: float = 1.0) -> np.ndarray:
         return np.maximum(baseline_components(X, self.terms or MEMORY_TERMS) @ coef, floor)
@@ -94,9 +98,12 @@ class _Target:
         total = np.maximum(parts.sum(axis=1), 1e-300)
         return [{lab: float(v) for lab, v in zip(labels, row / tot) if v > 0} for row, tot in zip(parts, total)]
 
-    def predict(self, X: np.ndarray, estimated_counts: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    def predict(self, X: np.ndarray, estimated_counts: bool = False,
+                doublings_past: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(median point prediction, quantiles n × 3) on the target's natural scale; ``estimated_counts``: the
-        rows' saved-tensor counts were estimated from the graph, so the interval takes that margin."""
+        rows' saved-tensor counts were estimated from the graph, so the interval takes that margin;
+        ``doublings_past``: per row, log2 of the batch size over the largest trained one (0 inside the range),
+        which widens the upper quantile by :attr:`upper_extrapolation_margin` per doubling."""
         Xb = X if self.prior is None else with_utilization_prior(X, *self.prior)
         z = (np.zeros(len(X)) if self.point is None
              else np.asarray(self.point.inplace_predict(Xb), float).reshape(len(X)))
@@ -118,6 +125,8 @@ class _Target:
             yq = calibrated(yq, margin=margin, scale=self.interval_scale)
             if self.transform == "identity01":
                 yq = np.clip(yq, 0.005, 1.0)
+        if self.upper_extrapolation_margin and doublings_past is not None:
+            yq[:, -1] *= np.exp(self.upper_extrapolation_margin * np.maximum(np.asarray(doublings_past, float), 0.0))
         return y, yq
 
 
@@ -206,7 +215,8 @@ class ModelSet:
                                           float(t.get("interval_scale", 1.0)),
                                           _prior_of(t), float(t.get("interval_log_margin", 0.0)),
                                           None if t.get("interval_log_margin_estimated_counts") is None
-                                          else float(t["interval_log_margin_estimated_counts"]))
+                                          else float(t["interval_log_margin_estimated_counts"]),
+                                          float(t.get("upper_extrapolation_log_margin_per_doubling", 0.0)))
         prof = json.loads((path / "profiled.json").read_text())["architectures"]
         self.profiled_names = list(prof)
         self.profiled = prof
@@ -230,6 +240,10 @@ class ModelSet:
         #: the measuring device's memory (GPU memory on CUDA), from the dataset's provenance
         mem = ((self.meta.get("provenance") or {}).get("device_info") or {}).get("memory_bytes")
         self.device_memory_bytes: int | None = int(mem) if mem else None
+
+    def doublings_past(self, batch_sizes: Sequence[int]) -> np.ndarray:
+        """Per batch size, how many doublings it lies past the largest trained one (0 at or below it)."""
+        return np.maximum(np.log2(np.asarray(batch_sizes, float) / max(self.trained_batches)), 0.0)
 
     def with_graph_counts(self, arch: ArchFeatures) -> ArchFeatures:
         """``arch`` with saved-tensor bytes (both counts, :data:`~perfpredict.estimators.saved_estimate.
@@ -374,8 +388,9 @@ class Predictor:
         arch = ms.with_graph_counts(arch)
         X = design_matrix([(arch, b) for b in bs], device_kind=ms.device_kind)
         out: dict[str, Any] = {"batch_sizes": bs, "model_set": ms.name, "mode": ms.mode, "precision": ms.precision}
+        past = ms.doublings_past(bs)
         for name, t in ms.targets.items():
-            y, q = t.predict(X, estimated_counts=estimated)
+            y, q = t.predict(X, estimated_counts=estimated, doublings_past=past)
             out[name] = {"median": y.tolist(), "q10": q[:, 0].tolist(), "q90": q[:, -1].tolist()}
         return out
 
@@ -478,7 +493,8 @@ class Predictor:
                          f"{' (' + ms.cpu_id + ')' if ms.cpu_id else ''}, and a CPU time model does not carry over "
                          "between CPUs (collect one with profilers/collect_dataset.py)")
         X = design_matrix([(arch, b) for b in batch_sizes], device_kind=ms.device_kind)
-        preds = {name: t.predict(X, estimated_counts=estimated) for name, t in ms.targets.items()}
+        past = ms.doublings_past(batch_sizes)
+        preds = {name: t.predict(X, estimated_counts=estimated, doublings_past=past) for name, t in ms.targets.items()}
         method = "estimator"
         if ood and allow_fallback:
             method = "nearest_profiled"

@@ -173,6 +173,10 @@ def _train_into(data: TrainingData, dataset_csv: str | Path, out: Path, *, kinds
         # ... for inputs whose saved-tensor counts the Predictor had to estimate (ONNX files)
         entry["interval_log_margin_estimated_counts"] = (
             entry["evaluation"]["interval_calibration_estimated_counts"]["margin"] if evaluate else 0.0)
+        # ... and how much its upper quantile grows per doubling past the largest trained batch (memory only)
+        if evaluate and "batch_extrapolation" in entry["evaluation"]:
+            entry["upper_extrapolation_log_margin_per_doubling"] = \
+                entry["evaluation"]["batch_extrapolation"]["margin_per_doubling"]
         say(f"{data.name}/{spec.name}: fitting the final {kind} point and interval models on {len(y)} rows")
         point = spec.fit_model(spec.make_model(kind), X, y, aux)
         quant = spec.fit_model(spec.make_quantile_model(kind), X, y, aux)
@@ -293,6 +297,10 @@ def train_all(datasets_dir: str | Path = "datasets", out_root: str | Path = "tra
 # ---------------------------------------------------------------------------------------------------------
 # The report
 # ---------------------------------------------------------------------------------------------------------
+def _sizes(batches: Sequence[float]) -> str:
+    return ", ".join(str(int(b)) for b in batches)
+
+
 def _fmt(m: dict[str, float], spec_name: str) -> str:
     s = f"{m['mape']:.1%} | {m['median_ape']:.1%} | {m['rmsle']:.3f}"
     return s + (f" | {m['rmsle_fraction']:.3f}" if spec_name == "gpu_utilization" else "")
@@ -347,6 +355,16 @@ def render_report(meta: dict[str, Any]) -> str:
                          f"×{np.exp(cal_e['margin']):.2f}: nested family CV covers "
                          f"{cal_e['nested_family_cv']['coverage']:.0%}, median width "
                          f"{cal_e['nested_family_cv']['median_rel_width']:.0%}.")
+        ext = ev.get("batch_extrapolation")
+        if ext and "fitted_batches" in ext:
+            chk = ext["check"]
+            cal_text += (f" Past the largest trained batch size the q90 grows by ×{np.exp(ext['margin_per_doubling']):.3f} "
+                         f"per doubling: fitted on batch sizes {_sizes(ext['fitted_batches'])}, the q90 under-predicts "
+                         f"{ext['upper_under_predicts']:.0%} of the points at {_sizes(ext['tested_batches'])}, and "
+                         f"the margin is what keeps 90% of them at or below it. Checked by fitting on "
+                         f"{_sizes(chk['fitted_batches'])} and predicting {_sizes(chk['tested_batches'])}: the q90 "
+                         f"under-predicts {chk['upper_under_predicts']:.0%}, with the margin "
+                         f"{chk['upper_under_predicts_with_margin']:.0%}.")
         lines += ["", f"Shipped: **{shipped}**. Its interval model, family CV: {q['interval']} covers "
                       f"{q['coverage']:.0%} of the measurements (nominal 80%); the upper quantile under-predicts "
                       f"{q['upper_under_predicts']:.0%}; median interval width {q['median_rel_width']:.0%} of the value."

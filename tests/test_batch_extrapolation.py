@@ -1,0 +1,90 @@
+"""Memory predicted past the largest trained batch size: the upper quantile widens by a margin per doubling that
+training calibrates on the sets' own largest batches (memory grows faster than linearly in the batch: glibc's
+retained heap on a CPU, the caching allocator on a GPU), so the q90 a scheduler reserves stays an upper bound."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from perfpredict import Predictor
+
+REPO = Path(__file__).resolve().parents[1]
+MEMORY_TARGETS = ("peak_memory", "device_memory")
+
+
+@pytest.fixture(scope="module")
+def predictor():
+    return Predictor.load()
+
+
+def _shipped_memory_targets():
+    for meta_path in sorted((REPO / "trained_models").glob("*/metadata.json")):
+        meta = json.loads(meta_path.read_text())
+        for name, t in meta["targets"].items():
+            if name in MEMORY_TARGETS:
+                yield meta_path.parent.name, name, t
+
+
+def test_every_shipped_memory_estimator_was_calibrated_past_its_batches_and_the_check_holds():
+    seen = 0
+    for set_name, name, t in _shipped_memory_targets():
+        ext = t["evaluation"]["batch_extrapolation"]
+        m = t["upper_extrapolation_log_margin_per_doubling"]
+        assert m == ext["margin_per_doubling"] and 0 < m < math.log(1.5), (set_name, name, m)
+        # without it, the q90 fitted on the smaller batches misses the larger ones well above its nominal 10%
+        assert ext["upper_under_predicts"] > 0.15, (set_name, name)
+        # with it, the held-out check (fitted on the two smallest sizes, one to three doublings out) is near 10%
+        chk = ext["check"]
+        assert chk["upper_under_predicts_with_margin"] <= 0.15, (set_name, name, chk)
+        assert chk["upper_under_predicts_with_margin"] < chk["upper_under_predicts"] - 0.05, (set_name, name, chk)
+        assert ext["fitted_batches"] == sorted(ext["fitted_batches"]) and len(ext["tested_batches"]) == 2
+        seen += 1
+    assert seen >= 10  # every CPU set's peak memory, and the H100's peak and device memory
+
+
+@pytest.mark.parametrize("device_type, target", [("cuda_h100", "device_memory"), ("cpu", "peak_memory")])
+def test_the_q90_widens_only_past_the_trained_batches_by_the_margin_per_doubling(predictor, device_type, target):
+    from perfpredict.estimators.arch import from_workload
+
+    feats = from_workload("zoo:resnet", {"depth": 18, "width": 32, "image_size": 64})
+    ms, _ = predictor._set_for(feats, device_type, None, None)
+    top = max(ms.trained_batches)
+    batches = [min(ms.trained_batches), top, 2 * top, 8 * top]
+    widened = predictor.predict_values(feats, batches, device_type=ms.name)[target]
+    t = ms.targets[target]
+    m = t.upper_extrapolation_margin
+    assert m > 0
+    from perfpredict.estimators.design import design_matrix
+
+    X = design_matrix([(ms.with_graph_counts(feats), b) for b in batches], device_kind=ms.device_kind)
+    _, plain = dataclasses.replace(t, upper_extrapolation_margin=0.0).predict(X, doublings_past=ms.doublings_past(batches))
+    ratio = np.array(widened["q90"]) / plain[:, -1]
+    assert ratio == pytest.approx([1.0, 1.0, math.exp(m), math.exp(3 * m)], rel=1e-9)
+    assert np.array(widened["q10"]) == pytest.approx(plain[:, 0], rel=1e-12)  # the lower side stays
+    assert np.all(np.diff(widened["q90"]) > 0)
+
+
+def test_a_predicted_largest_batch_past_the_trained_range_holds_the_widened_q90(predictor):
+    from perfpredict.estimators.arch import from_workload
+
+    feats = from_workload("zoo:mlp", {})
+    ms, _ = predictor._set_for(feats, "cpu", None, None)
+    r = predictor.largest_batch(features=feats, memory_limit_bytes=2**30, device_type="cpu")
+    assert r.largest_ok is not None and r.largest_ok > 4 * max(ms.trained_batches)
+    assert any("widened by x" in n and "per doubling" in n for n in r.notes), r.notes
+    v = predictor.predict_values(feats, [r.largest_ok, r.smallest_failed], device_type=ms.name)["peak_memory"]
+    assert max(v["q90"][0], v["median"][0]) <= 2**30 < max(v["q90"][1], v["median"][1])
+    # the same search without the margin answers a larger batch: the margin is what makes it more careful
+    target = ms.targets["peak_memory"]
+    try:
+        ms.targets["peak_memory"] = dataclasses.replace(target, upper_extrapolation_margin=0.0)
+        plain = predictor.largest_batch(features=feats, memory_limit_bytes=2**30, device_type="cpu")
+    finally:
+        ms.targets["peak_memory"] = target
+    assert plain.largest_ok > r.largest_ok
