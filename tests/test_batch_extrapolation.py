@@ -88,3 +88,14 @@ def test_a_predicted_largest_batch_past_the_trained_range_holds_the_widened_q90(
     finally:
         ms.targets["peak_memory"] = target
     assert plain.largest_ok > r.largest_ok
+
+
+def test_a_predicted_card_says_when_and_by_how_much_the_memory_q90_was_widened(predictor):
+    above = predictor.predict("zoo:mlp", batch_sizes=[32, 512], device_type="cuda_h100")
+    (note,) = [n for n in above.prediction.notes if "extrapolated" in n]
+    ms = predictor.sets["cuda_h100"]
+    for name in MEMORY_TARGETS:
+        assert f"{name.replace('_', ' ')} x{math.exp(ms.targets[name].upper_extrapolation_margin):.3f}" in note
+    below = predictor.predict("zoo:mlp", batch_sizes=[2, 32], device_type="cuda_h100")
+    (note,) = [n for n in below.prediction.notes if "extrapolated" in n]
+    assert "per doubling" not in note  # below the trained range the q90 is not widened

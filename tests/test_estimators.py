@@ -383,6 +383,11 @@ def test_train_reproduces_shipped_metrics(tmp_path):
                 assert got == pytest.approx(want, rel=0.02, abs=0.005), (name, kind)
         assert t["point_kind"] == shipped["targets"][name]["point_kind"]
         assert all(Path(ts.out_dir / f).exists() for f in t["files"].values())
+        # memory's margin per doubling past the trained batches, fitted on the same rows
+        key = "upper_extrapolation_log_margin_per_doubling"
+        assert (key in t) == (key in shipped["targets"][name]) == (t["unit"] == "bytes"), name
+        if key in t:
+            assert t[key] == pytest.approx(shipped["targets"][name][key], rel=0.02, abs=1e-3), name
 
 
 def test_training_removes_boosters_it_did_not_write(tmp_path):

@@ -17,6 +17,7 @@ and says so on the card (``prediction.method = "nearest_profiled"``).
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -539,8 +540,13 @@ class Predictor:
                           gpu_utilization_safe=float(max(uq[-1], u)))
             points.append(PredictedPoint(**pt))
         if any(p.outside_trained_batches for p in points):
+            widened = {n: t.upper_extrapolation_margin for n, t in ms.targets.items() if t.upper_extrapolation_margin}
+            above = any(b > max(ms.trained_batches) for b in batch_sizes)
             notes.append(f"batch sizes outside the trained range {min(ms.trained_batches)}-"
-                         f"{max(ms.trained_batches)} are extrapolated")
+                         f"{max(ms.trained_batches)} are extrapolated"
+                         + (" (the q90 of " + ", ".join(f"{n.replace('_', ' ')} x{math.exp(m):.3f}" for n, m in
+                                                         widened.items())
+                            + " per doubling past the largest, calibrated at training)" if widened and above else ""))
         info = PredictionInfo(method=method, model_set=ms.name, dataset_sha256=ms.meta["dataset_sha256"],
                               device_type=ms.name, out_of_distribution=ood, nearest=nearest, points=points,
                               estimator_scores={k: t.scores for k, t in ms.targets.items()}, notes=notes)
