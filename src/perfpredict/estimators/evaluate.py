@@ -70,7 +70,8 @@ def out_of_fold(data: TrainingData, spec: TargetSpec, kind: str, scheme: str = "
     y, aux = sub.column(spec.column), aux_values(sub, spec)
     pred = np.full(len(y), np.nan)
     for tr, te in _folds(sub, scheme):
-        m = spec.fit_model(spec.make_model(kind), sub.X[tr], y[tr], None if aux is None else aux[tr])
+        m = spec.fit_model(spec.make_model(kind), sub.X[tr], y[tr], None if aux is None else aux[tr],
+                           groups=sub.families[tr])
         pred[te] = spec.from_model(m.predict(sub.X[te]), sub.X[te])
     return y, pred
 

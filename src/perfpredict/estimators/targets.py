@@ -32,6 +32,7 @@ from perfpredict.estimators.models import (
     LogBaselineModel,
     StructuredMemoryModel,
     UtilizationPriorModel,
+    fit_grouped,
     make_model,
     make_quantile_model,
     memory_terms,
@@ -78,15 +79,17 @@ class TargetSpec:
             return np.clip(z, 0.005, 1.0)
         return z
 
-    def fit_model(self, model, X: np.ndarray, y: np.ndarray, aux: np.ndarray | None = None):
+    def fit_model(self, model, X: np.ndarray, y: np.ndarray, aux: np.ndarray | None = None,
+                  groups: np.ndarray | None = None):
         """Fit ``model`` (from :meth:`make_model` or :meth:`make_quantile_model`) to the target ``y`` on its
-        natural scale; ``aux`` is the :attr:`aux_column` of the same rows, required when the target has one."""
+        natural scale; ``aux`` is the :attr:`aux_column` of the same rows, required when the target has one;
+        ``groups`` each row's family, for the models that choose a hyper-parameter by family (the ridge)."""
         z = self.to_model(y, X)
         if self.aux_column is None:
-            return model.fit(X, z)
+            return fit_grouped(model, X, z, groups=groups)
         if aux is None:
             raise ValueError(f"{self.name} trains with the {self.aux_column!r} column too")
-        return model.fit(X, z, aux)
+        return fit_grouped(model, X, z, aux, groups=groups)
 
     def make_model(self, kind: str):
         """A fresh regressor of ``kind`` for this target (memory wraps it in the structured model, utilisation

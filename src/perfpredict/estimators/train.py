@@ -178,7 +178,7 @@ def _train_into(data: TrainingData, dataset_csv: str | Path, out: Path, *, kinds
             entry["upper_extrapolation_log_margin_per_doubling"] = \
                 entry["evaluation"]["batch_extrapolation"]["margin_per_doubling"]
         say(f"{data.name}/{spec.name}: fitting the final {kind} point and interval models on {len(y)} rows")
-        point = spec.fit_model(spec.make_model(kind), X, y, aux)
+        point = spec.fit_model(spec.make_model(kind), X, y, aux, groups=data.families[keep])
         quant = spec.fit_model(spec.make_quantile_model(kind), X, y, aux)
         entry["files"] = {}
         if _booster_of(point) is not None:
