@@ -249,7 +249,7 @@ def batch_extrapolation_margin(data: TrainingData, spec: TargetSpec, kind: str) 
 
     Memory grows faster than linearly in the batch size (glibc keeping freed heap chunks on a CPU, the caching
     allocator's rounding on a GPU), so a model fitted on small batches under-predicts large ones: on the shipped
-    sets, the q90 of a model fitted on the three smallest batch sizes sat below 20-37% of the measurements at
+    sets, the q90 of a model fitted on the three smallest batch sizes sat below 17-36% of the measurements at
     the two largest, not 10%. Measured here the same way: the ``kind`` interval model is fitted on every row at
     the smaller batch sizes (all families: this is the batch's error, not the family's, whose margin is
     calibrated apart) and predicts the two largest. Each point's score is how far, in log space, it lies above

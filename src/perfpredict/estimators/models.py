@@ -1,7 +1,8 @@
 """The regressors compared (Horus Table 4): XGBoost (primary), LightGBM, random forest, a linear model.
 
 All follow scikit-learn's ``fit(X, y)`` / ``predict(X)``. Hyper-parameters are fixed, modest and the same
-for every target (no tuning on the evaluation folds, which would flatter the scores). The quantile model is
+for every target (no tuning on the evaluation folds, which would flatter the scores), except the ridge's
+penalty, which :class:`FamilyRidge` chooses by family on each training fold's own rows. The quantile model is
 XGBoost's pinball-loss objective with several quantiles in one booster.
 """
 
