@@ -335,6 +335,8 @@ def test_service_health_models_and_feature_prediction(client, mlp_onnx):
     assert client.get("/health").json()["status"] == "ok"
     models = client.get("/models").json()
     assert "cuda_h100" in models and models["cuda_h100"]["rows"] >= 200
+    growth = models["cuda_h100"]["q90_growth_per_doubling_past_batches"]
+    assert set(growth) == {"peak_memory", "device_memory"} and all(1 < g < 1.5 for g in growth.values())
     arch = from_onnx_proto(load_onnx_bytes(mlp_onnx[0]))
     body = {"features": {k: v for k, v in arch.as_dict().items() if k not in ("family", "notes")},
             "batch_sizes": [16, 64]}

@@ -3,7 +3,8 @@
     perfpredict serve --host 127.0.0.1 --port 8000      # OpenAPI schema at /docs and /openapi.json
 
 - ``GET  /health``  — liveness, and which model sets are loaded;
-- ``GET  /models``  — each model set: device, dataset hash, rows, families, grouped-CV scores;
+- ``GET  /models``  — each model set: device, dataset hash, rows, families, grouped-CV scores, how much
+  its memory q90 grows per doubling past the trained batch sizes;
 - ``POST /predict`` — JSON ``{"features": {...graph features...}, "batch_sizes": [32], "device_type": ...}``,
   answered with a predicted :class:`~perfpredict.card.PerformanceCard`;
 - ``POST /predict/onnx`` — multipart upload of an ONNX file (``file``) with ``batch_sizes`` (comma-separated)
@@ -165,6 +166,10 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
                          "dataset_sha256": ms.meta["dataset_sha256"], "rows": ms.meta["rows"],
                          "families": ms.meta["families"], "batch_sizes": ms.trained_batches,
                          "targets": {k: t.scores for k, t in ms.targets.items()},
+                         # how much a memory q90 grows per doubling past the largest trained batch size
+                         "q90_growth_per_doubling_past_batches": {
+                             k: math.exp(t.upper_extrapolation_margin) for k, t in ms.targets.items()
+                             if t.upper_extrapolation_margin},
                          "trained_at": ms.meta["trained_at"]}
         return out
 
