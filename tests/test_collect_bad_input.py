@@ -198,7 +198,9 @@ def test_colocation_resume_measures_a_cut_row_again_on_cpu(tmp_path) -> None:
     cc = _colocation()
     out = tmp_path / "pairs.csv"
     out.write_text(",".join(cc.COLUMNS) + "\r\nmlp-small-b32,32,mlp-small-b32,32,ok,,")
-    proc = _run(COLOCATION_SCRIPT, "--out", str(out), "--device", "cpu", "--jobs", "1", "--window", "0.2")
+    # a 0.6 s window: the host's other load (below) is only read over spans of at least 0.2 s, and a 0.2 s window
+    # left the common span of the pair (latest start to earliest end) shorter than that in one full test run of four
+    proc = _run(COLOCATION_SCRIPT, "--out", str(out), "--device", "cpu", "--jobs", "1", "--window", "0.6")
     assert proc.returncode == 0, proc.stderr
     with open(out, newline="") as f:
         (row,) = list(csv.DictReader(f))
