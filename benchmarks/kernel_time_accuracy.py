@@ -35,12 +35,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("argument --only: the kernel table prices CPU sets only; give a prefix starting with cpu_")
     if args.table is not None and not args.table.is_file():
         ap.error(f"argument --table: no file at {args.table}")
-    from perfpredict.estimators.data import load_training_data
-    from perfpredict.estimators.kernel_time import kernel_seconds, provenance
+    from perfpredict.estimators.data import load_training_data, training_datasets
+    from perfpredict.estimators.kernel_time import TABLE_PATH, kernel_seconds, provenance
     from perfpredict.estimators.models import (INFER_TIME_TERMS, STEP_TERMS, TIME_TERMS, baseline_components,
                                                fit_baseline)
-
-    from perfpredict.estimators.kernel_time import TABLE_PATH
 
     table = args.table or TABLE_PATH
     try:
@@ -50,8 +48,6 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"argument --table: {table} is not a kernel-cost table ({type(e).__name__}: {str(e)[:120]})")
     print(f"kernel cost table: {table.name}, {prov.get('cpu_model')} ({prov.get('cpu_id', 'cpu id not recorded')}), "
           f"torch {prov.get('torch_version')}, measured {prov.get('measured_at')}")
-    from perfpredict.estimators.data import training_datasets
-
     for path in training_datasets(ROOT / "datasets"):
         name = path.stem
         if not name.startswith(args.only):

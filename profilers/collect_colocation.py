@@ -260,14 +260,15 @@ def main(argv: list[str] | None = None) -> int:
     refs = {label: (WorkloadRef("zoo", fam, tuple(sorted(p.items()))), b) for label, fam, p, b in jobs}
     # Checked before any measuring: a bad provenance file, a file that is not this script's CSV.
     check_provenance(args.out)
-    upgraded = upgrade_header(args.out, COLUMNS, [COLUMNS_V1], by=command_line(__file__, argv))
+    command = command_line(__file__, argv)
+    upgraded = upgrade_header(args.out, COLUMNS, [COLUMNS_V1], by=command)
     if upgraded is not None:
         print(f"note: {args.out} was written before the host-load columns; its header now has them (empty in "
               "the rows already measured)", file=sys.stderr)
     rows, dropped = prepare_resume(args.out, COLUMNS)
     done = done_pairs(rows)
     new = not args.out.exists() or args.out.stat().st_size == 0
-    settings = CollectSettings(device=device, command=command_line(__file__, argv),
+    settings = CollectSettings(device=device, command=command,
                                git_commit=git_commit_of(Path(__file__).resolve().parent.parent))
     meta = _run_provenance(settings)
     meta["window_s"] = args.window

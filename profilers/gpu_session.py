@@ -149,14 +149,13 @@ def main(argv: list[str] | None = None) -> int:
                 with tempfile.TemporaryDirectory() as tmp:
                     probe = list(cmd)
                     probe[probe.index("--out") + 1] = str(Path(tmp) / files[0])
-                    if (DATASETS / files[0]).is_file():
-                        shutil.copy2(DATASETS / files[0], Path(tmp) / files[0])
+                    stage(files, Path(tmp), dry_run=False)
                     done = subprocess.run(probe + ["--dry-run"], capture_output=True, text=True, env=_env())
-                said = [ln for ln in done.stderr.splitlines() if " of the " in ln or "pairs to" in ln]
-                said = [ln.replace(tmp, "datasets") for ln in said]
-                last = (done.stdout.strip().splitlines() or [""])[-1] if "pairs" in (done.stdout or "") else ""
-                lines = [ln for ln in (last, *said) if ln] or [done.stderr.strip().splitlines()[0]
-                                                               if done.stderr.strip() else ""]
+                # the co-location plan's last line ("24 jobs, 61 pairs"), then how much a resumed file holds;
+                # else the sweep's size (the first line a dataset plan says)
+                lines = [ln for ln in done.stdout.splitlines()[-1:] if ln.endswith(" pairs")]
+                lines += [ln.replace(tmp, "datasets") for ln in done.stderr.splitlines() if " of the " in ln]
+                lines = lines or done.stderr.strip().splitlines()[:1]
                 print("\n".join(f"   plan: {ln}" for ln in lines) if done.returncode == 0
                       else f"   plan failed: {done.stderr.strip()[-300:]}", flush=True)
                 rc = rc or done.returncode

@@ -12,7 +12,6 @@ one predicted not to. It assumes the predicted memory grows with the batch size,
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any, Literal
 
@@ -99,12 +98,12 @@ def predicted_largest_batch(predictor: Any, arch: ArchFeatures, memory_limit_byt
              f"predicted {what[target]} is held to the limit"] + ([precision_note] if precision_note else [])
     lo_t, hi_t = min(ms.trained_batches), max(ms.trained_batches)
     if lo is not None and not lo_t <= lo <= hi_t:
-        widen = ms.targets[target].upper_extrapolation_margin
+        t = ms.targets[target]
         notes.append(f"the answer is outside the batch sizes the estimators were trained on ({lo_t}-{hi_t}): the "
                      "memory there follows the estimators' baseline (parameters + batch x activations per sample), "
                      "extrapolated"
-                     + (f", its q90 widened by x{math.exp(widen):.3f} per doubling past {hi_t} (calibrated at "
-                        "training on the largest batch sizes)" if widen and lo > hi_t else "")
+                     + (f", its q90 widened by x{t.q90_growth_per_doubling:.3f} per doubling past {hi_t} (calibrated "
+                        "at training on the largest batch sizes)" if t.upper_extrapolation_margin and lo > hi_t else "")
                      + "; confirm with `perfpredict max-batch` on the device")
     ordered = [probes[b] for b in sorted(probes)]
     return BatchLimit(model=arch.name or "features", source="predicted", device=ms.device_kind,

@@ -86,6 +86,11 @@ class _Target:
     #: ``upper_extrapolation_log_margin_per_doubling``, 0 for sets trained before it)
     upper_extrapolation_margin: float = 0.0
 
+    @property
+    def q90_growth_per_doubling(self) -> float:
+        """The factor the upper quantile grows by per doubling past the trained batch sizes (1: none)."""
+        return math.exp(self.upper_extrapolation_margin)
+
     def _base(self, X: np.ndarray, coef: np.ndarray, floor: float = 1.0) -> np.ndarray:
         return np.maximum(baseline_components(X, self.terms or MEMORY_TERMS) @ coef, floor)
 
@@ -103,8 +108,9 @@ class _Target:
                 doublings_past: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(median point prediction, quantiles n × 3) on the target's natural scale; ``estimated_counts``: the
         rows' saved-tensor counts were estimated from the graph, so the interval takes that margin;
-        ``doublings_past``: per row, log2 of the batch size over the largest trained one (0 inside the range),
-        which widens the upper quantile by :attr:`upper_extrapolation_margin` per doubling."""
+        ``doublings_past``: per row, log2 of the batch size over the largest trained one, 0 inside the range
+        (:meth:`ModelSet.doublings_past`), which widens the upper quantile by :attr:`upper_extrapolation_margin`
+        per doubling."""
         Xb = X if self.prior is None else with_utilization_prior(X, *self.prior)
         z = (np.zeros(len(X)) if self.point is None
              else np.asarray(self.point.inplace_predict(Xb), float).reshape(len(X)))
@@ -127,7 +133,7 @@ class _Target:
             if self.transform == "identity01":
                 yq = np.clip(yq, 0.005, 1.0)
         if self.upper_extrapolation_margin and doublings_past is not None:
-            yq[:, -1] *= np.exp(self.upper_extrapolation_margin * np.maximum(np.asarray(doublings_past, float), 0.0))
+            yq[:, -1] *= np.exp(self.upper_extrapolation_margin * np.asarray(doublings_past, float))
         return y, yq
 
 
@@ -245,6 +251,11 @@ class ModelSet:
     def doublings_past(self, batch_sizes: Sequence[int]) -> np.ndarray:
         """Per batch size, how many doublings it lies past the largest trained one (0 at or below it)."""
         return np.maximum(np.log2(np.asarray(batch_sizes, float) / max(self.trained_batches)), 0.0)
+
+    def q90_growth_per_doubling(self) -> dict[str, float]:
+        """The targets whose upper quantile grows past the trained batch sizes (memory), and by how much per
+        doubling."""
+        return {n: t.q90_growth_per_doubling for n, t in self.targets.items() if t.upper_extrapolation_margin}
 
     def with_graph_counts(self, arch: ArchFeatures) -> ArchFeatures:
         """``arch`` with saved-tensor bytes (both counts, :data:`~perfpredict.estimators.saved_estimate.
@@ -540,13 +551,12 @@ class Predictor:
                           gpu_utilization_safe=float(max(uq[-1], u)))
             points.append(PredictedPoint(**pt))
         if any(p.outside_trained_batches for p in points):
-            widened = {n: t.upper_extrapolation_margin for n, t in ms.targets.items() if t.upper_extrapolation_margin}
-            above = any(b > max(ms.trained_batches) for b in batch_sizes)
+            widened = ms.q90_growth_per_doubling()
             notes.append(f"batch sizes outside the trained range {min(ms.trained_batches)}-"
                          f"{max(ms.trained_batches)} are extrapolated"
-                         + (" (the q90 of " + ", ".join(f"{n.replace('_', ' ')} x{math.exp(m):.3f}" for n, m in
-                                                         widened.items())
-                            + " per doubling past the largest, calibrated at training)" if widened and above else ""))
+                         + (" (the q90 of " + ", ".join(f"{n.replace('_', ' ')} x{g:.3f}" for n, g in widened.items())
+                            + " per doubling past the largest, calibrated at training)"
+                            if widened and past.any() else ""))
         info = PredictionInfo(method=method, model_set=ms.name, dataset_sha256=ms.meta["dataset_sha256"],
                               device_type=ms.name, out_of_distribution=ood, nearest=nearest, points=points,
                               estimator_scores={k: t.scores for k, t in ms.targets.items()}, notes=notes)

@@ -167,9 +167,7 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
                          "families": ms.meta["families"], "batch_sizes": ms.trained_batches,
                          "targets": {k: t.scores for k, t in ms.targets.items()},
                          # how much a memory q90 grows per doubling past the largest trained batch size
-                         "q90_growth_per_doubling_past_batches": {
-                             k: math.exp(t.upper_extrapolation_margin) for k, t in ms.targets.items()
-                             if t.upper_extrapolation_margin},
+                         "q90_growth_per_doubling_past_batches": ms.q90_growth_per_doubling(),
                          "trained_at": ms.meta["trained_at"]}
         return out
 

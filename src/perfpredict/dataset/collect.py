@@ -310,19 +310,7 @@ def prepare_resume(path: str | Path, columns: list[str]) -> tuple[list[dict[str,
     p = check_output_path(path)
     if not p.exists():
         return [], None
-    try:
-        data = p.read_bytes()
-    except OSError as e:
-        raise UsageError(f"cannot read {p}: {e.strerror or e}", step="resuming") from None
-    bom = 3 if data.startswith(b"\xef\xbb\xbf") else 0  # an editor's byte-order mark: kept, not counted
-    try:
-        text = data[bom:].decode("utf-8")
-        if "\x00" in text:
-            raise ValueError("it contains NUL bytes")
-        records = _csv_records(text)
-    except (UnicodeDecodeError, ValueError, csv.Error) as e:
-        raise UsageError(f"{p} is not a CSV text file ({e}); give another --out, or move it away to start "
-                         "afresh", step="resuming") from None
+    _, bom, text, records = _read_csv_file(p)
     expected = ",".join(columns)
     if not text.strip():
         if text:
@@ -364,6 +352,24 @@ def prepare_resume(path: str | Path, columns: list[str]) -> tuple[list[dict[str,
     return rows, dropped
 
 
+def _read_csv_file(p: Path) -> tuple[bytes, int, str, list[tuple[int, list[str]]]]:
+    """``p``'s bytes, the length of its byte-order mark (an editor's: kept, not counted), its text and its CSV
+    records (:func:`_csv_records`); a :class:`UsageError` when it cannot be read or is not CSV text."""
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise UsageError(f"cannot read {p}: {e.strerror or e}", step="resuming") from None
+    bom = 3 if data.startswith(b"\xef\xbb\xbf") else 0
+    try:
+        text = data[bom:].decode("utf-8")
+        if "\x00" in text:
+            raise ValueError("it contains NUL bytes")
+        return data, bom, text, _csv_records(text)
+    except (UnicodeDecodeError, ValueError, csv.Error) as e:
+        raise UsageError(f"{p} is not a CSV text file ({e}); give another --out, or move it away to start "
+                         "afresh", step="resuming") from None
+
+
 def upgrade_header(path: str | Path, columns: list[str], older: Iterable[Iterable[str]],
                    by: str = "") -> list[str] | None:
     """Give a CSV written under an older header of the same collection the current ``columns``, so a new
@@ -379,13 +385,7 @@ def upgrade_header(path: str | Path, columns: list[str], older: Iterable[Iterabl
     p = check_output_path(path)
     if not p.is_file():
         return None
-    try:
-        data = p.read_bytes()
-        bom = 3 if data.startswith(b"\xef\xbb\xbf") else 0
-        text = data[bom:].decode("utf-8")
-        records = _csv_records(text)
-    except (OSError, UnicodeDecodeError, csv.Error):
-        return None  # prepare_resume says what is wrong with the file
+    data, bom, text, records = _read_csv_file(p)
     if not records:
         return None
     header = records[0][1]

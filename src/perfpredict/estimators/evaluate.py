@@ -107,11 +107,16 @@ def quantile_predictions_out_of_fold_both(data: TrainingData, spec: TargetSpec, 
     return y, np.sort(q, axis=1), (None if qe is None else np.sort(qe, axis=1)), sub.families
 
 
+def upper_misses(y: np.ndarray, upper: np.ndarray) -> float:
+    """The share of ``y`` above its upper quantile."""
+    return float(np.mean(upper < y))
+
+
 def interval_quality(y: np.ndarray, q: np.ndarray) -> dict[str, float]:
     lo, hi = q[:, 0], q[:, -1]
     return {"interval": f"[q{int(QUANTILES[0] * 100)}, q{int(QUANTILES[-1] * 100)}]",
             "coverage": float(np.mean((y >= lo) & (y <= hi))),
-            "upper_under_predicts": float(np.mean(hi < y)),
+            "upper_under_predicts": upper_misses(y, hi),
             "median_rel_width": float(np.median((hi - lo) / y))}
 
 
@@ -146,9 +151,13 @@ def needed_scale(y: np.ndarray, q: np.ndarray) -> np.ndarray:
 def calibrate_scale(y: np.ndarray, q: np.ndarray, coverage: float = NOMINAL_COVERAGE) -> float:
     """The interval scale that makes ``coverage`` of these out-of-fold points fall inside (≥ 1: intervals are
     only ever widened; capped at 50)."""
-    s = needed_scale(y, q)
-    k = int(np.ceil(coverage * len(s))) - 1
-    return float(min(max(np.sort(s)[max(k, 0)], 1.0), _MAX_SCALE))
+    return float(min(max(conformal_score(needed_scale(y, q), coverage), 1.0), _MAX_SCALE))
+
+
+def conformal_score(scores: np.ndarray, coverage: float) -> float:
+    """The smallest of ``scores`` at or above which ``coverage`` of them lie (the conformal quantile)."""
+    s = np.sort(np.asarray(scores, float))
+    return float(s[max(int(np.ceil(coverage * len(s))) - 1, 0)])
 
 
 def conformity(y: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -161,9 +170,7 @@ def conformity(y: np.ndarray, q: np.ndarray) -> np.ndarray:
 def calibrate_margin(y: np.ndarray, q: np.ndarray, coverage: float = NOMINAL_COVERAGE) -> float:
     """The log-space margin that, added on both sides of the [q10, q90] intervals, makes ``coverage`` of these
     out-of-fold points fall inside (≥ 0: intervals are only ever widened)."""
-    s = np.sort(conformity(y, q))
-    k = int(np.ceil(coverage * len(s))) - 1
-    return float(max(s[max(k, 0)], 0.0))
+    return max(conformal_score(conformity(y, q), coverage), 0.0)
 
 
 def widen_by_margin(q: np.ndarray, margin: float) -> np.ndarray:
@@ -240,10 +247,6 @@ def evaluate_target(data: TrainingData, spec: TargetSpec, kinds: tuple[str, ...]
     return out
 
 
-def _upper_misses(y: np.ndarray, q90: np.ndarray) -> float:
-    return float(np.mean(q90 < y))
-
-
 def batch_extrapolation_margin(data: TrainingData, spec: TargetSpec, kind: str) -> dict[str, Any]:
     """How much the upper quantile must grow per doubling of the batch size past the largest trained one.
 
@@ -271,15 +274,13 @@ def batch_extrapolation_margin(data: TrainingData, spec: TargetSpec, kind: str) 
         return q[:, -1], y[~tr], np.log2(b[~tr] / sizes[n_fit - 1])
 
     q90, yt, d = fit_predict(len(sizes) - 2)
-    score = np.sort(np.maximum(np.log(yt) - np.log(q90), 0.0) / d)
-    k = int(np.ceil(QUANTILES[-1] * len(score))) - 1
-    margin = float(score[max(k, 0)])
+    margin = conformal_score(np.maximum(np.log(yt) - np.log(q90), 0.0) / d, QUANTILES[-1])
     q90c, yc, dc = fit_predict(2)
     return {"margin_per_doubling": margin, "fitted_batches": sizes[:-2], "tested_batches": sizes[-2:],
-            "upper_under_predicts": _upper_misses(yt, q90), "points": int(len(yt)),
+            "upper_under_predicts": upper_misses(yt, q90), "points": int(len(yt)),
             "check": {"fitted_batches": sizes[:2], "tested_batches": sizes[2:],
-                      "upper_under_predicts": _upper_misses(yc, q90c),
-                      "upper_under_predicts_with_margin": _upper_misses(yc, q90c * np.exp(margin * dc))}}
+                      "upper_under_predicts": upper_misses(yc, q90c),
+                      "upper_under_predicts_with_margin": upper_misses(yc, q90c * np.exp(margin * dc))}}
 
 
 def ship_kind(spec: TargetSpec, family_cv: dict[str, dict[str, float]]) -> str:
