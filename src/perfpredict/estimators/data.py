@@ -17,8 +17,9 @@ from perfpredict.estimators.arch import ArchFeatures, from_table_row
 from perfpredict.estimators.design import design_matrix
 
 #: Dataset files that are not training sets of their own (repeats measure the noise floor; co-location
-#: pairs train the interference model).
-NON_TRAINING_SUFFIXES = ("_repeat", "_colocation")
+#: pairs train the interference model; far-batch points check the memory q90 far past the trained batch sizes,
+#: benchmarks/memory_past_trained_batches.py).
+NON_TRAINING_SUFFIXES = ("_repeat", "_colocation", "_far_batch")
 FEATURES_FILE = "zoo_features.csv"
 
 
