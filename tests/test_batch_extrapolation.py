@@ -99,3 +99,20 @@ def test_a_predicted_card_says_when_and_by_how_much_the_memory_q90_was_widened(p
     below = predictor.predict("zoo:mlp", batch_sizes=[2, 32], device_type="cuda_h100")
     (note,) = [n for n in below.prediction.notes if "extrapolated" in n]
     assert "per doubling" not in note  # below the trained range the q90 is not widened
+
+
+def test_a_cpu_answer_far_past_the_checked_distance_says_its_q90_is_no_safe_bound(predictor):
+    from perfpredict.estimators.arch import from_workload
+    from perfpredict.predicted_batch_limit import FAR_CHECKED_FACTOR
+
+    feats = from_workload("zoo:mlp", {})
+    ms, _ = predictor._set_for(feats, "cpu", None, None)
+    top = max(ms.trained_batches)
+    far = predictor.largest_batch(features=feats, memory_limit_bytes=2**30, device_type="cpu")
+    assert far.largest_ok > FAR_CHECKED_FACTOR * top
+    assert any("no safe bound" in n for n in far.notes), far.notes
+    # an answer inside the checked distance (a budget met near the trained sizes) carries no such note
+    budget = int(predictor.predict_values(feats, [2 * top], device_type=ms.name)["peak_memory"]["q90"][0])
+    near = predictor.largest_batch(features=feats, memory_limit_bytes=budget, device_type="cpu")
+    assert top <= near.largest_ok <= FAR_CHECKED_FACTOR * top
+    assert not any("no safe bound" in n for n in near.notes), near.notes
