@@ -17,6 +17,9 @@ Steps, in the order of ``datasets/README.md`` (run again until the collector rep
 - ``infer``: the inference set ``cuda_<gpu>_infer.csv``.
 - ``kernel-costs``: per-kernel GPU costs, ``kernel_costs_cuda.json`` (not resumable: one call).
 - ``bf16``: bf16 autocast training steps, ``cuda_<gpu>_bf16.csv``.
+- ``far-batch``: every 3rd architecture of the training sweep at 2-32x its largest batch,
+  ``cuda_<gpu>_far_batch.csv``: the held-out check of the memory q90 far past the trained batch sizes
+  (``benchmarks/memory_past_trained_batches.py``; never trained on). Points that do not fit end as OOM rows.
 
 ``<gpu>`` is read from the device name (``NVIDIA H100 80GB HBM3`` → ``h100``) unless ``--gpu`` says it. After
 the call, copy what came back into ``datasets/`` (the last line printed says which files), commit with the
@@ -42,7 +45,10 @@ BATCHES = "8,16,32,64,128"
 #: architecture's points come on top).
 BUDGET_S = 480
 
-STEPS = ("check", "train", "colocation", "infer", "kernel-costs", "bf16")
+#: The far-batch check's batch sizes: 1, 3 and 5 doublings past BATCHES' largest.
+FAR_BATCHES = "256,1024,4096"
+
+STEPS = ("check", "train", "colocation", "infer", "kernel-costs", "bf16", "far-batch")
 
 
 def gpu_tag(name: str) -> str:
@@ -83,10 +89,12 @@ def plan(step: str, gpu: str, out: Path, budget_s: float) -> tuple[list[str], li
         return [py, str(REPO / "profilers" / "collect_colocation.py"), "--device", "cuda", "--out", str(out / name),
                 "--from-dataset", str(DATASETS / dataset), "--sample-jobs", "24", "--partners", "4", "--seed", "1",
                 "--window", "1.5", "--time-budget", f"{budget_s:g}"], [name]
-    name, extra = {"train": (dataset, []), "infer": (f"cuda_{gpu}_infer.csv", ["--mode", "infer"]),
-                   "bf16": (f"cuda_{gpu}_bf16.csv", ["--precision", "bf16"])}[step]
+    name, extra, batches = {"train": (dataset, [], BATCHES),
+                            "infer": (f"cuda_{gpu}_infer.csv", ["--mode", "infer"], BATCHES),
+                            "bf16": (f"cuda_{gpu}_bf16.csv", ["--precision", "bf16"], BATCHES),
+                            "far-batch": (f"cuda_{gpu}_far_batch.csv", ["--every", "3"], FAR_BATCHES)}[step]
     return [py, str(REPO / "profilers" / "collect_dataset.py"), "measure", "--device", "cuda", *extra,
-            "--out", str(out / name), "--batch-sizes", BATCHES, "--time-budget", f"{budget_s:g}"], [name]
+            "--out", str(out / name), "--batch-sizes", batches, "--time-budget", f"{budget_s:g}"], [name]
 
 
 def stage(files: list[str], out: Path, dry_run: bool) -> list[str]:

@@ -50,6 +50,9 @@ def test_the_dry_run_stages_the_committed_files_and_plans_every_step_without_a_g
     assert "== colocation: staged cuda_h100_colocation.csv, cuda_h100_colocation.meta.json" in text
     assert f"--out {out}/cuda_h100_colocation.csv --from-dataset {REPO}/datasets/cuda_h100.csv" in text
     assert "--mode infer --out" in text and "--precision bf16 --out" in text and "collect_kernel_costs.py" in text
+    # the far-batch check: a new file of every 3rd architecture past the trained batch sizes, never trained on
+    assert "== far-batch: staged nothing (a new file)" in text
+    assert f"--every 3 --out {out}/cuda_h100_far_batch.csv --batch-sizes 256,1024,4096" in text
     # the collectors' own dry runs: the H100 training set is complete, the sampled pairs are all still to measure
     with open(REPO / "datasets" / "cuda_h100.csv", newline="") as f:
         n = len({(r["config"], r["batch_size"]) for r in csv.DictReader(f)})
