@@ -254,3 +254,24 @@ def test_the_crossover_analysis_takes_out_an_order_effect():
     assert summarize_crossover(lr[:1] * 3, [True] * 3) == summarize(lr[:1] * 3)
     assert binomial_interval(0, 30) == (0.0, pytest.approx(0.1157, abs=1e-4))
     assert binomial_interval(30, 30)[1] == 1.0
+
+
+def test_only_the_clean_up_of_an_object_a_ctrl_c_cut_short_is_kept_quiet():
+    """A Ctrl-C inside a DataLoader's worker iterator's __init__ leaves an object without ``_workers``, whose
+    __del__ then fails (seen in a CI run); that, and a half-registered multiprocessing finalizer, are the
+    Ctrl-C's doing. Any other exception in a __del__ is still printed."""
+    from types import SimpleNamespace
+
+    from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
+
+    from perfpredict.script_args import _half_built_finalizer
+
+    it = object.__new__(_MultiProcessingDataLoaderIter)  # as a Ctrl-C early in __init__ leaves it
+    with pytest.raises(AttributeError, match="has no attribute"):  # what its __del__ meets, then printed
+        it._shutdown_workers()
+    cut = SimpleNamespace(object=_MultiProcessingDataLoaderIter.__del__,
+                          exc_value=AttributeError("'_MultiProcessingDataLoaderIter' object has no attribute '_workers'"))
+    assert _half_built_finalizer(cut)
+    assert not _half_built_finalizer(SimpleNamespace(object=_MultiProcessingDataLoaderIter.__del__,
+                                                     exc_value=RuntimeError("a worker died")))
+    assert not _half_built_finalizer(SimpleNamespace(object=_check_kept, exc_value=AttributeError("x")))

@@ -98,12 +98,22 @@ def stop_requested() -> bool:
 
 
 def _half_built_finalizer(info) -> bool:
-    """Whether an unraisable exception is a multiprocessing finalizer that a Ctrl-C cut in half: a
-    KeyboardInterrupt between ``Finalize.__init__``'s weakref and its registry key leaves a callback that later
-    fails with ``AttributeError: '_key'`` when its object dies (a CPython race, seen as a DataLoader unwound)."""
+    """Whether an unraisable exception is the clean-up of an object a Ctrl-C cut in half, which fails with an
+    ``AttributeError`` for what its constructor never set when the object dies:
+
+    - a multiprocessing finalizer: a KeyboardInterrupt between ``Finalize.__init__``'s weakref and its registry
+      key leaves a callback that fails on ``_key`` (a CPython race, seen as a DataLoader unwound);
+    - a DataLoader's worker iterator interrupted in its ``__init__`` before ``_workers`` existed, whose
+      ``__del__`` then shuts down workers it has no list of."""
     from multiprocessing.util import Finalize
 
-    return isinstance(info.object, Finalize) and isinstance(info.exc_value, AttributeError)
+    if not isinstance(info.exc_value, AttributeError):
+        return False
+    return isinstance(info.object, Finalize) or getattr(info.object, "__qualname__", None) in HALF_BUILT_DELS
+
+
+#: ``__del__`` methods that fail with an AttributeError on an instance whose ``__init__`` a Ctrl-C cut short.
+HALF_BUILT_DELS = frozenset({"_MultiProcessingDataLoaderIter.__del__"})
 
 
 def measure_keeping_partial(loop: Callable[[], None], rows: Sized) -> bool:
