@@ -19,9 +19,9 @@ from perfpredict.errors import UsageError
 from perfpredict.estimators.arch import ArchFeatures
 from perfpredict.profile.batch_search import BatchLimit, BatchProbe, check_search_args, round_down_to
 
-#: How far past the largest trained batch size the widened memory q90 of a CPU training step was checked on
+#: How far past the largest trained batch size the widened memory q90 of an fp32 CPU training step was checked on
 #: held-out points and held (0-5% above it at 2x and 4x); at 16x and 64x it did not, where an inference pass's
-#: held (9% and 0%; benchmarks/memory_past_trained_batches.py).
+#: held (9% and 0%) and a bf16 training step's too (0% at every distance; benchmarks/memory_past_trained_batches.py).
 FAR_CHECKED_FACTOR = 4
 
 
@@ -110,8 +110,8 @@ def predicted_largest_batch(predictor: Any, arch: ArchFeatures, memory_limit_byt
                      + (f", its q90 widened by x{t.q90_growth_per_doubling:.3f} per doubling past {hi_t} (calibrated "
                         "at training on the largest batch sizes)" if t.upper_extrapolation_margin and lo > hi_t else "")
                      + "; confirm with `perfpredict max-batch` on the device")
-        if ms.device_kind == "cpu" and ms.mode == "train" and lo > FAR_CHECKED_FACTOR * hi_t:
-            notes.append(f"held-out CPU training steps more than {FAR_CHECKED_FACTOR}x past the trained batch sizes exceeded "
+        if ms.device_kind == "cpu" and ms.mode == "train" and ms.precision == "fp32" and lo > FAR_CHECKED_FACTOR * hi_t:
+            notes.append(f"held-out fp32 CPU training steps more than {FAR_CHECKED_FACTOR}x past the trained batch sizes exceeded "
                          "the predicted q90 for models with wide fully-connected layers, whose freed activations "
                          "glibc keeps in the heap (benchmarks/memory_past_trained_batches.py): this far out the q90 "
                          "is no safe bound")
