@@ -24,6 +24,16 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "reproducible"))
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
 
+
+def load_script(path: Path):
+    """A script under ``profilers/`` or ``benchmarks/`` (not a package) imported as a module, by its file name."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
 #: Short but real timing windows: enough iterations for a median and spread, quick on a 2-core CI box.
 FAST_TIMING = TimingConfig(warmup_iters=1, warmup_s=0.05, min_iters=5, min_time_s=0.2, max_time_s=2.0)
 

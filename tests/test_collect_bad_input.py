@@ -4,7 +4,6 @@ non-zero exit, never a traceback; rows already measured are kept, a row cut shor
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import signal
 import subprocess
@@ -27,6 +26,7 @@ from perfpredict.dataset.collect import (
 )
 from perfpredict.errors import UsageError
 from perfpredict.profile.timing import TimingConfig
+from tests.conftest import load_script
 
 REPO = Path(__file__).resolve().parents[1]
 DATASET_SCRIPT = REPO / "profilers" / "collect_dataset.py"
@@ -35,10 +35,7 @@ QUICK = TimingConfig(warmup_iters=2, warmup_s=0.05, min_iters=5, min_time_s=0.1,
 
 
 def _colocation():
-    spec = importlib.util.spec_from_file_location("collect_colocation", COLOCATION_SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(COLOCATION_SCRIPT)
 
 
 def _run(script: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:

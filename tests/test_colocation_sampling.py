@@ -4,7 +4,6 @@ not seen (leave one job out)."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 
 from perfpredict.dataset.collect import read_dataset
 from perfpredict.estimators.interference import colocation_rows, leave_one_job_out
+from tests.conftest import load_script
 
 REPO = Path(__file__).resolve().parents[1]
 H100 = REPO / "datasets" / "cuda_h100.csv"
@@ -21,10 +21,7 @@ PAIRS = REPO / "datasets" / "cuda_h100_colocation.csv"
 
 
 def _collector():
-    spec = importlib.util.spec_from_file_location("collect_colocation", REPO / "profilers" / "collect_colocation.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(REPO / "profilers" / "collect_colocation.py")
 
 
 @pytest.fixture(scope="module")

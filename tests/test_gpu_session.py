@@ -4,7 +4,6 @@ through its dry run, which also runs the collectors' own dry runs (flags parsed,
 from __future__ import annotations
 
 import csv
-import importlib.util
 import re
 import subprocess
 import sys
@@ -12,15 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import load_script
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "profilers" / "gpu_session.py"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("gpu_session", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(SCRIPT)
 
 
 def _run(*args: str, env_out: str | None = None) -> subprocess.CompletedProcess:

@@ -16,7 +16,7 @@ from perfpredict.estimators.kernel_time import columns, design_vector, fit_costs
 from perfpredict.features import extract_features
 from perfpredict.estimators.kernel_nodes import KernelNode, nodes_at_batch, split_nodes
 from perfpredict.workload.spec import Workload, WorkloadRef
-from tests.conftest import REPO
+from tests.conftest import REPO, load_script
 
 
 def _feats(build, inputs):
@@ -157,11 +157,7 @@ def test_real_benchmarks_time_and_describe_their_kernels():
 def test_collector_refuses_a_device_this_machine_lacks(tmp_path, capsys, device):
     """Asking for a GPU table where there is no GPU (or for an unknown device) is one clear message and a
     non-zero exit, and nothing is written (the CPU table least of all)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("collect_kernel_costs", REPO / "profilers" / "collect_kernel_costs.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script(REPO / "profilers" / "collect_kernel_costs.py")
     before = kernel_time.TABLE_PATH.read_bytes()
     assert mod.main(["--device", device, "--out", str(tmp_path / "t.json")]) == 2
     assert "not available" in capsys.readouterr().err

@@ -5,22 +5,18 @@ without the per-doubling margin."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import math
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, load_script
 
 SCRIPT = REPO / "benchmarks" / "memory_past_trained_batches.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("memory_past_trained_batches", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(SCRIPT)
 
 
 @pytest.fixture(scope="module")

@@ -110,11 +110,11 @@ def predicted_largest_batch(predictor: Any, arch: ArchFeatures, memory_limit_byt
                      + (f", its q90 widened by x{t.q90_growth_per_doubling:.3f} per doubling past {hi_t} (calibrated "
                         "at training on the largest batch sizes)" if t.upper_extrapolation_margin and lo > hi_t else "")
                      + "; confirm with `perfpredict max-batch` on the device")
-        if ms.device_kind == "cpu" and ms.mode == "train" and ms.precision == "fp32" and lo > FAR_CHECKED_FACTOR * hi_t:
-            notes.append(f"held-out fp32 CPU training steps more than {FAR_CHECKED_FACTOR}x past the trained batch sizes exceeded "
-                         "the predicted q90 for models with wide fully-connected layers, whose freed activations "
-                         "glibc keeps in the heap (benchmarks/memory_past_trained_batches.py): this far out the q90 "
-                         "is no safe bound")
+        if (ms.device_kind, ms.mode, ms.precision) == ("cpu", "train", "fp32") and lo > FAR_CHECKED_FACTOR * hi_t:
+            notes.append(f"held-out fp32 CPU training steps more than {FAR_CHECKED_FACTOR}x past the trained batch "
+                         "sizes exceeded the predicted q90 for models with wide fully-connected layers, whose freed "
+                         "activations glibc keeps in the heap (benchmarks/memory_past_trained_batches.py): this far "
+                         "out the q90 is no safe bound")
     ordered = [probes[b] for b in sorted(probes)]
     return BatchLimit(model=arch.name or "features", source="predicted", device=ms.device_kind,
                       device_name=ms.device_name, mode=ms.mode, precision=ms.precision,

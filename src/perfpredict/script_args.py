@@ -97,6 +97,10 @@ def stop_requested() -> bool:
     return _stop_asked
 
 
+#: ``__del__`` methods that fail with an AttributeError on an instance whose ``__init__`` a Ctrl-C cut short.
+HALF_BUILT_DELS = frozenset({"_MultiProcessingDataLoaderIter.__del__"})
+
+
 def _half_built_finalizer(info) -> bool:
     """Whether an unraisable exception is the clean-up of an object a Ctrl-C cut in half, which fails with an
     ``AttributeError`` for what its constructor never set when the object dies:
@@ -110,10 +114,6 @@ def _half_built_finalizer(info) -> bool:
     if not isinstance(info.exc_value, AttributeError):
         return False
     return isinstance(info.object, Finalize) or getattr(info.object, "__qualname__", None) in HALF_BUILT_DELS
-
-
-#: ``__del__`` methods that fail with an AttributeError on an instance whose ``__init__`` a Ctrl-C cut short.
-HALF_BUILT_DELS = frozenset({"_MultiProcessingDataLoaderIter.__del__"})
 
 
 def measure_keeping_partial(loop: Callable[[], None], rows: Sized) -> bool:
