@@ -1,17 +1,19 @@
 """Is a memory q90 still an upper bound far past the batch sizes its estimator was trained on?
 
-Training calibrates how much a memory target's q90 grows per doubling past the largest trained batch
-(``evaluate.batch_extrapolation_margin``), on the sets' own largest batches: one or two doublings. The Predictor
-applies it linearly in doublings however far out it is asked, and ``perfpredict max-batch --predicted`` asks
-thousands of times past the trained sizes for a small model. This benchmark checks that reading against points
+Training calibrates how much a memory target's q90 grows per doubling past the largest batch an architecture
+was measured at (``evaluate.batch_extrapolation_margin``), on each architecture's own two largest batches: one or
+two doublings. The Predictor counts the doublings past the largest batch the request's nearest profiled
+architecture was measured at (``ModelSet.reach``; a training configuration is its own nearest) and applies the
+margin linearly in doublings however far out it is asked: ``perfpredict max-batch --predicted`` asks thousands
+of times past the trained sizes for a small model. This benchmark checks that reading against points
 measured *far* past the trained sizes: ``datasets/<set>_far_batch.csv`` holds the zoo configurations of the
 training set ``<set>``, measured on the same device by the same collector at batch sizes 2-64× past the largest
-trained one. They are never trained on (``estimators.data.NON_TRAINING_SUFFIXES``).
+one they were trained at. They are never trained on (``estimators.data.NON_TRAINING_SUFFIXES``).
 
 For each measured point, the shipped model set of that training set predicts the median and the (widened) q90,
-and the q90 without the widening is recovered from the stored margin. Per distance (doublings past the largest
-trained batch) it prints how many measurements lie above the q90 with and without the margin (nominal: 10%), the
-median of measured / median prediction, and the median and largest measured / q90; then each point above its
+and the q90 without the widening is recovered from the stored margin. Per distance (doublings past the point's
+largest trained batch) it prints how many measurements lie above the q90 with and without the margin (nominal:
+10%), the median of measured / median prediction, and the median and largest measured / q90; then each point above its
 widened q90.
 
     python benchmarks/memory_past_trained_batches.py       # every committed *_far_batch.csv (a few seconds)
@@ -50,7 +52,8 @@ def coverage(far_csv: Path, predictor) -> dict:
     ms = predictor.sets[set_name]
     same_device = (data.device_kind, data.device_name, data.cpu_id) == (ms.device_kind, ms.device_name, ms.cpu_id)
     specs = targets_for(data.device_kind, data.mode)
-    out: dict = {"file": far_csv.name, "model_set": ms.name, "largest_trained_batch": int(max(ms.trained_batches)),
+    out: dict = {"file": far_csv.name, "model_set": ms.name,
+                 "largest_trained_batch_of_set": int(max(ms.trained_batches)),
                  "device": data.device_name, "cpu_id": data.cpu_id, "same_device": bool(same_device), "targets": {}}
     by_config: dict[str, list[int]] = defaultdict(list)
     for i, c in enumerate(data.configs):
@@ -61,8 +64,8 @@ def coverage(far_csv: Path, predictor) -> dict:
         above = []  # the points above the widened q90: (config, batch, measured / q90)
         for idxs in by_config.values():
             batches = [int(data.batch[i]) for i in idxs]
-            p = predictor.predict_values(data.archs[idxs[0]], batches, device_type=ms.name)[name]
-            past = ms.doublings_past(batches)
+            v = predictor.predict_values(data.archs[idxs[0]], batches, device_type=ms.name)
+            p, past = v[name], ms.doublings_past(batches, v["largest_measured_batch"])
             for k, i in enumerate(idxs):
                 measured = float(data.rows[i].get(column) or "nan")
                 if math.isfinite(measured) and measured > 0:
@@ -101,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     predictor = Predictor.load()
     for f in files:
         s = coverage(f, predictor)
-        print(f"{s['file']} against {s['model_set']} (largest trained batch {s['largest_trained_batch']}; "
+        print(f"{s['file']} against {s['model_set']} (largest trained batch of the set "
+              f"{s['largest_trained_batch_of_set']}; "
               f"measured on {s['device']}{', ' + s['cpu_id'] if s['cpu_id'] else ''}"
               f"{'' if s['same_device'] else '; NOT the device the set was trained on'})")
         for name, t in s["targets"].items():

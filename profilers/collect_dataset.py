@@ -52,6 +52,14 @@ def _out_csv(text: str) -> Path:
         raise argparse.ArgumentTypeError(e.message) from None
 
 
+def _existing_csv(text: str) -> Path:
+    """``--skip-configs-of``: a dataset file that exists (its rows are read when the plan is made)."""
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text!r}: no such dataset file")
+    return path
+
+
 def _features(args: argparse.Namespace) -> int:
     from perfpredict.dataset.collect import plan_sweep
     from perfpredict.dataset.features_table import build_features_table
@@ -111,6 +119,9 @@ def _measure(args: argparse.Namespace) -> int:
                        max_sample_gmacs_per_iter=args.max_gflop_iter / 6 if args.max_gflop_iter else None,
                        max_param_bytes=args.max_param_mb * 2**20 if args.max_param_mb else None)
     plans = plans[:: args.every]
+    if args.skip_configs_of:
+        held_out = {r.get("config") for r in read_dataset(args.skip_configs_of)}
+        plans = [p for p in plans if p.config not in held_out]
     n_points = sum(len(p.batch_sizes) for p in plans)
     print(f"{len(plans)} architectures, {n_points} points", file=sys.stderr)
     if args.dry_run:
@@ -193,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--git-commit", help="commit to record in the provenance (default: this checkout's HEAD)")
     m.add_argument("--every", type=positive_int, default=1, help="measure every N-th architecture of the plan "
                    "(e.g. a repeat run for the noise floor)")
+    m.add_argument("--skip-configs-of", type=_existing_csv, metavar="CSV",
+                   help="leave out the architectures this dataset has (e.g. keep a held-out check's architectures "
+                   "out of the training rows)")
     m.add_argument("--dry-run", action="store_true")
     args = ap.parse_args(argv)
     args.argv = argv

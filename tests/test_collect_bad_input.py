@@ -138,11 +138,29 @@ def test_a_malformed_provenance_file_is_refused_before_measuring(tmp_path) -> No
     (["--min-time", "-1"], "--min-time"),
     (["--device", "nosuch"], "--device"),
     (["--families", "nosuch", "--dry-run"], "unknown zoo family"),
+    (["--skip-configs-of", "no/such/held_out.csv", "--dry-run"], "--skip-configs-of"),
 ])
 def test_collect_dataset_refuses_bad_arguments_in_one_line(tmp_path, args, message) -> None:
     proc = _run(DATASET_SCRIPT, "measure", "--out", str(tmp_path / "m.csv"), *args)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "m.csv").exists()
+
+
+def test_skip_configs_of_leaves_out_exactly_a_held_out_files_architectures(tmp_path) -> None:
+    """How the large-batch training rows were kept apart from the far-batch check's architectures."""
+    held_out_file = REPO / "datasets" / "cpu_epyc_genoa_2vcpu_far_batch.csv"
+    args = ["measure", "--out", str(tmp_path / "m.csv"), "--families", "mlp,dlrm", "--batch-sizes", "128,256",
+            "--max-gflop-iter", "150", "--dry-run"]
+
+    def planned(*extra: str) -> set[str]:
+        proc = _run(DATASET_SCRIPT, *args, *extra)
+        assert proc.returncode == 0, proc.stderr
+        return {line.split("\t")[0] for line in proc.stdout.splitlines() if line.strip()}
+
+    every, rest = planned(), planned("--skip-configs-of", str(held_out_file))
+    held_out = {r["config"] for r in read_dataset(held_out_file)}
+    assert rest and rest < every and not rest & held_out
+    assert every - rest == every & held_out
 
 
 def test_collect_dataset_refuses_an_output_that_cannot_be_a_file(tmp_path) -> None:

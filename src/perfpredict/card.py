@@ -467,7 +467,9 @@ class PredictedPoint(_Section):
     gpu_utilization: float | None = None
     gpu_utilization_interval: tuple[float, float] | None = None
     gpu_utilization_safe: float | None = None
-    outside_trained_batches: bool = False
+    outside_trained_batches: bool = Field(
+        False, description="below the model set's smallest trained batch size, or past the largest batch size the "
+                           "nearest profiled architecture was measured at (prediction.nearest)")
     iter_time_baseline_shares: dict[str, float] | None = Field(
         None, description="how the physical time baseline (before the learned correction) splits the step: "
                           "share per term, e.g. a fixed cost per step, compute, memory traffic, kernel launches, "

@@ -19,8 +19,9 @@ from perfpredict.errors import UsageError
 from perfpredict.estimators.arch import ArchFeatures
 from perfpredict.profile.batch_search import BatchLimit, BatchProbe, check_search_args, round_down_to
 
-#: How far past the largest trained batch size the widened memory q90 of an fp32 CPU training step was checked on
-#: held-out points and held (0-5% above it at 2x and 4x); at 16x and 64x it did not, where an inference pass's
+#: How far past the largest batch the nearest profiled architecture was measured at the widened memory q90 of an
+#: fp32 CPU training step was checked on held-out points and held (6% and 0% above it at 2x and 4x); at 16x and 64x
+#: it did not (18% and 29%: wide MLPs, since the transient term; 18% and 43% before it), where an inference pass's
 #: held (9% and 0%) and a bf16 training step's too (0% at every distance; benchmarks/memory_past_trained_batches.py).
 FAR_CHECKED_FACTOR = 4
 
@@ -101,18 +102,21 @@ def predicted_largest_batch(predictor: Any, arch: ArchFeatures, memory_limit_byt
         reason = f"batch size {hi} is predicted not to fit"
     notes = [f"predicted by model set {ms.name} ({ms.precision} {ms.mode}, {ms.device_name}); the {quantile} of the "
              f"predicted {what[target]} is held to the limit"] + ([precision_note] if precision_note else [])
-    lo_t, hi_t = min(ms.trained_batches), max(ms.trained_batches)
+    near, hi_t = ms.reach(ms.with_graph_counts(arch))
+    lo_t = min(ms.trained_batches)
     if lo is not None and not lo_t <= lo <= hi_t:
         t = ms.targets[target]
-        notes.append(f"the answer is outside the batch sizes the estimators were trained on ({lo_t}-{hi_t}): the "
-                     "memory there follows the estimators' baseline (parameters + batch x activations per sample), "
-                     "extrapolated"
+        notes.append(f"the answer is outside the batch sizes the estimators were trained on for models like this one "
+                     f"({lo_t}-{hi_t}; {hi_t} is the largest the nearest profiled architecture, {near}, was measured "
+                     "at): the memory there follows the estimators' baseline (parameters + batch x activations per "
+                     "sample), extrapolated"
                      + (f", its q90 widened by x{t.q90_growth_per_doubling:.3f} per doubling past {hi_t} (calibrated "
-                        "at training on the largest batch sizes)" if t.upper_extrapolation_margin and lo > hi_t else "")
+                        "at training on each architecture's largest batch sizes)"
+                        if t.upper_extrapolation_margin and lo > hi_t else "")
                      + "; confirm with `perfpredict max-batch` on the device")
         if (ms.device_kind, ms.mode, ms.precision) == ("cpu", "train", "fp32") and lo > FAR_CHECKED_FACTOR * hi_t:
-            notes.append(f"held-out fp32 CPU training steps more than {FAR_CHECKED_FACTOR}x past the trained batch "
-                         "sizes exceeded the predicted q90 for models with wide fully-connected layers, whose freed "
+            notes.append(f"held-out fp32 CPU training steps more than {FAR_CHECKED_FACTOR}x past the batch sizes "
+                         "their architectures were trained at exceeded the predicted q90 for models with wide fully-connected layers, whose freed "
                          "activations glibc keeps in the heap (benchmarks/memory_past_trained_batches.py): this far "
                          "out the q90 is no safe bound")
     ordered = [probes[b] for b in sorted(probes)]

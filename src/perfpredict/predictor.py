@@ -31,7 +31,7 @@ from perfpredict.estimators.arch import ArchFeatures
 from perfpredict.estimators.design import FEATURE_NAMES, design_matrix, feature_names
 from perfpredict.estimators.evaluate import calibrated
 from perfpredict.estimators.forest import compile_model_file
-from perfpredict.estimators.models import MEMORY_TERMS, baseline_components, with_utilization_prior
+from perfpredict.estimators.models import LEGACY_MEMORY_TERMS, baseline_components, with_utilization_prior
 from perfpredict.estimators.saved_estimate import ESTIMABLE_ATTRS, SAVED_ATTRS, SavedBytesEstimator
 from perfpredict.hostinfo import cpu_id, cpu_model_name
 
@@ -92,7 +92,7 @@ class _Target:
         return math.exp(self.upper_extrapolation_margin)
 
     def _base(self, X: np.ndarray, coef: np.ndarray, floor: float = 1.0) -> np.ndarray:
-        return np.maximum(baseline_components(X, self.terms or MEMORY_TERMS) @ coef, floor)
+        return np.maximum(baseline_components(X, self.terms or LEGACY_MEMORY_TERMS) @ coef, floor)
 
     def baseline_shares(self, X: np.ndarray) -> list[dict[str, float]] | None:
         """Per row, each term's share of the physical baseline (median model, before its learned correction),
@@ -227,6 +227,11 @@ class ModelSet:
         prof = json.loads((path / "profiled.json").read_text())["architectures"]
         self.profiled_names = list(prof)
         self.profiled = prof
+        #: per profiled architecture, the largest batch size it was measured at (the sweep caps each point's
+        #: work, so a large model's rows stop at a smaller batch than an MLP's)
+        self.largest_measured_batch: dict[str, int] = {
+            n: max((int(b) for b in prof[n].get("points") or ()), default=max(self.trained_batches))
+            for n in self.profiled_names}
         archs = [ArchFeatures.from_dict(prof[n]["features"]) for n in self.profiled_names]
         A = design_matrix([(a, 32) for a in archs])[:, _ARCH_COLUMNS]
         self._mu, self._sd = A.mean(axis=0), np.where(A.std(axis=0) > 1e-9, A.std(axis=0), 1.0)
@@ -248,9 +253,18 @@ class ModelSet:
         mem = ((self.meta.get("provenance") or {}).get("device_info") or {}).get("memory_bytes")
         self.device_memory_bytes: int | None = int(mem) if mem else None
 
-    def doublings_past(self, batch_sizes: Sequence[int]) -> np.ndarray:
-        """Per batch size, how many doublings it lies past the largest trained one (0 at or below it)."""
-        return np.maximum(np.log2(np.asarray(batch_sizes, float) / max(self.trained_batches)), 0.0)
+    def reach(self, arch: ArchFeatures) -> tuple[str, int]:
+        """How far in batch size the training rows reach for models like ``arch``: its nearest profiled
+        architecture (graph features, as the fallback measures them) and the largest batch size that one was
+        measured at. A profiled architecture is its own nearest."""
+        name, _ = self.nearest(arch)
+        return name, self.largest_measured_batch[name]
+
+    def doublings_past(self, batch_sizes: Sequence[int], reach: int | None = None) -> np.ndarray:
+        """Per batch size, how many doublings it lies past ``reach`` (default: the largest trained batch of the
+        set; the Predictor passes :meth:`reach`'s), 0 at or below it."""
+        top = max(self.trained_batches) if reach is None else reach
+        return np.maximum(np.log2(np.asarray(batch_sizes, float) / top), 0.0)
 
     def q90_growth_per_doubling(self) -> dict[str, float]:
         """The targets whose upper quantile grows past the trained batch sizes (memory), and by how much per
@@ -281,7 +295,7 @@ class ModelSet:
             est["peak_live_bytes_per_sample"] = live
             notes.append(f"peak live activation bytes estimated from the activation bytes by op group "
                          f"({live / 1e6:.2f} MB/sample), a rough estimate (median error 50% on families it was "
-                         "not fitted on) whose error the inference memory intervals do not cover: send "
+                         "not fitted on) whose error the memory intervals do not cover: send "
                          "peak_live_bytes_per_sample (an ONNX file gives it exactly)")
         if not est:
             return arch
@@ -399,8 +413,10 @@ class Predictor:
         estimated = _lacks_counts(arch)
         arch = ms.with_graph_counts(arch)
         X = design_matrix([(arch, b) for b in bs], device_kind=ms.device_kind)
-        out: dict[str, Any] = {"batch_sizes": bs, "model_set": ms.name, "mode": ms.mode, "precision": ms.precision}
-        past = ms.doublings_past(bs)
+        near, reach = ms.reach(arch)
+        out: dict[str, Any] = {"batch_sizes": bs, "model_set": ms.name, "mode": ms.mode, "precision": ms.precision,
+                               "nearest_profiled": near, "largest_measured_batch": reach}
+        past = ms.doublings_past(bs, reach)
         for name, t in ms.targets.items():
             y, q = t.predict(X, estimated_counts=estimated, doublings_past=past)
             out[name] = {"median": y.tolist(), "q10": q[:, 0].tolist(), "q90": q[:, -1].tolist()}
@@ -505,7 +521,8 @@ class Predictor:
                          f"{' (' + ms.cpu_id + ')' if ms.cpu_id else ''}, and a CPU time model does not carry over "
                          "between CPUs (collect one with profilers/collect_dataset.py)")
         X = design_matrix([(arch, b) for b in batch_sizes], device_kind=ms.device_kind)
-        past = ms.doublings_past(batch_sizes)
+        reach = ms.largest_measured_batch[near_name]
+        past = ms.doublings_past(batch_sizes, reach)
         preds = {name: t.predict(X, estimated_counts=estimated, doublings_past=past) for name, t in ms.targets.items()}
         method = "estimator"
         if ood and allow_fallback:
@@ -539,7 +556,7 @@ class Predictor:
                       samples_per_s=float(b / t), peak_memory_bytes=float(m),
                       peak_memory_interval_bytes=(float(mq[0]), float(mq[-1])),
                       peak_memory_safe_bytes=float(max(mq[-1], m)),
-                      outside_trained_batches=not (min(ms.trained_batches) <= b <= max(ms.trained_batches)),
+                      outside_trained_batches=not (min(ms.trained_batches) <= b <= reach),
                       iter_time_baseline_shares=shares[i] if shares else None)
             if "device_memory" in preds:
                 d, dq = preds["device_memory"][0][i], preds["device_memory"][1][i]
@@ -552,11 +569,11 @@ class Predictor:
             points.append(PredictedPoint(**pt))
         if any(p.outside_trained_batches for p in points):
             widened = ms.q90_growth_per_doubling()
-            notes.append(f"batch sizes outside the trained range {min(ms.trained_batches)}-"
-                         f"{max(ms.trained_batches)} are extrapolated"
-                         + (" (the q90 of " + ", ".join(f"{n.replace('_', ' ')} x{g:.3f}" for n, g in widened.items())
-                            + " per doubling past the largest, calibrated at training)"
-                            if widened and past.any() else ""))
+            notes.append(f"batch sizes outside {min(ms.trained_batches)}-{reach} are extrapolated ({reach}: the "
+                         f"largest batch size the nearest profiled architecture, {near_name}, was measured at)"
+                         + (" and the q90 of " + ", ".join(f"{n.replace('_', ' ')} grows x{g:.3f}"
+                                                          for n, g in widened.items())
+                            + f" per doubling past {reach} (calibrated at training)" if widened and past.any() else ""))
         info = PredictionInfo(method=method, model_set=ms.name, dataset_sha256=ms.meta["dataset_sha256"],
                               device_type=ms.name, out_of_distribution=ood, nearest=nearest, points=points,
                               estimator_scores={k: t.scores for k, t in ms.targets.items()}, notes=notes)

@@ -297,10 +297,6 @@ def train_all(datasets_dir: str | Path = "datasets", out_root: str | Path = "tra
 # ---------------------------------------------------------------------------------------------------------
 # The report
 # ---------------------------------------------------------------------------------------------------------
-def _sizes(batches: Sequence[float]) -> str:
-    return ", ".join(str(int(b)) for b in batches)
-
-
 def _fmt(m: dict[str, float], spec_name: str) -> str:
     s = f"{m['mape']:.1%} | {m['median_ape']:.1%} | {m['rmsle']:.3f}"
     return s + (f" | {m['rmsle_fraction']:.3f}" if spec_name == "gpu_utilization" else "")
@@ -356,15 +352,16 @@ def render_report(meta: dict[str, Any]) -> str:
                          f"{cal_e['nested_family_cv']['coverage']:.0%}, median width "
                          f"{cal_e['nested_family_cv']['median_rel_width']:.0%}.")
         ext = ev.get("batch_extrapolation")
-        if ext and "fitted_batches" in ext:
+        if ext and "held_out" in ext:
             chk = ext["check"]
-            cal_text += (f" Past the largest trained batch size the q90 grows by ×{np.exp(ext['margin_per_doubling']):.3f} "
-                         f"per doubling: fitted on batch sizes {_sizes(ext['fitted_batches'])}, the q90 under-predicts "
-                         f"{ext['upper_under_predicts']:.0%} of the points at {_sizes(ext['tested_batches'])}, and "
-                         f"the margin is what keeps 90% of them at or below it. Checked by fitting on "
-                         f"{_sizes(chk['fitted_batches'])} and predicting {_sizes(chk['tested_batches'])}: the q90 "
-                         f"under-predicts {chk['upper_under_predicts']:.0%}, with the margin "
-                         f"{chk['upper_under_predicts_with_margin']:.0%}.")
+            cal_text += (f" Past the largest batch size an architecture was measured at, the q90 grows by "
+                         f"×{np.exp(ext['margin_per_doubling']):.3f} per doubling: with {ext['held_out']} held out "
+                         f"({ext['architectures']} architectures, {ext['points']} points), the q90 under-predicts "
+                         f"{ext['upper_under_predicts']:.0%} of them, and the margin is what keeps 90% at or below "
+                         f"it. Checked by fitting each architecture's two smallest batch sizes and predicting its "
+                         f"larger ones: the q90 under-predicts {chk['upper_under_predicts']:.0%} of "
+                         f"{chk['points']} points, "
+                         f"with the margin {chk['upper_under_predicts_with_margin']:.0%}.")
         lines += ["", f"Shipped: **{shipped}**. Its interval model, family CV: {q['interval']} covers "
                       f"{q['coverage']:.0%} of the measurements (nominal 80%); the upper quantile under-predicts "
                       f"{q['upper_under_predicts']:.0%}; median interval width {q['median_rel_width']:.0%} of the value."
