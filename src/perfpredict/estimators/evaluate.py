@@ -253,8 +253,8 @@ def batch_extrapolation_margin(data: TrainingData, spec: TargetSpec, kind: str) 
 
     Memory grows faster than linearly in the batch size (glibc keeping freed heap chunks on a CPU, the caching
     allocator's rounding on a GPU), so a model fitted on small batches under-predicts large ones: on the shipped
-    sets, the q90 of a model fitted on the three smallest batch sizes sat below 17-36% of the measurements at
-    the two largest, not 10%. Measured here the same way, per architecture, since the rows' batch sizes differ
+    sets, the q90 sits below 18-27% of each architecture's measurements at its two largest batch sizes when those
+    are left out of the fit, not 10%. Measured so per architecture, since the rows' batch sizes differ
     by architecture (the sweep caps each point's work, so a large model stops at a smaller batch than an MLP):
     every architecture measured at 4 or more batch sizes has its two largest held out, the ``kind`` interval model
     is fitted on every other row (all families: this is the batch's error, not the family's, whose margin is

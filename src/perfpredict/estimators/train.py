@@ -360,8 +360,7 @@ def render_report(meta: dict[str, Any]) -> str:
                          f"{ext['upper_under_predicts']:.0%} of them, and the margin is what keeps 90% at or below "
                          f"it. Checked by fitting each architecture's two smallest batch sizes and predicting its "
                          f"larger ones: the q90 under-predicts {chk['upper_under_predicts']:.0%} of "
-                         f"{chk['points']} points, "
-                         f"with the margin {chk['upper_under_predicts_with_margin']:.0%}.")
+                         f"{chk['points']} points, with the margin {chk['upper_under_predicts_with_margin']:.0%}.")
         lines += ["", f"Shipped: **{shipped}**. Its interval model, family CV: {q['interval']} covers "
                       f"{q['coverage']:.0%} of the measurements (nominal 80%); the upper quantile under-predicts "
                       f"{q['upper_under_predicts']:.0%}; median interval width {q['median_rel_width']:.0%} of the value."
