@@ -116,7 +116,7 @@ def test_a_cpu_answer_far_past_the_checked_distance_says_its_q90_is_no_safe_boun
 
     feats = from_workload("zoo:mlp", {})
     ms, _ = predictor._set_for(feats, "cpu", None, None)
-    top = max(ms.trained_batches)
+    _, top = ms.reach(ms.with_graph_counts(feats))  # the distance the note counts from
     far = predictor.largest_batch(features=feats, memory_limit_bytes=2**30, device_type="cpu")
     assert far.largest_ok > FAR_CHECKED_FACTOR * top
     assert any("no safe bound" in n for n in far.notes), far.notes

@@ -61,12 +61,14 @@ def predicted_largest_batch(predictor: Any, arch: ArchFeatures, memory_limit_byt
     ms, precision_note = predictor._set_for(arch, device_type, mode, precision)
     target = memory_target(ms)
     probes: dict[int, BatchProbe] = {}
+    reach: dict[str, Any] = {}  # the nearest profiled architecture and its largest batch, as predict_values says
 
     def evaluate(batches: list[int]) -> None:
         for i in range(0, len(batches), MAX_BATCH_SIZES):
             chunk = batches[i:i + MAX_BATCH_SIZES]
             # the set chosen above, named whole: a model file's PRECISION must not pick another one here
             v = predictor.predict_values(arch, chunk, device_type=ms.name, mode=ms.mode, precision=ms.precision)
+            reach.update(near=v["nearest_profiled"], top=v["largest_measured_batch"])
             for j, b in enumerate(chunk):
                 med, q90 = v[target]["median"][j], v[target]["q90"][j]
                 used = max(med, q90) if quantile == "q90" else med
@@ -102,8 +104,7 @@ def predicted_largest_batch(predictor: Any, arch: ArchFeatures, memory_limit_byt
         reason = f"batch size {hi} is predicted not to fit"
     notes = [f"predicted by model set {ms.name} ({ms.precision} {ms.mode}, {ms.device_name}); the {quantile} of the "
              f"predicted {what[target]} is held to the limit"] + ([precision_note] if precision_note else [])
-    near, hi_t = ms.reach(ms.with_graph_counts(arch))
-    lo_t = min(ms.trained_batches)
+    near, hi_t, lo_t = reach["near"], reach["top"], min(ms.trained_batches)
     if lo is not None and not lo_t <= lo <= hi_t:
         t = ms.targets[target]
         notes.append(f"the answer is outside the batch sizes the estimators were trained on for models like this one "
@@ -116,9 +117,9 @@ def predicted_largest_batch(predictor: Any, arch: ArchFeatures, memory_limit_byt
                      + "; confirm with `perfpredict max-batch` on the device")
         if (ms.device_kind, ms.mode, ms.precision) == ("cpu", "train", "fp32") and lo > FAR_CHECKED_FACTOR * hi_t:
             notes.append(f"held-out fp32 CPU training steps more than {FAR_CHECKED_FACTOR}x past the batch sizes "
-                         "their architectures were trained at exceeded the predicted q90 for models with wide fully-connected layers, whose freed "
-                         "activations glibc keeps in the heap (benchmarks/memory_past_trained_batches.py): this far "
-                         "out the q90 is no safe bound")
+                         "their architectures were trained at exceeded the predicted q90 for models with wide "
+                         "fully-connected layers, whose freed activations glibc keeps in the heap "
+                         "(benchmarks/memory_past_trained_batches.py): this far out the q90 is no safe bound")
     ordered = [probes[b] for b in sorted(probes)]
     return BatchLimit(model=arch.name or "features", source="predicted", device=ms.device_kind,
                       device_name=ms.device_name, mode=ms.mode, precision=ms.precision,

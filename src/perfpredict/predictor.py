@@ -260,11 +260,10 @@ class ModelSet:
         name, _ = self.nearest(arch)
         return name, self.largest_measured_batch[name]
 
-    def doublings_past(self, batch_sizes: Sequence[int], reach: int | None = None) -> np.ndarray:
-        """Per batch size, how many doublings it lies past ``reach`` (default: the largest trained batch of the
-        set; the Predictor passes :meth:`reach`'s), 0 at or below it."""
-        top = max(self.trained_batches) if reach is None else reach
-        return np.maximum(np.log2(np.asarray(batch_sizes, float) / top), 0.0)
+    def doublings_past(self, batch_sizes: Sequence[int], reach: int) -> np.ndarray:
+        """Per batch size, how many doublings it lies past ``reach`` (:meth:`reach`'s batch size), 0 at or below
+        it."""
+        return np.maximum(np.log2(np.asarray(batch_sizes, float) / reach), 0.0)
 
     def q90_growth_per_doubling(self) -> dict[str, float]:
         """The targets whose upper quantile grows past the trained batch sizes (memory), and by how much per
