@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from perfpredict.errors import PerfPredictError
 
-SCHEMA_VERSION = "1.13"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
+SCHEMA_VERSION = "1.14"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
 #                                             features.activation_bytes_by_op; 1.3: features.lookup_param_bytes;
 #                                             1.4: features.recurrent_steps_by_op;
 #                                             1.5: features.saved_cpu_bytes_per_sample;
@@ -36,7 +36,7 @@ SCHEMA_VERSION = "1.13"  # 1.1: scaling, colocation, speedup_curve, comm_model, 
 #                                             1.11: colocation.points[].other_cpus, colocation.pairs[].other_cpus,
 #                                                   job_solo_other_cpus, partner_solo_other_cpus;
 #                                             1.12: run.precision, run.compiled, memory[].load_bytes;
-#                                             1.13: device.cpu_id
+#                                             1.13: device.cpu_id; 1.14: prediction.calibration
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -483,6 +483,19 @@ class NearestProfiled(_Section):
     threshold: float = Field(description="largest nearest-neighbour distance among the training architectures")
 
 
+class CalibrationInfo(_Section):
+    """How a CPU set measured on one CPU was carried to the CPU a card predicts (``perfpredict calibrate``)."""
+
+    source_set: str = Field(description="the model set whose estimators made the prediction")
+    source_device_name: str = Field(description="the CPU the source set was measured on")
+    source_cpu_id: str | None = None
+    time_factor: float = Field(description="iteration times are the source's x this factor: the median of "
+                                           "measured / predicted over the reference steps")
+    interval_log_margin: float = Field(description="the time interval is widened by exp(this) on each side")
+    reference_points: int
+    calibrated_at: str
+
+
 class PredictionInfo(_Section):
     """How a predicted card was made: which estimators, from which data, and whether it fell back."""
 
@@ -497,6 +510,8 @@ class PredictionInfo(_Section):
                                                           description="grouped-CV scores of the estimators used")
     notes: list[str] = Field(default_factory=list)
     source: Source = "predicted"
+    calibration: CalibrationInfo | None = Field(default=None, description="set when a CPU set measured on another "
+                                                "CPU was calibrated to this one")
 
 
 class PerformanceCard(_Section):

@@ -671,6 +671,7 @@ def _ctrl_c_typer_swallowed(exit_: SystemExit) -> bool:
 def main() -> None:
     import perfpredict.cli_ab  # noqa: F401 - registers ab on `app`
     import perfpredict.cli_batch  # noqa: F401 - registers max-batch on `app`
+    import perfpredict.cli_calibrate  # noqa: F401 - registers calibrate on `app`
     import perfpredict.cli_compare  # noqa: F401 - registers compare on `app`
     import perfpredict.cli_models  # noqa: F401 - registers train / predict / serve on `app`
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from perfpredict.cli import app, err_console, out_console, print_prediction
@@ -128,6 +129,7 @@ def predict(
     from perfpredict.predictor import Predictor
 
     pred = Predictor.load(models)
+    warn_unusable_calibrations(pred)
     if is_onnx:
         card = pred.predict(onnx_path=target, batch_sizes=bs, device_type=device_type, mode=mode,
                             batch_axis=batch_axis, precision=precision)
@@ -141,6 +143,13 @@ def predict(
         except OSError as e:
             raise UsageError(f"cannot write the card to {out}: {e.strerror or e}", step="write") from None
         out_console.print(f"card: {out}")
+
+
+def warn_unusable_calibrations(pred) -> None:
+    """One line per calibration under the models folder that could not be loaded (its source set is gone, or the
+    file is not a calibration): the prediction goes on without it."""
+    for line in pred.unusable_calibrations:
+        err_console.print(f"warning: calibration not used: {escape(line)}")
 
 
 @app.command()

@@ -300,8 +300,13 @@ class ModelSet:
             return arch
         return replace(arch, **est, notes=tuple(notes))
 
+    def standardized(self, archs: Sequence[ArchFeatures]) -> np.ndarray:
+        """Architectures as points of the space :meth:`nearest` measures distances in: their graph features at
+        batch 32, standardized by the profiled architectures' mean and spread."""
+        return (design_matrix([(a, 32) for a in archs])[:, _ARCH_COLUMNS] - self._mu) / self._sd
+
     def nearest(self, arch: ArchFeatures) -> tuple[str, float]:
-        a = (design_matrix([(arch, 32)])[:, _ARCH_COLUMNS] - self._mu) / self._sd
+        a = self.standardized([arch])
         d = np.linalg.norm(self._ref - a, axis=1)
         i = int(np.argmin(d))
         return self.profiled_names[i], float(d[i])
@@ -315,12 +320,23 @@ def _measured_on_this_cpu(ms: ModelSet) -> bool:
 
 
 def _local_cpu_first(sets: list[ModelSet]) -> list[ModelSet]:
-    """CPU sets in the order to use them on this machine: measured on this CPU (name and cpu_id), then the same
-    name with no cpu_id recorded (it may be this CPU), then the rest as given."""
+    """CPU sets in the order to use them on this machine: measured on this CPU (name and cpu_id), then one
+    calibrated to this CPU (``perfpredict calibrate``), then the same name with no cpu_id recorded (it may be
+    this CPU), then the other measured sets as given, and last the calibrations for other CPUs."""
     here, name = cpu_id(), cpu_model_name()
-    same = [s for s in sets if s.device_name == name and s.cpu_id is not None and s.cpu_id == here]
-    unknown = [s for s in sets if s.device_name == name and s.cpu_id is None]
-    return same + unknown + [s for s in sets if s not in same and s not in unknown]
+    mine = [s for s in sets if s.device_name == name and s.cpu_id is not None and s.cpu_id == here]
+    same = [s for s in mine if not is_calibrated(s)]
+    calibrated = [s for s in mine if is_calibrated(s)]
+    unknown = [s for s in sets if s.device_name == name and s.cpu_id is None and not is_calibrated(s)]
+    first = same + calibrated + unknown
+    rest = [s for s in sets if s not in first]
+    return first + [s for s in rest if not is_calibrated(s)] + [s for s in rest if is_calibrated(s)]
+
+
+def is_calibrated(ms) -> bool:
+    from perfpredict.estimators.device_calibration import CalibratedModelSet
+
+    return isinstance(ms, CalibratedModelSet)
 
 
 def _lacks_counts(arch: ArchFeatures) -> bool:
@@ -335,17 +351,27 @@ class Predictor:
         if not sets:
             raise PerfPredictError("no trained models found (run `perfpredict train`)", step="load models")
         self.sets = dict(sets)
+        #: calibrations under the models folder that could not be used, one line each (:meth:`load`)
+        self.unusable_calibrations: list[str] = []
 
     @classmethod
     def load(cls, path: str | Path | None = None, compile_trees: bool = True) -> Predictor:
-        """The model sets under ``path`` (default: :func:`default_models_dir`). ``compile_trees=False`` keeps
-        XGBoost's own predictor instead of the numpy one (same leaves; for comparison and debugging)."""
+        """The model sets under ``path`` (default: :func:`default_models_dir`), and the calibrations there of its
+        CPU sets to other CPUs (``<name>/calibration.json``, written by ``perfpredict calibrate``), each one more
+        set. ``compile_trees=False`` keeps XGBoost's own predictor instead of the numpy one (same leaves; for
+        comparison and debugging)."""
         root = Path(path) if path else default_models_dir()
         dirs = model_set_dirs(root)
         if not dirs:
             raise PerfPredictError("no trained models here (run `perfpredict train`)", source=str(root),
                                    step="load models")
-        return cls({d.name: ModelSet(d, compile_trees) for d in dirs})
+        sets = {d.name: ModelSet(d, compile_trees) for d in dirs}
+        from perfpredict.estimators.device_calibration import load_calibrations
+
+        calibrated, unusable = load_calibrations(root, sets)
+        pred = cls({**sets, **calibrated})
+        pred.unusable_calibrations = unusable
+        return pred
 
     # -- choosing the model set ------------------------------------------------------------------------
     @property
@@ -519,6 +545,8 @@ class Predictor:
                          f"({cpu_model_name()}{'; ' + here if here else ''}): these predict {ms.device_name}"
                          f"{' (' + ms.cpu_id + ')' if ms.cpu_id else ''}, and a CPU time model does not carry over "
                          "between CPUs (collect one with profilers/collect_dataset.py)")
+        if is_calibrated(ms):
+            notes.append(ms.note())
         X = design_matrix([(arch, b) for b in batch_sizes], device_kind=ms.device_kind)
         reach = ms.largest_measured_batch[near_name]
         past = ms.doublings_past(batch_sizes, reach)
@@ -575,7 +603,8 @@ class Predictor:
                             + f" per doubling past {reach} (calibrated at training)" if widened and past.any() else ""))
         info = PredictionInfo(method=method, model_set=ms.name, dataset_sha256=ms.meta["dataset_sha256"],
                               device_type=ms.name, out_of_distribution=ood, nearest=nearest, points=points,
-                              estimator_scores={k: t.scores for k, t in ms.targets.items()}, notes=notes)
+                              estimator_scores={k: t.scores for k, t in ms.targets.items()}, notes=notes,
+                              calibration=ms.info() if is_calibrated(ms) else None)
         return _assemble_card(arch, source, ms, info)
 
 
@@ -634,8 +663,10 @@ def _check_batches(batch_sizes: Sequence[int]) -> list[int]:
 
 
 def _fallback(ms: ModelSet, name: str, batch_sizes: Sequence[int], preds: dict) -> dict:
-    """Replace the medians by the nearest profiled model's measurements (interval kept around them)."""
+    """Replace the medians by the nearest profiled model's measurements (interval kept around them). A
+    calibrated set's measurements are another CPU's, so their times take the calibration's factor."""
     pts = ms.profiled[name]["points"]
+    time_factor = ms.factor if is_calibrated(ms) else 1.0
     measured = sorted(int(b) for b in pts)
     out = {}
     keys = {"iter_time": "iter_time_s", "peak_memory": "peak_memory_bytes", "gpu_utilization": "gpu_utilization",
@@ -648,7 +679,7 @@ def _fallback(ms: ModelSet, name: str, batch_sizes: Sequence[int], preds: dict) 
             if v is None:
                 continue
             if tname == "iter_time":  # same per-sample cost: scale to the requested batch
-                v = v * b / nb
+                v = v * b / nb * time_factor
             ratio = v / y[i] if y[i] > 0 else 1.0
             y2[i], q2[i] = v, q[i] * ratio
             if tname == "gpu_utilization":
@@ -709,7 +740,7 @@ def _assemble_card(arch: ArchFeatures, source: str, ms: ModelSet, info):
                                graph_saved_bytes_fixed=int(arch.graph_saved_bytes_fixed)),
         prediction=info,
         notes=[f"predicted by perfpredict's estimators ({ms.name}, trained on {ms.meta['rows']} measured points "
-               f"on {ms.device_name}); nothing on this card was measured"],
+               f"on {(ms.source if is_calibrated(ms) else ms).device_name}); nothing on this card was measured"],
     )
     if dev == "cuda" and info.points and info.points[0].gpu_utilization is not None:
         card.energy = EnergyInfo(available=True, scope="predicted GPU utilisation (NVML definition)",

@@ -21,6 +21,7 @@ gets FastAPI's ``{"detail": [{"loc": [..., "<field>"], "msg": "...", ...}]}``; e
 
 
 import math
+import sys
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
@@ -28,7 +29,7 @@ from pydantic import BaseModel, BeforeValidator, Field, TypeAdapter, ValidationE
 
 from perfpredict.errors import PerfPredictError, UsageError
 from perfpredict.estimators.feature_schema import FeatureVector, request_features
-from perfpredict.predictor import MAX_BATCH_SIZE, MAX_BATCH_SIZES
+from perfpredict.predictor import MAX_BATCH_SIZE, MAX_BATCH_SIZES, is_calibrated
 
 DEFAULT_MAX_UPLOAD_BYTES = 256 * 1024 * 1024
 
@@ -168,7 +169,10 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
                          "targets": {k: t.scores for k, t in ms.targets.items()},
                          # how much a memory q90 grows per doubling past the largest trained batch size
                          "q90_growth_per_doubling_past_batches": ms.q90_growth_per_doubling(),
-                         "trained_at": ms.meta["trained_at"]}
+                         "trained_at": ms.meta["trained_at"],
+                         # a CPU set carried here from another CPU's set by `perfpredict calibrate`: its scores are
+                         # the source set's, measured on the source's CPU
+                         "calibration": ms.info().model_dump(mode="json") if is_calibrated(ms) else None}
         return out
 
     @app.post("/predict")
@@ -229,7 +233,10 @@ def serve(host: str = "127.0.0.1", port: int = 8000, models_dir: str | None = No
     from perfpredict.predictor import Predictor
 
     limit = _upload_limit(max_upload_bytes)  # before the models load
-    app = create_app(Predictor.load(models_dir), max_upload_bytes=limit)
+    pred = Predictor.load(models_dir)
+    for line in pred.unusable_calibrations:
+        print(f"warning: calibration not used: {line}", file=sys.stderr)
+    app = create_app(pred, max_upload_bytes=limit)
     if on_ready is not None:
         on_ready()
     uvicorn.run(app, host=host, port=port, log_level="warning")

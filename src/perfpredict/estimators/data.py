@@ -18,8 +18,9 @@ from perfpredict.estimators.design import design_matrix
 
 #: Dataset files that are not training sets of their own (repeats measure the noise floor; co-location
 #: pairs train the interference model; far-batch points check the memory q90 far past the trained batch sizes,
-#: benchmarks/memory_past_trained_batches.py).
-NON_TRAINING_SUFFIXES = ("_repeat", "_colocation", "_far_batch")
+#: benchmarks/memory_past_trained_batches.py; calibration checks are points measured on a CPU that `perfpredict
+#: calibrate` was run on, benchmarks/cpu_calibration.py).
+NON_TRAINING_SUFFIXES = ("_repeat", "_colocation", "_far_batch", "_calibration_check")
 FEATURES_FILE = "zoo_features.csv"
 
 

@@ -55,6 +55,8 @@ class FamilyRidge:
     exponentially wrong (CPU iteration-time MAPE of 10^4 to 10^11 %). Without ``groups`` (or with fewer than
     three families) it falls back to ``RidgeCV``."""
 
+    fits_by_family = True
+
     def __init__(self, alphas: np.ndarray = RIDGE_ALPHAS) -> None:
         self.alphas = alphas
         self.model_ = None
@@ -82,8 +84,9 @@ class FamilyRidge:
 
 def fit_grouped(model, X: np.ndarray, y: np.ndarray, *args, groups: np.ndarray | None = None):
     """``model.fit(X, y, *args)``, with ``groups`` (each row's family) for the models that choose
-    hyper-parameters by family (:class:`FamilyRidge`, and the wrappers that fit one inside)."""
-    if groups is not None and isinstance(model, (FamilyRidge, LogBaselineModel, UtilizationPriorModel)):
+    hyper-parameters by family (those with ``fits_by_family = True``: :class:`FamilyRidge`, and the wrappers
+    that fit one inside)."""
+    if groups is not None and getattr(model, "fits_by_family", False):
         return model.fit(X, y, *args, groups=groups)
     return model.fit(X, y, *args)
 
@@ -258,6 +261,8 @@ class LogBaselineModel:
     model on bytes.
     """
 
+    fits_by_family = True
+
     def __init__(self, terms: tuple[tuple[str, ...], ...] = TIME_TERMS,
                  quantiles: tuple[float, ...] | None = None, floor: float = 1e-6,
                  residual_kind: str | None = None, intercept: bool = True) -> None:
@@ -405,6 +410,8 @@ class UtilizationPriorModel:
     """
 
     aux_column = "iter_time_s"
+
+    fits_by_family = True
 
     def __init__(self, kind: str = "xgboost", quantiles: tuple[float, ...] | None = None,
                  time_terms: tuple[tuple[str, ...], ...] | None = None) -> None:
