@@ -212,11 +212,14 @@ def test_calibrate_measures_the_references_and_the_predictor_uses_the_result(tmp
 
     assert len(QUICK_SUITE) * len(REFERENCE_BATCHES) == MIN_REFERENCE_POINTS
     monkeypatch.setattr(dc, "REFERENCE_CONFIGS", QUICK_SUITE)
+    uri = f"sqlite:///{tmp_path}/mlruns.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.chdir(tmp_path)  # MLflow's artifacts go under the working directory
     root = _models_with(tmp_path, ("cpu_epyc_2vcpu", "cpu_xeon_2vcpu"), [])
     res = CliRunner().invoke(app, ["calibrate", "--models", str(root), "--set", "cpu_epyc_2vcpu", "--name", "here",
-                                   "--min-time", "0.2"])
+                                   "--min-time", "0.2", "--experiment", "calib-test"])
     assert res.exit_code == 0, (res.output, res.exception)
-    assert "time factor x" in res.output
+    assert "time factor x" in res.output and "mlflow: run" in res.output
     calib = TimeCalibration.load(root / "here" / CALIBRATION_FILE)
     assert calib.source_set == "cpu_epyc_2vcpu" and calib.cpu_id == cpu_id() and calib.device_name == cpu_model_name()
     got = {(r.config, r.batch_size) for r in calib.references}
@@ -249,6 +252,16 @@ def test_calibrate_measures_the_references_and_the_predictor_uses_the_result(tmp
     merged = {(r.config, r.batch_size): r.measured_s for r in refs}
     assert failed == [] and merged == {**by_point, (rows[0]["config"], int(rows[0]["batch_size"])):
                                        2 * by_point[(rows[0]["config"], int(rows[0]["batch_size"]))]}
+    # the MLflow run holds the factor and every reference
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
+    runs = mlflow.search_runs(experiment_names=["calib-test"], output_format="list")
+    assert len(runs) == 1 and runs[0].data.tags["perfpredict.kind"] == "calibration"
+    assert runs[0].data.metrics["time_factor"] == pytest.approx(cal.factor)
+    assert runs[0].data.params["source_set"] == "cpu_epyc_2vcpu"
+    history = mlflow.MlflowClient().get_metric_history(runs[0].info.run_id, "reference_measured_s")
+    assert sorted(m.value for m in history) == pytest.approx(sorted(r.measured_s for r in calib.references))
     # a calibration is not itself calibrated again
     res = CliRunner().invoke(app, ["calibrate", "--models", str(root), "--set", "here"])
     assert res.exit_code != 0 and "is itself a calibration" in str(res.exception)
@@ -262,11 +275,24 @@ def test_calibrate_measures_the_references_and_the_predictor_uses_the_result(tmp
     (["--name", "../x"], "use letters, digits"),
     (["--set", "cpu_xeon_2vcpu", "--name", "cpu_epyc_2vcpu"], "a trained model set has that name"),
 ])
-def test_calibrate_bad_arguments_are_one_line(run_cli, tmp_path, args, message):
+def test_calibrate_refuses_bad_arguments_before_measuring(tmp_path, args, message):
+    from typer.testing import CliRunner
+
+    import perfpredict.cli_calibrate  # noqa: F401 - registers calibrate
+    from perfpredict.cli import app
+    from perfpredict.errors import UsageError
+
     root = _models_with(tmp_path, ("cpu_epyc_2vcpu", "cpu_xeon_2vcpu", "cuda_h100"), [])
-    r = run_cli("calibrate", "--models", root, *args)
-    assert r.returncode == 2 and message in r.stderr, r.stderr
-    assert "Traceback" not in r.stderr and not any(p.name == "x" for p in tmp_path.rglob("x"))
+    res = CliRunner().invoke(app, ["calibrate", "--models", str(root), "--no-mlflow", *args])
+    assert isinstance(res.exception, UsageError) and message in str(res.exception), (res.output, res.exception)
+    assert sorted(p.name for p in root.iterdir()) == ["cpu_epyc_2vcpu", "cpu_xeon_2vcpu", "cuda_h100"]  # nothing written
+
+
+def test_a_bad_calibrate_argument_is_one_line_and_exit_2(run_cli, tmp_path):
+    root = _models_with(tmp_path, ("cpu_epyc_2vcpu",), [])
+    r = run_cli("calibrate", "--models", root, "--set", "cuda_h100")
+    assert r.returncode == 2 and "--set 'cuda_h100': no such model set; CPU sets: cpu_epyc_2vcpu" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
 def test_the_committed_calibrations_bring_the_check_points_closer():

@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from perfpredict.cli import Mode, app, err_console, out_console
+from perfpredict.cli import Mode, app, check_experiment, err_console, out_console, prepare_mlflow
 from perfpredict.errors import PerfPredictError, UsageError
 from perfpredict.estimators.device_calibration import REFERENCE_MIN_TIME_S
 
@@ -84,6 +84,8 @@ def calibrate(
     threads: Annotated[int | None, typer.Option(help="torch intra-op threads per measurement [all cores]")] = None,
     min_time: Annotated[float, typer.Option(help="seconds each reference step is timed for [what the committed "
                                                  "CPU datasets were measured with]")] = REFERENCE_MIN_TIME_S,
+    no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="do not log to MLflow")] = False,
+    experiment: Annotated[str, typer.Option(help="MLflow experiment name")] = "perfpredict-profiles",
     debug: Annotated[bool, typer.Option("--debug", help="show tracebacks")] = False,  # noqa: ARG001
 ) -> None:
     """Carry a CPU model set's iteration-time predictions to this machine's CPU from 22 reference training steps
@@ -118,6 +120,7 @@ def calibrate(
         raise UsageError(f"--min-time must be a positive number of seconds, got {min_time}", step="arguments")
     if name is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", name or "") or name in (".", ".."):
         raise UsageError(f"--name {name!r}: use letters, digits, '_', '-' and '.' only", step="arguments")
+    check_experiment(no_mlflow, experiment)
     root = Path(models) if models else default_models_dir()
     pred = Predictor.load(root)
     src = _pick_source(pred, set_name, mode_s)
@@ -133,6 +136,8 @@ def calibrate(
         for p in (refs_csv, folder / "references.meta.json", folder / CALIBRATION_FILE):
             p.unlink(missing_ok=True)
 
+    if not no_mlflow:
+        prepare_mlflow(experiment)
     plans = reference_plans(mode_s)
     timing = TimingConfig(min_time_s=min_time)
     settings = CollectSettings(device="cpu", mode=mode_s, precision=src.precision, timing=timing, threads=threads,
@@ -178,6 +183,16 @@ def calibrate(
     out_console.print(f"time factor x{cal.factor:.3f} (median of {len(refs)} references), interval widened "
                       f"x{math.exp(cal.log_margin):.2f}; written to {folder / CALIBRATION_FILE}")
     out_console.print(f"use: perfpredict predict model.py --device-type {name}   (or --device-type cpu on this CPU)")
+    if not no_mlflow:
+        from perfpredict.tracking import log_calibration, tracking_uri
+
+        try:
+            run_id = log_calibration(cal, folder / CALIBRATION_FILE, min_time_s=min_time, experiment=experiment)
+            out_console.print(f"mlflow: run {run_id} in {tracking_uri()} (experiment {experiment!r})", highlight=False,
+                              markup=False)
+        except Exception as e:  # noqa: BLE001 - tracking failure must not lose the calibration (already on disk)
+            err_console.print(f"[yellow]warning[/]: MLflow logging failed ({type(e).__name__}: {escape(str(e))}); the "
+                              f"calibration is at {escape(str(folder / CALIBRATION_FILE))}")
 
 
 def _measure(plans, csv: Path, settings, label: str) -> None:

@@ -180,6 +180,31 @@ def log_ab(result, path: str | Path, *, experiment: str = PROFILE_EXPERIMENT) ->
         return run.info.run_id
 
 
+def log_calibration(cal, path: str | Path, *, min_time_s: float, experiment: str = PROFILE_EXPERIMENT) -> str:
+    """One MLflow run for a ``perfpredict calibrate`` (a :class:`CalibratedModelSet`): the source set and the CPU
+    as params, the factor and margin as metrics, each reference's measured time and measured / predicted at step
+    = its index in the suite, and ``calibration.json`` as artifact."""
+    import mlflow
+
+    c = cal.calibration
+    prepare(experiment)
+    with mlflow.start_run(run_name=f"calibrate {c.source_set} to {c.device_name}") as run:
+        mlflow.set_tags({"perfpredict.kind": "calibration", "perfpredict.device": "cpu",
+                         "perfpredict.model_set": c.name})
+        mlflow.log_params({k: str(v)[:500] for k, v in {
+            "source_set": c.source_set, "source_device_name": cal.source.device_name,
+            "source_cpu_id": cal.source.cpu_id, "device_name": c.device_name, "cpu_id": c.cpu_id, "mode": c.mode,
+            "precision": c.precision, "min_time_s": min_time_s, "torch_version": c.torch_version}.items()
+            if v is not None})
+        mlflow.log_metrics({"time_factor": cal.factor, "interval_log_margin": cal.log_margin,
+                            "reference_points": float(len(c.references))})
+        for i, (r, lr) in enumerate(zip(c.references, cal.log_ratios)):
+            mlflow.log_metric("reference_measured_s", r.measured_s, step=i)
+            mlflow.log_metric("reference_measured_over_predicted", math.exp(float(lr)), step=i)
+        mlflow.log_artifact(str(path))
+        return run.info.run_id
+
+
 def _log_extended(mlflow, card: PerformanceCard) -> None:
     """Metrics of the scaling / co-location / comm-model / sensitivity sections (step = k, n or c)."""
     if card.scaling is not None:
