@@ -179,12 +179,11 @@ def main(argv: list[str] | None = None) -> int:
                         header = list(a)
                         print(f"{'source set':28s} {'target CPU':28s} " + " ".join(f"{h:>25s}" for h in header))
                     print(f"{s:28s} {t:28s} " + " ".join(f"{a[h]:25.1%}" for h in header))
-    if args.mode != "infer":
-        real_calibrations(pred)
+    real_calibrations(pred, ("train", "infer") if args.mode == "both" else (args.mode,))
     return 0
 
 
-def real_calibrations(pred) -> None:
+def real_calibrations(pred, modes: tuple[str, ...]) -> None:
     """Each committed calibration, scored on the held-out check points measured on its CPU."""
     from perfpredict.estimators.data import load_training_data
     from perfpredict.estimators.design import design_matrix
@@ -201,11 +200,13 @@ def real_calibrations(pred) -> None:
           f"{'calibrated':>10s} | {'q10-q90 covers: as shipped':>26s} {'calibrated':>10s}")
     for path in sorted((REPO / "datasets" / "calibrations").glob("*.json")):
         calib = TimeCalibration.load(path)
+        if calib.mode not in modes:
+            continue
         cal = CalibratedModelSet(pred.sets[calib.source_set], calib)
         for csv, cpu in checks.items():
-            if cpu != calib.cpu_id:
-                continue
             d = load_training_data(csv)
+            if cpu != calib.cpu_id or d.mode != calib.mode:
+                continue
             y = d.column("iter_time_s")
             keep = np.isfinite(y) & (y > 0) & ~np.isin(d.configs, REFERENCE_CONFIGS)
             X = design_matrix(list(zip(d.archs, d.batch)), device_kind="cpu")[keep]
