@@ -348,3 +348,15 @@ def test_the_service_lists_a_calibration_with_its_source(tmp_path):
     r = client.post("/predict", json={"features": d.archs[0].as_dict(), "batch_sizes": [8],
                                       "device_type": "epyc_on_xeon"})
     assert r.status_code == 200 and r.json()["prediction"]["calibration"]["source_set"] == "cpu_epyc_2vcpu"
+
+
+def test_a_set_for_another_cpu_points_to_calibrate(tmp_path):
+    """Asked for `cpu` with only a set for some other CPU, the card says so and names the one-minute way out."""
+    other, d = _calibration_from_dataset("cpu_epyc_2vcpu", "cpu_xeon_2vcpu", device_name="Some Other CPU",
+                                         cpu="GenuineIntel family 6 model 1 stepping 1; avx2", name="xeon_elsewhere")
+    pred = Predictor.load(_models_with(tmp_path, ("cpu_xeon_2vcpu",), [other]))
+    pred.sets.pop("cpu_xeon_2vcpu")  # only the calibration for another CPU is left to answer `cpu`
+    card = pred.card_for(d.archs[0], [8], device_type="cpu")
+    assert card.prediction.model_set == "xeon_elsewhere"
+    note = next(n for n in card.prediction.notes if "does not carry over" in n)
+    assert "Some Other CPU" in note and "`perfpredict calibrate` carries a set to this CPU" in note

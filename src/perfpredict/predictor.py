@@ -544,7 +544,8 @@ class Predictor:
             notes.append(f"no {ms.precision} {ms.mode}-mode set was measured on this machine's CPU "
                          f"({cpu_model_name()}{'; ' + here if here else ''}): these predict {ms.device_name}"
                          f"{' (' + ms.cpu_id + ')' if ms.cpu_id else ''}, and a CPU time model does not carry over "
-                         "between CPUs (collect one with profilers/collect_dataset.py)")
+                         "between CPUs: `perfpredict calibrate` carries a set to this CPU in about a minute, "
+                         "or collect one with profilers/collect_dataset.py")
         if is_calibrated(ms):
             notes.append(ms.note())
         X = design_matrix([(arch, b) for b in batch_sizes], device_kind=ms.device_kind)
