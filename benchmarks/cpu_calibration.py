@@ -183,42 +183,58 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def real_calibrations(pred, modes: tuple[str, ...]) -> None:
-    """Each committed calibration, scored on the held-out check points measured on its CPU."""
+def score_real_calibrations(pred, modes: tuple[str, ...] = ("train", "infer")) -> list[dict]:
+    """Every committed calibration of ``modes``, scored on every held-out check measured on its CPU in its mode
+    (the reference architectures left out): the source set's MAPE and q10-q90 coverage as shipped and
+    calibrated, and how many minutes lay between the calibration and the check's start."""
+    import datetime as dt
+
     from perfpredict.estimators.data import load_training_data
     from perfpredict.estimators.design import design_matrix
     from perfpredict.estimators.device_calibration import REFERENCE_CONFIGS, CalibratedModelSet, TimeCalibration
 
-    checks = {}
+    checks = []
     for csv in sorted((REPO / "datasets").glob("*_calibration_check.csv")):
-        meta = json.loads(csv.with_suffix(".meta.json").read_text())
-        checks[csv] = meta["runs"][0]["device_info"].get("cpu_id")
-    print("\ncalibrations measured by `perfpredict calibrate` (datasets/calibrations/), on held-out points measured on "
-          "the same CPU")
-    print(f"{'calibration':42s} {'made':>16s} {'check points':>12s} {'factor':>7s} {'spread':>6s} | "
-          f"{'MAPE: as shipped':>16s} "
-          f"{'calibrated':>10s} | {'q10-q90 covers: as shipped':>26s} {'calibrated':>10s}")
+        run = json.loads(csv.with_suffix(".meta.json").read_text())["runs"][0]
+        d = load_training_data(csv)
+        y = d.column("iter_time_s")
+        keep = np.isfinite(y) & (y > 0) & ~np.isin(d.configs, REFERENCE_CONFIGS)
+        checks.append({"name": csv.stem, "cpu_id": run["device_info"].get("cpu_id"), "mode": d.mode,
+                       "started": dt.datetime.fromisoformat(run["started_at"]), "y": y[keep],
+                       "X": design_matrix(list(zip(d.archs, d.batch)), device_kind="cpu")[keep]})
+    rows = []
     for path in sorted((REPO / "datasets" / "calibrations").glob("*.json")):
         calib = TimeCalibration.load(path)
         if calib.mode not in modes:
             continue
         cal = CalibratedModelSet(pred.sets[calib.source_set], calib)
-        for csv, cpu in checks.items():
-            d = load_training_data(csv)
-            if cpu != calib.cpu_id or d.mode != calib.mode:
+        made = dt.datetime.fromisoformat(calib.created_at)
+        for c in checks:
+            if c["cpu_id"] != calib.cpu_id or c["mode"] != calib.mode:
                 continue
-            y = d.column("iter_time_s")
-            keep = np.isfinite(y) & (y > 0) & ~np.isin(d.configs, REFERENCE_CONFIGS)
-            X = design_matrix(list(zip(d.archs, d.batch)), device_kind="cpu")[keep]
-            y = y[keep]
-            raw, q_raw = cal.source.targets["iter_time"].predict(X)
-            got, q = cal.targets["iter_time"].predict(X)
+            y = c["y"]
+            raw, q_raw = cal.source.targets["iter_time"].predict(c["X"])
+            got, q = cal.targets["iter_time"].predict(c["X"])
+            rows.append({"calibration": path.stem, "made": calib.created_at[:16], "check": c["name"],
+                         "minutes_apart": (c["started"] - made).total_seconds() / 60, "points": len(y),
+                         "factor": cal.factor, "spread": math.exp(cal.log_margin),
+                         "mape_shipped": float(np.mean(np.abs(raw / y - 1))),
+                         "mape_calibrated": float(np.mean(np.abs(got / y - 1))),
+                         "covers_shipped": float(np.mean((y >= q_raw[:, 0]) & (y <= q_raw[:, -1]))),
+                         "covers_calibrated": float(np.mean((y >= q[:, 0]) & (y <= q[:, -1])))})
+    return rows
 
-            mape = [float(np.mean(np.abs(p / y - 1))) for p in (raw, got)]
-            covers = [float(np.mean((y >= b[:, 0]) & (y <= b[:, -1]))) for b in (q_raw, q)]
-            print(f"{path.stem:42s} {calib.created_at[:16]:>16s} {len(y):12d} {cal.factor:7.3f} "
-                  f"{math.exp(cal.log_margin):6.2f} | {mape[0]:16.1%} {mape[1]:10.1%} | {covers[0]:26.0%} "
-                  f"{covers[1]:10.0%}")
+
+def real_calibrations(pred, modes: tuple[str, ...]) -> None:
+    """Print :func:`score_real_calibrations`."""
+    print("\ncalibrations measured by `perfpredict calibrate` (datasets/calibrations/), on held-out points measured on "
+          "the same CPU (check started this many minutes after the calibration)")
+    print(f"{'calibration':42s} {'made':>16s} {'check':36s} {'min':>5s} {'factor':>7s} {'spread':>6s} | "
+          f"{'MAPE: as shipped':>16s} {'calibrated':>10s} | {'q10-q90 covers: as shipped':>26s} {'calibrated':>10s}")
+    for r in score_real_calibrations(pred, modes):
+        print(f"{r['calibration']:42s} {r['made']:>16s} {r['check']:36s} {r['minutes_apart']:5.0f} {r['factor']:7.3f} "
+              f"{r['spread']:6.2f} | {r['mape_shipped']:16.1%} {r['mape_calibrated']:10.1%} | "
+              f"{r['covers_shipped']:26.0%} {r['covers_calibrated']:10.0%}")
 
 
 if __name__ == "__main__":

@@ -285,7 +285,8 @@ def test_calibrate_refuses_bad_arguments_before_measuring(tmp_path, args, messag
     root = _models_with(tmp_path, ("cpu_epyc_2vcpu", "cpu_xeon_2vcpu", "cuda_h100"), [])
     res = CliRunner().invoke(app, ["calibrate", "--models", str(root), "--no-mlflow", *args])
     assert isinstance(res.exception, UsageError) and message in str(res.exception), (res.output, res.exception)
-    assert sorted(p.name for p in root.iterdir()) == ["cpu_epyc_2vcpu", "cpu_xeon_2vcpu", "cuda_h100"]  # nothing written
+    # nothing written
+    assert sorted(p.name for p in root.iterdir()) == ["cpu_epyc_2vcpu", "cpu_xeon_2vcpu", "cuda_h100"]
 
 
 def test_a_bad_calibrate_argument_is_one_line_and_exit_2(run_cli, tmp_path):
@@ -295,41 +296,35 @@ def test_a_bad_calibrate_argument_is_one_line_and_exit_2(run_cli, tmp_path):
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
-def test_the_committed_calibrations_bring_the_check_points_closer():
-    """The calibrations `perfpredict calibrate` made on the 2026-11-26 Xeon VM, scored on the 38 held-out points
-    of their mode measured there between them (benchmarks/cpu_calibration.py prints the same): the first EPYC's
-    sets, 0.55-0.59x their time there, are carried from 73-85% to under 30% MAPE, and no calibration makes its
-    source worse beyond noise."""
+def test_the_committed_calibrations_bring_check_points_of_their_hour_closer():
+    """The calibrations `perfpredict calibrate` made on the 2026-11-26 Xeon VM, scored on the held-out points of
+    their mode measured there (benchmarks/cpu_calibration.py prints the same). Within minutes of a check, every
+    calibration brings its source set closer (the first EPYC's, 0.55-0.59x its time there, from 73-85% to under
+    30%). The VM then slowed by a median 1.35x within the hour, and a check measured after that is predicted
+    better by the calibrations made next to it than by those made an hour before."""
     from tests.conftest import load_script
 
-    bench = load_script(REPO / "benchmarks" / "cpu_calibration.py")
-    assert callable(bench.real_calibrations)
     assert not any("calibration_check" in p.name for p in training_datasets(REPO / "datasets"))  # never trained on
-    checks = {}
-    for mode in ("train", "infer"):
-        check = load_training_data(REPO / "datasets" / f"cpu_xeon_2vcpu{'' if mode == 'train' else '_infer'}"
-                                                        "_calibration_check.csv")
-        assert check.mode == mode
-        y = check.column("iter_time_s")
-        keep = np.isfinite(y) & (y > 0) & ~np.isin(check.configs, REFERENCE_CONFIGS)
-        checks[mode] = (check, design_matrix(list(zip(check.archs, check.batch)), device_kind="cpu")[keep], y[keep])
-        assert keep.sum() >= 30
-    scored = {}
-    for path in sorted((REPO / "datasets" / "calibrations").glob("*.json")):
+    bench = load_script(REPO / "benchmarks" / "cpu_calibration.py")
+    rows = bench.score_real_calibrations(Predictor.load(MODELS))
+    assert len({r["calibration"] for r in rows}) == 10 and all(r["points"] >= 30 for r in rows)
+    near = [r for r in rows if abs(r["minutes_apart"]) <= 10]
+    assert len(near) == 10  # each calibration has a check in its own window
+    for r in near:
+        assert r["mape_calibrated"] <= r["mape_shipped"] * 1.05 and r["covers_calibrated"] >= 0.8, r
+    for r in near:
+        if r["calibration"].startswith("cpu_epyc_2vcpu_") and r["check"].startswith("cpu_xeon_2vcpu_") \
+                and "later" not in r["check"]:
+            assert r["mape_calibrated"] < r["mape_shipped"] / 2, r
+    later = [r for r in rows if r["check"] == "cpu_xeon_2vcpu_later_calibration_check"]
+    for source in ("cpu_xeon_2vcpu_on", "cpu_epyc_2vcpu_on"):
+        mine = [r for r in later if r["calibration"].startswith(source)]
+        fresh = [r["mape_calibrated"] for r in mine if abs(r["minutes_apart"]) <= 10]
+        stale = [r["mape_calibrated"] for r in mine if r["minutes_apart"] >= 50]
+        assert fresh and stale and max(fresh) < min(stale), (source, fresh, stale)
+    for path in (REPO / "datasets" / "calibrations").glob("*.json"):  # every one measured the whole suite here
         calib = TimeCalibration.load(path)
-        check, X, y = checks[calib.mode]
-        assert calib.cpu_id == check.cpu_id and len(calib.references) == 2 * len(REFERENCE_CONFIGS)
-        cal = CalibratedModelSet(ModelSet(MODELS / calib.source_set), calib)
-        raw, _ = cal.source.targets["iter_time"].predict(X)
-        got, q = cal.targets["iter_time"].predict(X)
-        scored[path.stem] = (np.mean(np.abs(raw / y - 1)), np.mean(np.abs(got / y - 1)),
-                             np.mean((y >= q[:, 0]) & (y <= q[:, -1])))
-    assert len(scored) == 7
-    for name in ("cpu_epyc_2vcpu_on_intel_f6m207", "cpu_epyc_2vcpu_infer_on_intel_f6m207"):
-        raw, got, cover = scored[name]
-        assert got < raw / 2 and cover >= 0.8, name
-    for raw, got, cover in scored.values():
-        assert got <= raw * 1.05 and cover >= 0.8
+        assert len(calib.references) == 2 * len(REFERENCE_CONFIGS) and calib.cpu_id is not None
 
 
 def test_the_service_lists_a_calibration_with_its_source(tmp_path):
@@ -360,3 +355,35 @@ def test_a_set_for_another_cpu_points_to_calibrate(tmp_path):
     assert card.prediction.model_set == "xeon_elsewhere"
     note = next(n for n in card.prediction.notes if "does not carry over" in n)
     assert "Some Other CPU" in note and "`perfpredict calibrate` carries a set to this CPU" in note
+
+
+def test_ctrl_c_keeps_the_references_measured_and_exits_130(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from perfpredict.dataset.collect import read_dataset
+
+    root = _models_with(tmp_path, ("cpu_epyc_2vcpu",), [])
+    refs = root / "here" / "references.csv"
+    code = ("import sys; import perfpredict.estimators.device_calibration as d; "
+            f"d.REFERENCE_CONFIGS = {QUICK_SUITE!r}; from perfpredict.cli import main; "
+            f"sys.argv = ['perfpredict', 'calibrate', '--models', {str(root)!r}, '--set', 'cpu_epyc_2vcpu', "
+            "'--name', 'here', '--no-mlflow', '--min-time', '1']; main()")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(read_dataset(refs) if refs.exists() else []) < 1:
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "measured so far are in" in err and "the same command again" in err
+    rows = read_dataset(refs)
+    assert 1 <= len(rows) < len(QUICK_SUITE) * len(REFERENCE_BATCHES) and all(r["status"] == "ok" for r in rows)
+    assert not (root / "here" / CALIBRATION_FILE).exists()  # no calibration from a part of the suite

@@ -209,8 +209,9 @@ def _measure(plans, csv: Path, settings, label: str) -> None:
         try:
             collect(plans, csv, settings, advance)
         except KeyboardInterrupt:
-            raise PerfPredictError(f"interrupted (Ctrl-C); the reference steps measured so far are in {csv}, and "
-                                   "running the same command again measures the rest", step="interrupted") from None
+            err_console.print(f"[yellow]interrupted[/] (Ctrl-C): the reference steps measured so far are in "
+                              f"{escape(str(csv))}; the same command again measures the rest", highlight=False)
+            raise typer.Exit(130) from None
 
 
 def _references(plans, refs_csv: Path, features: dict[str, dict], retimed_csv: Path | None = None):
