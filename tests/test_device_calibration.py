@@ -387,3 +387,27 @@ def test_ctrl_c_keeps_the_references_measured_and_exits_130(tmp_path):
     rows = read_dataset(refs)
     assert 1 <= len(rows) < len(QUICK_SUITE) * len(REFERENCE_BATCHES) and all(r["status"] == "ok" for r in rows)
     assert not (root / "here" / CALIBRATION_FILE).exists()  # no calibration from a part of the suite
+
+
+def test_the_newest_calibration_for_this_cpu_answers_and_models_lists_them(tmp_path):
+    from typer.testing import CliRunner
+
+    import perfpredict.cli_models  # noqa: F401 - registers models
+    from perfpredict.cli import app
+
+    old, _ = _calibration_from_dataset("cpu_xeon_2vcpu", "cpu_epyc_2vcpu", device_name=cpu_model_name(),
+                                       cpu=cpu_id(), name="older_here")
+    new, _ = _calibration_from_dataset("cpu_xeon_2vcpu", "cpu_epyc_genoa_2vcpu", device_name=cpu_model_name(),
+                                       cpu=cpu_id(), name="newer_here")
+    new.created_at = "2026-11-26T12:00:00+00:00"  # the older one was made on 2026-11-25
+    root = _models_with(tmp_path, ("cpu_epyc_2vcpu", "cpu_epyc_genoa_2vcpu", "cuda_h100"), [old, new])
+    pred = Predictor.load(root)
+    measured_here = [n for n in ("cpu_epyc_2vcpu", "cpu_epyc_genoa_2vcpu")
+                     if pred.sets[n].cpu_id is not None and _measured_on_this_cpu(pred.sets[n])]
+    assert pred.model_set("cpu").name == (measured_here[0] if measured_here else "newer_here")
+    res = CliRunner().invoke(app, ["models", "--models", str(root)])
+    assert res.exit_code == 0, (res.output, res.exception)
+    text = " ".join(res.output.split())
+    for name in ("older_here", "newer_here", "cpu_epyc_genoa_2vcpu", "cuda_h100"):
+        assert name in text
+    assert f"x{pred.sets['newer_here'].factor:.3f}" in text and "12:00" in text

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from perfpredict.cli import app, err_console, out_console, print_prediction
-from perfpredict.errors import UsageError
+from perfpredict.errors import PerfPredictError, UsageError
 
 
 @app.command()
@@ -143,6 +143,44 @@ def predict(
         except OSError as e:
             raise UsageError(f"cannot write the card to {out}: {e.strerror or e}", step="write") from None
         out_console.print(f"card: {out}")
+
+
+@app.command()
+def models(
+    models_dir: Annotated[Path | None, typer.Option("--models", help="trained_models folder")] = None,
+) -> None:
+    """List the model sets (and calibrations) the Predictor loads, with what each predicts and which set
+    `--device-type cpu` / `cuda` picks on this machine."""
+    from perfpredict.estimators.device_calibration import short_cpu_id
+    from perfpredict.hostinfo import cpu_id, cpu_model_name
+    from perfpredict.predictor import Predictor, is_calibrated
+
+    pred = Predictor.load(models_dir)
+    warn_unusable_calibrations(pred)
+    picked: dict[str, list[str]] = {}
+    for kind in ("cpu", "cuda"):
+        for mode in ("train", "infer"):
+            for precision in ("fp32", "bf16", "fp16"):
+                try:
+                    ms = pred.model_set(kind, mode, precision)
+                except PerfPredictError:
+                    continue
+                picked.setdefault(ms.name, []).append(kind + ("" if mode == "train" else f" --mode {mode}")
+                                                      + ("" if precision == "fp32" else f" --precision {precision}"))
+    here = short_cpu_id(cpu_id())
+    t = Table(title=escape(f"model sets ({len(pred.sets)}); this CPU: {cpu_model_name()}{f' ({here})' if here else ''}"))
+    t.add_column("set", no_wrap=True)
+    for c in ("device", "mode", "precision", "rows", "calibrated from", "time factor", "--device-type here"):
+        t.add_column(c)
+    for name, ms in pred.sets.items():
+        source, factor = "-", "-"
+        if is_calibrated(ms):
+            source = ms.source.name
+            factor = f"x{ms.factor:.3f} ({ms.calibration.created_at[:16].replace('T', ' ')})"
+        short = short_cpu_id(ms.cpu_id)
+        t.add_row(name, escape(ms.device_name + (f" ({short})" if short else "")), ms.mode, ms.precision,
+                  str(ms.meta["rows"]), source, factor, escape(", ".join(picked.get(name, [])) or "-"))
+    out_console.print(t)
 
 
 def warn_unusable_calibrations(pred) -> None:

@@ -320,13 +320,15 @@ def _measured_on_this_cpu(ms: ModelSet) -> bool:
 
 
 def _local_cpu_first(sets: list[ModelSet]) -> list[ModelSet]:
-    """CPU sets in the order to use them on this machine: measured on this CPU (name and cpu_id), then one
-    calibrated to this CPU (``perfpredict calibrate``), then the same name with no cpu_id recorded (it may be
-    this CPU), then the other measured sets as given, and last the calibrations for other CPUs."""
+    """CPU sets in the order to use them on this machine: measured on this CPU (name and cpu_id), then the
+    calibrations to this CPU (``perfpredict calibrate``), the most recent first, then the same name with no cpu_id
+    recorded (it may be this CPU), then the other measured sets as given, and last the calibrations for other
+    CPUs."""
     here, name = cpu_id(), cpu_model_name()
     mine = [s for s in sets if s.device_name == name and s.cpu_id is not None and s.cpu_id == here]
     same = [s for s in mine if not is_calibrated(s)]
-    calibrated = [s for s in mine if is_calibrated(s)]
+    # the most recent calibration first: a calibration is a reading of the machine's speed when it ran
+    calibrated = sorted((s for s in mine if is_calibrated(s)), key=lambda s: s.calibration.created_at, reverse=True)
     unknown = [s for s in sets if s.device_name == name and s.cpu_id is None and not is_calibrated(s)]
     first = same + calibrated + unknown
     rest = [s for s in sets if s not in first]

@@ -112,16 +112,26 @@ class TimeCalibration(BaseModel):
         Path(path).write_text(self.model_dump_json(indent=1) + "\n")
 
 
-def default_name(source_set: str, cpu_id: str | None, device_name: str) -> str:
-    """``<source set>_on_<this CPU>``, e.g. ``cpu_xeon_2vcpu_on_amd_f25m17``: the CPU named by vendor, family and
-    model where known (what tells two VMs of the same model name apart), else by its model name."""
+def short_cpu_id(cpu_id: str | None) -> str | None:
+    """A :func:`~perfpredict.hostinfo.cpu_id` as vendor, family and model (``intel_f6m207``): what tells two VMs
+    of the same model name apart. None where it does not parse."""
     import re
 
-    if cpu_id:
-        m = re.match(r"(\w+) family (\d+) model (\d+)", cpu_id)
-        if m:
-            vendor = {"GenuineIntel": "intel", "AuthenticAMD": "amd"}.get(m.group(1), m.group(1).lower())
-            return f"{source_set}_on_{vendor}_f{m.group(2)}m{m.group(3)}"
+    m = re.match(r"(\w+) family (\d+) model (\d+)", cpu_id or "")
+    if not m:
+        return None
+    vendor = {"GenuineIntel": "intel", "AuthenticAMD": "amd"}.get(m.group(1), m.group(1).lower())
+    return f"{vendor}_f{m.group(2)}m{m.group(3)}"
+
+
+def default_name(source_set: str, cpu_id: str | None, device_name: str) -> str:
+    """``<source set>_on_<this CPU>``, e.g. ``cpu_xeon_2vcpu_on_amd_f25m17``: the CPU named by
+    :func:`short_cpu_id` where known, else by its model name."""
+    import re
+
+    short = short_cpu_id(cpu_id)
+    if short:
+        return f"{source_set}_on_{short}"
     slug = re.sub(r"[^a-z0-9]+", "_", device_name.lower()).strip("_")[:40] or "cpu"
     return f"{source_set}_on_{slug}"
 
