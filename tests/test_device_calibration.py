@@ -41,14 +41,15 @@ def _calibration_from_dataset(target: str, source: str, *, device_name: str | No
     rows at the reference suite, with their graph features."""
     d = load_training_data(REPO / "datasets" / f"{target}.csv")
     y = d.column("iter_time_s")
-    refs = []
+    refs, archs = [], {}
     for i, (c, b) in enumerate(zip(d.configs, d.batch)):
         if str(c) in REFERENCE_CONFIGS and int(b) in REFERENCE_BATCHES and np.isfinite(y[i]) and y[i] > 0:
             refs.append(ReferencePoint(config=str(c), family=str(d.families[i]), batch_size=int(b),
-                                       measured_s=float(y[i]), features=d.archs[i].as_dict()))
+                                       measured_s=float(y[i])))
+            archs[str(c)] = d.archs[i].as_dict()
     calib = TimeCalibration(name=name or f"{source}_on_{target}", source_set=source, mode=d.mode, precision="fp32",
                             device_name=device_name or d.device_name, cpu_id=cpu if device_name else d.cpu_id,
-                            created_at="2026-11-25T00:00:00+00:00", references=refs)
+                            created_at="2026-11-25T00:00:00+00:00", references=refs, architectures=archs)
     return calib, d
 
 
@@ -172,14 +173,20 @@ def test_unusable_calibrations_are_listed_not_fatal(tmp_path):
     (root / "broken" / CALIBRATION_FILE).write_text('{"name": "broken"')
     (root / "wrong").mkdir()
     (root / "wrong" / CALIBRATION_FILE).write_text(json.dumps({"name": "wrong"}))
+    doc = calib.model_dump(mode="json")
+    doc["name"] = "featureless"
+    doc["architectures"].pop(REFERENCE_CONFIGS[0])
+    (root / "featureless").mkdir()
+    (root / "featureless" / CALIBRATION_FILE).write_text(json.dumps(doc))
     pred = Predictor.load(root)
     assert list(pred.sets) == ["cpu_xeon_2vcpu"]
     text = "\n".join(pred.unusable_calibrations)
+    assert "featureless" in text and f"no graph features for reference architecture(s) {REFERENCE_CONFIGS[0]}" in text
     assert "orphan" in text and "'cpu_epyc_2vcpu' is not among the trained models" in text
     assert "broken" in text and "cannot read the calibration" in text
     assert "wrong" in text and "not a perfpredict calibration" in text
     sets, problems = load_calibrations(root, {})
-    assert sets == {} and len(problems) == 3
+    assert sets == {} and len(problems) == 4
 
 
 def test_a_calibration_of_the_wrong_mode_or_a_gpu_set_is_refused():

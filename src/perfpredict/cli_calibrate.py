@@ -153,7 +153,7 @@ def calibrate(
     retimed_csv.unlink(missing_ok=True)
     (folder / "references_retimed.meta.json").unlink(missing_ok=True)
     if len(refs) >= MIN_REFERENCE_POINTS:
-        lr = np.log(np.array([r.measured_s for r in refs]) / predicted_times(src, refs))
+        lr = np.log(np.array([r.measured_s for r in refs]) / predicted_times(src, refs, features))
         odd = {(r.config, r.batch_size) for r, x in zip(refs, lr) if abs(x - np.median(lr)) > RETIME_LOG_DEVIATION}
         if odd:
             again = [ArchPlan(p.family, p.cfg, p.config, (b,), p.gmacs_per_sample)
@@ -167,7 +167,8 @@ def calibrate(
                             device_name=here_name, cpu_id=here_id,
                             created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                             command=settings.command, git_commit=settings.git_commit,
-                            torch_version=torch.__version__, references=refs)
+                            torch_version=torch.__version__, references=refs,
+                            architectures={c: f for c, f in features.items() if c in {r.config for r in refs}})
     cal = CalibratedModelSet(src, calib)  # fits the factor: fewer than MIN_REFERENCE_POINTS is an error here
     calib.save(folder / CALIBRATION_FILE)
 
@@ -215,7 +216,8 @@ def _measure(plans, csv: Path, settings, label: str) -> None:
 
 
 def _references(plans, refs_csv: Path, features: dict[str, dict], retimed_csv: Path | None = None):
-    """The reference points measured (a re-timed row replacing the first), and a line per point that was not."""
+    """The reference points measured (a re-timed row replacing the first), and a line per point that was not;
+    ``features`` gains each measured architecture's graph features."""
     from perfpredict.dataset.collect import read_dataset
     from perfpredict.estimators import arch as archmod
     from perfpredict.estimators.device_calibration import ReferencePoint
@@ -234,6 +236,5 @@ def _references(plans, refs_csv: Path, features: dict[str, dict], retimed_csv: P
                 continue
             if plan.config not in features:
                 features[plan.config] = archmod.from_workload(f"zoo:{plan.family}", dict(plan.cfg)).as_dict()
-            refs.append(ReferencePoint(config=plan.config, family=plan.family, batch_size=b, measured_s=t,
-                                       features=features[plan.config]))
+            refs.append(ReferencePoint(config=plan.config, family=plan.family, batch_size=b, measured_s=t))
     return refs, failed

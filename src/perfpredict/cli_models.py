@@ -168,7 +168,8 @@ def models(
                 picked.setdefault(ms.name, []).append(kind + ("" if mode == "train" else f" --mode {mode}")
                                                       + ("" if precision == "fp32" else f" --precision {precision}"))
     here = short_cpu_id(cpu_id())
-    t = Table(title=escape(f"model sets ({len(pred.sets)}); this CPU: {cpu_model_name()}{f' ({here})' if here else ''}"))
+    this_cpu = cpu_model_name() + (f" ({here})" if here else "")
+    t = Table(title=escape(f"model sets ({len(pred.sets)}); this CPU: {this_cpu}"))
     t.add_column("set", no_wrap=True)
     for c in ("device", "mode", "precision", "rows", "calibrated from", "time factor", "--device-type here"):
         t.add_column(c)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from perfpredict.errors import PerfPredictError, UsageError
 
@@ -61,13 +61,13 @@ SCHEMA_VERSION = "1.0"
 
 
 class ReferencePoint(BaseModel):
-    """One reference measurement on the calibrated CPU, with the graph features the source set predicts it from."""
+    """One reference measurement on the calibrated CPU (its architecture's graph features are the calibration's
+    ``architectures[config]``)."""
 
     config: str
     family: str
     batch_size: int = Field(gt=0)
     measured_s: float = Field(gt=0, description="median iteration time measured on the calibrated CPU")
-    features: dict[str, Any] = Field(description="the architecture's graph features (ArchFeatures.as_dict)")
 
 
 class TimeCalibration(BaseModel):
@@ -88,6 +88,15 @@ class TimeCalibration(BaseModel):
     git_commit: str | None = None
     torch_version: str | None = None
     references: list[ReferencePoint]
+    architectures: dict[str, dict[str, Any]] = Field(description="each reference architecture's graph features "
+                                                     "(ArchFeatures.as_dict), which the source set predicts from")
+
+    @model_validator(mode="after")
+    def _every_reference_has_its_features(self) -> TimeCalibration:
+        missing = sorted({r.config for r in self.references} - set(self.architectures))
+        if missing:
+            raise ValueError(f"no graph features for reference architecture(s) {', '.join(missing)}")
+        return self
 
     @classmethod
     def load(cls, path: str | Path) -> TimeCalibration:
@@ -99,9 +108,11 @@ class TimeCalibration(BaseModel):
                                    step="load calibration") from None
         try:
             calib = cls.model_validate(raw)
-        except ValueError as e:
-            first = str(e).splitlines()
-            raise PerfPredictError(f"not a perfpredict calibration ({first[0] if first else e})", source=str(p),
+        except ValidationError as e:
+            errs = e.errors()
+            where = ".".join(str(x) for x in errs[0]["loc"]) or "the file"
+            more = f"; and {len(errs) - 1} more" if len(errs) > 1 else ""
+            raise PerfPredictError(f"not a perfpredict calibration ({where}: {errs[0]['msg']}{more})", source=str(p),
                                    step="load calibration") from None
         if calib.schema_version.split(".")[0] != SCHEMA_VERSION.split(".")[0]:
             raise PerfPredictError(f"calibration schema {calib.schema_version} is not readable by this perfpredict "
@@ -136,12 +147,14 @@ def default_name(source_set: str, cpu_id: str | None, device_name: str) -> str:
     return f"{source_set}_on_{slug}"
 
 
-def predicted_times(source, references: Sequence[ReferencePoint]) -> np.ndarray:
-    """The source set's median iteration time at each reference point."""
+def predicted_times(source, references: Sequence[ReferencePoint],
+                    architectures: Mapping[str, Mapping[str, Any]]) -> np.ndarray:
+    """The source set's median iteration time at each reference point (``architectures``: config -> graph
+    features)."""
     from perfpredict.estimators.arch import ArchFeatures
     from perfpredict.estimators.design import design_matrix
 
-    archs = [source.with_graph_counts(ArchFeatures.from_dict(r.features)) for r in references]
+    archs = [source.with_graph_counts(ArchFeatures.from_dict(dict(architectures[r.config]))) for r in references]
     X = design_matrix([(a, r.batch_size) for a, r in zip(archs, references)], device_kind=source.device_kind)
     y, _ = source.targets["iter_time"].predict(X)
     return np.asarray(y, float)
@@ -202,7 +215,7 @@ class CalibratedModelSet:
         self.name = calibration.name
         self.device_name = calibration.device_name
         self.cpu_id = calibration.cpu_id
-        pred = predicted_times(source, calibration.references)
+        pred = predicted_times(source, calibration.references, calibration.architectures)
         meas = np.array([r.measured_s for r in calibration.references])
         self.log_ratios = np.log(meas / pred)
         self.log_factor, self.log_margin = fit_factor(self.log_ratios)
