@@ -20,6 +20,7 @@ from perfpredict.estimators.device_calibration import (
     MIN_REFERENCE_POINTS,
     REFERENCE_BATCHES,
     REFERENCE_CONFIGS,
+    STEADINESS_POINTS,
     CalibratedModelSet,
     ReferencePoint,
     TimeCalibration,
@@ -235,6 +236,12 @@ def test_calibrate_measures_the_references_and_the_predictor_uses_the_result(tmp
     for c in QUICK_SUITE:  # real steps: four times the samples take longer, and not much over four times as long
         assert by_point[(c, 8)] < by_point[(c, 32)] < 6 * by_point[(c, 8)], c
     assert (root / "here" / "references.meta.json").exists()  # the collector's provenance of the raw rows
+    # the suite's first points timed again at its end: the machine's steadiness, printed and on the card
+    first = [(r.config, r.batch_size) for r in calib.references][:STEADINESS_POINTS]
+    assert [(r.config, r.batch_size) for r in calib.repeats] == first
+    assert all(r.measured_s > 0 for r in calib.repeats) and calib.speed_drift > 0
+    ratios = " and ".join(f"x{r:.3f}" for r in calib.repeat_ratios)
+    assert f"took {ratios} their first time" in " ".join(res.output.split())
     pred = Predictor.load(root)
     cal = pred.sets["here"]
     assert isinstance(cal, CalibratedModelSet) and pred.unusable_calibrations == []
@@ -266,6 +273,8 @@ def test_calibrate_measures_the_references_and_the_predictor_uses_the_result(tmp
     runs = mlflow.search_runs(experiment_names=["calib-test"], output_format="list")
     assert len(runs) == 1 and runs[0].data.tags["perfpredict.kind"] == "calibration"
     assert runs[0].data.metrics["time_factor"] == pytest.approx(cal.factor)
+    assert runs[0].data.metrics["speed_drift"] == pytest.approx(calib.speed_drift)
+    assert cal.info().speed_drift == pytest.approx(calib.speed_drift)
     assert runs[0].data.params["source_set"] == "cpu_epyc_2vcpu"
     history = mlflow.MlflowClient().get_metric_history(runs[0].info.run_id, "reference_measured_s")
     assert sorted(m.value for m in history) == pytest.approx(sorted(r.measured_s for r in calib.references))
@@ -418,3 +427,13 @@ def test_the_newest_calibration_for_this_cpu_answers_and_models_lists_them(tmp_p
     for name in ("older_here", "newer_here", "cpu_epyc_genoa_2vcpu", "cuda_h100"):
         assert name in text
     assert f"x{pred.sets['newer_here'].factor:.3f}" in text and "12:00" in text
+
+
+def test_speed_drift_is_the_median_ratio_of_the_repeats_to_their_first_timing():
+    calib, _ = _calibration_from_dataset("cpu_xeon_2vcpu", "cpu_epyc_2vcpu")
+    assert calib.speed_drift is None  # no repeats: an older calibration
+    first = calib.references[:3]
+    calib.repeats = [r.model_copy(update={"measured_s": r.measured_s * k}) for r, k in zip(first, (1.2, 1.5, 1.6))]
+    assert calib.speed_drift == pytest.approx(1.5) and calib.repeat_ratios == pytest.approx([1.2, 1.5, 1.6])
+    calib.repeats.append(ReferencePoint(config="not-in-the-suite", family="mlp", batch_size=8, measured_s=1.0))
+    assert calib.speed_drift == pytest.approx(1.5)  # a repeat of no reference point is ignored

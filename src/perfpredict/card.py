@@ -494,6 +494,8 @@ class CalibrationInfo(_Section):
     interval_log_margin: float = Field(description="the time interval is widened by exp(this) on each side")
     reference_points: int
     calibrated_at: str
+    speed_drift: float | None = Field(default=None, description="the suite's first steps timed again at its end, "
+                                      "over their first timing: how far the machine's speed moved while it ran")
 
 
 class PredictionInfo(_Section):

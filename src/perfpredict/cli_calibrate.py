@@ -104,6 +104,8 @@ def calibrate(
         CALIBRATION_FILE,
         MIN_REFERENCE_POINTS,
         RETIME_LOG_DEVIATION,
+        STEADINESS_POINTS,
+        UNSTEADY_LOG_DRIFT,
         CalibratedModelSet,
         TimeCalibration,
         default_name,
@@ -163,11 +165,20 @@ def calibrate(
                               "from the others' factor")
             _measure(again, retimed_csv, settings, "re-timing")
             refs, failed = _references(plans, refs_csv, features, retimed_csv)
+    # The suite's first points timed again: did the machine's speed move while the suite ran?
+    again_csv = folder / "references_again.csv"
+    again_csv.unlink(missing_ok=True)
+    (folder / "references_again.meta.json").unlink(missing_ok=True)
+    first = [(r.config, r.batch_size) for r in refs][:STEADINESS_POINTS]
+    _measure([ArchPlan(p.family, p.cfg, p.config, (b,), p.gmacs_per_sample)
+              for p in plans for b in p.batch_sizes if (p.config, b) in first], again_csv, settings,
+             "timing the first steps again")
+    repeats, _ = _references(plans, again_csv, features)
     calib = TimeCalibration(name=name, source_set=src.name, mode=mode_s, precision=src.precision,
                             device_name=here_name, cpu_id=here_id,
                             created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                             command=settings.command, git_commit=settings.git_commit,
-                            torch_version=torch.__version__, references=refs,
+                            torch_version=torch.__version__, references=refs, repeats=repeats,
                             architectures={c: f for c, f in features.items() if c in {r.config for r in refs}})
     cal = CalibratedModelSet(src, calib)  # fits the factor: fewer than MIN_REFERENCE_POINTS is an error here
     calib.save(folder / CALIBRATION_FILE)
@@ -183,6 +194,15 @@ def calibrate(
         err_console.print(f"not used: {escape(f)}")
     out_console.print(f"time factor x{cal.factor:.3f} (median of {len(refs)} references), interval widened "
                       f"x{math.exp(cal.log_margin):.2f}; written to {folder / CALIBRATION_FILE}")
+    ratios = calib.repeat_ratios
+    if ratios:
+        out_console.print(f"steadiness: the first {len(ratios)} reference steps, timed again at the end, took "
+                          + " and ".join(f"x{r:.3f}" for r in ratios) + " their first time", highlight=False)
+        worst = max(ratios, key=lambda r: abs(math.log(r)))
+        if abs(math.log(worst)) > UNSTEADY_LOG_DRIFT:
+            err_console.print(f"[yellow]warning[/]: this machine's speed moved by up to {abs(worst - 1):.0%} while "
+                              "the references ran, so the factor reads a moving speed; calibrate again when the "
+                              "machine is steady, and next to the predictions that matter")
     out_console.print(f"use: perfpredict predict model.py --device-type {name}   (or --device-type cpu on this CPU)")
     if not no_mlflow:
         from perfpredict.tracking import log_calibration, tracking_uri

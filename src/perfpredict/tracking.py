@@ -196,8 +196,9 @@ def log_calibration(cal, path: str | Path, *, min_time_s: float, experiment: str
             "source_cpu_id": cal.source.cpu_id, "device_name": c.device_name, "cpu_id": c.cpu_id, "mode": c.mode,
             "precision": c.precision, "min_time_s": min_time_s, "torch_version": c.torch_version}.items()
             if v is not None})
-        mlflow.log_metrics({"time_factor": cal.factor, "interval_log_margin": cal.log_margin,
-                            "reference_points": float(len(c.references))})
+        metrics = {"time_factor": cal.factor, "interval_log_margin": cal.log_margin,
+                   "reference_points": float(len(c.references)), "speed_drift": c.speed_drift}
+        mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v is not None})
         for i, (r, lr) in enumerate(zip(c.references, cal.log_ratios)):
             mlflow.log_metric("reference_measured_s", r.measured_s, step=i)
             mlflow.log_metric("reference_measured_over_predicted", math.exp(float(lr)), step=i)

@@ -56,6 +56,12 @@ MIN_REFERENCE_POINTS = 6
 #: differences between CPUs are smaller: the family medians of the committed CPU pairs lie within 0.30-0.77x of
 #: each other (first EPYC against the Xeon, inference); a step timed while another process ran was 5-84x off.
 RETIME_LOG_DEVIATION = math.log(3.0)
+#: The suite's first points are timed again at its end: how far the machine's own speed moved during the
+#: calibration. A VM's host can move it a lot: on 2026-11-26 one VM's factor for the same set read 1.07, 1.02,
+#: 1.28 and 1.67 within an hour (docs/estimators.md).
+STEADINESS_POINTS = 2
+#: More drift than this between the two timings and the command warns that the factor is a moving reading.
+UNSTEADY_LOG_DRIFT = math.log(1.10)
 CALIBRATION_FILE = "calibration.json"
 SCHEMA_VERSION = "1.0"
 
@@ -88,8 +94,23 @@ class TimeCalibration(BaseModel):
     git_commit: str | None = None
     torch_version: str | None = None
     references: list[ReferencePoint]
+    repeats: list[ReferencePoint] = Field(default_factory=list, description="the suite's first points timed again "
+                                          "at its end (STEADINESS_POINTS): how far the machine's speed moved")
     architectures: dict[str, dict[str, Any]] = Field(description="each reference architecture's graph features "
                                                      "(ArchFeatures.as_dict), which the source set predicts from")
+
+    @property
+    def repeat_ratios(self) -> list[float]:
+        """Each repeated point's time at the end of the suite over its first timing."""
+        first = {(r.config, r.batch_size): r.measured_s for r in self.references}
+        return [r.measured_s / first[(r.config, r.batch_size)] for r in self.repeats
+                if (r.config, r.batch_size) in first]
+
+    @property
+    def speed_drift(self) -> float | None:
+        """The median of :attr:`repeat_ratios`; None without repeats."""
+        ratios = self.repeat_ratios
+        return float(np.median(ratios)) if ratios else None
 
     @model_validator(mode="after")
     def _every_reference_has_its_features(self) -> TimeCalibration:
@@ -239,7 +260,8 @@ class CalibratedModelSet:
                                source_cpu_id=self.source.cpu_id, time_factor=self.factor,
                                interval_log_margin=self.log_margin,
                                reference_points=len(self.calibration.references),
-                               calibrated_at=self.calibration.created_at)
+                               calibrated_at=self.calibration.created_at,
+                               speed_drift=self.calibration.speed_drift)
 
     def note(self) -> str:
         c = self.calibration
