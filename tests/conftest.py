@@ -34,6 +34,28 @@ def load_script(path: Path):
     spec.loader.exec_module(mod)
     return mod
 
+def interrupt_after_first_row(argv: list[str], csv: Path, timeout: float = 60) -> tuple[int, str]:
+    """Start ``argv``, send it a Ctrl-C (SIGINT) once ``csv`` holds a measured row, and return its exit code and
+    stderr. A test run in the background may inherit SIGINT ignored; the command must see it as a user would."""
+    import signal
+    import time
+
+    from perfpredict.dataset.collect import read_dataset
+
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and len(read_dataset(csv) if csv.exists() else []) < 1:
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, err
+
+
 #: Short but real timing windows: enough iterations for a median and spread, quick on a 2-core CI box.
 FAST_TIMING = TimingConfig(warmup_iters=1, warmup_s=0.05, min_iters=5, min_time_s=0.2, max_time_s=2.0)
 

@@ -26,7 +26,7 @@ from perfpredict.dataset.collect import (
 )
 from perfpredict.errors import UsageError
 from perfpredict.profile.timing import TimingConfig
-from tests.conftest import load_script
+from tests.conftest import interrupt_after_first_row, load_script
 
 REPO = Path(__file__).resolve().parents[1]
 DATASET_SCRIPT = REPO / "profilers" / "collect_dataset.py"
@@ -229,22 +229,10 @@ def test_colocation_resume_measures_a_cut_row_again_on_cpu(tmp_path) -> None:
 
 def test_ctrl_c_keeps_the_rows_records_the_run_and_exits_130(tmp_path) -> None:
     out = tmp_path / "cpu.csv"
-    proc = subprocess.Popen(
+    rc, err = interrupt_after_first_row(
         [sys.executable, str(DATASET_SCRIPT), "measure", "--out", str(out), "--device", "cpu", "--threads", "1",
-         "--families", "mlp", "--max-gmacs", "0.0005", "--batch-sizes", "8,16", "--min-time", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        # a test run in the background may inherit SIGINT ignored; the script must see it as a user would
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(read_dataset(out) if out.exists() else []) < 1:
-            time.sleep(0.1)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, err
+         "--families", "mlp", "--max-gmacs", "0.0005", "--batch-sizes", "8,16", "--min-time", "1"], out)
+    assert rc == 130, err
     assert "Traceback" not in err and "rows written to" in err and "resume" in err
     rows = read_dataset(out)
     assert rows and all(None not in r and r["status"] == "ok" for r in rows)

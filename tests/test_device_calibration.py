@@ -374,12 +374,10 @@ def test_a_set_for_another_cpu_points_to_calibrate(tmp_path):
 
 
 def test_ctrl_c_keeps_the_references_measured_and_exits_130(tmp_path):
-    import signal
-    import subprocess
     import sys
-    import time
 
     from perfpredict.dataset.collect import read_dataset
+    from tests.conftest import interrupt_after_first_row
 
     root = _models_with(tmp_path, ("cpu_epyc_2vcpu",), [])
     refs = root / "here" / "references.csv"
@@ -387,18 +385,8 @@ def test_ctrl_c_keeps_the_references_measured_and_exits_130(tmp_path):
             f"d.REFERENCE_CONFIGS = {QUICK_SUITE!r}; from perfpredict.cli import main; "
             f"sys.argv = ['perfpredict', 'calibrate', '--models', {str(root)!r}, '--set', 'cpu_epyc_2vcpu', "
             "'--name', 'here', '--no-mlflow', '--min-time', '1']; main()")
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(read_dataset(refs) if refs.exists() else []) < 1:
-            time.sleep(0.1)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, err
+    rc, err = interrupt_after_first_row([sys.executable, "-c", code], refs)
+    assert rc == 130, err
     assert "Traceback" not in err and "measured so far are in" in err and "the same command again" in err
     rows = read_dataset(refs)
     assert 1 <= len(rows) < len(QUICK_SUITE) * len(REFERENCE_BATCHES) and all(r["status"] == "ok" for r in rows)
