@@ -29,6 +29,7 @@ calibrated.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 from pathlib import Path
@@ -72,6 +73,7 @@ def source_predictions(name: str, predictor) -> dict:
             "q90": _keyed(sub, q[:, -1]), "archs": {str(c): a for c, a in zip(sub.configs, sub.archs)}}
 
 
+@functools.cache  # read once per run: the pair table and --alternatives both ask
 def measured(name: str) -> tuple[dict[tuple[str, int], float], dict[str, str], float]:
     """The target's measured times per (config, batch), each config's family, and its own family-CV MAPE."""
     from perfpredict.estimators.data import load_training_data

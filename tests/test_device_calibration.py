@@ -274,7 +274,7 @@ def test_calibrate_measures_the_references_and_the_predictor_uses_the_result(tmp
     assert len(runs) == 1 and runs[0].data.tags["perfpredict.kind"] == "calibration"
     assert runs[0].data.metrics["time_factor"] == pytest.approx(cal.factor)
     assert runs[0].data.metrics["speed_drift"] == pytest.approx(calib.speed_drift)
-    assert cal.info().speed_drift == pytest.approx(calib.speed_drift)
+    assert cal.calibration_info().speed_drift == pytest.approx(calib.speed_drift)
     assert runs[0].data.params["source_set"] == "cpu_epyc_2vcpu"
     history = mlflow.MlflowClient().get_metric_history(runs[0].info.run_id, "reference_measured_s")
     assert sorted(m.value for m in history) == pytest.approx(sorted(r.measured_s for r in calib.references))

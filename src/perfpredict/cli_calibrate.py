@@ -99,7 +99,7 @@ def calibrate(
 
     import torch
 
-    from perfpredict.dataset.collect import ArchPlan, CollectSettings, git_commit_of
+    from perfpredict.dataset.collect import CollectSettings, git_commit_of
     from perfpredict.estimators.device_calibration import (
         CALIBRATION_FILE,
         MIN_REFERENCE_POINTS,
@@ -128,15 +128,15 @@ def calibrate(
     src = _pick_source(pred, set_name, mode_s)
     here_id, here_name = cpu_id(), cpu_model_name()
     name = name or default_name(src.name, here_id, here_name)
-    if name in pred.sets and name not in {n for n, s in pred.sets.items() if isinstance(s, CalibratedModelSet)}:
+    if name in pred.sets and not isinstance(pred.sets[name], CalibratedModelSet):
         raise UsageError(f"--name {name}: a trained model set has that name", step="arguments")
     folder = root / name
     if (folder / "metadata.json").exists():
         raise UsageError(f"{folder} holds a trained model set; give another --name", step="arguments")
     refs_csv = folder / "references.csv"
     if (folder / CALIBRATION_FILE).exists():  # a finished calibration is measured anew
-        for p in (refs_csv, folder / "references.meta.json", folder / CALIBRATION_FILE):
-            p.unlink(missing_ok=True)
+        _remove_with_provenance(refs_csv)
+        (folder / CALIBRATION_FILE).unlink()
 
     if not no_mlflow:
         prepare_mlflow(experiment)
@@ -152,28 +152,24 @@ def calibrate(
     refs, failed = _references(plans, refs_csv, features)
     # A reference far from the others' factor was most likely timed while something else ran: time it again once.
     retimed_csv = folder / "references_retimed.csv"
-    retimed_csv.unlink(missing_ok=True)
-    (folder / "references_retimed.meta.json").unlink(missing_ok=True)
-    if len(refs) >= MIN_REFERENCE_POINTS:
+    _remove_with_provenance(retimed_csv)
+    again_csv = folder / "references_again.csv"
+    _remove_with_provenance(again_csv)
+    repeats = []
+    if len(refs) >= MIN_REFERENCE_POINTS:  # fewer: CalibratedModelSet below says so, before more is measured
         lr = np.log(np.array([r.measured_s for r in refs]) / predicted_times(src, refs, features))
         odd = {(r.config, r.batch_size) for r, x in zip(refs, lr) if abs(x - np.median(lr)) > RETIME_LOG_DEVIATION}
         if odd:
-            again = [ArchPlan(p.family, p.cfg, p.config, (b,), p.gmacs_per_sample)
-                     for p in plans for b in p.batch_sizes if (p.config, b) in odd]
+            again = _single_points(plans, odd)
             err_console.print(f"timing {len(again)} reference step(s) again: more than "
                               f"{math.exp(RETIME_LOG_DEVIATION):.0f}x "
                               "from the others' factor")
             _measure(again, retimed_csv, settings, "re-timing")
             refs, failed = _references(plans, refs_csv, features, retimed_csv)
-    # The suite's first points timed again: did the machine's speed move while the suite ran?
-    again_csv = folder / "references_again.csv"
-    again_csv.unlink(missing_ok=True)
-    (folder / "references_again.meta.json").unlink(missing_ok=True)
-    first = [(r.config, r.batch_size) for r in refs][:STEADINESS_POINTS]
-    _measure([ArchPlan(p.family, p.cfg, p.config, (b,), p.gmacs_per_sample)
-              for p in plans for b in p.batch_sizes if (p.config, b) in first], again_csv, settings,
-             "timing the first steps again")
-    repeats, _ = _references(plans, again_csv, features)
+        # The suite's first points timed again: did the machine's speed move while the suite ran?
+        first = {(r.config, r.batch_size) for r in refs[:STEADINESS_POINTS]}
+        _measure(_single_points(plans, first), again_csv, settings, "timing the first steps again")
+        repeats, _ = _references(plans, again_csv, features)
     calib = TimeCalibration(name=name, source_set=src.name, mode=mode_s, precision=src.precision,
                             device_name=here_name, cpu_id=here_id,
                             created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -233,6 +229,22 @@ def _measure(plans, csv: Path, settings, label: str) -> None:
             err_console.print(f"[yellow]interrupted[/] (Ctrl-C): the reference steps measured so far are in "
                               f"{escape(str(csv))}; the same command again measures the rest", highlight=False)
             raise typer.Exit(130) from None
+
+
+def _single_points(plans, points: set[tuple[str, int]]) -> list:
+    """``plans`` cut to the (config, batch size) ``points``, one plan per point (measured in the suite's order)."""
+    from perfpredict.dataset.collect import ArchPlan
+
+    return [ArchPlan(p.family, p.cfg, p.config, (b,), p.gmacs_per_sample)
+            for p in plans for b in p.batch_sizes if (p.config, b) in points]
+
+
+def _remove_with_provenance(csv: Path) -> None:
+    """Delete a measurement file and its ``.meta.json``, so the collector measures it anew instead of resuming."""
+    from perfpredict.dataset.collect import provenance_path
+
+    csv.unlink(missing_ok=True)
+    provenance_path(csv).unlink(missing_ok=True)
 
 
 def _references(plans, refs_csv: Path, features: dict[str, dict], retimed_csv: Path | None = None):

@@ -153,7 +153,7 @@ def models(
     `--device-type cpu` / `cuda` picks on this machine."""
     from perfpredict.estimators.device_calibration import short_cpu_id
     from perfpredict.hostinfo import cpu_id, cpu_model_name
-    from perfpredict.predictor import Predictor, is_calibrated
+    from perfpredict.predictor import Predictor
 
     pred = Predictor.load(models_dir)
     warn_unusable_calibrations(pred)
@@ -175,9 +175,10 @@ def models(
         t.add_column(c)
     for name, ms in pred.sets.items():
         source, factor = "-", "-"
-        if is_calibrated(ms):
-            source = ms.source.name
-            factor = f"x{ms.factor:.3f} ({ms.calibration.created_at[:16].replace('T', ' ')})"
+        info = ms.calibration_info()
+        if info is not None:
+            source = info.source_set
+            factor = f"x{info.time_factor:.3f} ({info.calibrated_at[:16].replace('T', ' ')})"
         short = short_cpu_id(ms.cpu_id)
         t.add_row(name, escape(ms.device_name + (f" ({short})" if short else "")), ms.mode, ms.precision,
                   str(ms.meta["rows"]), source, factor, escape(", ".join(picked.get(name, [])) or "-"))

@@ -22,7 +22,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,6 +34,9 @@ from perfpredict.estimators.forest import compile_model_file
 from perfpredict.estimators.models import LEGACY_MEMORY_TERMS, baseline_components, with_utilization_prior
 from perfpredict.estimators.saved_estimate import ESTIMABLE_ATTRS, SAVED_ATTRS, SavedBytesEstimator
 from perfpredict.hostinfo import cpu_id, cpu_model_name
+
+if TYPE_CHECKING:
+    from perfpredict.card import CalibrationInfo
 
 #: Features describing the architecture alone (no batch size): the space the fallback measures distance in
 #: (``ops_onednn`` re-counts the conv and LSTM ops already in ``ops_conv`` and ``ops_rnn``, so it is left out).
@@ -175,6 +178,22 @@ def _prior_of(target_meta: Mapping[str, Any]) -> tuple | None:
 
 class ModelSet:
     """The estimators trained on one dataset (one device type), loaded from ``trained_models/<name>/``."""
+
+    #: iteration times are the estimators' times this: 1 for a set measured on the device it predicts; a
+    #: calibrated set (:class:`~perfpredict.estimators.device_calibration.CalibratedModelSet`) has its factor
+    time_factor = 1.0
+
+    @property
+    def trained_device_name(self) -> str:
+        """The device whose measurements trained the estimators."""
+        return self.device_name
+
+    def calibration_info(self) -> CalibrationInfo | None:
+        """How the set was carried to another CPU: None, it was measured on its own."""
+        return None
+
+    def calibration_note(self) -> str | None:
+        return None
 
     def __init__(self, path: Path, compile_trees: bool = True) -> None:
         self.path = path
@@ -548,8 +567,9 @@ class Predictor:
                          f"{' (' + ms.cpu_id + ')' if ms.cpu_id else ''}, and a CPU time model does not carry over "
                          "between CPUs: `perfpredict calibrate` carries a set to this CPU in about a minute, "
                          "or collect one with profilers/collect_dataset.py")
-        if is_calibrated(ms):
-            notes.append(ms.note())
+        calibration_note = ms.calibration_note()
+        if calibration_note:
+            notes.append(calibration_note)
         X = design_matrix([(arch, b) for b in batch_sizes], device_kind=ms.device_kind)
         reach = ms.largest_measured_batch[near_name]
         past = ms.doublings_past(batch_sizes, reach)
@@ -607,7 +627,7 @@ class Predictor:
         info = PredictionInfo(method=method, model_set=ms.name, dataset_sha256=ms.meta["dataset_sha256"],
                               device_type=ms.name, out_of_distribution=ood, nearest=nearest, points=points,
                               estimator_scores={k: t.scores for k, t in ms.targets.items()}, notes=notes,
-                              calibration=ms.info() if is_calibrated(ms) else None)
+                              calibration=ms.calibration_info())
         return _assemble_card(arch, source, ms, info)
 
 
@@ -669,7 +689,6 @@ def _fallback(ms: ModelSet, name: str, batch_sizes: Sequence[int], preds: dict) 
     """Replace the medians by the nearest profiled model's measurements (interval kept around them). A
     calibrated set's measurements are another CPU's, so their times take the calibration's factor."""
     pts = ms.profiled[name]["points"]
-    time_factor = ms.factor if is_calibrated(ms) else 1.0
     measured = sorted(int(b) for b in pts)
     out = {}
     keys = {"iter_time": "iter_time_s", "peak_memory": "peak_memory_bytes", "gpu_utilization": "gpu_utilization",
@@ -682,7 +701,7 @@ def _fallback(ms: ModelSet, name: str, batch_sizes: Sequence[int], preds: dict) 
             if v is None:
                 continue
             if tname == "iter_time":  # same per-sample cost: scale to the requested batch
-                v = v * b / nb * time_factor
+                v = v * b / nb * ms.time_factor
             ratio = v / y[i] if y[i] > 0 else 1.0
             y2[i], q2[i] = v, q[i] * ratio
             if tname == "gpu_utilization":
@@ -743,7 +762,7 @@ def _assemble_card(arch: ArchFeatures, source: str, ms: ModelSet, info):
                                graph_saved_bytes_fixed=int(arch.graph_saved_bytes_fixed)),
         prediction=info,
         notes=[f"predicted by perfpredict's estimators ({ms.name}, trained on {ms.meta['rows']} measured points "
-               f"on {(ms.source if is_calibrated(ms) else ms).device_name}); nothing on this card was measured"],
+               f"on {ms.trained_device_name}); nothing on this card was measured"],
     )
     if dev == "cuda" and info.points and info.points[0].gpu_utilization is not None:
         card.energy = EnergyInfo(available=True, scope="predicted GPU utilisation (NVML definition)",

@@ -29,7 +29,7 @@ from pydantic import BaseModel, BeforeValidator, Field, TypeAdapter, ValidationE
 
 from perfpredict.errors import PerfPredictError, UsageError
 from perfpredict.estimators.feature_schema import FeatureVector, request_features
-from perfpredict.predictor import MAX_BATCH_SIZE, MAX_BATCH_SIZES, is_calibrated
+from perfpredict.predictor import MAX_BATCH_SIZE, MAX_BATCH_SIZES
 
 DEFAULT_MAX_UPLOAD_BYTES = 256 * 1024 * 1024
 
@@ -172,7 +172,7 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
                          "trained_at": ms.meta["trained_at"],
                          # a CPU set carried here from another CPU's set by `perfpredict calibrate`: its scores are
                          # the source set's, measured on the source's CPU
-                         "calibration": ms.info().model_dump(mode="json") if is_calibrated(ms) else None}
+                         "calibration": (info.model_dump(mode="json") if (info := ms.calibration_info()) else None)}
         return out
 
     @app.post("/predict")

@@ -247,13 +247,21 @@ class CalibratedModelSet:
     def factor(self) -> float:
         return math.exp(self.log_factor)
 
+    @property
+    def time_factor(self) -> float:
+        return self.factor
+
+    @property
+    def trained_device_name(self) -> str:
+        return self.source.device_name
+
     def __getattr__(self, name: str):
         # only reached for what this class does not set: everything the source set knows
         if name == "source":
             raise AttributeError(name)
         return getattr(self.source, name)
 
-    def info(self):
+    def calibration_info(self):
         from perfpredict.card import CalibrationInfo
 
         return CalibrationInfo(source_set=self.source.name, source_device_name=self.source.device_name,
@@ -263,7 +271,7 @@ class CalibratedModelSet:
                                calibrated_at=self.calibration.created_at,
                                speed_drift=self.calibration.speed_drift)
 
-    def note(self) -> str:
+    def calibration_note(self) -> str:
         c = self.calibration
         return (f"iteration time: {self.source.name}'s estimators (measured on {self.source.device_name}"
                 f"{' (' + self.source.cpu_id + ')' if self.source.cpu_id else ''}) x {self.factor:.3f}, the median "
