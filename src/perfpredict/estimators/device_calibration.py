@@ -31,9 +31,10 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from perfpredict.errors import PerfPredictError, UsageError
 
-#: One architecture per zoo family, each the median of its family's sweep by training-step time on the Xeon VM
-#: (so neither its smallest, dispatch-bound, nor its largest model), all present in every committed CPU dataset
-#: at both :data:`REFERENCE_BATCHES`. About 1.6 s of compute for one training step of each at both sizes.
+#: One architecture per zoo family: the median by batch-8 training-step time among its family's architectures
+#: that cpu_xeon_2vcpu.csv measured at both :data:`REFERENCE_BATCHES` (so neither its smallest, dispatch-bound,
+#: nor its largest model), all present in every committed CPU dataset at both sizes. One training step of each at
+#: both sizes summed to 1.4-2.4 s on the 2-vCPU Xeon VM (datasets/calibrations/).
 REFERENCE_CONFIGS: tuple[str, ...] = (
     "convnext-image_size32-stem_stride2-width32-blocks2-2-2-2-kernel7-mlp_ratio4-num_classes10",
     "dlrm-num_dense13-num_tables26-rows_per_table100000-emb_dim16-lookups1-bottom_mlp512-256-64-top_mlp512-256",
