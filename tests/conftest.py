@@ -24,6 +24,28 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "reproducible"))
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
 
+#: Test modules whose assertions never compare measured wall-clock times: error paths, file formats, argument
+#: checks, fits on the committed datasets, simulations, memory-only measurements. `make test` runs these in
+#: parallel (pytest-xdist, one module per worker) and then every other module alone, so that no test whose
+#: answer is a timing shares the CPUs with another test. A new module is serial until it is listed here.
+PARALLEL_SAFE_MODULES = frozenset({
+    "test_andreas", "test_bad_input_cli", "test_batch_extrapolation", "test_benchmark_args", "test_card", "test_cli",
+    "test_collect_bad_input", "test_compare", "test_compile", "test_estimators", "test_experiments", "test_features",
+    "test_fit_comm", "test_fit_interference", "test_fit_rate", "test_fit_speedup", "test_forest",
+    "test_fuzz_findings", "test_genie", "test_gpu_session", "test_graph_saved", "test_horus", "test_job_records",
+    "test_keyword_inputs", "test_lookup_bytes", "test_max_batch", "test_memory_past_trained_batches",
+    "test_metrics", "test_moldable_mechanisms", "test_notebooks", "test_output_paths", "test_pair_prediction",
+    "test_paper_cards", "test_precision", "test_predicted_cards", "test_python_api_input", "test_saved_bytes",
+    "test_service_validation", "test_sim_unrunnable", "test_simulate_cli", "test_simulator", "test_speed_sentinel",
+    "test_synergy_mechanisms", "test_traces", "test_train_bad_input", "test_train_step_hook", "test_zoo",
+})
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        if item.path.stem in PARALLEL_SAFE_MODULES:
+            item.add_marker(pytest.mark.parallel_safe)
+
 
 def load_script(path: Path):
     """A script under ``profilers/`` or ``benchmarks/`` (not a package) imported as a module, by its file name."""
