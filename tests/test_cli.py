@@ -270,3 +270,25 @@ def test_an_argument_error_is_found_before_torch_is_imported(args, tmp_path):
                           cwd=tmp_path, timeout=120)
     assert proc.stdout.split() == ["torch", "not", "imported", "2"], (proc.stdout, proc.stderr)
     assert "error" in proc.stderr and "Traceback" not in proc.stderr
+
+
+
+_CTRL_C_THROUGH_EXEC = """
+import sys
+import perfpredict.cli as cli
+@cli.app.command("interrupted")
+def interrupted():
+    exec("raise KeyboardInterrupt")  # as a Ctrl-C landing in a dataclass's creation during a lazy import
+sys.argv = ["perfpredict", "interrupted"]
+cli.main()
+"""
+
+
+def test_a_ctrl_c_that_passed_through_exec_still_exits_130_not_by_signal(tmp_path):
+    """Run as ``python -m``, CPython kills the process with SIGINT at exit when a KeyboardInterrupt left an
+    exec() of a string, even one caught: the CLI clears that, so a caller's returncode is the 130 it chose."""
+    (tmp_path / "ctrl_c_main.py").write_text(_CTRL_C_THROUGH_EXEC)
+    proc = subprocess.run([sys.executable, "-m", "ctrl_c_main"], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path)
+    assert proc.returncode == 130, (proc.returncode, proc.stderr)
+    assert "interrupted" in proc.stderr and "Traceback" not in proc.stderr

@@ -33,7 +33,7 @@ from rich.progress import (
 from rich.table import Table
 
 from perfpredict import __version__
-from perfpredict.errors import PerfPredictError, UsageError
+from perfpredict.errors import PerfPredictError, UsageError, forget_handled_interrupt
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Profile, model and predict the performance of deep-learning training jobs.")
@@ -669,6 +669,13 @@ def _ctrl_c_typer_swallowed(exit_: SystemExit) -> bool:
 
 
 def main() -> None:
+    try:
+        _main()
+    finally:
+        forget_handled_interrupt()
+
+
+def _main() -> None:
     import perfpredict.cli_ab  # noqa: F401 - registers ab on `app`
     import perfpredict.cli_batch  # noqa: F401 - registers max-batch on `app`
     import perfpredict.cli_calibrate  # noqa: F401 - registers calibrate on `app`

@@ -51,3 +51,17 @@ class UsageError(PerfPredictError):
 
 class FitError(PerfPredictError):
     """Not enough (or unusable) measurements to fit a model."""
+
+
+def forget_handled_interrupt() -> None:
+    """Let the exit status a command chose stand after it handled a Ctrl-C.
+
+    CPython (3.8 and later) remembers a KeyboardInterrupt that left an ``exec()`` or ``eval()`` of a string, even
+    when the program caught it further up; run as ``python -m perfpredict`` (runpy), it then kills itself with
+    SIGINT at exit, and the parent sees a death by signal (``returncode == -2``) instead of the 130 that
+    perfpredict's Ctrl-C handling chose. (A script run as a file, like the ``perfpredict`` console script, exits
+    through ``sys.exit`` before the flag is read.) Creating a dataclass
+    or a namedtuple runs such an ``exec``, so a Ctrl-C that lands in a lazy import hits this (an interrupted
+    ``perfpredict compare`` on a busy machine died so). The flag is reset at the start of every such ``exec``, so a
+    harmless one clears it; called where a command's exit code is final."""
+    exec("None")  # noqa: S102 - a constant string: this runs nothing but the reset
