@@ -12,7 +12,10 @@ Two steps, each resumable (re-running skips what is already in the file):
     python profilers/collect_dataset.py measure --dry-run ...     # list the points without measuring
 
 Each dataset gets ``<name>.meta.json`` with its provenance (device, driver, CUDA, torch, date, command, git
-commit), one entry per collection run.
+commit), one entry per collection run. Each run also times one fixed step (the speed sentinel) at its start,
+between architectures every ``--sentinel-every`` seconds and at its end (each reading the median of three
+processes), records the readings there, and warns when the machine's speed moved by more than 10% (and more than
+the readings' own noise) during the run.
 """
 
 from __future__ import annotations
@@ -22,7 +25,15 @@ import sys
 import time
 from pathlib import Path
 
-from perfpredict.script_args import command_line, describe, int_list, nonneg_float, positive_float, positive_int, run_script
+from perfpredict.script_args import (
+    command_line,
+    describe,
+    int_list,
+    nonneg_float,
+    positive_float,
+    positive_int,
+    run_script,
+)
 
 
 def _families(text: str) -> list[str]:
@@ -110,6 +121,7 @@ def _measure(args: argparse.Namespace) -> int:
         plan_sweep,
         read_dataset,
     )
+    from perfpredict.dataset.sentinel import choose_sentinel, drift_warning
     from perfpredict.profile.device import resolve_device
     from perfpredict.profile.timing import TimingConfig
 
@@ -124,6 +136,10 @@ def _measure(args: argparse.Namespace) -> int:
         plans = [p for p in plans if p.config not in held_out]
     n_points = sum(len(p.batch_sizes) for p in plans)
     print(f"{len(plans)} architectures, {n_points} points", file=sys.stderr)
+    chosen = choose_sentinel(plans) if args.sentinel_every is not None else None
+    if chosen:
+        print(f"speed sentinel: {chosen[0].config} b={chosen[1]}, timed at the start, every "
+              f"{args.sentinel_every:g} s between architectures and at the end", file=sys.stderr)
     if args.dry_run:
         for p in plans:
             print(f"{p.config}\t{p.gmacs_per_sample:.3f} GMACs/sample\tbatch sizes {list(p.batch_sizes)}")
@@ -139,7 +155,7 @@ def _measure(args: argparse.Namespace) -> int:
         timing = TimingConfig(**{**timing.as_dict(), "min_time_s": args.min_time})
     settings = CollectSettings(device=device, mode=args.mode, precision=args.precision, timing=timing,
                                threads=args.threads,
-                               time_budget_s=args.time_budget,
+                               time_budget_s=args.time_budget, sentinel_every_s=args.sentinel_every,
                                command=command_line(__file__, args.argv),
                                git_commit=args.git_commit or git_commit_of(Path(__file__).resolve().parent.parent))
     t0 = time.perf_counter()
@@ -154,8 +170,15 @@ def _measure(args: argparse.Namespace) -> int:
         print(f"[{i}] {time.perf_counter() - t0:6.0f}s {plan.config} b={row['batch_size']}: {what}",
               file=sys.stderr, flush=True)
 
+    def sentinel_read(reading):
+        what = (f"{reading['iter_time_s'] * 1e3:8.2f} ms (median of {len(reading['times_s'])} processes"
+                + (f", {reading['spread']:.0%} apart)" if reading["spread"] is not None else ")")
+                if reading["iter_time_s"] is not None else f"{reading['status']}: {reading.get('error', '')}")
+        print(f"[sentinel, {reading['where']}] {time.perf_counter() - t0:6.0f}s {chosen[0].config} "
+              f"b={chosen[1]}: {what}", file=sys.stderr, flush=True)
+
     try:
-        summary = collect(plans, args.out, settings, progress)
+        summary = collect(plans, args.out, settings, progress, on_sentinel=sentinel_read)
     except KeyboardInterrupt:
         print(f"interrupted: {i} rows written to {args.out} in this run (recorded in its .meta.json); run the "
               "same command again to resume: measured points are skipped", file=sys.stderr)
@@ -164,6 +187,9 @@ def _measure(args: argparse.Namespace) -> int:
         print(f"note: the cut-short last row of {args.out} (an interrupted run) was removed and measured again",
               file=sys.stderr)
     print(f"done: {summary}", file=sys.stderr)
+    warning = drift_warning(summary.get("speed_drift"), summary.get("speed_noise"), f"warning: {args.out.name}")
+    if warning:
+        print(warning, file=sys.stderr)
     return 0
 
 
@@ -207,6 +233,11 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--skip-configs-of", type=_existing_csv, metavar="CSV",
                    help="leave out the architectures this dataset has (e.g. keep a held-out check's architectures "
                    "out of the training rows)")
+    m.add_argument("--sentinel-every", type=nonneg_float, default=600.0, metavar="SECONDS",
+                   help="time the speed sentinel between architectures once this many seconds passed since its "
+                   "last reading (0: before every architecture; default 600), besides the run's start and end")
+    m.add_argument("--no-sentinel", dest="sentinel_every", action="store_const", const=None,
+                   help="do not time the speed sentinel")
     m.add_argument("--dry-run", action="store_true")
     args = ap.parse_args(argv)
     args.argv = argv

@@ -247,6 +247,9 @@ class CollectSettings:
     git_commit: str | None = None
     #: One process per architecture (True) or per point (False); None = per architecture on CUDA only.
     process_per_arch: bool | None = None
+    #: Time the speed sentinel (:mod:`perfpredict.dataset.sentinel`) at the start, between architectures once
+    #: this many seconds passed since the last reading (0: before every one), and at the end; None: no sentinel.
+    sentinel_every_s: float | None = None
 
     @property
     def per_arch(self) -> bool:
@@ -463,10 +466,13 @@ def _done_points(rows: list[dict[str, str]]) -> set[tuple[str, int, str]]:
 
 
 def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSettings,
-            progress: Callable[[ArchPlan, dict[str, Any]], None] | None = None) -> dict[str, Any]:
+            progress: Callable[[ArchPlan, dict[str, Any]], None] | None = None,
+            on_sentinel: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Measure every point of ``plans`` not yet in ``out_csv``; append rows as they come; write provenance.
 
-    Returns a summary: points measured, by status, whether the time budget stopped the sweep.
+    Returns a summary: points measured, by status, whether the time budget stopped the sweep, and the speed
+    sentinel's drift and noise (None without ``settings.sentinel_every_s``; the drift also with fewer than two
+    readings); ``on_sentinel`` is called with each sentinel reading.
     """
     out = check_output_path(out_csv)
     # A malformed provenance file would otherwise only be found after all the measuring.
@@ -498,6 +504,7 @@ def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSetting
     counts: dict[str, int] = {}
     stopped_by_budget = False
     device_info: dict[str, Any] | None = None
+    sentinel = _sentinel_for(plans, settings, done)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         f = open(out, "a", newline="", encoding="utf-8")
@@ -536,10 +543,14 @@ def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSetting
                 if settings.time_budget_s is not None and time.monotonic() - started > settings.time_budget_s:
                     stopped_by_budget = True
                     break
+                if sentinel is not None and sentinel.due():
+                    reading = sentinel.read(sum(counts.values()), "start" if not sentinel.readings else "between")
+                    if on_sentinel:
+                        on_sentinel(reading)
                 reqs = [PointRequest(ref=plan.ref_at(settings.precision), batch_size=b, mode=settings.mode,
                                      device=settings.device, timing=settings.timing, threads=settings.threads)
                         for b in todo]
-                per_point = settings.timing.max_time_s * 2 + 60.0
+                per_point = _point_timeout(settings)
                 if settings.per_arch:
                     run_arch_in_subprocess(reqs, per_point * len(reqs) + 60.0, lambda r, p=plan: record(p, r))
                 else:
@@ -550,6 +561,10 @@ def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSetting
                         record(plan, res)
                         if res.get("status") == "oom":
                             break
+            if sentinel is not None and sentinel.readings:
+                reading = sentinel.read(sum(counts.values()), "end")
+                if on_sentinel:
+                    on_sentinel(reading)
     except BaseException as e:
         # Ctrl-C or a failure: the rows written so far stay, and the run is still recorded.
         run_meta["interrupted"] = True
@@ -560,9 +575,41 @@ def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSetting
         run_meta.update(finished_at=_now(), wall_s=round(time.monotonic() - started, 1), counts=counts,
                         rows_written=sum(counts.values()), stopped_by_time_budget=stopped_by_budget,
                         device_info=device_info)
+        if sentinel is not None:
+            run_meta["speed_sentinel"] = sentinel.as_dict()
         _append_provenance(out, run_meta, replace_run=run_meta["run_id"])
     return {"counts": counts, "stopped_by_time_budget": stopped_by_budget, "wall_s": run_meta["wall_s"],
-            "dropped_partial_row": dropped is not None}
+            "dropped_partial_row": dropped is not None,
+            "speed_drift": sentinel.drift if sentinel is not None else None,
+            "speed_noise": sentinel.noise if sentinel is not None else None}
+
+
+def _point_timeout(settings: CollectSettings) -> float:
+    return settings.timing.max_time_s * 2 + 60.0
+
+
+def _sentinel_for(plans: list[ArchPlan], settings: CollectSettings, done: set[tuple[str, int, str]]):
+    """The run's :class:`~perfpredict.dataset.sentinel.SpeedSentinel`, or None: none asked for, or nothing left
+    to measure (a finished file's re-run measures nothing, so it times nothing either)."""
+    from perfpredict.dataset.sentinel import SpeedSentinel, choose_sentinel
+
+    if settings.sentinel_every_s is None:
+        return None
+    if not any((p.config, b, settings.mode) not in done for p in plans for b in p.batch_sizes):
+        return None
+    chosen = choose_sentinel(plans)
+    if chosen is None:
+        return None
+    plan, batch = chosen
+    req = PointRequest(ref=plan.ref_at(settings.precision), batch_size=batch, mode=settings.mode,
+                       device=settings.device, timing=settings.timing, threads=settings.threads)
+
+    def measure() -> dict[str, Any]:
+        from perfpredict.profile.runner import run_in_subprocess
+
+        return run_in_subprocess(req, _point_timeout(settings))
+
+    return SpeedSentinel(plan.config, batch, settings.sentinel_every_s, measure)
 
 
 def _now() -> str:

@@ -36,6 +36,15 @@ def _cpu_id_of(provenance: dict[str, Any], path: Path) -> str | None:
     return _from_provenance(dataset_cpu_id, provenance, path)
 
 
+def _sentinel_summary(run: dict[str, Any]) -> dict[str, float | None] | None:
+    """A collection run's speed-sentinel drift and noise (:mod:`perfpredict.dataset.sentinel`); None for runs
+    without one."""
+    from perfpredict.dataset.sentinel import run_drifts
+
+    found = run_drifts({"runs": [run]})
+    return {"drift": found[0][0], "noise": found[0][1]} if found else None
+
+
 def _from_provenance(read, provenance: dict[str, Any], path: Path):
     from perfpredict.errors import UsageError
 
@@ -201,8 +210,9 @@ def load_training_data(dataset_csv: str | Path, features_csv: str | Path | None 
         batch=batch, X=design_matrix(zip(archs, batch), device_kind=kind), families=np.array([r["family"] for r in rows]),
         configs=np.array([r["config"] for r in rows]), rows=rows, sha256=file_sha256(path),
         provenance={"file": path.name, "features_file": fpath.name, "features_sha256": file_sha256(fpath),
-                    "runs": [{k: run.get(k) for k in ("started_at", "command", "git_commit", "device", "torch_version",
-                                                      "cuda_version", "counts")}
+                    "runs": [{**{k: run.get(k) for k in ("started_at", "command", "git_commit", "device",
+                                                         "torch_version", "cuda_version", "counts")},
+                              "speed_sentinel": _sentinel_summary(run)}
                              for run in provenance.get("runs", [])],
                     "device_info": next((run.get("device_info") for run in provenance.get("runs", [])
                                          if run.get("device_info")), None)},

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from perfpredict.dataset.sentinel import drift_warning
 from perfpredict.errors import PerfPredictError
 from perfpredict.estimators.data import TrainingData, load_training_data, training_datasets
 from perfpredict.estimators.design import feature_names
@@ -33,10 +34,10 @@ from perfpredict.estimators.models import (
     BUSY_TERMS,
     IDLE_TERMS,
     MODEL_KINDS,
-    QUANTILES,
-    LogBaselineModel,
     PRIOR_FEATURE,
     PRIOR_TIME_FEATURE,
+    QUANTILES,
+    LogBaselineModel,
     UtilizationPriorModel,
     feature_importance,
 )
@@ -314,6 +315,11 @@ def render_report(meta: dict[str, Any]) -> str:
              "(Horus' scale); the fraction-scale RMSLE is beside it.", ""]
     for name, why in meta.get("skipped_targets", {}).items():
         lines += [f"Not trained: **{name}** ({why}); predicted cards of this set leave it out.", ""]
+    for run in meta.get("provenance", {}).get("runs", []):
+        s = run.get("speed_sentinel") or {}
+        warning = drift_warning(s.get("drift"), s.get("noise"), f"The collection run of {run.get('started_at')}")
+        if warning:
+            lines += [f"**{warning}.**", ""]
     for name, t in meta["targets"].items():
         ev = t.get("evaluation")
         lines += [f"## {name} ({t['unit']})", ""]
