@@ -120,6 +120,7 @@ def _measure(args: argparse.Namespace) -> int:
         git_commit_of,
         plan_sweep,
         read_dataset,
+        todo_batches,
     )
     from perfpredict.dataset.sentinel import choose_sentinel, drift_warning
     from perfpredict.profile.device import resolve_device
@@ -146,7 +147,7 @@ def _measure(args: argparse.Namespace) -> int:
         if args.out.exists():
             # what a resumed run would skip: the points --out already has (read only; nothing is rewritten)
             done = _done_points(read_dataset(args.out))
-            left = sum((p.config, b, args.mode) not in done for p in plans for b in p.batch_sizes)
+            left = sum(len(todo_batches(p, done, args.mode)) for p in plans)
             print(f"{n_points - left} of the {n_points} points are in {args.out} already; {left} are not",
                   file=sys.stderr)
         return 0

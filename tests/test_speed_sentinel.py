@@ -17,7 +17,7 @@ from perfpredict.dataset.sentinel import (
     choose_sentinel,
     drift_warning,
     drifted,
-    run_drifts,
+    run_sentinel,
     speed_drift,
     speed_noise,
 )
@@ -51,10 +51,10 @@ def test_a_reading_is_the_median_of_its_processes_and_drift_must_pass_their_nois
         return {"status": "ok", "timing": {"median_s": t}} if t else {"status": "error", "error": "boom"}
 
     sentinel = SpeedSentinel("c", 8, every_s=0, measure=measure)
-    first = sentinel.read(0, "start")
+    first = sentinel.read(0)
     assert first["times_s"] == [0.010, 0.012, 0.011] and first["iter_time_s"] == 0.011
     assert first["spread"] == pytest.approx(0.2)
-    second = sentinel.read(5, "end")  # one process failed: the other two make the reading
+    second = sentinel.read(5, final=True)  # one process failed: the other two make the reading
     assert second["times_s"] == [0.014, 0.013] and second["iter_time_s"] == pytest.approx(0.0135)
     assert sentinel.drift == pytest.approx(0.0135 / 0.011 - 1, abs=1e-4)  # 22.7%
     assert sentinel.noise == pytest.approx((0.2 + 0.014 / 0.013 - 1) / 2, abs=1e-4)  # median of 20% and 7.7%
@@ -64,7 +64,8 @@ def test_a_reading_is_the_median_of_its_processes_and_drift_must_pass_their_nois
     assert speed_drift([{"iter_time_s": 0.01}]) is None and speed_noise([{"spread": None}]) is None
     meta = {"runs": [{"speed_sentinel": {"drift": 0.3, "noise": 0.05}}, {"command": "older run"},
                      {"speed_sentinel": "bad"}, {"speed_sentinel": {"drift": None}}]}
-    assert run_drifts(meta) == [(0.3, 0.05)] and run_drifts(None) == []
+    assert [run_sentinel(r) for r in meta["runs"]] == [{"drift": 0.3, "noise": 0.05}, None, None, None]
+    assert run_sentinel(None) is None
     assert drift_warning(DRIFT_WARN, 0.0, "x") is None and drift_warning(0.3, 0.4, "x") is None
     assert "30%" in drift_warning(0.3, 0.05, "cpu.csv") and "5%" in drift_warning(0.3, 0.05, "cpu.csv")
 

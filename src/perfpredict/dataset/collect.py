@@ -465,6 +465,11 @@ def _done_points(rows: list[dict[str, str]]) -> set[tuple[str, int, str]]:
     return done
 
 
+def todo_batches(plan: ArchPlan, done: set[tuple[str, int, str]], mode: str) -> list[int]:
+    """The batch sizes of ``plan`` still to measure in ``mode`` (``done``: :func:`_done_points` of the file)."""
+    return [b for b in plan.batch_sizes if (plan.config, b, mode) not in done]
+
+
 def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSettings,
             progress: Callable[[ArchPlan, dict[str, Any]], None] | None = None,
             on_sentinel: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
@@ -504,7 +509,7 @@ def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSetting
     counts: dict[str, int] = {}
     stopped_by_budget = False
     device_info: dict[str, Any] | None = None
-    sentinel = _sentinel_for(plans, settings, done)
+    sentinel = _sentinel_for(plans, settings, done, on_sentinel)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         f = open(out, "a", newline="", encoding="utf-8")
@@ -537,19 +542,15 @@ def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSetting
                     progress(plan, row)
 
             for plan in plans:
-                todo = [b for b in plan.batch_sizes if (plan.config, b, settings.mode) not in done]
+                todo = todo_batches(plan, done, settings.mode)
                 if not todo:
                     continue
                 if settings.time_budget_s is not None and time.monotonic() - started > settings.time_budget_s:
                     stopped_by_budget = True
                     break
                 if sentinel is not None and sentinel.due():
-                    reading = sentinel.read(sum(counts.values()), "start" if not sentinel.readings else "between")
-                    if on_sentinel:
-                        on_sentinel(reading)
-                reqs = [PointRequest(ref=plan.ref_at(settings.precision), batch_size=b, mode=settings.mode,
-                                     device=settings.device, timing=settings.timing, threads=settings.threads)
-                        for b in todo]
+                    sentinel.read(sum(counts.values()))
+                reqs = [_point_request(plan, b, settings) for b in todo]
                 per_point = _point_timeout(settings)
                 if settings.per_arch:
                     run_arch_in_subprocess(reqs, per_point * len(reqs) + 60.0, lambda r, p=plan: record(p, r))
@@ -562,9 +563,7 @@ def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSetting
                         if res.get("status") == "oom":
                             break
             if sentinel is not None and sentinel.readings:
-                reading = sentinel.read(sum(counts.values()), "end")
-                if on_sentinel:
-                    on_sentinel(reading)
+                sentinel.read(sum(counts.values()), final=True)
     except BaseException as e:
         # Ctrl-C or a failure: the rows written so far stay, and the run is still recorded.
         run_meta["interrupted"] = True
@@ -588,28 +587,33 @@ def _point_timeout(settings: CollectSettings) -> float:
     return settings.timing.max_time_s * 2 + 60.0
 
 
-def _sentinel_for(plans: list[ArchPlan], settings: CollectSettings, done: set[tuple[str, int, str]]):
+def _point_request(plan: ArchPlan, batch_size: int, settings: CollectSettings) -> PointRequest:
+    return PointRequest(ref=plan.ref_at(settings.precision), batch_size=batch_size, mode=settings.mode,
+                        device=settings.device, timing=settings.timing, threads=settings.threads)
+
+
+def _sentinel_for(plans: list[ArchPlan], settings: CollectSettings, done: set[tuple[str, int, str]],
+                  on_reading: Callable[[dict[str, Any]], None] | None):
     """The run's :class:`~perfpredict.dataset.sentinel.SpeedSentinel`, or None: none asked for, or nothing left
     to measure (a finished file's re-run measures nothing, so it times nothing either)."""
     from perfpredict.dataset.sentinel import SpeedSentinel, choose_sentinel
 
     if settings.sentinel_every_s is None:
         return None
-    if not any((p.config, b, settings.mode) not in done for p in plans for b in p.batch_sizes):
+    if not any(todo_batches(p, done, settings.mode) for p in plans):
         return None
     chosen = choose_sentinel(plans)
     if chosen is None:
         return None
     plan, batch = chosen
-    req = PointRequest(ref=plan.ref_at(settings.precision), batch_size=batch, mode=settings.mode,
-                       device=settings.device, timing=settings.timing, threads=settings.threads)
+    req = _point_request(plan, batch, settings)
 
     def measure() -> dict[str, Any]:
         from perfpredict.profile.runner import run_in_subprocess
 
         return run_in_subprocess(req, _point_timeout(settings))
 
-    return SpeedSentinel(plan.config, batch, settings.sentinel_every_s, measure)
+    return SpeedSentinel(plan.config, batch, settings.sentinel_every_s, measure, on_reading=on_reading)
 
 
 def _now() -> str:
@@ -752,4 +756,4 @@ def git_commit_of(repo: str | Path = ".") -> str | None:
 __all__ = ["ArchPlan", "CUDA_DATASET_TIMING", "CollectSettings", "DATASET_COLUMNS", "check_output_path",
            "dataset_precision",
            "check_provenance", "collect", "git_commit_of", "plan_sweep", "prepare_resume", "provenance_path",
-           "read_dataset", "row_from_result", "upgrade_header"]
+           "read_dataset", "row_from_result", "todo_batches", "upgrade_header"]

@@ -59,6 +59,8 @@ class SpeedSentinel:
     measure: Callable[[], dict[str, Any]]
     #: fresh processes per reading; the reading is their median
     repeats: int = 3
+    #: called with each reading as it is taken (the collector prints it)
+    on_reading: Callable[[dict[str, Any]], None] | None = None
     readings: list[dict[str, Any]] = field(default_factory=list)
     _started: float = field(default_factory=time.monotonic)
     _last: float | None = None
@@ -66,9 +68,11 @@ class SpeedSentinel:
     def due(self) -> bool:
         return self._last is None or time.monotonic() - self._last >= self.every_s
 
-    def read(self, after_rows: int, where: str) -> dict[str, Any]:
+    def read(self, after_rows: int, final: bool = False) -> dict[str, Any]:
         """Time the step ``repeats`` times now and keep the reading: the median of the timed ones, and their
-        spread (a reading none of whose processes timed the step keeps the first status and error)."""
+        spread (a reading none of whose processes timed the step keeps the first status and error). It is the
+        run's ``start`` reading, a ``between`` one, or with ``final`` its ``end``."""
+        where = "end" if final else "between" if self.readings else "start"
         times, failed = [], None
         for _ in range(self.repeats):
             res = self.measure()
@@ -85,6 +89,8 @@ class SpeedSentinel:
         if not times and (failed or {}).get("error"):
             reading["error"] = str(failed["error"])[:200]
         self.readings.append(reading)
+        if self.on_reading:
+            self.on_reading(reading)
         return reading
 
     @property
@@ -119,15 +125,14 @@ def drifted(drift: float | None, noise: float | None) -> bool:
     return drift is not None and drift > DRIFT_WARN and drift > (noise or 0.0)
 
 
-def run_drifts(meta: dict[str, Any] | None) -> list[tuple[float, float | None]]:
-    """(drift, noise) of every run in a dataset's provenance whose sentinel had two timed readings."""
-    out = []
-    for run in (meta or {}).get("runs", []):
-        s = run.get("speed_sentinel") if isinstance(run, dict) else None
-        if isinstance(s, dict) and isinstance(s.get("drift"), (int, float)) and math.isfinite(s["drift"]):
-            noise = s.get("noise")
-            out.append((float(s["drift"]), float(noise) if isinstance(noise, (int, float)) else None))
-    return out
+def run_sentinel(run: Any) -> dict[str, float | None] | None:
+    """The drift and noise of one run of a dataset's provenance, None when its sentinel (if any) had fewer than
+    two timed readings: runs from before the sentinel, or from a hand-edited file, have none."""
+    s = run.get("speed_sentinel") if isinstance(run, dict) else None
+    if not (isinstance(s, dict) and isinstance(s.get("drift"), (int, float)) and math.isfinite(s["drift"])):
+        return None
+    noise = s.get("noise")
+    return {"drift": float(s["drift"]), "noise": float(noise) if isinstance(noise, (int, float)) else None}
 
 
 def drift_warning(drift: float | None, noise: float | None, what: str) -> str | None:
@@ -140,5 +145,5 @@ def drift_warning(drift: float | None, noise: float | None, what: str) -> str | 
             "and read its estimators' error with that in mind")
 
 
-__all__ = ["DRIFT_WARN", "SpeedSentinel", "choose_sentinel", "drift_warning", "drifted", "run_drifts",
+__all__ = ["DRIFT_WARN", "SpeedSentinel", "choose_sentinel", "drift_warning", "drifted", "run_sentinel",
            "speed_drift", "speed_noise"]

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from perfpredict.dataset.sentinel import run_sentinel
 from perfpredict.errors import PerfPredictError
 from perfpredict.estimators.arch import ArchFeatures, from_table_row
 from perfpredict.estimators.design import design_matrix
@@ -34,15 +35,6 @@ def _cpu_id_of(provenance: dict[str, Any], path: Path) -> str | None:
     from perfpredict.dataset.collect import dataset_cpu_id
 
     return _from_provenance(dataset_cpu_id, provenance, path)
-
-
-def _sentinel_summary(run: dict[str, Any]) -> dict[str, float | None] | None:
-    """A collection run's speed-sentinel drift and noise (:mod:`perfpredict.dataset.sentinel`); None for runs
-    without one."""
-    from perfpredict.dataset.sentinel import run_drifts
-
-    found = run_drifts({"runs": [run]})
-    return {"drift": found[0][0], "noise": found[0][1]} if found else None
 
 
 def _from_provenance(read, provenance: dict[str, Any], path: Path):
@@ -212,7 +204,7 @@ def load_training_data(dataset_csv: str | Path, features_csv: str | Path | None 
         provenance={"file": path.name, "features_file": fpath.name, "features_sha256": file_sha256(fpath),
                     "runs": [{**{k: run.get(k) for k in ("started_at", "command", "git_commit", "device",
                                                          "torch_version", "cuda_version", "counts")},
-                              "speed_sentinel": _sentinel_summary(run)}
+                              "speed_sentinel": run_sentinel(run)}
                              for run in provenance.get("runs", [])],
                     "device_info": next((run.get("device_info") for run in provenance.get("runs", [])
                                          if run.get("device_info")), None)},
