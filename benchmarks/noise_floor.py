@@ -47,10 +47,11 @@ def _value(row: dict[str, str], column: str) -> float:
     return v if math.isfinite(v) and v > 0 else math.nan
 
 
-def device_label(device_name: str, cpu_id: str | None) -> str:
+def device_label(device_name: str, cpu_id: str | None, device_kind: str = "cpu") -> str:
     """The device a file measured on: its rows' device name, and for a CPU the ``cpu_id`` its provenance records
-    (two VMs both named "AMD EPYC" are different machines)."""
-    return f"{device_name} ({cpu_id})" if cpu_id else device_name
+    (two VMs both named "AMD EPYC" are different machines). A GPU's rows are the GPU's: the host CPU its
+    provenance records can differ between lent sessions and is left out, as the training data leaves it out."""
+    return f"{device_name} ({cpu_id})" if cpu_id and device_kind == "cpu" else device_name
 
 
 def _cpu_id(dataset_csv: Path) -> str | None:
@@ -66,8 +67,10 @@ def paired_scores(first_csv: Path, again_csv: Path) -> dict:
     both = sorted(set(first) & set(again))
     cpu_first, cpu_again = _cpu_id(first_csv), _cpu_id(again_csv)  # one provenance read per file
     out: dict = {"points": len(both), "targets": {}, "median_ratio": {},
-                 "devices": (sorted({device_label(first[k]["device_name"], cpu_first) for k in both}),
-                             sorted({device_label(again[k]["device_name"], cpu_again) for k in both}))}
+                 "devices": (sorted({device_label(first[k]["device_name"], cpu_first, first[k]["device_kind"])
+                                     for k in both}),
+                             sorted({device_label(again[k]["device_name"], cpu_again, again[k]["device_kind"])
+                                     for k in both}))}
     if not both:
         return out
     r0 = first[both[0]]
@@ -94,7 +97,7 @@ def committed_pairs(datasets: Path) -> list[tuple[Path, Path]]:
             r = next(iter(rows.values()))
             meta = check_provenance(p)  # the rows name neither the precision nor the CPU id; the provenance does
             groups.setdefault((r["device_kind"], r["mode"], dataset_precision(meta)), []).append(
-                (device_label(r["device_name"], dataset_cpu_id(meta)), p))
+                (device_label(r["device_name"], dataset_cpu_id(meta), r["device_kind"]), p))
     for members in groups.values():
         first_device, first = members[0]
         pairs += [(first, p) for device, p in members[1:] if device != first_device]

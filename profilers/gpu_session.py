@@ -1,9 +1,9 @@
 """One step of the lent-GPU runbook per call: stage the dataset to resume, run its collector, say what to copy back.
 
-A lent GPU comes rarely (a few tasks in a hundred), for 30 minutes in calls of at most 10, and starts bare
-each time: only what a call writes under ``$OUT`` comes back. Done by hand, each collection needs its file and
-``.meta.json`` copied into ``$OUT`` first (or the rows start a new file instead of appending) and the
-right flags; this script does both, so a call is one line and a slip cannot waste the lease:
+A lent GPU comes rarely (a few tasks in a hundred), for 15 minutes of device time (its start included) in calls of
+at most 10, and starts bare each time: only what a call writes under ``$OUT`` comes back. Done by hand, each
+collection needs its file and ``.meta.json`` copied into ``$OUT`` first (or the rows start a new file instead of
+appending) and the right flags; this script does both, so a call is one line and a slip cannot waste the lease:
 
     PYTHONPATH=src python3 profilers/gpu_session.py check                  # the CUDA paths (30 s)
     PYTHONPATH=src python3 profilers/gpu_session.py colocation --out $OUT  # then infer, kernel-costs, bf16
@@ -12,7 +12,8 @@ right flags; this script does both, so a call is one line and a slip cannot wast
 Steps, in the order of ``datasets/README.md`` (run again until the collector reports nothing left):
 
 - ``check``: ``tests/test_cuda.py``.
-- ``train``: the fp32 training set ``cuda_<gpu>.csv`` (for a GPU kind with none yet; the H100 has one).
+- ``train``: the fp32 training set ``cuda_<gpu>.csv`` (resumes where the last call stopped: the H100 has all 765
+  points, the H200 315).
 - ``colocation``: pairs of that set's points sharing the GPU, ``cuda_<gpu>_colocation.csv``.
 - ``infer``: the inference set ``cuda_<gpu>_infer.csv``.
 - ``kernel-costs``: per-kernel GPU costs, ``kernel_costs_cuda.json`` (not resumable: one call).

@@ -32,7 +32,7 @@ PARALLEL_SAFE_MODULES = frozenset({
     "test_andreas", "test_bad_input_cli", "test_batch_extrapolation", "test_benchmark_args", "test_card", "test_cli",
     "test_collect_bad_input", "test_compare", "test_compile", "test_estimators", "test_experiments", "test_features",
     "test_fit_comm", "test_fit_interference", "test_fit_rate", "test_fit_speedup", "test_forest",
-    "test_fuzz_findings", "test_genie", "test_gpu_session", "test_graph_saved", "test_horus", "test_job_records",
+    "test_fuzz_findings", "test_genie", "test_gpu_session", "test_gpu_set_choice", "test_graph_saved", "test_horus", "test_job_records",
     "test_keyword_inputs", "test_lookup_bytes", "test_max_batch", "test_memory_past_trained_batches",
     "test_metrics", "test_moldable_mechanisms", "test_notebooks", "test_output_paths", "test_pair_prediction",
     "test_paper_cards", "test_precision", "test_predicted_cards", "test_python_api_input", "test_saved_bytes",

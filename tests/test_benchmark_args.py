@@ -36,6 +36,7 @@ def _run(script: str, *args: str) -> subprocess.CompletedProcess:
     ("cache_model_accuracy.py", ["--fractions", "2"], "argument --fractions"),
     ("onnx_path_memory.py", ["--only", "nosuch"], "no dataset 'nosuch'; choose from"),
     ("noise_floor.py", ["--bogus"], "unrecognized arguments"),
+    ("cross_gpu.py", ["--bogus"], "unrecognized arguments"),
     ("kernel_time_accuracy.py", ["--bogus"], "unrecognized arguments"),
     ("kernel_time_accuracy.py", ["--table", "/nonexistent.json"], "no file at /nonexistent.json"),
     ("kernel_time_accuracy.py", ["--table", str(REPO / "README.md")], "is not a kernel-cost table"),

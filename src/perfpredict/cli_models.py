@@ -152,7 +152,7 @@ def models(
     """List the model sets (and calibrations) the Predictor loads, with what each predicts and which set
     `--device-type cpu` / `cuda` picks on this machine."""
     from perfpredict.estimators.device_calibration import short_cpu_id
-    from perfpredict.hostinfo import cpu_id, cpu_model_name
+    from perfpredict.hostinfo import cpu_id, cpu_model_name, gpu_names
     from perfpredict.predictor import Predictor
 
     pred = Predictor.load(models_dir)
@@ -169,7 +169,8 @@ def models(
                                                       + ("" if precision == "fp32" else f" --precision {precision}"))
     here = short_cpu_id(cpu_id())
     this_cpu = cpu_model_name() + (f" ({here})" if here else "")
-    t = Table(title=escape(f"model sets ({len(pred.sets)}); this CPU: {this_cpu}"))
+    gpus = ", ".join(sorted(set(gpu_names()))) or "none"
+    t = Table(title=escape(f"model sets ({len(pred.sets)}); this CPU: {this_cpu}; GPUs: {gpus}"))
     t.add_column("set", no_wrap=True)
     for c in ("device", "mode", "precision", "rows", "calibrated from", "time factor", "--device-type here"):
         t.add_column(c)

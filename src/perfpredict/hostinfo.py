@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import platform
 from functools import cache
 
@@ -49,3 +50,29 @@ def cpu_id() -> str | None:
     isa = " ".join(f for f in ISA_FLAGS if f in flags) or "no AVX2"
     return (f"{fields.get('vendor_id', 'unknown vendor')} family {fields.get('cpu family', '?')} model "
             f"{fields.get('model', '?')} stepping {fields.get('stepping', '?')}; {isa}")
+
+
+@cache
+def gpu_names() -> tuple[str, ...]:
+    """The NVIDIA GPUs NVML sees on this machine, by name (``NVIDIA H200``: what a CUDA measurement records as
+    its device name); empty without a GPU, a driver or ``pynvml``. Read once per process through NVML, not
+    torch, so the Predictor can prefer the model set measured on this GPU model without importing torch."""
+    try:
+        import pynvml
+    except ImportError:
+        return ()
+    try:
+        pynvml.nvmlInit()
+    except (pynvml.NVMLError, OSError):  # no NVML library or driver: no GPU here
+        return ()
+    try:
+        names = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
+            names.append(name.decode() if isinstance(name, bytes) else str(name))
+        return tuple(names)
+    except pynvml.NVMLError:
+        return ()
+    finally:
+        with contextlib.suppress(pynvml.NVMLError):
+            pynvml.nvmlShutdown()
