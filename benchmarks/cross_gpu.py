@@ -29,16 +29,14 @@ def cross_scores(pred, set_name: str, dataset_csv: Path) -> dict[str, dict]:
     from perfpredict.estimators.targets import targets_for
 
     d = load_training_data(dataset_csv)
-    ms = pred.sets[set_name]
+    specs = {n: spec for n, spec in targets_for(d.device_kind, d.mode).items() if n in pred.sets[set_name].targets}
+    answers = [pred.predict_values(a, [int(b)], device_type=set_name) for a, b in zip(d.archs, d.batch)]
     out = {}
-    for name, spec in targets_for(d.device_kind, d.mode).items():
-        if name not in ms.targets:
-            continue
+    for name, spec in specs.items():
         y = d.column(spec.column)
         keep = np.isfinite(y) & (y > 0)
-        rows = [(a, int(b)) for a, b, k in zip(d.archs, d.batch, keep) if k]
-        got = np.array([pred.predict_values(a, [b], device_type=set_name)[name]["median"][0] for a, b in rows])
-        out[name] = metrics(y[keep], got, spec)
+        got = np.array([ans[name]["median"][0] for ans in answers])
+        out[name] = metrics(y[keep], got[keep], spec)
     return out
 
 

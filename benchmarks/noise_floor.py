@@ -47,7 +47,7 @@ def _value(row: dict[str, str], column: str) -> float:
     return v if math.isfinite(v) and v > 0 else math.nan
 
 
-def device_label(device_name: str, cpu_id: str | None, device_kind: str = "cpu") -> str:
+def device_label(device_name: str, cpu_id: str | None, device_kind: str) -> str:
     """The device a file measured on: its rows' device name, and for a CPU the ``cpu_id`` its provenance records
     (two VMs both named "AMD EPYC" are different machines). A GPU's rows are the GPU's: the host CPU its
     provenance records can differ between lent sessions and is left out, as the training data leaves it out."""

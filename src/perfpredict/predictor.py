@@ -579,10 +579,10 @@ class Predictor:
                          f"{' (' + ms.cpu_id + ')' if ms.cpu_id else ''}, and a CPU time model does not carry over "
                          "between CPUs: `perfpredict calibrate` carries a set to this CPU in about a minute, "
                          "or collect one with profilers/collect_dataset.py")
-        if ms.device_kind == "cuda" and device_type in (None, "cuda") and gpu_names() \
-                and ms.device_name not in gpu_names():
+        gpus_here = gpu_names() if ms.device_kind == "cuda" and device_type in (None, "cuda") else ()
+        if gpus_here and ms.device_name not in gpus_here:
             notes.append(f"no {ms.precision} {ms.mode}-mode set was measured on this machine's GPU "
-                         f"({', '.join(sorted(set(gpu_names())))}): these predict {ms.device_name}, and a time "
+                         f"({', '.join(sorted(set(gpus_here)))}): these predict {ms.device_name}, and a time "
                          "model does not carry over between GPU models; collect one with "
                          "`python profilers/collect_dataset.py measure --device cuda` and `perfpredict train` it")
         calibration_note = ms.calibration_note()
