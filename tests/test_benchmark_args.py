@@ -37,6 +37,8 @@ def _run(script: str, *args: str) -> subprocess.CompletedProcess:
     ("onnx_path_memory.py", ["--only", "nosuch"], "no dataset 'nosuch'; choose from"),
     ("noise_floor.py", ["--bogus"], "unrecognized arguments"),
     ("cross_gpu.py", ["--bogus"], "unrecognized arguments"),
+    ("compare_backends.py", ["--mechanism", "tunee"], "unknown mechanism 'tunee'"),
+    ("compare_backends.py", ["--seeds", "0"], "argument --seeds"),
     ("kernel_time_accuracy.py", ["--bogus"], "unrecognized arguments"),
     ("kernel_time_accuracy.py", ["--table", "/nonexistent.json"], "no file at /nonexistent.json"),
     ("kernel_time_accuracy.py", ["--table", str(REPO / "README.md")], "is not a kernel-cost table"),

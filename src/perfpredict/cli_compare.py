@@ -62,6 +62,10 @@ def compare(
                                                      "gpu_util)")] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="simulations run at once, in worker processes (each "
                                        "run is single-threaded; results do not depend on it)")] = 1,
+    ray: Annotated[str | None, typer.Option("--ray", help="run the simulations as Ray tasks: 'local' (a Ray "
+                                            "instance on this machine), 'auto' (the cluster this machine is part "
+                                            "of) or the head's HOST:PORT / ray://HOST:PORT; with it, --jobs caps "
+                                            "the runs at once (needs perfpredict[ray])")] = None,
     cards: Annotated[str, typer.Option(help="as for `simulate`")] = "paper",
     mode: SimMode = "auto",
     round_s: SimRound = 300.0,
@@ -103,7 +107,7 @@ def compare(
             progress.update(task, completed=n, description=f"{row['scheduler']} seed {row['seed']}: {row['status']}")
 
         cmp = run_compare(trace, cluster, schedulers, seed_list, metrics=metrics, cards=cards, config=cfg,
-                          steady=window, out_dir=out, jobs=jobs, on_run=done)
+                          steady=window, out_dir=out, jobs=jobs, on_run=done, ray_address=ray)
     summary = cmp.summary()
     table = Table(title=f"{len(schedulers)} schedulers on {trace} / {cluster}, {len(seed_list)} seed(s); "
                         f"change vs {cmp.baseline.label}, paired by seed (± standard error)", title_style="bold")
@@ -128,6 +132,10 @@ def compare(
     for r in failed:
         err_console.print(f"[red]{r['status']}[/]: {r['scheduler']} seed {r['seed']}: {r['error']}", highlight=False,
                           soft_wrap=True)
+    if cmp.backend.get("backend") == "ray":
+        b = cmp.backend
+        out_console.print(f"ran on Ray at {b['address']}: {b['nodes']} node(s), {b['cpus']} CPU(s)", highlight=False,
+                          markup=False)
     out_console.print(f"runs: {out / 'runs.csv'}  summary: {out / 'summary.csv'}  plot: {out / 'compare.png'}",
                       highlight=False)
     if not no_mlflow and cmp.runs:

@@ -261,7 +261,8 @@ def log_comparison(cmp, out_dir: str | Path, *, trace: str, cluster: str,
         mlflow.log_params({"trace": str(trace)[:500], "cluster": str(cluster)[:500],
                            "seeds": ",".join(map(str, cmp.seeds))[:500],
                            "schedulers": ";".join(s.label for s in cmp.schedulers)[:500],
-                           "metrics": ",".join(cmp.metrics)[:500], "failed_runs": len(cmp.failed())})
+                           "metrics": ",".join(cmp.metrics)[:500], "failed_runs": len(cmp.failed()),
+                           **{f"ran_on.{k}": str(v)[:500] for k, v in cmp.backend.items()}})
         metrics = {}
         for r in cmp.summary():
             if r["mean"] is not None and math.isfinite(r["mean"]):

@@ -14,6 +14,7 @@ and the others go on.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
@@ -54,6 +55,8 @@ class Comparison:
     metrics: list[str]
     runs: list[dict[str, Any]] = field(default_factory=list)
     interrupted: bool = False
+    #: where the runs ran: {"backend": "local", "jobs": n} or Ray's {"backend": "ray", "address", "nodes", "cpus"}
+    backend: dict[str, Any] = field(default_factory=lambda: {"backend": "local", "jobs": 1})
 
     @property
     def baseline(self) -> Scheduler:
@@ -231,20 +234,26 @@ def worker_caches() -> dict[str, Any]:
     return {"horus_refits": refits} if refits else {}
 
 
-def init_worker(caches: dict[str, Any]) -> None:
-    """A pool worker's start: ignore Ctrl-C (:func:`_ignore_sigint`) and take the parent's caches."""
-    _ignore_sigint()
+def prime_caches(caches: dict[str, Any]) -> None:
+    """Take the caches of :func:`worker_caches` made in another process (entries already here stay)."""
     if caches.get("horus_refits"):
         from perfpredict.sim.horus_workload import prime_refit_cache
 
         prime_refit_cache(caches["horus_refits"])
 
 
+def init_worker(caches: dict[str, Any]) -> None:
+    """A pool worker's start: ignore Ctrl-C (:func:`_ignore_sigint`) and take the parent's caches."""
+    _ignore_sigint()
+    prime_caches(caches)
+
+
 def compare(trace: str | Path, cluster: Any, schedulers: Sequence[Scheduler], seeds: Sequence[int], *,
             metrics: Sequence[str] = DEFAULT_METRICS, cards: Any = "paper", config: Any = None,
             steady: tuple[int, int] | None = None, out_dir: str | Path | None = None, jobs: int = 1,
             on_run: Callable[[dict[str, Any], int, int], None] | None = None,
-            on_decision: Callable[[float, int, int], None] | None = None) -> Comparison:
+            on_decision: Callable[[float, int, int], None] | None = None,
+            ray_address: str | None = None) -> Comparison:
     """Simulate every scheduler on the trace of every seed (see the module docstring).
 
     With ``out_dir``: each run's outputs in ``runs/<scheduler>/seed<k>/`` (as ``perfpredict simulate`` writes
@@ -252,7 +261,9 @@ def compare(trace: str | Path, cluster: Any, schedulers: Sequence[Scheduler], se
     ``jobs`` > 1 runs that many simulations at once in worker processes (the first run is made alone, so a
     trace or cluster that is wrong for everyone is one error; a script calling this needs an
     ``if __name__ == "__main__":`` guard). ``on_run(row, done, total)`` is called after each run, and
-    ``on_decision`` (progress within a run) only when runs are not in worker processes. Ctrl-C stops after
+    ``on_decision`` (progress within a run) only when runs are not in worker processes. With ``ray_address``
+    ('local', 'auto', 'HOST:PORT', 'ray://HOST:PORT') the runs after the first are Ray tasks on that cluster
+    instead, ``jobs`` > 1 capping how many run at once (:mod:`perfpredict.sim.ray_backend`). Ctrl-C stops after
     what has been simulated: the comparison so far is returned with ``interrupted`` set (and written). Runs are
     returned in (seed, scheduler) order whatever order they finished in."""
     seeds = list(dict.fromkeys(int(k) for k in seeds))
@@ -295,9 +306,17 @@ def compare(trace: str | Path, cluster: Any, schedulers: Sequence[Scheduler], se
         if on_run is not None:
             on_run(row, len(cmp.runs), len(tasks))
 
-    # picklable inputs only in worker processes (cards given as a dict of perf models may hold functions)
-    parallel = jobs > 1 and len(tasks) > 2 and not isinstance(cards, dict)
-    if parallel:
+    # picklable inputs only in worker processes (cards given as a dict of perf models may hold functions);
+    # Ray's cloudpickle takes them
+    on_ray = ray_address is not None and len(tasks) > 1
+    parallel = not on_ray and jobs > 1 and len(tasks) > 2 and not isinstance(cards, dict)
+    sessions = contextlib.ExitStack()  # Ray's connection, closed in the finally below
+    if on_ray:
+        from perfpredict.sim.ray_backend import connected
+
+        ray, cmp.backend = sessions.enter_context(connected(ray_address))
+    elif parallel:
+        cmp.backend = {"backend": "local", "jobs": min(jobs, len(tasks) - 1)}
         from perfpredict.profile.main_guard import check_main_guard
 
         check_main_guard("perfpredict.sim.compare(jobs > 1)")
@@ -306,7 +325,11 @@ def compare(trace: str | Path, cluster: Any, schedulers: Sequence[Scheduler], se
         if first.get("_step") in FATAL_STEPS:
             raise UsageError(first["error"], step=first["_step"])
         record(first)
-        if not parallel:
+        if on_ray:
+            from perfpredict.sim.ray_backend import run_tasks
+
+            run_tasks(ray, tasks[1:], worker_caches(), record, max_in_flight=jobs if jobs > 1 else None)
+        elif not parallel:
             for task in tasks[1:]:
                 record(_run_one(*task, on_decision=on_decision))
         else:
@@ -334,6 +357,7 @@ def compare(trace: str | Path, cluster: Any, schedulers: Sequence[Scheduler], se
     finally:
         if sink is not None:
             sink.close()
+        sessions.close()
     rank = {(seed, s.label): i for i, (seed, s) in enumerate(order)}
     cmp.runs.sort(key=lambda r: rank[(r["seed"], r["scheduler"])])
     if out is not None and cmp.runs:
@@ -350,7 +374,7 @@ def write_summary(cmp: Comparison, out: Path) -> list[Path]:
         w.writeheader()
         w.writerows(rows)
     doc = {"baseline": cmp.baseline.label, "seeds": cmp.seeds, "metrics": cmp.metrics,
-           "schedulers": [s.label for s in cmp.schedulers], "interrupted": cmp.interrupted,
+           "schedulers": [s.label for s in cmp.schedulers], "interrupted": cmp.interrupted, "ran_on": cmp.backend,
            "failed": [{"scheduler": r["scheduler"], "seed": r["seed"], "status": r["status"], "error": r["error"]}
                       for r in cmp.failed()],
            "summary": rows}
