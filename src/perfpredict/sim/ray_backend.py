@@ -95,8 +95,9 @@ def connected(address: str) -> Iterator[tuple[Any, dict[str, Any]]]:
             kwargs["address"] = address
         try:
             ray.init(**kwargs)
-        except (ConnectionError, RuntimeError, ValueError) as e:
-            raise UsageError(f"--ray {address}: {e}", step="arguments") from None
+        except Exception as e:  # noqa: BLE001 - Ray's own errors (connection, version mismatch) in one line
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise UsageError(f"--ray {address}: {first}", step="arguments") from None
         opened = True
     try:
         yield ray, {"backend": "ray", "address": address, **cluster_info(ray)}
