@@ -21,6 +21,7 @@ from perfpredict.estimators.device_calibration import (
     REFERENCE_BATCHES,
     REFERENCE_CONFIGS,
     STEADINESS_POINTS,
+    STEADINESS_REPEATS,
     CalibratedModelSet,
     ReferencePoint,
     TimeCalibration,
@@ -237,11 +238,14 @@ def test_calibrate_measures_the_references_and_the_predictor_uses_the_result(tmp
         assert by_point[(c, 8)] < by_point[(c, 32)] < 6 * by_point[(c, 8)], c
     assert (root / "here" / "references.meta.json").exists()  # the collector's provenance of the raw rows
     # the suite's first points timed again at its end: the machine's steadiness, printed and on the card
+    # (each STEADINESS_REPEATS times in fresh processes, the points interleaved)
     first = [(r.config, r.batch_size) for r in calib.references][:STEADINESS_POINTS]
-    assert [(r.config, r.batch_size) for r in calib.repeats] == first
-    assert all(r.measured_s > 0 for r in calib.repeats) and calib.speed_drift > 0
-    ratios = " and ".join(f"x{r:.3f}" for r in calib.repeat_ratios)
-    assert f"took {ratios} their first time" in " ".join(res.output.split())
+    assert [(r.config, r.batch_size) for r in calib.repeats] == first * STEADINESS_REPEATS
+    assert all(r.measured_s > 0 for r in calib.repeats) and calib.speed_drift > 0 and calib.speed_noise >= 0
+    ratios = ", ".join(f"x{r:.3f}" for r in calib.repeat_ratios)
+    printed = " ".join(res.output.split())
+    assert f"took {ratios} their first time: median x{calib.speed_drift:.3f}, against " in printed
+    assert ("warning: this machine's speed moved" in printed) == calib.unsteady
     pred = Predictor.load(root)
     cal = pred.sets["here"]
     assert isinstance(cal, CalibratedModelSet) and pred.unusable_calibrations == []
@@ -425,3 +429,29 @@ def test_speed_drift_is_the_median_ratio_of_the_repeats_to_their_first_timing():
     assert calib.speed_drift == pytest.approx(1.5) and calib.repeat_ratios == pytest.approx([1.2, 1.5, 1.6])
     calib.repeats.append(ReferencePoint(config="not-in-the-suite", family="mlp", batch_size=8, measured_s=1.0))
     assert calib.speed_drift == pytest.approx(1.5)  # a repeat of no reference point is ignored
+    assert calib.speed_noise is None and calib.unsteady  # one end timing per point: no noise to weigh it against
+
+
+def test_a_drift_counts_only_past_the_noise_between_processes():
+    """Several end timings per point: the drift is the points' median of (median end timing / first timing), the
+    noise the largest spread of a point's end timings, and only a drift past both 10% and the noise counts."""
+    calib, _ = _calibration_from_dataset("cpu_xeon_2vcpu", "cpu_epyc_2vcpu")
+    a, b = calib.references[:2]
+
+    def ends(*pairs):
+        return [r.model_copy(update={"measured_s": r.measured_s * k}) for r, k in pairs]
+
+    # opposite ways, as one calibration read (x1.34 and x0.93): the end timings spread 30%
+    calib.repeats = ends((a, 1.34), (b, 0.93), (a, 1.10), (b, 1.05), (a, 1.20), (b, 0.95))
+    assert calib.speed_drift == pytest.approx((1.20 + 0.95) / 2)
+    assert calib.speed_noise == pytest.approx(1.34 / 1.10 - 1, abs=1e-4)
+    assert not calib.unsteady  # 7.5% is within 10% anyway
+    # the same noise around a 25% slow-down: past 10%, and past the 22% between processes
+    calib.repeats = ends((a, 1.25), (b, 1.20), (a, 1.25 * 1.22), (b, 1.30), (a, 1.25), (b, 1.25))
+    assert calib.speed_drift == pytest.approx(1.25) and calib.speed_noise == pytest.approx(0.22, abs=1e-4)
+    assert calib.unsteady  # 25% > 22%
+    calib.repeats = ends((a, 1.25), (b, 1.20), (a, 1.25 * 1.30), (b, 1.30), (a, 1.25), (b, 1.25))
+    assert calib.speed_noise == pytest.approx(0.30, abs=1e-4) and not calib.unsteady  # 25% < 30% of noise
+    # a steady machine: the end timings agree with the first ones
+    calib.repeats = ends((a, 1.02), (b, 0.99), (a, 1.01), (b, 1.00), (a, 0.98), (b, 1.03))
+    assert abs(calib.speed_drift - 1) < 0.02 and not calib.unsteady

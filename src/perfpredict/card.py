@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from perfpredict.errors import PerfPredictError
 
-SCHEMA_VERSION = "1.14"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
+SCHEMA_VERSION = "1.15"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
 #                                             features.activation_bytes_by_op; 1.3: features.lookup_param_bytes;
 #                                             1.4: features.recurrent_steps_by_op;
 #                                             1.5: features.saved_cpu_bytes_per_sample;
@@ -36,7 +36,8 @@ SCHEMA_VERSION = "1.14"  # 1.1: scaling, colocation, speedup_curve, comm_model, 
 #                                             1.11: colocation.points[].other_cpus, colocation.pairs[].other_cpus,
 #                                                   job_solo_other_cpus, partner_solo_other_cpus;
 #                                             1.12: run.precision, run.compiled, memory[].load_bytes;
-#                                             1.13: device.cpu_id; 1.14: prediction.calibration
+#                                             1.13: device.cpu_id; 1.14: prediction.calibration;
+#                                             1.15: prediction.calibration.speed_noise
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -496,6 +497,9 @@ class CalibrationInfo(_Section):
     calibrated_at: str
     speed_drift: float | None = Field(default=None, description="the suite's first steps timed again at its end, "
                                       "over their first timing: how far the machine's speed moved while it ran")
+    speed_noise: float | None = Field(default=None, description="the spread of those end timings (slowest / fastest "
+                                      "- 1): how much the same step varies between fresh processes, which a "
+                                      "drift must pass to count")
 
 
 class PredictionInfo(_Section):

@@ -105,7 +105,7 @@ def calibrate(
         MIN_REFERENCE_POINTS,
         RETIME_LOG_DEVIATION,
         STEADINESS_POINTS,
-        UNSTEADY_LOG_DRIFT,
+        STEADINESS_REPEATS,
         CalibratedModelSet,
         TimeCalibration,
         default_name,
@@ -153,8 +153,10 @@ def calibrate(
     # A reference far from the others' factor was most likely timed while something else ran: time it again once.
     retimed_csv = folder / "references_retimed.csv"
     _remove_with_provenance(retimed_csv)
-    again_csv = folder / "references_again.csv"
-    _remove_with_provenance(again_csv)
+    # one file per round of end timings (the collector measures a point once per file)
+    again_csvs = [folder / f"references_again{k + 1}.csv" for k in range(STEADINESS_REPEATS)]
+    for stale in [folder / "references_again.csv", *again_csvs]:  # the first is the older single round's
+        _remove_with_provenance(stale)
     repeats = []
     if len(refs) >= MIN_REFERENCE_POINTS:  # fewer: CalibratedModelSet below says so, before more is measured
         lr = np.log(np.array([r.measured_s for r in refs]) / predicted_times(src, refs, features))
@@ -167,9 +169,12 @@ def calibrate(
             _measure(again, retimed_csv, settings, "re-timing")
             refs, failed = _references(plans, refs_csv, features, retimed_csv)
         # The suite's first points timed again: did the machine's speed move while the suite ran?
+        # Each point again in fresh processes, the points interleaved, so their spread says what noise is.
         first = {(r.config, r.batch_size) for r in refs[:STEADINESS_POINTS]}
-        _measure(_single_points(plans, first), again_csv, settings, "timing the first steps again")
-        repeats, _ = _references(plans, again_csv, features)
+        for k, again_csv in enumerate(again_csvs):
+            _measure(_single_points(plans, first), again_csv, settings,
+                     f"timing the first steps again ({k + 1}/{len(again_csvs)})")
+            repeats += _references(plans, again_csv, features)[0]
     calib = TimeCalibration(name=name, source_set=src.name, mode=mode_s, precision=src.precision,
                             device_name=here_name, cpu_id=here_id,
                             created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -190,15 +195,19 @@ def calibrate(
         err_console.print(f"not used: {escape(f)}")
     out_console.print(f"time factor x{cal.factor:.3f} (median of {len(refs)} references), interval widened "
                       f"x{math.exp(cal.log_margin):.2f}; written to {folder / CALIBRATION_FILE}")
-    ratios = calib.repeat_ratios
-    if ratios:
-        out_console.print(f"steadiness: the first {len(ratios)} reference steps, timed again at the end, took "
-                          + " and ".join(f"x{r:.3f}" for r in ratios) + " their first time", highlight=False)
-        worst = max(ratios, key=lambda r: abs(math.log(r)))
-        if abs(math.log(worst)) > UNSTEADY_LOG_DRIFT:
-            err_console.print(f"[yellow]warning[/]: this machine's speed moved by up to {abs(worst - 1):.0%} while "
-                              "the references ran, so the factor reads a moving speed; calibrate again when the "
-                              "machine is steady, and next to the predictions that matter")
+    drift, noise = calib.speed_drift, calib.speed_noise
+    if drift is not None:
+        ratios = calib.repeat_ratios
+        out_console.print(f"steadiness: the first {STEADINESS_POINTS} reference steps, timed again at the end "
+                          f"({len(ratios)} fresh processes), took " + ", ".join(f"x{r:.3f}" for r in ratios)
+                          + f" their first time: median x{drift:.3f}"
+                          + (f", against {noise:.0%} between the processes at the end" if noise is not None else ""),
+                          highlight=False)
+        if calib.unsteady:
+            err_console.print(f"[yellow]warning[/]: this machine's speed moved by {abs(drift - 1):.0%} while the "
+                              "references ran, more than the same step varies between processes, so the factor "
+                              "reads a moving speed; calibrate again when the machine is steady, and next to the "
+                              "predictions that matter")
     out_console.print(f"use: perfpredict predict model.py --device-type {name}   (or --device-type cpu on this CPU)")
     if not no_mlflow:
         from perfpredict.tracking import log_calibration, tracking_uri

@@ -197,7 +197,8 @@ def log_calibration(cal, path: str | Path, *, min_time_s: float, experiment: str
             "precision": c.precision, "min_time_s": min_time_s, "torch_version": c.torch_version}.items()
             if v is not None})
         metrics = {"time_factor": cal.factor, "interval_log_margin": cal.log_margin,
-                   "reference_points": float(len(c.references)), "speed_drift": c.speed_drift}
+                   "reference_points": float(len(c.references)), "speed_drift": c.speed_drift,
+                   "speed_noise": c.speed_noise}
         mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v is not None})
         for i, (r, lr) in enumerate(zip(c.references, cal.log_ratios)):
             mlflow.log_metric("reference_measured_s", r.measured_s, step=i)

@@ -61,7 +61,13 @@ RETIME_LOG_DEVIATION = math.log(3.0)
 #: calibration. A VM's host can move it a lot: on 2026-11-26 one VM's factor for the same set read 1.07, 1.02,
 #: 1.28 and 1.67 within an hour (docs/estimators.md).
 STEADINESS_POINTS = 2
-#: More drift than this between the two timings and the command warns that the factor is a moving reading.
+#: Each of those points is timed this many more times at the end, each in a fresh process, interleaved. One
+#: timing per point could not tell drift from noise: the same step timed in fresh processes back to back varies
+#: by 23-31% on the Xeon VM (dataset/sentinel.py), and on 2026-11-27 one calibration's two points read x1.34 and
+#: x0.93, opposite ways, and the one-timing check called that a 34% drift.
+STEADINESS_REPEATS = 3
+#: A drift (the points' median end timing over their first) is called one when it passes this and the end
+#: timings' own spread (the noise between fresh processes), as the collector's speed sentinel judges its runs.
 UNSTEADY_LOG_DRIFT = math.log(1.10)
 CALIBRATION_FILE = "calibration.json"
 SCHEMA_VERSION = "1.0"
@@ -96,7 +102,8 @@ class TimeCalibration(BaseModel):
     torch_version: str | None = None
     references: list[ReferencePoint]
     repeats: list[ReferencePoint] = Field(default_factory=list, description="the suite's first points timed again "
-                                          "at its end (STEADINESS_POINTS): how far the machine's speed moved")
+                                          "at its end (STEADINESS_POINTS, each STEADINESS_REPEATS times in fresh "
+                                          "processes): how far the machine's speed moved")
     architectures: dict[str, dict[str, Any]] = Field(description="each reference architecture's graph features "
                                                      "(ArchFeatures.as_dict), which the source set predicts from")
 
@@ -107,11 +114,39 @@ class TimeCalibration(BaseModel):
         return [r.measured_s / first[(r.config, r.batch_size)] for r in self.repeats
                 if (r.config, r.batch_size) in first]
 
+    def _repeats_by_point(self) -> dict[tuple[str, int], tuple[float, list[float]]]:
+        """{(config, batch): (first timing, the end timings)} for the repeated reference points."""
+        first = {(r.config, r.batch_size): r.measured_s for r in self.references}
+        out: dict[tuple[str, int], tuple[float, list[float]]] = {}
+        for r in self.repeats:
+            key = (r.config, r.batch_size)
+            if key in first:
+                out.setdefault(key, (first[key], []))[1].append(r.measured_s)
+        return out
+
     @property
     def speed_drift(self) -> float | None:
-        """The median of :attr:`repeat_ratios`; None without repeats."""
-        ratios = self.repeat_ratios
-        return float(np.median(ratios)) if ratios else None
+        """The median over the repeated points of (the median of a point's end timings / its first timing); None
+        without repeats. With one end timing per point (calibrations before STEADINESS_REPEATS), the median of
+        :attr:`repeat_ratios`."""
+        per_point = [float(np.median(ends)) / t0 for t0, ends in self._repeats_by_point().values()]
+        return float(np.median(per_point)) if per_point else None
+
+    @property
+    def speed_noise(self) -> float | None:
+        """The end timings' own spread: the largest, over the repeated points, of slowest / fastest - 1 (the
+        variation between fresh processes at one moment); None without two end timings of a point."""
+        spreads = [max(ends) / min(ends) - 1.0 for _, ends in self._repeats_by_point().values() if len(ends) >= 2]
+        return round(max(spreads), 4) if spreads else None
+
+    @property
+    def unsteady(self) -> bool:
+        """Whether the machine's speed moved while the suite ran: :attr:`speed_drift` is more than
+        UNSTEADY_LOG_DRIFT from 1 and further from 1 than :attr:`speed_noise` (when measured)."""
+        drift, noise = self.speed_drift, self.speed_noise
+        if drift is None or abs(math.log(drift)) <= UNSTEADY_LOG_DRIFT:
+            return False
+        return noise is None or abs(drift - 1.0) > noise
 
     @model_validator(mode="after")
     def _every_reference_has_its_features(self) -> TimeCalibration:
@@ -270,7 +305,7 @@ class CalibratedModelSet:
                                interval_log_margin=self.log_margin,
                                reference_points=len(self.calibration.references),
                                calibrated_at=self.calibration.created_at,
-                               speed_drift=self.calibration.speed_drift)
+                               speed_drift=self.calibration.speed_drift, speed_noise=self.calibration.speed_noise)
 
     def calibration_note(self) -> str:
         c = self.calibration
