@@ -34,6 +34,7 @@ shrinks as the CPU:GPU ratio grows.
 
     python experiments/synergy_jct.py            # full: 6000-job traces, window 4000:5000 (about half an hour)
     python experiments/synergy_jct.py --fast     # CI: 450-job traces, window 150:350, a load or two per table
+    python experiments/synergy_jct.py --workers 8   # the same rows, 8 simulations at once (--ray ADDRESS: on Ray)
 """
 
 from __future__ import annotations
@@ -177,38 +178,60 @@ def _report(row: Mapping[str, Any]) -> None:
           f"{row['wall_s']:.0f} s){extra}", flush=True)
 
 
-def run_tables(plan: Plan, seed: int, mechanisms: Sequence[str]) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
+def _simulate_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """One planned simulation (:func:`simulate_row`'s arguments); module-level so that workers can run it."""
+    return simulate_row(**spec)
 
-    def run(table: str, policy: str, load: float, split: Sequence[float], multi: bool, mechs: Sequence[str],
+
+def run_tables(plan: Plan, seed: int, mechanisms: Sequence[str], workers: int = 1,
+               ray_address: str | None = None) -> list[dict[str, Any]]:
+    """Every simulation of the four tables, serially, in ``workers`` local processes or as Ray tasks
+    (:func:`perfpredict.sim.parallel.map_runs`); the rows come back in the tables' order either way."""
+    from perfpredict.sim.parallel import map_runs
+
+    specs: list[dict[str, Any]] = []
+    slots: list[int | str] = []  # a spec's index, or "reuse": table 1's rows at the ratio table's load
+
+    def add(table: str, policy: str, load: float, split: Sequence[float], multi: bool, mechs: Sequence[str],
             ratio: int = 3, bound: bool = False) -> None:
         jobs = _trace(plan, load, split, multi, seed)
         for mech in mechs:
-            row = simulate_row(jobs, _cluster(ratio), policy, mech, plan.window,
-                               bound_samples=plan.bound_samples if bound and mech == "tune" else 0,
-                               table=table, load=load, split="/".join(f"{x:g}" for x in split),
-                               trace="multi-GPU" if multi else "single-GPU")
-            rows.append(row)
-            _report(row)
+            slots.append(len(specs))
+            specs.append(dict(jobs=jobs, cluster=_cluster(ratio), policy=policy, mechanism=mech, window=plan.window,
+                              bound_samples=plan.bound_samples if bound and mech == "tune" else 0,
+                              table=table, load=load, split="/".join(f"{x:g}" for x in split),
+                              trace="multi-GPU" if multi else "single-GPU"))
 
-    print("1. FIFO, single-GPU trace, split 20/70/10")
+    sections = [("1. FIFO, single-GPU trace, split 20/70/10", len(specs))]
     for load in plan.fifo_loads:
-        run("fifo-single", "fifo", load, MAIN_SPLIT, False, mechanisms, bound=True)
-    print("2. FIFO, multi-GPU trace, split 50/0/50")
+        add("fifo-single", "fifo", load, MAIN_SPLIT, False, mechanisms, bound=True)
+    sections.append(("2. FIFO, multi-GPU trace, split 50/0/50", len(specs)))
     for load in plan.split_loads:
-        run("split-50-0-50", "fifo", load, SENSITIVE_SPLIT, True, mechanisms)
-    print("3. SRTF and LAS, multi-GPU trace, split 20/70/10")
+        add("split-50-0-50", "fifo", load, SENSITIVE_SPLIT, True, mechanisms)
+    sections.append(("3. SRTF and LAS, multi-GPU trace, split 20/70/10", len(specs)))
     for policy in ("srtf", "las"):
         for load in plan.multi_loads:
-            run(f"{policy}-multi", policy, load, MAIN_SPLIT, True, ["proportional", "tune"])
-    print(f"4. FIFO, single-GPU trace, load {plan.ratio_load:g}, CPU:GPU ratio {plan.ratios}")
+            add(f"{policy}-multi", policy, load, MAIN_SPLIT, True, ["proportional", "tune"])
+    sections.append((f"4. FIFO, single-GPU trace, load {plan.ratio_load:g}, CPU:GPU ratio {plan.ratios}", len(specs)))
     for ratio in plan.ratios:
         if ratio == 3 and plan.ratio_load in plan.fifo_loads:
-            for r in [r for r in rows if r["table"] == "fifo-single" and r["load"] == plan.ratio_load
-                      and r["mechanism"] in ("proportional", "tune")]:
-                rows.append({**r, "table": "ratio"})  # the same simulation as table 1's
+            slots.append("reuse")  # the same simulation as table 1's
             continue
-        run("ratio", "fifo", plan.ratio_load, MAIN_SPLIT, False, ["proportional", "tune"], ratio=ratio)
+        add("ratio", "fifo", plan.ratio_load, MAIN_SPLIT, False, ["proportional", "tune"], ratio=ratio)
+    counts = [b - a for (_, a), (_, b) in zip(sections, [*sections[1:], ("", len(specs))])]
+    where = (f"as Ray tasks ({ray_address})" if ray_address else f"in {workers} worker processes" if workers > 1
+             else "one after another")
+    print(f"{len(specs)} simulations, {where}: " + "; ".join(f"{t} ({n})" for (t, _), n in zip(sections, counts)),
+          flush=True)
+    results = map_runs(_simulate_spec, specs, workers=workers, ray_address=ray_address,
+                       on_result=lambda _, row: _report(row))
+    rows: list[dict[str, Any]] = []
+    for slot in slots:
+        if slot == "reuse":
+            rows += [{**r, "table": "ratio"} for r in rows if r["table"] == "fifo-single"
+                     and r["load"] == plan.ratio_load and r["mechanism"] in ("proportional", "tune")]
+        else:
+            rows.append(results[slot])
     return rows
 
 
@@ -372,6 +395,10 @@ def main() -> None:
                     "(jobs/hour)")
     ap.add_argument("--mechanisms", default="proportional,greedy,tune", help="mechanisms of tables 1 and 2")
     ap.add_argument("--seed", type=nonneg_int, default=0)
+    ap.add_argument("--workers", type=positive_int, default=1, help="simulations at once in local worker processes "
+                    "(the rows do not depend on it)")
+    ap.add_argument("--ray", default=None, metavar="ADDRESS", help="run the simulations as Ray tasks: 'local', "
+                    "'auto' or the head's HOST:PORT (needs perfpredict[ray]; --workers then caps the tasks in flight)")
     ap.add_argument("--out", type=out_dir, default="experiments/out/synergy")
     args = ap.parse_args()
     mechanisms = args.mechanisms.split(",")
@@ -399,7 +426,7 @@ def main() -> None:
           f"seed {args.seed}\n")
 
     t0 = time.perf_counter()
-    rows = run_tables(plan, args.seed, mechanisms)
+    rows = run_tables(plan, args.seed, mechanisms, workers=args.workers, ray_address=args.ray)
     print_tables(rows)
     checks = check_targets(rows)
     (out / "results.json").write_text(json.dumps({"plan": asdict(plan), "seed": args.seed, "rows": rows,

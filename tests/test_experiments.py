@@ -22,7 +22,8 @@ def _run_fast(script: str, out: Path, *extra: str) -> tuple[str, dict[str, Any]]
 
 
 def test_synergy_jct_fast(tmp_path):
-    stdout, res = _run_fast("synergy_jct.py", tmp_path)
+    stdout, res = _run_fast("synergy_jct.py", tmp_path, "--workers", "2")  # (map_runs gives the serial rows)
+    assert "15 simulations, in 2 worker processes" in stdout
     rows = res["rows"]
     assert {r["table"] for r in rows} == {"fifo-single", "split-50-0-50", "srtf-multi", "las-multi", "ratio"}
     lo, hi = res["plan"]["window"]
