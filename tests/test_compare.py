@@ -109,27 +109,34 @@ def test_cli_failed_scheduler_exits_1_with_the_others_written(run_cli, tmp_path)
     assert [r["status"] for r in _rows(tmp_path / "c" / "runs.csv")] == ["ok", "failed"]
 
 
-@pytest.mark.parametrize("jobs", ["1", "2"])
-def test_ctrl_c_keeps_the_runs_finished_so_far(tmp_path, jobs):
-    out = tmp_path / "c"
+def interrupted_compare(tmp_path, out, *flags: str, after_rows: int = 1) -> tuple[str, str]:
+    """`perfpredict compare` of long runs with ``flags``, sent a Ctrl-C once ``runs.csv`` holds ``after_rows``
+    rows: (stdout, stderr), after checking that it exits 130, says it was interrupted and prints no traceback."""
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlruns.db"}
     proc = subprocess.Popen([sys.executable, "-m", "perfpredict", "compare", "-m", "proportional", "-m", "tune",
                              "--trace", "synergy:n=1500,load=9", "--cluster", "8x8", "--seeds", "0,1,2,3,4,5",
-                             "--jobs", jobs, "--no-mlflow", "--out", str(out)], stdout=subprocess.PIPE,
+                             *flags, "--no-mlflow", "--out", str(out)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE,
                             text=True, env=env,
                             # a test run started in the background by a shell inherits SIGINT ignored
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None:
-        if (out / "runs.csv").exists() and len(_rows(out / "runs.csv")) >= 1:
+        if (out / "runs.csv").exists() and len(_rows(out / "runs.csv")) >= after_rows:
             break
         time.sleep(0.2)
     assert proc.poll() is None, "finished before it could be interrupted"
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
+    stdout, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
+    return stdout, err
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_ctrl_c_keeps_the_runs_finished_so_far(tmp_path, jobs):
+    out = tmp_path / "c"
+    interrupted_compare(tmp_path, out, "--jobs", jobs)
     rows = _rows(out / "runs.csv")
     assert 1 <= len(rows) < 12
     doc = json.loads((out / "summary.json").read_text())

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import signal
-import subprocess
 import sys
 import time
 
@@ -15,6 +12,7 @@ import pytest
 
 from perfpredict.errors import UsageError
 from perfpredict.sim.compare import compare, parse_schedulers
+from tests.test_compare import interrupted_compare
 
 ray = pytest.importorskip("ray")  # a dev dependency: installed by `make test`
 
@@ -84,23 +82,7 @@ def test_a_wrong_address_is_one_error_before_anything_runs(run_cli, tmp_path, ad
 
 def test_cli_on_ray_prints_where_it_ran_and_a_ctrl_c_keeps_the_runs(tmp_path):
     out = tmp_path / "c"
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlruns.db"}
-    proc = subprocess.Popen([sys.executable, "-m", "perfpredict", "compare", "-m", "proportional", "-m", "tune",
-                             "--trace", "synergy:n=1500,load=9", "--cluster", "8x8", "--seeds", "0,1,2,3,4,5",
-                             "--ray", "local", "--no-mlflow", "--out", str(out)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env,
-                            # a test run started in the background by a shell inherits SIGINT ignored
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and proc.poll() is None:
-        if (out / "runs.csv").exists() and len(_rows(out / "runs.csv")) >= 2:  # the local run and a Ray task
-            break
-        time.sleep(0.2)
-    assert proc.poll() is None, "finished before it could be interrupted"
-    proc.send_signal(signal.SIGINT)
-    stdout, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
-    assert "interrupted" in err and "Traceback" not in err
+    stdout, _ = interrupted_compare(tmp_path, out, "--ray", "local", after_rows=2)  # the local run and a Ray task
     assert "ran on Ray at local: 1 node(s)" in stdout
     rows = _rows(out / "runs.csv")
     assert 2 <= len(rows) < 12 and all(r["status"] == "ok" for r in rows)
