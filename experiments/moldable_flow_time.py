@@ -22,6 +22,7 @@ advantage "particularly noticeable when the system load is low or very high" (§
 
     python experiments/moldable_flow_time.py            # full: 4000 tasks, ρ in 1, 0.5, 0.25, 0.125
     python experiments/moldable_flow_time.py --fast     # CI: 600 tasks, ρ in 0.8, 0.5
+    python experiments/moldable_flow_time.py --workers 4   # the same rows, 4 simulations at once (--ray: on Ray)
 """
 
 from __future__ import annotations
@@ -33,13 +34,46 @@ import time
 from pathlib import Path
 
 
-def main() -> None:
+def simulate_row(spec: dict) -> dict:
+    """One (cluster size, schedule) simulation as a row; module-level so that workers can run it (the models
+    are rebuilt from ``share`` there)."""
     from perfpredict.sched import ClusterSpec, make_policy
     from perfpredict.sched.mechanisms import make_mechanism
     from perfpredict.sched.paper_cards import moldable_models
     from perfpredict.sim.metrics import metrics_from_result
-    from perfpredict.sim.plots import plot_jct_vs_load
     from perfpredict.sim.simulator import SimConfig, simulate
+
+    g = spec["gpus"]
+    cluster = ClusterSpec.homogeneous(g, gpus=1, cpus=4, mem_gb=64, gpu_type="M40", gpu_mem_gb=12.0)
+    models = moldable_models(gpu_mem_gb=12.0, share_fraction=spec["share"])
+    t0 = time.perf_counter()
+    res = simulate(spec["jobs"], cluster, make_policy(spec["policy"]), make_mechanism(spec["mechanism"]), models,
+                   SimConfig(mode="event", restart_overhead_s=spec["overhead"]))
+    m = metrics_from_result(res)
+    return {"gpus": g, "load": spec["demand"] / g, "schedule": spec["label"],
+            "avg_flow_time_h": m.avg_flow_time_s / 3600,
+            "max_flow_time_h": m.max_flow_time_s / 3600, "avg_stretch": m.avg_stretch,
+            "avg_job_flow_time_h": m.avg_job_flow_time_s / 3600, "volume_util": m.volume_util,
+            # mean time from arrival to completion not spent running: how congested the size is
+            "avg_wait_s": m.avg_queue_delay_s,
+            # §IV-A: "re-allocations" (suspend, shrink/expand, move) are all "preemption", each
+            # paying t_pm; suspensions alone are the simulator's preemptions
+            "preemptions": m.total_preemptions + sum(js.restarts for js in res.finished + res.unfinished),
+            "suspensions": m.total_preemptions,
+            "unfinished": m.n_unfinished,
+            "wall_s": time.perf_counter() - t0}
+
+
+def _report(r: dict) -> None:
+    print(f"|G|={r['gpus']:3d} {r['schedule']:24s} avg flow {r['avg_flow_time_h']:8.2f} h  stretch "
+          f"{r['avg_stretch']:7.2f}  util {r['volume_util']:.2f}  preemptions {r['preemptions']:5d} (suspensions "
+          f"{r['suspensions']:5d})  ({r['wall_s']:.1f} s)", flush=True)
+
+
+def main() -> None:
+    from perfpredict.sched.paper_cards import moldable_models
+    from perfpredict.sim.parallel import map_runs
+    from perfpredict.sim.plots import plot_jct_vs_load
     from perfpredict.sim.traces import dl_bag_trace
 
     from perfpredict.script_args import describe, float_list, int_list, nonneg_int, out_dir, positive_int
@@ -55,6 +89,10 @@ def main() -> None:
     ap.add_argument("--share-fraction", default=None,
                     help="sensitivity: Amdahl fraction below one GPU per application, e.g. mcnn=0.5 (how much "
                          "tasks sharing a GPU slow each other; default: the curve's own f, mcnn 0.8)")
+    ap.add_argument("--workers", type=positive_int, default=1, help="simulations at once in local worker processes "
+                    "(the rows do not depend on it)")
+    ap.add_argument("--ray", default=None, metavar="ADDRESS", help="run the simulations as Ray tasks: 'local', "
+                    "'auto' or the head's HOST:PORT (needs perfpredict[ray]; --workers then caps the tasks in flight)")
     ap.add_argument("--out", type=out_dir, default="experiments/out/moldable")
     args = ap.parse_args()
     share = None
@@ -96,29 +134,13 @@ def main() -> None:
             ("malleable-equipartition", "fifo", "malleable-equipartition", 0.0),
             ("malleable t_pm=150s", "fifo", "malleable-equipartition", 150.0),
             ("malleable t_pm=300s", "fifo", "malleable-equipartition", 300.0)]
-    rows = []
-    for g in sizes:
-        cluster = ClusterSpec.homogeneous(g, gpus=1, cpus=4, mem_gb=64, gpu_type="M40", gpu_mem_gb=12.0)
-        for label, pol, mech, overhead in runs:
-            t0 = time.perf_counter()
-            res = simulate(jobs, cluster, make_policy(pol), make_mechanism(mech), models,
-                           SimConfig(mode="event", restart_overhead_s=overhead))
-            m = metrics_from_result(res)
-            rows.append({"gpus": g, "load": demand / g, "schedule": label, "avg_flow_time_h": m.avg_flow_time_s / 3600,
-                         "max_flow_time_h": m.max_flow_time_s / 3600, "avg_stretch": m.avg_stretch,
-                         "avg_job_flow_time_h": m.avg_job_flow_time_s / 3600, "volume_util": m.volume_util,
-                         # mean time from arrival to completion not spent running: how congested the size is
-                         "avg_wait_s": m.avg_queue_delay_s,
-                         # §IV-A: "re-allocations" (suspend, shrink/expand, move) are all "preemption", each
-                         # paying t_pm; suspensions alone are the simulator's preemptions
-                         "preemptions": m.total_preemptions + sum(js.restarts for js in res.finished + res.unfinished),
-                         "suspensions": m.total_preemptions,
-                         "unfinished": m.n_unfinished,
-                         "wall_s": time.perf_counter() - t0})
-            r = rows[-1]
-            print(f"|G|={g:3d} {label:24s} avg flow {r['avg_flow_time_h']:8.2f} h  stretch {r['avg_stretch']:7.2f}  "
-                  f"util {r['volume_util']:.2f}  preemptions {r['preemptions']:5d} (suspensions {r['suspensions']:5d})"
-                  f"  ({r['wall_s']:.1f} s)", flush=True)
+    tasks = [dict(jobs=jobs, gpus=g, demand=demand, label=label, policy=pol, mechanism=mech, overhead=overhead,
+                  share=share) for g in sizes for label, pol, mech, overhead in runs]
+    where = (f"as Ray tasks ({args.ray})" if args.ray else f"in {args.workers} worker processes" if args.workers > 1
+             else "one after another")
+    print(f"{len(tasks)} simulations, {where}", flush=True)
+    rows = map_runs(simulate_row, tasks, workers=args.workers, ray_address=args.ray,
+                    on_result=lambda _, r: _report(r))
 
     def flow(g: int, label: str) -> float:
         return next(r["avg_flow_time_h"] for r in rows if r["gpus"] == g and r["schedule"] == label)

@@ -56,7 +56,9 @@ def test_synergy_jct_fast(tmp_path):
 
 
 def test_moldable_flow_time_fast(tmp_path):
-    stdout, res = _run_fast("moldable_flow_time.py", tmp_path, "--tasks", "400")  # 600 by default: ~1 min here
+    stdout, res = _run_fast("moldable_flow_time.py", tmp_path, "--tasks", "400",  # 600 by default: ~1 min here
+                            "--workers", "2")
+    assert "10 simulations, in 2 worker processes" in stdout
     rows = res["rows"]
     sizes = sorted({r["gpus"] for r in rows})
     assert len(sizes) == 2 and len(rows) == 5 * len(sizes)
