@@ -72,7 +72,7 @@ def _report(r: dict) -> None:
 
 def main() -> None:
     from perfpredict.sched.paper_cards import moldable_models
-    from perfpredict.sim.parallel import map_runs
+    from perfpredict.sim.parallel import add_sweep_options, map_runs, where_runs
     from perfpredict.sim.plots import plot_jct_vs_load
     from perfpredict.sim.traces import dl_bag_trace
 
@@ -89,10 +89,7 @@ def main() -> None:
     ap.add_argument("--share-fraction", default=None,
                     help="sensitivity: Amdahl fraction below one GPU per application, e.g. mcnn=0.5 (how much "
                          "tasks sharing a GPU slow each other; default: the curve's own f, mcnn 0.8)")
-    ap.add_argument("--workers", type=positive_int, default=1, help="simulations at once in local worker processes "
-                    "(the rows do not depend on it)")
-    ap.add_argument("--ray", default=None, metavar="ADDRESS", help="run the simulations as Ray tasks: 'local', "
-                    "'auto' or the head's HOST:PORT (needs perfpredict[ray]; --workers then caps the tasks in flight)")
+    add_sweep_options(ap)
     ap.add_argument("--out", type=out_dir, default="experiments/out/moldable")
     args = ap.parse_args()
     share = None
@@ -136,9 +133,7 @@ def main() -> None:
             ("malleable t_pm=300s", "fifo", "malleable-equipartition", 300.0)]
     tasks = [dict(jobs=jobs, gpus=g, demand=demand, label=label, policy=pol, mechanism=mech, overhead=overhead,
                   share=share) for g in sizes for label, pol, mech, overhead in runs]
-    where = (f"as Ray tasks ({args.ray})" if args.ray else f"in {args.workers} worker processes" if args.workers > 1
-             else "one after another")
-    print(f"{len(tasks)} simulations, {where}", flush=True)
+    print(f"{len(tasks)} simulations, {where_runs(args.workers, args.ray)}", flush=True)
     rows = map_runs(simulate_row, tasks, workers=args.workers, ray_address=args.ray,
                     on_result=lambda _, r: _report(r))
 

@@ -187,7 +187,7 @@ def run_tables(plan: Plan, seed: int, mechanisms: Sequence[str], workers: int = 
                ray_address: str | None = None) -> list[dict[str, Any]]:
     """Every simulation of the four tables, serially, in ``workers`` local processes or as Ray tasks
     (:func:`perfpredict.sim.parallel.map_runs`); the rows come back in the tables' order either way."""
-    from perfpredict.sim.parallel import map_runs
+    from perfpredict.sim.parallel import map_runs, where_runs
 
     specs: list[dict[str, Any]] = []
     slots: list[int | str] = []  # a spec's index, or "reuse": table 1's rows at the ratio table's load
@@ -219,10 +219,8 @@ def run_tables(plan: Plan, seed: int, mechanisms: Sequence[str], workers: int = 
             continue
         add("ratio", "fifo", plan.ratio_load, MAIN_SPLIT, False, ["proportional", "tune"], ratio=ratio)
     counts = [b - a for (_, a), (_, b) in zip(sections, [*sections[1:], ("", len(specs))])]
-    where = (f"as Ray tasks ({ray_address})" if ray_address else f"in {workers} worker processes" if workers > 1
-             else "one after another")
-    print(f"{len(specs)} simulations, {where}: " + "; ".join(f"{t} ({n})" for (t, _), n in zip(sections, counts)),
-          flush=True)
+    print(f"{len(specs)} simulations, {where_runs(workers, ray_address)}: "
+          + "; ".join(f"{t} ({n})" for (t, _), n in zip(sections, counts)), flush=True)
     results = map_runs(_simulate_spec, specs, workers=workers, ray_address=ray_address,
                        on_result=lambda _, row: _report(row))
     rows: list[dict[str, Any]] = []
@@ -386,6 +384,7 @@ def plot(rows: Sequence[Mapping[str, Any]], out: Path) -> list[Path]:
 def main() -> None:
     from perfpredict.sched.mechanisms import make_mechanism
     from perfpredict.script_args import describe, float_list, nonneg_int, out_dir, positive_int
+    from perfpredict.sim.parallel import add_sweep_options
 
     ap = argparse.ArgumentParser(description=describe(__doc__))
     ap.add_argument("--fast", action="store_true", help="short traces, a load or two per table (CI)")
@@ -395,10 +394,7 @@ def main() -> None:
                     "(jobs/hour)")
     ap.add_argument("--mechanisms", default="proportional,greedy,tune", help="mechanisms of tables 1 and 2")
     ap.add_argument("--seed", type=nonneg_int, default=0)
-    ap.add_argument("--workers", type=positive_int, default=1, help="simulations at once in local worker processes "
-                    "(the rows do not depend on it)")
-    ap.add_argument("--ray", default=None, metavar="ADDRESS", help="run the simulations as Ray tasks: 'local', "
-                    "'auto' or the head's HOST:PORT (needs perfpredict[ray]; --workers then caps the tasks in flight)")
+    add_sweep_options(ap)
     ap.add_argument("--out", type=out_dir, default="experiments/out/synergy")
     args = ap.parse_args()
     mechanisms = args.mechanisms.split(",")

@@ -219,13 +219,6 @@ def _run_task(task: tuple) -> dict[str, Any]:
     return _run_one(*task)
 
 
-def _ignore_sigint() -> None:
-    """In a pool worker: Ctrl-C reaches the whole process group; the parent alone handles it (and stops us)."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 def worker_caches() -> dict[str, Any]:
     """What this process has computed that a worker process would compute again: the Horus workloads' refitted
     predictions (a family-CV refit is ~17 s on 2 cores, and each worker starts from the fork server, empty)."""
@@ -243,8 +236,11 @@ def prime_caches(caches: dict[str, Any]) -> None:
 
 
 def init_worker(caches: dict[str, Any]) -> None:
-    """A pool worker's start: ignore Ctrl-C (:func:`_ignore_sigint`) and take the parent's caches."""
-    _ignore_sigint()
+    """A pool worker's start: ignore Ctrl-C (:func:`perfpredict.sim.parallel.ignore_sigint`) and take the
+    parent's caches."""
+    from perfpredict.sim.parallel import ignore_sigint
+
+    ignore_sigint()
     prime_caches(caches)
 
 
@@ -333,25 +329,11 @@ def compare(trace: str | Path, cluster: Any, schedulers: Sequence[Scheduler], se
             for task in tasks[1:]:
                 record(_run_one(*task, on_decision=on_decision))
         else:
-            import multiprocessing
+            from perfpredict.sim.parallel import in_processes
 
-            from perfpredict.profile.runner import sigint_blocked
-
-            pool = None
-            try:
-                # A Ctrl-C in the middle of Pool() left a worker the parent did not know about; it failed to
-                # unpickle the pool's (by then unlinked) semaphores and printed a traceback. Held back until
-                # the pool exists, it is raised here and the pool is terminated below.
-                caches = worker_caches()  # made by the first run, which ran here
-                with sigint_blocked():
-                    pool = multiprocessing.get_context("forkserver").Pool(min(jobs, len(tasks) - 1),
-                                                                          init_worker, (caches,))
-                for row in pool.imap_unordered(_run_task, tasks[1:]):
-                    record(row)
-            finally:
-                if pool is not None:
-                    pool.terminate()  # after Ctrl-C: the runs still going are stopped, not left to finish
-                    pool.join()
+            # the workers take the predictions the first run (made here) refitted
+            in_processes(_run_task, tasks[1:], lambda _, row: record(row), min(jobs, len(tasks) - 1),
+                         init_worker, (worker_caches(),))
     except KeyboardInterrupt:
         cmp.interrupted = True
     finally:

@@ -9,6 +9,7 @@ workers: a module-level function of a package, or of a script with an ``if __nam
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -34,16 +35,43 @@ def map_runs(fn: Callable[[T], R], items: Iterable[T], *, workers: int = 1, ray_
             on_result(i, r)
 
     if ray_address is not None:
-        from perfpredict.sim.ray_backend import connected
+        from perfpredict.sim.ray_backend import connected, ray_map
 
         with connected(ray_address) as (ray, _):
-            _on_ray(ray, fn, todo, done, workers if workers > 1 else None)
+            ray_map(ray, fn, todo, lambda i, ref: done(i, ray.get(ref)), workers if workers > 1 else None)
     elif workers > 1 and len(todo) > 1:
-        _in_processes(fn, todo, done, min(workers, len(todo)))
+        from perfpredict.profile.main_guard import check_main_guard
+
+        check_main_guard("perfpredict.sim.parallel.map_runs(workers > 1)")
+        in_processes(fn, todo, done, min(workers, len(todo)))
     else:
         for i, x in enumerate(todo):
             done(i, fn(x))
     return out
+
+
+def add_sweep_options(ap: argparse.ArgumentParser) -> None:
+    """An experiment script's ``--workers`` and ``--ray`` (the arguments of :func:`map_runs`)."""
+    from perfpredict.script_args import positive_int
+
+    ap.add_argument("--workers", type=positive_int, default=1, help="simulations at once in local worker processes "
+                    "(the rows do not depend on it)")
+    ap.add_argument("--ray", default=None, metavar="ADDRESS", help="run the simulations as Ray tasks: 'local', "
+                    "'auto' or the head's HOST:PORT (needs perfpredict[ray]; --workers then caps the tasks in flight)")
+
+
+def where_runs(workers: int, ray_address: str | None) -> str:
+    """How :func:`map_runs` runs them, for a progress line."""
+    if ray_address:
+        return f"as Ray tasks ({ray_address})"
+    return f"in {workers} worker processes" if workers > 1 else "one after another"
+
+
+def ignore_sigint() -> None:
+    """In a pool worker: Ctrl-C reaches the whole process group; the parent alone handles it (and stops us)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _indexed(arg: tuple[Callable[[Any], Any], int, Any]) -> tuple[int, Any]:
@@ -51,19 +79,24 @@ def _indexed(arg: tuple[Callable[[Any], Any], int, Any]) -> tuple[int, Any]:
     return i, fn(x)
 
 
-def _in_processes(fn, todo, done, workers: int) -> None:
+def in_processes(fn: Callable[[T], R], items: Sequence[T], done: Callable[[int, R], None], workers: int,
+                 initializer: Callable[..., None] = ignore_sigint, initargs: tuple = ()) -> None:
+    """``fn(item)`` for every item in ``workers`` forkserver processes started with ``initializer(*initargs)``
+    (which must ignore SIGINT, as :func:`ignore_sigint` does), calling ``done(index, result)`` as each one
+    ends. The workers are stopped on the way out, a Ctrl-C included: the runs still going are not left to
+    finish."""
     import multiprocessing
 
-    from perfpredict.profile.main_guard import check_main_guard
     from perfpredict.profile.runner import sigint_blocked
-    from perfpredict.sim.compare import _ignore_sigint
 
-    check_main_guard("perfpredict.sim.parallel.map_runs(workers > 1)")
     pool = None
     try:
-        with sigint_blocked():  # a Ctrl-C while the pool starts is raised once it exists (compare() found why)
-            pool = multiprocessing.get_context("forkserver").Pool(workers, _ignore_sigint)
-        for i, r in pool.imap_unordered(_indexed, [(fn, i, x) for i, x in enumerate(todo)]):
+        # A Ctrl-C in the middle of Pool() left a worker the parent did not know about; it failed to unpickle the
+        # pool's (by then unlinked) semaphores and printed a traceback. Held back until the pool exists, it is
+        # raised here and the pool is terminated below.
+        with sigint_blocked():
+            pool = multiprocessing.get_context("forkserver").Pool(workers, initializer, initargs)
+        for i, r in pool.imap_unordered(_indexed, [(fn, i, x) for i, x in enumerate(items)]):
             done(i, r)
     finally:
         if pool is not None:
@@ -71,23 +104,4 @@ def _in_processes(fn, todo, done, workers: int) -> None:
             pool.join()
 
 
-def _on_ray(ray, fn, todo, done, max_in_flight: int | None) -> None:
-    remote = ray.remote(num_cpus=1, max_retries=0)(fn)
-    queue = list(enumerate(todo))
-    limit = max_in_flight or len(queue)
-    pending: dict[Any, int] = {}
-    try:
-        while queue or pending:
-            while queue and len(pending) < limit:
-                i, x = queue.pop(0)
-                pending[remote.remote(x)] = i
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)  # bounded: Ctrl-C within 0.5 s
-            for ref in ready:
-                done(pending.pop(ref), ray.get(ref))
-    except KeyboardInterrupt:
-        for ref in pending:
-            ray.cancel(ref, force=True)
-        raise
-
-
-__all__ = ["map_runs"]
+__all__ = ["add_sweep_options", "ignore_sigint", "in_processes", "map_runs", "where_runs"]

@@ -138,33 +138,43 @@ def write_files(run_dir: Path, files: dict[str, bytes]) -> None:
         dest.write_bytes(data)
 
 
-def run_tasks(ray: Any, tasks: Sequence[tuple], caches: dict[str, Any], record: Callable[[dict[str, Any]], None],
-              max_in_flight: int | None = None) -> None:
-    """Submit every task to Ray (at most ``max_in_flight`` at once; None: all) and ``record`` each row as its
-    run ends, after writing the run's files. A Ctrl-C cancels the runs not yet finished and is raised again."""
-    remote = ray.remote(num_cpus=1, max_retries=0)(run_and_collect)
-    caches_ref = ray.put(caches)
-    queue = list(tasks)
+def ray_map(ray: Any, fn: Callable[..., Any], items: Sequence[Any], done: Callable[[int, Any], None],
+            max_in_flight: int | None = None, args: tuple = ()) -> None:
+    """``fn(item, *args)`` for every item as a Ray task asking for one CPU (at most ``max_in_flight`` at once;
+    None: all), calling ``done(index, ref)`` as each one ends (the caller gets its result). A Ctrl-C cancels the
+    tasks not yet finished and is raised again."""
+    remote = ray.remote(num_cpus=1, max_retries=0)(fn)
+    queue = list(enumerate(items))
     limit = max_in_flight or len(queue)
-    pending: dict[Any, tuple] = {}
+    pending: dict[Any, int] = {}
     try:
         while queue or pending:
             while queue and len(pending) < limit:
-                task = queue.pop(0)
-                pending[remote.remote(task, caches_ref)] = task
+                i, x = queue.pop(0)
+                pending[remote.remote(x, *args)] = i
             # a bounded wait: a Ctrl-C is raised here within half a second (a wait without a timeout held it
             # until a run ended)
-            done, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
-            for ref in done:
-                task = pending.pop(ref)
-                row, files = _result(ray, ref, task)
-                if files and task[-1] is not None:
-                    write_files(Path(task[-1]), files)
-                record(row)
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
+            for ref in ready:
+                done(pending.pop(ref), ref)
     except KeyboardInterrupt:
         for ref in pending:
             ray.cancel(ref, force=True)
         raise
+
+
+def run_tasks(ray: Any, tasks: Sequence[tuple], caches: dict[str, Any], record: Callable[[dict[str, Any]], None],
+              max_in_flight: int | None = None) -> None:
+    """``compare``'s tasks through :func:`ray_map`: ``record`` each row as its run ends, after writing the run's
+    files."""
+    def finished(i: int, ref: Any) -> None:
+        task = tasks[i]
+        row, files = _result(ray, ref, task)
+        if files and task[-1] is not None:
+            write_files(Path(task[-1]), files)
+        record(row)
+
+    ray_map(ray, run_and_collect, tasks, finished, max_in_flight, args=(ray.put(caches),))
 
 
 def _result(ray: Any, ref: Any, task: tuple) -> tuple[dict[str, Any], dict[str, bytes]]:
@@ -179,4 +189,5 @@ def _result(ray: Any, ref: Any, task: tuple) -> tuple[dict[str, Any], dict[str, 
         return _failed_row(s, seed, "error", f"Ray lost the run: {type(e).__name__}: {first}"[:500], metrics), {}
 
 
-__all__ = ["CONNECT_TIMEOUT_S", "cluster_info", "connected", "run_and_collect", "run_tasks", "write_files"]
+__all__ = ["CONNECT_TIMEOUT_S", "cluster_info", "connected", "ray_map", "run_and_collect", "run_tasks",
+           "write_files"]
