@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from perfpredict.errors import UsageError
 
@@ -198,6 +198,21 @@ def _failed_row(s: Scheduler, seed: int, status: str, error: str, metrics: Seque
 FATAL_STEPS = ("arguments", "trace", "cluster", "cards")
 
 
+class RunTask(NamedTuple):
+    """One (scheduler, seed) simulation of a comparison: :func:`_run_one`'s arguments, picklable for a worker
+    process or a Ray task."""
+
+    trace: Any
+    cluster: Any
+    scheduler: Scheduler
+    seed: int
+    metrics: Sequence[str]
+    cards: Any
+    config: Any
+    steady: tuple[int, int] | None
+    run_dir: Path | None
+
+
 def _run_one(trace: Any, cluster: Any, s: Scheduler, seed: int, metrics: Sequence[str], cards: Any, config: Any,
              steady: tuple[int, int] | None, run_dir: Path | None,
              on_decision: Callable[[float, int, int], None] | None = None) -> dict[str, Any]:
@@ -215,7 +230,7 @@ def _run_one(trace: Any, cluster: Any, s: Scheduler, seed: int, metrics: Sequenc
         return _failed_row(s, seed, "error", f"internal error: {type(e).__name__}: {e}", metrics)
 
 
-def _run_task(task: tuple) -> dict[str, Any]:
+def _run_task(task: RunTask) -> dict[str, Any]:
     return _run_one(*task)
 
 
@@ -282,8 +297,8 @@ def compare(trace: str | Path, cluster: Any, schedulers: Sequence[Scheduler], se
         if problem:
             raise UsageError(f"out_dir: {problem}", step="arguments")
     order = [(seed, s) for seed in seeds for s in schedulers]
-    tasks = [(trace, cluster, s, seed, metrics, cards, config, steady,
-              out / "runs" / folder_name(s.label) / f"seed{seed}" if out is not None else None)
+    tasks = [RunTask(trace, cluster, s, seed, metrics, cards, config, steady,
+                     out / "runs" / folder_name(s.label) / f"seed{seed}" if out is not None else None)
              for seed, s in order]
     sink = writer = None
 

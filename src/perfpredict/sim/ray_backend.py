@@ -24,9 +24,12 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfpredict.errors import UsageError
+
+if TYPE_CHECKING:
+    from perfpredict.sim.compare import RunTask
 
 #: seconds to wait for a cluster's head to accept a TCP connection before ``ray.init`` is tried: a wrong
 #: address would otherwise keep Ray retrying for minutes
@@ -113,18 +116,17 @@ def _safe_relative(rel: str) -> PurePosixPath:
     return p
 
 
-def run_and_collect(task: tuple, caches: dict[str, Any]) -> tuple[dict[str, Any], dict[str, bytes]]:
-    """On a Ray worker: one comparison task (``compare``'s tuple; its last item the run's folder or None) run
-    into a temporary folder, with the files it wrote as {relative path: bytes}."""
+def run_and_collect(task: RunTask, caches: dict[str, Any]) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """On a Ray worker: one comparison task run into a temporary folder (when it has a run folder), with the
+    files it wrote as {relative path: bytes}."""
     from perfpredict.sim.compare import _run_one, prime_caches
 
     prime_caches(caches)
-    *head, run_dir = task
-    if run_dir is None:
-        return _run_one(*head, None), {}
+    if task.run_dir is None:
+        return _run_one(*task), {}
     with tempfile.TemporaryDirectory(prefix="perfpredict-run-") as tmp:
-        row = _run_one(*head, Path(tmp) / "run")
         root = Path(tmp) / "run"
+        row = _run_one(*task._replace(run_dir=root))
         files = ({p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
                  if root.is_dir() else {})
     return row, files
@@ -163,30 +165,30 @@ def ray_map(ray: Any, fn: Callable[..., Any], items: Sequence[Any], done: Callab
         raise
 
 
-def run_tasks(ray: Any, tasks: Sequence[tuple], caches: dict[str, Any], record: Callable[[dict[str, Any]], None],
+def run_tasks(ray: Any, tasks: Sequence[RunTask], caches: dict[str, Any], record: Callable[[dict[str, Any]], None],
               max_in_flight: int | None = None) -> None:
     """``compare``'s tasks through :func:`ray_map`: ``record`` each row as its run ends, after writing the run's
     files."""
     def finished(i: int, ref: Any) -> None:
         task = tasks[i]
         row, files = _result(ray, ref, task)
-        if files and task[-1] is not None:
-            write_files(Path(task[-1]), files)
+        if files and task.run_dir is not None:
+            write_files(Path(task.run_dir), files)
         record(row)
 
     ray_map(ray, run_and_collect, tasks, finished, max_in_flight, args=(ray.put(caches),))
 
 
-def _result(ray: Any, ref: Any, task: tuple) -> tuple[dict[str, Any], dict[str, bytes]]:
+def _result(ray: Any, ref: Any, task: RunTask) -> tuple[dict[str, Any], dict[str, bytes]]:
     """A finished task's (row, files); a task Ray itself lost (its worker or node died) is an error row."""
     from perfpredict.sim.compare import _failed_row
 
     try:
         return ray.get(ref)
     except Exception as e:  # noqa: BLE001 - a lost worker must not lose the other runs
-        s, seed, metrics = task[2], task[3], task[4]
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        return _failed_row(s, seed, "error", f"Ray lost the run: {type(e).__name__}: {first}"[:500], metrics), {}
+        return _failed_row(task.scheduler, task.seed, "error", f"Ray lost the run: {type(e).__name__}: {first}"[:500],
+                           task.metrics), {}
 
 
 __all__ = ["CONNECT_TIMEOUT_S", "cluster_info", "connected", "ray_map", "run_and_collect", "run_tasks",
