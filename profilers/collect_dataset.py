@@ -123,11 +123,18 @@ def _measure(args: argparse.Namespace) -> int:
         todo_batches,
     )
     from perfpredict.dataset.sentinel import choose_sentinel, drift_warning
+    from perfpredict.errors import UsageError
     from perfpredict.profile.device import resolve_device
     from perfpredict.profile.timing import TimingConfig
 
-    # the device first: no GPU for --device cuda is said before the plan is built and printed
-    device = None if args.dry_run else resolve_device(args.device)
+    # the device first: no GPU for --device cuda is said before the plan is built and printed (on Ray, the nodes'
+    # devices count, and the cluster is asked when measuring starts)
+    if args.tasks_at_once is not None and args.ray is None:
+        raise UsageError("--tasks-at-once caps Ray tasks: it needs --ray", step="arguments")
+    if args.ray is not None and args.device not in ("cpu", "cuda"):
+        raise UsageError(f"--device {args.device} with --ray: say --device cuda (one GPU per task) or --device cpu "
+                         "(a node per task)", step="arguments")
+    device = args.device if args.ray is not None else None if args.dry_run else resolve_device(args.device)
     plans = plan_sweep(args.families, batch_sizes=args.batch_sizes, max_gmacs=args.max_gmacs,
                        max_sample_gmacs_per_iter=args.max_gflop_iter / 6 if args.max_gflop_iter else None,
                        max_param_bytes=args.max_param_mb * 2**20 if args.max_param_mb else None)
@@ -137,8 +144,12 @@ def _measure(args: argparse.Namespace) -> int:
         plans = [p for p in plans if p.config not in held_out]
     n_points = sum(len(p.batch_sizes) for p in plans)
     print(f"{len(plans)} architectures, {n_points} points", file=sys.stderr)
-    chosen = choose_sentinel(plans) if args.sentinel_every is not None else None
-    if chosen:
+    chosen = choose_sentinel(plans) if args.sentinel_every is not None and args.ray is None else None
+    if args.ray is not None:
+        print(f"on Ray ({args.ray}): one task per architecture, "
+              + ("one GPU each" if device == "cuda" else "a whole node's CPUs each") + "; no speed sentinel is timed",
+              file=sys.stderr)
+    elif chosen:
         print(f"speed sentinel: {chosen[0].config} b={chosen[1]}, timed at the start, every "
               f"{args.sentinel_every:g} s between architectures and at the end", file=sys.stderr)
     if args.dry_run:
@@ -179,15 +190,34 @@ def _measure(args: argparse.Namespace) -> int:
               f"b={chosen[1]}: {what}", file=sys.stderr, flush=True)
 
     try:
-        summary = collect(plans, args.out, settings, progress, on_sentinel=sentinel_read)
+        summary = collect(plans, args.out, settings, progress, on_sentinel=sentinel_read, ray_address=args.ray,
+                          tasks_at_once=args.tasks_at_once)
     except KeyboardInterrupt:
         print(f"interrupted: {i} rows written to {args.out} in this run (recorded in its .meta.json); run the "
-              "same command again to resume: measured points are skipped", file=sys.stderr)
+              "same command again to resume: measured points are skipped"
+              + (" and the architectures cancelled on Ray are measured" if args.ray is not None else ""),
+              file=sys.stderr)
         return 130
     if summary.get("dropped_partial_row"):
         print(f"note: the cut-short last row of {args.out} (an interrupted run) was removed and measured again",
               file=sys.stderr)
+    ray_run = summary.pop("ray", None)
     print(f"done: {summary}", file=sys.stderr)
+    if ray_run is not None:
+        print(f"on Ray: {ray_run['nodes']} node(s), {ray_run['gpus'] if device == 'cuda' else ray_run['cpus']} "
+              f"{'GPUs' if device == 'cuda' else 'CPUs'}, {ray_run['tasks_at_once']} task(s) at once; measured by "
+              + (", ".join(f"{h} ({n['device']}: {n['architectures']} architectures, {n['rows']} rows)"
+                           for h, n in ray_run["measured_by"].items()) or "no node"), file=sys.stderr)
+        for h, n in ray_run["measured_by"].items():
+            if any(v > 0 for v in n["niceness"]):
+                print(f"warning: {h} measured at niceness {max(n['niceness'])} (Ray's workers run at 15 unless the "
+                      "cluster starts with RAY_worker_niceness=0, and this process may not lower it): every other "
+                      "process on the node went first", file=sys.stderr)
+        for r in ray_run["refused"]:
+            print(f"warning: {r['config']}: {r['points']} point(s) not written: {r['why']} (one device type per "
+                  "file; they stay to measure)", file=sys.stderr)
+        for r in ray_run["lost"]:
+            print(f"warning: {r['config']}: Ray lost the task ({r['error']}); a re-run measures it", file=sys.stderr)
     warning = drift_warning(summary.get("speed_drift"), summary.get("speed_noise"), f"warning: {args.out.name}")
     if warning:
         print(warning, file=sys.stderr)
@@ -239,6 +269,12 @@ def main(argv: list[str] | None = None) -> int:
                    "last reading (0: before every architecture; default 600), besides the run's start and end")
     m.add_argument("--no-sentinel", dest="sentinel_every", action="store_const", const=None,
                    help="do not time the speed sentinel")
+    m.add_argument("--ray", default=None, metavar="ADDRESS",
+                   help="measure on a Ray cluster: 'local', 'auto' or the head's HOST:PORT; one task per architecture "
+                   "asking for one GPU (--device cuda) or a whole node's CPUs (--device cpu); needs perfpredict[ray]")
+    m.add_argument("--tasks-at-once", type=positive_int, metavar="N",
+                   help="with --ray: at most N architectures measured at once (default: one per GPU or node; the "
+                   "GPUs of a node share its host CPUs)")
     m.add_argument("--dry-run", action="store_true")
     args = ap.parse_args(argv)
     args.argv = argv

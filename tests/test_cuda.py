@@ -112,6 +112,24 @@ def test_dataset_collector_on_cuda_one_process_per_architecture(tmp_path):
     assert int(rows[1]["peak_memory_bytes"]) >= int(rows[0]["peak_memory_bytes"])
 
 
+def test_dataset_collector_on_ray_gives_each_architecture_a_gpu(tmp_path):
+    """`collect_dataset.py measure --device cuda --ray local`: each architecture a Ray task holding one GPU, its
+    rows CUDA measurements named after the GPU NVML reports."""
+    ray = pytest.importorskip("ray")
+    from perfpredict.dataset.collect import CUDA_DATASET_TIMING, CollectSettings, collect, plan_sweep, read_dataset
+    from perfpredict.hostinfo import gpu_names
+
+    plans = plan_sweep(["mlp"], batch_sizes=[32, 128], max_gmacs=0.0005)[:2]
+    out = tmp_path / "cuda.csv"
+    summary = collect(plans, out, CollectSettings(device="cuda", timing=CUDA_DATASET_TIMING), ray_address="local")
+    assert not ray.is_initialized()
+    assert summary["counts"] == {"ok": 4} and not summary["ray"]["refused"] and not summary["ray"]["lost"]
+    assert summary["ray"]["task_resources"]["num_gpus"] == 1
+    rows = read_dataset(out)
+    assert {r["device_name"] for r in rows} <= set(gpu_names())
+    assert all(r["device_kind"] == "cuda" and 0 < float(r["gpu_utilization"]) <= 1 for r in rows)
+
+
 def test_kernel_benchmarks_time_on_the_gpu():
     """The kernel microbenchmarks run on CUDA (synchronised), and their provenance names the GPU."""
     from perfpredict.profile.kernel_bench import catalogue, machine_description, measure

@@ -20,6 +20,7 @@ driver, CUDA and torch versions, date, command, git commit).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime as _dt
 import io
@@ -472,12 +473,16 @@ def todo_batches(plan: ArchPlan, done: set[tuple[str, int, str]], mode: str) -> 
 
 def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSettings,
             progress: Callable[[ArchPlan, dict[str, Any]], None] | None = None,
-            on_sentinel: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+            on_sentinel: Callable[[dict[str, Any]], None] | None = None,
+            ray_address: str | None = None, tasks_at_once: int | None = None) -> dict[str, Any]:
     """Measure every point of ``plans`` not yet in ``out_csv``; append rows as they come; write provenance.
 
     Returns a summary: points measured, by status, whether the time budget stopped the sweep, and the speed
     sentinel's drift and noise (None without ``settings.sentinel_every_s``; the drift also with fewer than two
-    readings); ``on_sentinel`` is called with each sentinel reading.
+    readings); ``on_sentinel`` is called with each sentinel reading. With ``ray_address`` the architectures are
+    Ray tasks on that cluster's GPUs or nodes (:mod:`perfpredict.dataset.ray_collect`; ``settings.device`` is then
+    ``cpu`` or ``cuda``, no sentinel is timed, and ``tasks_at_once`` may cap the tasks in flight), and the summary
+    has ``ray``: where they ran and the tasks refused or lost.
     """
     out = check_output_path(out_csv)
     # A malformed provenance file would otherwise only be found after all the measuring.
@@ -494,93 +499,148 @@ def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSetting
                              f"collect {settings.precision} into a file of its own (one precision per dataset)",
                              step="provenance")
     rows, dropped = prepare_resume(out, DATASET_COLUMNS)
-    if settings.device == "cpu":
+    on_ray = ray_address is not None
+    if settings.device == "cpu" and not on_ray:
         _check_same_cpu(out, meta, rows)
     done = _done_points(rows)
-    # Earlier non-final rows (errors, timeouts) of points measured again are superseded: keep the file
-    # append-only and let readers take the last row per point.
-    new_file = not out.exists() or out.stat().st_size == 0
-    is_cuda = settings.device.startswith("cuda")
-    device_kind = "cuda" if is_cuda else "cpu"
-    started = time.monotonic()
-    run_meta = _run_provenance(settings)
-    if dropped is not None:
-        run_meta["dropped_partial_row"] = dropped
-    counts: dict[str, int] = {}
-    stopped_by_budget = False
-    device_info: dict[str, Any] | None = None
-    sentinel = _sentinel_for(plans, settings, done, on_sentinel)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        f = open(out, "a", newline="", encoding="utf-8")
-    except OSError as e:
-        raise UsageError(f"cannot write {out}: {e.strerror or e}", step="output") from None
-    # Recorded before the first row, and completed at the end: a run killed outright (SIGTERM, SIGKILL, a lost
-    # machine) still leaves its precision and device beside the rows it wrote.
-    run_meta["finished_at"] = None
-    try:
-        _append_provenance(out, run_meta)
-    except BaseException:
-        f.close()
-        raise
+    if on_ray:
+        if settings.device not in ("cpu", "cuda"):
+            raise UsageError(f"--device {settings.device} with --ray: Ray gives each task its GPU; use --device cuda "
+                             "or cpu", step="arguments")
+        settings = replace(settings, sentinel_every_s=None)
+    # Ray's connection before anything is written: a wrong address leaves the files as they were
+    # (and only when there is something to measure), its GPUs checked too
+    session = contextlib.ExitStack()
+    ray = ray_info = ray_tasks = None
+    if on_ray and any(todo_batches(p, done, settings.mode) for p in plans):
+        from perfpredict.dataset.ray_collect import task_options
+        from perfpredict.ray_cluster import connected
 
-    try:
-        with f:
-            writer = csv.DictWriter(f, fieldnames=DATASET_COLUMNS)
-            if new_file:
-                writer.writeheader()
+        ray, ray_info = session.enter_context(connected(ray_address, worker_niceness=0))
+        try:
+            ray_tasks = task_options(ray, "cuda" if settings.device.startswith("cuda") else "cpu")
+        except BaseException:
+            session.close()
+            raise
+    with session:
+        # Earlier non-final rows (errors, timeouts) of points measured again are superseded: keep the file
+        # append-only and let readers take the last row per point.
+        new_file = not out.exists() or out.stat().st_size == 0
+        is_cuda = settings.device.startswith("cuda")
+        device_kind = "cuda" if is_cuda else "cpu"
+        started = time.monotonic()
+        run_meta = _run_provenance(settings)
+        ray_run: dict[str, Any] = {}
+        if ray is not None:
+            # the driver's CUDA settings are not the nodes'; each row's device and the nodes' are recorded instead
+            for key in ("cudnn_version", "matmul_allow_tf32", "cudnn_allow_tf32", "cudnn_benchmark"):
+                run_meta.pop(key, None)
+            run_meta["process_isolation"] = ("one Ray task per architecture (" + ("one GPU" if is_cuda else "a node's CPUs")
+                                             + "), " + run_meta["process_isolation"] + " inside it")
+            run_meta["ray"] = ray_run = {**ray_info, "speed_sentinel": "not timed on Ray (many machines)"}
+        if dropped is not None:
+            run_meta["dropped_partial_row"] = dropped
+        counts: dict[str, int] = {}
+        stopped_by_budget = False
+        device_info: dict[str, Any] | None = None
+        sentinel = _sentinel_for(plans, settings, done, on_sentinel)
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            f = open(out, "a", newline="", encoding="utf-8")
+        except OSError as e:
+            raise UsageError(f"cannot write {out}: {e.strerror or e}", step="output") from None
+        # Recorded before the first row, and completed at the end: a run killed outright (SIGTERM, SIGKILL, a lost
+        # machine) still leaves its precision and device beside the rows it wrote.
+        run_meta["finished_at"] = None
+        try:
+            _append_provenance(out, run_meta)
+        except BaseException:
+            f.close()
+            raise
 
-            def record(plan: ArchPlan, res: dict[str, Any]) -> None:
-                nonlocal device_info
-                row = row_from_result(plan, res, settings.mode, device_kind)
-                writer.writerow(row)
-                f.flush()
-                counts[row["status"]] = counts.get(row["status"], 0) + 1
-                if device_info is None and res.get("device_info"):
-                    device_info = res["device_info"]
-                if progress:
-                    progress(plan, row)
+        try:
+            with f:
+                writer = csv.DictWriter(f, fieldnames=DATASET_COLUMNS)
+                if new_file:
+                    writer.writeheader()
 
-            for plan in plans:
-                todo = todo_batches(plan, done, settings.mode)
-                if not todo:
-                    continue
-                if settings.time_budget_s is not None and time.monotonic() - started > settings.time_budget_s:
-                    stopped_by_budget = True
-                    break
-                if sentinel is not None and sentinel.due():
-                    sentinel.read(sum(counts.values()))
-                reqs = [_point_request(plan, b, settings) for b in todo]
-                per_point = _point_timeout(settings)
-                if settings.per_arch:
-                    run_arch_in_subprocess(reqs, per_point * len(reqs) + 60.0, lambda r, p=plan: record(p, r))
-                else:
-                    from perfpredict.profile.runner import run_in_subprocess
+                def record(plan: ArchPlan, res: dict[str, Any]) -> None:
+                    nonlocal device_info
+                    row = row_from_result(plan, res, settings.mode, device_kind)
+                    writer.writerow(row)
+                    f.flush()
+                    counts[row["status"]] = counts.get(row["status"], 0) + 1
+                    if device_info is None and res.get("device_info"):
+                        device_info = res["device_info"]
+                    if progress:
+                        progress(plan, row)
 
-                    for req in reqs:
-                        res = run_in_subprocess(req, per_point)
-                        record(plan, res)
-                        if res.get("status") == "oom":
-                            break
-            if sentinel is not None and sentinel.readings:
-                sentinel.read(sum(counts.values()), final=True)
-    except BaseException as e:
-        # Ctrl-C or a failure: the rows written so far stay, and the run is still recorded.
-        run_meta["interrupted"] = True
-        if not isinstance(e, KeyboardInterrupt):
-            run_meta["failed"] = f"{type(e).__name__}: {e}"
-        raise
-    finally:
-        run_meta.update(finished_at=_now(), wall_s=round(time.monotonic() - started, 1), counts=counts,
-                        rows_written=sum(counts.values()), stopped_by_time_budget=stopped_by_budget,
-                        device_info=device_info)
-        if sentinel is not None:
-            run_meta["speed_sentinel"] = sentinel.as_dict()
-        _append_provenance(out, run_meta, replace_run=run_meta["run_id"])
-    return {"counts": counts, "stopped_by_time_budget": stopped_by_budget, "wall_s": run_meta["wall_s"],
-            "dropped_partial_row": dropped is not None,
-            "speed_drift": sentinel.drift if sentinel is not None else None,
-            "speed_noise": sentinel.noise if sentinel is not None else None}
+                if ray is not None:
+                    from perfpredict.dataset.ray_collect import SameDevice, measure_on_ray
+
+                    names = {r["device_name"] for r in rows if r.get("device_name")}
+                    gate = SameDevice(device_kind, names, dataset_cpu_id(meta))
+                    jobs = [(p, t) for p in plans if (t := todo_batches(p, done, settings.mode))]
+
+                    def within_budget() -> bool:
+                        nonlocal stopped_by_budget
+                        if settings.time_budget_s is not None and time.monotonic() - started > settings.time_budget_s:
+                            stopped_by_budget = True
+                        return not stopped_by_budget
+
+                    ray_run.update(measure_on_ray(ray, jobs, settings, gate, record, within_budget, ray_tasks,
+                                                  tasks_at_once))
+                for plan in [] if ray is not None else plans:
+                    todo = todo_batches(plan, done, settings.mode)
+                    if not todo:
+                        continue
+                    if settings.time_budget_s is not None and time.monotonic() - started > settings.time_budget_s:
+                        stopped_by_budget = True
+                        break
+                    if sentinel is not None and sentinel.due():
+                        sentinel.read(sum(counts.values()))
+                    measure_architecture(plan, todo, settings, lambda r, p=plan: record(p, r))
+                if sentinel is not None and sentinel.readings:
+                    sentinel.read(sum(counts.values()), final=True)
+        except BaseException as e:
+            # Ctrl-C or a failure: the rows written so far stay, and the run is still recorded.
+            run_meta["interrupted"] = True
+            if not isinstance(e, KeyboardInterrupt):
+                run_meta["failed"] = f"{type(e).__name__}: {e}"
+            raise
+        finally:
+            run_meta.update(finished_at=_now(), wall_s=round(time.monotonic() - started, 1), counts=counts,
+                            rows_written=sum(counts.values()), stopped_by_time_budget=stopped_by_budget,
+                            device_info=device_info)
+            if sentinel is not None:
+                run_meta["speed_sentinel"] = sentinel.as_dict()
+            _append_provenance(out, run_meta, replace_run=run_meta["run_id"])
+        summary = {"counts": counts, "stopped_by_time_budget": stopped_by_budget, "wall_s": run_meta["wall_s"],
+                "dropped_partial_row": dropped is not None,
+                "speed_drift": sentinel.drift if sentinel is not None else None,
+                "speed_noise": sentinel.noise if sentinel is not None else None}
+        if ray is not None:
+            summary["ray"] = ray_run
+        return summary
+
+
+def measure_architecture(plan: ArchPlan, batch_sizes: list[int], settings: CollectSettings,
+                         on_result: Callable[[dict[str, Any]], None]) -> None:
+    """Measure ``plan`` at ``batch_sizes`` on ``settings.device``, in one process per architecture or per point
+    (:attr:`CollectSettings.per_arch`), calling ``on_result`` with each point's result; a batch size that runs out
+    of memory ends the architecture (larger ones would too)."""
+    reqs = [_point_request(plan, b, settings) for b in batch_sizes]
+    per_point = _point_timeout(settings)
+    if settings.per_arch:
+        run_arch_in_subprocess(reqs, per_point * len(reqs) + 60.0, on_result)
+        return
+    from perfpredict.profile.runner import run_in_subprocess
+
+    for req in reqs:
+        res = run_in_subprocess(req, per_point)
+        on_result(res)
+        if res.get("status") == "oom":
+            break
 
 
 def _point_timeout(settings: CollectSettings) -> float:
@@ -755,5 +815,5 @@ def git_commit_of(repo: str | Path = ".") -> str | None:
 
 __all__ = ["ArchPlan", "CUDA_DATASET_TIMING", "CollectSettings", "DATASET_COLUMNS", "check_output_path",
            "dataset_precision",
-           "check_provenance", "collect", "git_commit_of", "plan_sweep", "prepare_resume", "provenance_path",
+           "check_provenance", "collect", "git_commit_of", "measure_architecture", "plan_sweep", "prepare_resume", "provenance_path",
            "read_dataset", "row_from_result", "todo_batches", "upgrade_header"]

@@ -323,7 +323,7 @@ def compare(trace: str | Path, cluster: Any, schedulers: Sequence[Scheduler], se
     parallel = not on_ray and jobs > 1 and len(tasks) > 2 and not isinstance(cards, dict)
     sessions = contextlib.ExitStack()  # Ray's connection, closed in the finally below
     if on_ray:
-        from perfpredict.sim.ray_backend import connected
+        from perfpredict.ray_cluster import connected
 
         ray, cmp.backend = sessions.enter_context(connected(ray_address))
     elif parallel:

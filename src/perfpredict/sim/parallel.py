@@ -1,5 +1,5 @@
 """Many independent simulations at once, for the experiments' sweeps: in local worker processes (``workers``)
-or as tasks on a Ray cluster (``ray_address``, :mod:`perfpredict.sim.ray_backend`). Serial by default.
+or as tasks on a Ray cluster (``ray_address``, :mod:`perfpredict.ray_cluster`). Serial by default.
 
 Each simulation is deterministic given its inputs, so where it runs changes nothing but the wall time; results
 come back in the order of the inputs whatever order they finished in. The function must be importable by the
@@ -35,7 +35,7 @@ def map_runs(fn: Callable[[T], R], items: Iterable[T], *, workers: int = 1, ray_
             on_result(i, r)
 
     if ray_address is not None:
-        from perfpredict.sim.ray_backend import connected, ray_map
+        from perfpredict.ray_cluster import connected, ray_map
 
         with connected(ray_address) as (ray, _):
             ray_map(ray, fn, todo, lambda i, ref: done(i, ray.get(ref)), workers if workers > 1 else None)

@@ -1,0 +1,199 @@
+"""Dataset collection across a Ray cluster: ``profilers/collect_dataset.py measure --ray ADDRESS`` and
+``collect(..., ray_address=...)``.
+
+ARCHITECTURE.md names "profiling a model zoo on many GPUs" as the other scale-out job for Ray (beside simulation
+sweeps). Each architecture still to measure is one Ray task, and the task measures its points exactly as a local
+run does (:func:`perfpredict.dataset.collect.measure_architecture`: a fresh process per architecture on CUDA,
+per point on a CPU). What differs is only where the task runs and what it may share:
+
+- **One measurement per device.** A CUDA task asks Ray for one whole GPU (``num_gpus=1``; Ray sets the task's
+  ``CUDA_VISIBLE_DEVICES``, so it measures on ``cuda:0`` of what it sees), so a node with 8 GPUs measures 8
+  architectures at once and no two share a GPU. They do share the node's host CPUs, which launch their kernels:
+  ``tasks_at_once`` (``--tasks-at-once``) caps the tasks in flight where that matters. A CUDA task gets a fresh
+  worker process (``max_calls=1``), so the fork server it starts sees that task's GPU and no earlier one's.
+  A CPU task asks for all of a node's CPUs (the smallest node's count), so a node measures one architecture at a
+  time, as a local run does: two measurements sharing a CPU's cores, caches and memory bandwidth would time each
+  other. Measuring processes run at niceness 0 where allowed (:func:`normal_priority`).
+- **One device type per file.** A dataset's time model is one machine's (two VMs both called "AMD EPYC" ran the
+  same steps 0.75x apart), so the driver checks each finished task's device against the file's: the name in the
+  results (what a row records as ``device_name``), or where no result has one, the name the node reports (NVML's
+  GPU name, /proc/cpuinfo's CPU model and ``cpu_id``). A task from another device type writes no row, and the
+  run's provenance lists it; its points stay to measure. A task whose device cannot be told writes no row either.
+- **The driver writes.** Rows reach the CSV from the driver only, an architecture's rows when its task ends, so
+  the file stays one append-only writer's and a resumed run skips what is there. A Ctrl-C cancels the tasks in
+  flight: their architectures have no rows and are measured at the next run. A task Ray lost (its node died)
+  is listed in the provenance and measured at the next run too.
+- **No speed sentinel.** The sentinel times one fixed step on the machine that measures; with many machines
+  there is no one such step, so a Ray run times none and its provenance says so.
+
+Inputs: nothing but the plan travels (the zoo is part of the package), so the nodes need perfpredict installed,
+not the dataset files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from perfpredict.errors import UsageError
+
+if TYPE_CHECKING:
+    from perfpredict.dataset.collect import ArchPlan, CollectSettings
+
+
+def node_device(device_kind: str) -> dict[str, Any]:
+    """This node's device as a dataset records it, read without torch (so the task's own process holds no CUDA
+    context beside the measuring one): GPU name through NVML for the GPU Ray gave this task, or the CPU's model
+    name and :func:`~perfpredict.hostinfo.cpu_id`."""
+    from perfpredict.hostinfo import cpu_id, cpu_model_name, gpu_names
+
+    node: dict[str, Any] = {"hostname": socket.gethostname()}
+    if device_kind != "cuda":
+        return {**node, "kind": "cpu", "name": cpu_model_name(), "cpu_id": cpu_id()}
+    names = gpu_names()
+    name = names[0] if len(set(names)) == 1 else None
+    if name is None and names:  # a node with GPUs of several models: the one Ray gave this task
+        try:
+            import ray
+
+            ids = ray.get_gpu_ids()
+            if ids and str(ids[0]).isdigit() and int(ids[0]) < len(names):
+                name = names[int(ids[0])]
+        except Exception:  # noqa: BLE001, S110 - outside a task or an older Ray: the results' names decide
+            pass
+    return {**node, "kind": "cuda", "name": name}
+
+
+def normal_priority() -> int:
+    """Put this process (and the measuring processes it starts) back at niceness 0 where allowed, returning the
+    niceness it measures at. Ray starts its workers at niceness 15, so that anything else on the node goes first:
+    a local run measures at 0, and a busy node would time a task at 15 against its other work. (On an idle node it
+    makes no difference: ``benchmarks/collect_on_ray.py``'s ``nice -n 15`` arm.) Lowering niceness needs root or
+    CAP_SYS_NICE; without them it stays, and the provenance records it."""
+    import os
+
+    try:
+        now = os.getpriority(os.PRIO_PROCESS, 0)
+        if now > 0:
+            os.setpriority(os.PRIO_PROCESS, 0, 0)
+    except (OSError, AttributeError):  # not allowed, or not a POSIX system: measure at what Ray gave
+        pass
+    try:
+        return os.getpriority(os.PRIO_PROCESS, 0)
+    except (OSError, AttributeError):
+        return 0
+
+
+def measure_architecture_task(job: tuple[ArchPlan, list[int]], settings: CollectSettings) -> dict[str, Any]:
+    """On a Ray worker: one architecture's points, measured as a local run measures them, with the node's
+    device (:func:`node_device`)."""
+    from perfpredict.dataset.collect import measure_architecture
+
+    plan, batch_sizes = job
+    kind = "cuda" if settings.device.startswith("cuda") else "cpu"
+    here = dataclasses.replace(settings, device="cuda:0" if kind == "cuda" else "cpu")
+    results: list[dict[str, Any]] = []
+    node = {**node_device(kind), "niceness": normal_priority()}
+    measure_architecture(plan, batch_sizes, here, results.append)
+    return {"node": node, "results": results}
+
+
+class SameDevice:
+    """The one-device-type-per-file rule applied to finished tasks (see the module docstring)."""
+
+    def __init__(self, kind: str, names: set[str], cpu_id: str | None) -> None:
+        self.kind = kind
+        self.names = set(names)
+        self.cpu_id = cpu_id
+
+    def refusal(self, out: dict[str, Any]) -> str | None:
+        """Why a task's rows may not join the file, or None when they may (the first accepted task's device becomes
+        the file's when the file has none yet)."""
+        node = out.get("node") or {}
+        infos = [r["device_info"] for r in out.get("results", []) if isinstance(r.get("device_info"), dict)]
+        name = next((i.get("name") for i in infos if i.get("name")), None) or node.get("name")
+        cid = next((i.get("cpu_id") for i in infos if i.get("cpu_id")), None) or node.get("cpu_id")
+        kind = next((i.get("kind") for i in infos if i.get("kind")), None) or node.get("kind")
+        host = node.get("hostname", "a node")
+        if not name:
+            return f"{host}: its device could not be told (no result named it and the node did not)"
+        if kind and kind != self.kind:
+            return f"{host} measured on {kind}, not {self.kind}"
+        if self.names and name not in self.names:
+            return f"{host} has {name}; the file holds {', '.join(sorted(self.names))}"
+        if self.kind == "cpu" and self.cpu_id and cid and cid != self.cpu_id:
+            return f"{host} is {name} ({cid}); the file's CPU is {self.cpu_id}"
+        self.names = self.names or {name}
+        if self.kind == "cpu" and not self.cpu_id:
+            self.cpu_id = cid
+        return None
+
+
+def task_options(ray: Any, device_kind: str) -> tuple[dict[str, Any], int]:
+    """``ray.remote`` options of a measuring task and how many such tasks the cluster runs at once (the driver
+    keeps the rest queued, so a time budget can still stop starting them)."""
+    from perfpredict.ray_cluster import node_cpus
+
+    resources = ray.cluster_resources()
+    if device_kind == "cuda":
+        gpus = int(resources.get("GPU", 0))
+        if gpus < 1:
+            raise UsageError("--device cuda on Ray: the cluster has no GPUs (ray.cluster_resources() lists none); "
+                             "start the GPU nodes' raylets with their GPUs or use --device cpu", step="device")
+        return {"num_gpus": 1, "num_cpus": 1, "max_calls": 1}, gpus
+    per_node = [c for c in node_cpus(ray) if c > 0]
+    if not per_node:
+        raise UsageError("--ray: the cluster has no CPUs to measure on", step="device")
+    need = min(per_node)
+    return {"num_cpus": need}, sum(c // need for c in per_node)
+
+
+def measure_on_ray(ray: Any, jobs: list[tuple[ArchPlan, list[int]]], settings: CollectSettings,
+                   gate: SameDevice, record: Callable[[ArchPlan, dict[str, Any]], None],
+                   keep_going: Callable[[], bool], tasks: tuple[dict[str, Any], int],
+                   tasks_at_once: int | None = None) -> dict[str, Any]:
+    """Every job as a Ray task (see the module docstring) with ``tasks``' options and as many at once as the
+    cluster runs (:func:`task_options`) or ``tasks_at_once`` if fewer, ``record``-ing each accepted task's results
+    as it ends. Returns what the provenance keeps: the nodes that measured, the tasks refused or lost, and how many
+    jobs the time budget left unstarted."""
+    from perfpredict.ray_cluster import ray_map
+
+    options, slots = tasks
+    slots = min(slots, tasks_at_once) if tasks_at_once else slots
+    nodes: dict[str, dict[str, Any]] = {}
+    refused: list[dict[str, Any]] = []
+    lost: list[dict[str, str]] = []
+
+    def finished(i: int, ref: Any) -> None:
+        plan = jobs[i][0]
+        try:
+            out = ray.get(ref)
+        except Exception as e:  # noqa: BLE001 - a lost node must not lose the other architectures
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            lost.append({"config": plan.config, "error": f"{type(e).__name__}: {first}"[:300]})
+            return
+        reason = gate.refusal(out)
+        host = (out.get("node") or {}).get("hostname", "?")
+        if reason:
+            refused.append({"config": plan.config, "points": len(out.get("results", [])), "why": reason})
+            return
+        entry = nodes.setdefault(host, {"device": next(iter(gate.names)), "architectures": 0, "rows": 0,
+                                        "niceness": set()})
+        entry["niceness"].add((out.get("node") or {}).get("niceness"))
+        entry["architectures"] += 1
+        for res in out.get("results", []):
+            entry["rows"] += 1
+            record(plan, res)
+
+    not_started = ray_map(ray, measure_architecture_task, jobs, finished, slots, args=(settings,),
+                          options=options, keep_going=keep_going)
+    for entry in nodes.values():
+        entry["niceness"] = sorted(n for n in entry["niceness"] if n is not None)
+    return {"task_resources": options, "tasks_at_once": slots, "measured_by": nodes, "refused": refused, "lost": lost,
+            "not_started": not_started}
+
+
+__all__ = ["SameDevice", "measure_architecture_task", "measure_on_ray", "node_device", "normal_priority",
+           "task_options"]

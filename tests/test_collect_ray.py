@@ -1,0 +1,146 @@
+"""Dataset collection on a Ray cluster (`collect_dataset.py measure --ray`, `collect(..., ray_address=...)`): the
+points a local run measures, written by the driver, with the nodes in the provenance; rows from another device
+type are not written; nothing is started or written for a wrong request; a Ctrl-C keeps the rows."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from perfpredict.dataset.collect import CollectSettings, collect, plan_sweep, provenance_path, read_dataset
+from perfpredict.dataset.ray_collect import SameDevice
+from perfpredict.hostinfo import cpu_id, cpu_model_name
+from tests.conftest import FAST_TIMING, interrupt_after_first_row
+
+ray = pytest.importorskip("ray")  # a dev dependency: installed by `make test`
+
+SCRIPT = Path(__file__).resolve().parents[1] / "profilers" / "collect_dataset.py"
+
+
+def _plans(n: int = 2):
+    return plan_sweep(["mlp"], batch_sizes=[8, 16], max_gmacs=0.0005)[:n]
+
+
+def _settings(**kw) -> CollectSettings:
+    return CollectSettings(device="cpu", timing=FAST_TIMING, threads=1, **kw)
+
+
+def test_ray_measures_every_point_and_records_where(tmp_path):
+    plans = _plans()
+    out = tmp_path / "cpu.csv"
+    # a sentinel asked for is not timed on Ray (many machines, no one step to time)
+    summary = collect(plans, out, _settings(sentinel_every_s=0.0), ray_address="local")
+    assert not ray.is_initialized()  # the instance it started is stopped
+    rows = read_dataset(out)
+    assert sorted((r["config"], int(r["batch_size"])) for r in rows) == sorted(
+        (p.config, b) for p in plans for b in p.batch_sizes)
+    assert all(r["status"] == "ok" and float(r["iter_time_s"]) > 0 and r["device_name"] == cpu_model_name()
+               for r in rows)
+    on = summary["ray"]
+    assert summary["counts"] == {"ok": len(rows)} and summary["speed_drift"] is None
+    assert on["not_started"] == 0 and not on["refused"] and not on["lost"]
+    assert on["task_resources"]["num_cpus"] == on["cpus"]  # a whole node per CPU task
+    (host,) = on["measured_by"].values()
+    assert host["architectures"] == len(plans) and host["rows"] == len(rows)
+    if os.geteuid() == 0:  # allowed to leave Ray's niceness 15
+        assert host["niceness"] == [0]
+    run = json.loads(provenance_path(out).read_text())["runs"][-1]
+    assert run["ray"]["measured_by"] == on["measured_by"] and "speed_sentinel" not in run
+    assert run["process_isolation"].startswith("one Ray task per architecture")
+    assert run["device_info"]["cpu_id"] == cpu_id()
+
+    # a finished file: nothing to measure, so no Ray instance is started and no row is added
+    t0 = time.perf_counter()
+    again = collect(plans, out, _settings(), ray_address="local")
+    assert "ray" not in again and again["counts"] == {} and read_dataset(out) == rows
+    assert time.perf_counter() - t0 < 5
+
+
+def test_rows_measured_on_another_device_type_are_not_written(tmp_path):
+    plans = _plans()
+    out = tmp_path / "cpu.csv"
+    collect(plans[:1], out, _settings())
+    with open(out, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:  # the file now says it was measured on another CPU model
+        r["device_name"] = "Another CPU (test)"
+    with open(out, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    summary = collect(plans, out, _settings(), ray_address="local")
+    assert len(read_dataset(out)) == len(rows)  # the second architecture's rows were not added
+    (refused,) = summary["ray"]["refused"]
+    assert refused["config"] == plans[1].config and "Another CPU (test)" in refused["why"]
+    assert summary["counts"] == {} and not summary["ray"]["measured_by"]
+
+
+def test_the_device_rule_refuses_other_gpus_other_cpus_and_unknown_devices():
+    def task(**info):
+        return {"node": {"hostname": "n1"}, "results": [{"status": "ok", "device_info": info}]}
+
+    gpus = SameDevice("cuda", set(), None)
+    assert gpus.refusal(task(kind="cuda", name="NVIDIA H100 80GB HBM3")) is None  # the first one sets the file's
+    assert "NVIDIA H100 80GB HBM3" in gpus.refusal(task(kind="cuda", name="NVIDIA H200"))
+    assert "not cuda" in gpus.refusal(task(kind="cpu", name="Some CPU"))
+    assert "could not be told" in gpus.refusal({"node": {"hostname": "n2"}, "results": [{"status": "oom"}]})
+    # a task whose results carry no device (a killed process) is judged by the device its node reports
+    assert gpus.refusal({"node": {"hostname": "n3", "kind": "cuda", "name": "NVIDIA H100 80GB HBM3"},
+                         "results": [{"status": "oom"}]}) is None
+    cpus = SameDevice("cpu", {"AMD EPYC"}, "AuthenticAMD family 25 model 17")
+    assert cpus.refusal(task(kind="cpu", name="AMD EPYC", cpu_id="AuthenticAMD family 25 model 17")) is None
+    assert "the file's CPU" in cpus.refusal(task(kind="cpu", name="AMD EPYC", cpu_id="AuthenticAMD family 25 model 1"))
+
+
+def _run(args: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), "measure", *args], capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--device", "cuda", "--ray", "local"], "the cluster has no GPUs"),
+    (["--device", "auto", "--ray", "local"], "say --device cuda"),
+    (["--device", "cuda:1", "--ray", "local"], "say --device cuda"),
+    (["--device", "cpu", "--tasks-at-once", "2"], "needs --ray"),
+    (["--device", "cpu", "--ray", "127.0.0.1:1"], "no Ray cluster answers there"),
+])
+def test_a_wrong_ray_request_is_one_line_and_writes_nothing(tmp_path, args, says):
+    from perfpredict.hostinfo import gpu_names
+
+    if "no GPUs" in says and gpu_names():
+        pytest.skip(f"this machine has a GPU ({', '.join(gpu_names())})")
+    out = tmp_path / "d.csv"
+    proc = _run(["--out", str(out), "--families", "mlp", "--max-gmacs", "0.0005", "--batch-sizes", "8", *args])
+    assert proc.returncode == 2, proc.stderr
+    assert says in proc.stderr and "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error")]
+    assert len(errors) == 1 and says in errors[0], proc.stderr
+    assert not out.exists() and not provenance_path(out).exists()
+
+
+def test_ctrl_c_on_ray_keeps_the_rows_and_records_the_run(tmp_path):
+    out = tmp_path / "cpu.csv"
+    rc, err = interrupt_after_first_row(
+        [sys.executable, str(SCRIPT), "measure", "--out", str(out), "--device", "cpu", "--threads", "1", "--ray",
+         "local", "--families", "mlp", "--max-gmacs", "0.0005", "--batch-sizes", "8,16", "--min-time", "1"], out,
+        timeout=120)
+    assert rc == 130, err
+    assert "Traceback" not in err and "cancelled on Ray" in err
+    rows = read_dataset(out)
+    assert rows and all(r["status"] == "ok" for r in rows)
+    run = json.loads(provenance_path(out).read_text())["runs"][-1]
+    assert run["interrupted"] is True and run["rows_written"] == len(rows)
+
+
+def test_a_time_budget_stops_starting_architectures(tmp_path):
+    plans = _plans(3)
+    summary = collect(plans, tmp_path / "cpu.csv", _settings(time_budget_s=1e-6), ray_address="local")
+    assert summary["stopped_by_time_budget"] and summary["ray"]["not_started"] == len(plans)
+    assert summary["counts"] == {}
