@@ -373,10 +373,12 @@ def test_service_rejects_bad_input_with_4xx_and_keeps_serving(client, mlp_onnx):
 # ---------------------------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_train_reproduces_shipped_metrics(tmp_path):
+    """The H200 set: the CUDA targets of the H100's through the same code, on 315 rows instead of 765 (32 s of
+    training instead of ~70 s on the 2-core CI machine)."""
     from perfpredict.estimators.train import train_dataset
 
-    shipped = json.loads((MODELS / "cuda_h100" / "metadata.json").read_text())
-    ts = train_dataset(DATASETS / "cuda_h100.csv", tmp_path, kinds=("xgboost",))
+    shipped = json.loads((MODELS / "cuda_h200" / "metadata.json").read_text())
+    ts = train_dataset(DATASETS / "cuda_h200.csv", tmp_path, kinds=("xgboost",))
     for name, t in ts.metadata["targets"].items():
         for kind in ("xgboost", "none"):
             if kind in t["evaluation"]["family_cv"]:
