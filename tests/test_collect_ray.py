@@ -15,6 +15,7 @@ import pytest
 
 from perfpredict.dataset.collect import CollectSettings, collect, plan_sweep, provenance_path, read_dataset
 from perfpredict.dataset.ray_collect import SameDevice
+from perfpredict.errors import UsageError
 from perfpredict.hostinfo import cpu_id, cpu_model_name
 from tests.conftest import FAST_TIMING, interrupt_after_first_row
 
@@ -88,6 +89,28 @@ def test_rows_measured_on_another_device_type_are_not_written(tmp_path, ray_here
     (refused,) = summary["ray"]["refused"]
     assert refused["config"] == plans[1].config and "Another CPU (test)" in refused["why"]
     assert summary["counts"] == {} and not summary["ray"]["measured_by"]
+
+
+class _FakeCluster:
+    """What ``task_options`` reads of Ray: its nodes' resources."""
+
+    def __init__(self, *nodes: tuple[int, int]) -> None:
+        self._nodes = [{"Alive": True, "Resources": {"CPU": c, **({"GPU": g} if g else {})}} for c, g in nodes]
+
+    def nodes(self):
+        return self._nodes
+
+
+def test_task_resources_give_each_gpu_its_share_of_the_host_and_each_cpu_task_a_node():
+    from perfpredict.dataset.ray_collect import task_options
+
+    # two 8-GPU nodes of 128 and 96 CPUs and a CPU-only head: 12 CPUs with each GPU, 16 GPU tasks at once
+    assert task_options(_FakeCluster((128, 8), (96, 8), (4, 0)), "cuda") == (
+        {"num_gpus": 1, "num_cpus": 12, "max_calls": 1}, 16)
+    assert task_options(_FakeCluster((16, 1)), "cuda")[0]["num_cpus"] == 16  # as a local run on one GPU
+    assert task_options(_FakeCluster((4, 0), (8, 0)), "cpu") == ({"num_cpus": 4}, 3)
+    with pytest.raises(UsageError, match="no GPUs"):
+        task_options(_FakeCluster((4, 0)), "cuda")
 
 
 def test_the_device_rule_refuses_other_gpus_other_cpus_and_unknown_devices():

@@ -68,9 +68,10 @@ def cluster_info(ray: Any) -> dict[str, Any]:
     return info
 
 
-def node_cpus(ray: Any) -> list[int]:
-    """The CPUs Ray may hand out on each live node (its "CPU" resource), one entry per node."""
-    return [int(n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes() if n.get("Alive")]
+def node_resources(ray: Any) -> list[tuple[int, int]]:
+    """(CPUs, GPUs) Ray may hand out on each live node (its "CPU" and "GPU" resources), one entry per node."""
+    return [(int(n.get("Resources", {}).get("CPU", 0)), int(n.get("Resources", {}).get("GPU", 0)))
+            for n in ray.nodes() if n.get("Alive")]
 
 
 @contextmanager
@@ -150,4 +151,4 @@ def ray_map(ray: Any, fn: Callable[..., Any], items: Sequence[Any], done: Callab
     return len(items) - started
 
 
-__all__ = ["CONNECT_TIMEOUT_S", "cluster_info", "connected", "node_cpus", "ray_map"]
+__all__ = ["CONNECT_TIMEOUT_S", "cluster_info", "connected", "node_resources", "ray_map"]

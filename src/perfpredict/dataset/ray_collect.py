@@ -9,7 +9,8 @@ per point on a CPU). What differs is only where the task runs and what it may sh
 - **One measurement per device.** A CUDA task asks Ray for one whole GPU (``num_gpus=1``; Ray sets the task's
   ``CUDA_VISIBLE_DEVICES``, so it measures on ``cuda:0`` of what it sees), so a node with 8 GPUs measures 8
   architectures at once and no two share a GPU. They do share the node's host CPUs, which launch their kernels:
-  ``tasks_at_once`` (``--tasks-at-once``) caps the tasks in flight where that matters. A CUDA task gets a fresh
+  each task asks for its GPU's share of them (and gets as many torch threads), and ``tasks_at_once``
+  (``--tasks-at-once``) caps the tasks in flight where that matters. A CUDA task gets a fresh
   worker process (``max_calls=1``), so the fork server it starts sees that task's GPU and no earlier one's.
   A CPU task asks for all of a node's CPUs (the smallest node's count), so a node measures one architecture at a
   time, as a local run does: two measurements sharing a CPU's cores, caches and memory bandwidth would time each
@@ -133,17 +134,22 @@ class SameDevice:
 
 def task_options(ray: Any, device_kind: str) -> tuple[dict[str, Any], int]:
     """``ray.remote`` options of a measuring task and how many such tasks the cluster runs at once (the driver
-    keeps the rest queued, so a time budget can still stop starting them)."""
-    from perfpredict.ray_cluster import node_cpus
+    keeps the rest queued, so a time budget can still stop starting them).
 
-    resources = ray.cluster_resources()
+    A CUDA task also asks for its GPU's share of the node's CPUs (the smallest share over the GPU nodes): Ray sets
+    a task's ``OMP_NUM_THREADS`` to its CPUs, so with one CPU the step's host side would run on one thread where a
+    local run on a one-GPU machine uses all of them (the committed H100 and H200 sets: 16)."""
+    from perfpredict.ray_cluster import node_resources
+
+    nodes = node_resources(ray)
     if device_kind == "cuda":
-        gpus = int(resources.get("GPU", 0))
-        if gpus < 1:
+        shares = [cpus // gpus for cpus, gpus in nodes if gpus > 0]
+        if not shares:
             raise UsageError("--device cuda on Ray: the cluster has no GPUs (ray.cluster_resources() lists none); "
                              "start the GPU nodes' raylets with their GPUs or use --device cpu", step="device")
-        return {"num_gpus": 1, "num_cpus": 1, "max_calls": 1}, gpus
-    per_node = [c for c in node_cpus(ray) if c > 0]
+        return ({"num_gpus": 1, "num_cpus": max(1, min(shares)), "max_calls": 1},
+                sum(gpus for _, gpus in nodes))
+    per_node = [cpus for cpus, _ in nodes if cpus > 0]
     if not per_node:
         raise UsageError("--ray: the cluster has no CPUs to measure on", step="device")
     need = min(per_node)
