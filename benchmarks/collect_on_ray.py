@@ -1,6 +1,7 @@
 """Does measuring inside a Ray task change the measurement? The same zoo points collected three ways on this
 machine's CPU, interleaved round by round: by the collector run here (``local``), by the same command under
-``nice -n 15`` (the niceness Ray gives its workers by default), and as Ray tasks on a Ray instance started here
+``nice -n 15`` (the niceness Ray gives its workers by default), by the same command while a Ray instance idles
+beside it (what Ray's own processes cost a measurement), and as Ray tasks on a Ray instance started here
 (``--ray local``, which measures at niceness 0: ``perfpredict.dataset.ray_collect.normal_priority``).
 
 Prints, per way, the median over points and rounds of (its iteration time / the local one of the same round) with
@@ -8,7 +9,7 @@ the range of the per-round medians, and its wall time. ``local`` against itself 
 spread of the same command run again. A Ray ratio inside that spread means a dataset collected on Ray is timed
 as one collected locally.
 
-    python benchmarks/collect_on_ray.py                       # 3 rounds of 11 points
+    python benchmarks/collect_on_ray.py                       # 4 rounds of 11 points (~7 min on 2 vCPUs)
     python benchmarks/collect_on_ray.py --rounds 5 --families mlp,lstm
 """
 
@@ -26,7 +27,7 @@ from pathlib import Path
 from perfpredict.script_args import describe, positive_float, positive_int
 
 SCRIPT = Path(__file__).resolve().parent.parent / "profilers" / "collect_dataset.py"
-WAYS = ("local", "local at nice 15", "Ray (--ray local)")
+WAYS = ("local", "local at nice 15", "local, Ray idle beside", "Ray (--ray local)")
 
 
 def _command(out: Path, args: argparse.Namespace) -> list[str]:
@@ -41,8 +42,20 @@ def _collect(way: str, out: Path, args: argparse.Namespace) -> float:
         cmd = ["nice", "-n", "15", *cmd]
     elif way.startswith("Ray"):
         cmd += ["--ray", "local"]
+    beside = way == "local, Ray idle beside"
+    if beside:  # Ray's own processes (GCS, raylet, idle workers) running, the measurement outside them
+        import logging
+
+        import ray
+
+        ray.init(address="local", include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
+        time.sleep(3)  # past its start
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    finally:
+        if beside:
+            ray.shutdown()
     if proc.returncode == 130:  # the collector had the Ctrl-C too (same process group)
         raise KeyboardInterrupt
     if proc.returncode != 0:
@@ -58,7 +71,8 @@ def _times(path: Path) -> dict[tuple[str, str], float]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=describe(__doc__))
-    ap.add_argument("--rounds", type=positive_int, default=3)
+    ap.add_argument("--rounds", type=positive_int, default=4, help="each way takes each place in the order once "
+                    "in 4 rounds")
     ap.add_argument("--families", default="lstm,mobilenetv2,transformer,mlp")
     ap.add_argument("--batch-sizes", default="8,32")
     ap.add_argument("--every", type=positive_int, default=3, help="every N-th architecture of the plan")
@@ -80,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(plan.stderr.strip().splitlines()[-1] if plan.stderr.strip() else "the plan failed")
         try:
             for k in range(args.rounds):
-                order = WAYS[k % 3:] + WAYS[:k % 3]  # each way takes each position in turn
+                order = WAYS[k % len(WAYS):] + WAYS[:k % len(WAYS)]  # each way takes each position in turn
                 got = {}
                 for way in order:
                     out = Path(tmp) / f"r{k}-{WAYS.index(way)}.csv"

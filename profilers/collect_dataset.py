@@ -216,6 +216,8 @@ def _measure(args: argparse.Namespace) -> int:
         for r in ray_run["refused"]:
             print(f"warning: {r['config']}: {r['points']} point(s) not written: {r['why']} (one device type per "
                   "file; they stay to measure)", file=sys.stderr)
+        for r in ray_run["failed"]:
+            print(f"warning: {r['config']}: its task failed ({r['error']}); a re-run measures it", file=sys.stderr)
         for r in ray_run["lost"]:
             print(f"warning: {r['config']}: Ray lost the task ({r['error']}); a re-run measures it", file=sys.stderr)
     warning = drift_warning(summary.get("speed_drift"), summary.get("speed_noise"), f"warning: {args.out.name}")

@@ -68,9 +68,9 @@ def cluster_info(ray: Any) -> dict[str, Any]:
     return info
 
 
-def node_resources(ray: Any) -> list[tuple[int, int]]:
-    """(CPUs, GPUs) Ray may hand out on each live node (its "CPU" and "GPU" resources), one entry per node."""
-    return [(int(n.get("Resources", {}).get("CPU", 0)), int(n.get("Resources", {}).get("GPU", 0)))
+def node_resources(ray: Any) -> list[tuple[str, int, int]]:
+    """(node id, CPUs, GPUs) Ray may hand out on each live node (its "CPU" and "GPU" resources)."""
+    return [(str(n.get("NodeID")), int(n.get("Resources", {}).get("CPU", 0)), int(n.get("Resources", {}).get("GPU", 0)))
             for n in ray.nodes() if n.get("Alive")]
 
 
@@ -119,16 +119,20 @@ def connected(address: str, worker_niceness: int | None = None) -> Iterator[tupl
 
 def ray_map(ray: Any, fn: Callable[..., Any], items: Sequence[Any], done: Callable[[int, Any], None],
             max_in_flight: int | None = None, args: tuple = (), options: dict[str, Any] | None = None,
-            keep_going: Callable[[], bool] | None = None) -> int:
+            keep_going: Callable[[], bool] | None = None, slots: Sequence[dict[str, Any]] | None = None) -> int:
     """``fn(item, *args)`` for every item as a Ray task asking for one CPU, or for ``options`` (``ray.remote``'s:
     ``num_gpus``, ``num_cpus``, ``max_calls``...), at most ``max_in_flight`` at once (None: all), calling
-    ``done(index, ref)`` as each one ends (the caller gets its result). Items start in order while ``keep_going()``
-    (default: always) says so; returns how many never started. A Ctrl-C cancels the tasks not yet finished and
-    is raised again."""
+    ``done(index, ref)`` as each one ends (the caller gets its result). With ``slots``, a task in flight holds one
+    of them, its options added to ``options`` (e.g. one slot per node, pinned there), so at most ``len(slots)`` run
+    at once. Items start in order while ``keep_going()`` (default: always) says so; returns how many never
+    started. A Ctrl-C or an error in ``done`` cancels the tasks not yet finished and is raised again."""
     remote = ray.remote(**{"num_cpus": 1, "max_retries": 0, **(options or {})})(fn)
     queue = list(enumerate(items))
     limit = max_in_flight or len(queue) or 1
-    pending: dict[Any, int] = {}
+    free = list(range(len(slots))) if slots is not None else []
+    if slots is not None:
+        limit = min(limit, len(slots))
+    pending: dict[Any, tuple[int, int | None]] = {}
     started = 0
     try:
         while queue or pending:
@@ -137,14 +141,20 @@ def ray_map(ray: Any, fn: Callable[..., Any], items: Sequence[Any], done: Callab
                 continue
             while queue and len(pending) < limit:
                 i, x = queue.pop(0)
-                pending[remote.remote(x, *args)] = i
+                slot = free.pop(0) if slots is not None else None
+                call = remote.options(**slots[slot]) if slot is not None else remote
+                pending[call.remote(x, *args)] = (i, slot)
                 started += 1
             # a bounded wait: a Ctrl-C is raised here within half a second (a wait without a timeout held it
             # until a run ended)
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
             for ref in ready:
-                done(pending.pop(ref), ref)
-    except KeyboardInterrupt:
+                i, slot = pending.pop(ref)
+                if slot is not None:
+                    free.append(slot)
+                done(i, ref)
+    except BaseException:
+        # Ctrl-C, or the caller's own error: tasks left running would hold the cluster's CPUs and GPUs
         for ref in pending:
             ray.cancel(ref, force=True)
         raise

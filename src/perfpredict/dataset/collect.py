@@ -498,30 +498,38 @@ def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSetting
             raise UsageError(f"{out.name} holds {recorded} measurements (its {provenance_path(out).name} says so); "
                              f"collect {settings.precision} into a file of its own (one precision per dataset)",
                              step="provenance")
-    rows, dropped = prepare_resume(out, DATASET_COLUMNS)
     on_ray = ray_address is not None
-    if settings.device == "cpu" and not on_ray:
-        _check_same_cpu(out, meta, rows)
-    done = _done_points(rows)
+    file_cpu = None
     if on_ray:
         if settings.device not in ("cpu", "cuda"):
             raise UsageError(f"--device {settings.device} with --ray: Ray gives each task its GPU; use --device cuda "
                              "or cpu", step="arguments")
         settings = replace(settings, sentinel_every_s=None)
-    # Ray's connection before anything is written: a wrong address leaves the files as they were
-    # (and only when there is something to measure), its GPUs checked too
+        # a CPU set is one CPU's; a GPU set's host CPUs may differ between runs (the estimators read it for CPUs only)
+        file_cpu = dataset_cpu_id(meta) if settings.device == "cpu" else None
+    # Ray's connection (and its GPUs checked) before anything is written, a cut-short last row's removal included: a
+    # wrong address leaves the files as they were. Only when there is something to measure (read without changing
+    # the file): a finished file's re-run does not contact the cluster.
     session = contextlib.ExitStack()
-    ray = ray_info = ray_tasks = None
-    if on_ray and any(todo_batches(p, done, settings.mode) for p in plans):
-        from perfpredict.dataset.ray_collect import task_options
+    ray = ray_info = ray_slots = None
+    if on_ray and any(todo_batches(p, _done_points(read_dataset(out)), settings.mode) for p in plans):
+        from perfpredict.dataset.ray_collect import task_slots
         from perfpredict.ray_cluster import connected
 
         ray, ray_info = session.enter_context(connected(ray_address, worker_niceness=0))
         try:
-            ray_tasks = task_options(ray, "cuda" if settings.device.startswith("cuda") else "cpu")
+            ray_slots = task_slots(ray, "cuda" if settings.device.startswith("cuda") else "cpu", tasks_at_once)
         except BaseException:
             session.close()
             raise
+    try:
+        rows, dropped = prepare_resume(out, DATASET_COLUMNS)
+        if settings.device == "cpu" and not on_ray:
+            _check_same_cpu(out, meta, rows)
+    except BaseException:
+        session.close()
+        raise
+    done = _done_points(rows)
     with session:
         # Earlier non-final rows (errors, timeouts) of points measured again are superseded: keep the file
         # append-only and let readers take the last row per point.
@@ -579,7 +587,7 @@ def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSetting
                     from perfpredict.dataset.ray_collect import SameDevice, measure_on_ray
 
                     names = {r["device_name"] for r in rows if r.get("device_name")}
-                    gate = SameDevice(device_kind, names, dataset_cpu_id(meta))
+                    gate = SameDevice(device_kind, names, file_cpu)
                     jobs = [(p, t) for p in plans if (t := todo_batches(p, done, settings.mode))]
 
                     def within_budget() -> bool:
@@ -588,8 +596,7 @@ def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSetting
                             stopped_by_budget = True
                         return not stopped_by_budget
 
-                    ray_run.update(measure_on_ray(ray, jobs, settings, gate, record, within_budget, ray_tasks,
-                                                  tasks_at_once))
+                    measure_on_ray(ray, jobs, settings, gate, record, within_budget, ray_slots, ray_run)
                 for plan in [] if ray is not None else plans:
                     todo = todo_batches(plan, done, settings.mode)
                     if not todo:

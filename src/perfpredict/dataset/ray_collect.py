@@ -12,9 +12,10 @@ per point on a CPU). What differs is only where the task runs and what it may sh
   each task asks for its GPU's share of them (and gets as many torch threads), and ``tasks_at_once``
   (``--tasks-at-once``) caps the tasks in flight where that matters. A CUDA task gets a fresh
   worker process (``max_calls=1``), so the fork server it starts sees that task's GPU and no earlier one's.
-  A CPU task asks for all of a node's CPUs (the smallest node's count), so a node measures one architecture at a
-  time, as a local run does: two measurements sharing a CPU's cores, caches and memory bandwidth would time each
-  other. Measuring processes run at niceness 0 where allowed (:func:`normal_priority`).
+  A CPU task is pinned to a node and asks for all its CPUs, so a node measures one architecture at a time, as a
+  local run does: two measurements sharing a CPU's cores, caches and memory bandwidth would time each other.
+  Measuring processes run at niceness 0 where allowed (:func:`normal_priority`), and without ``--threads`` with
+  torch's default threads, as locally (Ray's ``OMP_NUM_THREADS`` for the task is dropped).
 - **One device type per file.** A dataset's time model is one machine's (two VMs both called "AMD EPYC" ran the
   same steps 0.75x apart), so the driver checks each finished task's device against the file's: the name in the
   results (what a row records as ``device_name``), or where no result has one, the name the node reports (NVML's
@@ -22,8 +23,9 @@ per point on a CPU). What differs is only where the task runs and what it may sh
   run's provenance lists it; its points stay to measure. A task whose device cannot be told writes no row either.
 - **The driver writes.** Rows reach the CSV from the driver only, an architecture's rows when its task ends, so
   the file stays one append-only writer's and a resumed run skips what is there. A Ctrl-C cancels the tasks in
-  flight: their architectures have no rows and are measured at the next run. A task Ray lost (its node died)
-  is listed in the provenance and measured at the next run too.
+  flight: their architectures have no rows and are measured at the next run. A task that raised (``failed``,
+  with its own error) or that Ray lost (``lost``: its worker or node died) is listed in the provenance and
+  measured at the next run too.
 - **No speed sentinel.** The sentinel times one fixed step on the machine that measures; with many machines
   there is no one such step, so a Ray run times none and its provenance says so.
 
@@ -34,6 +36,8 @@ not the dataset files.
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -54,16 +58,9 @@ def node_device(device_kind: str) -> dict[str, Any]:
     if device_kind != "cuda":
         return {**node, "kind": "cpu", "name": cpu_model_name(), "cpu_id": cpu_id()}
     names = gpu_names()
+    # a node with GPUs of several models cannot say which one Ray gave the task (NVML's order need not be CUDA's):
+    # then only the results' own names count
     name = names[0] if len(set(names)) == 1 else None
-    if name is None and names:  # a node with GPUs of several models: the one Ray gave this task
-        try:
-            import ray
-
-            ids = ray.get_gpu_ids()
-            if ids and str(ids[0]).isdigit() and int(ids[0]) < len(names):
-                name = names[int(ids[0])]
-        except Exception:  # noqa: BLE001, S110 - outside a task or an older Ray: the results' names decide
-            pass
     return {**node, "kind": "cuda", "name": name}
 
 
@@ -73,8 +70,6 @@ def normal_priority() -> int:
     a local run measures at 0, and a busy node would time a task at 15 against its other work. (On an idle node it
     makes no difference: ``benchmarks/collect_on_ray.py``'s ``nice -n 15`` arm.) Lowering niceness needs root or
     CAP_SYS_NICE; without them it stays, and the provenance records it."""
-    import os
-
     try:
         now = os.getpriority(os.PRIO_PROCESS, 0)
         if now > 0:
@@ -93,6 +88,10 @@ def measure_architecture_task(job: tuple[ArchPlan, list[int]], settings: Collect
     from perfpredict.dataset.collect import measure_architecture
 
     plan, batch_sizes = job
+    if settings.threads is None:
+        # Ray sets OMP_NUM_THREADS to the task's CPUs (its logical ones); a local run leaves torch its own default
+        # (the physical cores), and the file's rows must be measured alike
+        os.environ.pop("OMP_NUM_THREADS", None)
     kind = "cuda" if settings.device.startswith("cuda") else "cpu"
     here = dataclasses.replace(settings, device="cuda:0" if kind == "cuda" else "cpu")
     results: list[dict[str, Any]] = []
@@ -132,53 +131,72 @@ class SameDevice:
         return None
 
 
-def task_options(ray: Any, device_kind: str) -> tuple[dict[str, Any], int]:
-    """``ray.remote`` options of a measuring task and how many such tasks the cluster runs at once (the driver
-    keeps the rest queued, so a time budget can still stop starting them).
+def task_slots(ray: Any, device_kind: str, tasks_at_once: int | None = None) -> dict[str, Any]:
+    """How measuring tasks are placed: ``options`` for every task and one ``slots`` entry per task that may run at
+    once (a task in flight holds one; :func:`perfpredict.ray_cluster.ray_map`), the first ``tasks_at_once`` of
+    them if given, and ``described``, the same for the provenance.
 
-    A CUDA task also asks for its GPU's share of the node's CPUs (the smallest share over the GPU nodes): Ray sets
-    a task's ``OMP_NUM_THREADS`` to its CPUs, so with one CPU the step's host side would run on one thread where a
-    local run on a one-GPU machine uses all of them (the committed H100 and H200 sets: 16)."""
+    CUDA: one slot per GPU in the cluster; a task asks for one GPU and its GPU's share of the node's CPUs (the
+    smallest share over the GPU nodes), so Ray does not crowd a node's host with more work than its GPUs. CPU: one
+    slot per node, pinned to it (a hard node affinity) and asking for all its CPUs, so two measurements never
+    share a node even where nodes differ in size."""
     from perfpredict.ray_cluster import node_resources
 
     nodes = node_resources(ray)
     if device_kind == "cuda":
-        shares = [cpus // gpus for cpus, gpus in nodes if gpus > 0]
+        shares = [cpus // gpus for _, cpus, gpus in nodes if gpus > 0]
         if not shares:
             raise UsageError("--device cuda on Ray: the cluster has no GPUs (ray.cluster_resources() lists none); "
                              "start the GPU nodes' raylets with their GPUs or use --device cpu", step="device")
-        return ({"num_gpus": 1, "num_cpus": max(1, min(shares)), "max_calls": 1},
-                sum(gpus for _, gpus in nodes))
-    per_node = [cpus for cpus, _ in nodes if cpus > 0]
-    if not per_node:
-        raise UsageError("--ray: the cluster has no CPUs to measure on", step="device")
-    need = min(per_node)
-    return {"num_cpus": need}, sum(c // need for c in per_node)
+        options = {"num_gpus": 1, "num_cpus": max(1, min(shares)), "max_calls": 1}
+        slots: list[dict[str, Any]] = [{} for _, _, gpus in nodes for _ in range(gpus)]
+        described: list[dict[str, Any]] = [dict(options) for _ in slots]
+    else:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        cpu_nodes = [(node_id, cpus) for node_id, cpus, _ in nodes if cpus > 0]
+        if not cpu_nodes:
+            raise UsageError("--ray: the cluster has no CPUs to measure on", step="device")
+        options = {}
+        slots = [{"num_cpus": cpus, "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False)}
+                 for node_id, cpus in cpu_nodes]
+        described = [{"num_cpus": cpus, "node_id": node_id} for node_id, cpus in cpu_nodes]
+    n = min(len(slots), tasks_at_once) if tasks_at_once else len(slots)
+    return {"options": options, "slots": slots[:n], "described": described[:n]}
+
+
+def _first_line(e: BaseException) -> str:
+    """An exception's first line without the terminal colours Ray puts in its task errors."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"[:300]
 
 
 def measure_on_ray(ray: Any, jobs: list[tuple[ArchPlan, list[int]]], settings: CollectSettings,
                    gate: SameDevice, record: Callable[[ArchPlan, dict[str, Any]], None],
-                   keep_going: Callable[[], bool], tasks: tuple[dict[str, Any], int],
-                   tasks_at_once: int | None = None) -> dict[str, Any]:
-    """Every job as a Ray task (see the module docstring) with ``tasks``' options and as many at once as the
-    cluster runs (:func:`task_options`) or ``tasks_at_once`` if fewer, ``record``-ing each accepted task's results
-    as it ends. Returns what the provenance keeps: the nodes that measured, the tasks refused or lost, and how many
-    jobs the time budget left unstarted."""
+                   keep_going: Callable[[], bool], placing: dict[str, Any], into: dict[str, Any]) -> None:
+    """Every job as a Ray task placed as :func:`task_slots` says (see the module docstring), ``record``-ing each
+    accepted task's results as it ends. ``into`` (the run's provenance) gets, as they happen, the nodes that
+    measured, the tasks refused, failed or lost, and at the end how many jobs the time budget left unstarted: a
+    Ctrl-C keeps what was recorded so far."""
     from perfpredict.ray_cluster import ray_map
 
-    options, slots = tasks
-    slots = min(slots, tasks_at_once) if tasks_at_once else slots
     nodes: dict[str, dict[str, Any]] = {}
     refused: list[dict[str, Any]] = []
+    failed: list[dict[str, str]] = []
     lost: list[dict[str, str]] = []
+    into.update(task_resources=placing["described"], tasks_at_once=len(placing["slots"]), measured_by=nodes,
+                refused=refused, failed=failed, lost=lost)
 
     def finished(i: int, ref: Any) -> None:
         plan = jobs[i][0]
         try:
             out = ray.get(ref)
-        except Exception as e:  # noqa: BLE001 - a lost node must not lose the other architectures
-            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            lost.append({"config": plan.config, "error": f"{type(e).__name__}: {first}"[:300]})
+        except ray.exceptions.RayTaskError as e:  # the task itself raised: its own error, not Ray's wrapping
+            cause = getattr(e, "cause", None)
+            failed.append({"config": plan.config, "error": _first_line(cause if cause is not None else e)})
+            return
+        except Exception as e:  # noqa: BLE001 - a worker or node Ray lost must not lose the other architectures
+            lost.append({"config": plan.config, "error": _first_line(e)})
             return
         reason = gate.refusal(out)
         host = (out.get("node") or {}).get("hostname", "?")
@@ -186,20 +204,18 @@ def measure_on_ray(ray: Any, jobs: list[tuple[ArchPlan, list[int]]], settings: C
             refused.append({"config": plan.config, "points": len(out.get("results", [])), "why": reason})
             return
         entry = nodes.setdefault(host, {"device": next(iter(gate.names)), "architectures": 0, "rows": 0,
-                                        "niceness": set()})
-        entry["niceness"].add((out.get("node") or {}).get("niceness"))
+                                        "niceness": []})
         entry["architectures"] += 1
+        nice = (out.get("node") or {}).get("niceness")
+        if nice is not None and nice not in entry["niceness"]:
+            entry["niceness"] = sorted([*entry["niceness"], nice])
         for res in out.get("results", []):
             entry["rows"] += 1
             record(plan, res)
 
-    not_started = ray_map(ray, measure_architecture_task, jobs, finished, slots, args=(settings,),
-                          options=options, keep_going=keep_going)
-    for entry in nodes.values():
-        entry["niceness"] = sorted(n for n in entry["niceness"] if n is not None)
-    return {"task_resources": options, "tasks_at_once": slots, "measured_by": nodes, "refused": refused, "lost": lost,
-            "not_started": not_started}
+    into["not_started"] = ray_map(ray, measure_architecture_task, jobs, finished, args=(settings,),
+                                  options=placing["options"], keep_going=keep_going, slots=placing["slots"])
 
 
 __all__ = ["SameDevice", "measure_architecture_task", "measure_on_ray", "node_device", "normal_priority",
-           "task_options"]
+           "task_slots"]
