@@ -22,7 +22,8 @@ from tests.conftest import FAST_TIMING, interrupt_after_first_row
 
 ray = pytest.importorskip("ray")  # a dev dependency: installed by `make test`
 
-SCRIPT = Path(__file__).resolve().parents[1] / "profilers" / "collect_dataset.py"
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "profilers" / "collect_dataset.py"
 
 
 @pytest.fixture(scope="module")
@@ -172,6 +173,23 @@ def test_a_wrong_ray_request_is_one_line_and_writes_nothing(tmp_path, args, says
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error")]
     assert len(errors) == 1 and says in errors[0], proc.stderr
     assert not out.exists() and not provenance_path(out).exists()
+
+
+def test_a_gpu_file_whose_runs_had_different_host_cpus_is_resumed(tmp_path):
+    """The one-CPU-per-file rule is a CPU file's: the committed H200 set plus a run on another host CPU gets as far
+    as Ray (no GPU here), not a "mixes CPUs" refusal."""
+    import shutil
+
+    out = tmp_path / "cuda_h200.csv"
+    shutil.copy(REPO / "datasets" / "cuda_h200.csv", out)
+    meta = json.loads((REPO / "datasets" / "cuda_h200.meta.json").read_text())
+    meta["runs"].append({**meta["runs"][-1], "run_id": "other-host",
+                         "device_info": {**meta["runs"][-1]["device_info"], "cpu_id": "AuthenticAMD family 25 model 1"}})
+    provenance_path(out).write_text(json.dumps(meta))
+    with pytest.raises(UsageError) as e:
+        collect(plan_sweep(["mlp"], batch_sizes=[8, 4096]), out, CollectSettings(device="cuda"),
+                ray_address="127.0.0.1:1")
+    assert e.value.step in ("arguments", "device") and "mixes CPUs" not in e.value.message
 
 
 def test_a_wrong_address_leaves_a_file_with_a_cut_short_row_as_it_was(tmp_path):
