@@ -72,26 +72,44 @@ def run_one(jobs: list, nodes: int, label: str, mech: str, kwargs: dict) -> dict
             "decision_ms": 1e3 * res.decision_time_s / max(1, res.decisions), "wall_s": time.perf_counter() - t0}
 
 
-def sweep(table: str, settings: list[dict], seeds: list[int], hours: float,
-          iterations: tuple[int, int] | None = None) -> list[dict]:
+def simulate_trace(spec: dict) -> list[dict]:
+    """Every method of :data:`METHODS` on one (table setting, seed)'s trace, as rows. Module-level, and the trace
+    is rebuilt from the spec, so that a worker process or a Ray task can run it (``--workers``, ``--ray``)."""
     from perfpredict.sim.genie_workload import describe_trace, genie_trace
 
-    rows = []
-    for st in settings:
-        for seed in seeds:
-            kw = {} if iterations is None else {"iterations": iterations}
-            jobs = genie_trace(st["rate"], hours, mix=st["mix"], seed=seed, **kw)
-            load = describe_trace(jobs, 4 * st["nodes"], hours)["offered_load"]
-            for label, mech, kw in METHODS:
-                row = {"table": table, "rate": st["rate"], "mix": "/".join(f"{x:g}" for x in st["mix"]),
-                       "nodes": st["nodes"], "seed": seed, "offered_load": load, **run_one(jobs, st["nodes"], label,
-                                                                                           mech, kw)}
-                rows.append(row)
-            print(f"{table:8s} rate {st['rate']:4g}/h mix {rows[-1]['mix']:9s} {4 * st['nodes']:3d} GPUs seed {seed}: "
-                  f"{len(jobs)} tasks, load {load:.2f} | " + "  ".join(
-                      f"{r['method']} {r['qos_pct']:.0f}%/{r['makespan_h']:.1f}h" for r in rows[-len(METHODS):]),
-                  flush=True)
-    return rows
+    st, seed = spec["setting"], spec["seed"]
+    kw = {} if spec["iterations"] is None else {"iterations": spec["iterations"]}
+    jobs = genie_trace(st["rate"], spec["hours"], mix=st["mix"], seed=seed, **kw)
+    load = describe_trace(jobs, 4 * st["nodes"], spec["hours"])["offered_load"]
+    return [{"table": spec["table"], "rate": st["rate"], "mix": "/".join(f"{x:g}" for x in st["mix"]),
+             "nodes": st["nodes"], "seed": seed, "offered_load": load, **run_one(jobs, st["nodes"], label, mech, mkw)}
+            for label, mech, mkw in METHODS]
+
+
+def _report(rows: list[dict]) -> None:
+    r0 = rows[0]
+    print(f"{r0['table']:8s} rate {r0['rate']:4g}/h mix {r0['mix']:9s} {4 * r0['nodes']:3d} GPUs seed {r0['seed']}: "
+          f"{r0['tasks']} tasks, load {r0['offered_load']:.2f} | " + "  ".join(
+              f"{r['method']} {r['qos_pct']:.0f}%/{r['makespan_h']:.1f}h" for r in rows), flush=True)
+
+
+def sweep(tables: list[tuple[str, list[dict]]], seeds: list[int], hours: float,
+          iterations: tuple[int, int] | None = None, workers: int = 1,
+          ray_address: str | None = None) -> dict[str, list[dict]]:
+    """Each table's rows (its settings x ``seeds`` x :data:`METHODS`), simulated serially, in ``workers`` local
+    processes or as Ray tasks (:func:`perfpredict.sim.parallel.map_runs`); the rows are the same and in the same
+    order either way."""
+    from perfpredict.sim.parallel import map_runs, where_runs
+
+    specs = [{"table": table, "setting": st, "seed": seed, "hours": hours, "iterations": iterations}
+             for table, settings in tables for st in settings for seed in seeds]
+    print(f"{len(specs)} traces x {len(METHODS)} methods, {where_runs(workers, ray_address)}", flush=True)
+    results = map_runs(simulate_trace, specs, workers=workers, ray_address=ray_address,
+                       on_result=lambda _, rows: _report(rows))
+    out: dict[str, list[dict]] = {table: [] for table, _ in tables}
+    for spec, rows in zip(specs, results):
+        out[spec["table"]] += rows
+    return out
 
 
 def _key(k: tuple) -> tuple:
@@ -182,6 +200,9 @@ def main() -> None:
     ap.add_argument("--hours", type=positive_float, default=24.0, help="arrival window (Table 3: 24 h)")
     ap.add_argument("--iters", default=None, help="iterations per task LO/HI (default: the workload's 10000/500000)")
     ap.add_argument("--out", type=out_dir, default="experiments/out/genie")
+    from perfpredict.sim.parallel import add_sweep_options
+
+    add_sweep_options(ap)
     args = ap.parse_args()
     iters = None
     if args.iters:
@@ -212,13 +233,16 @@ def main() -> None:
               "PR⟨1,1⟩/⟨1,4⟩/⟨4,4⟩ at b=64: "
               f"{m['pr_1x1_b64']:.0f}/{m['pr_1x4_b64']:.0f}/{m['pr_4x4_b64']:.0f}")
 
-    rows = sweep("density", [{"rate": r, "mix": table3, "nodes": 4} for r in densities], seeds, args.hours,
-                 iters)
+    swept = sweep([("density", [{"rate": r, "mix": table3, "nodes": 4} for r in densities]),
+                   ("mix", [{"rate": 10.0, "mix": mx, "nodes": 4} for mx in mixes]),
+                   ("scale", [{"rate": 20.0, "mix": table3, "nodes": n} for n in scales])],
+                  seeds, args.hours, iters, workers=args.workers, ray_address=args.ray)
+    rows = swept["density"]
     # the Table 3 mix at 10 tasks/h and 16 GPUs is the density table's row; the 20-tasks/h row is the scale table's
     rows += [dict(r, table="mix") for r in rows if r["rate"] == 10.0]
     rows += [dict(r, table="scale") for r in rows if r["table"] == "density" and r["rate"] == 20.0]
-    rows += sweep("mix", [{"rate": 10.0, "mix": mx, "nodes": 4} for mx in mixes], seeds, args.hours, iters)
-    rows += sweep("scale", [{"rate": 20.0, "mix": table3, "nodes": n} for n in scales], seeds, args.hours, iters)
+    rows += swept["mix"]
+    rows += swept["scale"]
 
     print("\nEach cell: QoS guarantee (eq. 14) / makespan / average normalised latency (eq. 15-16), mean of seeds "
           f"{','.join(map(str, seeds))}.\n")

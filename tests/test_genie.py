@@ -472,10 +472,19 @@ def test_experiment_fast(tmp_path):
     import subprocess
     import sys
 
-    r = subprocess.run([sys.executable, str(REPO / "experiments" / "genie_qos.py"), "--fast", "--hours", "6",
-                        "--out", str(tmp_path)], capture_output=True, text=True, cwd=REPO, timeout=300)
+    def run(out, *extra):
+        return subprocess.run([sys.executable, str(REPO / "experiments" / "genie_qos.py"), "--fast", "--hours", "6",
+                               *extra, "--out", str(out)], capture_output=True, text=True, cwd=REPO, timeout=300)
+
+    r = run(tmp_path, "--workers", "2")  # each trace in one of two worker processes
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads((tmp_path / "results.json").read_text())
+    serial = run(tmp_path / "serial")
+    assert serial.returncode == 0, serial.stderr[-3000:]
+    timings = {"wall_s", "decision_ms"}
+    assert [{k: v for k, v in row.items() if k not in timings} for row in res["rows"]] == [
+        {k: v for k, v in row.items() if k not in timings}
+        for row in json.loads((tmp_path / "serial" / "results.json").read_text())["rows"]]
     assert set(res["checks"]) == {"qos_10", "makespan_10", "qos_20", "makespan_20", "tables"}
     for c in res["checks"].values():
         assert f"{'PASS' if c['ok'] else 'FAIL'}: {c['text']}" in r.stdout
