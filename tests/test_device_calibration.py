@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -234,8 +235,12 @@ def test_calibrate_measures_the_references_and_the_predictor_uses_the_result(tmp
     got = {(r.config, r.batch_size) for r in calib.references}
     assert got == {(c, b) for c in QUICK_SUITE for b in REFERENCE_BATCHES}
     by_point = {(r.config, r.batch_size): r.measured_s for r in calib.references}
-    for c in QUICK_SUITE:  # real steps: four times the samples take longer, and not much over four times as long
-        assert by_point[(c, 8)] < by_point[(c, 32)] < 6 * by_point[(c, 8)], c
+    # real steps: four times the samples take longer on the whole, and not much over four times as long. Not every
+    # model singly: an MLP whose step reads more weights than activations times about the same at batch 8 and 32
+    # (0.978x here once, with 0.2 s per point on a noisy VM; 0.86x in a committed calibration, whose medians over the
+    # suite are 2.4-3.2x and whose largest ratio 5.6x)
+    ratios = {c: by_point[(c, 32)] / by_point[(c, 8)] for c in QUICK_SUITE}
+    assert statistics.median(ratios.values()) > 1.5 and all(0.7 < r < 6 for r in ratios.values()), ratios
     assert (root / "here" / "references.meta.json").exists()  # the collector's provenance of the raw rows
     # the suite's first points timed again at its end: the machine's steadiness, printed and on the card
     # (each STEADINESS_REPEATS times in fresh processes, the points interleaved)
