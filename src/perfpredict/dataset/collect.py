@@ -510,27 +510,18 @@ def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSetting
     # Ray's connection (and its GPUs checked) before anything is written, a cut-short last row's removal included: a
     # wrong address leaves the files as they were. Only when there is something to measure (read without changing
     # the file): a finished file's re-run does not contact the cluster.
-    session = contextlib.ExitStack()
-    ray = ray_info = ray_slots = None
-    if on_ray and any(todo_batches(p, _done_points(read_dataset(out)), settings.mode) for p in plans):
-        from perfpredict.dataset.ray_collect import task_slots
-        from perfpredict.ray_cluster import connected
+    with contextlib.ExitStack() as session:  # Ray's connection, closed however the run ends
+        ray = ray_info = ray_slots = None
+        if on_ray and any(todo_batches(p, _done_points(read_dataset(out)), settings.mode) for p in plans):
+            from perfpredict.dataset.ray_collect import task_slots
+            from perfpredict.ray_cluster import connected
 
-        ray, ray_info = session.enter_context(connected(ray_address, worker_niceness=0))
-        try:
+            ray, ray_info = session.enter_context(connected(ray_address, worker_niceness=0))
             ray_slots = task_slots(ray, "cuda" if settings.device.startswith("cuda") else "cpu", tasks_at_once)
-        except BaseException:
-            session.close()
-            raise
-    try:
         rows, dropped = prepare_resume(out, DATASET_COLUMNS)
         if settings.device == "cpu" and not on_ray:
             _check_same_cpu(out, meta, rows)
-    except BaseException:
-        session.close()
-        raise
-    done = _done_points(rows)
-    with session:
+        done = _done_points(rows)
         # Earlier non-final rows (errors, timeouts) of points measured again are superseded: keep the file
         # append-only and let readers take the last row per point.
         new_file = not out.exists() or out.stat().st_size == 0
@@ -583,30 +574,30 @@ def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSetting
                     if progress:
                         progress(plan, row)
 
+                def within_budget() -> bool:
+                    """False, and the run marked stopped by its budget, once the budget is spent."""
+                    nonlocal stopped_by_budget
+                    if settings.time_budget_s is not None and time.monotonic() - started > settings.time_budget_s:
+                        stopped_by_budget = True
+                    return not stopped_by_budget
+
                 if ray is not None:
                     from perfpredict.dataset.ray_collect import SameDevice, measure_on_ray
 
                     names = {r["device_name"] for r in rows if r.get("device_name")}
                     gate = SameDevice(device_kind, names, file_cpu)
                     jobs = [(p, t) for p in plans if (t := todo_batches(p, done, settings.mode))]
-
-                    def within_budget() -> bool:
-                        nonlocal stopped_by_budget
-                        if settings.time_budget_s is not None and time.monotonic() - started > settings.time_budget_s:
-                            stopped_by_budget = True
-                        return not stopped_by_budget
-
                     measure_on_ray(ray, jobs, settings, gate, record, within_budget, ray_slots, ray_run)
-                for plan in [] if ray is not None else plans:
-                    todo = todo_batches(plan, done, settings.mode)
-                    if not todo:
-                        continue
-                    if settings.time_budget_s is not None and time.monotonic() - started > settings.time_budget_s:
-                        stopped_by_budget = True
-                        break
-                    if sentinel is not None and sentinel.due():
-                        sentinel.read(sum(counts.values()))
-                    measure_architecture(plan, todo, settings, lambda r, p=plan: record(p, r))
+                else:
+                    for plan in plans:
+                        todo = todo_batches(plan, done, settings.mode)
+                        if not todo:
+                            continue
+                        if not within_budget():
+                            break
+                        if sentinel is not None and sentinel.due():
+                            sentinel.read(sum(counts.values()))
+                        measure_architecture(plan, todo, settings, lambda r, p=plan: record(p, r))
                 if sentinel is not None and sentinel.readings:
                     sentinel.read(sum(counts.values()), final=True)
         except BaseException as e:
