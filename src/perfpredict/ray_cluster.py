@@ -14,6 +14,7 @@ connection, and it is left open.
 from __future__ import annotations
 
 import os
+import re
 import socket
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -117,6 +118,13 @@ def connected(address: str, worker_niceness: int | None = None) -> Iterator[tupl
             ray.shutdown()
 
 
+def error_line(e: BaseException, limit: int = 300) -> str:
+    """``Type: first line`` of an exception, without the terminal colours Ray puts in its task errors, cut at
+    ``limit`` characters."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"[:limit]
+
+
 def ray_map(ray: Any, fn: Callable[..., Any], items: Sequence[Any], done: Callable[[int, Any], None],
             max_in_flight: int | None = None, args: tuple = (), options: dict[str, Any] | None = None,
             keep_going: Callable[[], bool] | None = None, slots: Sequence[dict[str, Any]] | None = None) -> int:
@@ -161,4 +169,4 @@ def ray_map(ray: Any, fn: Callable[..., Any], items: Sequence[Any], done: Callab
     return len(items) - started
 
 
-__all__ = ["CONNECT_TIMEOUT_S", "cluster_info", "connected", "node_resources", "ray_map"]
+__all__ = ["CONNECT_TIMEOUT_S", "cluster_info", "connected", "error_line", "node_resources", "ray_map"]

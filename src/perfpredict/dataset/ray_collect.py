@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -165,12 +164,6 @@ def task_slots(ray: Any, device_kind: str, tasks_at_once: int | None = None) -> 
     return {"options": options, "slots": slots[:n], "described": described[:n]}
 
 
-def _first_line(e: BaseException) -> str:
-    """An exception's first line without the terminal colours Ray puts in its task errors."""
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"[:300]
-
-
 def measure_on_ray(ray: Any, jobs: list[tuple[ArchPlan, list[int]]], settings: CollectSettings,
                    gate: SameDevice, record: Callable[[ArchPlan, dict[str, Any]], None],
                    keep_going: Callable[[], bool], placing: dict[str, Any], into: dict[str, Any]) -> None:
@@ -178,7 +171,7 @@ def measure_on_ray(ray: Any, jobs: list[tuple[ArchPlan, list[int]]], settings: C
     accepted task's results as it ends. ``into`` (the run's provenance) gets, as they happen, the nodes that
     measured, the tasks refused, failed or lost, and at the end how many jobs the time budget left unstarted: a
     Ctrl-C keeps what was recorded so far."""
-    from perfpredict.ray_cluster import ray_map
+    from perfpredict.ray_cluster import error_line, ray_map
 
     nodes: dict[str, dict[str, Any]] = {}
     refused: list[dict[str, Any]] = []
@@ -193,10 +186,10 @@ def measure_on_ray(ray: Any, jobs: list[tuple[ArchPlan, list[int]]], settings: C
             out = ray.get(ref)
         except ray.exceptions.RayTaskError as e:  # the task itself raised: its own error, not Ray's wrapping
             cause = getattr(e, "cause", None)
-            failed.append({"config": plan.config, "error": _first_line(cause if cause is not None else e)})
+            failed.append({"config": plan.config, "error": error_line(cause if cause is not None else e)})
             return
         except Exception as e:  # noqa: BLE001 - a worker or node Ray lost must not lose the other architectures
-            lost.append({"config": plan.config, "error": _first_line(e)})
+            lost.append({"config": plan.config, "error": error_line(e)})
             return
         reason = gate.refusal(out)
         host = (out.get("node") or {}).get("hostname", "?")

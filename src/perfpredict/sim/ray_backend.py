@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from perfpredict.ray_cluster import ray_map
+from perfpredict.ray_cluster import error_line, ray_map
 
 if TYPE_CHECKING:
     from perfpredict.sim.compare import RunTask
@@ -79,8 +79,7 @@ def _result(ray: Any, ref: Any, task: RunTask) -> tuple[dict[str, Any], dict[str
     try:
         return ray.get(ref)
     except Exception as e:  # noqa: BLE001 - a lost worker must not lose the other runs
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        return _failed_row(task.scheduler, task.seed, "error", f"Ray lost the run: {type(e).__name__}: {first}"[:500],
+        return _failed_row(task.scheduler, task.seed, "error", f"Ray lost the run: {error_line(e, 482)}",
                            task.metrics), {}
 
 
