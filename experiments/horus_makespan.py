@@ -40,6 +40,7 @@ invariants under sharing (device memory never exceeded once OOM failures are res
     python experiments/horus_makespan.py --fast     # CI: 2 seeds, cap 2, 16 x 8 GPUs, 800 jobs
     python experiments/horus_makespan.py --predictions family-cv   # the schedulers never saw the job's family
     python experiments/horus_makespan.py --predictions paper-mix   # §5: half the jobs new to the predictor
+    python experiments/horus_makespan.py --workers 2   # the simulations in 2 processes (or --ray ADDRESS); same rows
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ import argparse
 import json
 import math
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -95,6 +97,82 @@ def run_one(jobs, cluster, mech_name, models, sharing, **extra):
             "wall_s": time.perf_counter() - t0, "_waits_min": [w / 60 for w in waits], **extra}
 
 
+MEMORY_MECHS = ("fifo-exclusive", "obp", "horus", "horus-f")
+
+
+def _testbed_runs(caps: list[int], mechs: list[str]) -> list[tuple[int, str]]:
+    """(cap, mechanism) of one testbed trace: FIFO never shares and the paper's interference model was fitted on
+    pairs, so neither runs with more than 2 jobs per GPU."""
+    return [(cap, mech) for cap in caps for mech in mechs
+            if cap == 2 or not (mech == "fifo-exclusive" or "paper" in mech)]
+
+
+def simulation_units(variants, seeds: int, nodes: int, n_scale: int, args) -> list[dict]:
+    """The experiment's simulations in independent units (one trace each, every scheduler on it; one unit per
+    scheduler at scale, the longest runs, listed first so that workers start them first)."""
+    units = [{"part": "scale", "mechanism": m, "nodes": nodes, "n": n_scale, "load": args.scale_load, "runs": 1}
+             for m in MECHS_SCALE]
+    units += [{"part": "testbed", "variant": variant, "interarrival": interarrival, "caps": vcaps, "mechs": mechs,
+               "workload": workload, "seed": seed, "runs": len(_testbed_runs(vcaps, mechs))}
+              for variant, interarrival, vcaps, mechs in variants for workload in ("small", "large")
+              for seed in range(seeds)]
+    units += [{"part": "memory", "memory": memory, "seed": seed, "interarrival": args.interarrival,
+               "gpu_mem_gb": args.stress_mem, "runs": len(MEMORY_MECHS)}
+              for memory in ("safe", "median") for seed in range(min(seeds, 3))]
+    return units
+
+
+def _group(unit: dict) -> str:
+    """What a progress line reports as done: each scheduler at scale, each testbed workload's traces."""
+    if unit["part"] == "scale":
+        return f"at scale, {_label(unit['mechanism'])}"
+    if unit["part"] == "testbed":
+        return f"testbed W-{unit['workload'].capitalize()} ({unit['variant']}): {unit['runs']} schedulers"
+    return f"memory pressure ({unit['memory']} reservations)"
+
+
+def _scale_trace(nodes: int, n: int, load: float):
+    from perfpredict.sim.horus_workload import horus_trace
+
+    return horus_trace("scale", n=n, seed=0, load=load, gpus_total=8 * nodes)
+
+
+def simulate_unit(unit: dict) -> list[dict]:
+    """The rows of one unit of :func:`simulation_units`. Module-level, and the trace, cluster and perf models are
+    rebuilt from the unit, so that a worker process or a Ray task can run it (``--workers``, ``--ray``); the
+    parent's refitted predictions come with it (``refits``), so a worker does not refit them again."""
+    from perfpredict.sched.cluster import ClusterSpec
+    from perfpredict.sim.horus_workload import (
+        horus_cluster,
+        horus_perf_models,
+        horus_sharing,
+        horus_trace,
+        prime_refit_cache,
+    )
+
+    prime_refit_cache(unit["refits"])
+    sharing = horus_sharing()
+    part = unit["part"]
+    if part == "scale":
+        big = horus_cluster("scale")
+        big = ClusterSpec(big.servers[:unit["nodes"]], name=f"{unit['nodes']}x8 H100")
+        jobs = _scale_trace(unit["nodes"], unit["n"], unit["load"])
+        models = horus_perf_models("safe", unit["predictions"])
+        return [run_one(jobs, big, unit["mechanism"], models, sharing, part="scale", nodes=unit["nodes"],
+                        load=unit["load"])]
+    if part == "testbed":
+        models = horus_perf_models("safe", unit["predictions"])
+        jobs = horus_trace(unit["workload"], seed=unit["seed"], interarrival_s=unit["interarrival"])
+        return [run_one(jobs, horus_cluster("testbed"), _with_cap(mech, cap), models, sharing, part="testbed",
+                        variant=unit["variant"], workload=unit["workload"], seed=unit["seed"], cap=cap)
+                for cap, mech in _testbed_runs(unit["caps"], unit["mechs"])]
+    models = horus_perf_models(unit["memory"], unit["predictions"])
+    jobs = horus_trace("large", seed=unit["seed"], interarrival_s=unit["interarrival"])
+    cluster = horus_cluster("testbed", gpu_mem_gb=unit["gpu_mem_gb"])
+    return [run_one(jobs, cluster, mech, models, sharing, part="memory", memory=unit["memory"], seed=unit["seed"],
+                    workload="large") for mech in MEMORY_MECHS]
+
+
 def _mean(rows, key):
     v = [r[key] for r in rows]
     return float(np.mean(v)) if v else math.nan
@@ -106,17 +184,9 @@ def _sd(rows, key):
 
 
 def main() -> None:
-    from perfpredict.sim.horus_workload import (
-        PREDICTIONS,
-        horus_cluster,
-        horus_jobs_table,
-        horus_perf_models,
-        horus_sharing,
-        horus_trace,
-    )
-    from perfpredict.sched.cluster import ClusterSpec
-
     from perfpredict.script_args import describe, int_list, nonneg_float, out_dir, positive_float, positive_int
+    from perfpredict.sim.horus_workload import PREDICTIONS, horus_jobs_table, refit_cache_entries
+    from perfpredict.sim.parallel import add_sweep_options, map_runs, where_runs
 
     ap = argparse.ArgumentParser(description=describe(__doc__))
     ap.add_argument("--fast", action="store_true", help="2 seeds, cap 2 only, 16 x 8 GPUs at scale (CI)")
@@ -136,6 +206,7 @@ def main() -> None:
                          "leave-one-family-out predictions (family-cv), or the paper's testbed mix: estimators "
                          "refitted without half of the architectures (paper-mix)")
     ap.add_argument("--out", type=out_dir, default=None, help="output folder (experiments/out/horus[_family_cv])")
+    add_sweep_options(ap)
     args = ap.parse_args()
     seeds = args.seeds or (2 if args.fast else 10)
     caps = args.caps or ([2] if args.fast else [2, 3])
@@ -173,26 +244,27 @@ def main() -> None:
           f"{pred_stats['mem_median_mape']:.1%}; reserved memory (q90) below the measured NVML memory for "
           f"{pred_stats['q90_below_measured']:.0%} of them (median ratio {np.median(pred_mem / mem):.2f}; median "
           f"prediction below for {pred_stats['median_below_measured']:.0%})")
-    models = {m: horus_perf_models(m, args.predictions) for m in ("safe", "median")}
-    sharing = horus_sharing()
-    testbed = horus_cluster("testbed")
-    rows: list[dict] = []
-
-    # 1. testbed ------------------------------------------------------------------------------------------
     variants = [("poisson", args.interarrival, caps, MECHS_TESTBED),
                 ("batch", 0.0, [2], ["fifo-exclusive", "obp", "pab", "horus", "horus-f", BREAKEVEN])]
-    for variant, interarrival, vcaps, mechs in variants:
-        for workload in ("small", "large"):
-            for seed in range(seeds):
-                jobs = horus_trace(workload, seed=seed, interarrival_s=interarrival)
-                for cap in vcaps:
-                    for mech in mechs:
-                        if cap != 2 and (mech == "fifo-exclusive" or "paper" in mech):
-                            continue
-                        rows.append(run_one(jobs, testbed, _with_cap(mech, cap), models["safe"], sharing,
-                                            part="testbed", variant=variant, workload=workload, seed=seed, cap=cap))
-            print(f"testbed W-{workload.capitalize()} ({variant}): {seeds} traces done "
-                  f"({time.perf_counter() - t_all:.0f} s)", flush=True)
+    units = simulation_units(variants, seeds, nodes, n_scale, args)
+    # a worker process or Ray task starts without this process's refitted predictions (~17 s each to redo)
+    shared = {"predictions": args.predictions,
+              "refits": refit_cache_entries() if args.workers > 1 or args.ray else {}}
+    print(f"{len(units)} simulation units ({sum(u['runs'] for u in units)} runs), "
+          f"{where_runs(args.workers, args.ray)}", flush=True)
+    left = Counter(_group(u) for u in units)
+
+    def progress(i: int, unit_rows: list[dict]) -> None:  # a line per finished group of traces
+        group = _group(units[i])
+        left[group] -= 1
+        if not left[group]:
+            print(f"{group} done ({time.perf_counter() - t_all:.0f} s)", flush=True)
+
+    results = map_runs(simulate_unit, [{**u, **shared} for u in units], workers=args.workers,
+                       ray_address=args.ray, on_result=progress)
+    # the rows in the order the serial loops made them: testbed, at scale, memory pressure
+    rows: list[dict] = [r for part in ("testbed", "scale", "memory")
+                        for u, unit_rows in zip(units, results) if u["part"] == part for r in unit_rows]
 
     def pick(part, **kw):
         return [r for r in rows if r["part"] == part and all(r.get(k) == v for k, v in kw.items())]
@@ -208,59 +280,45 @@ def main() -> None:
             print("| scheduler | makespan (min) | vs FIFO | GPU util (busy) | JCT from start (min) | JCT slowdown vs "
                   "FIFO | JCT incl. wait (min) | median wait (min) | OOMs | re-queues |")
             print("|---|---|---|---|---|---|---|---|---|---|")
-            for cap in vcaps:
-                for mech in mechs:
-                    if cap != 2 and (mech == "fifo-exclusive" or "paper" in mech):
-                        continue
-                    sel = pick("testbed", variant=variant, workload=workload, mechanism=_with_cap(mech, cap))
-                    if not sel:
-                        continue
-                    mk = _mean(sel, "makespan_h")
-                    st = {"makespan_min": mk * 60, "makespan_sd_min": _sd(sel, "makespan_h") * 60,
-                          "makespan_gain_vs_fifo": 1 - mk / f_mk, "busy_util": _mean(sel, "busy_util"),
-                          "exec_jct_min": _mean(sel, "avg_exec_jct_min"),
-                          "jct_slowdown_vs_fifo": _mean(sel, "avg_exec_jct_min") / f_jct - 1,
-                          "jct_min": _mean(sel, "avg_jct_min"), "p50_wait_min": _mean(sel, "p50_wait_min"),
-                          "ooms": sum(r["ooms"] for r in sel), "requeues": sum(r["requeues"] for r in sel)}
-                    summary[f"{variant}/{workload}/{_with_cap(mech, cap)}"] = st
-                    vs = "—" if mech == "fifo-exclusive" else f"{-st['makespan_gain_vs_fifo']:+.1%}"
-                    slow = "—" if mech == "fifo-exclusive" else f"{st['jct_slowdown_vs_fifo']:+.1%}"
-                    print(f"| {_label(_with_cap(mech, cap))} | {st['makespan_min']:.0f} ± {st['makespan_sd_min']:.0f} | "
-                          f"{vs} | {st['busy_util']:.1%} | {st['exec_jct_min']:.1f} | {slow} | {st['jct_min']:.1f} | "
-                          f"{st['p50_wait_min']:.1f} | {st['ooms']} | {st['requeues']} |")
+            for cap, mech in _testbed_runs(vcaps, mechs):
+                sel = pick("testbed", variant=variant, workload=workload, mechanism=_with_cap(mech, cap))
+                if not sel:
+                    continue
+                mk = _mean(sel, "makespan_h")
+                st = {"makespan_min": mk * 60, "makespan_sd_min": _sd(sel, "makespan_h") * 60,
+                      "makespan_gain_vs_fifo": 1 - mk / f_mk, "busy_util": _mean(sel, "busy_util"),
+                      "exec_jct_min": _mean(sel, "avg_exec_jct_min"),
+                      "jct_slowdown_vs_fifo": _mean(sel, "avg_exec_jct_min") / f_jct - 1,
+                      "jct_min": _mean(sel, "avg_jct_min"), "p50_wait_min": _mean(sel, "p50_wait_min"),
+                      "ooms": sum(r["ooms"] for r in sel), "requeues": sum(r["requeues"] for r in sel)}
+                summary[f"{variant}/{workload}/{_with_cap(mech, cap)}"] = st
+                vs = "—" if mech == "fifo-exclusive" else f"{-st['makespan_gain_vs_fifo']:+.1%}"
+                slow = "—" if mech == "fifo-exclusive" else f"{st['jct_slowdown_vs_fifo']:+.1%}"
+                print(f"| {_label(_with_cap(mech, cap))} | {st['makespan_min']:.0f} ± {st['makespan_sd_min']:.0f} | "
+                      f"{vs} | {st['busy_util']:.1%} | {st['exec_jct_min']:.1f} | {slow} | {st['jct_min']:.1f} | "
+                      f"{st['p50_wait_min']:.1f} | {st['ooms']} | {st['requeues']} |")
 
-    # 2. at scale -----------------------------------------------------------------------------------------
-    big = horus_cluster("scale")
-    big = ClusterSpec(big.servers[:nodes], name=f"{nodes}x8 H100")
-    jobs = horus_trace("scale", n=n_scale, seed=0, load=args.scale_load, gpus_total=big.total_gpus)
-    span = max(j.arrival for j in jobs) / 3600
+    # 2. at scale ---------------------------------------------------------------------------------------------
+    span = max(j.arrival for j in _scale_trace(nodes, n_scale, args.scale_load)) / 3600
     print(f"\n### At scale: {nodes} x 8 GPUs, {n_scale} jobs of 1-16 GPUs over {span:.1f} h "
           f"(offered load {args.scale_load:g} of exclusive capacity)\n", flush=True)
     print("| scheduler | makespan (h) | GPU util (busy) | avg wait (min) | median wait (min) | p90 wait (min) "
           "| JCT from start (min) | wall (s) |")
     print("|---|---|---|---|---|---|---|---|")
-    for mech in MECHS_SCALE:
-        r = run_one(jobs, big, mech, models["safe"], sharing, part="scale", nodes=nodes, load=args.scale_load)
-        rows.append(r)
+    for r in pick("scale"):
         p90 = float(np.percentile(r["_waits_min"], 90)) if r["_waits_min"] else math.nan
         r["p90_wait_min"] = p90
         print(f"| {r['label']} | {r['makespan_h']:.2f} | {r['busy_util']:.1%} | {r['avg_wait_min']:.1f} | "
               f"{r['p50_wait_min']:.1f} | {p90:.1f} | {r['avg_exec_jct_min']:.1f} | {r['wall_s']:.0f} |", flush=True)
 
     # 3. memory pressure ----------------------------------------------------------------------------------
-    small_mem = horus_cluster("testbed", gpu_mem_gb=args.stress_mem)
     print(f"\n### Memory pressure: W-Large on 12 GPUs of {args.stress_mem:g} GB ({min(seeds, 3)} traces; jobs that "
           "cannot fit a device alone are left out)\n")
     print("| scheduler | reserves | makespan (min) | vs FIFO | OOM failures | left out | max memory after / before OOM |")
     print("|---|---|---|---|---|---|---|")
     for memory in ("safe", "median"):
-        for seed in range(min(seeds, 3)):
-            jobs_s = horus_trace("large", seed=seed, interarrival_s=args.interarrival)
-            for mech in ("fifo-exclusive", "obp", "horus", "horus-f"):
-                rows.append(run_one(jobs_s, small_mem, mech, models[memory], sharing, part="memory", memory=memory,
-                                    seed=seed, workload="large"))
         fifo_mk = _mean(pick("memory", memory=memory, mechanism="fifo-exclusive"), "makespan_h")
-        for mech in ("fifo-exclusive", "obp", "horus", "horus-f"):
+        for mech in MEMORY_MECHS:
             sel = pick("memory", memory=memory, mechanism=mech)
             mk = _mean(sel, "makespan_h")
             vs = "—" if mech == "fifo-exclusive" else f"{mk / fifo_mk - 1:+.1%}"

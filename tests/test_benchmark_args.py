@@ -281,3 +281,29 @@ def test_only_the_clean_up_of_an_object_a_ctrl_c_cut_short_is_kept_quiet():
     assert not _half_built_finalizer(SimpleNamespace(object=_MultiProcessingDataLoaderIter.__del__,
                                                      exc_value=RuntimeError("a worker died")))
     assert not _half_built_finalizer(SimpleNamespace(object=_check_kept, exc_value=AttributeError("x")))
+
+
+@pytest.mark.parametrize("when", ["while printing", "at the final flush"])
+def test_a_reader_that_goes_away_ends_the_script_quietly(tmp_path, when):
+    """``script.py | head`` closes the pipe early: run_script exits 1 without a BrokenPipeError traceback or
+    Python's 'Exception ignored' line, whether the write or only the flush at exit meets the closed pipe."""
+    lines = 200_000 if when == "while printing" else 50  # 50 short lines stay in the pipe's buffer until exit
+    script = tmp_path / "chatty.py"
+    script.write_text(
+        "import sys, time\n"
+        "from perfpredict.script_args import run_script\n\n"
+        "def main():\n"
+        "    print('first', flush=True)\n"
+        "    sys.stdin.readline()  # until the test has closed its end of the pipe\n"
+        f"    for i in range({lines}):\n"
+        "        print('line', i)\n\n"
+        "run_script(main)\n")
+    proc = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=REPO)
+    assert proc.stdout.readline() == "first\n"
+    proc.stdout.close()
+    proc.stdin.write("go\n")
+    proc.stdin.close()
+    assert proc.wait(timeout=60) == 1
+    err = proc.stderr.read()
+    assert "Traceback" not in err and "Exception ignored" not in err, err

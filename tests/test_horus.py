@@ -534,11 +534,29 @@ def test_experiment_fast(tmp_path):
     import sys
     from pathlib import Path
 
+    from tests.conftest import load_script
+
     repo = Path(__file__).resolve().parents[1]
-    r = subprocess.run([sys.executable, str(repo / "experiments" / "horus_makespan.py"), "--fast", "--out",
-                        str(tmp_path)], capture_output=True, text=True, cwd=repo, timeout=300)
+    r = subprocess.run([sys.executable, str(repo / "experiments" / "horus_makespan.py"), "--fast", "--workers", "2",
+                        "--out", str(tmp_path)], capture_output=True, text=True, cwd=repo, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads((tmp_path / "results.json").read_text())
+    assert "16 simulation units (72 runs), in 2 worker processes" in r.stdout
+    # Rows from the worker processes are those of a serial run, in its order: two units run here in-process
+    exp = load_script(repo / "experiments" / "horus_makespan.py")
+    here = [row for unit in ({"part": "memory", "memory": "median", "seed": 1, "interarrival": 36.0,
+                              "gpu_mem_gb": 16.0},
+                             {"part": "testbed", "variant": "batch", "interarrival": 0.0, "caps": [2],
+                              "mechs": ["fifo-exclusive", "obp", "pab", "horus", "horus-f", exp.BREAKEVEN],
+                              "workload": "large", "seed": 0})
+            for row in exp.simulate_unit({**unit, "predictions": "trained", "refits": {}})]
+    timing = ("wall_s", "_waits_min")
+    by_key = {(row["part"], row.get("variant"), row.get("memory"), row["workload"], row["seed"], row["mechanism"]):
+              {k: v for k, v in row.items() if k not in timing} for row in res["rows"] if row["part"] != "scale"}
+    for row in here:
+        key = (row["part"], row.get("variant"), row.get("memory"), row["workload"], row["seed"], row["mechanism"])
+        assert by_key[key] == json.loads(json.dumps({k: v for k, v in row.items() if k not in timing}, default=float))
+    assert len(here) == 10
     assert set(res["checks"]) == {"makespan_small", "makespan_large", "utilisation", "jct_reported",
                                   "fair_wait_scale", "invariants"}
     for c in res["checks"].values():

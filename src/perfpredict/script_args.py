@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import shlex
 import signal
 import sys
@@ -165,7 +166,7 @@ def measure_keeping_partial(loop: Callable[[], None], rows: Sized) -> bool:
 
 def run_script(main: Callable[[], int | None]) -> None:
     """Run a script's ``main()`` and exit: its return code, a :class:`PerfPredictError` as one line with its exit
-    code, or 130 on Ctrl-C."""
+    code, 130 on Ctrl-C, or quietly 1 when the reader of its output went away (``script.py | head``)."""
     try:
         rc = main()
     except PerfPredictError as e:
@@ -174,7 +175,22 @@ def run_script(main: Callable[[], int | None]) -> None:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
+    except BrokenPipeError:
+        stdout_gone()
+        sys.exit(1)
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        stdout_gone()
+        sys.exit(1)
     sys.exit(rc or 0)
+
+
+def stdout_gone() -> None:
+    """Point stdout at /dev/null, so that Python's own flush at exit does not fail a second time on the closed
+    pipe and print 'Exception ignored ... BrokenPipeError' (the recipe of Python's signal module docs)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 def command_line(script_file: str, argv: list[str] | None) -> str:
