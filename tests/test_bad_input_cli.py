@@ -253,3 +253,17 @@ def test_a_ctrl_c_no_command_catches_is_one_line_not_a_silent_exit():
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 130, proc.stderr
     assert proc.stderr.strip() == "interrupted (Ctrl-C)" and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(("error", "first", "line"), [
+    (ValueError("bad value\n  at line 3\n"), "bad value", "ValueError: bad value"),
+    (RuntimeError("\n\x1b[36m(task pid=1)\x1b[0m failed: OOM\nmore"), "(task pid=1) failed: OOM",
+     "RuntimeError: (task pid=1) failed: OOM"),
+    (SystemExit(), "", "SystemExit: "),
+    (KeyError("k"), "'k'", "KeyError: 'k'"),
+])
+def test_an_exception_is_reported_by_its_first_line_without_terminal_colours(error, first, line):
+    from perfpredict.errors import error_line, first_line
+
+    assert first_line(error) == first
+    assert error_line(error) == line and error_line(error, 5) == line[:5] and error_line(error, None) == line

@@ -33,7 +33,7 @@ from rich.progress import (
 from rich.table import Table
 
 from perfpredict import __version__
-from perfpredict.errors import PerfPredictError, UsageError, forget_handled_interrupt
+from perfpredict.errors import PerfPredictError, UsageError, error_line, forget_handled_interrupt
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Profile, model and predict the performance of deep-learning training jobs.")
@@ -142,8 +142,7 @@ def prepare_mlflow(experiment: str) -> None:
     try:
         prepare(experiment)
     except Exception as e:  # noqa: BLE001 - an unusable store is a usage problem, found before the work
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise UsageError(f"cannot use the MLflow store {tracking_uri()} ({type(e).__name__}: {first}); "
+        raise UsageError(f"cannot use the MLflow store {tracking_uri()} ({error_line(e, None)}); "
                          "fix MLFLOW_TRACKING_URI or pass --no-mlflow", step="mlflow") from None
 
 

@@ -7,6 +7,10 @@ line and exit non-zero; the original traceback is kept in ``detail`` for ``--deb
 
 from __future__ import annotations
 
+import re
+
+_TERMINAL_COLOURS = re.compile(r"\x1b\[[0-9;]*m")
+
 
 class PerfPredictError(Exception):
     """A user-facing failure: ``<source>: <step>: <message>``."""
@@ -65,3 +69,15 @@ def forget_handled_interrupt() -> None:
     ``perfpredict compare`` on a busy machine died so). The flag is reset at the start of every such ``exec``, so a
     harmless one clears it; called where a command's exit code is final."""
     exec("None")  # noqa: S102 - a constant string: this runs nothing but the reset
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's message for a one-line report, '' when it has none; without the terminal
+    colour codes some libraries (Ray's task errors) put in it."""
+    text = _TERMINAL_COLOURS.sub("", str(e)).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def error_line(e: BaseException, limit: int | None = 300) -> str:
+    """``Type: first line`` of an exception (:func:`first_line`), cut at ``limit`` characters (None: not cut)."""
+    return f"{type(e).__name__}: {first_line(e)}"[:limit]

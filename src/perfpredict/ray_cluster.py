@@ -14,13 +14,12 @@ connection, and it is left open.
 from __future__ import annotations
 
 import os
-import re
 import socket
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from perfpredict.errors import UsageError
+from perfpredict.errors import UsageError, error_line, first_line
 
 #: seconds to wait for a cluster's head to accept a TCP connection before ``ray.init`` is tried: a wrong
 #: address would otherwise keep Ray retrying for minutes
@@ -103,8 +102,7 @@ def connected(address: str, worker_niceness: int | None = None) -> Iterator[tupl
         try:
             ray.init(**kwargs)
         except Exception as e:  # noqa: BLE001 - Ray's own errors (connection, version mismatch) in one line
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise UsageError(f"--ray {address}: {first}", step="arguments") from None
+            raise UsageError(f"--ray {address}: {first_line(e) or type(e).__name__}", step="arguments") from None
         finally:
             if niceness is None:
                 os.environ.pop("RAY_worker_niceness", None)
@@ -116,13 +114,6 @@ def connected(address: str, worker_niceness: int | None = None) -> Iterator[tupl
     finally:
         if opened:
             ray.shutdown()
-
-
-def error_line(e: BaseException, limit: int = 300) -> str:
-    """``Type: first line`` of an exception, without the terminal colours Ray puts in its task errors, cut at
-    ``limit`` characters."""
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"[:limit]
 
 
 def ray_map(ray: Any, fn: Callable[..., Any], items: Sequence[Any], done: Callable[[int, Any], None],

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfpredict.errors import PerfPredictError
+from perfpredict.errors import PerfPredictError, first_line
 
 
 class ArchFeaturesError(PerfPredictError):
@@ -234,8 +234,7 @@ def load_onnx_bytes(data: bytes, source: str = "upload", *, external_data: bool 
     try:
         onnx.checker.check_model(proto)
     except Exception as e:  # noqa: BLE001
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ArchFeaturesError(f"invalid ONNX model: {msg[:300]}", source=source, step="check onnx") from None
+        raise ArchFeaturesError(f"invalid ONNX model: {(first_line(e) or type(e).__name__)[:300]}", source=source, step="check onnx") from None
     return proto
 
 

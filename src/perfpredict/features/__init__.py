@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from perfpredict.card import GraphFeatures
+from perfpredict.errors import first_line
 from perfpredict.features.fvcore_check import fvcore_counts
 from perfpredict.features.graph import GraphStats, analyze_onnx, unknown_shapes_note
 from perfpredict.estimators.kernel_nodes import rows_at_fixed_batch, split_nodes
@@ -54,8 +55,7 @@ def extract_features(workload: Workload, model: torch.nn.Module | None = None,
     except BaseException as e:  # the user's code runs here: sys.exit() included
         if isinstance(e, KeyboardInterrupt):
             raise
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        return GraphFeatures(available=False, error=f"{type(e).__name__}: {msg}"[:1000])
+        return GraphFeatures(available=False, error=f"{type(e).__name__}: {first_line(e) or type(e).__name__}"[:1000])
 
     feats = _from_stats(s1, s2, b1, b2)
     feats.exporter, feats.opset = first.exporter, first.opset

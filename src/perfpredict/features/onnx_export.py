@@ -30,6 +30,8 @@ from typing import Any
 
 import torch
 
+from perfpredict.errors import first_line
+
 TORCHSCRIPT_OPSET = 17
 #: Weights (parameters and buffers) above this many bytes are exported as external data (protobuf's 2 GiB
 #: limit, with room for the graph itself).
@@ -102,8 +104,7 @@ def export_onnx(model: torch.nn.Module, args: tuple, path: str | Path | None = N
                     with _quiet():
                         proto = fn(model, args, workdir)
                 except Exception as e:  # noqa: BLE001 - any exporter failure: record it and try the next one
-                    first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
-                    attempts.append(f"{name}: {type(e).__name__}: {first}")
+                    attempts.append(f"{name}: {type(e).__name__}: {first_line(e)[:300]}")
                     continue
                 opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
                 if path is not None:

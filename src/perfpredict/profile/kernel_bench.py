@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from perfpredict.errors import first_line
 from perfpredict.estimators.kernel_nodes import KernelNode
 from perfpredict.profile.timing import TimingConfig, time_iterations
 
@@ -265,7 +266,7 @@ def measure(benches: Iterable[Bench], modes: Iterable[str] = MODES,
                             for k in kernel_nodes_of(module, inputs)]
             rec["seconds"] = {m: time_call(module, inputs, m, device=device) for m in modes}
         except Exception as e:  # noqa: BLE001 - one broken benchmark must not lose the others
-            rec["error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+            rec["error"] = f"{type(e).__name__}: {first_line(e)[:200]}"
         records.append(rec)
         if progress:
             progress(b.name)
