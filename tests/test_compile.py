@@ -87,7 +87,7 @@ def example_inputs(batch_size):
 def test_wrapped_allocation_failures_and_worker_errors_are_read_through():
     import torch
 
-    from perfpredict.profile.failure import failure_text, first_line
+    from perfpredict.profile.failure import failure_text, unwrapped_line
     from perfpredict.profile.memory import is_oom_error
 
     try:
@@ -98,9 +98,9 @@ def test_wrapped_allocation_failures_and_worker_errors_are_read_through():
     except RuntimeError as e:
         assert is_oom_error(e)  # the cause is the allocation failure
     assert not is_oom_error(RuntimeError("shape mismatch"))
-    assert first_line(RuntimeError("backend='inductor' raised:\n  LoweringException: x")) \
+    assert unwrapped_line(RuntimeError("backend='inductor' raised:\n  LoweringException: x")) \
         == "backend='inductor' raised: LoweringException: x"
-    assert first_line(RuntimeError("\x1b[96mcoloured\x1b[0m")) == "coloured"
+    assert unwrapped_line(RuntimeError("\x1b[96mcoloured\x1b[0m")) == "coloured"
     # a DataLoader worker's error: the reason is at the end of the text it re-raises
     loader = torch.utils.data.DataLoader([None] * 4, batch_size=2, num_workers=1)
     try:

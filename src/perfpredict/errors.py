@@ -71,11 +71,17 @@ def forget_handled_interrupt() -> None:
     exec("None")  # noqa: S102 - a constant string: this runs nothing but the reset
 
 
+def message_lines(text: str) -> list[str]:
+    """The non-empty lines of an error message, stripped, without the terminal colour codes some libraries (Ray's
+    task errors) put in it."""
+    return [ln.strip() for ln in _TERMINAL_COLOURS.sub("", text).splitlines() if ln.strip()]
+
+
 def first_line(e: BaseException) -> str:
-    """The first line of an exception's message for a one-line report, '' when it has none; without the terminal
-    colour codes some libraries (Ray's task errors) put in it."""
-    text = _TERMINAL_COLOURS.sub("", str(e)).strip()
-    return text.splitlines()[0] if text else ""
+    """The first line of an exception's message for a one-line report, '' when it has none
+    (:func:`message_lines`; a measuring process unwraps more: :func:`perfpredict.profile.failure.unwrapped_line`)."""
+    lines = message_lines(str(e))
+    return lines[0] if lines else ""
 
 
 def error_line(e: BaseException, limit: int | None = 300) -> str:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+from perfpredict.errors import message_lines
+
 #: ``got RuntimeError('a and b must have same reduction dim ...')`` inside a dynamo TorchRuntimeError's text
 _WRAPPED = re.compile(r"got (\w+(?:Error|Exception))\((['\"])(.*?)\2\)", re.S)
 
@@ -48,16 +50,12 @@ def failure_phase(e: BaseException, current: str) -> str:
     return current
 
 
-def _lines(text: str) -> list[str]:
-    return [ln.strip() for ln in re.sub(r"\x1b\[[0-9;]*m", "", text).splitlines() if ln.strip()]
-
-
-def first_line(e: BaseException) -> str:
+def unwrapped_line(e: BaseException) -> str:
     """The message of ``e`` as one line (ANSI colours removed), unwrapped where a wrapper hides it."""
     inner = _model_error_in_compile(e)
     if inner is not None:
         return f"{inner[0]}: {inner[1]} (found by torch.compile while tracing the forward)"[:500]
-    lines = _lines(str(e)) or [type(e).__name__]
+    lines = message_lines(str(e)) or [type(e).__name__]
     if lines[0].startswith("Caught ") and "DataLoader worker" in lines[0] and len(lines) > 1:
         return f"{lines[-1]} (in a DataLoader worker)"[:500]
     first = lines[0]
@@ -68,7 +66,7 @@ def first_line(e: BaseException) -> str:
 
 def failure_text(e: BaseException) -> str:
     """``"<Type>: <message>"`` for a report; a wrapped model error is named by its own type."""
-    line = first_line(e)
+    line = unwrapped_line(e)
     if isinstance(e, AttributeError) and "'DistributedDataParallel' object has no attribute" in line:
         line += (" (with --scaling the model is wrapped in DistributedDataParallel: a train_step hook reaches "
                  "the model's own attributes through model.module)")

@@ -21,7 +21,7 @@ from perfpredict.profile import host_load
 from perfpredict.profile import memory as mem
 from perfpredict.profile.device import describe_device
 from perfpredict.profile.energy import GpuSampler, nvml_handle_for_torch_device
-from perfpredict.profile.failure import failure_phase, failure_text, first_line
+from perfpredict.profile.failure import failure_phase, failure_text, unwrapped_line
 from perfpredict.profile.group_request import GroupMember, GroupTiming
 from perfpredict.profile.timing import TimingResult
 from perfpredict.profile.worker import (
@@ -190,7 +190,7 @@ def measure_member(member: GroupMember, timing: GroupTiming, barrier) -> dict[st
         if isinstance(e, _NonFiniteLoss):
             out["status"], out["error"] = "nonfinite", str(e)
         elif mem.is_oom_error(e):
-            out["status"], out["error"] = "oom", first_line(e)
+            out["status"], out["error"] = "oom", unwrapped_line(e)
         elif isinstance(e, PerfPredictError):
             out["status"], out["error"] = "error", e.message
         else:

@@ -26,7 +26,7 @@ from perfpredict.profile.energy import (
     nvml_handle_for_torch_device,
     nvml_process_memory,
 )
-from perfpredict.profile.failure import failure_phase, failure_text, first_line
+from perfpredict.profile.failure import failure_phase, failure_text, unwrapped_line
 from perfpredict.profile.request import PointRequest
 from perfpredict.profile.timing import TimingConfig, time_iterations
 from perfpredict.workload.forward_args import call_forward, input_signature
@@ -187,7 +187,7 @@ def measure_point(req: PointRequest) -> dict[str, Any]:
             out["error"] = str(e)
         elif mem.is_oom_error(e):
             out["status"] = "oom"
-            out["error"] = first_line(e)
+            out["error"] = unwrapped_line(e)
         elif isinstance(e, PerfPredictError):
             out["status"] = "error"
             out["error"] = e.message
