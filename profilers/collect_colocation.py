@@ -32,7 +32,16 @@ import time
 from pathlib import Path
 
 from perfpredict.errors import UsageError
-from perfpredict.script_args import command_line, describe, nonneg_int, positive_float, positive_int, run_script
+from perfpredict.script_args import (
+    command_line,
+    describe,
+    device_spelling,
+    nonneg_int,
+    out_csv,
+    positive_float,
+    positive_int,
+    run_script,
+)
 
 #: Jobs chosen to span solo GPU utilisation from launch-bound (tiny MLP) to compute-bound (ImageNet CNNs,
 #: BERT-base): (label, family, params, batch size).
@@ -84,22 +93,6 @@ def done_pairs(rows: list[dict[str, str]]) -> set[tuple[str, str]]:
             and all(_finite(r.get(k)) is not None for k in DONE_NUMBERS)}
 
 
-def _out_csv(text: str) -> Path:
-    """``--out``: a CSV file to write (created with its folders), not a folder or a path under a file."""
-    from perfpredict.dataset.collect import check_output_path
-
-    try:
-        return check_output_path(text)
-    except UsageError as e:
-        raise argparse.ArgumentTypeError(e.message) from None
-
-
-def _device(text: str) -> str:
-    """``--device``: its spelling (whether a CUDA device exists is checked when measuring starts)."""
-    req = text.strip().lower()
-    if req in ("auto", "cpu", "cuda") or (req.startswith("cuda:") and req[5:].isdigit()):
-        return req
-    raise argparse.ArgumentTypeError(f"{text!r}: expected auto, cpu, cuda or cuda:<index>")
 
 
 def sample_jobs(rows: list[dict[str, str]], n_jobs: int, seed: int, max_job_mem_gb: float | None = None,
@@ -190,23 +183,9 @@ def random_pairs(labels: list[str], partners: int, seed: int, self_pairs: bool =
 
 
 def main(argv: list[str] | None = None) -> int:
-    from perfpredict.dataset.collect import (
-        CollectSettings,
-        _append_provenance,
-        _run_provenance,
-        check_provenance,
-        git_commit_of,
-        prepare_resume,
-        upgrade_header,
-    )
-    from perfpredict.profile.colocation import measure_pair, measure_solo
-    from perfpredict.profile.device import resolve_device
-    from perfpredict.profile.group_request import GroupTiming
-    from perfpredict.workload.spec import WorkloadRef
-
     ap = argparse.ArgumentParser(description=describe(__doc__))
-    ap.add_argument("--out", type=_out_csv, required=True)
-    ap.add_argument("--device", type=_device, default="auto", help="auto, cpu, cuda or cuda:<index>")
+    ap.add_argument("--out", type=out_csv, required=True)
+    ap.add_argument("--device", type=device_spelling, default="auto", help="auto, cpu, cuda or cuda:<index>")
     ap.add_argument("--jobs", type=positive_int, default=len(JOBS),
                     help=f"use the first N jobs of the list (1 to {len(JOBS)})")
     ap.add_argument("--window", type=positive_float, default=2.0, help="timed seconds per run")
@@ -227,6 +206,21 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"argument --jobs: the list has {len(JOBS)} jobs, not {args.jobs}")
     if args.from_dataset is not None and args.partners == 0 and not args.self_pairs:
         ap.error("argument --partners: 0 partners and no --self-pairs leaves no pair to measure")
+    # imported once the arguments are known to be good: they import torch (a second and more), and a wrong flag is
+    # answered at once
+    from perfpredict.dataset.collect import (
+        CollectSettings,
+        _append_provenance,
+        _run_provenance,
+        check_provenance,
+        git_commit_of,
+        prepare_resume,
+        upgrade_header,
+    )
+    from perfpredict.profile.colocation import measure_pair, measure_solo
+    from perfpredict.profile.device import resolve_device
+    from perfpredict.profile.group_request import GroupTiming
+    from perfpredict.workload.spec import WorkloadRef
 
     if args.from_dataset is not None:
         from perfpredict.dataset.collect import read_dataset

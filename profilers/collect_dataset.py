@@ -28,8 +28,10 @@ from pathlib import Path
 from perfpredict.script_args import (
     command_line,
     describe,
+    device_spelling,
     int_list,
     nonneg_float,
+    out_csv,
     positive_float,
     positive_int,
     run_script,
@@ -44,23 +46,6 @@ def _families(text: str) -> list[str]:
     return names
 
 
-def _device(text: str) -> str:
-    """``--device``: its spelling (whether a CUDA device exists is checked when measuring starts)."""
-    req = text.strip().lower()
-    if req in ("auto", "cpu", "cuda") or (req.startswith("cuda:") and req[5:].isdigit()):
-        return req
-    raise argparse.ArgumentTypeError(f"{text!r}: expected auto, cpu, cuda or cuda:<index>")
-
-
-def _out_csv(text: str) -> Path:
-    """``--out``: a CSV file to write (created with its folders), not a folder or a path under a file."""
-    from perfpredict.dataset.collect import check_output_path
-    from perfpredict.errors import UsageError
-
-    try:
-        return check_output_path(text)
-    except UsageError as e:
-        raise argparse.ArgumentTypeError(e.message) from None
 
 
 def _existing_csv(text: str) -> Path:
@@ -230,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=describe(__doc__))
     sub = ap.add_subparsers(dest="cmd", required=True)
     f = sub.add_parser("features", help="graph features of every zoo architecture (CPU)")
-    f.add_argument("--out", type=_out_csv, default=Path("datasets/zoo_features.csv"))
+    f.add_argument("--out", type=out_csv, default=Path("datasets/zoo_features.csv"))
     f.add_argument("--families", type=_families, help="comma-separated zoo families (default: all)")
     f.add_argument("--max-gmacs", type=positive_float)
     f.add_argument("--recompute-saved", action="store_true",
@@ -242,8 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--in-process", action="store_true",
                    help="export every architecture in this process (faster for small ones; memory piles up)")
     m = sub.add_parser("measure", help="measure architectures x batch sizes on a device")
-    m.add_argument("--out", type=_out_csv, required=True)
-    m.add_argument("--device", type=_device, default="auto", help="auto, cpu, cuda or cuda:<index>")
+    m.add_argument("--out", type=out_csv, required=True)
+    m.add_argument("--device", type=device_spelling, default="auto", help="auto, cpu, cuda or cuda:<index>")
     m.add_argument("--mode", default="train", choices=("train", "infer"))
     m.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "fp16"),
                    help="autocast mixed precision of every measured step (one precision per output file)")

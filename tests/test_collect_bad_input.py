@@ -146,6 +146,27 @@ def test_collect_dataset_refuses_bad_arguments_in_one_line(tmp_path, args, messa
     assert "Traceback" not in proc.stderr and not (tmp_path / "m.csv").exists()
 
 
+@pytest.mark.parametrize(("script", "args", "message"), [
+    (DATASET_SCRIPT, ["measure", "--out", "{tmp}", "--families", "mlp"], "is a folder"),
+    (DATASET_SCRIPT, ["measure", "--out", "{tmp}/m.csv", "--device", "tpu"], "--device"),
+    (DATASET_SCRIPT, ["features", "--out", "{tmp}"], "is a folder"),
+    (COLOCATION_SCRIPT, ["--out", "{tmp}/c.csv", "--jobs", "999"], "--jobs"),
+    (COLOCATION_SCRIPT, ["--out", "{tmp}", "--device", "tpu"], "--out"),
+])
+def test_a_wrong_flag_is_answered_before_torch_is_imported(tmp_path, script, args, message) -> None:
+    """The collectors check their flags before importing torch (a second or more), so a typo is answered at once."""
+    argv = [str(script), *(a.replace("{tmp}", str(tmp_path)) for a in args)]
+    code = ("import runpy, sys\n"
+            f"sys.argv = {argv!r}\n"
+            "try:\n"
+            f"    runpy.run_path({str(script)!r}, run_name='__main__')\n"
+            "except SystemExit as e:\n"
+            "    print('exit', e.code, 'torch' in sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.stdout.strip() == "exit 2 False", proc.stdout + proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_skip_configs_of_leaves_out_exactly_a_held_out_files_architectures(tmp_path) -> None:
     """How the large-batch training rows were kept apart from the far-batch check's architectures."""
     held_out_file = REPO / "datasets" / "cpu_epyc_genoa_2vcpu_far_batch.csv"

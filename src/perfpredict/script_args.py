@@ -22,8 +22,9 @@ from pathlib import Path
 from perfpredict.errors import PerfPredictError
 from perfpredict.output_paths import output_dir_problem, output_file_problem
 
-__all__ = ["command_line", "float_list", "int_list", "nonneg_float", "nonneg_int", "out_dir", "out_file", "positive_float",
-           "positive_int", "run_script", "seed_list", "describe", "measure_keeping_partial", "stop_requested"]
+__all__ = ["command_line", "describe", "device_spelling", "float_list", "int_list", "measure_keeping_partial",
+           "nonneg_float", "nonneg_int", "out_csv", "out_dir", "out_file", "positive_float", "positive_int",
+           "run_script", "seed_list", "stop_requested"]
 
 
 def _number(text: str, kind: type, low: float, strict: bool, what: str) -> float:
@@ -77,6 +78,25 @@ def out_dir(text: str) -> Path:
     if problem:
         raise argparse.ArgumentTypeError(problem)
     return Path(text)
+
+
+def out_csv(text: str) -> Path:
+    """A dataset CSV to write (the collectors' ``--out``, created with its folders): refused up front when it is a
+    folder or a path under a file, the rule of :func:`perfpredict.dataset.collect.check_output_path`, checked here
+    without importing torch, so a wrong flag is answered at once."""
+    problem = output_file_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return Path(text)
+
+
+def device_spelling(text: str) -> str:
+    """``--device``: auto, cpu, cuda or cuda:<index> (whether a CUDA device exists is checked when measuring
+    starts)."""
+    req = text.strip().lower()
+    if req in ("auto", "cpu", "cuda") or (req.startswith("cuda:") and req[5:].isdigit()):
+        return req
+    raise argparse.ArgumentTypeError(f"{text!r}: expected auto, cpu, cuda or cuda:<index>")
 
 
 def out_file(text: str) -> Path:
