@@ -23,6 +23,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def main(argv: list[str] | None = None) -> int:
+    from perfpredict.script_args import describe, positive_int
+
+    ap = argparse.ArgumentParser(description=describe(__doc__))
+    ap.add_argument("--mode", choices=("infer", "train"), default="infer")
+    ap.add_argument("--all", action="store_true", help="every architecture, not one per family")
+    ap.add_argument("--batch", type=positive_int, default=4)
+    args = ap.parse_args(argv)
+    # imported once the flags are known to be good: they import torch (seconds), so a typo is answered at once
     import numpy as np
 
     from perfpredict.estimators.code_footprint import code_bytes, provenance
@@ -30,14 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     from perfpredict.profile.request import PointRequest
     from perfpredict.profile.runner import run_in_subprocess
     from perfpredict.profile.timing import TimingConfig
-    from perfpredict.script_args import describe, positive_int
     from perfpredict.workload.spec import WorkloadRef
 
-    ap = argparse.ArgumentParser(description=describe(__doc__))
-    ap.add_argument("--mode", choices=("infer", "train"), default="infer")
-    ap.add_argument("--all", action="store_true", help="every architecture, not one per family")
-    ap.add_argument("--batch", type=positive_int, default=4)
-    args = ap.parse_args(argv)
 
     rows = [r for r in csv.DictReader(open(ROOT / "datasets" / "zoo_features.csv")) if r["op_counts_json"]]
     if not args.all:

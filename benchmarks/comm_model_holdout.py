@@ -17,13 +17,7 @@ import contextlib
 
 
 def main(argv: list[str] | None = None) -> None:
-    from perfpredict.profile.comm_profile import default_placements, measure_comm_model
-    from perfpredict.profile.group_request import GroupTiming
-    from perfpredict.profile.netns import VirtualNodes, netns_support
-    from perfpredict.profile.runner import warm_up
     from perfpredict.script_args import describe, positive_float, positive_int
-    from perfpredict.workload.spec import WorkloadRef
-    from perfpredict.workload.zoo import families
 
     ap = argparse.ArgumentParser(description=describe(__doc__))
     ap.add_argument("--models", nargs="+", default=["mlp", "transformer", "resnet"], help="zoo families")
@@ -32,6 +26,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--link-mbit", type=positive_float, default=1000.0, help="virtual link rate, Mbit/s")
     ap.add_argument("--cores-per-device", type=positive_int, default=1)
     args = ap.parse_args(argv)
+    # imported once the flags are known to be good: they import torch (seconds), so a typo is answered at once
+    from perfpredict.profile.comm_profile import default_placements, measure_comm_model
+    from perfpredict.profile.group_request import GroupTiming
+    from perfpredict.profile.netns import VirtualNodes, netns_support
+    from perfpredict.profile.runner import warm_up
+    from perfpredict.workload.spec import WorkloadRef
+    from perfpredict.workload.zoo import families
+
     unknown = [m for m in args.models if m not in families()]
     if unknown:
         ap.error(f"argument --models: unknown zoo famil{'ies' if len(unknown) > 1 else 'y'} "

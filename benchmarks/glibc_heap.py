@@ -99,7 +99,6 @@ def _child(family: str, batches: list[int]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from perfpredict.script_args import describe, int_list
-    from perfpredict.workload.zoo import families
 
     ap = argparse.ArgumentParser(description=describe(__doc__))
     ap.add_argument("--family", default="transformer", help="zoo family, at its default configuration")
@@ -107,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated batch sizes, at least two different ones [16,64]")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    from perfpredict.workload.zoo import families  # imports torch: after the flags' own checks
+
     batches = args.batches
     if args.family not in families():
         ap.error(f"argument --family: unknown zoo family {args.family!r}; choose from {', '.join(sorted(families()))}")

@@ -34,17 +34,8 @@ import numpy as np
 
 
 def main(argv: list[str] | None = None) -> int:
-    from perfpredict.profile.pipeline_worker import PipelineRequest
-    from perfpredict.profile.runner import run_pipeline_in_subprocess, warm_up
-    from perfpredict.profile.sensitivity import (
-        max_relative_error,
-        optimistic_cpu_search,
-    )
-    from perfpredict.workload.spec import WorkloadRef
-
     from perfpredict.script_args import describe, measure_keeping_partial, out_file, positive_float, positive_int, \
         stop_requested
-    from perfpredict.workload.zoo import families
 
     ap = argparse.ArgumentParser(description=describe(__doc__))
     ap.add_argument("--models", nargs="+", default=["resnet", "vgg", "transformer"], help="zoo families")
@@ -55,6 +46,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=out_file, default=None, help="write the measured curves and results here")
     ap.add_argument("--replay", default=None, help="run the search on curves saved by --json; measure nothing")
     args = ap.parse_args(argv)
+    # imported once the flags are known to be good: they import torch (seconds), so a typo is answered at once
+    from perfpredict.profile.pipeline_worker import PipelineRequest
+    from perfpredict.profile.runner import run_pipeline_in_subprocess, warm_up
+    from perfpredict.profile.sensitivity import max_relative_error, optimistic_cpu_search
+    from perfpredict.workload.spec import WorkloadRef
+    from perfpredict.workload.zoo import families
+
     if not args.threshold < 1:
         ap.error(f"argument --threshold: {args.threshold:g}: must be between 0 and 1")
     if args.replay:
