@@ -40,7 +40,6 @@ def main(argv: list[str] | None = None) -> int:
     from perfpredict.profile.timing import TimingConfig
     from perfpredict.workload.spec import WorkloadRef
 
-
     rows = [r for r in csv.DictReader(open(ROOT / "datasets" / "zoo_features.csv")) if r["op_counts_json"]]
     if not args.all:
         first: dict[str, dict] = {}

@@ -127,7 +127,7 @@ def _group(unit: dict) -> str:
     if unit["part"] == "scale":
         return f"at scale, {_label(unit['mechanism'])}"
     if unit["part"] == "testbed":
-        return f"testbed W-{unit['workload'].capitalize()} ({unit['variant']}): {unit['runs']} schedulers"
+        return f"testbed W-{unit['workload'].capitalize()} ({unit['variant']}), every trace"
     return f"memory pressure ({unit['memory']} reservations)"
 
 

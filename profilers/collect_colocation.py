@@ -93,8 +93,6 @@ def done_pairs(rows: list[dict[str, str]]) -> set[tuple[str, str]]:
             and all(_finite(r.get(k)) is not None for k in DONE_NUMBERS)}
 
 
-
-
 def sample_jobs(rows: list[dict[str, str]], n_jobs: int, seed: int, max_job_mem_gb: float | None = None,
                 max_iter_s: float | None = None, source: str | None = None) -> list[tuple[str, str, dict, int]]:
     """``n_jobs`` measured points of a dataset as jobs of the list above: the ok points, sorted by solo GPU
@@ -215,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         check_provenance,
         git_commit_of,
         prepare_resume,
+        read_dataset,
         upgrade_header,
     )
     from perfpredict.profile.colocation import measure_pair, measure_solo
@@ -223,8 +222,6 @@ def main(argv: list[str] | None = None) -> int:
     from perfpredict.workload.spec import WorkloadRef
 
     if args.from_dataset is not None:
-        from perfpredict.dataset.collect import read_dataset
-
         if not args.from_dataset.is_file():
             raise SystemExit(f"error: no dataset at {args.from_dataset}")
         jobs = sample_jobs(read_dataset(args.from_dataset), args.sample_jobs, args.seed, args.max_job_mem_gb,
@@ -242,8 +239,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(jobs)} jobs, {len(all_pairs)} pairs")
         if args.out.is_file():
             # what a resumed run would skip (read only: an older header is not upgraded by a dry run)
-            from perfpredict.dataset.collect import read_dataset
-
             done = done_pairs(read_dataset(args.out))
             left = sum(p not in done for p in all_pairs)
             print(f"{len(all_pairs) - left} of the {len(all_pairs)} pairs are in {args.out} already; {left} are not",

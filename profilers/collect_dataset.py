@@ -46,8 +46,6 @@ def _families(text: str) -> list[str]:
     return names
 
 
-
-
 def _existing_csv(text: str) -> Path:
     """``--skip-configs-of``: a dataset file that exists (its rows are read when the plan is made)."""
     path = Path(text)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from perfpredict.errors import UsageError, error_line, first_line
+from perfpredict.errors import UsageError, first_line
 
 #: seconds to wait for a cluster's head to accept a TCP connection before ``ray.init`` is tried: a wrong
 #: address would otherwise keep Ray retrying for minutes
@@ -160,4 +160,4 @@ def ray_map(ray: Any, fn: Callable[..., Any], items: Sequence[Any], done: Callab
     return len(items) - started
 
 
-__all__ = ["CONNECT_TIMEOUT_S", "cluster_info", "connected", "error_line", "node_resources", "ray_map"]
+__all__ = ["CONNECT_TIMEOUT_S", "cluster_info", "connected", "node_resources", "ray_map"]

@@ -189,6 +189,7 @@ def run_script(main: Callable[[], int | None]) -> None:
     code, 130 on Ctrl-C, or quietly 1 when the reader of its output went away (``script.py | head``)."""
     try:
         rc = main()
+        sys.stdout.flush()  # a closed pipe is often found only here, at the last buffered write
     except PerfPredictError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(e.exit_code)
@@ -196,17 +197,12 @@ def run_script(main: Callable[[], int | None]) -> None:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
     except BrokenPipeError:
-        stdout_gone()
-        sys.exit(1)
-    try:
-        sys.stdout.flush()
-    except BrokenPipeError:
-        stdout_gone()
+        _stdout_gone()
         sys.exit(1)
     sys.exit(rc or 0)
 
 
-def stdout_gone() -> None:
+def _stdout_gone() -> None:
     """Point stdout at /dev/null, so that Python's own flush at exit does not fail a second time on the closed
     pipe and print 'Exception ignored ... BrokenPipeError' (the recipe of Python's signal module docs)."""
     devnull = os.open(os.devnull, os.O_WRONLY)

@@ -512,7 +512,8 @@ def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSetting
     # the file): a finished file's re-run does not contact the cluster.
     with contextlib.ExitStack() as session:  # Ray's connection, closed however the run ends
         ray = ray_info = ray_slots = None
-        if on_ray and any(todo_batches(p, _done_points(read_dataset(out)), settings.mode) for p in plans):
+        done_before = _done_points(read_dataset(out)) if on_ray else set()
+        if on_ray and any(todo_batches(p, done_before, settings.mode) for p in plans):
             from perfpredict.dataset.ray_collect import task_slots
             from perfpredict.ray_cluster import connected
 

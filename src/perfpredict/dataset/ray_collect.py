@@ -171,7 +171,8 @@ def measure_on_ray(ray: Any, jobs: list[tuple[ArchPlan, list[int]]], settings: C
     accepted task's results as it ends. ``into`` (the run's provenance) gets, as they happen, the nodes that
     measured, the tasks refused, failed or lost, and at the end how many jobs the time budget left unstarted: a
     Ctrl-C keeps what was recorded so far."""
-    from perfpredict.ray_cluster import error_line, ray_map
+    from perfpredict.errors import error_line
+    from perfpredict.ray_cluster import ray_map
 
     nodes: dict[str, dict[str, Any]] = {}
     refused: list[dict[str, Any]] = []

@@ -234,7 +234,8 @@ def load_onnx_bytes(data: bytes, source: str = "upload", *, external_data: bool 
     try:
         onnx.checker.check_model(proto)
     except Exception as e:  # noqa: BLE001
-        raise ArchFeaturesError(f"invalid ONNX model: {(first_line(e) or type(e).__name__)[:300]}", source=source, step="check onnx") from None
+        msg = first_line(e) or type(e).__name__
+        raise ArchFeaturesError(f"invalid ONNX model: {msg[:300]}", source=source, step="check onnx") from None
     return proto
 
 

@@ -22,7 +22,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from perfpredict.ray_cluster import error_line, ray_map
+from perfpredict.errors import error_line
+from perfpredict.ray_cluster import ray_map
 
 if TYPE_CHECKING:
     from perfpredict.sim.compare import RunTask
