@@ -259,10 +259,15 @@ def test_typing_mistakes_are_found_without_importing_torch(tmp_path):
     ("profile", "no_such_model.py"),
     ("max-batch", "zoo:mlp", "--memory-limit", "lots"),
     ("ab", "zoo:mlp", "--rounds", "1"),
+    ("profile", "typo.py"),
+    ("max-batch", "typo.py"),
+    ("ab", "zoo:mlp", "typo.py"),
 ])
 def test_an_argument_error_is_found_before_torch_is_imported(args, tmp_path):
     """A mistyped flag is refused before the ~1.5 s it takes to import torch (the command's own checks need only
-    the torch-free half of a workload: ``perfpredict.workload.ref``)."""
+    the torch-free half of a workload: ``perfpredict.workload.ref``), and so is a model file that does not parse
+    (``typo.py``: it is compiled, not run, before a measuring process starts)."""
+    (tmp_path / "typo.py").write_text("import torch\n\ndef build_model(:\n    pass\n")
     code = ("import sys\nfrom perfpredict.cli import main\nsys.argv = ['perfpredict', *sys.argv[1:]]\n"
             "try:\n    main()\nexcept SystemExit as e:\n    code = e.code\n"
             "print('torch imported' if 'torch' in sys.modules else 'torch not imported', code)")
@@ -270,6 +275,8 @@ def test_an_argument_error_is_found_before_torch_is_imported(args, tmp_path):
                           cwd=tmp_path, timeout=120)
     assert proc.stdout.split() == ["torch", "not", "imported", "2"], (proc.stdout, proc.stderr)
     assert "error" in proc.stderr and "Traceback" not in proc.stderr
+    if "typo.py" in args:
+        assert "typo.py: import: syntax error at line 3" in proc.stderr, proc.stderr
 
 
 

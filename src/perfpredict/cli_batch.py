@@ -77,6 +77,7 @@ def max_batch(
                          "named by --device-type", step="arguments")
     if not predicted and (device_type is not None or quantile != "q90"):
         raise UsageError("--device-type and --quantile apply to --predicted only", step="arguments")
+    check_target(target, params)  # before batch_search imports torch: a typo in model.py is answered at once
     from perfpredict.predicted_batch_limit import check_limit_args
     from perfpredict.profile.batch_search import DEFAULT_MAX_BATCH, check_search_args
 
@@ -84,7 +85,6 @@ def max_batch(
         check_limit_args(limit, quantile, multiple_of, max_batch_size)
     else:
         check_search_args(multiple_of, DEFAULT_MAX_BATCH if max_batch_size is None else max_batch_size, None)
-    check_target(target, params)
     check_out_dir(out)
     if not no_mlflow:
         prepare_mlflow(experiment)

@@ -6,6 +6,7 @@ mistyped batch size, a ``--param`` on a ``model.py`` or a missing file is report
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -87,4 +88,26 @@ def check_target(target: str, params: Mapping[str, Any] | None = None) -> None:
         return
     if params:
         raise UsageError(f"--param only applies to zoo models (zoo:<family>), not to {target}", step="arguments")
-    check_model_path(target)
+    check_model_syntax(check_model_path(target), shown=target)
+
+
+def syntax_error(e: SyntaxError, source: str, detail: str | None = None) -> ModelLoadError:
+    """The one-line report of a model file that does not parse (the same words whether it is found by
+    :func:`check_model_syntax` or when the file is imported)."""
+    where = f"line {e.lineno}" if e.lineno else "unknown line"
+    return ModelLoadError(f"syntax error at {where}: {e.msg}", source=source, step="import", detail=detail)
+
+
+def check_model_syntax(path: Path, shown: str | None = None) -> None:
+    """Parse ``path`` without running it: a typo in ``model.py`` is reported before a measuring process starts
+    or torch is imported (about 2 s sooner). A file that cannot be read is left to the import, which says why."""
+    try:
+        source = path.read_bytes()
+    except OSError:
+        return
+    try:
+        compile(source, str(path), "exec", dont_inherit=True)
+    except SyntaxError as e:  # IndentationError, invalid UTF-8 and null bytes included
+        raise syntax_error(e, shown or str(path), detail="".join(traceback.format_exception_only(e))) from None
+    except ValueError:  # null bytes, on Pythons that raise ValueError for them: left to the import
+        return

@@ -34,7 +34,7 @@ from perfpredict.workload.spec import (
     default_loss,
     default_optimizer,
 )
-from perfpredict.workload_args import check_model_path
+from perfpredict.workload_args import check_model_path, syntax_error
 
 REQUIRED_HOOKS = ("build_model", "example_inputs")
 OPTIONAL_HOOKS = ("loss_fn", "example_targets", "make_optimizer", "make_dataset", "preprocess", "train_step")
@@ -65,9 +65,7 @@ def _import_isolated(path: Path, shown: str) -> ModuleType:
         loader.exec_module(module)
     except SyntaxError as e:
         sys.modules.pop(mod_name, None)
-        where = f"line {e.lineno}" if e.lineno else "unknown line"
-        raise ModelLoadError(f"syntax error at {where}: {e.msg}", source=shown, step="import",
-                             detail=traceback.format_exc()) from None
+        raise syntax_error(e, shown, detail=traceback.format_exc()) from None
     except BaseException as e:  # user code may raise anything, SystemExit included
         sys.modules.pop(mod_name, None)
         if isinstance(e, KeyboardInterrupt):
