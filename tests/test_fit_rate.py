@@ -383,3 +383,23 @@ def test_the_selection_names_the_points_the_fit_left_out():
     assert m.fit_points == 3 and "2 unusable point(s) left out (batch sizes 4, 16)" in m.selection
     assert m.coefficients == pytest.approx(clean.coefficients)
     assert "left out" not in clean.selection
+
+
+def test_the_two_unknown_nnls_matches_scipys_on_random_problems():
+    """The closed-form NNLS behind the linear-time fit and GENIE's comm penalty gives scipy's optimum,
+    including the cases where one or both unknowns are pinned at 0."""
+    from scipy.optimize import nnls
+
+    from perfpredict.fit.nnls import nnls2
+
+    rng = np.random.default_rng(0)
+    pinned = 0
+    for _ in range(300):
+        A = rng.normal(size=(int(rng.integers(2, 8)), 2))
+        y = rng.normal(size=A.shape[0])
+        want, _ = nnls(A, y)
+        got = np.array(nnls2(A, y))
+        assert np.all(got >= 0)
+        assert np.sum((A @ got - y) ** 2) == pytest.approx(np.sum((A @ want - y) ** 2), rel=1e-9, abs=1e-12)
+        pinned += int(np.any(want == 0))
+    assert pinned > 50  # the constrained branch was exercised, not only the unconstrained one

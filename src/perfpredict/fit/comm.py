@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from perfpredict.errors import FitError
+from perfpredict.fit.nnls import nnls2
 
 MODEL = "genie_eq8"
 #: γ at or below this (devices) is treated as 0 when forming λ = λγ / γ.
@@ -271,7 +272,7 @@ def fit_comm_penalty(placements: Sequence[Any], measured_rates: Sequence[float],
     y = np.array([q.comm_observed for q in multi])
     # weight sPR/PR: the residual (Comm_fit − Comm_obs)·sPR/PR is the relative error of the predicted rate
     w = np.array([q.spr_samples_per_s / q.samples_per_s for q in multi])
-    gamma, lam_gamma = _nnls2(A * w[:, None], y * w)
+    gamma, lam_gamma = nnls2(A * w[:, None], y * w)
     return CommModel(gamma, lam_gamma, pts)
 
 
@@ -297,25 +298,6 @@ def holdout_error(placements: Sequence[Any], rates: Sequence[float], spr: SPR,
     if not (np.isfinite(measured) and measured > 0):
         raise CommFitError(f"held-out rate must be finite and > 0, got {measured}")
     return abs(model.predict_rate(d_node, d_gn, batches[i], spr) - measured) / measured
-
-
-def _nnls2(A: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """min ||A x − y|| subject to x ≥ 0 for two unknowns, exactly: the unconstrained (minimum-norm)
-    solution if feasible, else the best with one unknown pinned at 0 (KKT), else 0. No scipy needed."""
-    x, *_ = np.linalg.lstsq(A, y, rcond=None)
-    if np.all(x >= 0):
-        return float(x[0]), float(x[1])
-    best, best_res = (0.0, 0.0), float(y @ y)
-    for j in (0, 1):
-        col = A[:, j]
-        denom = float(col @ col)
-        v = max(0.0, float(col @ y) / denom) if denom > 0 else 0.0
-        cand = np.zeros(2)
-        cand[j] = v
-        res = float(np.sum((A @ cand - y) ** 2))
-        if res < best_res:
-            best, best_res = (float(cand[0]), float(cand[1])), res
-    return best
 
 
 # ---------------------------------------------------------------------------------------------------------

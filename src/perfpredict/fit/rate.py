@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from perfpredict.errors import FitError
+from perfpredict.fit.nnls import nnls2
 
 QUADRATIC = "quadratic_rate"
 LINEAR = "linear_time"
@@ -305,29 +306,10 @@ def _fit_linear(b: np.ndarray, r: np.ndarray) -> Candidate:
     t = b / r
     # Minimise sum(((alpha + beta*b) - t) / t)^2 with alpha, beta >= 0.
     A = np.column_stack([np.ones_like(b), b]) / t[:, None]
-    alpha, beta = _nnls2(A, np.ones_like(b))
+    alpha, beta = nnls2(A, np.ones_like(b))
     if alpha + beta * b.min() <= 0:  # degenerate: all-zero solution; fall back to proportional time
         beta = float(np.mean(t / b))
     return Candidate(LINEAR, {"alpha": alpha, "beta": beta}, _r2(t, alpha + beta * b))
-
-
-def _nnls2(A: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """min ||A x - y|| subject to x >= 0 for two unknowns, exactly (KKT: the optimum is the unconstrained
-    solution if feasible, else the best solution with one unknown pinned at 0). Avoids importing scipy."""
-    x, *_ = np.linalg.lstsq(A, y, rcond=None)
-    if np.all(x >= 0):
-        return float(x[0]), float(x[1])
-    best, best_res = (0.0, 0.0), float(y @ y)
-    for j in (0, 1):
-        col = A[:, j]
-        denom = float(col @ col)
-        v = max(0.0, float(col @ y) / denom) if denom > 0 else 0.0
-        cand = [0.0, 0.0]
-        cand[j] = v
-        res = float(np.sum((A @ np.array(cand) - y) ** 2))
-        if res < best_res:
-            best, best_res = (cand[0], cand[1]), res
-    return best
 
 
 def _fit_quadratic(b: np.ndarray, r: np.ndarray) -> Candidate:
