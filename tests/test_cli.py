@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -299,3 +300,27 @@ def test_a_ctrl_c_that_passed_through_exec_still_exits_130_not_by_signal(tmp_pat
                           cwd=tmp_path)
     assert proc.returncode == 130, (proc.returncode, proc.stderr)
     assert "interrupted" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_help_lists_every_command_once_in_its_panel_with_unbroken_summaries(tmp_path):
+    """``perfpredict --help`` groups the commands (measure / predict / schedule / about) and every registered
+    command is in a panel; a summary wrapped in its docstring is one paragraph in the list, not broken where
+    the source line ended."""
+    from perfpredict import cli
+
+    code = ("import sys\nfrom perfpredict.cli import main\nsys.argv = ['perfpredict', '--help']\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "from perfpredict.cli import app, command_name\nprint('REGISTERED', *map(command_name, app.registered_commands))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={**os.environ, "COLUMNS": "200", "TERM": "dumb"})
+    assert proc.returncode == 0, proc.stderr
+    out, registered = proc.stdout.rsplit("REGISTERED", 1)
+    registered = registered.split()
+    panels = list(cli.COMMAND_PANELS)
+    assert sorted(registered) == sorted(n for names in cli.COMMAND_PANELS.values() for n in names)
+    assert registered == [n for names in cli.COMMAND_PANELS.values() for n in names]  # listed in panel order
+    assert "─ Commands ─" not in out
+    assert [out.index(f"─ {p} ─") for p in panels] == sorted(out.index(f"─ {p} ─") for p in panels)
+    # at 200 columns each summary fits on its row: the `ab` summary's second clause is on the line of its first
+    ab_row = next(line for line in out.splitlines() if line.lstrip("│ ").startswith("ab "))
+    assert "--new-param) in paired" in ab_row, ab_row

@@ -7,6 +7,7 @@ before a failure is written first.
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import os
@@ -667,6 +668,38 @@ def _ctrl_c_typer_swallowed(exit_: SystemExit) -> bool:
     return isinstance(getattr(translated, "__cause__", None), KeyboardInterrupt)
 
 
+#: ``perfpredict --help`` lists the commands in these panels, in this order (a command missing here would be
+#: listed under a bare "Commands" panel; tests/test_cli.py checks that none is).
+COMMAND_PANELS: dict[str, tuple[str, ...]] = {
+    "Measure on this machine": ("profile", "ab", "max-batch", "calibrate", "zoo"),
+    "Predict without running the job": ("predict", "colocate", "latency", "show", "models", "train", "serve"),
+    "Schedule a cluster": ("simulate", "compare"),
+    "About": ("version",),
+}
+
+
+def command_name(info: typer.models.CommandInfo) -> str:
+    """The name a user types for a registered command (typer derives it from the function when none is given)."""
+    return info.name or info.callback.__name__.replace("_", "-")
+
+
+def group_commands(typer_app: typer.Typer) -> None:
+    """Order ``typer_app``'s commands into :data:`COMMAND_PANELS` and give each a one-paragraph ``short_help``.
+
+    Typer's rich help keeps a docstring's line breaks in the command list (not in a command's own help), so a
+    summary wrapped at 120 columns in the source broke mid-sentence there; the first paragraph is joined."""
+    rank = {name: (i, j) for i, names in enumerate(COMMAND_PANELS.values()) for j, name in enumerate(names)}
+    panel_of = {name: panel for panel, names in COMMAND_PANELS.items() for name in names}
+    typer_app.registered_commands.sort(key=lambda info: rank.get(command_name(info), (len(rank), 0)))
+    for info in typer_app.registered_commands:
+        name = command_name(info)
+        if name in panel_of:
+            info.rich_help_panel = panel_of[name]
+        if info.short_help is None and info.callback.__doc__:
+            first = inspect.cleandoc(info.callback.__doc__).split("\n\n")[0]
+            info.short_help = " ".join(first.split())
+
+
 def main() -> None:
     try:
         _main()
@@ -681,6 +714,7 @@ def _main() -> None:
     import perfpredict.cli_compare  # noqa: F401 - registers compare on `app`
     import perfpredict.cli_models  # noqa: F401 - registers train / predict / serve on `app`
 
+    group_commands(app)
     # --debug works with any command: taken out here, so commands without the option do not reject it.
     debug = "--debug" in sys.argv
     sys.argv = [a for a in sys.argv if a != "--debug"]
