@@ -142,7 +142,9 @@ def test_show_and_latency_on_a_predicted_card(run_cli, tmp_path):
     assert "predicted" in shown.stdout and "nearest profiled architecture" in shown.stdout
     lat = run_cli("latency", "pred.json", "-n", "100", "-b", "24")  # two batch sizes: a fitted rate model
     assert lat.returncode == 0 and "Lat(100, 24)" in lat.stdout, lat.stderr
-    assert run_cli("predict", "zoo:mlp", "-b", "32", "--out", "one.json").returncode == 0
+    # -p and -o as for profile: a zoo knob reaches the predicted model
+    assert run_cli("predict", "zoo:mlp", "-p", "width=128", "-b", "32", "-o", "one.json").returncode == 0
+    assert json.loads((tmp_path / "one.json").read_text())["model"]["name"].endswith("-width128-num_classes10")
     _one_error_line(run_cli("latency", "one.json", "-n", "100", "-b", "32"), "predicted card", "(32)")
 
 

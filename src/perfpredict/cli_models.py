@@ -88,9 +88,9 @@ def predict(
                                                   "training steps or on inference passes")] = None,
     precision: Annotated[str | None, typer.Option(help="fp32 | bf16 | fp16: the model set trained at that autocast "
                                                        "precision [a model file's PRECISION if a set has it, else fp32]")] = None,
-    param: Annotated[list[str] | None, typer.Option("--param", help="zoo knob k=v (repeatable)")] = None,
+    param: Annotated[list[str] | None, typer.Option("--param", "-p", help="zoo parameter name=value (repeatable)")] = None,
     models: Annotated[Path | None, typer.Option(help="trained_models folder")] = None,
-    out: Annotated[Path | None, typer.Option(help="write the predicted card here")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="write the predicted card here")] = None,
     batch_axis: Annotated[int | None, typer.Option(help=".onnx only: the axis of the first input that is the "
                                                         "batch, negative from the last as in Python (default: the first, or the "
                                                         "symbolic one)")] = None,
