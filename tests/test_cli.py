@@ -324,3 +324,29 @@ def test_help_lists_every_command_once_in_its_panel_with_unbroken_summaries(tmp_
     # at 200 columns each summary fits on its row: the `ab` summary's second clause is on the line of its first
     ab_row = next(line for line in out.splitlines() if line.lstrip("│ ").startswith("ab "))
     assert "--new-param) in paired" in ab_row, ab_row
+
+
+def test_no_help_text_is_cut_off_on_an_80_column_terminal(tmp_path):
+    """Rich cuts a word longer than the help column with '…' instead of wrapping it: the option syntax of
+    ``simulate --cluster/--trace/--mechanism/--cards`` was hidden that way. Every command's help at 80 columns."""
+    code = textwrap.dedent("""
+        import typer
+        from perfpredict import cli
+        import perfpredict.cli_ab, perfpredict.cli_batch, perfpredict.cli_calibrate, perfpredict.cli_compare
+        import perfpredict.cli_models
+        cli.group_commands(cli.app)
+        group = typer.main.get_command(cli.app)
+        for name in [None, *map(cli.command_name, cli.app.registered_commands)]:
+            print("@@HELP@@", name)
+            try:
+                group.main(args=[name, "--help"] if name else ["--help"], prog_name="perfpredict", standalone_mode=False)
+            except SystemExit:
+                pass
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={**os.environ, "COLUMNS": "80", "TERM": "dumb"})
+    assert proc.returncode == 0, proc.stderr
+    helps = proc.stdout.split("@@HELP@@ ")[1:]
+    assert len(helps) == 16 and all("Usage: perfpredict" in h for h in helps), proc.stdout[-2000:]
+    cut = [line for h in helps for line in h.splitlines() if "…" in line]
+    assert not cut, "\n".join(cut)

@@ -510,11 +510,11 @@ def sim_settings(mode: str, round_s: float, restart_overhead: float, max_time: f
 
 @app.command()
 def simulate(
-    cluster: Annotated[str, typer.Option(help="cluster JSON file, or SERVERSxGPUS[:cpus=24,mem=500,gpu_mem=32], or synergy (16x8, the default), or andreas:nodes=N,case=1|2, or armida, or genie[:nodes=4,gpus=4], or horus-testbed | horus-scale | horus:nodes=3,gpus=4,gpu_mem=80")] = "16x8",
-    trace: Annotated[str, typer.Option(help="trace .csv/.swf, or synergy:n=1000,load=9,split=20/70/10,multi=0, or andreas:nodes=N[,case=,load=] or andreas-table5, or genie[:rate=10,hours=24,mix=5/35/60,seed=], or horus-small | horus-large | horus-scale | horus:workload=large,n=100")] = "synergy:n=1000,load=9",
+    cluster: Annotated[str, typer.Option(help="cluster JSON file, or SERVERSxGPUS[:cpus=,mem=,gpu_mem=] (e.g. 4x8:gpu_mem=32), or synergy (16x8, the default), or andreas:nodes=N,case=1|2, or armida, or genie[:nodes=4,gpus=4], or horus-testbed | horus-scale | horus:nodes=3,gpus=4,gpu_mem=80")] = "16x8",
+    trace: Annotated[str, typer.Option(help="trace .csv/.swf, or synergy:n=1000,load=9 (also split=20/70/10, multi=0), or andreas:nodes=N[,case=,load=] or andreas-table5, or genie[:rate=10,hours=24] (also mix=5/35/60, seed=), or horus-small | horus-large | horus-scale | horus:workload=large,n=100")] = "synergy:n=1000,load=9",
     policy: Annotated[str, typer.Option(help="fifo | srtf | las | ftf | shortest | edf | priority")] = "fifo",
-    mechanism: Annotated[str, typer.Option(help="proportional | greedy | tune | opt | drf | tetris | moldable-equipartition | malleable-equipartition | moldable-proportional | malleable-proportional | rigid | andreas | andreas-baseline | swaf | genie-fifo | genie-capacity | genie-min-min | genie-weighted-fair | genie-tetris-perf | genie-tetris-cer | horus | horus-f | obp | pab | fifo-exclusive; options after a colon, e.g. horus:k=3,interference=paper,max_colocated=3")] = "proportional",
-    cards: Annotated[str, typer.Option(help="'paper' or a directory of card.json files (override paper models), or for Horus jobs horus:predictions=trained|family-cv|paper-mix,memory=safe|median")] = "paper",
+    mechanism: Annotated[str, typer.Option(help="proportional | greedy | tune | opt | drf | tetris | moldable-equipartition | malleable-equipartition | moldable-proportional | malleable-proportional | rigid | andreas | andreas-baseline | swaf | genie-fifo | genie-capacity | genie-min-min | genie-weighted-fair | genie-tetris-perf | genie-tetris-cer | horus | horus-f | obp | pab | fifo-exclusive; options after a colon, e.g. horus:k=3,max_colocated=3 or horus:interference=paper")] = "proportional",
+    cards: Annotated[str, typer.Option(help="'paper' or a directory of card.json files (override paper models), or for Horus jobs horus:predictions=P,memory=M with P one of trained | family-cv | paper-mix and M safe | median")] = "paper",
     seed: Annotated[int, typer.Option(help="seed for generated traces")] = 0,
     mode: SimMode = "auto",
     round_s: SimRound = 300.0,
