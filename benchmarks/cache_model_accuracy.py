@@ -44,16 +44,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-import torch
 
-from perfpredict.data import (
-    BandwidthLimitedReader,
-    DecodeAugment,
-    FileDataset,
-    MinIOCache,
-    Preprocessed,
-    write_synthetic_files,
-)
 from perfpredict.fit.cache_model import cached_throughput, hit_fraction
 from perfpredict.script_args import (
     describe,
@@ -67,8 +58,10 @@ from perfpredict.script_args import (
 )
 
 
-class EpochsSampler(torch.utils.data.Sampler[int]):
-    """``epochs`` random permutations of ``range(n)``, back to back: each epoch reads every item once."""
+class EpochsSampler:
+    """``epochs`` random permutations of ``range(n)``, back to back: each epoch reads every item once. (A
+    DataLoader takes any sized iterable of indices as its sampler; torch is imported when one is drawn, so a
+    wrong flag is answered before the second torch takes to import.)"""
 
     def __init__(self, n: int, epochs: int, seed: int) -> None:
         self.n, self.epochs, self.seed = n, epochs, seed
@@ -77,6 +70,8 @@ class EpochsSampler(torch.utils.data.Sampler[int]):
         return self.n * self.epochs
 
     def __iter__(self) -> Iterator[int]:
+        import torch
+
         g = torch.Generator().manual_seed(self.seed)
         for _ in range(self.epochs):
             yield from torch.randperm(self.n, generator=g).tolist()
@@ -103,6 +98,8 @@ def timed_throughput(ds, sampler: EpochsSampler, *, skip: int, timed: int, batch
         raise ValueError("skip and timed must be positive multiples of the batch size (timed >= 2 batches)")
     if len(sampler) < skip + timed + batch_size * max(workers, 1):
         raise ValueError("the sampler must run at least one batch per worker past the timed window")
+    import torch
+
     loader = torch.utils.data.DataLoader(ds, batch_size=batch_size, sampler=sampler, num_workers=workers,
                                          collate_fn=collate, drop_last=True,
                                          prefetch_factor=prefetch if workers else None)
@@ -171,6 +168,17 @@ def main(argv: list[str] | None = None) -> int:
                  "the timed window)")
     if args.items * args.epochs < 2 * args.batch_size:
         ap.error("--items x --epochs must be at least two batches (the timed window)")
+    import torch
+
+    from perfpredict.data import (
+        BandwidthLimitedReader,
+        DecodeAugment,
+        FileDataset,
+        MinIOCache,
+        Preprocessed,
+        write_synthetic_files,
+    )
+
     item_bytes = args.item_kb * 1024
     bw_cap = args.bandwidth_mb * 1e6
     transform = DecodeAugment(side=args.side, out=32, passes=args.passes)

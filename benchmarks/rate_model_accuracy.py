@@ -25,10 +25,9 @@ import time
 
 from perfpredict.errors import PerfPredictError, UsageError
 from perfpredict.fit.rate import LINEAR, QUADRATIC, fit_rate_model
-from perfpredict.profile import ProfileSettings, TimingConfig, profile_workload
 from perfpredict.profile.device import resolve_device
+from perfpredict.profile.timing import TimingConfig
 from perfpredict.script_args import describe, measure_keeping_partial, nonneg_float, out_file, stop_requested
-from perfpredict.workload.zoo import families, load_zoo_workload
 
 
 def rel_err(pred: float, true: float) -> float:
@@ -47,6 +46,9 @@ def score(b: list[int], r: list[float], fit_idx: list[int], test_idx: int, kind:
 
 def _measure(fam: str, args: argparse.Namespace, rows: list[dict]) -> None:
     """Measure one family and append its row (or report on stderr why it was skipped)."""
+    from perfpredict.profile import ProfileSettings, profile_workload
+    from perfpredict.workload.zoo import load_zoo_workload
+
     w = load_zoo_workload(fam)
     settings = ProfileSettings(device=args.device, timing=TimingConfig(min_time_s=args.min_time), features=False)
     try:
@@ -86,21 +88,23 @@ def _measure(fam: str, args: argparse.Namespace, rows: list[dict]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=describe(__doc__))
-    ap.add_argument("--families", default=",".join(families()), help="comma-separated zoo families")
+    ap.add_argument("--families", help="comma-separated zoo families [all of them]")
     ap.add_argument("--min-time", type=nonneg_float, default=TimingConfig().min_time_s,
                     help="minimum timed seconds per batch size [the profiler's default]")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--json", type=out_file, help="also write the results here")
     args = ap.parse_args(argv)
-    names = [f.strip() for f in args.families.split(",")]
-    unknown = [f for f in names if f not in families()]
-    if unknown:
-        ap.error(f"argument --families: unknown zoo famil{'ies' if len(unknown) > 1 else 'y'} "
-                 f"{', '.join(map(repr, unknown))}; choose from {', '.join(sorted(families()))}")
     try:
         resolve_device(args.device)
     except UsageError as e:
         ap.error(f"argument --device: {e.message}")
+    from perfpredict.workload.zoo import families  # the zoo's registry imports torch
+
+    names = [f.strip() for f in args.families.split(",")] if args.families else list(families())
+    unknown = [f for f in names if f not in families()]
+    if unknown:
+        ap.error(f"argument --families: unknown zoo famil{'ies' if len(unknown) > 1 else 'y'} "
+                 f"{', '.join(map(repr, unknown))}; choose from {', '.join(sorted(families()))}")
 
     rows = []
     t0 = time.perf_counter()

@@ -57,6 +57,28 @@ def test_a_bad_value_is_one_line_and_exit_2(script, args, says):
     assert says in r.stderr.strip().splitlines()[-1]
 
 
+@pytest.mark.parametrize(("script", "args", "says"), [
+    ("rate_model_accuracy.py", ["--min-time", "x"], "argument --min-time"),
+    ("rate_model_accuracy.py", ["--json", "/nonexistent_dir/out.json"], "does not exist"),
+    ("cache_model_accuracy.py", ["--fractions", "2"], "argument --fractions"),
+    ("cache_model_accuracy.py", ["--items", "12", "--batch-size", "8"], "multiple of --batch-size"),
+    ("sensitivity_search.py", ["--window", "0"], "argument --window"),
+    ("glibc_heap.py", ["--batches", "16,x"], "argument --batches"),
+    ("code_footprint.py", ["--batch", "0"], "argument --batch"),
+    ("comm_model_holdout.py", ["--window", "0"], "argument --window"),
+])
+def test_a_wrong_flag_is_answered_before_torch_is_imported(script, args, says):
+    """The measuring benchmarks check their flags before importing torch (a second or two), so a typo is
+    answered at once."""
+    path = REPO / "benchmarks" / script
+    code = (f"import runpy, sys\nsys.argv = {[str(path), *args]!r}\ntry:\n"
+            f"    runpy.run_path({str(path)!r}, run_name='__main__')\n"
+            "except SystemExit as e:\n    print('exit', e.code, 'torch' in sys.modules)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert r.stdout.strip() == "exit 2 False", r.stdout + r.stderr
+    assert says in r.stderr and "Traceback" not in r.stderr
+
+
 def test_a_malformed_replay_file_is_refused(tmp_path):
     bad = tmp_path / "sweeps.json"
     bad.write_text('{"cpu_values": [1, 2], "models": [{"model": "x", "exhaustive": [1]}]}')
