@@ -170,10 +170,12 @@ def test_run_simulation_takes_a_cluster_as_a_dict_like_its_json_file():
         run_simulation("synergy:n=4", 16)
 
 
-def test_predict_from_features_names_an_unknown_key():
+def test_predict_from_features_names_an_unknown_key(pred):
     f = {"forward_macs_per_sample": 1e6, "param_count": 1e5, "param_bytes": 4e5, "activation_bytes_per_sample": 1e4,
          "num_nodes": 5, "op_count": {"Gemm": 2}}
-    card = Predictor.load().predict(features=f, batch_size=8, device_type="cpu")
+    default = Predictor()  # what a first try types: the default models folder, as Predictor.load()
+    assert default.device_types == pred.device_types and default.unusable_calibrations == pred.unusable_calibrations
+    card = default.predict(features=f, batch_size=8, device_type="cpu")
     assert "unknown feature key(s) ignored: 'op_count' (did you mean 'op_counts'?)" in card.prediction.notes
 
 

@@ -377,7 +377,13 @@ def _lacks_counts(arch: ArchFeatures) -> bool:
 class Predictor:
     """Loads every model set under a ``trained_models/`` folder; predicts cards for unprofiled jobs."""
 
-    def __init__(self, sets: Mapping[str, ModelSet]) -> None:
+    def __init__(self, sets: Mapping[str, ModelSet] | None = None) -> None:
+        """``Predictor()`` loads the default models folder, as :meth:`load` does; ``sets`` gives the model sets
+        by name instead."""
+        if sets is None:
+            loaded = type(self).load()
+            self.sets, self.unusable_calibrations = loaded.sets, loaded.unusable_calibrations
+            return
         if not sets:
             raise PerfPredictError("no trained models found (run `perfpredict train`)", step="load models")
         self.sets = dict(sets)
