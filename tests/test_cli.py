@@ -324,6 +324,10 @@ def test_help_lists_every_command_once_in_its_panel_with_unbroken_summaries(tmp_
     # at 200 columns each summary fits on its row: the `ab` summary's second clause is on the line of its first
     ab_row = next(line for line in out.splitlines() if line.lstrip("│ ").startswith("ab "))
     assert "--new-param) in paired" in ab_row, ab_row
+    # and a command's own help: compare's second paragraph was broken where its source line ended
+    compare = subprocess.run([sys.executable, "-m", "perfpredict", "compare", "--help"], capture_output=True,
+                             text=True, timeout=120, cwd=tmp_path, env={**os.environ, "COLUMNS": "200", "TERM": "dumb"})
+    assert "then averaged (± its standard error): differences" in compare.stdout, compare.stdout
 
 
 def test_no_help_text_is_cut_off_on_an_80_column_terminal(tmp_path):

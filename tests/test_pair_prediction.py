@@ -113,5 +113,8 @@ def test_cli_colocate_prints_the_slowdown_and_the_memory(run_cli):
     proc = run_cli("colocate", "zoo:mlp", "zoo:resnet", "-b", "32,16")
     assert proc.returncode == 0, proc.stderr
     assert "slowdown T_deg" in proc.stdout and "fits" in proc.stdout and "RMSE" in proc.stdout
+    # each job's whole name, folded over lines where the column is narrow (it was cut with an ellipsis)
+    cells = "".join(line.split("│")[1].strip() for line in proc.stdout.splitlines() if line.count("│") > 2)
+    assert "resnet-depth18-width16-image_size32-num_classes10" in cells, proc.stdout
     bad = run_cli("colocate", "zoo:mlp", "missing.py")
     assert bad.returncode != 0 and "file not found" in bad.stderr and "Traceback" not in bad.stderr

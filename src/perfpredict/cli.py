@@ -684,10 +684,11 @@ def command_name(info: typer.models.CommandInfo) -> str:
 
 
 def group_commands(typer_app: typer.Typer) -> None:
-    """Order ``typer_app``'s commands into :data:`COMMAND_PANELS` and give each a one-paragraph ``short_help``.
+    """Order ``typer_app``'s commands into :data:`COMMAND_PANELS` and give each its docstring as help with every
+    paragraph on one line (the first is the ``short_help`` of the command list).
 
-    Typer's rich help keeps a docstring's line breaks in the command list (not in a command's own help), so a
-    summary wrapped at 120 columns in the source broke mid-sentence there; the first paragraph is joined."""
+    Typer's rich help keeps a docstring's line breaks in the command list and in a command's later paragraphs,
+    so prose wrapped at 120 columns in the source broke mid-sentence on the screen."""
     rank = {name: (i, j) for i, names in enumerate(COMMAND_PANELS.values()) for j, name in enumerate(names)}
     panel_of = {name: panel for panel, names in COMMAND_PANELS.items() for name in names}
     typer_app.registered_commands.sort(key=lambda info: rank.get(command_name(info), (len(rank), 0)))
@@ -695,9 +696,10 @@ def group_commands(typer_app: typer.Typer) -> None:
         name = command_name(info)
         if name in panel_of:
             info.rich_help_panel = panel_of[name]
-        if info.short_help is None and info.callback.__doc__:
-            first = inspect.cleandoc(info.callback.__doc__).split("\n\n")[0]
-            info.short_help = " ".join(first.split())
+        if info.help is None and info.callback.__doc__:
+            paragraphs = inspect.cleandoc(info.callback.__doc__).split("\n\n")
+            info.help = "\n\n".join(" ".join(p.split()) for p in paragraphs)
+            info.short_help = info.short_help or info.help.split("\n\n")[0]
 
 
 def main() -> None:

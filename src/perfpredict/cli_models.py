@@ -234,7 +234,8 @@ def colocate(
             cards.append(pred.predict(t, batch_sizes=[b or 32], device_type=device_type or "cuda"))
     r = pred.colocation(*cards, batch_sizes=(bs[0], bs[1]), device_type=device_type)
     t = Table(title=f"sharing one {r.device_name} ({r.device_type}'s interference model)")
-    for c in ("job", "batch", "source", "solo GPU util", "solo iter time", "shared iter time", "GPU memory"):
+    t.add_column("job", overflow="fold")  # a model's name is an identifier: wrapped, never cut with an ellipsis
+    for c in ("batch", "source", "solo GPU util", "solo iter time", "shared iter time", "GPU memory"):
         t.add_column(c)
     for j in r.jobs:
         t.add_row(j.name, str(j.batch_size), j.source, f"{j.gpu_utilization:.0%}", f"{j.iter_time_s * 1e3:.2f} ms",
