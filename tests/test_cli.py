@@ -138,6 +138,22 @@ def test_broken_model_files_end_in_one_readable_message(case, run_cli, write_mod
     assert f"{case}.py" in line and f": {step}:" in line and text in line, line
 
 
+def test_a_syntax_error_in_a_file_the_model_imports_names_that_file(write_model):
+    """The line number of a sibling helper's syntax error is the helper's, so the message names the helper
+    (it read as line 1 of model.py)."""
+    from perfpredict.errors import ModelLoadError
+    from perfpredict.workload.loader import load_model_file
+
+    helper = write_model("def f(:\n    pass\n", name="pp_broken_helper.py")
+    path = write_model("import pp_broken_helper\n" + TINY_MODEL)
+    try:
+        with pytest.raises(ModelLoadError) as err:
+            load_model_file(path)
+    finally:
+        sys.modules.pop("pp_broken_helper", None)
+    assert str(err.value) == f"{path}: import: syntax error at {helper} line 1: invalid syntax"
+
+
 def test_missing_file(run_cli):
     line = _one_error_line(run_cli("profile", "no/such/model.py"))
     assert "no/such/model.py: load: file not found" in line

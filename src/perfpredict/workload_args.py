@@ -91,10 +91,14 @@ def check_target(target: str, params: Mapping[str, Any] | None = None) -> None:
     check_model_syntax(check_model_path(target), shown=target)
 
 
-def syntax_error(e: SyntaxError, source: str, detail: str | None = None) -> ModelLoadError:
+def syntax_error(e: SyntaxError, source: str, detail: str | None = None,
+                 model_path: Path | None = None) -> ModelLoadError:
     """The one-line report of a model file that does not parse (the same words whether it is found by
-    :func:`check_model_syntax` or when the file is imported)."""
+    :func:`check_model_syntax` or when the file is imported). When the file that does not parse is another one
+    the model imports (``model_path`` is the model's), it is named: the line number is that file's."""
     where = f"line {e.lineno}" if e.lineno else "unknown line"
+    if model_path is not None and e.filename and Path(e.filename).resolve() != Path(model_path).resolve():
+        where = f"{e.filename} {where}"
     return ModelLoadError(f"syntax error at {where}: {e.msg}", source=source, step="import", detail=detail)
 
 

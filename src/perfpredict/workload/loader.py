@@ -65,7 +65,7 @@ def _import_isolated(path: Path, shown: str) -> ModuleType:
         loader.exec_module(module)
     except SyntaxError as e:
         sys.modules.pop(mod_name, None)
-        raise syntax_error(e, shown, detail=traceback.format_exc()) from None
+        raise syntax_error(e, shown, detail=traceback.format_exc(), model_path=path) from None
     except BaseException as e:  # user code may raise anything, SystemExit included
         sys.modules.pop(mod_name, None)
         if isinstance(e, KeyboardInterrupt):
