@@ -709,7 +709,10 @@ def main() -> None:
         forget_handled_interrupt()
 
 
-def _main() -> None:
+def build_command():
+    """The ``perfpredict`` click group with every command registered, grouped (:func:`group_commands`), and its
+    help texts escaped for rich markup: typer renders them as markup, where a ``[the file's PRECISION]`` or the
+    ``[ray]`` of ``perfpredict[ray]`` is a style tag and vanished from ``--help``."""
     import perfpredict.cli_ab  # noqa: F401 - registers ab on `app`
     import perfpredict.cli_batch  # noqa: F401 - registers max-batch on `app`
     import perfpredict.cli_calibrate  # noqa: F401 - registers calibrate on `app`
@@ -717,11 +720,22 @@ def _main() -> None:
     import perfpredict.cli_models  # noqa: F401 - registers train / predict / serve on `app`
 
     group_commands(app)
+    group = typer.main.get_command(app)
+    for command in [group, *group.commands.values()]:
+        for holder in [command, *command.params]:
+            for attr in ("help", "short_help"):
+                if getattr(holder, attr, None):
+                    setattr(holder, attr, escape(getattr(holder, attr)))
+    return group
+
+
+def _main() -> None:
+    group = build_command()
     # --debug works with any command: taken out here, so commands without the option do not reject it.
     debug = "--debug" in sys.argv
     sys.argv = [a for a in sys.argv if a != "--debug"]
     try:
-        app()
+        group()  # what app() runs (typer's __call__ adds only its exception hook, which is turned off here)
     except PerfPredictError as e:
         err_console.print(f"[bold red]error[/]: {escape(str(e))}", highlight=False, soft_wrap=True)
         if debug and e.detail:
