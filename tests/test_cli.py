@@ -362,6 +362,9 @@ def test_no_help_text_is_cut_off_or_eaten_as_markup(tmp_path):
             for a, b in zip([command, *command.params], [built, *built.params], strict=True):
                 if getattr(a, "help", None) and Text.from_markup(b.help).plain != a.help:
                     print("EATEN", name, getattr(a, "name", ""), repr(Text.from_markup(b.help).plain))
+        for name, panels in cli.OPTION_PANELS.items():  # an option renamed in the signature must not drop out
+            params = {p.name for p in group.commands[name].params}
+            print("UNKNOWN", name, [o for names in panels.values() for o in names if o not in params])
         for name in [None, *map(cli.command_name, cli.app.registered_commands)]:
             print("@@HELP@@", name)
             try:
@@ -373,9 +376,11 @@ def test_no_help_text_is_cut_off_or_eaten_as_markup(tmp_path):
                           env={**os.environ, "COLUMNS": "80", "TERM": "dumb"})
     assert proc.returncode == 0, proc.stderr
     assert "EATEN" not in proc.stdout, [line for line in proc.stdout.splitlines() if "EATEN" in line]
+    assert all(line.endswith("[]") for line in proc.stdout.splitlines() if line.startswith("UNKNOWN")), proc.stdout
     helps = proc.stdout.split("@@HELP@@ ")[1:]
     assert len(helps) == 16 and all("Usage: perfpredict" in h for h in helps), proc.stdout[-2000:]
     cut = [line for h in helps for line in h.splitlines() if "…" in line]
     assert not cut, "\n".join(cut)
     flat = " ".join(" ".join(line.strip("│ ") for line in h.splitlines()) for h in helps)
     assert "(needs perfpredict[ray])" in flat and "[all cores]" in flat
+    assert "─ Extended profiles (--all) ─" in next(h for h in helps if "Usage: perfpredict profile" in h)

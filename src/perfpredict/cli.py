@@ -678,6 +678,16 @@ COMMAND_PANELS: dict[str, tuple[str, ...]] = {
 }
 
 
+#: Options shown in their own panel of a command's ``--help`` (the others stay under "Options"): profile has 26.
+OPTION_PANELS: dict[str, dict[str, tuple[str, ...]]] = {
+    "profile": {
+        "Extended profiles (--all)": ("scaling", "colocation", "sensitivity", "all_", "extended_batch", "workers",
+                                      "copies", "partner", "window", "link_mbit", "storage_bandwidth"),
+        "Output": ("out", "no_mlflow", "experiment"),
+    },
+}
+
+
 def command_name(info: typer.models.CommandInfo) -> str:
     """The name a user types for a registered command (typer derives it from the function when none is given)."""
     return info.name or info.callback.__name__.replace("_", "-")
@@ -721,6 +731,11 @@ def build_command():
 
     group_commands(app)
     group = typer.main.get_command(app)
+    for name, panels in OPTION_PANELS.items():
+        panel_of = {param: panel for panel, params in panels.items() for param in params}
+        for param in group.commands[name].params:
+            if param.name in panel_of:
+                param.rich_help_panel = panel_of[param.name]
     for command in [group, *group.commands.values()]:
         for holder in [command, *command.params]:
             for attr in ("help", "short_help"):
