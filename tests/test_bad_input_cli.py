@@ -58,6 +58,7 @@ def test_simulate_refuses_bad_input_in_one_line(run_cli, tmp_path, args, needle)
     (tmp_path / "hugecount.json").write_text('{"servers": [{"gpus": 8, "count": 1e12}]}')
     proc = run_cli("simulate", *args, "--no-mlflow", *([] if "--out" in args else ["--out", "o"]))
     _one_error_line(proc, needle)
+    assert proc.stderr.startswith("error: "), proc.stderr  # no blank line left by a progress display first
 
 
 def test_simulate_writes_strict_json_when_a_metric_has_no_value(run_cli, tmp_path):

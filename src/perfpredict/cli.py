@@ -48,6 +48,12 @@ out_console = Console(width=_page_width(sys.stdout))
 err_console = Console(stderr=True, width=_page_width(sys.stderr))
 
 
+def progress_bar(*columns) -> Progress:
+    """A transient progress display on stderr, or none where stderr is not a terminal: there a transient display
+    shows nothing and leaves only a blank line before the command's output or error message."""
+    return Progress(*columns, console=err_console, transient=True, disable=not err_console.is_terminal)
+
+
 class Mode(str, Enum):
     train = "train"
     infer = "infer"
@@ -445,8 +451,8 @@ def profile(
     card_file = out_dir / "card.json"
     before = card_file.stat().st_mtime_ns if card_file.exists() else None  # an earlier run's card
     try:
-        with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=err_console, transient=True) as progress:
+        with progress_bar(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                          TimeElapsedColumn()) as progress:
             outcome = profile_workload(workload, settings, out_dir=out_dir, listener=_RichListener(progress),
                                        command=command, extended=extended)
     except KeyboardInterrupt:
@@ -537,8 +543,8 @@ def simulate(
     check_experiment(no_mlflow, experiment)
     cfg, window = sim_settings(mode, round_s, restart_overhead, max_time, steady)
     check_out_dir(out)
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err_console, transient=True) as progress:
+    with progress_bar(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn()) as progress:
         task = progress.add_task(f"simulating {policy} + {mechanism}", total=None)
 
         def tick(t: float, finished: int, active: int) -> None:

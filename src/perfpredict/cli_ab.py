@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from perfpredict.cli import (
@@ -21,6 +21,7 @@ from perfpredict.cli import (
     out_console,
     output_file,
     prepare_mlflow,
+    progress_bar,
     save_result,
 )
 from perfpredict.errors import PerfPredictError, UsageError
@@ -91,8 +92,8 @@ def ab(
     tags = [_tag(w) for w in (base_wl, new_wl)]
     name = "ab-" + "-".join(tags if tags[0] != tags[1] else tags[:1])
     path = output_file(out, name, "ab.json")
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err_console, transient=True) as progress:
+    with progress_bar(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn()) as progress:
         task = progress.add_task("starting", total=rounds)
         result = compare_jobs(base_wl, new_wl, batch_size, rounds=rounds, device=device, mode=mode.value,
                               timing=TimingConfig(min_time_s=min_time, max_time_s=max_time), threads=threads,

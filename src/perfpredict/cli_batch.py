@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from perfpredict.cli import (
@@ -23,6 +23,7 @@ from perfpredict.cli import (
     out_console,
     output_file,
     prepare_mlflow,
+    progress_bar,
     save_result,
 )
 from perfpredict.errors import PerfPredictError, UsageError
@@ -114,8 +115,7 @@ def max_batch(
 def _measured(workload, limit, device, mode, multiple_of, max_batch, threads, timeout):
     from perfpredict.profile.batch_search import find_largest_batch
 
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err_console,
-                  transient=True) as progress:
+    with progress_bar(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn()) as progress:
         task = progress.add_task("starting", total=None)
         state = {"lo": None}
 

@@ -12,10 +12,10 @@ from typing import Annotated
 import numpy as np
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from perfpredict.cli import Mode, app, check_experiment, err_console, out_console, prepare_mlflow
+from perfpredict.cli import Mode, app, check_experiment, err_console, out_console, prepare_mlflow, progress_bar
 from perfpredict.errors import PerfPredictError, UsageError
 from perfpredict.estimators.device_calibration import REFERENCE_MIN_TIME_S
 
@@ -225,8 +225,8 @@ def _measure(plans, csv: Path, settings, label: str) -> None:
     """Measure ``plans`` into ``csv`` with the dataset collector (resumable, with provenance), a progress bar."""
     from perfpredict.dataset.collect import collect
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err_console, transient=True) as progress:
+    with progress_bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn()) as progress:
         task = progress.add_task(label, total=sum(len(p.batch_sizes) for p in plans))
 
         def advance(plan, row) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from perfpredict.cli import (
@@ -21,6 +21,7 @@ from perfpredict.cli import (
     check_out_dir,
     err_console,
     out_console,
+    progress_bar,
     sim_settings,
 )
 from perfpredict.errors import UsageError
@@ -82,8 +83,8 @@ def compare(
 
     Every scheduler replays the same trace for a seed, so each change is computed per seed and then averaged
     (± its standard error): differences smaller than the spread between traces still show."""
-    from perfpredict.sim.compare import DEFAULT_METRICS, check_metrics, compare as run_compare, parse_schedulers
-    from perfpredict.sim.compare import seed_independent
+    from perfpredict.sim.compare import DEFAULT_METRICS, check_metrics, parse_schedulers, seed_independent
+    from perfpredict.sim.compare import compare as run_compare
 
     check_experiment(no_mlflow, experiment)
     cfg, window = sim_settings(mode, round_s, restart_overhead, max_time, steady)
@@ -99,8 +100,8 @@ def compare(
                           "schedulers vary", highlight=False)
     if len(schedulers) < 2:
         err_console.print("[yellow]note[/]: one scheduler: nothing to compare it with (give -m twice)")
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err_console, transient=True) as progress:
+    with progress_bar(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn()) as progress:
         task = progress.add_task("comparing", total=len(seed_list) * len(schedulers))
 
         def done(row, n, total) -> None:
