@@ -98,11 +98,6 @@ def test_zoo_lists_every_family(run_cli):
     assert proc.returncode == 0
     for fam in ("resnet", "vgg", "mobilenetv2", "transformer", "lstm", "mlp"):
         assert fam in proc.stdout
-    # piped, the page is 130 columns wide unless COLUMNS says otherwise
-    if "COLUMNS" not in os.environ:
-        assert max(map(len, proc.stdout.splitlines())) == 130, proc.stdout
-    narrow = run_cli("zoo", env={"COLUMNS": "100"})
-    assert narrow.returncode == 0 and max(map(len, narrow.stdout.splitlines())) == 100, narrow.stdout
     grid = run_cli("zoo", "resnet", "--grid")
     assert grid.returncode == 0 and "resnet-depth50" in grid.stdout
 

@@ -38,14 +38,9 @@ from perfpredict.errors import PerfPredictError, UsageError, error_line, forget_
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Profile, model and predict the performance of deep-learning training jobs.")
-# Piped output has no terminal width; 80 columns would wrap the summary table, so use a wider page unless
-# COLUMNS says how wide (rich reads it when width is None).
-def _page_width(stream) -> int | None:
-    return None if stream.isatty() or os.environ.get("COLUMNS", "").strip().isdigit() else 130
-
-
-out_console = Console(width=_page_width(sys.stdout))
-err_console = Console(stderr=True, width=_page_width(sys.stderr))
+# Piped output has no terminal width; 80 columns would wrap the summary table, so use a wider page.
+out_console = Console(width=None if sys.stdout.isatty() else 130)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 130)
 
 
 def progress_bar(*columns) -> Progress:
