@@ -66,6 +66,16 @@ def test_valid_request_is_answered(client):
     _assert_still_serving(client)
 
 
+def test_the_base_url_lists_the_endpoints_and_the_docs(client):
+    r = client.get("/")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["docs"] == "/docs" and client.get(body["docs"]).status_code == 200
+    assert {"GET /health", "GET /models", "POST /predict", "POST /predict/onnx", "POST /colocation",
+            "POST /max-batch"} <= set(body["endpoints"])
+    assert "GET /" not in body["endpoints"]  # the index itself is not an endpoint of the API
+
+
 @pytest.mark.parametrize("field,value", [("forward_macs_per_sample", float("nan")),
                                          ("param_bytes", float("inf")),
                                          ("activation_bytes_per_sample", float("-inf")),

@@ -154,6 +154,16 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
         # FastAPI's own handler, save that it cannot render a NaN the client sent back to it (a 500)
         return JSONResponse(status_code=422, content={"detail": _json_safe(jsonable_encoder(exc.errors()))})
 
+    @app.get("/", include_in_schema=False)
+    def index() -> dict[str, Any]:
+        """What a browser or ``curl`` at the base URL finds (it was a 404): the endpoints and where the docs are."""
+        from fastapi.routing import APIRoute
+
+        endpoints = [f"{m} {r.path}" for r in app.routes if isinstance(r, APIRoute) and r.include_in_schema
+                     for m in sorted(r.methods)]
+        return {"service": "perfpredict", "version": __version__, "docs": "/docs", "openapi": "/openapi.json",
+                "endpoints": endpoints}
+
     @app.get("/health")
     def health() -> dict[str, Any]:
         return {"status": "ok", "version": __version__, "model_sets": pred.device_types}
