@@ -344,6 +344,11 @@ def test_help_lists_every_command_once_in_its_panel_with_unbroken_summaries(tmp_
     compare = subprocess.run([sys.executable, "-m", "perfpredict", "compare", "--help"], capture_output=True,
                              text=True, timeout=120, cwd=tmp_path, env={**os.environ, "COLUMNS": "200", "TERM": "dumb"})
     assert "then averaged (± its standard error): differences" in compare.stdout, compare.stdout
+    from perfpredict import __version__
+
+    flag = subprocess.run([sys.executable, "-m", "perfpredict", "--version"], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert (flag.returncode, flag.stdout.strip()) == (0, f"perfpredict {__version__}"), flag.stderr
 
 
 def test_no_help_text_is_cut_off_or_eaten_as_markup(tmp_path):

@@ -666,6 +666,20 @@ def version() -> None:
     out_console.print(f"perfpredict {__version__}")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        version()
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version_: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                           help="Print the perfpredict version and exit.")] = False,
+) -> None:
+    """Profile, model and predict the performance of deep-learning training jobs."""
+
+
 def _ctrl_c_typer_swallowed(exit_: SystemExit) -> bool:
     """Whether this exit is Typer's translation of a Ctrl-C no command caught (``raise Exit(130) from
     KeyboardInterrupt`` inside Typer, then ``sys.exit``): a command that catches it itself says what it kept
