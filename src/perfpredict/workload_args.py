@@ -7,6 +7,7 @@ mistyped batch size, a ``--param`` on a ``model.py`` or a missing file is report
 from __future__ import annotations
 
 import traceback
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -110,7 +111,9 @@ def check_model_syntax(path: Path, shown: str | None = None) -> None:
     except OSError:
         return
     try:
-        compile(source, str(path), "exec", dont_inherit=True)
+        with warnings.catch_warnings():  # a SyntaxWarning (an invalid escape such as \d) is the import's to show
+            warnings.simplefilter("ignore")
+            compile(source, str(path), "exec", dont_inherit=True)
     except SyntaxError as e:  # IndentationError, invalid UTF-8 and null bytes included
         raise syntax_error(e, shown or str(path), detail="".join(traceback.format_exception_only(e))) from None
     except ValueError:  # null bytes, on Pythons that raise ValueError for them: left to the import
