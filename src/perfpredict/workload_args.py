@@ -82,14 +82,18 @@ def check_model_path(path: str | Path) -> Path:
     return p.resolve()
 
 
-def check_target(target: str, params: Mapping[str, Any] | None = None) -> None:
-    """The checks on a profiling target that need no import: ``--param`` only with ``zoo:<family>``, and a
-    ``model.py`` that exists. (A zoo family's name and parameters are checked when it is loaded.)"""
-    if target.startswith(ZOO_PREFIX):
-        return
-    if params:
+def check_params(target: str, params: Mapping[str, Any] | None = None) -> None:
+    """``--param`` only with ``zoo:<family>`` (a zoo family's parameters are checked when it is loaded)."""
+    if params and not target.startswith(ZOO_PREFIX):
         raise UsageError(f"--param only applies to zoo models (zoo:<family>), not to {target}", step="arguments")
-    check_model_syntax(check_model_path(target), shown=target)
+
+
+def check_target(target: str, params: Mapping[str, Any] | None = None) -> None:
+    """The checks on a profiling target that need no import: :func:`check_params`, and a ``model.py`` that
+    exists and parses. (A zoo family's name and parameters are checked when it is loaded.)"""
+    check_params(target, params)
+    if not target.startswith(ZOO_PREFIX):
+        check_model_syntax(check_model_path(target), shown=target)
 
 
 def syntax_error(e: SyntaxError, source: str, detail: str | None = None,

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from perfpredict.workload.ref import DEFAULT_BATCH_SIZES, PRECISIONS, WorkloadRef, check_precision
-from perfpredict.workload_args import ZOO_PREFIX, check_target, parse_batch_sizes, parse_params
+from perfpredict.workload_args import ZOO_PREFIX, check_params, parse_batch_sizes, parse_params
 
 if TYPE_CHECKING:
     from perfpredict.workload.loader import load_model_file
@@ -36,7 +36,7 @@ def resolve_workload(target: str, params: Mapping[str, Any] | None = None,
     else:
         from perfpredict.workload.loader import load_model_file
 
-        check_target(target, params)
+        check_params(target, params)  # not check_target: the import right after finds a syntax error itself
         wl = load_model_file(target)
     return wl.with_options(precision=precision, compile=compile)
 
