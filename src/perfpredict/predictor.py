@@ -374,21 +374,35 @@ def _lacks_counts(arch: ArchFeatures) -> bool:
     return any(getattr(arch, attr) is None for attr in SAVED_ATTRS)
 
 
+def _load_sets(path: str | Path | None, compile_trees: bool) -> tuple[dict[str, ModelSet], list[str]]:
+    """The model sets under ``path`` with its calibrated sets, and one line per calibration that could not be used
+    (:meth:`Predictor.load`)."""
+    root = Path(path) if path else default_models_dir()
+    dirs = model_set_dirs(root)
+    if not dirs:
+        raise PerfPredictError("no trained models here (run `perfpredict train`)", source=str(root),
+                               step="load models")
+    sets = {d.name: ModelSet(d, compile_trees) for d in dirs}
+    from perfpredict.estimators.device_calibration import load_calibrations
+
+    calibrated, unusable = load_calibrations(root, sets)
+    return {**sets, **calibrated}, unusable
+
+
 class Predictor:
     """Loads every model set under a ``trained_models/`` folder; predicts cards for unprofiled jobs."""
 
-    def __init__(self, sets: Mapping[str, ModelSet] | None = None) -> None:
+    def __init__(self, sets: Mapping[str, ModelSet] | None = None,
+                 unusable_calibrations: list[str] | None = None) -> None:
         """``Predictor()`` loads the default models folder, as :meth:`load` does; ``sets`` gives the model sets
-        by name instead."""
+        by name instead (``unusable_calibrations``: the lines :meth:`load` reports for calibrations it skipped)."""
         if sets is None:
-            loaded = type(self).load()
-            self.sets, self.unusable_calibrations = loaded.sets, loaded.unusable_calibrations
-            return
+            sets, unusable_calibrations = _load_sets(None, compile_trees=True)
         if not sets:
             raise PerfPredictError("no trained models found (run `perfpredict train`)", step="load models")
         self.sets = dict(sets)
         #: calibrations under the models folder that could not be used, one line each (:meth:`load`)
-        self.unusable_calibrations: list[str] = []
+        self.unusable_calibrations: list[str] = list(unusable_calibrations or [])
 
     @classmethod
     def load(cls, path: str | Path | None = None, compile_trees: bool = True) -> Predictor:
@@ -396,18 +410,7 @@ class Predictor:
         CPU sets to other CPUs (``<name>/calibration.json``, written by ``perfpredict calibrate``), each one more
         set. ``compile_trees=False`` keeps XGBoost's own predictor instead of the numpy one (same leaves; for
         comparison and debugging)."""
-        root = Path(path) if path else default_models_dir()
-        dirs = model_set_dirs(root)
-        if not dirs:
-            raise PerfPredictError("no trained models here (run `perfpredict train`)", source=str(root),
-                                   step="load models")
-        sets = {d.name: ModelSet(d, compile_trees) for d in dirs}
-        from perfpredict.estimators.device_calibration import load_calibrations
-
-        calibrated, unusable = load_calibrations(root, sets)
-        pred = cls({**sets, **calibrated})
-        pred.unusable_calibrations = unusable
-        return pred
+        return cls(*_load_sets(path, compile_trees))
 
     # -- choosing the model set ------------------------------------------------------------------------
     @property
