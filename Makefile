@@ -10,7 +10,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 DEMO_MODEL ?= examples/cnn_classifier.py
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test lint bench clean
 
 install: $(STAMP)
 
@@ -32,10 +32,17 @@ demo: install
 # made the parallel phase take 556 s instead of 433 s on a 2-vCPU VM; passive waiting changes no result.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 8 ] && n=8; echo $$n)
 
+# make test lints first (ruff, [tool.ruff] in pyproject.toml: under a second) and runs both phases even when
+# the lint fails, so one unsorted import never hides the tests' results.
 test: install
-	@OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m pytest -q -m parallel_safe -n $(TEST_WORKERS) --dist loadfile; a=$$?; \
+	@$(BIN)/ruff check --quiet .; l=$$?; \
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/python -m pytest -q -m parallel_safe -n $(TEST_WORKERS) --dist loadfile; a=$$?; \
 	$(BIN)/python -m pytest -q -m "not parallel_safe"; b=$$?; \
-	echo "make test: parallel phase exit $$a, serial phase exit $$b"; [ $$a -eq 0 ] && [ $$b -eq 0 ]
+	echo "make test: lint exit $$l, parallel phase exit $$a, serial phase exit $$b"; \
+	[ $$l -eq 0 ] && [ $$a -eq 0 ] && [ $$b -eq 0 ]
+
+lint: install
+	$(BIN)/ruff check .
 
 bench: install
 	$(BIN)/python benchmarks/rate_model_accuracy.py

@@ -27,8 +27,17 @@ import statistics
 import sys
 import time
 
-from perfpredict.script_args import (command_line, describe, measure_keeping_partial, nonneg_float, out_file,
-                                     positive_float, positive_int, run_script, stop_requested)
+from perfpredict.script_args import (
+    command_line,
+    describe,
+    measure_keeping_partial,
+    nonneg_float,
+    out_file,
+    positive_float,
+    positive_int,
+    run_script,
+    stop_requested,
+)
 
 
 def summarize_crossover(log_ratios: list[float], base_first: list[bool]) -> tuple:

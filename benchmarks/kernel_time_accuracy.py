@@ -37,8 +37,13 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"argument --table: no file at {args.table}")
     from perfpredict.estimators.data import load_training_data, training_datasets
     from perfpredict.estimators.kernel_time import TABLE_PATH, kernel_seconds, provenance
-    from perfpredict.estimators.models import (INFER_TIME_TERMS, STEP_TERMS, TIME_TERMS, baseline_components,
-                                               fit_baseline)
+    from perfpredict.estimators.models import (
+        INFER_TIME_TERMS,
+        STEP_TERMS,
+        TIME_TERMS,
+        baseline_components,
+        fit_baseline,
+    )
 
     table = args.table or TABLE_PATH
     try:

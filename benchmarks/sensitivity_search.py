@@ -34,8 +34,14 @@ import numpy as np
 
 
 def main(argv: list[str] | None = None) -> int:
-    from perfpredict.script_args import describe, measure_keeping_partial, out_file, positive_float, positive_int, \
-        stop_requested
+    from perfpredict.script_args import (
+        describe,
+        measure_keeping_partial,
+        out_file,
+        positive_float,
+        positive_int,
+        stop_requested,
+    )
 
     ap = argparse.ArgumentParser(description=describe(__doc__))
     ap.add_argument("--models", nargs="+", default=["resnet", "vgg", "transformer"], help="zoo families")

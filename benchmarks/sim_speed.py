@@ -17,13 +17,12 @@ import time
 
 def main(argv: list[str] | None = None) -> None:
     from perfpredict.sched import ClusterSpec, make_policy
+    from perfpredict.sched.cluster import MAX_SERVERS
     from perfpredict.sched.mechanisms import make_mechanism
+    from perfpredict.script_args import describe, nonneg_int, positive_float, positive_int
     from perfpredict.sim.run import load_perf_models
     from perfpredict.sim.simulator import SimConfig, simulate
     from perfpredict.sim.traces import synergy_trace
-
-    from perfpredict.sched.cluster import MAX_SERVERS
-    from perfpredict.script_args import describe, nonneg_int, positive_float, positive_int
 
     ap = argparse.ArgumentParser(description=describe(__doc__))
     ap.add_argument("--jobs", type=positive_int, default=100_000)

@@ -28,8 +28,8 @@ advantage "particularly noticeable when the system load is low or very high" (§
 from __future__ import annotations
 
 import argparse
-import math
 import json
+import math
 import time
 from pathlib import Path
 
@@ -72,11 +72,10 @@ def _report(r: dict) -> None:
 
 def main() -> None:
     from perfpredict.sched.paper_cards import moldable_models
+    from perfpredict.script_args import describe, float_list, int_list, nonneg_int, out_dir, positive_int
     from perfpredict.sim.parallel import add_sweep_options, map_runs, where_runs
     from perfpredict.sim.plots import plot_jct_vs_load
     from perfpredict.sim.traces import dl_bag_trace
-
-    from perfpredict.script_args import describe, float_list, int_list, nonneg_int, out_dir, positive_int
 
     ap = argparse.ArgumentParser(description=describe(__doc__))
     ap.add_argument("--fast", action="store_true", help="small trace and two cluster sizes (CI)")

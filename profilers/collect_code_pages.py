@@ -21,9 +21,9 @@ from pathlib import Path
 
 def main(argv: list[str] | None = None) -> int:
     from perfpredict.dataset.collect import git_commit_of
-    from perfpredict.script_args import command_line
     from perfpredict.estimators.code_footprint import MODES, TABLE_PATH
-    from perfpredict.profile.code_pages import PAGE, measure_catalogue, machine_description
+    from perfpredict.profile.code_pages import PAGE, machine_description, measure_catalogue
+    from perfpredict.script_args import command_line
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=TABLE_PATH)

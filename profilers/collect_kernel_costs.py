@@ -25,9 +25,9 @@ from pathlib import Path
 
 def main(argv: list[str] | None = None) -> int:
     from perfpredict.dataset.collect import git_commit_of
-    from perfpredict.script_args import command_line
     from perfpredict.estimators.kernel_time import MODES, TABLE_PATH, columns, fit_costs
     from perfpredict.profile.kernel_bench import catalogue, machine_description, measure
+    from perfpredict.script_args import command_line
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=None,

@@ -269,9 +269,9 @@ def test_the_crossover_analysis_takes_out_an_order_effect():
         from ab_same_job import binomial_interval, summarize_crossover
     finally:
         sys.path.remove(str(REPO / "benchmarks"))
-    from perfpredict.profile.ab import summarize
-
     import math
+
+    from perfpredict.profile.ab import summarize
 
     noise = [0.01, -0.012, 0.008, -0.005, 0.004]
     first = [True, False, True, False, True]

@@ -191,8 +191,8 @@ def test_the_first_onednn_op_costs_a_fixed_block_of_rss(write_model):
 def test_the_shipped_cpu_baseline_charges_the_onednn_block():
     import json
 
-    from perfpredict.estimators.design import ONEDNN_OPS, design_row
     from perfpredict.estimators.arch import ArchFeatures
+    from perfpredict.estimators.design import ONEDNN_OPS, design_row
 
     meta = json.loads((REPO / "trained_models" / "cpu_epyc_2vcpu" / "metadata.json").read_text())
     coef = meta["targets"]["peak_memory"]["baseline_coef"]

@@ -11,8 +11,17 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from perfpredict.sched import Allocation, CapacityError, ClusterSpec, Job, Ledger, Mechanism, PerfModel, Share
-from perfpredict.sched import make_policy
+from perfpredict.sched import (
+    Allocation,
+    CapacityError,
+    ClusterSpec,
+    Job,
+    Ledger,
+    Mechanism,
+    PerfModel,
+    Share,
+    make_policy,
+)
 from perfpredict.sched.horus import job_features, kmeans_l1, placement_cost, weighted_fair_quota
 from perfpredict.sched.mechanisms import make_mechanism
 from perfpredict.sched.mechanisms.horus import (

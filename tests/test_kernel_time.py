@@ -12,9 +12,9 @@ import torch
 from torch import nn
 
 from perfpredict.estimators import kernel_time
+from perfpredict.estimators.kernel_nodes import KernelNode, nodes_at_batch, split_nodes
 from perfpredict.estimators.kernel_time import columns, design_vector, fit_costs, kernel_seconds
 from perfpredict.features import extract_features
-from perfpredict.estimators.kernel_nodes import KernelNode, nodes_at_batch, split_nodes
 from perfpredict.workload.spec import Workload, WorkloadRef
 from tests.conftest import REPO, load_script
 
@@ -165,9 +165,8 @@ def test_collector_refuses_a_device_this_machine_lacks(tmp_path, capsys, device)
 
 
 def test_benchmarks_record_the_device_they_ran_on():
-    from perfpredict.profile.kernel_bench import machine_description
-
     from perfpredict.hostinfo import cpu_id
+    from perfpredict.profile.kernel_bench import machine_description
 
     d = machine_description("cpu")
     assert d["device"] == "cpu" and d["cpu_model"] and "gpu_name" not in d

@@ -27,10 +27,9 @@ def train(
 
     Scores are leave-one-family-out (families never seen in training). For memory, the XGBoost/LightGBM/RF/
     linear columns are learned corrections on top of the physical baseline."""
+    from perfpredict.cli import check_out_dir
     from perfpredict.estimators.targets import BASELINE_CORRECTION
     from perfpredict.estimators.train import train_all
-
-    from perfpredict.cli import check_out_dir
 
     if not datasets.is_dir():
         raise UsageError(f"no datasets folder at {datasets}", step="train")

@@ -150,9 +150,8 @@ def build_features_table(configs: Iterable[tuple[str, Mapping[str, Any]]], path:
     exported in a fresh process (:func:`arch_features_row_in_subprocess`), so memory does not pile up over a
     sweep and a process killed for memory costs one row, not the run.
     """
-    from perfpredict.workload.zoo import get_family
-
     from perfpredict.dataset.collect import prepare_resume
+    from perfpredict.workload.zoo import get_family
 
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)

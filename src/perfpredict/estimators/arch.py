@@ -320,9 +320,9 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None) ->
     by default the first axis, or the one symbolic dimension when the first is fixed."""
     import numpy as np
 
+    from perfpredict.estimators.kernel_nodes import rows_at_fixed_batch
     from perfpredict.features import _from_stats
     from perfpredict.features.graph import analyze_onnx, unknown_shapes_note
-    from perfpredict.estimators.kernel_nodes import rows_at_fixed_batch
 
     try:
         symbolic, static, batch_param, axis = _batch_dim(proto, batch_axis)

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping
 
 from perfpredict.estimators.arch import ArchFeatures
 from perfpredict.estimators.code_footprint import code_bytes
-from perfpredict.estimators.kernel_time import kernel_seconds_by_mode
 from perfpredict.estimators.kernel_nodes import approximate_rows
+from perfpredict.estimators.kernel_time import kernel_seconds_by_mode
 
 #: ONNX op types by kind. Anything else counts in ``ops_other``.
 OP_GROUPS: dict[str, tuple[str, ...]] = {

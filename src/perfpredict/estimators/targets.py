@@ -39,7 +39,6 @@ from perfpredict.estimators.models import (
     time_terms,
 )
 
-
 #: Model kind of a log-scale target: its physical baseline times an XGBoost correction of the log-residuals.
 BASELINE_CORRECTION = "baseline_xgboost"
 

@@ -13,9 +13,9 @@ import torch
 
 from perfpredict.card import GraphFeatures
 from perfpredict.errors import first_line
+from perfpredict.estimators.kernel_nodes import rows_at_fixed_batch, split_nodes
 from perfpredict.features.fvcore_check import fvcore_counts
 from perfpredict.features.graph import GraphStats, analyze_onnx, unknown_shapes_note
-from perfpredict.estimators.kernel_nodes import rows_at_fixed_batch, split_nodes
 from perfpredict.features.onnx_export import export_onnx
 from perfpredict.workload.forward_args import as_positional
 from perfpredict.workload.spec import Workload

@@ -36,7 +36,6 @@ import torch
 
 from perfpredict.workload.forward_args import call_forward
 
-
 #: The kernels a count can follow: "cuda" (fused attention, 1-byte dropout masks; the default) or "cpu".
 KERNELS = ("cuda", "cpu")
 

@@ -99,10 +99,9 @@ def compare_jobs(base: Workload, new: Workload, batch_size: int, *, rounds: int 
     the rounds and keeps those finished. A Ctrl-C raises KeyboardInterrupt, or with ``return_on_interrupt``
     ends the rounds and keeps those finished (``interrupted`` set; the CLI writes them)."""
     from perfpredict.profile import runner
-    from perfpredict.profile.request import check_run_args
     from perfpredict.profile.device import resolve_device
     from perfpredict.profile.main_guard import check_main_guard
-    from perfpredict.profile.request import PointRequest
+    from perfpredict.profile.request import PointRequest, check_run_args
 
     check_main_guard("compare_jobs()")  # the measuring processes import the caller's script again
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 2:

@@ -29,8 +29,8 @@ from collections.abc import Sequence
 
 from perfpredict.card import ColocationInfo, ColocationPoint, PairColocation
 from perfpredict.profile.group import run_group
-from perfpredict.profile.host_load import competed, group_other_cpus
 from perfpredict.profile.group_request import GroupMember, GroupTiming
+from perfpredict.profile.host_load import competed, group_other_cpus
 from perfpredict.profile.scaling import available_cpus
 from perfpredict.workload.spec import WorkloadRef
 

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perfpredict.errors import UsageError
-
 from perfpredict.profile.timing import TimingConfig
 from perfpredict.workload.ref import WorkloadRef
 

@@ -9,9 +9,9 @@ import numpy as np
 from perfpredict.sched.base import Mechanism
 from perfpredict.sched.cluster import Allocation, ClusterSpec, Ledger
 from perfpredict.sched.job import JobState
-from perfpredict.sched.mechanisms.synergy.share import _RTOL
+from perfpredict.sched.mechanisms.synergy.devices import _alloc, _DevicePicker, _first_fit, _fits
 from perfpredict.sched.mechanisms.synergy.requests import _RequestBuilder
-from perfpredict.sched.mechanisms.synergy.devices import _DevicePicker, _alloc, _first_fit, _fits
+from perfpredict.sched.mechanisms.synergy.share import _RTOL
 
 
 class DRF(Mechanism):

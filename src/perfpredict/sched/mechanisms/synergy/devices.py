@@ -6,8 +6,8 @@ import math
 from collections.abc import Mapping, Sequence
 
 from perfpredict.sched.cluster import EPS, Allocation, Ledger
+from perfpredict.sched.mechanisms.synergy.share import _RTOL, DevicesByServer
 from perfpredict.sched.perf import PerfModel
-from perfpredict.sched.mechanisms.synergy.share import DevicesByServer, _RTOL
 
 
 class _DevicePicker:

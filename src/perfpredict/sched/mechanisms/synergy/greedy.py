@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from perfpredict.sched.base import Mechanism
 from perfpredict.sched.cluster import Allocation, ClusterSpec, Ledger
 from perfpredict.sched.job import JobState
+from perfpredict.sched.mechanisms.synergy.devices import _alloc, _DevicePicker, _first_fit, _fits
 from perfpredict.sched.mechanisms.synergy.requests import _RequestBuilder
-from perfpredict.sched.mechanisms.synergy.devices import _DevicePicker, _alloc, _first_fit, _fits
 
 
 class SynergyGreedy(Mechanism):

@@ -12,10 +12,10 @@ import numpy as np
 from perfpredict.sched.base import Mechanism, UnsupportedInput
 from perfpredict.sched.cluster import Allocation, ClusterSpec
 from perfpredict.sched.job import JobState
-from perfpredict.sched.mechanisms.synergy.share import _RTOL, _WTOL, proportional_share
-from perfpredict.sched.mechanisms.synergy.requests import _Req, _RequestBuilder, _select
 from perfpredict.sched.mechanisms.synergy.devices import _DevicePicker, _fits, _gpu_best_fit
-from perfpredict.sched.mechanisms.synergy.packer import _Packer, _best_point_that_fits, _place_with_repair
+from perfpredict.sched.mechanisms.synergy.packer import _best_point_that_fits, _Packer, _place_with_repair
+from perfpredict.sched.mechanisms.synergy.requests import _Req, _RequestBuilder, _select
+from perfpredict.sched.mechanisms.synergy.share import _RTOL, _WTOL, proportional_share
 
 
 @dataclass

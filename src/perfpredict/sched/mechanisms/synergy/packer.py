@@ -8,10 +8,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from perfpredict.sched.cluster import EPS, Allocation, ClusterSpec, Ledger
-from perfpredict.sched.perf import PerfModel
-from perfpredict.sched.mechanisms.synergy.share import DevicesByServer, _RTOL, _WTOL, proportional_share
+from perfpredict.sched.mechanisms.synergy.devices import _alloc, _DevicePicker, _fits
 from perfpredict.sched.mechanisms.synergy.requests import _Req
-from perfpredict.sched.mechanisms.synergy.devices import _DevicePicker, _alloc, _fits
+from perfpredict.sched.mechanisms.synergy.share import _RTOL, _WTOL, DevicesByServer, proportional_share
+from perfpredict.sched.perf import PerfModel
 
 
 class _Placed:

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 from perfpredict.sched.cluster import EPS, ClusterSpec
 from perfpredict.sched.job import JobState
-from perfpredict.sched.perf import PerfModel
 from perfpredict.sched.mechanisms.synergy.share import _RTOL, _WTOL, _gpus_of, proportional_share
+from perfpredict.sched.perf import PerfModel
 
 
 class _Req:

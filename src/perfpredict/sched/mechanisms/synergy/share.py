@@ -9,7 +9,6 @@ from collections.abc import Mapping, Sequence
 from perfpredict.sched.cluster import EPS, Allocation, ClusterSpec
 from perfpredict.sched.job import JobState
 
-
 _WTOL = 1e-12
 #: Resource slack used by this module's own fit checks: tighter than the ledger's EPS so a decision taken
 #: here never trips the ledger.

@@ -7,9 +7,9 @@ from collections.abc import Mapping, Sequence
 from perfpredict.sched.base import Mechanism
 from perfpredict.sched.cluster import Allocation, ClusterSpec
 from perfpredict.sched.job import JobState
-from perfpredict.sched.mechanisms.synergy.requests import _Req, _RequestBuilder
-from perfpredict.sched.mechanisms.synergy.devices import _DevicePicker, _best_fit, _fits, _gpu_best_fit
+from perfpredict.sched.mechanisms.synergy.devices import _best_fit, _DevicePicker, _fits, _gpu_best_fit
 from perfpredict.sched.mechanisms.synergy.packer import _Packer, _place_with_repair
+from perfpredict.sched.mechanisms.synergy.requests import _Req, _RequestBuilder
 
 
 class SynergyTune(Mechanism):
