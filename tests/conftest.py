@@ -133,6 +133,7 @@ class RecordingMechanism(Mechanism):
         self.inner = inner
         self.name, self.preemptive, self.round_based = inner.name, inner.preemptive, inner.round_based
         self.period_s = inner.period_s
+        self.rigid, self.whole_gpus, self.resizes = inner.rigid, inner.whole_gpus, inner.resizes
         self.log: list[tuple[float, dict]] = []
         self.waiting: list[list] = []
         self.queues: list[list] = []

@@ -264,3 +264,44 @@ def test_a_configuration_that_cannot_hold_the_job_is_reported_by_check_schedule(
     with pytest.raises(ValueError, match="no configuration that can hold it"):
         AndreasProblem(now=0.0, job_ids=("a",), d_rel=[1.0], weight=[1.0], t=[[1.0, 2.0]],
                        classes=(NodeClass("T4", 2, 0.016, (0,), 8.0),), allowed=[[False, False]])
+
+
+@pytest.mark.parametrize("mechanism", ["proportional", "tune", "greedy", "drf", "tetris", "opt"])
+def test_a_fraction_of_a_gpu_gets_one_whole_gpu_from_the_whole_gpu_mechanisms(mechanism):
+    """Synergy's mechanisms and GPU-proportional place whole GPUs: a 0.5-GPU job gets one device (the simulator's
+    rigidity check used to stop the run, blaming the mechanism), while Rigid FCFS gives it half of one."""
+    jobs = [Job(id="a", arrival=0, gpus=0.5, work=600, model="resnet50"),
+            Job(id="b", arrival=0, gpus=2, work=600, model="resnet50")]
+    rec = RecordingMechanism(make_mechanism(mechanism))
+    res = simulate(jobs, ClusterSpec.homogeneous(1, gpus=4), make_policy("fifo"), rec, load_perf_models("paper"))
+    assert len(res.finished) == 2 and res.stall is None
+    assert {a["a"].gpus for _, a in rec.log if "a" in a} == {1.0}
+    rigid = RecordingMechanism(make_mechanism("rigid"))
+    simulate(jobs, ClusterSpec.homogeneous(1, gpus=4), make_policy("fifo"), rigid, load_perf_models("paper"))
+    assert {a["a"].gpus for _, a in rigid.log if "a" in a} == {0.5}
+
+
+@pytest.mark.parametrize("mechanism", ["malleable-equipartition", "moldable-proportional"])
+def test_a_moldable_job_asking_for_more_gpus_than_the_cluster_has_runs_smaller(mechanism):
+    """Its minimum size decides (p_min = 1/4 of 8 GPUs = 2), not its demand; a rigid mechanism refuses it."""
+    jobs = [Job(id="big", arrival=0, gpus=8, work=600, model="mcnn")]
+    rec = RecordingMechanism(make_mechanism(mechanism))
+    res = simulate(jobs, ClusterSpec.homogeneous(1, gpus=4), make_policy("fifo"), rec, load_perf_models("paper"))
+    assert len(res.finished) == 1 and max(a["big"].gpus for _, a in rec.log if "big" in a) <= 4
+    with pytest.raises(SimulationError, match="asks for 8 GPUs; the cluster has 4"):
+        simulate(jobs, ClusterSpec.homogeneous(1, gpus=4), make_policy("fifo"), make_mechanism("rigid"),
+                 load_perf_models("paper"))
+
+
+def test_a_gpu_type_a_card_has_no_speed_for_is_refused_before_the_run():
+    """ANDREAS' cards know V100 and T4: a K80 cluster used to fail mid-run as an internal error."""
+    from perfpredict.sim.run import parse_trace
+
+    jobs = parse_trace("andreas:nodes=2,jobs=6")
+    with pytest.raises(SimulationError, match=r"has a speed for GPU type\(s\) T4, V100 only; the cluster has 'K80'"):
+        simulate(jobs, ClusterSpec.homogeneous(2, gpus=4, gpu_type="K80"), make_policy("fifo"),
+                 make_mechanism("andreas"), load_perf_models("paper"))
+    mixed = ClusterSpec.from_dict({"servers": [{"gpus": 4, "gpu_type": "V100"}, {"gpus": 4, "gpu_type": "K80"}]})
+    with pytest.raises(SimulationError, match="can run none of the 6 jobs, e.g. job"):
+        simulate(jobs, mixed, make_policy("fifo"), make_mechanism("andreas"), load_perf_models("paper"),
+                 SimConfig(oversized="drop"))

@@ -62,3 +62,58 @@ def test_bad_arguments_are_one_readable_error(run_cli, args, message):
     proc = run_cli("simulate", "--trace", "synergy:n=10", "--cluster", "1x8", "--no-mlflow", *args)
     assert proc.returncode != 0
     assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_swf_files_run_from_the_cli_with_the_linear_model_or_the_options_after_the_name(run_cli, tmp_path):
+    swf = tmp_path / "t.swf"
+    # job, submit, wait, run time, procs (allocated), ..., requested procs, ..., user (field 12)
+    swf.write_text("; MaxProcs: 8\n"
+                   "1 0 0 3600 2 -1 -1 2 7200 -1 1 1 1 -1 1 -1 -1 -1\n"
+                   "2 60 0 1800 4 -1 -1 4 7200 -1 1 2 1 -1 1 -1 -1 -1\n")
+    proc = run_cli("simulate", "--trace", swf, "--cluster", "2x4", "--mechanism", "rigid", "--no-mlflow",
+                   "--out", "s1")
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["id"]: r for r in csv.DictReader(open(tmp_path / "s1" / "jobs.csv"))}
+    assert {r["model"] for r in rows.values()} == {"linear"}
+    # the linear model runs a rigid job for its recorded run time on its recorded processors
+    assert float(rows["1"]["run_time_s"]) == pytest.approx(3600) and float(rows["2"]["run_time_s"]) == pytest.approx(1800)
+    assert json.loads((tmp_path / "s1" / "metrics.json").read_text())["params"]["seed"] is None  # no seed changes a file
+
+    proc = run_cli("simulate", "--trace", f"{swf}:model=mcnn,gpus_per_proc=1/2", "--cluster", "2x4",
+                   "--mechanism", "rigid", "--no-mlflow", "--out", "s2")
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["id"]: r for r in csv.DictReader(open(tmp_path / "s2" / "jobs.csv"))}
+    assert rows["1"]["model"] == "mcnn" and float(rows["1"]["gpus"]) == 1 and float(rows["2"]["gpus"]) == 2
+
+    proc = run_cli("simulate", "--trace", f"{swf}:model=mcnn,procs=2", "--cluster", "2x4", "--no-mlflow",
+                   "--out", "s3")
+    assert proc.returncode == 2 and "unknown SWF option(s) ['procs']" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_metrics_record_the_seed_the_trace_was_made_with_and_the_round_only_in_round_mode(run_cli, tmp_path):
+    proc = run_cli("simulate", "--trace", "synergy:n=20,load=9,seed=1", "--seed", "5", "--cluster", "1x8",
+                   "--mechanism", "rigid", "--round", "60", "--no-mlflow", "--out", "o")
+    assert proc.returncode == 0, proc.stderr
+    params = json.loads((tmp_path / "o" / "metrics.json").read_text())["params"]
+    assert params["seed"] == 1 and params["mode"] == "event" and params["round_s"] is None
+
+
+@pytest.mark.parametrize(("trace_args", "mechanism", "message"), [
+    # a gang job above the cluster's GPUs, and a K80 cluster for ANDREAS' V100/T4 cards
+    (("synergy:n=300,load=9,multi=1",), "rigid", "asks for 8 GPUs; the cluster has 4"),
+    (("andreas:nodes=2,jobs=20",), "andreas", "has a speed for GPU type(s) T4, V100 only; the cluster has 'K80'"),
+])
+def test_jobs_the_cluster_cannot_run_are_refused_or_dropped_on_request(run_cli, tmp_path, trace_args, mechanism,
+                                                                        message):
+    cluster = "1x4:type=K80" if mechanism == "andreas" else "1x4"
+    args = ("simulate", "--trace", *trace_args, "--cluster", cluster, "--mechanism", mechanism, "--no-mlflow")
+    proc = run_cli(*args, "--out", "refused")
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+    proc = run_cli(*args, "--drop-oversized", "--out", "dropped")
+    if mechanism == "andreas":  # every job would be dropped: nothing left to simulate is an error too
+        assert proc.returncode == 2 and "the cluster can run none of the 20 jobs, e.g. job 0" in proc.stderr
+        return
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "dropped" / "metrics.json").read_text())
+    dropped = doc["simulation"]["dropped"]
+    assert dropped > 0 and doc["metrics"]["n_finished"] + dropped == 300

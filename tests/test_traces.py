@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import math
 import textwrap
@@ -236,11 +237,14 @@ def test_csv_round_trip_of_a_generated_trace(tmp_path):
 
 _text = st.from_regex(r"[A-Za-z0-9_#]([A-Za-z0-9_.:#\" ,-]{0,8}[A-Za-z0-9_])?", fullmatch=True)
 _pos = st.floats(min_value=1e-6, max_value=1e9, allow_nan=False, allow_infinity=False)
-_jobs = st.lists(st.builds(
+_job = st.builds(
     Job, id=_text, arrival=st.floats(0, 1e9, allow_nan=False), gpus=_pos, work=_pos,
     model=st.one_of(st.just(""), _text), task=st.sampled_from(["", "image", "language"]),
     user=st.one_of(st.just(""), _text), min_gpus=st.none(), max_gpus=st.one_of(st.none(), st.floats(1e9, 1e10)),
-    priority=st.integers(-5, 5), deadline=st.one_of(st.none(), _pos), qos=st.one_of(st.none(), _text)),
+    priority=st.integers(-5, 5), qos=st.one_of(st.none(), _text))
+# a due date is on the trace clock, at or after the arrival
+_jobs = st.lists(st.tuples(_job, st.one_of(st.none(), _pos)).map(
+    lambda jd: jd[0] if jd[1] is None else dataclasses.replace(jd[0], deadline=jd[0].arrival + jd[1])),
     max_size=8, unique_by=lambda j: j.id)
 
 
@@ -249,6 +253,13 @@ _jobs = st.lists(st.builds(
 def test_csv_round_trip_property(tmp_path_factory, jobs):
     p = write_csv_trace(jobs, tmp_path_factory.mktemp("csv") / "t.csv")
     assert read_csv_trace(p) == jobs
+
+
+def test_a_deadline_before_the_arrival_is_refused_with_its_line(tmp_path):
+    p = tmp_path / "t.csv"
+    p.write_text("id,arrival_s,gpus,work_s,deadline_s\na,100,1,60,200\nb,100,1,60,50\n")
+    with pytest.raises(TraceError, match=r"line 3.*deadline 50 s is before its arrival at 100 s"):
+        read_csv_trace(p)
 
 
 def test_csv_optional_columns_comments_and_blanks(tmp_path):

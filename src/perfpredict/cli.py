@@ -488,10 +488,13 @@ SimMode = Annotated[str, typer.Option(help="auto | round | event")]
 SimRound = Annotated[float, typer.Option("--round", help="round length in seconds (round mode)")]
 SimRestartOverhead = Annotated[float, typer.Option(help="seconds without progress when a job resumes or moves")]
 SimSteady = Annotated[str | None, typer.Option(help="steady-state window of job indices for JCT, e.g. 1000:6000")]
+SimDropOversized = Annotated[bool, typer.Option("--drop-oversized", help="leave out (and count) the jobs the "
+                                                "cluster can never run (too many GPUs, too little device memory, "
+                                                "a GPU type it has no speed for) instead of refusing the trace")]
 
 
 def sim_settings(mode: str, round_s: float, restart_overhead: float, max_time: float | None,
-                 steady: str | None):
+                 steady: str | None, drop_oversized: bool = False):
     """The simulator flags shared by ``simulate`` and ``compare``, checked: a SimConfig and the steady window."""
     from perfpredict.sim.simulator import SimConfig
 
@@ -511,13 +514,14 @@ def sim_settings(mode: str, round_s: float, restart_overhead: float, max_time: f
         if not 0 <= a < b:
             raise UsageError(f"--steady {steady!r}: need 0 <= FIRST < LAST", step="arguments")
         window = (a, b)
-    return SimConfig(mode=mode, round_s=round_s, restart_overhead_s=restart_overhead, max_time_s=max_time), window
+    return SimConfig(mode=mode, round_s=round_s, restart_overhead_s=restart_overhead, max_time_s=max_time,
+                     oversized="drop" if drop_oversized else "error"), window
 
 
 @app.command()
 def simulate(
-    cluster: Annotated[str, typer.Option(help="cluster JSON file, or SERVERSxGPUS[:cpus=,mem=,gpu_mem=] (e.g. 4x8:gpu_mem=32), or synergy (16x8, the default), or andreas:nodes=N,case=1|2, or armida, or genie[:nodes=4,gpus=4], or horus-testbed | horus-scale | horus:nodes=3,gpus=4,gpu_mem=80")] = "16x8",
-    trace: Annotated[str, typer.Option(help="trace .csv/.swf, or synergy:n=1000,load=9 (also split=20/70/10, multi=0), or andreas:nodes=N[,case=,load=] or andreas-table5, or genie[:rate=10,hours=24] (also mix=5/35/60, seed=), or horus-small | horus-large | horus-scale | horus:workload=large,n=100")] = "synergy:n=1000,load=9",
+    cluster: Annotated[str, typer.Option(help="cluster JSON file, or SERVERSxGPUS[:OPTIONS] (e.g. 4x8:gpu_mem=32,type=T4; options cpus=, mem=, gpu_mem=, type=, energy=), or synergy (16x8, the default), or andreas:nodes=N,case=1|2, or armida, or genie[:nodes=4,gpus=4], or horus-testbed | horus-scale | horus:nodes=3,gpus=4,gpu_mem=80")] = "16x8",
+    trace: Annotated[str, typer.Option(help="trace .csv, or .swf (options after a colon: FILE.swf:model=mcnn; also gpus_per_proc=, min_gpus=, max_gpus=, max_jobs=), or synergy:n=1000,load=9 (also split=20/70/10, multi=0; without load= every job arrives at 0), or dlbags:n=2000 (seed 002), or andreas:nodes=N[,case=,load=] or andreas-table5, or genie[:rate=10,hours=24] (also mix=5/35/60, seed=), or horus-small | horus-large | horus-scale | horus:workload=large,n=100")] = "synergy:n=1000,load=9",
     policy: Annotated[str, typer.Option(help="fifo | srtf | las | ftf | shortest | edf | priority")] = "fifo",
     mechanism: Annotated[str, typer.Option(help="proportional | greedy | tune | opt | drf | tetris | moldable-equipartition | malleable-equipartition | moldable-proportional | malleable-proportional | rigid | andreas | andreas-baseline | swaf | genie-fifo | genie-capacity | genie-min-min | genie-weighted-fair | genie-tetris-perf | genie-tetris-cer | horus | horus-f | obp | pab | fifo-exclusive; options after a colon, e.g. horus:k=3,max_colocated=3 or horus:interference=paper")] = "proportional",
     cards: Annotated[str, typer.Option(help="'paper' or a directory of card.json files (override paper models), or for Horus jobs horus:predictions=P,memory=M with P one of trained | family-cv | paper-mix and M safe | median")] = "paper",
@@ -526,6 +530,7 @@ def simulate(
     round_s: SimRound = 300.0,
     restart_overhead: SimRestartOverhead = 0.0,
     steady: SimSteady = None,
+    drop_oversized: SimDropOversized = False,
     max_time: Annotated[float | None, typer.Option(help="stop at this simulated time (s)")] = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="output directory")] = Path("perfpredict-sim"),
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="do not log to MLflow")] = False,
@@ -536,7 +541,7 @@ def simulate(
     from perfpredict.sim.run import run_simulation
 
     check_experiment(no_mlflow, experiment)
-    cfg, window = sim_settings(mode, round_s, restart_overhead, max_time, steady)
+    cfg, window = sim_settings(mode, round_s, restart_overhead, max_time, steady, drop_oversized)
     check_out_dir(out)
     with progress_bar(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn()) as progress:

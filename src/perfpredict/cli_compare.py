@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColu
 from rich.table import Table
 
 from perfpredict.cli import (
+    SimDropOversized,
     SimMode,
     SimRestartOverhead,
     SimRound,
@@ -34,6 +35,9 @@ def _seeds(text: str) -> list[int]:
         raise UsageError(f"--seeds {text!r}: expected whole numbers, e.g. 0,1,2", step="arguments") from None
     if not seeds or any(k < 0 for k in seeds):
         raise UsageError(f"--seeds {text!r}: give one or more seeds >= 0, e.g. 0,1,2", step="arguments")
+    twice = sorted({k for k in seeds if seeds.count(k) > 1})
+    if twice:
+        raise UsageError(f"--seeds {text!r}: seed {twice[0]} appears twice (each seed is one trace)", step="arguments")
     return seeds
 
 
@@ -72,6 +76,7 @@ def compare(
     round_s: SimRound = 300.0,
     restart_overhead: SimRestartOverhead = 0.0,
     steady: SimSteady = None,
+    drop_oversized: SimDropOversized = False,
     max_time: Annotated[float | None, typer.Option(help="stop each run at this simulated time (s)")] = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="output directory")] = Path("perfpredict-compare"),
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="do not log to MLflow")] = False,
@@ -87,7 +92,7 @@ def compare(
     from perfpredict.sim.compare import compare as run_compare
 
     check_experiment(no_mlflow, experiment)
-    cfg, window = sim_settings(mode, round_s, restart_overhead, max_time, steady)
+    cfg, window = sim_settings(mode, round_s, restart_overhead, max_time, steady, drop_oversized)
     seed_list = _seeds(seeds)
     if jobs < 1:
         raise UsageError(f"--jobs must be at least 1, got {jobs}", step="arguments")
@@ -96,8 +101,8 @@ def compare(
     check_out_dir(out)
     if len(seed_list) > 1 and seed_independent(trace):
         err_console.print(f"[yellow]note[/]: {trace} does not change with the seed (a file, or seed= in the spec): "
-                          f"the {len(seed_list)} seeds replay the same trace, so ± shows only what randomised "
-                          "schedulers vary", highlight=False)
+                          f"the {len(seed_list)} seeds replay the same trace, and a randomised scheduler takes its "
+                          "seed from its own spec (andreas:seed=1), so the runs repeat one another", highlight=False)
     if len(schedulers) < 2:
         err_console.print("[yellow]note[/]: one scheduler: nothing to compare it with (give -m twice)")
     with progress_bar(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

@@ -26,7 +26,10 @@ class PerfPredictError(Exception):
         self.detail = detail
 
     def __str__(self) -> str:
-        parts = [p for p in (self.source, self.step) if p]
+        # "trace: trace x.csv has no jobs" says the step twice: a message that starts by naming it keeps that.
+        # A model file's errors keep the documented "<file>: <step>: <what>" ("loss: loss is nan").
+        step = None if self.step and not self.source and self.message.startswith(f"{self.step} ") else self.step
+        parts = [p for p in (self.source, step) if p]
         prefix = ": ".join(parts)
         return f"{prefix}: {self.message}" if prefix else self.message
 

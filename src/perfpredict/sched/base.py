@@ -58,6 +58,12 @@ class Mechanism(ABC):
     round_based: bool = True
     #: Every job gets exactly its requested GPUs (gang, no resizing); the simulator checks it.
     rigid: bool = False
+    #: A rigid mechanism that places whole GPUs only: a demand below one GPU gets one whole device (Synergy's
+    #: mechanisms and GPU-proportional). Otherwise such a demand gets that fraction of one device.
+    whole_gpus: bool = False
+    #: Runs a job on another number of GPUs than it asks for (moldable and malleable mechanisms): a job asking
+    #: for more GPUs than the cluster has is refused only when :meth:`min_devices` do not fit.
+    resizes: bool = False
     #: Also decide every ``period_s`` seconds while jobs are active (ANDREAS' periodic rescheduling), in either
     #: mode; ``SimConfig.period_s`` overrides. None: only on events (event mode) or changes (round mode).
     period_s: float | None = None

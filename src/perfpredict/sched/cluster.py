@@ -22,8 +22,9 @@ from __future__ import annotations
 import json
 import math
 import numbers
+import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 __all__ = ["Allocation", "CapacityError", "ClusterSpec", "Ledger", "ServerSpec", "Share"]
@@ -72,11 +73,18 @@ class ServerSpec:
         object.__setattr__(self, "gpus", int(self.gpus))  # 8.0 from a JSON file is 8 devices
         if not isinstance(self.gpu_type, str):
             raise ValueError(f"server field gpu_type must be a string, got {self.gpu_type!r}")
-        if self.gpus < 0 or self.cpus < 0 or self.mem_gb < 0 or self.gpu_mem_gb <= 0:
-            raise ValueError(f"server resources must be non-negative (device memory positive): {self}")
+        for name in ("gpus", "cpus", "mem_gb", "energy_cost"):
+            v = getattr(self, name)
+            if v is not None and v < 0:
+                raise ValueError(f"server field {name} must be >= 0, got {v:g}")
+        if self.gpu_mem_gb <= 0:
+            raise ValueError(f"server field gpu_mem_gb must be > 0, got {self.gpu_mem_gb:g}")
         if self.gpus and not self.cpus > 0:
             # every card's rate depends on the CPUs a job gets: such a server would hold jobs that never progress
             raise ValueError(f"a server with {self.gpus} GPUs needs CPUs to feed them, got cpus={self.cpus:g}")
+        if self.gpus and not self.mem_gb > 0:
+            # a job's share of host memory would be 0 (no rate) and memory utilisation 0/0
+            raise ValueError(f"a server with {self.gpus} GPUs needs host memory, got mem_gb={self.mem_gb:g}")
 
     @property
     def cpus_per_gpu(self) -> float:
@@ -136,8 +144,20 @@ class ClusterSpec:
         """``{"servers": [{...}, ...]}`` or the compact ``{"homogeneous": {"n_servers": 16, ...}}``."""
         if not isinstance(d, dict):
             raise ValueError(f"a cluster spec is a JSON object, got {type(d).__name__}")
+        unknown = sorted(set(d) - {"name", "servers", "homogeneous"})
+        if unknown:
+            raise ValueError(f"unknown key(s) {', '.join(map(repr, unknown))}; a cluster spec has 'servers' or "
+                             f"'homogeneous', and optionally 'name'")
+        if "homogeneous" in d and "servers" in d:
+            raise ValueError("a cluster spec has either a 'servers' list or a 'homogeneous' block, not both")
         if "homogeneous" in d:
-            return cls.homogeneous(**d["homogeneous"], name=d.get("name"))
+            if not isinstance(d["homogeneous"], dict):
+                raise ValueError(f"'homogeneous' must be an object such as {{\"n_servers\": 16, \"gpus\": 8}}, got "
+                                 f"{d['homogeneous']!r}")
+            try:
+                return cls.homogeneous(**d["homogeneous"], name=d.get("name"))
+            except TypeError as e:
+                raise ValueError(f"homogeneous: {_unexpected(e, 'n_servers')}") from None
         if "servers" not in d or not d["servers"]:
             raise ValueError("a cluster spec needs a non-empty 'servers' list or a 'homogeneous' block")
         if not isinstance(d["servers"], list):
@@ -154,7 +174,7 @@ class ClusterSpec:
             try:
                 servers.extend([ServerSpec(**fields)] * int(count))
             except TypeError as e:
-                raise ValueError(f"server {i}: {e}") from None
+                raise ValueError(f"server {i}: {_unexpected(e, 'count')}") from None
             if len(servers) > MAX_SERVERS:
                 raise ValueError(f"more than {MAX_SERVERS:,} servers")
         return cls(servers=tuple(servers), name=d.get("name", "cluster"))
@@ -165,6 +185,15 @@ class ClusterSpec:
             return cls.from_dict(json.loads(Path(path).read_text()))
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+
+
+def _unexpected(e: TypeError, also: str) -> str:
+    """``ServerSpec.__init__() got an unexpected keyword argument 'bogus'`` as a user reads a JSON file."""
+    m = re.search(r"unexpected keyword argument '([^']+)'", str(e))
+    if m:
+        known = ", ".join(f.name for f in fields(ServerSpec))
+        return f"unknown field {m.group(1)!r} (fields: {also}, {known})"
+    return str(e)
 
 
 @dataclass(frozen=True)

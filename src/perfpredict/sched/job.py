@@ -77,6 +77,10 @@ class Job:
         lo, hi = self.min_gpus, self.max_gpus
         if lo is not None and hi is not None and lo > hi:
             raise ValueError(f"job {self.id}: min_gpus {lo} > max_gpus {hi}")
+        if self.deadline is not None and self.deadline < self.arrival:
+            # the due date is on the trace clock, like arrival: one before it is a unit or column mix-up
+            raise ValueError(f"job {self.id}: deadline {self.deadline:g} s is before its arrival at {self.arrival:g} s "
+                             f"(both are seconds from the trace start)")
         if not self.weight >= 0:
             raise ValueError(f"job {self.id}: tardiness weight must be >= 0, got {self.weight}")
         if self.epochs is not None and self.epochs < 1:

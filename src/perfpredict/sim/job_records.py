@@ -49,11 +49,12 @@ COLUMN_NAMES = tuple(c[0] for c in JOB_COLUMNS)
 
 
 def job_records(result: Any) -> list[dict[str, Any]]:
-    """One dict per job state of a :class:`~perfpredict.sim.simulator.SimResult`, keyed by :data:`COLUMN_NAMES`."""
+    """One dict per job state of a :class:`~perfpredict.sim.simulator.SimResult`, keyed by :data:`COLUMN_NAMES`,
+    in arrival order (ties by id), as the trace lists them; ``finish_s`` gives the completion order."""
     from perfpredict.sched.genie import meets_ect
 
     rows = []
-    for js in result.states:
+    for js in sorted(result.states, key=lambda js: js.arrival_key):
         j = js.job
         done = js.finish is not None
         jct = js.finish - j.arrival if done else None

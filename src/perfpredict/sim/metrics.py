@@ -96,7 +96,8 @@ class SimMetrics:
     gpu_util: float
     cpu_util: float
     mem_util: float
-    #: seed 002's system utilisation Σ v / (|G| · makespan)
+    #: seed 002's system utilisation Σ v / (|G| · makespan), v at the reference allocation (3 CPUs and 62.5 GB
+    #: per GPU): above 1 when jobs run faster than that, e.g. CPU-hungry ones on servers with more CPUs per GPU
     volume_util: float
     #: ANDREAS (finished jobs): energy (EUR), tardiness penalties Σ ω τ (EUR, ω per hour), their sum
     energy_cost: float = 0.0

@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import math
 import numbers
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,7 +52,7 @@ from perfpredict.sched.policies import make_policy
 from perfpredict.sim.job_records import job_records, jobs_table, write_jobs_csv, write_jobs_parquet
 from perfpredict.sim.simulator import SimConfig, SimResult, SimulationError, simulate
 
-__all__ = ["SimRun", "load_perf_models", "parse_cluster", "parse_trace", "run_simulation", "write_outputs"]
+__all__ = ["SimRun", "load_perf_models", "parse_cluster", "parse_trace", "run_simulation", "trace_seed", "write_outputs"]
 
 
 def parse_cluster(text: str | Path | ClusterSpec | Mapping[str, Any]) -> ClusterSpec:
@@ -192,7 +193,10 @@ def parse_trace(text: str | Path | list[Job], seed: int = 0) -> list[Job]:
             split = tuple(float(x) for x in kv.get("split", "20/70/10").split("/"))
             if kv.get("multi", "0").lower() not in ("0", "1", "true", "false", "yes", "no"):
                 raise ValueError(f"multi={kv['multi']!r}: use 0 or 1")
-            return traces.synergy_trace(int(kv.get("n", 1000)),
+            n = kv.get("n", "1000")
+            if not n.isdigit():
+                raise ValueError(f"n={n!r}: the number of jobs is a whole number")
+            return traces.synergy_trace(int(n),
                                         load_jobs_per_hour=float(kv["load"]) if "load" in kv else None,
                                         split=split, multi_gpu=kv.get("multi", "0").lower() in ("1", "true", "yes"),
                                         seed=int(kv.get("seed", seed)))
@@ -205,6 +209,10 @@ def parse_trace(text: str | Path | list[Job], seed: int = 0) -> list[Job]:
         if set(kv) - set(allowed):
             raise UsageError(f"trace {s!r}: unknown option(s) {sorted(set(kv) - set(allowed))}; use {sorted(allowed)}",
                              step="trace")
+        for k, v in kv.items():
+            if not _converts(allowed[k], v):
+                what = "a whole number" if allowed[k] is int else "a number"
+                raise UsageError(f"trace {s!r}: {k}={v!r} is not {what}", step="trace")
         try:
             a = {k: allowed[k](v) for k, v in kv.items()}
             return traces.dl_bag_trace(a.get("n", 2000), users=a.get("users", 14), tasks_per_bag=a.get("bag", 33.5),
@@ -216,15 +224,75 @@ def parse_trace(text: str | Path | list[Job], seed: int = 0) -> list[Job]:
         except ValueError as e:
             raise UsageError(f"trace {s!r}: {e}", step="trace") from None
     p = Path(s)
+    swf = _SWF_WITH_OPTIONS.match(s)
+    if swf and not p.is_file():
+        return _swf_with_options(swf.group(1), swf.group(2))
     if p.is_dir():
         raise UsageError(f"trace {s} is a directory (give a .csv/.swf file or synergy:n=...,load=...)", step="trace")
     if not p.is_file():
+        kind = s.partition(":")[0]
+        if ":" in s and "." not in kind and "/" not in kind:  # foo:n=3: a generator name, not a file
+            raise UsageError(f"trace {s!r}: unknown trace kind {kind!r}; generators are synergy, dlbags, andreas, "
+                             f"genie and horus (see perfpredict simulate --help), files .csv and .swf", step="trace")
         raise UsageError(f"trace {s} does not exist (give a .csv/.swf file or synergy:n=...,load=...)",
                          step="trace")
     try:
         return traces.load_trace(p)
     except traces.TraceError as e:
         raise UsageError(str(e), step="trace") from None
+
+
+def trace_seed(trace: str | Path | list[Job], seed: int) -> int | None:
+    """The seed a trace was generated with: a generator spec's own ``seed=`` (it wins over ``seed``), else
+    ``seed``; None for what no seed changes: a file (options after a colon included), a list of jobs,
+    ``andreas-table5``."""
+    if isinstance(trace, list):
+        return None
+    text = str(trace)
+    if Path(text).is_file() or Path(text.partition(":")[0]).is_file() or text == "andreas-table5":
+        return None
+    own = re.search(r"(?:^|[:,])seed=(\d+)", text)
+    return int(own.group(1)) if own else seed
+
+
+#: an SWF file with read_swf's options after a colon: ``hpc2n.swf.gz:model=mcnn,gpus_per_proc=1/8,max_jobs=5000``
+_SWF_WITH_OPTIONS = re.compile(r"^(.+\.swf(?:\.gz)?):(.*)$", re.IGNORECASE)
+
+
+def _swf_with_options(path: str, opts: str) -> list[Job]:
+    from perfpredict.sim import traces
+
+    spec = f"{path}:{opts}"
+    if not Path(path).is_file():
+        raise UsageError(f"trace {path} does not exist", step="trace")
+
+    def number(text: str) -> float:  # 0.125 or 1/8
+        num, slash, den = text.partition("/")
+        return float(num) / float(den) if slash else float(text)
+
+    kinds: dict[str, Callable[[str], Any]] = {"model": str, "gpus_per_proc": number, "min_gpus": number,
+                                              "max_gpus": number, "max_jobs": int}
+    kv = _kv(opts)
+    unknown = sorted(set(kv) - set(kinds))
+    if unknown:
+        raise UsageError(f"trace {spec!r}: unknown SWF option(s) {unknown}; use {', '.join(kinds)}", step="trace")
+    try:
+        options = {k: kinds[k](v) for k, v in kv.items()}
+    except (ValueError, ZeroDivisionError):
+        bad = next(k for k, v in kv.items() if not _converts(kinds[k], v))
+        raise UsageError(f"trace {spec!r}: {bad}={kv[bad]!r} is not a valid value", step="trace") from None
+    try:
+        return traces.read_swf(path, **options)
+    except traces.TraceError as e:
+        raise UsageError(str(e), step="trace") from None
+
+
+def _converts(conv: Callable[[str], Any], text: str) -> bool:
+    try:
+        conv(text)
+    except (ValueError, ZeroDivisionError):
+        return False
+    return True
 
 
 def load_perf_models(cards: str | Path | dict[str, PerfModel] | None = "paper") -> dict[str, PerfModel]:
@@ -263,7 +331,10 @@ def load_perf_models(cards: str | Path | dict[str, PerfModel] | None = "paper") 
     if not found:
         raise UsageError(f"cards: no .json files under {d}", step="cards")
     for f in found:
-        card = PerformanceCard.load(f)
+        try:
+            card = PerformanceCard.load(f)
+        except PerfPredictError as e:  # not a card, or a broken one: the user's input, like a bad trace
+            raise UsageError(str(e), step="cards") from None
         # Trace durations are at the GPU-proportional share of Synergy's reference server (3 CPUs, 62.5 GB
         # per GPU): measure every card's grid against that, not against the card's own demand.
         try:
@@ -349,8 +420,8 @@ def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterS
     metrics = metrics_from_result(result, steady=steady)
     params = {"cluster": spec.name, "gpus": spec.total_gpus, "trace": str(trace) if not isinstance(trace, list)
               else f"{len(trace)} jobs", "jobs": len(jobs), "policy": pol.name, "mechanism": mech.name,
-              "mode": result.mode, "round_s": cfg.round_s, "restart_overhead_s": cfg.restart_overhead_s,
-              "seed": seed, "cards": str(cards) if not isinstance(cards, dict) else "custom"}
+              "mode": result.mode, "round_s": cfg.round_s if result.mode == "round" else None,
+              "restart_overhead_s": cfg.restart_overhead_s, "seed": trace_seed(trace, seed), "cards": str(cards) if not isinstance(cards, dict) else "custom"}
     run = SimRun(result=result, metrics=metrics, params=params)
     from perfpredict.sched.genie import GeniePerfModel
 

@@ -77,9 +77,9 @@ class SimConfig:
     restart_overhead_s: float = 0.0
     #: stop at this simulated time (jobs not finished by then are reported as unfinished)
     max_time_s: float | None = None
-    #: jobs the cluster can never run (a GPU demand above its GPUs, device memory above its largest GPU, or more
-    #: GPUs that hold the job than it has for the smallest size the mechanism runs it on, ``Mechanism.min_devices``):
-    #: "error" (default) or "drop" (reported in the result)
+    #: jobs the cluster can never run (a GPU demand above its GPUs, device memory above its largest GPU, more
+    #: GPUs that hold the job than it has for the smallest size the mechanism runs it on, ``Mechanism.min_devices``,
+    #: or a GPU type the job's model has no speed for): "error" (default) or "drop" (reported in the result)
     oversized: Literal["error", "drop"] = "error"
     #: stop as soon as every job with one of these ids has finished (the others still active are reported as
     #: unfinished; those not yet arrived are left out). Synergy's simulator measures a window of jobs this
@@ -157,9 +157,10 @@ STALL_DECISIONS = 10
 _COMPLETION, _ARRIVAL = 0, 1
 
 
-def _whole_or_fraction(gpus: float) -> float:
-    """What a rigid mechanism owes a demand: the fraction itself below one GPU, whole GPUs (rounded up) above."""
-    return gpus if gpus < 1 else float(math.ceil(gpus - EPS))
+def _owed_gpus(gpus: float, whole_gpus: bool) -> float:
+    """What a rigid mechanism owes a demand: whole GPUs (rounded up), and below one GPU the fraction itself, or
+    one whole GPU from a mechanism that places whole GPUs only (:attr:`Mechanism.whole_gpus`)."""
+    return gpus if gpus < 1 and not whole_gpus else float(max(1, math.ceil(gpus - EPS)))
 
 
 class _Sim:
@@ -172,17 +173,25 @@ class _Sim:
         #: set by run() when jobs are left that can never finish (SimResult.stall)
         self.stall: str | None = None
         self.dropped: list[Job] = []
+        first_reason: list[str] = []
+
+        def unrunnable(j: Job, reason: str) -> None:
+            """A job the cluster can never run: dropped (``oversized="drop"``, the first reason kept) or refused."""
+            if cfg.oversized != "drop":
+                raise SimulationError(reason)
+            self.dropped.append(j)
+            first_reason[:1] = first_reason[:1] or [reason]
+
         ids = set()
         kept: list[Job] = []
         for j in jobs:
             if j.id in ids:
                 raise SimulationError(f"job id {j.id!r} appears twice in the trace")
             ids.add(j.id)
-            if j.gpus > cluster.total_gpus + EPS:
-                if cfg.oversized == "drop":
-                    self.dropped.append(j)
-                    continue
-                raise SimulationError(f"job {j.id} asks for {j.gpus:g} GPUs; the cluster has {cluster.total_gpus}")
+            # a job the mechanism resizes is judged by its minimum size, below (with device memory)
+            if not mechanism.resizes and j.gpus > cluster.total_gpus + EPS:
+                unrunnable(j, f"job {j.id} asks for {j.gpus:g} GPUs; the cluster has {cluster.total_gpus}")
+                continue
             kept.append(j)
         # device memory of every GPU, largest first: a job needs enough devices that can hold it
         device_mems = sorted((srv.gpu_mem_gb for srv in cluster.servers for _ in range(srv.gpus)), reverse=True)
@@ -191,33 +200,39 @@ class _Sim:
         self.perf_for = perf_for
         self.sharing = cfg.sharing
         fitting: list[Job] = []
+        gpu_types = sorted({srv.gpu_type for srv in cluster.servers if srv.gpus > 0})
         for j in kept:
+            speeds = self._perf(j).type_speed  # a model with per-type speeds runs only on the types it knows
+            missing = [t for t in gpu_types if t not in {t for t, _ in speeds}] if speeds is not None else []
+            if missing:
+                known = sorted(t for t, _ in speeds)
+                unrunnable(j, f"job {j.id} ({j.model}) has a speed for GPU type(s) {', '.join(known)} only; the "
+                              f"cluster has {', '.join(map(repr, missing))} (give the cluster those types, e.g. "
+                              f"16x8:type={known[0]}, or the job a card measured there)")
+                continue
             need = self._perf(j).device_mem_gb
             if self.sharing is not None:
                 perf = self._perf(j)
                 need = max(need, self.sharing.job_truth(j.model, perf.gpu_util, perf.device_mem_gb)[1])
             if need > biggest_device + EPS:
-                if cfg.oversized == "drop":
-                    self.dropped.append(j)
-                    continue
-                raise SimulationError(f"job {j.id} ({j.model}) needs {need:g} GB of device memory; the cluster's "
-                                      f"largest GPU has {biggest_device:g} GB")
+                unrunnable(j, f"job {j.id} ({j.model}) needs {need:g} GB of device memory; the cluster's largest "
+                              f"GPU has {biggest_device:g} GB")
+                continue
             # the fewest devices the mechanism can run the job on (a rigid gang job: all its GPUs; a moldable one:
             # its minimum size), each big enough for it; a job needing more would only wait until the run stalls
             devices = mechanism.min_devices(j)
             holding = sum(1 for m in device_mems if m >= need - EPS) if need > 0 else len(device_mems)
             if devices > holding:
-                if cfg.oversized == "drop":
-                    self.dropped.append(j)
-                    continue
                 each, such = (f" with {need:g} GB of device memory each", " such GPU(s)") if need > 0 else ("", "")
-                if mechanism.rigid:
-                    raise SimulationError(f"job {j.id} ({j.model}) needs {devices} GPUs{each}; the cluster has "
-                                          f"{holding}{such}, and the {mechanism.name} mechanism gives a job all its "
-                                          f"GPUs or none")
-                raise SimulationError(f"job {j.id} ({j.model}) needs at least {devices} GPUs{each} (its minimum size "
-                                      f"under the {mechanism.name} mechanism); the cluster has {holding}{such}")
+                unrunnable(j, f"job {j.id} ({j.model}) needs {devices} GPUs{each}; the cluster has {holding}{such}, "
+                              f"and the {mechanism.name} mechanism gives a job all its GPUs or none"
+                           if mechanism.rigid else
+                           f"job {j.id} ({j.model}) needs at least {devices} GPUs{each} (its minimum size under the "
+                           f"{mechanism.name} mechanism); the cluster has {holding}{such}")
+                continue
             fitting.append(j)
+        if jobs and not fitting:
+            raise SimulationError(f"the cluster can run none of the {len(jobs)} jobs, e.g. {first_reason[0]}")
         kept = fitting
         kept.sort(key=lambda j: (j.arrival, j.id))
         #: ids of cfg.stop_after still to finish (dropped jobs never will, so they are not waited for)
@@ -483,7 +498,7 @@ class _Sim:
                 raise SimulationError(f"{name} gave job {jid} an allocation without GPUs")
             if prev is not None and prev == alloc:
                 continue
-            if self.mech.rigid and abs(alloc.gpus - _whole_or_fraction(js.job.gpus)) > EPS:
+            if self.mech.rigid and abs(alloc.gpus - _owed_gpus(js.job.gpus, self.mech.whole_gpus)) > EPS:
                 raise SimulationError(f"{name} is rigid but gave job {jid} {alloc.gpus:g} GPUs for a demand of "
                                       f"{js.job.gpus:g}")
             changed.append((js, alloc, prev))

@@ -302,11 +302,12 @@ class SwfReport:
 
 
 def read_swf_report(path: str | Path, *, gpus_per_proc: float = 1.0, max_jobs: int | None = None,
-                    model: str = "", min_gpus: float | None = None, max_gpus: float | None = None) -> SwfReport:
+                    model: str = "linear", min_gpus: float | None = None, max_gpus: float | None = None) -> SwfReport:
     """Read a Standard Workload Format file (``.swf`` or ``.swf.gz``); see the module docstring for the mapping.
 
-    ``max_jobs``: stop after that many kept jobs. ``model``: the perf-model key every job gets (e.g.
-    ``"linear"`` for seed 002's HPC2N runs). ``min_gpus``/``max_gpus``: set on every job (seed 002 uses
+    ``max_jobs``: stop after that many kept jobs. ``model``: the perf-model key every job gets (default
+    ``"linear"``, seed 002's model for its HPC2N runs: perfect speedup and no device memory, so a rigid job
+    runs for its recorded run time). ``min_gpus``/``max_gpus``: set on every job (seed 002 uses
     (1, 240) for its moldable runs); ``None`` leaves them unset.
     """
     p = Path(path)
@@ -374,7 +375,7 @@ def read_swf_report(path: str | Path, *, gpus_per_proc: float = 1.0, max_jobs: i
     return rep
 
 
-def read_swf(path: str | Path, *, gpus_per_proc: float = 1.0, max_jobs: int | None = None, model: str = "",
+def read_swf(path: str | Path, *, gpus_per_proc: float = 1.0, max_jobs: int | None = None, model: str = "linear",
              min_gpus: float | None = None, max_gpus: float | None = None) -> list[Job]:
     """The jobs of an SWF file (:func:`read_swf_report` without the report; skipped records are logged)."""
     return read_swf_report(path, gpus_per_proc=gpus_per_proc, max_jobs=max_jobs, model=model, min_gpus=min_gpus,

@@ -396,6 +396,7 @@ class _Flexible(Mechanism):
 
     malleable: bool = False
     round_based = False
+    resizes = True
 
     def __init__(self, p_min: float = DEFAULT_P_MIN, p_max: float = DEFAULT_P_MAX, *, strict_sharing: bool = True,
                  preempt_min_remaining: float = PAPER_PREEMPT_MIN_REMAINING_S, memory_aware: bool = True) -> None:

@@ -28,6 +28,7 @@ class GpuProportional(Mechanism):
 
     name = "proportional"
     rigid = True
+    whole_gpus = True
 
     def allocate(self, ordered: Sequence[JobState], cluster: ClusterSpec, running: Mapping[str, Allocation],
                  now: float) -> dict[str, Allocation]:

@@ -28,6 +28,7 @@ class DRF(Mechanism):
 
     name = "drf"
     rigid = True
+    whole_gpus = True
 
     def __init__(self, threshold: float = 0.1) -> None:
         super().__init__()
@@ -83,6 +84,7 @@ class Tetris(Mechanism):
 
     name = "tetris"
     rigid = True
+    whole_gpus = True
 
     def __init__(self, threshold: float = 0.1, policy_weight: float = 1.0) -> None:
         super().__init__()

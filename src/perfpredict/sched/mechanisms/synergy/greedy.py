@@ -18,6 +18,7 @@ class SynergyGreedy(Mechanism):
 
     name = "greedy"
     rigid = True
+    whole_gpus = True
 
     def __init__(self, threshold: float = 0.1) -> None:
         super().__init__()

@@ -155,6 +155,7 @@ class SynergyOpt(Mechanism):
 
     name = "opt"
     rigid = True
+    whole_gpus = True
 
     def __init__(self, threshold: float = 0.1, ilp: bool = True, time_limit: float = 10.0,
                  mip_rel_gap: float = 1e-4, redistribute: bool = True) -> None:

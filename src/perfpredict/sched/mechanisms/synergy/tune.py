@@ -43,6 +43,7 @@ class SynergyTune(Mechanism):
 
     name = "tune"
     rigid = True
+    whole_gpus = True
 
     def __init__(self, threshold: float = 0.1, redistribute: bool = True) -> None:
         super().__init__()
