@@ -143,10 +143,16 @@ def test_show_and_latency_on_a_predicted_card(run_cli, tmp_path):
     assert "predicted" in shown.stdout and "nearest profiled architecture" in shown.stdout
     lat = run_cli("latency", "pred.json", "-n", "100", "-b", "24")  # two batch sizes: a fitted rate model
     assert lat.returncode == 0 and "Lat(100, 24)" in lat.stdout, lat.stderr
+    assert "within the predicted batch sizes" in lat.stdout  # not "the measured range": nothing was measured
+    # at a batch size the card predicted, its own point (the rate model only smooths between points)
+    point = json.loads((tmp_path / "pred.json").read_text())["prediction"]["points"][1]
+    lat = run_cli("latency", "pred.json", "-n", "100", "-b", "32")
+    assert lat.returncode == 0 and f"T(32) = {point['iter_time_s'] * 1e3:.3f} ms/iter" in lat.stdout, lat.stdout
     # -p and -o as for profile: a zoo knob reaches the predicted model
     assert run_cli("predict", "zoo:mlp", "-p", "width=128", "-b", "32", "-o", "one.json").returncode == 0
     assert json.loads((tmp_path / "one.json").read_text())["model"]["name"].endswith("-width128-num_classes10")
-    _one_error_line(run_cli("latency", "one.json", "-n", "100", "-b", "32"), "predicted card", "(32)")
+    assert run_cli("latency", "one.json", "-n", "100", "-b", "32").returncode == 0  # its one point
+    _one_error_line(run_cli("latency", "one.json", "-n", "100", "-b", "48"), "predicted card", "(32)")
 
 
 def test_debug_is_accepted_by_every_command(run_cli, tmp_path):

@@ -657,12 +657,23 @@ def latency(
     card = PerformanceCard.load(card_path)
     if iterations < 0 or batch_size <= 0:
         raise UsageError("need --iterations >= 0 and --batch-size > 0", step="arguments")
-    pred = card.rate().predict(batch_size)
-    total = card.latency_s(iterations, batch_size)
-    where = "extrapolated" if pred.extrapolated else "within the measured range"
-    out_console.print(f"T({batch_size}) = {pred.iter_time_s * 1e3:.3f} ms/iter ({pred.samples_per_s:.1f} samples/s, "
-                      f"±{pred.rel_uncertainty:.0%}, {where}); Lat({iterations}, {batch_size}) = {total:.2f} s "
-                      f"on {card.device.kind} ({card.device.name})", highlight=False)
+    point = next((p for p in card.prediction.points if p.batch_size == batch_size), None) if card.prediction else None
+    if point is not None:  # a predicted card's own point: the rate model only smooths between its points
+        nu = card.latency.nu_s if card.latency else 0.0
+        t_s, total = point.iter_time_s, iterations * point.iter_time_s + nu
+        lo, hi = point.iter_time_interval_s
+        how = f"q10-q90 {lo * 1e3:.3f}-{hi * 1e3:.3f} ms, the card's predicted point"
+    else:
+        pred = card.rate().predict(batch_size)
+        t_s, total = pred.iter_time_s, card.latency_s(iterations, batch_size)
+        span = "predicted batch sizes" if card.prediction else "measured range"
+        how = f"±{pred.rel_uncertainty:.0%}, " + (f"extrapolated past the {span}" if pred.extrapolated
+                                                  else f"within the {span}")
+        if card.prediction:
+            how += " (rate model fitted to the predicted points)"
+    out_console.print(f"T({batch_size}) = {t_s * 1e3:.3f} ms/iter ({batch_size / t_s:.1f} samples/s, {how}); "
+                      f"Lat({iterations}, {batch_size}) = {total:.2f} s on {card.device.kind} ({card.device.name})",
+                      highlight=False)
 
 
 @app.command()

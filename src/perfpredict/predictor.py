@@ -252,6 +252,8 @@ class ModelSet:
             n: max((int(b) for b in prof[n].get("points") or ()), default=max(self.trained_batches))
             for n in self.profiled_names}
         archs = [ArchFeatures.from_dict(prof[n]["features"]) for n in self.profiled_names]
+        #: the profiled architectures' features (without their kernel rows: profiled.json leaves them out)
+        self.profiled_archs: dict[str, ArchFeatures] = dict(zip(self.profiled_names, archs, strict=True))
         A = design_matrix([(a, 32) for a in archs])[:, _ARCH_COLUMNS]
         self._mu, self._sd = A.mean(axis=0), np.where(A.std(axis=0) > 1e-9, A.std(axis=0), 1.0)
         self._ref = (A - self._mu) / self._sd
@@ -472,20 +474,27 @@ class Predictor:
     # -- predictions --------------------------------------------------------------------------------------
     def predict_values(self, features: ArchFeatures | Mapping[str, Any], batch_sizes: Sequence[int],
                        device_type: str | None = None, mode: str | None = None,
-                       precision: str | None = None) -> dict[str, Any]:
-        """Estimator outputs as plain numbers (the fast path: no card, no fallback)."""
+                       precision: str | None = None, allow_fallback: bool = True) -> dict[str, Any]:
+        """The predictions as plain numbers (the fast path: no card), with ``method`` as a card's
+        ``prediction.method`` says it: the estimators', or out of distribution (and ``allow_fallback``) the
+        nearest profiled model's (:func:`_fallback`)."""
         arch = _as_arch(features)
         bs = _check_batches(batch_sizes)
         ms, _ = self._set_for(arch, device_type, mode, precision)
         estimated = _lacks_counts(arch)
         arch = ms.with_graph_counts(arch)
         X = design_matrix([(arch, b) for b in bs], device_kind=ms.device_kind)
-        near, reach = ms.reach(arch)
-        out: dict[str, Any] = {"batch_sizes": bs, "model_set": ms.name, "mode": ms.mode, "precision": ms.precision,
-                               "nearest_profiled": near, "largest_measured_batch": reach}
+        near, dist = ms.nearest(arch)
+        reach = ms.largest_measured_batch[near]
         past = ms.doublings_past(bs, reach)
-        for name, t in ms.targets.items():
-            y, q = t.predict(X, estimated_counts=estimated, doublings_past=past)
+        preds = {name: t.predict(X, estimated_counts=estimated, doublings_past=past) for name, t in ms.targets.items()}
+        fallback = allow_fallback and dist > ms.ood_threshold
+        if fallback:
+            preds = _fallback(ms, near, arch, bs, preds)
+        out: dict[str, Any] = {"batch_sizes": bs, "model_set": ms.name, "mode": ms.mode, "precision": ms.precision,
+                               "method": "nearest_profiled" if fallback else "estimator",
+                               "nearest_profiled": near, "largest_measured_batch": reach}
+        for name, (y, q) in preds.items():
             out[name] = {"median": y.tolist(), "q10": q[:, 0].tolist(), "q90": q[:, -1].tolist()}
         return out
 
@@ -606,10 +615,11 @@ class Predictor:
             method = "nearest_profiled"
             notes.append(f"the graph features are farther from every training architecture ({dist:.2f}) than "
                          f"any training architecture is from its nearest neighbour ({ms.ood_threshold:.2f}): "
-                         f"values are the measurements of the most similar profiled model, {near_name}, at "
-                         "its nearest measured batch size; the interval is the estimators' (read it as a "
-                         "lower bound on the uncertainty)")
-            preds = _fallback(ms, near_name, batch_sizes, preds)
+                         f"iteration time and memory are this model's physical baseline (its own parameters, "
+                         f"activations, MACs) times what the most similar profiled model, {near_name}, measured "
+                         "over its baseline at its nearest measured batch size, GPU utilisation that model's; "
+                         "the interval is the estimators' (read it as a lower bound on the uncertainty)")
+            preds = _fallback(ms, near_name, arch, batch_sizes, preds)
         elif ood:
             notes.append(f"out of the training distribution (distance {dist:.2f} > {ms.ood_threshold:.2f}); "
                          "the estimators are extrapolating")
@@ -712,28 +722,54 @@ def _check_batches(batch_sizes: Sequence[int]) -> list[int]:
     return bs
 
 
-def _fallback(ms: ModelSet, name: str, batch_sizes: Sequence[int], preds: dict) -> dict:
-    """Replace the medians by the nearest profiled model's measurements (interval kept around them). A
-    calibrated set's measurements are another CPU's, so their times take the calibration's factor."""
+def _fallback(ms: ModelSet, name: str, arch: ArchFeatures, batch_sizes: Sequence[int], preds: dict) -> dict:
+    """What the nearest profiled model ``name`` measured, carried to ``arch``, for a job out of distribution
+    (GENIE §6's most similar known model).
+
+    Its GPU utilisation is taken as measured, interpolated in log batch size between its measured batch sizes
+    (flat beyond them). Iteration time and memory are not taken as measured: a model ten times larger would get
+    a tenth of its memory. They are ``arch``'s own physical baseline (parameters, saved activations and MACs,
+    as the estimators' baselines weigh them) times the neighbour's measurement over its own baseline, that
+    ratio interpolated the same way: the neighbour supplies the correction the estimators would have
+    extrapolated. Both baselines are computed without kernel rows (profiled.json has none), so the ratio
+    compares like with like. The interval keeps the estimators' shape, moved to the new median. A calibrated
+    set's measurements are another CPU's, so their times take its factor."""
+    from dataclasses import replace
+
     pts = ms.profiled[name]["points"]
     measured = sorted(int(b) for b in pts)
+    # the neighbour's saved-tensor counts are its own (exact at training); the job's as the estimators saw them
+    near = ms.with_graph_counts(ms.profiled_archs[name])
+    X_job = design_matrix([(replace(arch, kernel_nodes=()), b) for b in batch_sizes], device_kind=ms.device_kind)
+    X_near = design_matrix([(near, m) for m in measured], device_kind=ms.device_kind)
+    at = np.log2(np.asarray(batch_sizes, float))
     out = {}
     keys = {"iter_time": "iter_time_s", "peak_memory": "peak_memory_bytes", "gpu_utilization": "gpu_utilization",
             "device_memory": "nvml_process_bytes"}
     for tname, (y, q) in preds.items():
-        y2, q2 = y.copy(), q.copy()
-        for i, b in enumerate(batch_sizes):
-            nb = min(measured, key=lambda m: (abs(np.log2(m) - np.log2(b)), m))
-            v = pts[str(nb)][keys[tname]]
-            if v is None:
-                continue
-            if tname == "iter_time":  # same per-sample cost: scale to the requested batch
-                v = v * b / nb * ms.time_factor
-            ratio = v / y[i] if y[i] > 0 else 1.0
-            y2[i], q2[i] = v, q[i] * ratio
-            if tname == "gpu_utilization":
-                q2[i] = np.clip(q2[i], 0.005, 1.0)
-        out[tname] = (y2, q2)
+        t = ms.targets[tname]
+        have = [i for i, m in enumerate(measured) if pts[str(m)][keys[tname]] is not None]
+        if not have:
+            out[tname] = (y, q)
+            continue
+        vals = np.array([pts[str(measured[i])][keys[tname]] for i in have], float)
+        xs = np.log2(np.array([measured[i] for i in have], float))
+        if getattr(t, "coef_point", None) is not None:  # memory and time: a physical baseline to carry over
+            floor = 1.0 if t.transform == "structured_memory" else 1e-6
+            ratio = vals / t._base(X_near[have], t.coef_point, floor)
+            v = t._base(X_job, t.coef_point, floor) * np.interp(at, xs, ratio)
+        else:
+            v = np.interp(at, xs, vals)
+        if tname == "iter_time":
+            v = v * ms.time_factor
+        if t.transform == "structured_memory":  # the interpolated ratio may dip; memory does not fall with the batch
+            order = np.argsort(batch_sizes, kind="stable")
+            v[order] = np.maximum.accumulate(v[order])
+        shift = np.where(y > 0, v / np.where(y > 0, y, 1.0), 1.0)
+        q2 = q * shift[:, None]
+        if tname == "gpu_utilization":
+            q2 = np.clip(q2, 0.005, 1.0)
+        out[tname] = (v, q2)
     return out
 
 
