@@ -118,3 +118,21 @@ def test_cli_colocate_prints_the_slowdown_and_the_memory(run_cli):
     assert "resnet-depth18-width16-image_size32-num_classes10" in cells, proc.stdout
     bad = run_cli("colocate", "zoo:mlp", "missing.py")
     assert bad.returncode != 0 and "file not found" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_card_for_another_gpu_is_paired_on_that_gpu(pred, run_cli, tmp_path):
+    """An H200 card beside a model file: the model is predicted for the H200 too, and the pair's memory is held to
+    the H200's (it used to be the H100 set's: both the second job and the 79 GiB capacity); the slowdown is the
+    H100's interference model's, since the H200 set has none, and the pair says so."""
+    card = pred.predict("zoo:resnet", batch_sizes=[32], device_type="cuda_h200")
+    assert card.device.memory_bytes == pred.model_set("cuda_h200").device_memory_bytes
+    (tmp_path / "r200.json").write_text(card.to_json())
+    other = pred.predict("zoo:mlp", batch_sizes=[32], device_type="cuda_h200")
+    pair = pred.colocation(card, other)
+    assert pair.device_capacity_bytes == pred.model_set("cuda_h200").device_memory_bytes
+    assert any("the interference model from NVIDIA H100" in n for n in pair.notes)
+    proc = run_cli("colocate", "r200.json", "zoo:mlp")
+    assert proc.returncode == 0, proc.stderr
+    assert "sharing one NVIDIA H200" in proc.stdout and "of 139.8 GiB" in proc.stdout
+    with pytest.raises(PerfPredictError, match="predicted for different GPUs"):
+        pred.colocation(card, pred.predict("zoo:mlp", batch_sizes=[32], device_type="cuda_h100"))

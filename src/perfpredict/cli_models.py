@@ -223,16 +223,21 @@ def colocate(
         else:
             check_target(t)
     pred = Predictor.load(models)
+    given = {t: PerformanceCard.load(t) for t in (job_a, job_b) if t.lower().endswith(".json")}
+    # a job without a card is predicted on the GPU a given predicted card is for, not on the default set
+    predict_on = device_type or pred.cards_set(*given.values()) or "cuda"
     cards = []
     for t, b in zip((job_a, job_b), bs):
-        if t.lower().endswith(".json"):
-            cards.append(PerformanceCard.load(t))
+        if t in given:
+            cards.append(given[t])
         elif t.lower().endswith(".onnx"):
-            cards.append(pred.predict(onnx_path=t, batch_sizes=[b or 32], device_type=device_type or "cuda"))
+            cards.append(pred.predict(onnx_path=t, batch_sizes=[b or 32], device_type=predict_on))
         else:
-            cards.append(pred.predict(t, batch_sizes=[b or 32], device_type=device_type or "cuda"))
+            cards.append(pred.predict(t, batch_sizes=[b or 32], device_type=predict_on))
     r = pred.colocation(*cards, batch_sizes=(bs[0], bs[1]), device_type=device_type)
-    t = Table(title=f"sharing one {r.device_name} ({r.device_type}'s interference model)")
+    gpus = {c.device.name for c in cards if c.device.kind == "cuda"}
+    gpu = gpus.pop() if len(gpus) == 1 else r.device_name  # the GPU the cards are for, not the interference model's
+    t = Table(title=f"sharing one {gpu} ({r.device_type}'s interference model)")
     t.add_column("job", overflow="fold")  # a model's name is an identifier: wrapped, never cut with an ellipsis
     for c in ("batch", "source", "solo GPU util", "solo iter time", "shared iter time", "GPU memory"):
         t.add_column(c)

@@ -573,8 +573,22 @@ class Predictor:
                                  f"{type(x).__name__}", step="colocation")
         if not (isinstance(batch_sizes, (tuple, list)) and len(batch_sizes) == 2):
             raise UsageError(f"batch_sizes is one batch size (or None) per job, got {batch_sizes!r}", step="colocation")
-        ms = self.model_set(device_type or "cuda")
+        if device_type is None:  # the cards' own set when it has an interference model (else a CUDA set's, noted)
+            own = self.cards_set(job_a, job_b)
+            device_type = own if own is not None and self.sets[own].interference is not None else "cuda"
+        ms = self.model_set(device_type)
         return predict_pair(ms, job_on_device(job_a, batch_sizes[0]), job_on_device(job_b, batch_sizes[1]))
+
+    def cards_set(self, *cards) -> str | None:
+        """The CUDA model set the predicted CUDA cards among ``cards`` were predicted with, None without one; two
+        sets of different GPUs are an error (a pair shares one GPU)."""
+        names = sorted({c.prediction.model_set for c in cards
+                        if c.prediction is not None and c.device.kind == "cuda" and c.prediction.model_set in self.sets})
+        gpus = {self.sets[n].device_name for n in names}
+        if len(gpus) > 1:
+            raise UsageError(f"the cards were predicted for different GPUs ({', '.join(names)}); a pair shares one "
+                             "GPU: predict both jobs for the same one", step="colocation")
+        return names[0] if names else None
 
     def card_for(self, arch: ArchFeatures, batch_sizes: Sequence[int], *, device_type: str | None = None,
                  source: str = "features", allow_fallback: bool = True, mode: str | None = None,
@@ -794,7 +808,9 @@ def _assemble_card(arch: ArchFeatures, source: str, ms: ModelSet, info):
         model=ModelInfo(name=arch.name or Path(source).stem, source=source, parameters=int(arch.param_count),
                         trainable_parameters=int(arch.param_count), param_bytes=int(arch.param_bytes),
                         family=arch.family),
-        device=DeviceInfo(kind=dev, name=ms.device_name, cpu_id=ms.cpu_id if dev == "cpu" else None),
+        # the measuring GPU's memory: what a pair of predicted cards is checked against (perfpredict colocate)
+        device=DeviceInfo(kind=dev, name=ms.device_name, cpu_id=ms.cpu_id if dev == "cpu" else None,
+                          memory_bytes=ms.device_memory_bytes if dev == "cuda" else None),
         run=ProfileRun(mode=ms.mode, precision=ms.precision, batch_sizes=bs, started_at=utc_now(),
                        perfpredict_version=__version__,
                        command=f"Predictor.predict ({ms.name})"),
