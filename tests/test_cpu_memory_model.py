@@ -131,7 +131,7 @@ def test_a_graph_without_counts_gets_both_estimated_and_the_card_says_so():
     assert est.features.saved_cpu_bytes_per_sample is not None
     small = card(saved_cpu_bytes_per_sample=1e5, saved_bytes_per_sample=1e5)
     large = card(saved_cpu_bytes_per_sample=2e7, saved_bytes_per_sample=1e5)
-    assert not any("estimated from the ONNX graph" in n for n in small.prediction.notes)
+    assert not any("saved-tensor bytes estimated" in n for n in small.prediction.notes)
     # the CPU's memory baseline ships alone: a constant log width, plus the margin for estimated counts or not
     def log_width(c) -> float:
         lo, hi = c.prediction.points[0].peak_memory_interval_bytes

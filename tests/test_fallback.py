@@ -85,3 +85,23 @@ def test_a_small_launch_bound_model_is_not_scaled_linearly_below_the_measured_ba
     assert info.method == "nearest_profiled"
     t1, t8, t64 = (p.iter_time_s for p in info.points)
     assert t8 / 2 < t1 <= t8 <= t64
+
+
+@pytest.mark.parametrize(("target", "device_type"), [("zoo:transformer", "cpu"), ("zoo:dlrm", "cuda_h200"),
+                                                     ("zoo:lstm", SET)])
+def test_a_predicted_card_predicts_again_as_it_is(predictor, target, device_type):
+    """Predictor.predict(features=card): the card's graph features and its parameter count give the same
+    prediction (the card used to lack the lookup bytes, recurrent steps, input bytes and fixed saved bytes, and
+    a card's features section sent as a dict failed on param_count and lookup_param_bytes: null)."""
+    from perfpredict.errors import UsageError
+
+    card = predictor.predict(target, batch_sizes=[16, 64], device_type=device_type)
+    again = predictor.predict(features=card, batch_sizes=[16, 64], device_type=device_type)
+    for a, b in zip(card.prediction.points, again.prediction.points, strict=True):
+        assert (a.iter_time_s, a.peak_memory_bytes) == (b.iter_time_s, b.peak_memory_bytes)
+    section = card.features.model_dump()
+    with pytest.raises(UsageError, match="a card's features section has no param_count; pass the card itself"):
+        predictor.predict(features=section, batch_size=16, device_type=device_type)
+    section["lookup_param_bytes"] = None  # what an older card writes: "not given"
+    section["param_count"] = card.model.parameters
+    assert predictor.predict(features=section, batch_size=16, device_type=device_type).prediction.points

@@ -276,7 +276,8 @@ def test_batch_axis_names_the_batch_of_a_fixed_shape_onnx_file(tmp_path):
     kw = {"batch_size": 8, "device_type": "cpu", "allow_fallback": False}  # the estimators, not a neighbour
     for axis, arch in ((None, default), (1, fixed)):
         got = pred.predict(onnx_path=path, batch_axis=axis, **kw).prediction.points[0].iter_time_s
-        assert got == pytest.approx(pred.predict_values(arch, [8], device_type="cpu")["iter_time"]["median"][0])
+        assert got == pytest.approx(pred.predict_values(arch, [8], device_type="cpu",
+                                                        allow_fallback=False)["iter_time"]["median"][0])
     assert fixed.input_bytes_per_sample == 9 * 4 * 4  # T x F floats: the batch axis is the one left out
     with pytest.raises(UsageError, match="ONNX files only"):
         pred.predict("zoo:mlp", batch_size=8, batch_axis=1)

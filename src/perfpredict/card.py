@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from perfpredict.errors import PerfPredictError
 
-SCHEMA_VERSION = "1.15"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
+SCHEMA_VERSION = "1.16"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
 #                                             features.activation_bytes_by_op; 1.3: features.lookup_param_bytes;
 #                                             1.4: features.recurrent_steps_by_op;
 #                                             1.5: features.saved_cpu_bytes_per_sample;
@@ -37,7 +37,10 @@ SCHEMA_VERSION = "1.15"  # 1.1: scaling, colocation, speedup_curve, comm_model, 
 #                                                   job_solo_other_cpus, partner_solo_other_cpus;
 #                                             1.12: run.precision, run.compiled, memory[].load_bytes;
 #                                             1.13: device.cpu_id; 1.14: prediction.calibration;
-#                                             1.15: prediction.calibration.speed_noise
+#                                             1.15: prediction.calibration.speed_noise;
+#                                             1.16: features.input_bytes_per_sample, saved_bytes_fixed,
+#                                                   saved_cpu_bytes_fixed (a predicted card's features then
+#                                                   predict again as they are: Predictor.predict(features=card))
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -266,6 +269,9 @@ class GraphFeatures(_Section):
                                                                  "features.saved)")
     saved_cpu_bytes_per_sample: int | None = Field(None, description="the same as the CPU's own kernels keep them "
                                                                      "(unfused attention, float dropout noise)")
+    saved_bytes_fixed: int | None = Field(None, description="the batch-independent part of the saved bytes")
+    saved_cpu_bytes_fixed: int | None = None
+    input_bytes_per_sample: int | None = Field(None, description="bytes of one sample's forward inputs")
     source: Source = "analytic"
     device: str | None = None
 

@@ -36,7 +36,7 @@ from perfpredict.estimators.saved_estimate import ESTIMABLE_ATTRS, SAVED_ATTRS, 
 from perfpredict.hostinfo import cpu_id, cpu_model_name, gpu_names
 
 if TYPE_CHECKING:
-    from perfpredict.card import CalibrationInfo
+    from perfpredict.card import CalibrationInfo, PerformanceCard
 
 #: Features describing the architecture alone (no batch size): the space the fallback measures distance in
 #: (``ops_onednn`` re-counts the conv and LSTM ops already in ``ops_conv`` and ``ops_rnn``, so it is left out).
@@ -305,7 +305,7 @@ class ModelSet:
         missing = {attr: kernels for attr, kernels in SAVED_ATTRS.items() if getattr(arch, attr) is None}
         if missing:
             est = {attr: max(float(self._saved_models[attr].predict([arch])[0]), 0.0) for attr in missing}
-            notes.append("saved-tensor bytes estimated from the ONNX graph ("
+            notes.append("saved-tensor bytes estimated from the graph's activation bytes ("
                          + ", ".join(f"{est[a] / 1e6:.2f} MB/sample as {k} kernels keep them"
                                      for a, k in missing.items())
                          + "): only a model file gives the exact count, so the intervals are the wider ones "
@@ -499,7 +499,8 @@ class Predictor:
         return out
 
     def predict(self, model: str | None = None, *, onnx_path: str | Path | None = None,
-                features: ArchFeatures | Mapping[str, Any] | None = None, batch_size: int | None = None,
+                features: ArchFeatures | Mapping[str, Any] | PerformanceCard | None = None,
+                batch_size: int | None = None,
                 batch_sizes: Sequence[int] | None = None, device_type: str | None = None,
                 params: Mapping[str, Any] | None = None, allow_fallback: bool = True, mode: str | None = None,
                 batch_axis: int | None = None, precision: str | None = None):
@@ -524,7 +525,8 @@ class Predictor:
                              mode=mode, precision=precision)
 
     def largest_batch(self, model: str | None = None, *, memory_limit_bytes: int,
-                      onnx_path: str | Path | None = None, features: ArchFeatures | Mapping[str, Any] | None = None,
+                      onnx_path: str | Path | None = None,
+                      features: ArchFeatures | Mapping[str, Any] | PerformanceCard | None = None,
                       device_type: str | None = None, mode: str | None = None, precision: str | None = None,
                       params: Mapping[str, Any] | None = None, batch_axis: int | None = None,
                       quantile: str = "q90", multiple_of: int = 1, max_batch: int | None = None):
@@ -693,6 +695,15 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
     :class:`UsageError` naming the field); an :class:`ArchFeatures` is taken as it is."""
     if isinstance(features, ArchFeatures):
         return features
+    from perfpredict.card import PerformanceCard
+
+    if isinstance(features, PerformanceCard):  # a measured or predicted card: its graph features and parameters
+        if not features.features.available:
+            why = features.features.error or "not exported"
+            raise UsageError(f"card {features.model.name} has no graph features ({why}); predict from its model "
+                             "file or an ONNX file", step="predict")
+        features = {**features.features.model_dump(), "param_count": features.model.parameters,
+                    "name": features.model.name, "family": features.model.family}
     if not isinstance(features, Mapping):
         raise UsageError(f"features must be a mapping of graph features or an ArchFeatures, got "
                          f"{type(features).__name__}", step="predict")
@@ -701,8 +712,8 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
     return ArchFeatures.from_dict(check_feature_mapping(features))
 
 
-def _arch_of(model: str | None, onnx_path: str | Path | None, features: ArchFeatures | Mapping[str, Any] | None,
-             params: Mapping[str, Any] | None, batch_axis: int | None) -> tuple[ArchFeatures, str]:
+def _arch_of(model: str | None, onnx_path: str | Path | None,
+             features: ArchFeatures | Mapping[str, Any] | PerformanceCard | None, params: Mapping[str, Any] | None, batch_axis: int | None) -> tuple[ArchFeatures, str]:
     """The graph features of exactly one of a model file / ``zoo:`` target, an ONNX file or a feature mapping,
     and the name of where they came from."""
     from perfpredict.estimators import arch as archmod
@@ -823,7 +834,8 @@ def _assemble_card(arch: ArchFeatures, source: str, ms: ModelSet, info):
                             device=dev) for p in info.points],
         features=GraphFeatures(available=True, forward_macs_per_sample=int(arch.forward_macs_per_sample),
                                forward_macs_fixed=int(arch.forward_macs_fixed), macs_by_op=dict(arch.macs_by_op),
-                               param_bytes=int(arch.param_bytes),
+                               param_bytes=int(arch.param_bytes), lookup_param_bytes=int(arch.lookup_param_bytes),
+                               recurrent_steps_by_op={k: int(v) for k, v in arch.recurrent_steps_by_op.items()},
                                activation_bytes_per_sample=int(arch.activation_bytes_per_sample),
                                activation_bytes_fixed=int(arch.activation_bytes_fixed),
                                activation_bytes_by_op=dict(arch.activation_bytes_by_op),
@@ -833,6 +845,9 @@ def _assemble_card(arch: ArchFeatures, source: str, ms: ModelSet, info):
                                else int(arch.saved_bytes_per_sample),
                                saved_cpu_bytes_per_sample=None if arch.saved_cpu_bytes_per_sample is None
                                else int(arch.saved_cpu_bytes_per_sample),
+                               saved_bytes_fixed=int(arch.saved_bytes_fixed),
+                               saved_cpu_bytes_fixed=int(arch.saved_cpu_bytes_fixed),
+                               input_bytes_per_sample=int(arch.input_bytes_per_sample),
                                peak_live_bytes_per_sample=None if arch.peak_live_bytes_per_sample is None
                                else int(arch.peak_live_bytes_per_sample),
                                peak_live_bytes_fixed=int(arch.peak_live_bytes_fixed),

@@ -39,7 +39,8 @@ class FeatureVector(BaseModel):
     model_config = ConfigDict(allow_inf_nan=False, extra="allow")
 
     forward_macs_per_sample: _Quantity
-    param_count: _Quantity
+    param_count: _Quantity = Field(description="the model's parameter count (a card's features section has none: "
+                                               "it is the card's model.parameters)")
     param_bytes: _Quantity
     activation_bytes_per_sample: _Quantity
     num_nodes: Annotated[float, Field(ge=1, le=MAX_QUANTITY, allow_inf_nan=False)]
@@ -83,6 +84,17 @@ class FeatureVector(BaseModel):
                     "features.kernel_nodes; perfpredict.estimators.kernel_nodes). What the CPU time baseline "
                     "prices; left out, stand-ins are made from the per-op-type totals, and the card says so")
     name: str = Field("features", max_length=200)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_not_given(cls, data: Any) -> Any:
+        """A card's ``features`` section writes null for what it does not know (``lookup_param_bytes``, a fixed
+        term): for a field with a default that is "not given", as if the key were left out."""
+        if isinstance(data, Mapping):
+            fields = cls.model_fields
+            return {k: v for k, v in data.items()
+                    if not (v is None and k in fields and not fields[k].is_required() and fields[k].default is not None)}
+        return data
 
     @model_validator(mode="after")
     def _lookup_within_params(self) -> "FeatureVector":
@@ -130,7 +142,11 @@ def check_feature_mapping(features: Mapping[str, Any]) -> dict[str, Any]:
     except ValidationError as e:
         parts = [f"{'.'.join(str(x) for x in err['loc']) or 'features'}: {err['msg']}" for err in e.errors()[:4]]
         more = f" (and {len(e.errors()) - 4} more)" if len(e.errors()) > 4 else ""
-        raise UsageError("bad feature vector: " + "; ".join(parts) + more, step="predict") from None
+        hint = ""
+        if "param_count" not in features and "available" in features:  # a card's features section as it is
+            hint = (": a card's features section has no param_count; pass the card itself (features=card) or add "
+                    "its model.parameters as param_count")
+        raise UsageError("bad feature vector: " + "; ".join(parts) + more + hint, step="predict") from None
     out = {**dict(features), **{k: checked[k] for k in FeatureVector.model_fields}}
     note = unknown_keys_note(features)
     if note:
