@@ -166,20 +166,30 @@ class _TwoInputs(nn.Module):
         return self.fc(x).sum() + h.sum()
 
 
-def test_an_unknown_sequence_length_is_said_not_counted_as_zero_steps():
-    """With the sequence dimension symbolic, shape inference cannot size the GRU: the features say that its
-    MACs and time steps are missing instead of reporting a silent 0."""
+def test_an_unknown_sequence_length_is_asked_for_not_counted_as_zero_steps():
+    """With the sequence dimension symbolic, shape inference cannot size the GRU: rather than a silent 0 (or,
+    before, a note beside wrong counts), the features ask for the dimension's size; given, the steps count as
+    in an export at that length."""
     import io
 
-    model = _TwoInputs().eval()
-    buf = io.BytesIO()
-    torch.onnx.export(model, (torch.randn(2, 8), torch.randn(2, 5, 4)), buf, input_names=["x", "seq"],
-                      dynamic_axes={"x": {0: "batch"}, "seq": {0: "batch", 1: "time"}}, dynamo=False)
     import onnx
 
-    arch = from_onnx_proto(onnx.load_from_string(buf.getvalue()))
-    assert dict(arch.recurrent_steps_by_op) == {}
-    assert any("GRU" in n and "time steps are not counted" in n for n in arch.notes), arch.notes
+    from perfpredict.estimators.arch import ArchFeaturesError
+
+    model = _TwoInputs().eval()
+    buf, fixed = io.BytesIO(), io.BytesIO()
+    inputs = (torch.randn(2, 8), torch.randn(2, 5, 4))
+    torch.onnx.export(model, inputs, buf, input_names=["x", "seq"],
+                      dynamic_axes={"x": {0: "batch"}, "seq": {0: "batch", 1: "time"}}, dynamo=False)
+    torch.onnx.export(model, inputs, fixed, input_names=["x", "seq"],
+                      dynamic_axes={"x": {0: "batch"}, "seq": {0: "batch"}}, dynamo=False)
+    proto = onnx.load_from_string(buf.getvalue())
+    with pytest.raises(ArchFeaturesError, match=r"symbolic dimension\(s\) 'time' besides the batch"):
+        from_onnx_proto(proto)
+    arch = from_onnx_proto(proto, dims={"time": 5})
+    want = from_onnx_proto(onnx.load_from_string(fixed.getvalue()))
+    assert dict(arch.recurrent_steps_by_op) == dict(want.recurrent_steps_by_op) != {}
+    assert arch.forward_macs_per_sample == want.forward_macs_per_sample
 
 
 class _SeqFirst(nn.Module):
@@ -304,3 +314,66 @@ def test_batch_axis_names_the_batch_of_a_fixed_shape_onnx_file(tmp_path):
     assert ok.json()["prediction"]["points"][0]["iter_time_s"] == pytest.approx(served.iter_time_s, rel=1e-6)
     bad = client.post("/predict/onnx", files=files, data={"batch_axis": "5"})
     assert bad.status_code == 400 and "batch_axis 5" in bad.json()["detail"]
+
+
+def test_a_symbolic_sequence_length_is_asked_for_and_then_counted_as_a_fixed_one(tmp_path):
+    """A transformer exported with dynamic batch and sequence axes: without the sequence length its matmuls have
+    no shapes and every count was wrong (the job went to an unrelated neighbour); now that is an error naming
+    the dimension, and dims= / --dim / the service's dims field give it, matching an export at that length."""
+    import io
+
+    import onnx
+
+    from perfpredict import Predictor
+    from perfpredict.estimators.arch import ArchFeaturesError
+
+    class Tiny(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.e = nn.Embedding(1000, 64)
+            self.l = nn.TransformerEncoder(nn.TransformerEncoderLayer(64, 4, 128, batch_first=True), 2)
+            self.h = nn.Linear(64, 10)
+
+        def forward(self, x):
+            return self.h(self.l(self.e(x)).mean(1))
+
+    torch.manual_seed(0)
+    m = Tiny().eval()
+    x = torch.randint(0, 1000, (2, 16))
+    dyn, fixed = io.BytesIO(), io.BytesIO()
+    torch.onnx.export(m, (x,), dyn, input_names=["x"], dynamic_axes={"x": {0: "B", 1: "S"}}, dynamo=False)
+    torch.onnx.export(m, (x,), fixed, input_names=["x"], dynamic_axes={"x": {0: "B"}}, dynamo=False)
+    dyn_proto, fixed_proto = onnx.load_from_string(dyn.getvalue()), onnx.load_from_string(fixed.getvalue())
+    with pytest.raises(ArchFeaturesError, match=r"symbolic dimension\(s\) 'S' besides the batch .* --dim S=128"):
+        from_onnx_proto(dyn_proto)
+    with pytest.raises(ArchFeaturesError, match="no input dimension is named 'T'; .* 'B', 'S'"):
+        from_onnx_proto(dyn_proto, dims={"T": 16})
+    given, want = from_onnx_proto(dyn_proto, dims={"S": 16}), from_onnx_proto(fixed_proto)
+    assert given.forward_macs_per_sample == want.forward_macs_per_sample > 0
+    assert given.activation_bytes_per_sample == want.activation_bytes_per_sample
+
+    path = tmp_path / "tf_dyn.onnx"
+    path.write_bytes(dyn.getvalue())
+    pred = Predictor.load()
+    card = pred.predict(onnx_path=path, dims={"S": 16}, batch_size=8, device_type="cpu")
+    cli = subprocess.run([sys.executable, "-m", "perfpredict", "predict", str(path), "-b", "8", "--device-type", "cpu",
+                          "--dim", "S=16", "--out", str(tmp_path / "card.json")], capture_output=True, text=True,
+                         timeout=300)
+    assert cli.returncode == 0, cli.stderr[-2000:]
+    got = json.loads((tmp_path / "card.json").read_text())["prediction"]["points"][0]["iter_time_s"]
+    assert got == pytest.approx(card.prediction.points[0].iter_time_s, rel=1e-6)
+    bad = subprocess.run([sys.executable, "-m", "perfpredict", "predict", str(path), "-b", "8"], capture_output=True,
+                         text=True, timeout=300)
+    assert bad.returncode == 2 and "--dim S=128" in bad.stderr and "Traceback" not in bad.stderr
+
+    from fastapi.testclient import TestClient
+
+    from perfpredict.service import create_app
+
+    client = TestClient(create_app(pred))
+    files = {"file": ("tf_dyn.onnx", dyn.getvalue(), "application/octet-stream")}
+    ok = client.post("/predict/onnx", files=files, data={"batch_sizes": "8", "device_type": "cpu", "dims": "S=16"})
+    assert ok.status_code == 200, ok.text
+    assert ok.json()["prediction"]["points"][0]["iter_time_s"] == pytest.approx(card.prediction.points[0].iter_time_s)
+    assert client.post("/predict/onnx", files=files, data={"batch_sizes": "8"}).status_code == 400
+    assert client.post("/predict/onnx", files=files, data={"batch_sizes": "8", "dims": "S"}).status_code == 422

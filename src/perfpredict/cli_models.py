@@ -76,6 +76,20 @@ def train(
         raise typer.Exit(130) from None
 
 
+def parse_dims(items: list[str] | None) -> dict[str, int]:
+    """``--dim seq=128`` (repeatable, or comma-separated) as ``{"seq": 128}``, checked."""
+    dims: dict[str, int] = {}
+    for item in (x.strip() for raw in items or () for x in raw.split(",")):
+        if not item:
+            continue
+        name, sep, size = item.partition("=")
+        if not sep or not name.strip() or not size.strip().isdigit() or int(size) < 1:
+            raise UsageError(f"--dim {item!r}: expected NAME=SIZE with a whole size >= 1, e.g. --dim seq=128",
+                             step="arguments")
+        dims[name.strip()] = int(size)
+    return dims
+
+
 @app.command()
 def predict(
     target: Annotated[str, typer.Argument(help="model.py, zoo:<family> or a .onnx file")],
@@ -93,6 +107,8 @@ def predict(
     batch_axis: Annotated[int | None, typer.Option(help=".onnx only: the axis of the first input that is the "
                                                         "batch, negative from the last as in Python (default: the first, or the "
                                                         "symbolic one)")] = None,
+    dim: Annotated[list[str] | None, typer.Option("--dim", help=".onnx only: NAME=SIZE for a symbolic input "
+                                                   "dimension besides the batch, e.g. --dim seq=128 (repeatable)")] = None,
     debug: Annotated[bool, typer.Option("--debug", help="show tracebacks")] = False,  # noqa: ARG001
 ) -> None:
     """Predict a card for a job nobody has profiled (from the estimators in trained_models/)."""
@@ -110,6 +126,10 @@ def predict(
         raise UsageError("--device-type is empty: give a model set (e.g. cuda_h100) or a kind (cuda, cpu)",
                          step="arguments")
     is_onnx = target.lower().endswith(".onnx")
+    dims = parse_dims(dim)
+    if dims and not is_onnx:
+        raise UsageError("--dim only applies to an ONNX file (a model file's inputs are its example_inputs)",
+                         step="arguments")
     if is_onnx:
         if params:
             raise UsageError("--param only applies to zoo models (zoo:<family>), not to an ONNX file", step="arguments")
@@ -131,7 +151,7 @@ def predict(
     warn_unusable_calibrations(pred)
     if is_onnx:
         card = pred.predict(onnx_path=target, batch_sizes=bs, device_type=device_type, mode=mode,
-                            batch_axis=batch_axis, precision=precision)
+                            batch_axis=batch_axis, precision=precision, dims=dims or None)
     else:
         card = pred.predict(target, batch_sizes=bs, device_type=device_type, params=params or None, mode=mode,
                             batch_axis=batch_axis, precision=precision)

@@ -215,9 +215,12 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
                            device_type: str | None = Form(None),
                            mode: Literal["train", "infer"] | None = Form(None),
                            precision: Annotated[Precision | None, Form()] = None,
-                           batch_axis: int | None = Form(None)) -> dict[str, Any]:
+                           batch_axis: int | None = Form(None),
+                           dims: str | None = Form(None, description="sizes of the inputs' symbolic dimensions "
+                                                                     "besides the batch: seq=128,t=4")) -> dict[str, Any]:
         try:
             bs = parse_batch_sizes(batch_sizes)
+            sizes = _parse_dims(dims)
         except ValueError as e:
             raise HTTPException(422, str(e)) from None
         data = await file.read(max_upload_bytes + 1)
@@ -225,13 +228,25 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
             raise HTTPException(413, f"upload larger than {max_upload_bytes} bytes")
         name = (file.filename or "upload.onnx").rsplit("/", 1)[-1][:200]
         try:
-            arch = from_onnx_proto(load_onnx_bytes(data, name, external_data=False), name=name.removesuffix(".onnx"), batch_axis=batch_axis)
+            arch = from_onnx_proto(load_onnx_bytes(data, name, external_data=False), name=name.removesuffix(".onnx"),
+                                   batch_axis=batch_axis, dims=sizes or None)
         except ArchFeaturesError as e:
             raise HTTPException(400, str(e)) from None
         card = pred.card_for(arch, bs, device_type=device_type, source=name, mode=mode, precision=precision)
         return card.model_dump(mode="json")
 
     return app
+
+
+def _parse_dims(text: str | None) -> dict[str, int]:
+    """The ``dims`` form field, ``seq=128,t=4``, as sizes (ValueError: the 422's message)."""
+    out: dict[str, int] = {}
+    for item in filter(None, (x.strip() for x in (text or "").split(","))):
+        name, sep, size = item.partition("=")
+        if not sep or not name.strip() or not size.strip().isdigit() or not 1 <= int(size) <= 10**9:
+            raise ValueError(f"dims: {item[:60]!r} is not NAME=SIZE with a whole size from 1 to 1e9")
+        out[name.strip()[:100]] = int(size)
+    return out
 
 
 def serve(host: str = "127.0.0.1", port: int = 8000, models_dir: str | None = None,

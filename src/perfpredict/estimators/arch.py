@@ -23,7 +23,10 @@ from perfpredict.errors import PerfPredictError, first_line
 
 
 class ArchFeaturesError(PerfPredictError):
-    """The input cannot be turned into graph features (malformed ONNX, export failure, ...)."""
+    """The input cannot be turned into graph features (malformed ONNX, export failure, ...): the input given,
+    so the CLI exits 2 as for other input errors."""
+
+    exit_code = 2
 
 
 @dataclass(frozen=True)
@@ -314,16 +317,58 @@ def _batch_dim(proto, batch_axis: int | None = None) -> tuple[bool, int | None, 
     return False, int(first.dim_value), None, 0
 
 
-def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None) -> ArchFeatures:
+def _symbolic_dims(proto) -> list[str]:
+    """The names of the graph inputs' symbolic dimensions, in order of appearance."""
+    init = {i.name for i in proto.graph.initializer}
+    names: list[str] = []
+    for vi in proto.graph.input:
+        if vi.name not in init:
+            for d in vi.type.tensor_type.shape.dim:
+                if d.HasField("dim_param") and d.dim_param and d.dim_param not in names:
+                    names.append(d.dim_param)
+    return names
+
+
+def _fix_dims(proto, dims: Mapping[str, int], name: str):
+    """A copy of ``proto`` whose inputs' symbolic dimensions named in ``dims`` have those sizes (a sequence
+    length exported as dynamic)."""
+    import onnx
+
+    have = _symbolic_dims(proto)
+    for k, v in dims.items():
+        if k not in have:
+            raise ArchFeaturesError(f"no input dimension is named {k!r}; the inputs' symbolic dimensions are "
+                                    f"{', '.join(map(repr, have)) or 'none'}", source=name, step="analyse onnx")
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ArchFeaturesError(f"dimension {k!r} must be a whole number >= 1, got {v!r}", source=name,
+                                    step="analyse onnx")
+    m = onnx.ModelProto()
+    m.CopyFrom(proto)
+    for vi in m.graph.input:
+        for d in vi.type.tensor_type.shape.dim:
+            if d.HasField("dim_param") and d.dim_param in dims:
+                size = dims[d.dim_param]
+                d.Clear()
+                d.dim_value = size
+    del m.graph.value_info[:]
+    return m
+
+
+def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
+                    dims: Mapping[str, int] | None = None) -> ArchFeatures:
     """Features of an ONNX graph without executing it (shape inference only). ``batch_axis``: which axis of the
     first input is the batch, where the graph cannot say (every dimension fixed, or a sequence-first input);
-    by default the first axis, or the one symbolic dimension when the first is fixed."""
+    by default the first axis, or the one symbolic dimension when the first is fixed. ``dims``: sizes for the
+    inputs' other symbolic dimensions (``{"seq": 128}``). A symbolic dimension left besides the batch leaves
+    the compute ops' shapes unknown, so every count would be wrong: that is an error asking for its size."""
     import numpy as np
 
     from perfpredict.estimators.kernel_nodes import rows_at_fixed_batch
     from perfpredict.features import _from_stats
     from perfpredict.features.graph import analyze_onnx, unknown_shapes_note
 
+    if dims:
+        proto = _fix_dims(proto, dims, name)
     try:
         symbolic, static, batch_param, axis = _batch_dim(proto, batch_axis)
     except ValueError as e:
@@ -361,6 +406,13 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None) ->
         raise ArchFeaturesError(f"cannot analyse the graph: {type(e).__name__}: {str(e)[:200]}", source=name,
                                 step="analyse onnx") from None
     if stats.unknown_shape_ops:
+        left = [d for d in _symbolic_dims(proto) if d != batch_param]
+        if left:
+            raise ArchFeaturesError(
+                f"the inputs' symbolic dimension(s) {', '.join(map(repr, left))} besides the batch leave the shapes "
+                f"of {sum(stats.unknown_shape_ops.values())} op(s) unknown, so the counts would be wrong: give "
+                f"their sizes (Predictor.predict(..., dims={{{left[0]!r}: 128}}), perfpredict predict --dim "
+                f"{left[0]}=128), or export with them fixed", source=name, step="analyse onnx")
         notes.append(unknown_shapes_note(stats.unknown_shape_ops, " without executing the graph"))
     if macs <= 0:
         raise ArchFeaturesError("no multiply-accumulate ops with known shapes in the graph", source=name,
@@ -399,10 +451,11 @@ def _input_bytes_per_sample(proto, batch_param: str | None = None, axis: int | N
     return total
 
 
-def from_onnx_file(path: str | Path, batch_axis: int | None = None) -> ArchFeatures:
+def from_onnx_file(path: str | Path, batch_axis: int | None = None,
+                   dims: Mapping[str, int] | None = None) -> ArchFeatures:
     p = Path(path)
     try:
         data = p.read_bytes()
     except OSError as e:
         raise ArchFeaturesError(f"cannot read: {e.strerror}", source=str(path), step="read onnx") from None
-    return from_onnx_proto(load_onnx_bytes(data, str(path)), name=p.stem, batch_axis=batch_axis)
+    return from_onnx_proto(load_onnx_bytes(data, str(path)), name=p.stem, batch_axis=batch_axis, dims=dims)
