@@ -276,3 +276,23 @@ def test_an_exception_is_reported_by_its_first_line_without_terminal_colours(err
 
     assert first_line(error) == first
     assert error_line(error) == line and error_line(error, 5) == line[:5] and error_line(error, None) == line
+
+
+def test_serve_on_a_port_in_use_says_so_before_any_banner(run_cli):
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        proc = run_cli("serve", "--port", str(port), timeout=120)
+    assert proc.returncode == 2 and "serving on" not in proc.stdout
+    _one_error_line(proc, f"cannot listen on 127.0.0.1:{port}: Address already in use")
+
+
+def test_device_kinds_are_case_insensitive(run_cli):
+    from perfpredict import Predictor
+
+    pred = Predictor.load()
+    assert pred.model_set("CUDA").name == pred.model_set("cuda").name
+    assert pred.model_set("CUDA_H200").name == "cuda_h200"
+    proc = run_cli("predict", "zoo:mlp", "-b", "8", "--device-type", "Cuda")
+    assert proc.returncode == 0, proc.stderr

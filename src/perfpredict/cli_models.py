@@ -294,5 +294,15 @@ def serve(
         raise UsageError(f"--port must be 1-65535, got {port}", step="arguments")
     if not (math.isfinite(max_upload_mb) and max_upload_mb > 0):
         raise UsageError(f"--max-upload-mb must be a positive number, got {max_upload_mb}", step="arguments")
+    import os
+    import socket
+
+    try:  # a port in use is found before the models load and before the banner says the service runs
+        with socket.create_server((host, port)):
+            pass
+    except OSError as e:
+        why = os.strerror(e.errno) if e.errno else str(e)
+        raise UsageError(f"cannot listen on {host}:{port}: {why} (another server there? try --port)",
+                         step="arguments") from None
     run(host, port, str(models) if models else None, int(max_upload_mb * 1e6),
         on_ready=lambda: out_console.print(f"perfpredict serving on http://{host}:{port} (OpenAPI: /docs)"))

@@ -443,6 +443,9 @@ class Predictor:
             from perfpredict.workload.ref import check_precision
 
             precision = check_precision(precision)
+        if isinstance(device_type, str) and device_type not in self.sets and device_type.lower() in (
+                {"cuda", "cpu"} | set(self.sets)):
+            device_type = device_type.lower()  # CUDA, Cuda_H100: names are lower case
         if device_type in self.sets:
             ms = self.sets[device_type]
             if (mode is None or ms.mode == mode) and (precision is None or ms.precision == precision):
