@@ -405,6 +405,14 @@ def test_training_removes_boosters_it_did_not_write(tmp_path):
     written = {f for t in ts.metadata["targets"].values() for f in t["files"].values()}
     assert {p.name for p in ts.out_dir.glob("*.xgb.json")} == written
     assert not stale.exists()
+    # a set fitted without family CV has uncalibrated intervals, and its cards say so
+    from perfpredict import Predictor
+
+    card = Predictor.load(tmp_path).predict("zoo:mlp", batch_size=8, device_type="cpu", mode="infer")
+    assert any("trained without cross-validation" in n for n in card.prediction.notes)
+    shipped = Predictor.load(REPO / "trained_models").predict("zoo:mlp", batch_size=8,
+                                                             device_type="cpu_epyc_2vcpu_infer")
+    assert not any("trained without cross-validation" in n for n in shipped.prediction.notes)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -627,6 +627,11 @@ class Predictor:
         calibration_note = ms.calibration_note()
         if calibration_note:
             notes.append(calibration_note)
+        targets_meta = ms.meta.get("targets") or {}
+        if targets_meta and not any("evaluation" in t for t in targets_meta.values()):
+            notes.append("this model set was trained without cross-validation (perfpredict train --no-eval): its "
+                         "intervals are the quantile models' own, not widened for unseen families, so they are "
+                         "too narrow for a new architecture; retrain without --no-eval for calibrated intervals")
         X = design_matrix([(arch, b) for b in batch_sizes], device_kind=ms.device_kind)
         reach = ms.largest_measured_batch[near_name]
         past = ms.doublings_past(batch_sizes, reach)
