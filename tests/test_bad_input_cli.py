@@ -296,3 +296,13 @@ def test_device_kinds_are_case_insensitive(run_cli):
     assert pred.model_set("CUDA_H200").name == "cuda_h200"
     proc = run_cli("predict", "zoo:mlp", "-b", "8", "--device-type", "Cuda")
     assert proc.returncode == 0, proc.stderr
+
+
+def test_predicting_a_model_too_large_to_build_here_is_refused_before_it_is_built(run_cli, write_model):
+    """A terabyte of weights: counted on the meta device and refused in seconds, where building and exporting it
+    would take the machine's memory (a 20 GB MLP used to take 150 s and most of the RAM)."""
+    model = write_model("import torch, torch.nn as nn\n"
+                        "def build_model():\n    return nn.Linear(500_000, 500_000)\n"
+                        "def example_inputs(b):\n    return torch.randn(b, 500_000)\n", "huge.py")
+    _one_error_line(run_cli("predict", model, "-b", "8"), "build_model: its 1000.0 GB of weights",
+                    "export it to ONNX where there is room")

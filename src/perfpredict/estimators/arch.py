@@ -163,6 +163,7 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
     from perfpredict.workload.spec import iter_tensors
 
     wl = resolve_workload(target, params)
+    _check_room_for_weights(wl, target)
     torch.manual_seed(0)
     try:
         model = wl.build_model()
@@ -203,6 +204,28 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
         graph_saved_bytes_fixed=float(feats.graph_saved_bytes_fixed or 0),
         kernel_nodes=tuple(tuple(r) for r in feats.kernel_nodes), name=wl.name,
         notes=tuple(n for n in (feats.error, _hook_note(wl)) if n), precision=wl.precision)
+
+
+def _check_room_for_weights(wl, target: str) -> None:
+    """Refuse, before building it, a model whose weights the export could not hold in this machine's free memory
+    (twice the weights: the module and its exported graph): a 20 GB model used to take minutes and then the
+    machine's memory. The weights are counted on the meta device (no memory); a model that cannot be built
+    there is not checked."""
+    import psutil
+    import torch
+
+    try:
+        with torch.device("meta"):
+            meta = wl.build_model()
+        weights = sum(p.numel() * p.element_size() for p in meta.parameters()) if isinstance(meta, torch.nn.Module) else 0
+    except Exception:  # noqa: BLE001 - the real build below reports the model's own errors
+        return
+    free = psutil.virtual_memory().available
+    if 2 * weights > free:
+        raise ArchFeaturesError(f"its {weights / 1e9:.1f} GB of weights would be built and exported to read the "
+                                f"graph, and this machine has {free / 1e9:.1f} GB free: export it to ONNX where "
+                                "there is room (perfpredict predict model.onnx reads weights' shapes only) or send "
+                                "its feature vector", source=target, step="build_model")
 
 
 def _hook_note(wl) -> str | None:
