@@ -117,3 +117,14 @@ def test_jobs_the_cluster_cannot_run_are_refused_or_dropped_on_request(run_cli, 
     doc = json.loads((tmp_path / "dropped" / "metrics.json").read_text())
     dropped = doc["simulation"]["dropped"]
     assert dropped > 0 and doc["metrics"]["n_finished"] + dropped == 300
+
+
+def test_a_policy_with_nothing_to_order_by_says_it_ran_as_fifo(run_cli):
+    proc = run_cli("simulate", "--trace", "synergy:n=20,load=9", "--cluster", "1x8", "--policy", "edf",
+                   "--no-mlflow", "--out", "edf")
+    assert proc.returncode == 0, proc.stderr
+    assert "no job in the trace has a deadline" in proc.stderr and "ordered them as fifo" in proc.stderr
+    from perfpredict.sim.run import parse_trace, policy_notes
+
+    assert policy_notes("edf", parse_trace("andreas:nodes=2,jobs=10")) == []  # ANDREAS' jobs have due dates
+    assert policy_notes("priority", parse_trace("andreas:nodes=2,jobs=10")) == []  # and tardiness weights

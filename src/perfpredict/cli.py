@@ -582,6 +582,8 @@ def simulate(
                       f"{r.decisions} decisions, {r.decision_time_s:.2f} s deciding; "
                       f"{len(r.unfinished)} unfinished, {len(r.dropped)} dropped", highlight=False)
     out_console.print(f"records: {out / 'jobs.csv'} (and jobs.parquet)  metrics: {out / 'metrics.json'}", highlight=False)
+    for note in run.notes:
+        err_console.print(f"[yellow]note[/]: {note}", highlight=False)
     if not no_mlflow:
         from perfpredict.tracking import log_simulation, tracking_uri
 

@@ -360,6 +360,8 @@ class SimRun:
     out_dir: Path | None = None
     #: metrics of a seed's own (GENIE: ``"genie"``, :func:`perfpredict.sim.genie_workload.genie_metrics`)
     extra: dict[str, Any] = field(default_factory=dict)
+    #: what the user should know about the run's inputs (a policy with nothing to order by)
+    notes: list[str] = field(default_factory=list)
 
     def jobs_frame(self):
         """The per-job records (the columns of ``jobs.csv``/``jobs.parquet``) as a pandas DataFrame."""
@@ -422,7 +424,7 @@ def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterS
               else f"{len(trace)} jobs", "jobs": len(jobs), "policy": pol.name, "mechanism": mech.name,
               "mode": result.mode, "round_s": cfg.round_s if result.mode == "round" else None,
               "restart_overhead_s": cfg.restart_overhead_s, "seed": trace_seed(trace, seed), "cards": str(cards) if not isinstance(cards, dict) else "custom"}
-    run = SimRun(result=result, metrics=metrics, params=params)
+    run = SimRun(result=result, metrics=metrics, params=params, notes=policy_notes(pol.name, jobs))
     from perfpredict.sched.genie import GeniePerfModel
 
     if any(isinstance(js.perf, GeniePerfModel) for js in result.states):
@@ -435,6 +437,17 @@ def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterS
         except OSError as e:
             raise UsageError(f"cannot write the results to {out_dir}: {e.strerror or e}", step="write") from None
     return run
+
+
+def policy_notes(policy: str, jobs: list[Job]) -> list[str]:
+    """A policy whose sort key no job in the trace has orders the jobs as FIFO: say so rather than let a
+    comparison read EDF = FIFO as a finding."""
+    if policy == "edf" and all(j.deadline is None for j in jobs):
+        return ["no job in the trace has a deadline (CSV column deadline_s), so edf ordered them as fifo"]
+    if policy == "priority" and len({(j.weight, j.priority) for j in jobs}) == 1:
+        return ["every job in the trace has the same weight and priority (CSV columns weight, priority), so "
+                "priority ordered them as fifo"]
+    return []
 
 
 def _finite(x: Any) -> Any:
