@@ -202,17 +202,21 @@ def print_prediction(card, console: Console = out_console) -> None:
     t = Table(title=escape(f"{card.model.name}: predicted {card.run.mode}{precision} on {card.device.name} ({info.method})"))
     # what the memory column is depends on the device the estimators were trained on (card.memory[].kind)
     peak = "peak allocated" if card.device.kind == "cuda" else "peak RSS increase"
-    for c in ("batch", "iter time (q10-q90)", "samples/s", f"{peak} (q10-q90)", "GPU memory to reserve (q90)",
-              "GPU util"):
+    # a CPU set predicts neither GPU column: left out rather than a column of dashes
+    gpu = any(p.device_memory_safe_bytes is not None or p.gpu_utilization is not None for p in info.points)
+    for c in ("batch", "iter time (q10-q90)", "samples/s", f"{peak} (q10-q90)",
+              *(("GPU memory to reserve (q90)", "GPU util") if gpu else ())):
         t.add_column(c)
     for p in info.points:
-        t.add_row(str(p.batch_size),
-                  f"{p.iter_time_s * 1e3:.2f} ms ({p.iter_time_interval_s[0] * 1e3:.2f}-{p.iter_time_interval_s[1] * 1e3:.2f})",
-                  f"{p.samples_per_s:.0f}",
-                  f"{p.peak_memory_bytes / 2**20:.0f} MiB ({p.peak_memory_interval_bytes[0] / 2**20:.0f}-"
-                  f"{p.peak_memory_interval_bytes[1] / 2**20:.0f})",
-                  "-" if p.device_memory_safe_bytes is None else f"{p.device_memory_safe_bytes / 2**20:.0f} MiB",
-                  "-" if p.gpu_utilization is None else f"{p.gpu_utilization:.0%}")
+        row = [str(p.batch_size),
+               f"{p.iter_time_s * 1e3:.2f} ms ({p.iter_time_interval_s[0] * 1e3:.2f}-{p.iter_time_interval_s[1] * 1e3:.2f})",
+               f"{p.samples_per_s:.0f}",
+               f"{p.peak_memory_bytes / 2**20:.0f} MiB ({p.peak_memory_interval_bytes[0] / 2**20:.0f}-"
+               f"{p.peak_memory_interval_bytes[1] / 2**20:.0f})"]
+        if gpu:
+            row += ["-" if p.device_memory_safe_bytes is None else f"{p.device_memory_safe_bytes / 2**20:.0f} MiB",
+                    "-" if p.gpu_utilization is None else f"{p.gpu_utilization:.0%}"]
+        t.add_row(*row)
     console.print(t)
     if info.nearest is not None:
         console.print(f"nearest profiled architecture: {info.nearest.name} (distance {info.nearest.distance:.2f}, "
