@@ -126,6 +126,16 @@ BROKEN = {
     # a stub hook (`def make_optimizer(params): ...`) used to fail inside the timed step at zero_grad
     "optimizer_stub": (TINY_MODEL + "\ndef make_optimizer(params): ...\n", "make_optimizer",
                        "make_optimizer() returned NoneType, expected a torch.optim.Optimizer"),
+    # stubs that return None were taken (targets) or blamed on the step that tripped over them (forward)
+    "targets_stub": (TINY_MODEL + "\ndef example_targets(b):\n    pass\n", "example_targets",
+                     "example_targets() returned None"),
+    "inputs_stub": (TINY_MODEL + "\ndef example_inputs(b):\n    pass\n", "example_inputs",
+                    "example_inputs() returned None"),
+    "targets_signature": (TINY_MODEL + "\ndef example_targets():\n    return None\n", "example_targets",
+                          "TypeError"),
+    # every batch size timed the same 16 rows: the throughputs would have been 4x off at batch 64
+    "ignores_batch_size": (TINY_MODEL + "\ndef example_inputs(b):\n    return torch.randn(16, 32)\n",
+                           "example_inputs", "returned the same inputs at batch size 4 and 8"),
 }
 
 
@@ -136,6 +146,27 @@ def test_broken_model_files_end_in_one_readable_message(case, run_cli, write_mod
     proc = run_cli("profile", path, "-b", "4,8,16", "--no-mlflow", *FAST)
     line = _one_error_line(proc)
     assert f"{case}.py" in line and f": {step}:" in line and text in line, line
+
+
+def test_show_says_what_failed_on_a_partial_card(run_cli, write_model, tmp_path):
+    src = TINY_MODEL + textwrap.dedent("""
+        class Boom(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.l = torch.nn.Linear(32, 8)
+            def forward(self, x):
+                if x.shape[0] > 4:
+                    raise RuntimeError("boom at big batch")
+                return self.l(x)
+        def build_model():
+            return Boom()
+        """)
+    path = write_model(src, name="boom.py")
+    assert run_cli("profile", path, "-b", "4,8", "--no-mlflow", "--out", "o", *FAST).returncode != 0
+    shown = run_cli("show", tmp_path / "o" / "card.json")
+    assert shown.returncode == 0, shown.stderr
+    assert "partial card: 1 batch size(s) measured" in shown.stdout
+    assert "batch 8: forward: RuntimeError: boom at big batch" in shown.stdout
 
 
 def test_a_syntax_error_in_a_file_the_model_imports_names_that_file(write_model):

@@ -369,7 +369,7 @@ def profile(
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="do not log to MLflow")] = False,
     experiment: Annotated[str, typer.Option(help="MLflow experiment name")] = "perfpredict-profiles",
     threads: Annotated[int | None, typer.Option(help="torch intra-op threads per measurement [all cores]")] = None,
-    min_time: Annotated[float, typer.Option(help="minimum timed seconds per batch size")] = 2.0,
+    min_time: Annotated[float, typer.Option(help="minimum timed seconds per batch size (unless 500 iterations come first)")] = 2.0,
     max_time: Annotated[float, typer.Option(help="cap on timed seconds per batch size")] = 15.0,
     memory_limit: Annotated[str | None, typer.Option(help="memory a measurement may use, e.g. 4GB (CPU: beyond its start; CUDA: the allocator's cap)")] = None,
     no_features: Annotated[bool, typer.Option("--no-features", help="skip ONNX export and graph features")] = False,
@@ -648,7 +648,15 @@ def show(card_path: Annotated[Path, typer.Argument(help="a card.json written by 
     """Print the summary of a saved performance card."""
     from perfpredict.card import PerformanceCard
 
-    print_summary(PerformanceCard.load(card_path))
+    card = PerformanceCard.load(card_path)
+    print_summary(card)
+    # profile ends with its error line; a card read back later says here what failed at which batch size
+    failed = [e for e in card.errors if e.batch_size is not None]
+    if card.status == "partial" or failed:
+        out_console.print(f"[yellow]{card.status} card[/]: {len(card.measured_points())} batch size(s) measured",
+                          highlight=False)
+    for e in failed:
+        out_console.print(f"[yellow]batch {e.batch_size}[/]: {e.step}: {e.message}", highlight=False)
 
 
 @app.command()

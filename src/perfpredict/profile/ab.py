@@ -14,6 +14,7 @@ verdict is "faster" or "slower" only when the whole interval is on one side of 1
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -122,6 +123,7 @@ def compare_jobs(base: Workload, new: Workload, batch_size: int, *, rounds: int 
     runner.warm_up()
     sides = {"base": base, "new": new}
     done: list[ABRound] = []
+    others: list[float | None] = []  # per measurement: CPUs other processes kept busy while it was timed
     info: dict = {}
     reason, interrupted = "all rounds ran", False
 
@@ -151,6 +153,7 @@ def compare_jobs(base: Workload, new: Workload, batch_size: int, *, rounds: int 
                 got[which] = res
             if len(got) < 2:
                 break
+            others.extend(got[s]["timing"].get("other_cpus") for s in ("base", "new"))
             tb, tn = (got[s]["timing"]["median_s"] for s in ("base", "new"))
             rnd = ABRound(round=k + 1, order="base first" if k % 2 == 0 else "new first", base_iter_time_s=tb,
                           new_iter_time_s=tn, base_peak_bytes=got["base"]["memory"].get("peak_bytes"),
@@ -172,6 +175,17 @@ def compare_jobs(base: Workload, new: Workload, batch_size: int, *, rounds: int 
         notes.append(f"{len(done)} of {rounds} rounds finished: the interval is wider than a full run's")
     elif len(done) < 2:
         notes.append(f"{len(done)} of {rounds} rounds finished: an interval needs two")
+    if dev == "cpu":
+        from perfpredict.profile.host_load import competed
+
+        cpus = info.get("cpu_count") or os.cpu_count() or 1
+        busy = [o for o in others if competed(o, threads or cpus, cpus)]
+        if busy:
+            # two OpenMP threads stall when another process holds a CPU: a step can take 100x longer, so a
+            # paired ratio from such rounds can say faster or slower with confidence, either way
+            notes.append(f"the host was busy: other processes kept up to {max(busy):.2f} of its {cpus} CPUs busy "
+                         f"during {len(busy)} of {len(others)} measurements, so the verdict may be the load's, not "
+                         "the change's; repeat on an idle machine (or with --threads 1)")
     return ABResult(base=_side("base", base), new=_side("new", new), batch_size=batch_size, mode=mode, device=dev,
                     device_name=info.get("name"), rounds=done, speedup=speedup, ci_low=low, ci_high=high,
                     verdict=verdict, peak_ratio=statistics.median(peaks) if peaks else None, stopped_because=reason,

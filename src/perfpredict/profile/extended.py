@@ -59,6 +59,11 @@ def reference_batch(card: PerformanceCard, workers: int) -> int | None:
     return max(workers, (b // workers) * workers)
 
 
+#: data-parallel speedup above this multiple of the rank count is not the job's (measurement noise on a shared
+#: host: a stalled one-rank run); real super-linear speedups from caches are far smaller on the machines here
+SUPERLINEAR = 1.25
+
+
 def run_extended(card: PerformanceCard, workload: Workload, settings: ExtendedSettings,
                  save: Callable[[], None], stage: Callable[[str], None] = lambda s: None) -> None:
     from perfpredict.profile.scaling import max_workers
@@ -124,6 +129,15 @@ def _scaling(card, ref: WorkloadRef, batch: int, s: ExtendedSettings, timing, st
                                    timeout_s=s.timeout_s)
     skipped = [part for part in (card.scaling.note or "").split("; ") if "not measured" in part]
     card.notes.extend(f"scaling: {part}" for part in skipped)  # what this machine cannot run (see docs/profiling.md)
+    for p in card.scaling.points:  # a rank count that failed is a failure of the section, kept with its cause
+        if p.status != "ok":
+            card.errors.append(CardError(step="scaling", message=f"DDP k={p.workers}: {p.status}: {p.error}"))
+    fast = [p for p in card.scaling.points if p.status == "ok" and p.speedup and p.speedup > SUPERLINEAR * p.workers]
+    if fast:
+        worst = max(fast, key=lambda p: p.speedup / p.workers)
+        card.notes.append(f"scaling: S({worst.workers}) = {worst.speedup:.2f} is more than {worst.workers} ranks can "
+                          "give: the one-rank run was slowed (another process on its CPUs stalls torch's threads), "
+                          "so these speedups and the speedup curve are suspect; measure again on an idle machine")
 
 
 def _comm(card, ref: WorkloadRef, batch: int, s: ExtendedSettings, timing, stage) -> None:

@@ -111,6 +111,7 @@ def measure_member(member: GroupMember, timing: GroupTiming, barrier) -> dict[st
         model = workload.prepared(model)  # after DDP: dynamo splits the graph at DDP's bucket boundaries
         state["phase"] = "example_inputs"
         inputs = workload.step_inputs(member.batch_size, device, member.mode)
+        state["phase"] = "example_targets"
         targets = workload.targets(member.batch_size, device)
         opt = None
         if member.mode == "train":

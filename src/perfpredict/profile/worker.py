@@ -131,6 +131,7 @@ def measure_point(req: PointRequest) -> dict[str, Any]:
         state["phase"] = "example_inputs"
         inputs = workload.step_inputs(req.batch_size, device, req.mode)
         out["input_signature"] = input_signature(inputs)
+        state["phase"] = "example_targets"
         targets = workload.targets(req.batch_size, device)
         opt = None
         if req.mode == "train":

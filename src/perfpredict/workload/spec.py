@@ -140,6 +140,7 @@ class Workload:
         :class:`~perfpredict.workload.forward_args.KeywordInputs` when ``example_inputs`` returned a dict
         (call the model with :func:`~perfpredict.workload.forward_args.call_forward`)."""
         args = self.example_inputs(batch_size)
+        _not_none(args, "example_inputs", "the forward arguments: a tensor, a tuple or a dict")
         if isinstance(args, Mapping):
             from perfpredict.workload.forward_args import KeywordInputs
 
@@ -152,13 +153,17 @@ class Workload:
         """What the timed step takes: :meth:`inputs`, or for a ``train_step`` hook in train mode the value
         ``example_inputs`` returned (a tensor, tuple or dict), moved to ``device``."""
         if mode == "train" and self.train_step is not None:
-            return to_device(self.example_inputs(batch_size), device)
+            args = self.example_inputs(batch_size)
+            _not_none(args, "example_inputs", "the forward arguments: a tensor, a tuple or a dict")
+            return to_device(args, device)
         return self.inputs(batch_size, device)
 
     def targets(self, batch_size: int, device: torch.device | str = "cpu") -> Any:
         if self.example_targets is None:
             return None
-        return to_device(self.example_targets(batch_size), device)
+        targets = self.example_targets(batch_size)
+        _not_none(targets, "example_targets", "the targets loss_fn(outputs, targets) takes, or leave the hook out")
+        return to_device(targets, device)
 
     def optimizer(self, params: Any) -> torch.optim.Optimizer:
         """``make_optimizer(params)``, checked: a hook that returns something else (e.g. a stub that returns
@@ -190,3 +195,10 @@ def to_device(obj: Any, device: torch.device | str) -> Any:
     return obj
 
 
+def _not_none(value: Any, hook: str, expected: str) -> None:
+    """A hook that returned None (a stub, a missing ``return``) is the model file's mistake, named as such: it
+    used to surface later as a TypeError inside forward or the loss, blamed on that step."""
+    if value is None:
+        from perfpredict.errors import ModelLoadError
+
+        raise ModelLoadError(f"{hook}() returned None; it must return {expected}", step=hook)
