@@ -208,7 +208,12 @@ def calibrate(
                               "references ran, more than the same step varies between processes, so the factor "
                               "reads a moving speed; calibrate again when the machine is steady, and next to the "
                               "predictions that matter")
-    out_console.print(f"use: perfpredict predict model.py --device-type {name}   (or --device-type cpu on this CPU)")
+    try:  # "cpu" picks it only where no set was measured on this CPU itself (Predictor.model_set's order)
+        picked = Predictor.load(root).model_set("cpu", src.mode, src.precision).name
+    except PerfPredictError:
+        picked = None
+    also = "   (or --device-type cpu on this CPU)" if picked == name else ""
+    out_console.print(f"use: perfpredict predict model.py --device-type {name}{also}")
     if not no_mlflow:
         from perfpredict.tracking import log_calibration, tracking_uri
 

@@ -324,16 +324,18 @@ def load_perf_models(cards: str | Path | dict[str, PerfModel] | None = "paper") 
             raise UsageError(f"cards {cards!r}: {e}", step="cards") from None
     d = Path(cards)
     if not d.is_dir():
-        raise UsageError(f"cards: {d} is not a directory of card.json files (or use 'paper')", step="cards")
+        raise UsageError(f"{d} is not a directory of card.json files (or use 'paper')", step="cards")
     from perfpredict.card import PerformanceCard
 
-    found = sorted(d.rglob("*.json"))
+    # perfpredict's own output folder also holds ab.json, max_batch*.json and the like beside the cards: a JSON
+    # object without a card's schema_version is not a card and is passed over; a card that is broken is an error
+    found = [f for f in sorted(d.rglob("*.json")) if f.name == "card.json" or _looks_like_card(f)]
     if not found:
-        raise UsageError(f"cards: no .json files under {d}", step="cards")
+        raise UsageError(f"no card.json files under {d}", step="cards")
     for f in found:
         try:
             card = PerformanceCard.load(f)
-        except PerfPredictError as e:  # not a card, or a broken one: the user's input, like a bad trace
+        except PerfPredictError as e:  # a broken card: the user's input, like a bad trace
             raise UsageError(str(e), step="cards") from None
         # Trace durations are at the GPU-proportional share of Synergy's reference server (3 CPUs, 62.5 GB
         # per GPU): measure every card's grid against that, not against the card's own demand.
@@ -341,15 +343,25 @@ def load_perf_models(cards: str | Path | dict[str, PerfModel] | None = "paper") 
             model = PerfModel.from_card(card, ref_cpus_per_gpu=paper_cards.REF_CPUS_PER_GPU,
                                         ref_mem_per_gpu=paper_cards.REF_MEM_PER_GPU)
         except PerfPredictError as e:
-            raise UsageError(f"cards: {f}: {e.message}", step="cards") from None
+            raise UsageError(f"{f}: {e.message}", step="cards") from None
         except (ValueError, TypeError, KeyError, IndexError, ZeroDivisionError) as e:
             # a card that passed the schema but whose sections do not make a model (an empty sensitivity grid,
             # a speedup fit without knots)
-            raise UsageError(f"cards: {f}: cannot build a performance model from it ({type(e).__name__}: {e})",
+            raise UsageError(f"{f}: cannot build a performance model from it ({type(e).__name__}: {e})",
                              step="cards") from None
         models[card.model.name] = model
         models[f.stem if f.stem != "card" else f.parent.name] = model
     return models
+
+
+def _looks_like_card(path: Path) -> bool:
+    """Whether a JSON file other than ``card.json`` is a card (``perfpredict predict -o name.json`` writes
+    those): an object with a ``schema_version``. Unreadable files count, so that loading them says why."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return True
+    return not isinstance(doc, dict) or "schema_version" in doc
 
 
 @dataclass
