@@ -218,7 +218,9 @@ def _check_room_for_weights(wl, target: str) -> None:
         with torch.device("meta"):
             meta = wl.build_model()
         weights = sum(p.numel() * p.element_size() for p in meta.parameters()) if isinstance(meta, torch.nn.Module) else 0
-    except Exception:  # noqa: BLE001 - the real build below reports the model's own errors
+    except BaseException as e:  # noqa: BLE001 - user code (sys.exit() too): the real build below reports it
+        if isinstance(e, KeyboardInterrupt):
+            raise
         return
     free = psutil.virtual_memory().available
     if 2 * weights > free:
