@@ -167,11 +167,11 @@ def check_metrics(metrics: Sequence[str]) -> list[str]:
 
 
 def seed_independent(trace: str | Path) -> bool:
-    """Whether ``trace`` is the same whatever the seed: a file, or a spec that fixes ``seed=``."""
-    text = str(trace)
-    if ":" not in text and "=" not in text:
-        return Path(text).is_file() or text == "andreas-table5"
-    return bool(re.search(r"(^|[:,])seed=", text))
+    """Whether ``trace`` is the same whatever the seed: a file, or a spec that fixes ``seed=``
+    (:func:`~perfpredict.sim.run.trace_seed` is the same for two seeds)."""
+    from perfpredict.sim.run import trace_seed
+
+    return trace_seed(trace, 0) == trace_seed(trace, 1)
 
 
 def _row(s: Scheduler, seed: int, run: Any, metrics: Sequence[str]) -> dict[str, Any]:

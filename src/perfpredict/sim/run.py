@@ -209,12 +209,8 @@ def parse_trace(text: str | Path | list[Job], seed: int = 0) -> list[Job]:
         if set(kv) - set(allowed):
             raise UsageError(f"trace {s!r}: unknown option(s) {sorted(set(kv) - set(allowed))}; use {sorted(allowed)}",
                              step="trace")
-        for k, v in kv.items():
-            if not _converts(allowed[k], v):
-                what = "a whole number" if allowed[k] is int else "a number"
-                raise UsageError(f"trace {s!r}: {k}={v!r} is not {what}", step="trace")
+        a = _typed_options(s, kv, allowed)
         try:
-            a = {k: allowed[k](v) for k, v in kv.items()}
             return traces.dl_bag_trace(a.get("n", 2000), users=a.get("users", 14), tasks_per_bag=a.get("bag", 33.5),
                                        bags_per_day=a.get("bags_per_day", 12.0),
                                        median_runtime_s=a.get("median", 1800.0),
@@ -276,23 +272,24 @@ def _swf_with_options(path: str, opts: str) -> list[Job]:
     unknown = sorted(set(kv) - set(kinds))
     if unknown:
         raise UsageError(f"trace {spec!r}: unknown SWF option(s) {unknown}; use {', '.join(kinds)}", step="trace")
-    try:
-        options = {k: kinds[k](v) for k, v in kv.items()}
-    except (ValueError, ZeroDivisionError):
-        bad = next(k for k, v in kv.items() if not _converts(kinds[k], v))
-        raise UsageError(f"trace {spec!r}: {bad}={kv[bad]!r} is not a valid value", step="trace") from None
+    options = _typed_options(spec, kv, kinds)
     try:
         return traces.read_swf(path, **options)
     except traces.TraceError as e:
         raise UsageError(str(e), step="trace") from None
 
 
-def _converts(conv: Callable[[str], Any], text: str) -> bool:
-    try:
-        conv(text)
-    except (ValueError, ZeroDivisionError):
-        return False
-    return True
+def _typed_options(spec: str, kv: Mapping[str, str], kinds: Mapping[str, Callable[[str], Any]]) -> dict[str, Any]:
+    """A generator's or file's ``key=value`` options converted by ``kinds``; a value that does not convert is a
+    usage error naming it."""
+    out: dict[str, Any] = {}
+    for k, v in kv.items():
+        try:
+            out[k] = kinds[k](v)
+        except (ValueError, ZeroDivisionError):
+            what = {int: "a whole number", float: "a number"}.get(kinds[k], "a valid value")
+            raise UsageError(f"trace {spec!r}: {k}={v!r} is not {what}", step="trace") from None
+    return out
 
 
 def load_perf_models(cards: str | Path | dict[str, PerfModel] | None = "paper") -> dict[str, PerfModel]:

@@ -58,6 +58,7 @@ from perfpredict.sched.cluster import (
 )
 from perfpredict.sched.job import Job, JobState
 from perfpredict.sched.perf import PerfModel
+from perfpredict.sched.placement import whole_gpus
 
 if TYPE_CHECKING:
     from perfpredict.sim.sharing import Sharing
@@ -157,10 +158,10 @@ STALL_DECISIONS = 10
 _COMPLETION, _ARRIVAL = 0, 1
 
 
-def _owed_gpus(gpus: float, whole_gpus: bool) -> float:
+def _owed_gpus(gpus: float, whole_only: bool) -> float:
     """What a rigid mechanism owes a demand: whole GPUs (rounded up), and below one GPU the fraction itself, or
     one whole GPU from a mechanism that places whole GPUs only (:attr:`Mechanism.whole_gpus`)."""
-    return gpus if gpus < 1 and not whole_gpus else float(max(1, math.ceil(gpus - EPS)))
+    return gpus if gpus < 1 and not whole_only else float(whole_gpus(gpus))
 
 
 class _Sim:
@@ -173,14 +174,14 @@ class _Sim:
         #: set by run() when jobs are left that can never finish (SimResult.stall)
         self.stall: str | None = None
         self.dropped: list[Job] = []
-        first_reason: list[str] = []
+        drop_reasons: list[str] = []
 
         def unrunnable(j: Job, reason: str) -> None:
-            """A job the cluster can never run: dropped (``oversized="drop"``, the first reason kept) or refused."""
+            """A job the cluster can never run: dropped (``oversized="drop"``) or refused."""
             if cfg.oversized != "drop":
                 raise SimulationError(reason)
             self.dropped.append(j)
-            first_reason[:1] = first_reason[:1] or [reason]
+            drop_reasons.append(reason)
 
         ids = set()
         kept: list[Job] = []
@@ -203,9 +204,9 @@ class _Sim:
         gpu_types = sorted({srv.gpu_type for srv in cluster.servers if srv.gpus > 0})
         for j in kept:
             speeds = self._perf(j).type_speed  # a model with per-type speeds runs only on the types it knows
-            missing = [t for t in gpu_types if t not in {t for t, _ in speeds}] if speeds is not None else []
+            known = sorted(t for t, _ in speeds) if speeds is not None else gpu_types
+            missing = [t for t in gpu_types if t not in known]
             if missing:
-                known = sorted(t for t, _ in speeds)
                 unrunnable(j, f"job {j.id} ({j.model}) has a speed for GPU type(s) {', '.join(known)} only; the "
                               f"cluster has {', '.join(map(repr, missing))} (give the cluster those types, e.g. "
                               f"16x8:type={known[0]}, or the job a card measured there)")
@@ -232,7 +233,7 @@ class _Sim:
                 continue
             fitting.append(j)
         if jobs and not fitting:
-            raise SimulationError(f"the cluster can run none of the {len(jobs)} jobs, e.g. {first_reason[0]}")
+            raise SimulationError(f"the cluster can run none of the {len(jobs)} jobs, e.g. {drop_reasons[0]}")
         kept = fitting
         kept.sort(key=lambda j: (j.arrival, j.id))
         #: ids of cfg.stop_after still to finish (dropped jobs never will, so they are not waited for)
