@@ -76,20 +76,6 @@ def train(
         raise typer.Exit(130) from None
 
 
-def parse_dims(items: list[str] | None) -> dict[str, int]:
-    """``--dim seq=128`` (repeatable, or comma-separated) as ``{"seq": 128}``, checked."""
-    dims: dict[str, int] = {}
-    for item in (x.strip() for raw in items or () for x in raw.split(",")):
-        if not item:
-            continue
-        name, sep, size = item.partition("=")
-        if not sep or not name.strip() or not size.strip().isdigit() or int(size) < 1:
-            raise UsageError(f"--dim {item!r}: expected NAME=SIZE with a whole size >= 1, e.g. --dim seq=128",
-                             step="arguments")
-        dims[name.strip()] = int(size)
-    return dims
-
-
 @app.command()
 def predict(
     target: Annotated[str, typer.Argument(help="model.py, zoo:<family> or a .onnx file")],
@@ -126,7 +112,13 @@ def predict(
         raise UsageError("--device-type is empty: give a model set (e.g. cuda_h100) or a kind (cuda, cpu)",
                          step="arguments")
     is_onnx = target.lower().endswith(".onnx")
-    dims = parse_dims(dim)
+    from perfpredict.estimators.arch import parse_dims
+
+    try:
+        dims = parse_dims(dim or ())
+    except ValueError as e:
+        raise UsageError(f"--dim {e.args[0]!r}: expected NAME=SIZE with a whole size >= 1, e.g. --dim seq=128",
+                         step="arguments") from None
     if dims and not is_onnx:
         raise UsageError("--dim only applies to an ONNX file (a model file's inputs are its example_inputs)",
                          step="arguments")

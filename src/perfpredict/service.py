@@ -220,7 +220,7 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
                                                                      "besides the batch: seq=128,t=4")) -> dict[str, Any]:
         try:
             bs = parse_batch_sizes(batch_sizes)
-            sizes = _parse_dims(dims)
+            sizes = _dims_field(dims)
         except ValueError as e:
             raise HTTPException(422, str(e)) from None
         data = await file.read(max_upload_bytes + 1)
@@ -238,15 +238,16 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
     return app
 
 
-def _parse_dims(text: str | None) -> dict[str, int]:
-    """The ``dims`` form field, ``seq=128,t=4``, as sizes (ValueError: the 422's message)."""
-    out: dict[str, int] = {}
-    for item in filter(None, (x.strip() for x in (text or "").split(","))):
-        name, sep, size = item.partition("=")
-        if not sep or not name.strip() or not size.strip().isdigit() or not 1 <= int(size) <= 10**9:
-            raise ValueError(f"dims: {item[:60]!r} is not NAME=SIZE with a whole size from 1 to 1e9")
-        out[name.strip()[:100]] = int(size)
-    return out
+def _dims_field(text: str | None) -> dict[str, int]:
+    """The ``dims`` form field, ``seq=128,t=4``, as sizes (ValueError: the 422's message); a client's names are
+    echoed in errors, so they are bounded."""
+    from perfpredict.estimators.arch import parse_dims
+
+    try:
+        dims = parse_dims([text or ""], max_size=10**9)
+    except ValueError as e:
+        raise ValueError(f"dims: {e.args[0][:60]!r} is not NAME=SIZE with a whole size from 1 to 1e9") from None
+    return {name[:100]: size for name, size in dims.items()}
 
 
 def serve(host: str = "127.0.0.1", port: int = 8000, models_dir: str | None = None,

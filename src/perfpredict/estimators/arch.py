@@ -14,7 +14,7 @@ Three sources give the same :class:`ArchFeatures`, so training and prediction sh
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -352,6 +352,22 @@ def _symbolic_dims(proto) -> list[str]:
                 if d.HasField("dim_param") and d.dim_param and d.dim_param not in names:
                     names.append(d.dim_param)
     return names
+
+
+def parse_dims(items: Iterable[str], max_size: int | None = None) -> dict[str, int]:
+    """``["seq=128", "t=4,b=2"]`` (the CLI's ``--dim``, the service's ``dims`` field) as ``{"seq": 128, ...}``;
+    a ValueError whose argument is the first item that is not NAME=SIZE with a whole size from 1 (to
+    ``max_size``)."""
+    dims: dict[str, int] = {}
+    for item in (x.strip() for raw in items for x in raw.split(",")):
+        if not item:
+            continue
+        name, sep, size = item.partition("=")
+        if not sep or not name.strip() or not size.strip().isdigit() or int(size) < 1 \
+                or (max_size is not None and int(size) > max_size):
+            raise ValueError(item)
+        dims[name.strip()] = int(size)
+    return dims
 
 
 def _fix_dims(proto, dims: Mapping[str, int], name: str):
