@@ -486,18 +486,10 @@ class Predictor:
         ms, _ = self._set_for(arch, device_type, mode, precision)
         estimated = _lacks_counts(arch)
         arch = ms.with_graph_counts(arch)
-        X = design_matrix([(arch, b) for b in bs], device_kind=ms.device_kind)
-        near, dist = ms.nearest(arch)
-        reach = ms.largest_measured_batch[near]
-        past = ms.doublings_past(bs, reach)
-        preds = {name: t.predict(X, estimated_counts=estimated, doublings_past=past) for name, t in ms.targets.items()}
-        fallback = allow_fallback and dist > ms.ood_threshold
-        if fallback:
-            preds = _fallback(ms, near, arch, bs, preds)
+        e = _estimate(ms, arch, bs, estimated, allow_fallback)
         out: dict[str, Any] = {"batch_sizes": bs, "model_set": ms.name, "mode": ms.mode, "precision": ms.precision,
-                               "method": "nearest_profiled" if fallback else "estimator",
-                               "nearest_profiled": near, "largest_measured_batch": reach}
-        for name, (y, q) in preds.items():
+                               "method": e.method, "nearest_profiled": e.near, "largest_measured_batch": e.reach}
+        for name, (y, q) in e.preds.items():
             out[name] = {"median": y.tolist(), "q10": q[:, 0].tolist(), "q90": q[:, -1].tolist()}
         return out
 
@@ -606,7 +598,8 @@ class Predictor:
         ms, precision_note = self._set_for(arch, device_type, mode, precision)
         estimated = _lacks_counts(arch)
         arch = ms.with_graph_counts(arch)
-        near_name, dist = ms.nearest(arch)
+        e = _estimate(ms, arch, batch_sizes, estimated, allow_fallback)
+        near_name, dist, reach, preds, method = e.near, e.dist, e.reach, e.preds, e.method
         ood = dist > ms.ood_threshold
         nearest = NearestProfiled(name=near_name, family=ms.profiled[near_name]["family"], distance=dist,
                                   threshold=ms.ood_threshold)
@@ -632,20 +625,14 @@ class Predictor:
             notes.append("this model set was trained without cross-validation (perfpredict train --no-eval): its "
                          "intervals are the quantile models' own, not widened for unseen families, so they are "
                          "too narrow for a new architecture; retrain without --no-eval for calibrated intervals")
-        X = design_matrix([(arch, b) for b in batch_sizes], device_kind=ms.device_kind)
-        reach = ms.largest_measured_batch[near_name]
-        past = ms.doublings_past(batch_sizes, reach)
-        preds = {name: t.predict(X, estimated_counts=estimated, doublings_past=past) for name, t in ms.targets.items()}
-        method = "estimator"
-        if ood and allow_fallback:
-            method = "nearest_profiled"
+        if method == "nearest_profiled":
             notes.append(f"the graph features are farther from every training architecture ({dist:.2f}) than "
                          f"any training architecture is from its nearest neighbour ({ms.ood_threshold:.2f}): "
                          f"iteration time and memory are this model's physical baseline (its own parameters, "
                          f"activations, MACs) times what the most similar profiled model, {near_name}, measured "
-                         "over its baseline at its nearest measured batch size, GPU utilisation that model's; "
-                         "the interval is the estimators' (read it as a lower bound on the uncertainty)")
-            preds = _fallback(ms, near_name, arch, batch_sizes, preds)
+                         "over its baseline, interpolated between the batch sizes it was measured at, GPU "
+                         "utilisation that model's; the interval is the estimators' (read it as a lower bound on "
+                         "the uncertainty)")
         elif ood:
             notes.append(f"out of the training distribution (distance {dist:.2f} > {ms.ood_threshold:.2f}); "
                          "the estimators are extrapolating")
@@ -661,7 +648,7 @@ class Predictor:
             notes.append(f"no kernels given (kernel_nodes): {what}, so iteration time is rougher; send kernel_nodes "
                          "(an ONNX file or a model file gives them)")
         points = []
-        shares = ms.targets["iter_time"].baseline_shares(X) if method == "estimator" else None
+        shares = ms.targets["iter_time"].baseline_shares(e.X) if method == "estimator" else None
         for i, b in enumerate(batch_sizes):
             t, tq = preds["iter_time"][0][i], preds["iter_time"][1][i]
             m, mq = preds["peak_memory"][0][i], preds["peak_memory"][1][i]
@@ -686,7 +673,7 @@ class Predictor:
                          f"largest batch size the nearest profiled architecture, {near_name}, was measured at)"
                          + (" and the q90 of " + ", ".join(f"{n.replace('_', ' ')} grows x{g:.3f}"
                                                           for n, g in widened.items())
-                            + f" per doubling past {reach} (calibrated at training)" if widened and past.any() else ""))
+                            + f" per doubling past {reach} (calibrated at training)" if widened and e.past.any() else ""))
         info = PredictionInfo(method=method, model_set=ms.name, dataset_sha256=ms.meta["dataset_sha256"],
                               device_type=ms.name, out_of_distribution=ood, nearest=nearest, points=points,
                               estimator_scores={k: t.scores for k, t in ms.targets.items()}, notes=notes,
@@ -761,6 +748,36 @@ def _check_batches(batch_sizes: Sequence[int]) -> list[int]:
         raise UsageError(f"give 1 to {MAX_BATCH_SIZES} batch sizes, each from 1 to {MAX_BATCH_SIZE:,}, got "
                          f"{list(batch_sizes)[:8]!r}", step="predict")
     return bs
+
+
+@dataclass
+class _Estimate:
+    """The targets' predictions for one architecture at some batch sizes, and what they rest on."""
+
+    X: np.ndarray  # the design matrix, one row per batch size
+    preds: dict[str, tuple[np.ndarray, np.ndarray]]  # target -> (median, quantiles)
+    near: str  # the nearest profiled architecture
+    dist: float  # its distance
+    reach: int  # the largest batch size it was measured at
+    past: np.ndarray  # per batch size, doublings past ``reach``
+    method: str  # "estimator", or "nearest_profiled" when the fallback answered
+
+
+def _estimate(ms: ModelSet, arch: ArchFeatures, batch_sizes: Sequence[int], estimated: bool,
+              allow_fallback: bool) -> _Estimate:
+    """What ``card_for`` and ``predict_values`` both predict: the estimators, or out of distribution (and
+    ``allow_fallback``) the nearest profiled model carried over (:func:`_fallback`). ``arch`` has its graph
+    counts (:meth:`ModelSet.with_graph_counts`); ``estimated``: they were estimated."""
+    X = design_matrix([(arch, b) for b in batch_sizes], device_kind=ms.device_kind)
+    near, dist = ms.nearest(arch)
+    reach = ms.largest_measured_batch[near]
+    past = ms.doublings_past(batch_sizes, reach)
+    preds = {name: t.predict(X, estimated_counts=estimated, doublings_past=past) for name, t in ms.targets.items()}
+    method = "estimator"
+    if allow_fallback and dist > ms.ood_threshold:
+        method = "nearest_profiled"
+        preds = _fallback(ms, near, arch, batch_sizes, preds)
+    return _Estimate(X=X, preds=preds, near=near, dist=dist, reach=reach, past=past, method=method)
 
 
 def _fallback(ms: ModelSet, name: str, arch: ArchFeatures, batch_sizes: Sequence[int], preds: dict) -> dict:
