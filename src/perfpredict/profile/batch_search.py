@@ -24,7 +24,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from perfpredict.errors import PerfPredictError, UsageError
-from perfpredict.profile.request import check_run_args
+from perfpredict.profile.request import check_run_args, same_inputs_as
 from perfpredict.profile.timing import TimingConfig
 from perfpredict.workload.spec import Workload
 
@@ -157,9 +157,8 @@ def find_largest_batch(workload: Workload, *, device: str = "auto", mode: str = 
                                         f"the limit ({limit / 2**20:.0f} MiB)")
         if res.get("device_info") and not info:
             info.update(res["device_info"])
-        if p.status == "ok" and res.get("input_signature") is not None:
-            same = next((b0 for b0, sig in signatures.items() if sig == res["input_signature"] and b0 != b), None)
-            signatures[b] = res["input_signature"]
+        if p.status == "ok":
+            same = same_inputs_as(signatures, b, res)
             if same is not None:
                 # Every larger batch would run too: say so now instead of doubling to max_batch.
                 p.status = "error"

@@ -185,7 +185,7 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
     from perfpredict.profile import runner
     from perfpredict.profile.device import describe_device, resolve_device
     from perfpredict.profile.memory import available_memory_bytes
-    from perfpredict.profile.request import PointRequest
+    from perfpredict.profile.request import PointRequest, same_inputs_as
 
     settings = settings or ProfileSettings()
     listener = listener or ProfileListener()
@@ -265,15 +265,12 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
                                timing=settings.timing, threads=settings.threads, memory_limit_bytes=mem_limit,
                                seed=settings.seed, measure_energy=settings.measure_energy)
             res = runner.run_in_subprocess(req, timeout)
-            sig = res.get("input_signature") if res.get("status") == "ok" else None
-            same = next((b0 for b0, s0 in signatures.items() if s0 == sig), None) if sig is not None else None
+            same = same_inputs_as(signatures, b, res)
             if same is not None:  # every "batch size" timed the same inputs: the throughputs would be fiction
                 res = {"status": "error", "batch_size": b, "phase": "example_inputs",
                        "error": f"example_inputs returned the same inputs at batch size {same} and {b} (the same "
                                 "tensor shapes), so the model ignores its batch_size argument and no throughput "
                                 f"here is per batch size (batch {same}'s included)"}
-            elif sig is not None:
-                signatures[b] = sig
             point = _throughput_point(res, device)
             card.throughput.append(point)
             if point.ok and not device_described and res.get("device_info"):

@@ -57,3 +57,15 @@ def check_run_args(timeout_s: Any, threads: Any) -> None:
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < math.inf:
         raise UsageError(f"timeout must be a positive number of seconds, got {timeout_s!r}", step="arguments")
     check_threads(threads)
+
+
+def same_inputs_as(seen: dict[int, Any], batch_size: int, result: dict[str, Any]) -> int | None:
+    """The batch size measured before whose inputs had the same shapes as ``result``'s (a measuring process's
+    answer, with ``input_signature`` when it ran), else None; ``seen`` keeps each batch size's signature. Two
+    batch sizes with one signature mean ``example_inputs`` ignores its ``batch_size``."""
+    sig = result.get("input_signature") if result.get("status") == "ok" else None
+    if sig is None:
+        return None
+    same = next((b0 for b0, s0 in seen.items() if s0 == sig and b0 != batch_size), None)
+    seen.setdefault(batch_size, sig)
+    return same
