@@ -12,6 +12,7 @@ import torch
 
 from perfpredict.errors import ModelRunError, NonFiniteLossError
 from perfpredict.profile import ProfileSettings, TimingConfig, profile_workload
+from perfpredict.profile.host_load import BUSY_HOST_CPUS
 from perfpredict.profile.request import PointRequest
 from perfpredict.profile.runner import run_in_subprocess
 from perfpredict.profile.timing import time_iterations
@@ -345,7 +346,9 @@ def test_a_point_timed_beside_another_busy_process_says_so_on_the_card(write_mod
     p = out.card.throughput[0]
     if p.timing.other_cpus is None:
         pytest.skip("/proc/stat is not readable here")
-    assert p.timing.other_cpus >= 0.5, p.timing.other_cpus
+    # the hog shares the CPUs with the measuring threads (on CI's 2 cores it was seen at 0.4995 of one), so the
+    # bar is the profiler's own: enough other load to be called competition
+    assert p.timing.other_cpus >= BUSY_HOST_CPUS, p.timing.other_cpus
     threads, cpus = out.card.device.threads, out.card.device.cpu_count
     if p.timing.other_cpus + threads > cpus:
         assert any(n.startswith("the host was busy") and "batch size(s) 8" in n for n in out.card.notes), out.card.notes
