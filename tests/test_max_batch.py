@@ -165,6 +165,11 @@ def test_cli_predicted_and_its_argument_errors(run_cli, tmp_path):
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((tmp_path / "p" / "max_batch_predicted.json").read_text())
     assert doc["source"] == "predicted" and doc["largest_ok"] > 1
+    # nothing fits: the answer is written, and the exit is not a success (`max-batch ... && train` stops there)
+    none = run_cli("max-batch", "zoo:mlp", "--predicted", "--memory-limit", "1MB", "--device-type", "cpu",
+                   "--no-mlflow", "--out", "none")
+    assert none.returncode == 1 and "no batch size fits" in none.stderr and "Traceback" not in none.stderr, none.stderr
+    assert json.loads((tmp_path / "none" / "max_batch_predicted.json").read_text())["largest_ok"] is None
     for args, needle in [(["--predicted"], "needs --memory-limit"),
                          (["--memory-limit", "1GB", "--device-type", "cpu"], "--predicted only"),
                          (["--memory-limit", "1GB", "--predicted", "--compile"], "for measuring"),

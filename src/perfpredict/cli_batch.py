@@ -110,6 +110,9 @@ def max_batch(
     if result.model_error:  # the answer is where the model broke, not a memory limit: not a success
         raise PerfPredictError(f"{result.model_error} (the probes are in {path})", source=result.model,
                                step="max batch")
+    if result.largest_ok is None:  # an answer, but not one a script may go on with (`max-batch ... && train`)
+        raise PerfPredictError(f"no batch size fits within the limit (the probes are in {path})",
+                               source=result.model, step="max batch")
 
 
 def _measured(workload, limit, device, mode, multiple_of, max_batch, threads, timeout):
