@@ -368,7 +368,7 @@ def profile(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="output dir [./perfpredict-out/<model>/]")] = None,
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="do not log to MLflow")] = False,
     experiment: Annotated[str, typer.Option(help="MLflow experiment name")] = "perfpredict-profiles",
-    threads: Annotated[int | None, typer.Option(help="torch intra-op threads per measurement [all cores]")] = None,
+    threads: Annotated[int | None, typer.Option(help="torch intra-op threads per measurement of the batch sweep [all cores]; --scaling, --colocation and --sensitivity split the cores themselves")] = None,
     min_time: Annotated[float, typer.Option(help="minimum timed seconds per batch size (unless 500 iterations come first)")] = 2.0,
     max_time: Annotated[float, typer.Option(help="cap on timed seconds per batch size")] = 15.0,
     memory_limit: Annotated[str | None, typer.Option(help="memory a measurement may use, e.g. 4GB (CPU: beyond its start; CUDA: the allocator's cap)")] = None,
