@@ -31,6 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
+#: the experiments' outputs, beside this script whatever the working folder (not tracked)
+OUT = Path(__file__).resolve().parent / "out"
+
 METHODS = (("FIFO", "fifo", "andreas-baseline"), ("EDF", "edf", "andreas-baseline"),
            ("PS", "priority", "andreas-baseline"), ("RG", "fifo", "andreas"))
 BASELINES = ("FIFO", "EDF", "PS")
@@ -210,7 +213,8 @@ def main() -> None:
     ap.add_argument("--gap-instances", type=nonneg_int, default=None, help="small instances solved exactly "
                     "(30; fast 8; 0: none)")
     ap.add_argument("--seed", type=nonneg_int, default=0)
-    ap.add_argument("--out", type=out_dir, default="experiments/out/andreas")
+    ap.add_argument("--out", type=out_dir, default=str(OUT / "andreas"),
+                    help="output folder [experiments/out/andreas, wherever this is run from]")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -35,6 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
+#: the experiments' outputs, beside this script whatever the working folder (not tracked)
+OUT = Path(__file__).resolve().parent / "out"
+
 METHODS: tuple[tuple[str, str, dict], ...] = (
     ("SWAF", "swaf", {}),
     ("FIFO", "genie-fifo", {}),
@@ -199,7 +202,8 @@ def main() -> None:
                     "--fast: 0)")
     ap.add_argument("--hours", type=positive_float, default=24.0, help="arrival window (Table 3: 24 h)")
     ap.add_argument("--iters", default=None, help="iterations per task LO/HI (default: the workload's 10000/500000)")
-    ap.add_argument("--out", type=out_dir, default="experiments/out/genie")
+    ap.add_argument("--out", type=out_dir, default=str(OUT / "genie"),
+                    help="output folder [experiments/out/genie, wherever this is run from]")
     from perfpredict.sim.parallel import add_sweep_options
 
     add_sweep_options(ap)

@@ -54,6 +54,9 @@ from pathlib import Path
 
 import numpy as np
 
+#: the experiments' outputs, beside this script whatever the working folder (not tracked)
+OUT = Path(__file__).resolve().parent / "out"
+
 BREAKEVEN = "horus:overcommit=breakeven"
 MECHS_TESTBED = ["fifo-exclusive", "obp", "pab", "horus", "horus-f", "horus:interference=paper", BREAKEVEN]
 MECHS_SCALE = ["fifo-exclusive", "obp", "horus", "horus-f"]
@@ -212,8 +215,8 @@ def main() -> None:
     caps = args.caps or ([2] if args.fast else [2, 3])
     nodes = args.scale_nodes or (16 if args.fast else 128)
     n_scale = args.scale_jobs or (800 if args.fast else 4000)
-    out = Path(args.out or ("experiments/out/horus" if args.predictions == "trained"
-                            else f"experiments/out/horus_{args.predictions.replace('-', '_')}"))
+    out = Path(args.out or (OUT / "horus" if args.predictions == "trained"
+                            else OUT / f"horus_{args.predictions.replace('-', '_')}"))
     out.mkdir(parents=True, exist_ok=True)
     t_all = time.perf_counter()
 

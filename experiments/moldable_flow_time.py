@@ -33,6 +33,9 @@ import math
 import time
 from pathlib import Path
 
+#: the experiments' outputs, beside this script whatever the working folder (not tracked)
+OUT = Path(__file__).resolve().parent / "out"
+
 
 def simulate_row(spec: dict) -> dict:
     """One (cluster size, schedule) simulation as a row; module-level so that workers can run it (the models
@@ -89,7 +92,8 @@ def main() -> None:
                     help="sensitivity: Amdahl fraction below one GPU per application, e.g. mcnn=0.5 (how much "
                          "tasks sharing a GPU slow each other; default: the curve's own f, mcnn 0.8)")
     add_sweep_options(ap)
-    ap.add_argument("--out", type=out_dir, default="experiments/out/moldable")
+    ap.add_argument("--out", type=out_dir, default=str(OUT / "moldable"),
+                    help="output folder [experiments/out/moldable, wherever this is run from]")
     args = ap.parse_args()
     share = None
     if args.share_fraction:

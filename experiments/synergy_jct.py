@@ -48,6 +48,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+#: the experiments' outputs, beside this script whatever the working folder (not tracked)
+OUT = Path(__file__).resolve().parent / "out"
+
 #: "Beyond noise": Tune may be this much worse than proportional before it counts as worse.
 NOISE = 0.05
 #: Synergy's single-GPU JCT target at saturation, and the Opt-bound closeness (§5.3.2, §5.6).
@@ -395,7 +398,8 @@ def main() -> None:
     ap.add_argument("--mechanisms", default="proportional,greedy,tune", help="mechanisms of tables 1 and 2")
     ap.add_argument("--seed", type=nonneg_int, default=0)
     add_sweep_options(ap)
-    ap.add_argument("--out", type=out_dir, default="experiments/out/synergy")
+    ap.add_argument("--out", type=out_dir, default=str(OUT / "synergy"),
+                    help="output folder [experiments/out/synergy, wherever this is run from]")
     args = ap.parse_args()
     mechanisms = args.mechanisms.split(",")
     for m in mechanisms:  # all of them before the first run: a typo must not lose the runs before it
