@@ -62,6 +62,16 @@ def test_predictor_refuses_batch_sizes_it_would_have_changed(pred, kw, needle):
         pred.predict(features=F, **kw)
 
 
+def test_a_predicted_card_has_one_point_per_batch_size_in_order(pred):
+    card = pred.predict("zoo:mlp", batch_sizes=[16, 8, 16], device_type="cpu")
+    assert [p.batch_size for p in card.throughput] == [8, 16]
+    from perfpredict.profile import ProfileSettings
+
+    assert ProfileSettings(batch_sizes=(16, 8, 8)).batch_sizes == (8, 16)  # the Python API's settings, as the CLI
+    with pytest.raises(UsageError, match="batch_sizes must be positive"):
+        ProfileSettings(batch_sizes=(8, 0))
+
+
 def test_predictor_converts_validated_features_and_checks_colocation_arguments(pred):
     a = pred.predict(features={**F, "param_bytes": "3729448"}, batch_size=16)
     b = pred.predict(features=F, batch_size=16)

@@ -594,7 +594,8 @@ class Predictor:
                  precision: str | None = None):
         from perfpredict.card import NearestProfiled, PredictedPoint, PredictionInfo
 
-        batch_sizes = _check_batches(batch_sizes)
+        # a card has one point per batch size, in order, as a measured card does ([8, 8] would be two rows)
+        batch_sizes = sorted(set(_check_batches(batch_sizes)))
         ms, precision_note = self._set_for(arch, device_type, mode, precision)
         estimated = _lacks_counts(arch)
         arch = ms.with_graph_counts(arch)

@@ -68,6 +68,10 @@ class ProfileSettings:
         from perfpredict.profile.request import check_threads
 
         check_threads(self.threads)
+        if self.batch_sizes is not None:  # as the CLI's --batch-sizes: sorted, each once, positive integers
+            from perfpredict.workload_args import parse_batch_sizes
+
+            self.batch_sizes = parse_batch_sizes(self.batch_sizes, "batch_sizes")
         for name in ("memory_limit_bytes", "point_timeout_s"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0):
