@@ -17,7 +17,7 @@ from perfpredict.errors import PerfPredictError, UsageError
 def train(
     datasets: Annotated[Path, typer.Option(help="folder of measured datasets (*.csv + zoo_features.csv)")] = Path("datasets"),
     out: Annotated[Path, typer.Option(help="where the models go (one folder per dataset)")] = Path("trained_models"),
-    no_eval: Annotated[bool, typer.Option("--no-eval", help="skip cross-validation (fit the final models only)")] = False,
+    no_eval: Annotated[bool, typer.Option("--no-eval", help="skip cross-validation: fit the final models only, of the kinds it usually ships, with uncalibrated intervals")] = False,
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="do not log to MLflow")] = False,
     no_register: Annotated[bool, typer.Option("--no-register", help="log to MLflow but do not register models")] = False,
     only: Annotated[list[str] | None, typer.Option("--only", help="train only this dataset (file stem, e.g. "
@@ -46,13 +46,14 @@ def train(
         for c in ("target", "shipped model", "family-CV MAPE", "RMSLE", "XGBoost", "LightGBM", "random forest",
                   "linear", "q10-q90 coverage (raw → calibrated)"):
             t.add_column(c)
+        shown = {"none": "physical baseline", BASELINE_CORRECTION: "baseline × XGBoost"}
         for name, e in ts.metadata["targets"].items():
             ev = e.get("evaluation")
             if not ev:
-                t.add_row(name, e["point_kind"], *["-"] * 7)
+                t.add_row(name, shown.get(e["point_kind"], e["point_kind"]), *["-"] * 7)
                 continue
             f, k = ev["family_cv"], ev["shipped_kind"]
-            t.add_row(name, {"none": "physical baseline", BASELINE_CORRECTION: "baseline × XGBoost"}.get(k, k), f"{f[k]['mape']:.1%}", f"{f[k]['rmsle']:.3f}",
+            t.add_row(name, shown.get(k, k), f"{f[k]['mape']:.1%}", f"{f[k]['rmsle']:.3f}",
                       *(f"{f[x]['mape']:.1%}" if x in f else "-" for x in ("xgboost", "lightgbm", "random_forest",
                                                                             "linear")),
                       f"{ev['quantiles_family_cv']['coverage']:.0%} → "

@@ -118,6 +118,15 @@ class TargetSpec:
         return make_quantile_model()
 
     @property
+    def default_kind(self) -> str:
+        """The kind fitted without cross-validation (``--no-eval``): the one family CV ships on most committed
+        sets (memory: the physical baseline; iteration time: the baseline × an XGBoost correction; utilisation:
+        XGBoost on its priors), so a set trained without scores is the usual model, not a weaker one."""
+        if self.transform == "structured_memory":
+            return "none"
+        return BASELINE_CORRECTION if self.baseline_terms else "xgboost"
+
+    @property
     def kinds(self) -> tuple[str, ...]:
         """Model kinds compared; memory and iteration time add ``none``: the physical baseline alone (for
         memory the other kinds are corrections on top of it); iteration time also the baseline × an XGBoost

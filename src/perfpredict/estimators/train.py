@@ -95,6 +95,10 @@ def train_dataset(dataset_csv: str | Path, out_root: str | Path, *, kinds: tuple
     final = Path(out_root) / name
     out = Path(out_root) / f".{name}.training"
     old = Path(out_root) / f".{name}.replaced"
+    for p in (final, old, out):  # a file where the set (or its swap folders) goes would be hidden, then fail
+        if p.exists() and not p.is_dir():
+            raise PerfPredictError(f"{p} is a file, not a model set folder: move it away, or train into another "
+                                   f"--out", source=str(p), step="train")
     if old.is_dir() and not final.exists():
         old.rename(final)  # a swap cut between its two renames: the previous set comes back first
     data = load_training_data(dataset_csv)
@@ -158,15 +162,13 @@ def _train_into(data: TrainingData, dataset_csv: str | Path, out: Path, *, kinds
         aux = None if spec.aux_column is None else data.column(spec.aux_column)[keep]
         entry: dict[str, Any] = {"column": spec.column, "unit": spec.unit, "transform": spec.transform,
                                  "safe_quantile": spec.safe_quantile, "rows": int(keep.sum())}
-        kind = "xgboost"
+        kind = spec.default_kind
         if evaluate:
             tk = tuple(k for k in spec.kinds
                        if k in kinds or k == "none" or (k == BASELINE_CORRECTION and "xgboost" in kinds))
             say(f"{data.name}/{spec.name}: cross-validating {', '.join(tk)}")
             entry["evaluation"] = evaluate_target(data, spec, tk)
             kind = entry["evaluation"]["shipped_kind"]
-        elif spec.transform == "structured_memory":
-            kind = "none"  # the physical baseline: what family CV selects on the committed data
         entry["point_kind"] = kind
         # How far the Predictor widens the [q10, q90] interval for unseen families, in log space on each side
         # (0: not calibrated).
