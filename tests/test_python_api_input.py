@@ -111,6 +111,26 @@ def test_profile_checks_batch_sizes_and_timing_before_running(tmp_path):
         TimingConfig(min_time_s=math.nan)
 
 
+def test_a_damaged_model_set_is_left_out_and_named_and_the_others_still_predict(tmp_path):
+    """An edited metadata.json or a missing booster in one set used to stop every command that loads the models
+    with an internal error naming no set."""
+    import shutil
+
+    for name in ("cpu_xeon_2vcpu", "cuda_h200"):
+        shutil.copytree(REPO / "trained_models" / name, tmp_path / name)
+    (tmp_path / "cuda_h200" / "iter_time.xgb.json").unlink()
+    pred = Predictor.load(tmp_path)
+    assert list(pred.sets) == ["cpu_xeon_2vcpu"] and "iter_time.xgb.json" in pred.unusable_sets["cuda_h200"]
+    assert pred.predict("zoo:mlp", batch_size=8, device_type="cpu_xeon_2vcpu").throughput[0].iter_time_s > 0
+    with pytest.raises(UsageError, match=r"model set 'cuda_h200' could not be loaded .*train --only cuda_h200"):
+        pred.predict("zoo:mlp", batch_size=8, device_type="cuda_h200")
+    with pytest.raises(UsageError, match="could not be loaded: .*cuda_h200"):
+        pred.predict("zoo:mlp", batch_size=8, device_type="cuda")
+    (tmp_path / "cpu_xeon_2vcpu" / "metadata.json").write_text("{bad")
+    with pytest.raises(PerfPredictError, match="no model set here could be loaded"):
+        Predictor.load(tmp_path)
+
+
 def test_card_save_into_a_directory_is_refused_without_a_stray_file(pred, tmp_path):
     card = pred.predict(features=F, batch_size=16)
     (tmp_path / "d").mkdir()

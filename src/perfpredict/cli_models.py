@@ -199,8 +199,10 @@ def models(
 
 
 def warn_unusable_calibrations(pred) -> None:
-    """One line per calibration under the models folder that could not be loaded (its source set is gone, or the
-    file is not a calibration): the prediction goes on without it."""
+    """One line per model set and per calibration under the models folder that could not be loaded (damaged
+    files; a calibration whose source set is gone, or a file that is not one): the prediction goes on without."""
+    for line in pred.unusable_sets.values():
+        err_console.print(f"warning: model set not used: {escape(line)}")
     for line in pred.unusable_calibrations:
         err_console.print(f"warning: calibration not used: {escape(line)}")
 

@@ -376,35 +376,50 @@ def _lacks_counts(arch: ArchFeatures) -> bool:
     return any(getattr(arch, attr) is None for attr in SAVED_ATTRS)
 
 
-def _load_sets(path: str | Path | None, compile_trees: bool) -> tuple[dict[str, ModelSet], list[str]]:
-    """The model sets under ``path`` with its calibrated sets, and one line per calibration that could not be used
-    (:meth:`Predictor.load`)."""
+def _load_sets(path: str | Path | None,
+               compile_trees: bool) -> tuple[dict[str, ModelSet], list[str], dict[str, str]]:
+    """The model sets under ``path`` with its calibrated sets, one line per calibration that could not be used,
+    and why each set that could not be loaded was left out (:meth:`Predictor.load`). A damaged set (an edited
+    metadata.json, a missing booster) is left out rather than stopping every prediction from the others."""
     root = Path(path) if path else default_models_dir()
     dirs = model_set_dirs(root)
     if not dirs:
         raise PerfPredictError("no trained models here (run `perfpredict train`)", source=str(root),
                                step="load models")
-    sets = {d.name: ModelSet(d, compile_trees) for d in dirs}
+    sets: dict[str, ModelSet] = {}
+    broken: dict[str, str] = {}
+    for d in dirs:
+        try:
+            sets[d.name] = ModelSet(d, compile_trees)
+        except Exception as e:  # noqa: BLE001 - any damage to one set's files; the others still answer
+            broken[d.name] = f"{d}: {type(e).__name__}: {e}"
+    if not sets:
+        raise PerfPredictError("no model set here could be loaded (retrain with `perfpredict train`): "
+                               + "; ".join(broken.values()), source=str(root), step="load models")
     from perfpredict.estimators.device_calibration import load_calibrations
 
     calibrated, unusable = load_calibrations(root, sets)
-    return {**sets, **calibrated}, unusable
+    return {**sets, **calibrated}, unusable, broken
 
 
 class Predictor:
     """Loads every model set under a ``trained_models/`` folder; predicts cards for unprofiled jobs."""
 
     def __init__(self, sets: Mapping[str, ModelSet] | None = None,
-                 unusable_calibrations: list[str] | None = None) -> None:
+                 unusable_calibrations: list[str] | None = None,
+                 unusable_sets: Mapping[str, str] | None = None) -> None:
         """``Predictor()`` loads the default models folder, as :meth:`load` does; ``sets`` gives the model sets
-        by name instead (``unusable_calibrations``: the lines :meth:`load` reports for calibrations it skipped)."""
+        by name instead (``unusable_calibrations``: the lines :meth:`load` reports for calibrations it skipped;
+        ``unusable_sets``: why each set it could not load was left out)."""
         if sets is None:
-            sets, unusable_calibrations = _load_sets(None, compile_trees=True)
+            sets, unusable_calibrations, unusable_sets = _load_sets(None, compile_trees=True)
         if not sets:
             raise PerfPredictError("no trained models found (run `perfpredict train`)", step="load models")
         self.sets = dict(sets)
         #: calibrations under the models folder that could not be used, one line each (:meth:`load`)
         self.unusable_calibrations: list[str] = list(unusable_calibrations or [])
+        #: model sets under the models folder that could not be loaded: name -> why (:meth:`load`)
+        self.unusable_sets: dict[str, str] = dict(unusable_sets or {})
 
     @classmethod
     def load(cls, path: str | Path | None = None, compile_trees: bool = True) -> Predictor:
@@ -444,8 +459,11 @@ class Predictor:
 
             precision = check_precision(precision)
         if isinstance(device_type, str) and device_type not in self.sets and device_type.lower() in (
-                {"cuda", "cpu"} | set(self.sets)):
+                {"cuda", "cpu"} | set(self.sets) | set(self.unusable_sets)):
             device_type = device_type.lower()  # CUDA, Cuda_H100: names are lower case
+        if device_type in self.unusable_sets:
+            raise UsageError(f"model set {device_type!r} could not be loaded ({self.unusable_sets[device_type]}); "
+                             f"retrain it with `perfpredict train --only {device_type}`", step="predict")
         if device_type in self.sets:
             ms = self.sets[device_type]
             if (mode is None or ms.mode == mode) and (precision is None or ms.precision == precision):
@@ -470,9 +488,10 @@ class Predictor:
         asked = repr(device_type) if device_type else f"'{kind}' (the default when none is named)"
         hint = ("; measure a set with `python profilers/collect_dataset.py measure --device cuda --mode infer` on a "
                 "GPU and train it" if kind == "cuda" and want == "infer" else "")
+        broken = ("; could not be loaded: " + "; ".join(self.unusable_sets.values())) if self.unusable_sets else ""
         raise UsageError(f"no trained models for device type {asked} in {want} mode at {prec}; available: "
-                         + ", ".join(f"{n} ({s.mode}, {s.precision})" for n, s in self.sets.items()) + hint,
-                         step="predict")
+                         + ", ".join(f"{n} ({s.mode}, {s.precision})" for n, s in self.sets.items()) + hint
+                         + broken, step="predict")
 
     # -- predictions --------------------------------------------------------------------------------------
     def predict_values(self, features: ArchFeatures | Mapping[str, Any], batch_sizes: Sequence[int],

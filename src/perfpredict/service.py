@@ -260,6 +260,8 @@ def serve(host: str = "127.0.0.1", port: int = 8000, models_dir: str | None = No
 
     limit = _upload_limit(max_upload_bytes)  # before the models load
     pred = Predictor.load(models_dir)
+    for line in pred.unusable_sets.values():
+        print(f"warning: model set not used: {line}", file=sys.stderr)
     for line in pred.unusable_calibrations:
         print(f"warning: calibration not used: {line}", file=sys.stderr)
     app = create_app(pred, max_upload_bytes=limit)
