@@ -183,7 +183,14 @@ def test_a_set_fitted_without_scores_ships_the_usual_kinds(tmp_path):
     (41% family-CV MAPE on the Xeon set against the baseline × XGBoost's 18%)."""
     from perfpredict.estimators.train import train_dataset
 
-    ts = train_dataset(_copy_set(tmp_path / "ds"), tmp_path / "models", evaluate=False)
+    path = _copy_set(tmp_path / "ds")
+    _edit_rows(path, lambda h, rows: [rows[i].__setitem__(h.index("iter_time_s"), v) for i, v in ((0, "nan"), (1, "-1"))])
+    ts = train_dataset(path, tmp_path / "models", evaluate=False)
     kinds = {n: t["point_kind"] for n, t in ts.metadata["targets"].items()}
     assert kinds == {"iter_time": "baseline_xgboost", "peak_memory": "none"}, kinds
     assert "baseline_coef" in ts.metadata["targets"]["iter_time"]
+    # the two rows without a usable time are left out of that target only, and the report says so
+    rows = ts.metadata["rows"]
+    assert ts.metadata["targets"]["iter_time"]["rows"] == rows - 2 and ts.metadata["targets"]["peak_memory"]["rows"] == rows
+    assert f"Fitted on {rows - 2} of the {rows} rows; the other 2 have no positive finite `iter_time_s`" in (
+        ts.out_dir / "report.md").read_text()

@@ -59,6 +59,10 @@ def train(
                       f"{ev['quantiles_family_cv']['coverage']:.0%} → "
                       f"{ev['interval_calibration']['nested_family_cv']['coverage']:.0%}")
         out_console.print(t)
+        for name, e in ts.metadata["targets"].items():
+            if e["rows"] < ts.metadata["rows"]:
+                out_console.print(f"note: {name} was fitted on {e['rows']} of the {ts.metadata['rows']} rows (the "
+                                  f"others have no positive finite {e['column']})", style="dim", highlight=False)
         out_console.print(f"saved to {ts.out_dir}/ (report.md has the full tables)")
         if not no_mlflow:
             from perfpredict.estimators.tracking import log_training

@@ -650,9 +650,9 @@ class Predictor:
                          f"any training architecture is from its nearest neighbour ({ms.ood_threshold:.2f}): "
                          f"iteration time and memory are this model's physical baseline (its own parameters, "
                          f"activations, MACs) times what the most similar profiled model, {near_name}, measured "
-                         "over its baseline, interpolated between the batch sizes it was measured at, GPU "
-                         "utilisation that model's; the interval is the estimators' (read it as a lower bound on "
-                         "the uncertainty)")
+                         "over its baseline, interpolated between the batch sizes it was measured at"
+                         + (", GPU utilisation that model's" if "gpu_utilization" in ms.targets else "")
+                         + "; the interval is the estimators' (read it as a lower bound on the uncertainty)")
         elif ood:
             notes.append(f"out of the training distribution (distance {dist:.2f} > {ms.ood_threshold:.2f}); "
                          "the estimators are extrapolating")

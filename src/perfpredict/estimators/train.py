@@ -309,7 +309,8 @@ def render_report(meta: dict[str, Any]) -> str:
     lines = [f"# Estimators for `{meta['dataset']}` ({meta['device_name']})", "",
              f"{meta['rows']} measured {'training steps' if meta.get('mode', 'train') == 'train' else 'inference passes'}"
              f" ({meta.get('mode', 'train')} mode), {meta['architectures']} architectures in "
-             f"{len(meta['families'])} families ({', '.join(meta['families'])}), batch sizes "
+             f"{len(meta['families'])} famil{'y' if len(meta['families']) == 1 else 'ies'} "
+             f"({', '.join(meta['families'])}), batch sizes "
              f"{meta['batch_sizes']}. Dataset SHA-256 `{meta['dataset_sha256'][:16]}…`, trained "
              f"{meta['trained_at']}.", "",
              "Leave-one-family-out CV: each prediction comes from a model that never saw that family. Random "
@@ -325,6 +326,10 @@ def render_report(meta: dict[str, Any]) -> str:
     for name, t in meta["targets"].items():
         ev = t.get("evaluation")
         lines += [f"## {name} ({t['unit']})", ""]
+        if t.get("rows", meta["rows"]) < meta["rows"]:  # blank, NaN, zero or negative: not a measurement
+            lines += [f"Fitted on {t['rows']} of the {meta['rows']} rows; the other {meta['rows'] - t['rows']} have "
+                      f"no positive finite `{t['column']}`" + (" (or its prior column)" if name == "gpu_utilization"
+                                                                 else "") + ".", ""]
         if not ev:
             lines += ["(not evaluated)", ""]
             continue
