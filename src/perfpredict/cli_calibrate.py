@@ -89,7 +89,7 @@ def calibrate(
     debug: Annotated[bool, typer.Option("--debug", help="show tracebacks")] = False,  # noqa: ARG001
 ) -> None:
     """Carry a CPU model set's iteration-time predictions to this machine's CPU from 22 reference training steps
-    (about a minute), instead of collecting a dataset of its own (about 25 minutes).
+    (about a minute on an idle 2-vCPU VM), instead of collecting a dataset of its own (about 25 minutes).
 
     The result is one more model set, <set>_on_<this CPU>, in the models folder: `--device-type cpu` picks it on
     this CPU (after a set measured here), and its cards say so. Run it again to finish an interrupted
