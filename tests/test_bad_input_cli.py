@@ -4,6 +4,7 @@ a traceback, an "internal error" or a silent exit 0), and nothing already measur
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -193,8 +194,9 @@ def test_ctrl_c_keeps_the_points_with_a_rate_model_and_says_where(tmp_path):
                      "        time.sleep(0.02)\n        return self.l(x)\n\ndef build_model():\n    return M()\n\n"
                      "def example_inputs(b):\n    return torch.randn(b, 4)\n")
     proc = subprocess.Popen([sys.executable, "-m", "perfpredict", "profile", str(model), "-b", "2,4,8,16,32,64,128,256",
-                             "--min-time", "1", "--max-time", "1", "--no-mlflow", "--no-features", "--out", "o"],
+                             "--min-time", "1", "--max-time", "1", "--no-features", "--out", "o"],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlruns.db"},
                             # a test run started in the background by a shell inherits SIGINT ignored, and
                             # Python then installs no KeyboardInterrupt handler: give the child the default
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
@@ -211,6 +213,13 @@ def test_ctrl_c_keeps_the_points_with_a_rate_model_and_says_where(tmp_path):
     assert [p["status"] for p in card["throughput"]][:2] == ["ok", "ok"]
     assert card["rate_model"] is not None
     assert any(e["step"] == "interrupted" for e in card["errors"])
+    # and the kept card is an MLflow run ended KILLED, as ab's and max-batch's interrupted runs are logged
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlruns.db")
+    (run,) = client.search_runs([client.get_experiment_by_name("perfpredict-profiles").experiment_id])
+    assert run.info.status == "KILLED" and "mlflow: run" in err, err
+    assert len(client.get_metric_history(run.info.run_id, "samples_per_s")) >= 2
 
 
 @pytest.mark.parametrize("kw,needle", [({"mode": "eval"}, "mode must be"), ({"threads": 0}, "threads must be"),

@@ -28,6 +28,8 @@ def _one_error_line(proc) -> str:
 
 
 def test_profile_writes_card_onnx_plots_and_an_mlflow_run(run_cli, tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("the user's own file")  # not the profile's: not logged
     proc = run_cli("profile", EXAMPLES / "minimal_mlp.py", "--batch-sizes", "8,16,32,64", "--out", "out", *FAST)
     assert proc.returncode == 0, proc.stderr
     out = tmp_path / "out"
@@ -65,7 +67,8 @@ def test_profile_writes_card_onnx_plots_and_an_mlflow_run(run_cli, tmp_path):
     assert sorted(m.step for m in hist) == [8, 16, 32, 64]
     assert run.data.metrics["forward_macs_per_sample"] == f["forward_macs_per_sample"]
     arts = {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert {"card.json", "model.onnx", "throughput.png", "memory.png"} <= arts
+    assert {"card.json", "model.onnx", "throughput.png", "memory.png"} <= arts and "notes.txt" not in arts
+    assert json.loads(Path(client.download_artifacts(run.info.run_id, "card.json", str(tmp_path))).read_text()) == raw
     assert "mlflow ui --backend-store-uri" in proc.stdout
 
     # The saved card answers questions from the command line too.

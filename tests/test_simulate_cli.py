@@ -9,6 +9,8 @@ import pytest
 
 
 def test_simulate_writes_records_metrics_plots_and_an_mlflow_run(run_cli, tmp_path):
+    (tmp_path / "sim").mkdir()
+    (tmp_path / "sim" / "notes.txt").write_text("the user's own file")  # not the simulation's: not logged
     proc = run_cli("simulate", "--trace", "synergy:n=120,load=4,seed=3", "--cluster", "2x8", "--policy", "srtf",
                    "--mechanism", "proportional", "--out", "sim")
     assert proc.returncode == 0, proc.stderr
@@ -31,6 +33,8 @@ def test_simulate_writes_records_metrics_plots_and_an_mlflow_run(run_cli, tmp_pa
     runs = mlflow.search_runs(experiment_names=["perfpredict-simulations"])
     assert len(runs) == 1 and runs["params.mechanism"][0] == "proportional"
     assert runs["metrics.avg_jct_s"][0] == pytest.approx(m["avg_jct_s"])
+    arts = {a.path for a in mlflow.MlflowClient().list_artifacts(runs["run_id"][0])}
+    assert {"jobs.csv", "jobs.parquet", "metrics.json", "jct_cdf.png"} <= arts and "notes.txt" not in arts, arts
 
 
 def test_a_csv_trace_runs_and_a_malformed_one_is_one_clear_error(run_cli, tmp_path):
@@ -128,3 +132,19 @@ def test_a_policy_with_nothing_to_order_by_says_it_ran_as_fifo(run_cli):
 
     assert policy_notes("edf", parse_trace("andreas:nodes=2,jobs=10")) == []  # ANDREAS' jobs have due dates
     assert policy_notes("priority", parse_trace("andreas:nodes=2,jobs=10")) == []  # and tardiness weights
+
+
+def test_an_unreachable_tracking_server_is_refused_before_the_work(run_cli, tmp_path):
+    """simulate and compare check the store first, as profile does, and with one try: MLflow's own retries took
+    four minutes to give up on a closed port, after the simulation had run."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {"MLFLOW_TRACKING_URI": f"http://127.0.0.1:{port}"}
+    for args in (["simulate", "--out", "s"], ["compare", "-m", "proportional", "-m", "tune", "--out", "c"]):
+        proc = run_cli(*args, "--cluster", "1x4", "--trace", "synergy:n=5", env=env, timeout=90)
+        assert proc.returncode == 2 and "cannot use the MLflow store" in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "s").exists() and not (tmp_path / "c").exists()

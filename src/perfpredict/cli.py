@@ -147,7 +147,7 @@ def prepare_mlflow(experiment: str) -> None:
     from perfpredict.tracking import prepare, tracking_uri
 
     try:
-        prepare(experiment)
+        prepare(experiment, quick=True)
     except Exception as e:  # noqa: BLE001 - an unusable store is a usage problem, found before the work
         raise UsageError(f"cannot use the MLflow store {tracking_uri()} ({error_line(e, None)}); "
                          "fix MLFLOW_TRACKING_URI or pass --no-mlflow", step="mlflow") from None
@@ -460,6 +460,8 @@ def profile(
         where = (f"are in {card_file}" if written else
                  "were none (interrupted before the first batch size; any card.json there is an earlier run's)")
         err_console.print(f"[yellow]interrupted[/]: the measurements finished so far {where}", highlight=False)
+        if written and not no_mlflow:
+            _log_interrupted_profile(card_file, experiment)
         raise typer.Exit(130) from None
     card = outcome.card
     try:
@@ -477,7 +479,8 @@ def profile(
         from perfpredict.tracking import log_profile, tracking_uri, ui_command
 
         try:
-            run_id = log_profile(card, out_dir, experiment=experiment, failed=outcome.error is not None)
+            run_id = log_profile(card, out_dir, experiment=experiment, failed=outcome.error is not None,
+                                 files=[f for f in (outcome.onnx_path, *plots) if f])
             out_console.print(f"mlflow: run {run_id} in {tracking_uri()} (experiment {experiment!r}); "
                               f"view with: {ui_command()}", highlight=False)
         except Exception as e:  # noqa: BLE001 - tracking failure must not lose the card (already on disk)
@@ -485,6 +488,21 @@ def profile(
                               f"the card is at {outcome.card_path}")
     if outcome.error is not None:
         raise outcome.error
+
+
+def _log_interrupted_profile(card_file: Path, experiment: str) -> None:
+    """The card a Ctrl-C kept, as an MLflow run ended KILLED (as ``ab`` and ``max-batch`` log theirs); a second
+    Ctrl-C or a tracking failure only skips it: the card is on disk."""
+    from perfpredict.card import PerformanceCard
+    from perfpredict.tracking import log_profile
+
+    try:
+        run_id = log_profile(PerformanceCard.load(card_file), card_file.parent, experiment=experiment,
+                             status="KILLED")
+        err_console.print(f"mlflow: run {run_id} (KILLED) has the measurements finished so far", highlight=False)
+    except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001
+        err_console.print(f"[yellow]warning[/]: the interrupted profile was not logged to MLflow "
+                          f"({type(e).__name__})", highlight=False)
 
 
 #: the simulator flags ``simulate`` and ``compare`` share (checked by :func:`sim_settings`)
@@ -547,6 +565,8 @@ def simulate(
     check_experiment(no_mlflow, experiment)
     cfg, window = sim_settings(mode, round_s, restart_overhead, max_time, steady, drop_oversized)
     check_out_dir(out)
+    if not no_mlflow:
+        prepare_mlflow(experiment)  # an unusable store is found now, not after a long simulation
     with progress_bar(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn()) as progress:
         task = progress.add_task(f"simulating {policy} + {mechanism}", total=None)

@@ -22,6 +22,7 @@ from perfpredict.cli import (
     check_out_dir,
     err_console,
     out_console,
+    prepare_mlflow,
     progress_bar,
     sim_settings,
 )
@@ -99,6 +100,8 @@ def compare(
     schedulers = parse_schedulers(policy or ["fifo"], mechanism)
     metrics = check_metrics(metric or DEFAULT_METRICS)
     check_out_dir(out)
+    if not no_mlflow:
+        prepare_mlflow(experiment)  # an unusable store is found now, not after the runs
     if len(seed_list) > 1 and seed_independent(trace):
         err_console.print(f"[yellow]note[/]: {trace} does not change with the seed (a file, or seed= in the spec): "
                           f"the {len(seed_list)} seeds replay the same trace, and a randomised scheduler takes its "

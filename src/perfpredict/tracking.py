@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from perfpredict.card import PerformanceCard
@@ -35,22 +36,46 @@ def _quiet_mlflow() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def prepare(experiment: str = PROFILE_EXPERIMENT) -> str:
+#: the check before the work: one try, this many seconds per request, unless the user set MLflow's own variables
+QUICK_CHECK_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+
+
+@contextmanager
+def _quick_http():
+    """MLflow's HTTP defaults (7 retries with exponential backoff, 120 s per request) made an unreachable server
+    take four minutes to refuse; the check before the work should answer in seconds. The logging after the work
+    keeps the defaults, where a retry can save a run."""
+    added = {k: v for k, v in QUICK_CHECK_ENV.items() if k not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for k in added:
+            os.environ.pop(k, None)
+
+
+def prepare(experiment: str = PROFILE_EXPERIMENT, *, quick: bool = False) -> str:
     """Connect to the tracking store and create ``experiment`` if needed; return its id.
 
-    The CLI calls this *before* measuring: a bad ``MLFLOW_TRACKING_URI`` fails in seconds instead of after a
-    long profile, and the store's one-time set-up overlaps the measuring processes' start-up.
+    The CLI calls this *before* measuring, with ``quick``: a bad ``MLFLOW_TRACKING_URI`` fails in seconds instead
+    of after a long profile, and the store's one-time set-up overlaps the measuring processes' start-up.
     """
     import mlflow
 
     _quiet_mlflow()
-    mlflow.set_tracking_uri(tracking_uri())
-    return mlflow.set_experiment(experiment).experiment_id
+    uri = tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    with _quick_http() if quick and uri.startswith(("http://", "https://")) else nullcontext():
+        return mlflow.set_experiment(experiment).experiment_id
 
 
-def log_profile(card: PerformanceCard, out_dir: str | Path | None, *, experiment: str = PROFILE_EXPERIMENT,
-                failed: bool = False) -> str:
-    """Log ``card`` (and every file in ``out_dir``) as one MLflow run; return the run id."""
+def log_profile(card: PerformanceCard, out_dir: str | Path | None = None, *,
+                experiment: str = PROFILE_EXPERIMENT, failed: bool = False,
+                files: list[str | Path] | tuple[str | Path, ...] = (), status: str | None = None) -> str:
+    """Log ``card`` as one MLflow run, with ``card.json`` and the ``files`` the profile wrote (its ONNX export, its
+    plots) as artifacts; return the run id. Other files in ``out_dir`` are not logged: an output folder shared
+    with other work (or ``-o .``, which holds the MLflow store itself) is not copied into the store.
+    ``failed`` ends the run FAILED; ``status`` names another end state (KILLED after a Ctrl-C)."""
     import mlflow
 
     prepare(experiment)
@@ -120,12 +145,12 @@ def log_profile(card: PerformanceCard, out_dir: str | Path | None, *, experiment
                 if e.energy_per_iter_j is not None:
                     mlflow.log_metric("energy_per_iter_j", e.energy_per_iter_j, step=e.batch_size)
         _log_extended(mlflow, card)
-        if out_dir is not None and Path(out_dir).is_dir():
-            mlflow.log_artifacts(str(out_dir))
-        else:
-            mlflow.log_text(card.to_json(), "card.json")
-        if failed:
-            mlflow.end_run(status="FAILED")
+        mlflow.log_text(card.to_json(), "card.json")
+        for f in files:
+            if Path(f).is_file() and Path(f).name != "card.json":
+                mlflow.log_artifact(str(f))
+        if status or failed:
+            mlflow.end_run(status=status or "FAILED")
         return run.info.run_id
 
 
@@ -300,6 +325,7 @@ def log_simulation(run, *, experiment: str = SIMULATION_EXPERIMENT) -> str:
                 metrics.update({f"{seed}.{k}": float(v) for k, v in values.items()
                                 if isinstance(v, (int, float)) and not isinstance(v, bool)})
         mlflow.log_metrics({k: v for k, v in metrics.items() if not math.isnan(v)})
-        if run.out_dir is not None:
-            mlflow.log_artifacts(str(run.out_dir))
+        for f in getattr(run, "files", None) or []:  # what this run wrote, not whatever else is in out_dir
+            if Path(f).is_file():
+                mlflow.log_artifact(str(f))
         return active.info.run_id

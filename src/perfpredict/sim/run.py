@@ -371,6 +371,8 @@ class SimRun:
     extra: dict[str, Any] = field(default_factory=dict)
     #: what the user should know about the run's inputs (a policy with nothing to order by)
     notes: list[str] = field(default_factory=list)
+    #: the files :func:`write_outputs` wrote into ``out_dir`` (what tracking logs: not other files there)
+    files: list[Path] = field(default_factory=list)
 
     def jobs_frame(self):
         """The per-job records (the columns of ``jobs.csv``/``jobs.parquet``) as a pandas DataFrame."""
@@ -478,8 +480,7 @@ def write_outputs(run: SimRun, out_dir: str | Path) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = job_records(run.result)
-    write_jobs_csv(rows, out / "jobs.csv")
-    write_jobs_parquet(rows, out / "jobs.parquet")
+    run.files = [write_jobs_csv(rows, out / "jobs.csv"), write_jobs_parquet(rows, out / "jobs.parquet")]
     doc = {"params": run.params, "metrics": run.metrics.to_dict(),
            "simulation": {"decisions": run.result.decisions, "decision_time_s": run.result.decision_time_s,
                           "wall_s": run.result.wall_s, "end_time_s": run.result.end_time,
@@ -490,7 +491,8 @@ def write_outputs(run: SimRun, out_dir: str | Path) -> Path:
     doc.update(run.extra)
     # Strict JSON: a metric with no value (no finished job in the window) is null, never a bare NaN.
     (out / "metrics.json").write_text(json.dumps(_finite(doc), indent=2, default=float, allow_nan=False))
+    run.files.append(out / "metrics.json")
     from perfpredict.sim.plots import plot_run
 
-    plot_run(run, out)
+    run.files += plot_run(run, out)
     return out
