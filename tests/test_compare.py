@@ -103,10 +103,17 @@ def test_cli_bad_input_is_one_line_and_exit_2(run_cli, tmp_path, args, needle):
 
 def test_cli_failed_scheduler_exits_1_with_the_others_written(run_cli, tmp_path):
     proc = run_cli("compare", "-m", "proportional", "-m", "swaf", "--trace", TRACE, "--cluster", "2x8",
-                   "--seeds", "0", "--no-mlflow", "--out", "c")
+                   "--seeds", "0", "--out", "c")
     assert proc.returncode == 1
     assert "fifo+swaf seed 0" in proc.stderr and "GENIE task model" in proc.stderr
     assert [r["status"] for r in _rows(tmp_path / "c" / "runs.csv")] == ["ok", "failed"]
+    # its MLflow run ends FAILED, as the exit code says (it ended FINISHED with only a failed_runs param)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlruns.db")
+    (run,) = client.search_runs([client.get_experiment_by_name("perfpredict-simulations").experiment_id])
+    assert run.info.status == "FAILED" and run.data.params["failed_runs"] == "1"
+    assert run.data.tags["perfpredict.interrupted"] == "false"
 
 
 def interrupted_compare(tmp_path, out, *flags: str, after_rows: int = 1) -> tuple[str, str]:

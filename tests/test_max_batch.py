@@ -157,6 +157,7 @@ def test_cli_measured_writes_the_result_and_logs_it(run_cli, write_model, tmp_pa
     runs = mlflow.search_runs(experiment_names=["perfpredict-profiles"])
     assert runs["metrics.largest_ok_batch"].tolist() == [doc["largest_ok"]]
     assert runs["tags.perfpredict.kind"].tolist() == ["max_batch"]
+    assert runs["status"].tolist() == ["FINISHED"] and runs["tags.perfpredict.interrupted"].tolist() == ["false"]
 
 
 def test_cli_predicted_and_its_argument_errors(run_cli, tmp_path):

@@ -154,6 +154,18 @@ def log_profile(card: PerformanceCard, out_dir: str | Path | None = None, *,
         return run.info.run_id
 
 
+def _flag(value: bool) -> str:
+    """A boolean tag, spelt one way in every run (``true``/``false``)."""
+    return "true" if value else "false"
+
+
+def _end(mlflow, *, interrupted: bool = False, failed: bool = False) -> None:
+    """End the active run KILLED after a Ctrl-C, FAILED when the command exits with an error (the MLflow UI's
+    status column then agrees with the exit code); else it ends FINISHED as the ``with`` block closes."""
+    if interrupted or failed:
+        mlflow.end_run(status="KILLED" if interrupted else "FAILED")
+
+
 def log_batch_limit(result, path: str | Path, *, experiment: str = PROFILE_EXPERIMENT) -> str:
     """One MLflow run for a ``perfpredict max-batch`` search (measured or predicted): its settings as params,
     the answer and each probe's memory and iteration time as metrics (step = batch size), the JSON as artifact."""
@@ -162,7 +174,7 @@ def log_batch_limit(result, path: str | Path, *, experiment: str = PROFILE_EXPER
     prepare(experiment)
     with mlflow.start_run(run_name=f"{result.model} max batch") as run:
         mlflow.set_tags({"perfpredict.kind": "max_batch", "perfpredict.source": result.source,
-                         "perfpredict.device": result.device, "perfpredict.interrupted": str(result.interrupted)})
+                         "perfpredict.device": result.device, "perfpredict.interrupted": _flag(result.interrupted)})
         mlflow.log_params({k: str(v)[:500] for k, v in {
             "model": result.model, "device_name": result.device_name, "mode": result.mode,
             "precision": result.precision, "compiled": result.compiled, "memory_limit_bytes": result.memory_limit_bytes,
@@ -178,6 +190,7 @@ def log_batch_limit(result, path: str | Path, *, experiment: str = PROFILE_EXPER
             if p.iter_time_s is not None and math.isfinite(p.iter_time_s):
                 mlflow.log_metric("probe_iter_time_s", p.iter_time_s, step=p.batch_size)
         mlflow.log_artifact(str(path))
+        _end(mlflow, interrupted=result.interrupted, failed=bool(result.model_error) or result.largest_ok is None)
         return run.info.run_id
 
 
@@ -189,7 +202,7 @@ def log_ab(result, path: str | Path, *, experiment: str = PROFILE_EXPERIMENT) ->
     prepare(experiment)
     with mlflow.start_run(run_name=f"ab {result.base.model} vs {result.new.model}") as run:
         mlflow.set_tags({"perfpredict.kind": "ab", "perfpredict.verdict": result.verdict,
-                         "perfpredict.device": result.device, "perfpredict.interrupted": str(result.interrupted)})
+                         "perfpredict.device": result.device, "perfpredict.interrupted": _flag(result.interrupted)})
         mlflow.log_params({k: str(v)[:500] for k, v in {
             "base": result.base.model, "base_precision": result.base.precision, "base_compiled": result.base.compiled,
             "new": result.new.model, "new_precision": result.new.precision, "new_compiled": result.new.compiled,
@@ -202,6 +215,7 @@ def log_ab(result, path: str | Path, *, experiment: str = PROFILE_EXPERIMENT) ->
             mlflow.log_metric("base_iter_time_s", r.base_iter_time_s, step=r.round)
             mlflow.log_metric("new_iter_time_s", r.new_iter_time_s, step=r.round)
         mlflow.log_artifact(str(path))
+        _end(mlflow, interrupted=result.interrupted)
         return run.info.run_id
 
 
@@ -269,7 +283,8 @@ def log_comparison(cmp, out_dir: str | Path, *, trace: str, cluster: str,
                    experiment: str = SIMULATION_EXPERIMENT) -> str:
     """Log a :class:`perfpredict.sim.compare.Comparison` as one MLflow run: what was compared, each scheduler's
     mean and paired change against the baseline per metric (``<scheduler>/<metric>`` and
-    ``<scheduler>/<metric>.vs_baseline``), and the summary files as artifacts (the per-run records stay on disk:
+    ``<scheduler>/<metric>.vs_baseline``, ``+`` and other characters MLflow keys refuse written ``_``), and the
+    summary files as artifacts (the per-run records stay on disk:
     with many seeds of a large trace they would dwarf the store). Returns the run id."""
     import re
 
@@ -283,7 +298,7 @@ def log_comparison(cmp, out_dir: str | Path, *, trace: str, cluster: str,
 
     with mlflow.start_run(run_name=f"compare {len(cmp.schedulers)} schedulers@{cluster}") as active:
         mlflow.set_tags({"perfpredict.kind": "comparison", "perfpredict.baseline": cmp.baseline.label,
-                         "perfpredict.interrupted": str(cmp.interrupted).lower()})
+                         "perfpredict.interrupted": _flag(cmp.interrupted)})
         mlflow.log_params({"trace": str(trace)[:500], "cluster": str(cluster)[:500],
                            "seeds": ",".join(map(str, cmp.seeds))[:500],
                            "schedulers": ";".join(s.label for s in cmp.schedulers)[:500],
@@ -299,6 +314,7 @@ def log_comparison(cmp, out_dir: str | Path, *, trace: str, cluster: str,
         for name in ("runs.csv", "summary.csv", "summary.json", "compare.png"):
             if (out / name).is_file():
                 mlflow.log_artifact(str(out / name))
+        _end(mlflow, interrupted=cmp.interrupted, failed=bool(cmp.failed()))
         return active.info.run_id
 
 
