@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -111,3 +112,28 @@ def test_cli_prints_user_strings_verbatim_and_checks_the_folder_first(run_cli, t
     if sys.platform.startswith("linux"):
         proc = run_cli("ab", "zoo:mlp", "--no-mlflow", "--out", "/proc")
         assert proc.returncode == 2 and "cannot write in /proc" in proc.stderr, proc.stderr
+
+
+def test_cli_names_same_named_files_by_folder_and_leaves_no_folder_when_nothing_ran(run_cli, tmp_path):
+    """v1/model.py against v2/model.py used to share ab-model/ with either file's self-comparison, and an ab whose
+    first round failed left an empty folder behind."""
+    for v in ("v1", "v2"):
+        (tmp_path / v).mkdir()
+        (tmp_path / v / "model.py").write_text(TINY_MODEL)
+    (tmp_path / "bad.py").write_text(TINY_MODEL.replace("def build_model", "def _unused")
+                                     + "\ndef build_model():\n    raise ValueError('no model today')\n")
+    quick = ("-b", "4", "--rounds", "2", "--device", "cpu", "--threads", "1", "--min-time", "0.1", "--max-time", "0.2")
+    proc = run_cli("ab", "v1/model.py", "v2/model.py", *quick)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "perfpredict-out" / "ab-v1-model-v2-model" / "ab.json").is_file()
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlruns.db")
+    (run,) = client.search_runs([client.get_experiment_by_name("perfpredict-profiles").experiment_id])
+    assert [Path(run.data.params[k]) for k in ("base_target", "new_target")] == [tmp_path / "v1" / "model.py",
+                                                                               tmp_path / "v2" / "model.py"]
+    failed = run_cli("ab", "v1/model.py", "bad.py", *quick, "--no-mlflow")
+    assert failed.returncode != 0 and "no model today" in failed.stderr and "Traceback" not in failed.stderr
+    assert sorted(p.name for p in (tmp_path / "perfpredict-out").iterdir()) == ["ab-v1-model-v2-model"]
+    bad = run_cli("ab", "zoo:mlp", "--new-param", "width", "--no-mlflow")
+    assert bad.returncode == 2 and "--new-param expects name=value" in bad.stderr, bad.stderr

@@ -67,15 +67,12 @@ def ab(
     if compile_ and new_compile:
         raise UsageError("--compile already compiles both; --new-compile is for compiling the new job only",
                          step="arguments")
-    params, extra = parse_params(param), parse_params(new_param)
+    params, extra = parse_params(param), parse_params(new_param, "--new-param")
     base_precision = check_precision(precision, "--precision") if precision is not None else None
     newer_precision = check_precision(new_precision, "--new-precision") if new_precision is not None else base_precision
     new_target = new or base
     check_target(base, params)
     check_target(new_target, {**params, **extra})
-    if new is None and not (extra or new_compile or new_precision):
-        err_console.print("[yellow]note[/]: no NEW target and no --new-* option: both sides are the same job, so "
-                          "this measures the noise", highlight=False)
     check_out_dir(out)
     if not no_mlflow:
         prepare_mlflow(experiment)
@@ -83,23 +80,26 @@ def ab(
     from perfpredict.profile import runner
 
     runner.warm_up()
-    from perfpredict.profile.ab import compare_jobs
-    from perfpredict.profile.timing import TimingConfig
     from perfpredict.workload import resolve_workload
 
     base_wl = resolve_workload(base, params, base_precision, compile_ or None)
     new_wl = resolve_workload(new_target, {**params, **extra}, newer_precision, (compile_ or new_compile) or None)
     tags = [_tag(w) for w in (base_wl, new_wl)]
+    if tags[0] == tags[1] and base != new_target:  # v1/model.py against v2/model.py: name them by their folders
+        tags = [_tag(w, t) for w, t in ((base_wl, base), (new_wl, new_target))]
     name = "ab-" + "-".join(tags if tags[0] != tags[1] else tags[:1])
-    path = output_file(out, name, "ab.json")
-    with progress_bar(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn()) as progress:
-        task = progress.add_task("starting", total=rounds)
-        result = compare_jobs(base_wl, new_wl, batch_size, rounds=rounds, device=device, mode=mode.value,
-                              timing=TimingConfig(min_time_s=min_time, max_time_s=max_time), threads=threads,
-                              on_start=lambda which, k: progress.update(task, description=f"round {k + 1}: {which}"),
-                              on_round=lambda rnd, total: progress.update(task, completed=rnd.round),
-                              return_on_interrupt=True)
+    path = output_file(out, name, "ab.json", create=False)
+    existed = path.parent.exists()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if new is None and not (extra or new_compile or new_precision):  # after the errors that would stop it
+        err_console.print("[yellow]note[/]: no NEW target and no --new-* option: both sides are the same job, so "
+                          "this measures the noise", highlight=False)
+    try:
+        result = _measure(base_wl, new_wl, batch_size, rounds, device, mode.value, min_time, max_time, threads)
+    except BaseException:
+        if not existed and path.parent.is_dir() and not any(path.parent.iterdir()):
+            path.parent.rmdir()  # nothing was measured: no empty folder left behind
+        raise
     from perfpredict.tracking import log_ab
 
     save_result(result, path, print_ab, log_ab, no_mlflow=no_mlflow, experiment=experiment, kept="the rounds")
@@ -107,9 +107,26 @@ def ab(
         raise PerfPredictError(f"{result.stopped_because} (the rounds before are in {path})", step="ab")
 
 
-def _tag(w) -> str:
-    """A side's part of the default folder name: the model, and what was changed about it."""
-    return w.name + ("" if w.precision == "fp32" else f"-{w.precision}") + ("-compiled" if w.compile else "")
+def _measure(base_wl, new_wl, batch_size, rounds, device, mode, min_time, max_time, threads):
+    from perfpredict.profile.ab import compare_jobs
+    from perfpredict.profile.timing import TimingConfig
+
+    with progress_bar(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn()) as progress:
+        task = progress.add_task("starting", total=rounds)
+        return compare_jobs(base_wl, new_wl, batch_size, rounds=rounds, device=device, mode=mode,
+                            timing=TimingConfig(min_time_s=min_time, max_time_s=max_time), threads=threads,
+                            on_start=lambda which, k: progress.update(task, description=f"round {k + 1}: {which}"),
+                            on_round=lambda rnd, total: progress.update(task, completed=rnd.round),
+                            return_on_interrupt=True)
+
+
+def _tag(w, target: str | None = None) -> str:
+    """A side's part of the default folder name: the model (after its file's folder, given ``target``), and what
+    was changed about it."""
+    where = Path(target).resolve().parent.name if target and not target.startswith("zoo:") else ""
+    return ((f"{where}-" if where else "") + w.name + ("" if w.precision == "fp32" else f"-{w.precision}")
+            + ("-compiled" if w.compile else ""))
 
 
 def _describe(side) -> str:

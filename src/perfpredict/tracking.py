@@ -206,6 +206,7 @@ def log_ab(result, path: str | Path, *, experiment: str = PROFILE_EXPERIMENT) ->
         mlflow.log_params({k: str(v)[:500] for k, v in {
             "base": result.base.model, "base_precision": result.base.precision, "base_compiled": result.base.compiled,
             "new": result.new.model, "new_precision": result.new.precision, "new_compiled": result.new.compiled,
+            "base_target": result.base.target, "new_target": result.new.target,
             "batch_size": result.batch_size, "mode": result.mode, "device_name": result.device_name}.items()
             if v is not None})
         metrics = {"speedup": result.speedup, "speedup_ci_low": result.ci_low, "speedup_ci_high": result.ci_high,

@@ -46,15 +46,16 @@ def parse_batch_sizes(value: str | Sequence[int], what: str = "batch sizes") -> 
     return tuple(sorted(set(sizes)))
 
 
-def parse_params(items: list[str] | None) -> dict[str, str]:
-    """``["depth=18", "width=32"]`` → ``{"depth": "18", "width": "32"}`` (values parsed by the family)."""
+def parse_params(items: list[str] | None, flag: str = "--param") -> dict[str, str]:
+    """``["depth=18", "width=32"]`` → ``{"depth": "18", "width": "32"}`` (values parsed by the family); ``flag``
+    names the option in the error (``--new-param``)."""
     out: dict[str, str] = {}
     for item in items or []:
         for part in item.split(","):
             if not part.strip():
                 continue
             if "=" not in part:
-                raise UsageError(f"--param expects name=value, got {part!r}", step="arguments")
+                raise UsageError(f"{flag} expects name=value, got {part!r}", step="arguments")
             k, v = part.split("=", 1)
             out[k.strip()] = v.strip()
     return out

@@ -185,7 +185,8 @@ def compare_jobs(base: Workload, new: Workload, batch_size: int, *, rounds: int 
             # paired ratio from such rounds can say faster or slower with confidence, either way
             notes.append(f"the host was busy: other processes kept up to {max(busy):.2f} of its {cpus} CPUs busy "
                          f"during {len(busy)} of {len(others)} measurements, so the verdict may be the load's, not "
-                         "the change's; repeat on an idle machine (or with --threads 1)")
+                         "the change's; repeat on an idle machine"
+                         + (" (or with --threads 1)" if (threads or cpus) > 1 else ""))
     return ABResult(base=_side("base", base), new=_side("new", new), batch_size=batch_size, mode=mode, device=dev,
                     device_name=info.get("name"), rounds=done, speedup=speedup, ci_low=low, ci_high=high,
                     verdict=verdict, peak_ratio=statistics.median(peaks) if peaks else None, stopped_because=reason,
