@@ -170,6 +170,16 @@ def test_show_says_what_failed_on_a_partial_card(run_cli, write_model, tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert "partial card: 1 batch size(s) measured" in shown.stdout
     assert "batch 8: forward: RuntimeError: boom at big batch" in shown.stdout
+    # no batch size measured: a failed card (schema 1.17; it was called partial), and its MLflow run ends FAILED
+    assert run_cli("profile", path, "-b", "8,16", "--out", "o2", *FAST).returncode != 0
+    assert json.loads((tmp_path / "o2" / "card.json").read_text())["status"] == "failed"
+    shown = run_cli("show", tmp_path / "o2" / "card.json")
+    assert "failed card: 0 batch size(s) measured" in shown.stdout, shown.stdout
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlruns.db")
+    (run,) = client.search_runs([client.get_experiment_by_name("perfpredict-profiles").experiment_id])
+    assert run.info.status == "FAILED" and run.data.tags["perfpredict.status"] == "failed"
 
 
 def test_a_syntax_error_in_a_file_the_model_imports_names_that_file(write_model):

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from perfpredict.errors import PerfPredictError
 
-SCHEMA_VERSION = "1.16"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
+SCHEMA_VERSION = "1.17"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
 #                                             features.activation_bytes_by_op; 1.3: features.lookup_param_bytes;
 #                                             1.4: features.recurrent_steps_by_op;
 #                                             1.5: features.saved_cpu_bytes_per_sample;
@@ -40,7 +40,8 @@ SCHEMA_VERSION = "1.16"  # 1.1: scaling, colocation, speedup_curve, comm_model, 
 #                                             1.15: prediction.calibration.speed_noise;
 #                                             1.16: features.input_bytes_per_sample, saved_bytes_fixed,
 #                                                   saved_cpu_bytes_fixed (a predicted card's features then
-#                                                   predict again as they are: Predictor.predict(features=card))
+#                                                   predict again as they are: Predictor.predict(features=card));
+#                                             1.17: status "failed" (no batch size measured; was "partial")
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -528,7 +529,8 @@ class PredictionInfo(_Section):
 
 class PerformanceCard(_Section):
     schema_version: str = SCHEMA_VERSION
-    status: Literal["complete", "partial"] = "complete"
+    #: complete: every batch size measured; partial: some; failed: none (the errors say why)
+    status: Literal["complete", "partial", "failed"] = "complete"
     model: ModelInfo
     device: DeviceInfo
     run: ProfileRun

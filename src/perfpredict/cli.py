@@ -672,7 +672,7 @@ def show(card_path: Annotated[Path, typer.Argument(help="a card.json written by 
     print_summary(card)
     # profile ends with its error line; a card read back later says here what failed at which batch size
     failed = [e for e in card.errors if e.batch_size is not None]
-    if card.status == "partial" or failed:
+    if card.status != "complete" or failed:
         out_console.print(f"[yellow]{card.status} card[/]: {len(card.measured_points())} batch size(s) measured",
                           highlight=False)
     for e in failed:

@@ -430,7 +430,8 @@ def _finish(card: PerformanceCard, t_begin: float) -> None:
     card.run.wall_s = time.perf_counter() - t_begin
     card.run.timed_s = sum(p.timing.timed_s for p in card.throughput if p.timing is not None)
     model_failures = [e for e in card.errors if e.step not in ("export_onnx",)]
-    card.status = "complete" if card.throughput and not model_failures else "partial"
+    card.status = ("complete" if card.throughput and not model_failures
+                   else "partial" if card.measured_points() else "failed")
 
 
 def _outcome_error(card: PerformanceCard, workload: Workload) -> PerfPredictError | None:
