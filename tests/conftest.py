@@ -27,7 +27,8 @@ EXAMPLES = REPO / "examples"
 #: Test modules whose assertions never compare measured wall-clock times: error paths, file formats, argument
 #: checks, fits on the committed datasets, simulations, memory-only measurements. `make test` runs these in
 #: parallel (pytest-xdist, one module per worker) and then every other module alone, so that no test whose
-#: answer is a timing shares the CPUs with another test. A new module is serial until it is listed here.
+#: answer is a timing shares the CPUs with another test. A new module is serial until it is listed here; a test
+#: of a serial module that compares no times can carry ``@pytest.mark.parallel_safe`` itself.
 PARALLEL_SAFE_MODULES = frozenset({
     "test_andreas", "test_bad_input_cli", "test_batch_extrapolation", "test_benchmark_args", "test_card", "test_cli",
     "test_collect_bad_input", "test_collect_ray", "test_compare", "test_compare_ray", "test_compile", "test_estimators",

@@ -18,6 +18,7 @@ from tests.conftest import TINY_MODEL
 QUICK = TimingConfig(warmup_iters=2, warmup_s=0.05, min_iters=5, min_time_s=0.2, max_time_s=1.0)
 
 
+@pytest.mark.parallel_safe  # compares no times: the module's timing tests stay serial
 def test_summarize_is_a_student_t_interval_on_the_paired_log_ratios():
     r = [math.log(x) for x in (1.50, 1.40, 1.45, 1.55)]
     speedup, low, high, verdict = summarize(r)
@@ -46,6 +47,7 @@ def test_a_much_larger_job_is_found_slower_and_the_rounds_alternate():
     assert r.device == "cpu" and r.device_name and r.base.model != r.new.model and not r.interrupted
 
 
+@pytest.mark.parallel_safe  # compares no times: the module's timing tests stay serial
 def test_a_job_against_itself_is_noted_and_a_ctrl_c_keeps_the_rounds(write_model):
     wl = resolve_workload(str(write_model(TINY_MODEL)))
     calls = []
@@ -65,6 +67,7 @@ def test_a_job_against_itself_is_noted_and_a_ctrl_c_keeps_the_rounds(write_model
         compare_jobs(wl, wl, 16, rounds=5, device="cpu", timing=QUICK, threads=1, on_start=start)
 
 
+@pytest.mark.parallel_safe  # compares no times: the module's timing tests stay serial
 def test_the_first_round_failing_names_the_side(write_model):
     good = resolve_workload(str(write_model(TINY_MODEL)))
     bad = resolve_workload(str(write_model(TINY_MODEL.replace("torch.randn(batch_size, 32)",
@@ -99,6 +102,7 @@ def test_cli_writes_the_comparison_logs_it_and_refuses_bad_flags(run_cli, tmp_pa
     assert not (tmp_path / "bad").exists()
 
 
+@pytest.mark.parallel_safe  # compares no times: the module's timing tests stay serial
 def test_cli_prints_user_strings_verbatim_and_checks_the_folder_first(run_cli, tmp_path, write_model):
     """A MODEL_NAME with rich markup in it is printed as it is (it was a MarkupError traceback), and a folder
     that takes no files is refused before anything is measured (the rounds were lost after the run)."""
@@ -114,6 +118,7 @@ def test_cli_prints_user_strings_verbatim_and_checks_the_folder_first(run_cli, t
         assert proc.returncode == 2 and "cannot write in /proc" in proc.stderr, proc.stderr
 
 
+@pytest.mark.parallel_safe  # compares no times: the module's timing tests stay serial
 def test_cli_names_same_named_files_by_folder_and_leaves_no_folder_when_nothing_ran(run_cli, tmp_path):
     """v1/model.py against v2/model.py used to share ab-model/ with either file's self-comparison, and an ab whose
     first round failed left an empty folder behind."""

@@ -62,6 +62,7 @@ def test_random_pairs_give_every_job_its_partners_once():
     assert cc.random_pairs(labels[:2], partners=5, seed=0) == [("j0", "j1")]
 
 
+@pytest.mark.parallel_safe  # compares no times: the module's timing tests stay serial
 def test_dry_run_lists_the_draw_without_measuring(tmp_path):
     proc = subprocess.run([sys.executable, str(REPO / "profilers" / "collect_colocation.py"), "--out",
                            str(tmp_path / "p.csv"), "--from-dataset", str(H100), "--sample-jobs", "6",

@@ -292,6 +292,7 @@ def test_calibrate_measures_the_references_and_the_predictor_uses_the_result(tmp
     assert res.exit_code != 0 and "is itself a calibration" in str(res.exception)
 
 
+@pytest.mark.parallel_safe  # compares no times: the module's timing tests stay serial
 @pytest.mark.parametrize("args,message", [
     (["--set", "nope"], "--set 'nope': no such model set"),
     (["--set", "cuda_h100"], "only CPU sets can be calibrated"),
@@ -314,6 +315,7 @@ def test_calibrate_refuses_bad_arguments_before_measuring(tmp_path, args, messag
     assert sorted(p.name for p in root.iterdir()) == ["cpu_epyc_2vcpu", "cpu_xeon_2vcpu", "cuda_h100"]
 
 
+@pytest.mark.parallel_safe  # compares no times: the module's timing tests stay serial
 def test_a_bad_calibrate_argument_is_one_line_and_exit_2(run_cli, tmp_path):
     root = _models_with(tmp_path, ("cpu_epyc_2vcpu",), [])
     r = run_cli("calibrate", "--models", root, "--set", "cuda_h100")
@@ -382,6 +384,7 @@ def test_a_set_for_another_cpu_points_to_calibrate(tmp_path):
     assert "Some Other CPU" in note and "`perfpredict calibrate` carries a set to this CPU" in note
 
 
+@pytest.mark.parallel_safe  # compares no times: the module's timing tests stay serial
 def test_ctrl_c_keeps_the_references_measured_and_exits_130(tmp_path):
     import sys
 
