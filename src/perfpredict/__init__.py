@@ -3,8 +3,10 @@
 Python API (the CLI is ``perfpredict``)::
 
     from perfpredict import profile, PerformanceCard, fit_rate_model
-    card = profile("model.py", batch_sizes=[8, 16, 32]).card
-    card.latency_s(iterations=1000, batch_size=64)
+
+    if __name__ == "__main__":  # in a script: the measuring processes import it again (not in a notebook)
+        card = profile("model.py", batch_sizes=[8, 16, 32]).card
+        card.latency_s(iterations=1000, batch_size=64)
 """
 
 from __future__ import annotations

@@ -722,8 +722,10 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
         features = {**features.features.model_dump(), "param_count": features.model.parameters,
                     "name": features.model.name, "family": features.model.family}
     if not isinstance(features, Mapping):
-        raise UsageError(f"features must be a mapping of graph features or an ArchFeatures, got "
-                         f"{type(features).__name__}", step="predict")
+        hint = (": a card's graph features lack its parameter count, so pass the card itself (features=card)"
+                if type(features).__name__ == "GraphFeatures" else "")
+        raise UsageError(f"features must be a mapping of graph features, an ArchFeatures or a PerformanceCard, got "
+                         f"{type(features).__name__}{hint}", step="predict")
     from perfpredict.estimators.feature_schema import check_feature_mapping
 
     return ArchFeatures.from_dict(check_feature_mapping(features))
