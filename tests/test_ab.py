@@ -137,6 +137,7 @@ def test_cli_names_same_named_files_by_folder_and_leaves_no_folder_when_nothing_
     (run,) = client.search_runs([client.get_experiment_by_name("perfpredict-profiles").experiment_id])
     assert [Path(run.data.params[k]) for k in ("base_target", "new_target")] == [tmp_path / "v1" / "model.py",
                                                                                tmp_path / "v2" / "model.py"]
+    assert run.data.tags["device.kind"] == run.data.params["device"] == "cpu"  # the tags a profile's run has
     failed = run_cli("ab", "v1/model.py", "bad.py", *quick, "--no-mlflow")
     assert failed.returncode != 0 and "no model today" in failed.stderr and "Traceback" not in failed.stderr
     assert sorted(p.name for p in (tmp_path / "perfpredict-out").iterdir()) == ["ab-v1-model-v2-model"]

@@ -158,6 +158,7 @@ def test_cli_measured_writes_the_result_and_logs_it(run_cli, write_model, tmp_pa
     assert runs["metrics.largest_ok_batch"].tolist() == [doc["largest_ok"]]
     assert runs["tags.perfpredict.kind"].tolist() == ["max_batch"]
     assert runs["status"].tolist() == ["FINISHED"] and runs["tags.perfpredict.interrupted"].tolist() == ["false"]
+    assert runs["tags.device.kind"].tolist() == ["cpu"] and runs["params.device"].tolist() == ["cpu"]  # as a profile's
 
 
 def test_cli_predicted_and_its_argument_errors(run_cli, tmp_path):
@@ -165,7 +166,7 @@ def test_cli_predicted_and_its_argument_errors(run_cli, tmp_path):
                    "--no-mlflow", "--out", "p")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((tmp_path / "p" / "max_batch_predicted.json").read_text())
-    assert doc["source"] == "predicted" and doc["largest_ok"] > 1
+    assert doc["source"] == "predicted" and doc["largest_ok"] > 1 and doc["model_set"].startswith("cpu_")
     # nothing fits: the answer is written, and the exit is not a success (`max-batch ... && train` stops there)
     none = run_cli("max-batch", "zoo:mlp", "--predicted", "--memory-limit", "1MB", "--device-type", "cpu",
                    "--no-mlflow", "--out", "none")

@@ -125,4 +125,4 @@ def predicted_largest_batch(predictor: Any, arch: ArchFeatures, memory_limit_byt
                       device_name=ms.device_name, mode=ms.mode, precision=ms.precision,
                       compiled=False, memory_limit_bytes=int(memory_limit_bytes), multiple_of=multiple_of,
                       max_batch=max_batch, largest_ok=lo, smallest_failed=hi, stopped_because=reason,
-                      probes=ordered, wall_s=time.perf_counter() - t0, notes=notes)
+                      probes=ordered, wall_s=time.perf_counter() - t0, notes=notes, model_set=ms.name)

@@ -154,6 +154,11 @@ def log_profile(card: PerformanceCard, out_dir: str | Path | None = None, *,
         return run.info.run_id
 
 
+def _device_tags(device: str, name: str | None) -> dict[str, str]:
+    """The device tags every run that measured or predicted on a device carries, as a profile's do."""
+    return {"device.kind": device.split(":")[0], **({"device.name": name} if name else {})}
+
+
 def _flag(value: bool) -> str:
     """A boolean tag, spelt one way in every run (``true``/``false``)."""
     return "true" if value else "false"
@@ -174,9 +179,11 @@ def log_batch_limit(result, path: str | Path, *, experiment: str = PROFILE_EXPER
     prepare(experiment)
     with mlflow.start_run(run_name=f"{result.model} max batch") as run:
         mlflow.set_tags({"perfpredict.kind": "max_batch", "perfpredict.source": result.source,
-                         "perfpredict.device": result.device, "perfpredict.interrupted": _flag(result.interrupted)})
+                         "perfpredict.device": result.device, "perfpredict.interrupted": _flag(result.interrupted),
+                         **_device_tags(result.device, result.device_name)})
         mlflow.log_params({k: str(v)[:500] for k, v in {
-            "model": result.model, "device_name": result.device_name, "mode": result.mode,
+            "model": result.model, "device": result.device, "device_name": result.device_name,
+            "model_set": result.model_set, "mode": result.mode,
             "precision": result.precision, "compiled": result.compiled, "memory_limit_bytes": result.memory_limit_bytes,
             "multiple_of": result.multiple_of, "max_batch": result.max_batch}.items() if v is not None})
         metrics = {"largest_ok_batch": result.largest_ok, "smallest_failed_batch": result.smallest_failed,
@@ -202,12 +209,14 @@ def log_ab(result, path: str | Path, *, experiment: str = PROFILE_EXPERIMENT) ->
     prepare(experiment)
     with mlflow.start_run(run_name=f"ab {result.base.model} vs {result.new.model}") as run:
         mlflow.set_tags({"perfpredict.kind": "ab", "perfpredict.verdict": result.verdict,
-                         "perfpredict.device": result.device, "perfpredict.interrupted": _flag(result.interrupted)})
+                         "perfpredict.device": result.device, "perfpredict.interrupted": _flag(result.interrupted),
+                         **_device_tags(result.device, result.device_name)})
         mlflow.log_params({k: str(v)[:500] for k, v in {
             "base": result.base.model, "base_precision": result.base.precision, "base_compiled": result.base.compiled,
             "new": result.new.model, "new_precision": result.new.precision, "new_compiled": result.new.compiled,
             "base_target": result.base.target, "new_target": result.new.target,
-            "batch_size": result.batch_size, "mode": result.mode, "device_name": result.device_name}.items()
+            "batch_size": result.batch_size, "mode": result.mode, "device": result.device,
+            "device_name": result.device_name}.items()
             if v is not None})
         metrics = {"speedup": result.speedup, "speedup_ci_low": result.ci_low, "speedup_ci_high": result.ci_high,
                    "peak_ratio": result.peak_ratio, "rounds": len(result.rounds), "ab_wall_s": result.wall_s}

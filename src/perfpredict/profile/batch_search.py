@@ -72,6 +72,7 @@ class BatchLimit(BaseModel):
     probes: list[BatchProbe]
     wall_s: float
     notes: list[str] = Field(default_factory=list)
+    model_set: str | None = Field(None, description="predicted: the model set that answered")
 
     def probe(self, batch_size: int | None) -> BatchProbe | None:
         return next((p for p in self.probes if p.batch_size == batch_size), None)
