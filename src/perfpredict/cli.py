@@ -37,7 +37,8 @@ from perfpredict import __version__
 from perfpredict.errors import PerfPredictError, UsageError, error_line, forget_handled_interrupt
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Profile, model and predict the performance of deep-learning training jobs.")
+                  help="Profile, model and predict the performance of deep-learning training jobs.",
+                  epilog="Every command takes --debug: an error then shows its traceback.")
 # Piped output has no terminal width; 80 columns would wrap the summary table, so use a wider page.
 out_console = Console(width=None if sys.stdout.isatty() else 130)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 130)
