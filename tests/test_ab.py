@@ -138,6 +138,10 @@ def test_cli_names_same_named_files_by_folder_and_leaves_no_folder_when_nothing_
     assert [Path(run.data.params[k]) for k in ("base_target", "new_target")] == [tmp_path / "v1" / "model.py",
                                                                                tmp_path / "v2" / "model.py"]
     assert run.data.tags["device.kind"] == run.data.params["device"] == "cpu"  # the tags a profile's run has
+    p = run.data.params  # the settings, so the run can be repeated as it was
+    assert (p["threads"], float(p["min_time_s"]), float(p["max_time_s"])) == ("1", 0.1, 0.2)
+    doc = json.loads((tmp_path / "perfpredict-out" / "ab-v1-model-v2-model" / "ab.json").read_text())
+    assert (doc["threads"], doc["min_time_s"], doc["max_time_s"]) == (1, 0.1, 0.2)
     failed = run_cli("ab", "v1/model.py", "bad.py", *quick, "--no-mlflow")
     assert failed.returncode != 0 and "no model today" in failed.stderr and "Traceback" not in failed.stderr
     assert sorted(p.name for p in (tmp_path / "perfpredict-out").iterdir()) == ["ab-v1-model-v2-model"]

@@ -216,7 +216,8 @@ def log_ab(result, path: str | Path, *, experiment: str = PROFILE_EXPERIMENT) ->
             "new": result.new.model, "new_precision": result.new.precision, "new_compiled": result.new.compiled,
             "base_target": result.base.target, "new_target": result.new.target,
             "batch_size": result.batch_size, "mode": result.mode, "device": result.device,
-            "device_name": result.device_name}.items()
+            "device_name": result.device_name, "threads": result.threads, "min_time_s": result.min_time_s,
+            "max_time_s": result.max_time_s}.items()
             if v is not None})
         metrics = {"speedup": result.speedup, "speedup_ci_low": result.ci_low, "speedup_ci_high": result.ci_high,
                    "peak_ratio": result.peak_ratio, "rounds": len(result.rounds), "ab_wall_s": result.wall_s}

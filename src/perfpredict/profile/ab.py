@@ -68,6 +68,10 @@ class ABResult(BaseModel):
     interrupted: bool = False
     wall_s: float
     notes: list[str] = Field(default_factory=list)
+    #: the settings each measurement ran with, so a run can be repeated as it was
+    threads: int | None = Field(None, description="torch intra-op threads per measurement (None: all cores)")
+    min_time_s: float | None = None
+    max_time_s: float | None = None
 
 
 def summarize(log_ratios: list[float]) -> tuple[float | None, float | None, float | None, Verdict]:
@@ -190,4 +194,5 @@ def compare_jobs(base: Workload, new: Workload, batch_size: int, *, rounds: int 
     return ABResult(base=_side("base", base), new=_side("new", new), batch_size=batch_size, mode=mode, device=dev,
                     device_name=info.get("name"), rounds=done, speedup=speedup, ci_low=low, ci_high=high,
                     verdict=verdict, peak_ratio=statistics.median(peaks) if peaks else None, stopped_because=reason,
-                    interrupted=interrupted, wall_s=time.perf_counter() - t0, notes=notes)
+                    interrupted=interrupted, wall_s=time.perf_counter() - t0, notes=notes, threads=threads,
+                    min_time_s=timing.min_time_s, max_time_s=timing.max_time_s)
