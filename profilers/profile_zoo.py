@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.mlflow:
             from perfpredict.tracking import log_profile
 
-            log_profile(card, card_path.parent, experiment="perfpredict-zoo-sweep", failed=outcome.error is not None,
+            log_profile(card, experiment="perfpredict-zoo-sweep", failed=outcome.error is not None,
                         files=[f for f in (outcome.onnx_path,) if f])
         best = max((p.samples_per_s for p in card.measured_points()), default=0.0)
         print(f"[{i + 1}/{len(configs)}] {cname}: {card.status}, best {best:.1f} samples/s, "

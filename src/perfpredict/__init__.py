@@ -34,7 +34,7 @@ def profile_model(target: str, *, params: dict | None = None, batch_sizes=None, 
     from perfpredict.errors import UsageError
     from perfpredict.profile.main_guard import check_main_guard
     from perfpredict.profile.profiler import ProfileSettings, profile_workload
-    from perfpredict.workload import parse_batch_sizes, resolve_workload
+    from perfpredict.workload import resolve_workload
 
     check_main_guard("perfpredict.profile()")  # measuring processes import the caller's script again
     if not isinstance(target, (str, os.PathLike)):
@@ -47,8 +47,8 @@ def profile_model(target: str, *, params: dict | None = None, batch_sizes=None, 
         problem = output_dir_problem(out_dir)
         if problem:
             raise UsageError(f"out_dir: {problem}", step="arguments")
-    sizes = parse_batch_sizes(batch_sizes) if batch_sizes is not None else None  # [] is an error, not the default
-    s = ProfileSettings(batch_sizes=sizes, mode=mode, device=device, **settings)
+    # ProfileSettings checks the sizes as --batch-sizes is checked ([] is an error, not the default)
+    s = ProfileSettings(batch_sizes=batch_sizes, mode=mode, device=device, **settings)
     if not isinstance(compile, bool):
         raise UsageError(f"compile must be True or False, got {compile!r}", step="arguments")
     workload = resolve_workload(str(target), params, precision, compile or None)

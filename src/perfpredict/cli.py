@@ -480,7 +480,7 @@ def profile(
         from perfpredict.tracking import log_profile, tracking_uri, ui_command
 
         try:
-            run_id = log_profile(card, out_dir, experiment=experiment, failed=outcome.error is not None,
+            run_id = log_profile(card, experiment=experiment, failed=outcome.error is not None,
                                  files=[f for f in (outcome.onnx_path, *plots) if f])
             out_console.print(f"mlflow: run {run_id} in {tracking_uri()} (experiment {experiment!r}); "
                               f"view with: {ui_command()}", highlight=False)
@@ -498,8 +498,7 @@ def _log_interrupted_profile(card_file: Path, experiment: str) -> None:
     from perfpredict.tracking import log_profile
 
     try:
-        run_id = log_profile(PerformanceCard.load(card_file), card_file.parent, experiment=experiment,
-                             status="KILLED")
+        run_id = log_profile(PerformanceCard.load(card_file), experiment=experiment, interrupted=True)
         err_console.print(f"mlflow: run {run_id} (KILLED) has the measurements finished so far", highlight=False)
     except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001
         err_console.print(f"[yellow]warning[/]: the interrupted profile was not logged to MLflow "

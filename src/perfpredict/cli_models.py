@@ -29,7 +29,7 @@ def train(
     linear columns are learned corrections on top of the physical baseline."""
     from perfpredict.cli import check_out_dir
     from perfpredict.estimators.targets import BASELINE_CORRECTION
-    from perfpredict.estimators.train import train_all
+    from perfpredict.estimators.train import rows_left_out, train_all
 
     if not datasets.is_dir():
         raise UsageError(f"no datasets folder at {datasets}", step="train")
@@ -59,10 +59,10 @@ def train(
                       f"{ev['quantiles_family_cv']['coverage']:.0%} → "
                       f"{ev['interval_calibration']['nested_family_cv']['coverage']:.0%}")
         out_console.print(t)
-        for name, e in ts.metadata["targets"].items():
-            if e["rows"] < ts.metadata["rows"]:
-                out_console.print(f"note: {name} was fitted on {e['rows']} of the {ts.metadata['rows']} rows (the "
-                                  f"others have no positive finite {e['column']})", style="dim", highlight=False)
+        for name in ts.metadata["targets"]:
+            left_out = rows_left_out(ts.metadata, name)
+            if left_out:
+                out_console.print(f"note: {name}: {escape(left_out)}", style="dim", highlight=False)
         out_console.print(f"saved to {ts.out_dir}/ (report.md has the full tables)")
         if not no_mlflow:
             from perfpredict.estimators.tracking import log_training

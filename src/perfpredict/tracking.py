@@ -69,13 +69,29 @@ def prepare(experiment: str = PROFILE_EXPERIMENT, *, quick: bool = False) -> str
         return mlflow.set_experiment(experiment).experiment_id
 
 
-def log_profile(card: PerformanceCard, out_dir: str | Path | None = None, *,
-                experiment: str = PROFILE_EXPERIMENT, failed: bool = False,
-                files: list[str | Path] | tuple[str | Path, ...] = (), status: str | None = None) -> str:
+def _device_tags(device: str, name: str | None) -> dict[str, str]:
+    """The device tags every run that measured or predicted on a device carries, as a profile's do."""
+    return {"device.kind": device.split(":")[0], **({"device.name": name} if name else {})}
+
+
+def _flag(value: bool) -> str:
+    """A boolean tag, spelt one way in every run (``true``/``false``)."""
+    return "true" if value else "false"
+
+
+def _end(mlflow, *, interrupted: bool = False, failed: bool = False) -> None:
+    """End the active run KILLED after a Ctrl-C, FAILED when the command exits with an error (the MLflow UI's
+    status column then agrees with the exit code); else it ends FINISHED as the ``with`` block closes."""
+    if interrupted or failed:
+        mlflow.end_run(status="KILLED" if interrupted else "FAILED")
+
+
+def log_profile(card: PerformanceCard, *, experiment: str = PROFILE_EXPERIMENT, failed: bool = False,
+                interrupted: bool = False, files: list[str | Path] | tuple[str | Path, ...] = ()) -> str:
     """Log ``card`` as one MLflow run, with ``card.json`` and the ``files`` the profile wrote (its ONNX export, its
-    plots) as artifacts; return the run id. Other files in ``out_dir`` are not logged: an output folder shared
-    with other work (or ``-o .``, which holds the MLflow store itself) is not copied into the store.
-    ``failed`` ends the run FAILED; ``status`` names another end state (KILLED after a Ctrl-C)."""
+    plots) as artifacts; return the run id. Nothing else in the output folder is logged: one shared with other
+    work (or ``-o .``, which holds the MLflow store itself) is not copied into the store. The run ends FAILED
+    with ``failed``, KILLED with ``interrupted`` (a Ctrl-C kept the card)."""
     import mlflow
 
     prepare(experiment)
@@ -149,26 +165,8 @@ def log_profile(card: PerformanceCard, out_dir: str | Path | None = None, *,
         for f in files:
             if Path(f).is_file() and Path(f).name != "card.json":
                 mlflow.log_artifact(str(f))
-        if status or failed:
-            mlflow.end_run(status=status or "FAILED")
+        _end(mlflow, interrupted=interrupted, failed=failed)
         return run.info.run_id
-
-
-def _device_tags(device: str, name: str | None) -> dict[str, str]:
-    """The device tags every run that measured or predicted on a device carries, as a profile's do."""
-    return {"device.kind": device.split(":")[0], **({"device.name": name} if name else {})}
-
-
-def _flag(value: bool) -> str:
-    """A boolean tag, spelt one way in every run (``true``/``false``)."""
-    return "true" if value else "false"
-
-
-def _end(mlflow, *, interrupted: bool = False, failed: bool = False) -> None:
-    """End the active run KILLED after a Ctrl-C, FAILED when the command exits with an error (the MLflow UI's
-    status column then agrees with the exit code); else it ends FINISHED as the ``with`` block closes."""
-    if interrupted or failed:
-        mlflow.end_run(status="KILLED" if interrupted else "FAILED")
 
 
 def log_batch_limit(result, path: str | Path, *, experiment: str = PROFILE_EXPERIMENT) -> str:
@@ -352,7 +350,7 @@ def log_simulation(run, *, experiment: str = SIMULATION_EXPERIMENT) -> str:
                 metrics.update({f"{seed}.{k}": float(v) for k, v in values.items()
                                 if isinstance(v, (int, float)) and not isinstance(v, bool)})
         mlflow.log_metrics({k: v for k, v in metrics.items() if not math.isnan(v)})
-        for f in getattr(run, "files", None) or []:  # what this run wrote, not whatever else is in out_dir
+        for f in run.files:  # what this run wrote, not whatever else is in out_dir
             if Path(f).is_file():
                 mlflow.log_artifact(str(f))
         return active.info.run_id

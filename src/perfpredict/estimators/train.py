@@ -305,6 +305,17 @@ def _fmt(m: dict[str, float], spec_name: str) -> str:
     return s + (f" | {m['rmsle_fraction']:.3f}" if spec_name == "gpu_utilization" else "")
 
 
+def rows_left_out(meta: dict[str, Any], name: str) -> str | None:
+    """Why target ``name`` of a trained set's ``meta`` was fitted on fewer rows than the set has (blank, NaN, zero
+    or negative values are no measurement), or None; the train summary and report.md both say it."""
+    t = meta["targets"][name]
+    if t.get("rows", meta["rows"]) >= meta["rows"]:
+        return None
+    prior = " (or its prior column)" if name == "gpu_utilization" else ""
+    return (f"Fitted on {t['rows']} of the {meta['rows']} rows; the other {meta['rows'] - t['rows']} have no "
+            f"positive finite `{t['column']}`{prior}")
+
+
 def render_report(meta: dict[str, Any]) -> str:
     lines = [f"# Estimators for `{meta['dataset']}` ({meta['device_name']})", "",
              f"{meta['rows']} measured {'training steps' if meta.get('mode', 'train') == 'train' else 'inference passes'}"
@@ -326,10 +337,9 @@ def render_report(meta: dict[str, Any]) -> str:
     for name, t in meta["targets"].items():
         ev = t.get("evaluation")
         lines += [f"## {name} ({t['unit']})", ""]
-        if t.get("rows", meta["rows"]) < meta["rows"]:  # blank, NaN, zero or negative: not a measurement
-            lines += [f"Fitted on {t['rows']} of the {meta['rows']} rows; the other {meta['rows'] - t['rows']} have "
-                      f"no positive finite `{t['column']}`" + (" (or its prior column)" if name == "gpu_utilization"
-                                                                 else "") + ".", ""]
+        left_out = rows_left_out(meta, name)
+        if left_out:
+            lines += [f"{left_out}.", ""]
         if not ev:
             lines += ["(not evaluated)", ""]
             continue
