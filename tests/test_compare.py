@@ -85,6 +85,7 @@ def test_cli_prints_the_table_writes_files_and_logs_one_mlflow_run(run_cli, tmp_
     summary = {(r["scheduler"], r["metric"]): r for r in json.loads((tmp_path / "c" / "summary.json").read_text())["summary"]}
     assert m["fifo_tune/avg_jct_s.vs_baseline"] == pytest.approx(summary[("fifo+tune", "avg_jct_s")]["vs_baseline"])
     assert runs[0].data.tags["perfpredict.kind"] == "comparison"
+    assert runs[0].data.params["cluster"] == "2x8V100"  # named as `simulate` names it
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -93,6 +94,7 @@ def test_cli_prints_the_table_writes_files_and_logs_one_mlflow_run(run_cli, tmp_
     (["-m", "tune", "--metric", "jct"], "unknown metric"),
     (["-m", "tune", "-p", "fifo", "-p", "fifo"], "named twice"),
     (["-m", "tune", "--trace", "nowhere.csv"], "does not exist"),
+    (["-m", "tune", "--cluster", "2y8"], "cluster"),
 ])
 def test_cli_bad_input_is_one_line_and_exit_2(run_cli, tmp_path, args, needle):
     proc = run_cli("compare", *args, "--no-mlflow", "--out", "c")

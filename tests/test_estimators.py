@@ -180,6 +180,20 @@ def test_bad_predict_arguments_are_usage_errors(predictor):
         predictor.model_set("tpu")
 
 
+def test_a_cpu_only_models_folder_names_the_cpu_kind_when_the_default_cuda_has_no_set(tmp_path):
+    """The default kind is cuda; a folder holding only CPU sets says how to ask for them."""
+    import shutil
+
+    from perfpredict import Predictor
+    from perfpredict.errors import UsageError
+
+    shutil.copytree(MODELS / "cpu_xeon_2vcpu", tmp_path / "cpu_xeon_2vcpu")
+    pred = Predictor.load(tmp_path)
+    with pytest.raises(UsageError, match=r"default when none is named.*--device-type cpu"):
+        pred.model_set()
+    assert pred.model_set("cpu").name == "cpu_xeon_2vcpu"
+
+
 def test_inference_models_predict_less_memory_and_time_than_training(predictor):
     """The CPU inference set (forward passes under no_grad) is chosen by ``mode``; for the same architecture
     and batch it predicts less memory than the training set does (no gradients, optimizer state or saved

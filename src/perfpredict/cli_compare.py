@@ -98,6 +98,9 @@ def compare(
     if jobs < 1:
         raise UsageError(f"--jobs must be at least 1, got {jobs}", step="arguments")
     schedulers = parse_schedulers(policy or ["fifo"], mechanism)
+    from perfpredict.sim.run import parse_cluster
+
+    cluster_name = parse_cluster(cluster).name  # as `simulate` names it (2x4 -> 2x4V100); a bad spec stops here
     metrics = check_metrics(metric or DEFAULT_METRICS)
     check_out_dir(out)
     if not no_mlflow:
@@ -118,7 +121,7 @@ def compare(
         cmp = run_compare(trace, cluster, schedulers, seed_list, metrics=metrics, cards=cards, config=cfg,
                           steady=window, out_dir=out, jobs=jobs, on_run=done, ray_address=ray)
     summary = cmp.summary()
-    table = Table(title=f"{len(schedulers)} schedulers on {trace} / {cluster}, {len(seed_list)} seed(s); "
+    table = Table(title=f"{len(schedulers)} schedulers on {trace} / {cluster_name}, {len(seed_list)} seed(s); "
                         f"change vs {cmp.baseline.label}, paired by seed (± standard error)", title_style="bold")
     table.add_column("scheduler")
     for m in metrics:
@@ -151,7 +154,7 @@ def compare(
         from perfpredict.tracking import log_comparison, tracking_uri
 
         try:
-            run_id = log_comparison(cmp, out, trace=trace, cluster=cluster, experiment=experiment)
+            run_id = log_comparison(cmp, out, trace=trace, cluster=cluster_name, experiment=experiment)
             out_console.print(f"mlflow: run {run_id} in {tracking_uri()} (experiment {experiment!r})", highlight=False)
         except Exception as e:  # noqa: BLE001 - tracking failure must not lose the results (already on disk)
             err_console.print(f"[yellow]warning[/]: MLflow logging failed ({type(e).__name__}: {e}); "

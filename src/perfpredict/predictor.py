@@ -488,6 +488,8 @@ class Predictor:
         asked = repr(device_type) if device_type else f"'{kind}' (the default when none is named)"
         hint = ("; measure a set with `python profilers/collect_dataset.py measure --device cuda --mode infer` on a "
                 "GPU and train it" if kind == "cuda" and want == "infer" else "")
+        if not device_type and any(s.device_kind == "cpu" for s in self.sets.values()):
+            hint += "; for a CPU prediction name it: device_type='cpu' (--device-type cpu)"
         broken = ("; could not be loaded: " + "; ".join(self.unusable_sets.values())) if self.unusable_sets else ""
         raise UsageError(f"no trained models for device type {asked} in {want} mode at {prec}; available: "
                          + ", ".join(f"{n} ({s.mode}, {s.precision})" for n, s in self.sets.items()) + hint
