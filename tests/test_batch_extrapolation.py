@@ -151,3 +151,33 @@ def test_the_widening_starts_past_the_nearest_profiled_architectures_own_largest
         assert point.outside_trained_batches == (name == near)
         notes = [n for n in card.prediction.notes if "extrapolated" in n]
         assert bool(notes) == (name == near) and all(name in n and "per doubling" in n for n in notes)
+
+
+@pytest.mark.parametrize("device_type", ["cuda_h100", "cuda_h200"])
+def test_the_gpu_memory_to_reserve_is_never_below_the_jobs_own_peak_allocation(predictor, device_type):
+    """NVML's process memory holds the allocator's peak, so every quantile of the predicted device memory is at
+    least the peak memory's, also past the trained batches where the two fitted q90s widen at different rates;
+    and a predicted largest batch holds the peak's q90 to the limit too."""
+    from perfpredict.estimators.arch import from_workload
+
+    batches = [8, 512, 4096, 16384, 65536]
+    crossed_before = False
+    for family in ("resnet", "transformer", "vgg", "mlp"):
+        feats = from_workload(f"zoo:{family}", {})
+        v = predictor.predict_values(feats, batches, device_type=device_type)
+        for q in ("q10", "median", "q90"):
+            assert np.all(np.array(v["device_memory"][q]) >= np.array(v["peak_memory"][q])), (family, q)
+        ms = predictor.sets[device_type]
+        from perfpredict.estimators.design import design_matrix
+
+        X = design_matrix([(ms.with_graph_counts(feats), b) for b in batches], device_kind=ms.device_kind)
+        near, top = ms.reach(ms.with_graph_counts(feats))
+        past = ms.doublings_past(batches, top)
+        _, raw_device = ms.targets["device_memory"].predict(X, doublings_past=past)
+        _, raw_peak = ms.targets["peak_memory"].predict(X, doublings_past=past)
+        crossed_before |= bool(np.any(raw_device[:, -1] < raw_peak[:, -1]))
+        r = predictor.largest_batch(features=feats, memory_limit_bytes=80e9, device_type=device_type)
+        if r.largest_ok is not None:
+            at = predictor.predict_values(feats, [r.largest_ok], device_type=device_type)["peak_memory"]
+            assert max(at["q90"][0], at["median"][0]) <= 80e9, (family, r.largest_ok)
+    assert crossed_before  # the fitted q90s do cross somewhere here: the rule is what holds them apart

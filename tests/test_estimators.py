@@ -178,6 +178,15 @@ def test_bad_predict_arguments_are_usage_errors(predictor):
         predictor.predict("zoo:mlp", batch_sizes=[0])
     with pytest.raises(UsageError, match="no trained models for device type"):
         predictor.model_set("tpu")
+    # a GPU's name or part of a set's name points at the set; torch's cuda:0 is the cuda kind
+    for typed in ("NVIDIA H100 80GB HBM3", "h100"):
+        with pytest.raises(UsageError, match="did you mean 'cuda_h100'"):
+            predictor.model_set(typed)
+    assert predictor.model_set("cuda:0").device_kind == "cuda"
+    # no set of the default kind at fp16: the hint names no CPU set, none has fp16 either
+    with pytest.raises(UsageError) as e:
+        predictor.model_set(precision="fp16")
+    assert "--device-type cpu" not in str(e.value)
 
 
 def test_a_cpu_only_models_folder_names_the_cpu_kind_when_the_default_cuda_has_no_set(tmp_path):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -458,6 +459,8 @@ class Predictor:
             from perfpredict.workload.ref import check_precision
 
             precision = check_precision(precision)
+        if isinstance(device_type, str) and re.fullmatch(r"(?i)cuda:\d+", device_type.strip()):
+            device_type = "cuda"  # torch's spelling of a device: its kind picks the set
         if isinstance(device_type, str) and device_type not in self.sets and device_type.lower() in (
                 {"cuda", "cpu"} | set(self.sets) | set(self.unusable_sets)):
             device_type = device_type.lower()  # CUDA, Cuda_H100: names are lower case
@@ -488,8 +491,16 @@ class Predictor:
         asked = repr(device_type) if device_type else f"'{kind}' (the default when none is named)"
         hint = ("; measure a set with `python profilers/collect_dataset.py measure --device cuda --mode infer` on a "
                 "GPU and train it" if kind == "cuda" and want == "infer" else "")
-        if not device_type and any(s.device_kind == "cpu" for s in self.sets.values()):
+        if not device_type and any(s.device_kind == "cpu" and s.mode == want and s.precision == prec
+                                   for s in self.sets.values()):
             hint += "; for a CPU prediction name it: device_type='cpu' (--device-type cpu)"
+        if device_type and kind not in ("cuda", "cpu"):
+            typed = kind.lower().strip()
+            near = [n for n, s in self.sets.items() if s.mode == want and s.precision == prec and typed
+                    and (typed in n or typed == (s.device_name or "").lower() or typed in (s.device_name or "").lower())]
+            if near:
+                hint += "; did you mean " + " or ".join(repr(n) for n in near) + " (model sets are named by their "\
+                        "folder in trained_models/, as `perfpredict models` lists them)"
         broken = ("; could not be loaded: " + "; ".join(self.unusable_sets.values())) if self.unusable_sets else ""
         raise UsageError(f"no trained models for device type {asked} in {want} mode at {prec}; available: "
                          + ", ".join(f"{n} ({s.mode}, {s.precision})" for n, s in self.sets.items()) + hint
@@ -801,7 +812,18 @@ def _estimate(ms: ModelSet, arch: ArchFeatures, batch_sizes: Sequence[int], esti
     if allow_fallback and dist > ms.ood_threshold:
         method = "nearest_profiled"
         preds = _fallback(ms, near, arch, batch_sizes, preds)
+    if "device_memory" in preds and "peak_memory" in preds:
+        preds["device_memory"] = _at_least(preds["device_memory"], preds["peak_memory"])
     return _Estimate(X=X, preds=preds, near=near, dist=dist, reach=reach, past=past, method=method)
+
+
+def _at_least(device: tuple, peak: tuple) -> tuple:
+    """The GPU memory NVML attributes to the process holds the allocator's peak (the reserve holds what was
+    allocated, plus the CUDA context), so each of its quantiles is at least the peak's. The two are fitted
+    apart, and past the trained batch sizes their q90s widen at different rates (H100 ResNet at batch 16384:
+    device q90 0.85x the peak's), which would let a placement reserve less than the job allocates."""
+    (d, dq), (m, mq) = device, peak
+    return np.maximum(d, m), np.maximum(dq, mq)
 
 
 def _fallback(ms: ModelSet, name: str, arch: ArchFeatures, batch_sizes: Sequence[int], preds: dict) -> dict:
