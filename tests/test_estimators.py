@@ -183,6 +183,10 @@ def test_bad_predict_arguments_are_usage_errors(predictor):
         with pytest.raises(UsageError, match="did you mean 'cuda_h100'"):
             predictor.model_set(typed)
     assert predictor.model_set("cuda:0").device_kind == "cuda"
+    # params shape a zoo model; for an ONNX file or a feature vector they were ignored without a word
+    with pytest.raises(UsageError, match="params apply to a model file or zoo"):
+        predictor.predict(features={"forward_macs_per_sample": 1e6, "param_count": 1e5, "param_bytes": 4e5,
+                                    "activation_bytes_per_sample": 1e4, "num_nodes": 5}, params={"width": 8})
     # no set of the default kind at fp16: the hint names no CPU set, none has fp16 either
     with pytest.raises(UsageError) as e:
         predictor.model_set(precision="fp16")

@@ -257,3 +257,155 @@ def test_precision_picks_the_set_trained_at_it_on_both_routes(client, onnx_bytes
     assert models["cpu_epyc_2vcpu"]["device_name"] == models["cpu_epyc_genoa_2vcpu"]["device_name"]
     assert models["cpu_epyc_2vcpu"]["cpu_id"] is None
     _assert_still_serving(client)
+
+
+def test_a_key_a_route_does_not_know_is_refused_by_name_not_ignored(client):
+    """``batch_size`` for ``batch_sizes`` used to be answered for the default batch, 32, without a word."""
+    r = _post(client, batch_size=64)
+    _assert_refused(r, "batch_size", "Extra inputs are not permitted")
+    r = client.post("/max-batch", json={"features": F, "memory_limit_bytes": 2**30, "device_type": "cpu",
+                                        "quantile_": "median"})
+    _assert_refused(r, "quantile_")
+    r = client.post("/colocation", json={"jobs": [{"features": F, "batch": 8}, {"features": F}]})
+    _assert_refused(r, "batch")
+    _assert_still_serving(client)
+
+
+def test_batch_sizes_are_integers_on_the_json_route_as_in_the_python_api(client):
+    _assert_refused(_post(client, batch_sizes=["64", True]), "batch_sizes", "valid integer")
+    _assert_refused(_post(client, batch_sizes=[8.0]), "batch_sizes", "valid integer")
+
+
+def test_mode_is_taken_in_any_case_like_precision(client, onnx_bytes):
+    r = _post(client, batch_sizes=[16], device_type="cpu", mode=" INFER ")
+    assert r.status_code == 200, r.text
+    assert r.json()["run"]["mode"] == "infer"
+    files = {"file": ("m.onnx", onnx_bytes, "application/octet-stream")}
+    r = client.post("/predict/onnx", files=files, data={"batch_sizes": "16", "device_type": "cpu", "mode": "Infer"})
+    assert r.status_code == 200 and r.json()["run"]["mode"] == "infer", r.text
+
+
+def test_upload_route_refuses_digits_python_reads_but_nobody_types(client, onnx_bytes):
+    files = {"file": ("m.onnx", onnx_bytes, "application/octet-stream")}
+    for text in ("８", "1_0"):
+        _assert_refused(client.post("/predict/onnx", files=files, data={"batch_sizes": text}),
+                        "comma-separated integers")
+
+
+def test_upload_route_takes_allow_fallback_as_the_json_route_does(client, onnx_bytes):
+    """The tiny MLP is out of distribution for the CPU sets: by default the nearest profiled model answers; with
+    allow_fallback false the estimators do, on both routes alike (the field was ignored on the upload route)."""
+    files = {"file": ("m.onnx", onnx_bytes, "application/octet-stream")}
+    methods = {}
+    for allow in (True, False):
+        r = client.post("/predict/onnx", files=files, data={"batch_sizes": "16", "device_type": "cpu_xeon_2vcpu",
+                                                            "allow_fallback": str(allow).lower()})
+        assert r.status_code == 200, r.text
+        methods[allow] = r.json()["prediction"]["method"]
+    assert methods == {True: "nearest_profiled", False: "estimator"}
+
+
+def test_a_declared_oversized_body_is_refused_before_it_is_received():
+    """The 413 comes from the Content-Length header: the app never asks for the body (it used to read and buffer
+    all of it first, 745 MB resident for a 600 MB upload)."""
+    import asyncio
+
+    from perfpredict import Predictor
+    from perfpredict.service import create_app
+
+    app = create_app(Predictor.load(REPO / "trained_models"), max_upload_bytes=1000)
+    sent: list[dict] = []
+
+    async def receive():
+        raise AssertionError("the body was read")
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+             "scheme": "http", "path": "/predict/onnx", "raw_path": b"/predict/onnx", "query_string": b"",
+             "root_path": "", "headers": [(b"content-length", str(10**9).encode()),
+                                          (b"content-type", b"multipart/form-data; boundary=x")],
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8000)}
+    asyncio.run(app(scope, receive, send))
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    assert start["status"] == 413 and b"larger than 1000 bytes" in body
+
+
+def test_a_validation_error_does_not_echo_a_long_input(client):
+    r = _post(client, {"param_bytes": "9" * 5000 + "x"})
+    _assert_refused(r, "param_bytes")
+    assert len(r.text) < 1000 and "9999999999" not in r.text
+    r = _post(client, {"param_bytes": "abc"})  # a short one is still echoed
+    _assert_refused(r, '"input":"abc"')
+
+
+def test_the_upload_route_is_run_off_the_event_loop_and_the_schema_documents_its_errors_and_answers(client):
+    """The ONNX route parses and shape-infers for seconds on a large graph: as a coroutine it held every other
+    request (a /health took 8.9 s behind three uploads)."""
+    import inspect
+
+    from fastapi.routing import APIRoute
+
+    route = next(r for r in client.app.routes if isinstance(r, APIRoute) and r.path == "/predict/onnx")
+    assert not inspect.iscoroutinefunction(route.endpoint)
+    spec = client.get("/openapi.json").json()
+    onnx_route = spec["paths"]["/predict/onnx"]["post"]
+    assert {"200", "400", "413", "422"} <= set(onnx_route["responses"])
+    schema_of = {p: spec["paths"][p]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
+                 for p in ("/predict", "/predict/onnx", "/colocation", "/max-batch")}
+    assert schema_of["/predict"]["$ref"].endswith("/PerformanceCard")
+    assert schema_of["/colocation"]["$ref"].endswith("/PairPrediction")
+    assert schema_of["/max-batch"]["$ref"].endswith("/BatchLimit")
+    form = spec["components"]["schemas"][onnx_route["requestBody"]["content"]["multipart/form-data"]["schema"]["$ref"]
+                                         .rsplit("/", 1)[-1]]
+    assert "comma-separated" in form["properties"]["batch_sizes"]["description"]
+    assert "allow_fallback" in form["properties"]
+
+
+def test_an_upload_with_a_constant_stored_in_a_file_is_refused_too(client, tmp_path, monkeypatch):
+    """External data in a node's attribute (a Constant) was not looked for: the answer then said whether a file
+    of that name existed in the server's working directory."""
+    from onnx import TensorProto, helper
+
+    def model(location: str) -> bytes:
+        t = TensorProto(name="c", data_type=TensorProto.FLOAT, dims=[4], data_location=TensorProto.EXTERNAL)
+        for k, v in (("location", location), ("offset", "0"), ("length", "16")):
+            e = t.external_data.add()
+            e.key, e.value = k, v
+        nodes = [helper.make_node("Constant", [], ["c"], value=t), helper.make_node("Add", ["x", "c"], ["y"])]
+        g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "here.bin").write_bytes(b"\0" * 64)
+    answers = {client.post("/predict/onnx", files={"file": ("m.onnx", model(loc), "application/octet-stream")}).text
+               for loc in ("here.bin", "absent.bin")}
+    assert len(answers) == 1 and "external files" in answers.pop()
+
+
+def test_an_onnx_file_with_its_weights_beside_it_is_read_from_any_working_directory(tmp_path, monkeypatch,
+                                                                                      onnx_bytes):
+    """Exporters write weights over 2 GB beside the model (external data); the checker looked them up in the
+    working directory, so the CLI and the Python API read such a file only when run from its folder."""
+    import onnx
+
+    from perfpredict.estimators.arch import from_onnx_file
+
+    m = onnx.load_from_string(onnx_bytes)
+    folder = tmp_path / "export"
+    folder.mkdir()
+    onnx.save_model(m, folder / "m.onnx", save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="m.data", size_threshold=0)
+    assert (folder / "m.data").is_file()
+    monkeypatch.chdir(tmp_path)
+    inline = from_onnx_file(_write(tmp_path / "inline.onnx", onnx_bytes))
+    external = from_onnx_file(folder / "m.onnx")
+    assert external.param_count == inline.param_count == 16 * 8 + 8
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path

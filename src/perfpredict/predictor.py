@@ -757,6 +757,9 @@ def _arch_of(model: str | None, onnx_path: str | Path | None,
     if batch_axis is not None and onnx_path is None:
         raise UsageError("batch_axis applies to ONNX files only (a model.py is exported at batch 1 and 2)",
                          step="predict")
+    if params and model is None:
+        raise UsageError("params apply to a model file or zoo:<family> only (an ONNX file or a feature vector is one "
+                         "fixed architecture)", step="predict")
     if dims and onnx_path is None:
         raise UsageError("dims applies to ONNX files only (a model.py's inputs are its example_inputs)", step="predict")
     if dims is not None and not isinstance(dims, Mapping):

@@ -10,7 +10,7 @@
 - ``POST /predict/onnx`` — multipart upload of an ONNX file (``file``) with ``batch_sizes`` (comma-separated)
   and optional ``device_type``. The file is parsed and shape-inferred by the ``onnx`` library only: no
   onnxruntime session, no Python from the client, nothing executed. Uploads over ``max_upload_bytes`` are
-  refused with 413 before they are parsed.
+  refused with 413 before they are parsed, and before their body is read when their Content-Length says so.
 
 Errors are 4xx, never 500: 400 for an unreadable ONNX file, 413 for an oversized upload, 422 for a request
 that does not match the schema or asks for something impossible. A request the schema refuses (a NaN or
@@ -25,15 +25,18 @@ import sys
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
 
 from perfpredict.errors import PerfPredictError, UsageError
 from perfpredict.estimators.feature_schema import FeatureVector, request_features
 from perfpredict.predictor import MAX_BATCH_SIZE, MAX_BATCH_SIZES
 
 DEFAULT_MAX_UPLOAD_BYTES = 256 * 1024 * 1024
+#: what a multipart body may hold beyond the file: the envelope and the other form fields
+_FORM_MARGIN_BYTES = 64 * 1024
 
-BatchSize = Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE)]
+#: strict: "64" or true is not a batch size (the Python API refuses them too)
+BatchSize = Annotated[int, Field(ge=1, le=MAX_BATCH_SIZE, strict=True)]
 BatchSizes = Annotated[list[BatchSize], Field(min_length=1, max_length=MAX_BATCH_SIZES)]
 _BATCH_SIZES = TypeAdapter(BatchSizes)
 
@@ -48,16 +51,25 @@ def _lower(v: Any) -> Any:
 
 #: fp32 / bf16 / fp16, in any case and with surrounding spaces, as the CLI and the Python API take it
 Precision = Annotated[Literal["fp32", "bf16", "fp16"], BeforeValidator(_lower)]
+#: train / infer, likewise
+Mode = Annotated[Literal["train", "infer"], BeforeValidator(_lower)]
 
 
-class PredictRequest(BaseModel):
+class _Request(BaseModel):
+    """A JSON request body: a key the route does not know is refused (422 naming it), not ignored, since a
+    misspelt ``batch_size`` would otherwise be answered for the default batch."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class PredictRequest(_Request):
     features: FeatureVector
     batch_sizes: BatchSizes = Field(default_factory=lambda: [32], description=f"1 to {MAX_BATCH_SIZES} batch "
                                     f"sizes, each 1 to {MAX_BATCH_SIZE}")
     device_type: str | None = Field(None, description="a model set (e.g. cuda_h100; GET /models lists them with "
                                      "their devices) or a kind (cuda / cpu; cpu: the set measured on the "
                                      "server's CPU model if any, else the first)")
-    mode: Literal["train", "infer"] | None = Field(
+    mode: Mode | None = Field(
         None, description="training steps (default) or inference passes: picks the model set trained on them")
     precision: Precision | None = Field(
         None, description="the autocast precision the job trains at (default fp32): picks the set trained at it")
@@ -68,10 +80,9 @@ def parse_batch_sizes(text: str) -> list[int]:
     """The upload route's comma-separated ``batch_sizes`` under the JSON route's rules (:data:`BatchSizes`);
     a ValueError naming ``batch_sizes`` and what is wrong otherwise."""
     parts = [p.strip() for p in text.split(",") if p.strip()]
-    try:
-        values = [int(p) for p in parts]
-    except ValueError:
-        raise ValueError(f"batch_sizes must be comma-separated integers, got {text[:100]!r}") from None
+    if not all(p.isascii() and p.removeprefix("-").isdigit() for p in parts):  # int() would take "８" or "1_0"
+        raise ValueError(f"batch_sizes must be comma-separated integers, got {text[:100]!r}")
+    values = [int(p) for p in parts]
     try:
         return _BATCH_SIZES.validate_python(values)
     except ValidationError as e:
@@ -90,30 +101,56 @@ def _upload_limit(max_upload_bytes: Any) -> int:
     return int(max_upload_bytes)
 
 
-class MaxBatchRequest(BaseModel):
+class MaxBatchRequest(_Request):
     features: FeatureVector
     memory_limit_bytes: Annotated[float, Field(ge=1, strict=True, allow_inf_nan=False, description="the memory to fit: on a CUDA "
                                                "set the GPU's (NVML process memory, context included), on a CPU "
                                                "set the peak RSS increase of a step")]
     device_type: str | None = Field(None, description="a model set or a kind, as for /predict (default cuda)")
-    mode: Literal["train", "infer"] | None = None
+    mode: Mode | None = None
     precision: Precision | None = None
     quantile: Literal["q90", "median"] = Field("q90", description="which prediction is held to the limit")
     multiple_of: BatchSize = 1
     max_batch: BatchSize | None = Field(None, description=f"largest batch size to consider (default {MAX_BATCH_SIZE})")
 
 
-class PairJob(BaseModel):
+class PairJob(_Request):
     """One job of a co-location request: its graph features and the batch size it runs at."""
 
     features: FeatureVector
     batch_size: BatchSize = 32
 
 
-class ColocationRequest(BaseModel):
+class ColocationRequest(_Request):
     jobs: tuple[PairJob, PairJob]
     device_type: str | None = Field(None, description="a CUDA model set (e.g. cuda_h100) or 'cuda'")
     allow_fallback: bool = True
+
+
+class ErrorMessage(BaseModel):
+    """Every error the routes raise themselves (400, 413, and a 422 for a request the schema let through but
+    the predictor cannot answer: an unknown model set, a batch size list the upload route cannot read)."""
+
+    detail: str
+
+
+#: the errors each POST route documents besides the schema's own 422
+_ERRORS = {400: {"model": ErrorMessage, "description": "an ONNX file that cannot be read"},
+           413: {"model": ErrorMessage, "description": "an upload over the size limit"}}
+_REFUSED = {422: {"description": "the schema's errors as a list (`{\"detail\": [{\"loc\", \"msg\", ...}]}`), or "
+                                 "one line (`{\"detail\": \"...\"}`) for a request the predictor cannot answer"}}
+
+#: a validation error's ``input`` is echoed only this short (a whole feature vector or an upload's bytes were)
+_ECHO_CHARS = 200
+
+
+def _short_inputs(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for e in errors:
+        if "input" in e and len(repr(e["input"])) > _ECHO_CHARS:
+            e = {k: v for k, v in e.items() if k != "input"}
+        out.append(e)
+    return out
 
 
 def _json_safe(obj: Any) -> Any:
@@ -137,8 +174,11 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
     from fastapi.responses import JSONResponse
 
     from perfpredict import __version__
+    from perfpredict.card import PerformanceCard
     from perfpredict.estimators.arch import ArchFeatures, ArchFeaturesError, from_onnx_proto, load_onnx_bytes
+    from perfpredict.pair_prediction import PairPrediction
     from perfpredict.predictor import Predictor
+    from perfpredict.profile.batch_search import BatchLimit
 
     max_upload_bytes = _upload_limit(max_upload_bytes)
     pred = predictor or Predictor.load()
@@ -152,7 +192,19 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):  # noqa: ARG001
         # FastAPI's own handler, save that it cannot render a NaN the client sent back to it (a 500)
-        return JSONResponse(status_code=422, content={"detail": _json_safe(jsonable_encoder(exc.errors()))})
+        return JSONResponse(status_code=422, content={"detail": _json_safe(jsonable_encoder(
+            _short_inputs(list(exc.errors()))))})
+
+    @app.middleware("http")
+    async def _refuse_large_bodies(request: Request, call_next):
+        """An upload whose declared length is over the limit is refused before its body is read (it was
+        received and buffered whole first); the route still counts what arrives, for a body sent without a
+        length. The margin is the multipart envelope and the form's other fields."""
+        length = request.headers.get("content-length", "")
+        if length.isdigit() and int(length) > max_upload_bytes + _FORM_MARGIN_BYTES:
+            return JSONResponse(status_code=413, content={"detail": f"upload larger than {max_upload_bytes} bytes"},
+                                headers={"Connection": "close"})
+        return await call_next(request)
 
     @app.get("/", include_in_schema=False)
     def index() -> dict[str, Any]:
@@ -185,14 +237,14 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
                          "calibration": (info.model_dump(mode="json") if (info := ms.calibration_info()) else None)}
         return out
 
-    @app.post("/predict")
+    @app.post("/predict", responses={200: {"model": PerformanceCard}, **_REFUSED})
     def predict(req: PredictRequest) -> dict[str, Any]:
         arch = ArchFeatures.from_dict(request_features(req.features))
         card = pred.card_for(arch, req.batch_sizes, device_type=req.device_type, source=arch.name,
                              allow_fallback=req.allow_fallback, mode=req.mode, precision=req.precision)
         return card.model_dump(mode="json")
 
-    @app.post("/colocation")
+    @app.post("/colocation", responses={200: {"model": PairPrediction}, **_REFUSED})
     def colocation(req: ColocationRequest) -> dict[str, Any]:
         """Two jobs sharing one GPU: each job's predicted card, then the interference model's slowdown at their
         cumulative predicted utilisation (``Predictor.colocation``)."""
@@ -201,7 +253,7 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
                                allow_fallback=req.allow_fallback) for j in req.jobs]
         return pred.colocation(*cards, device_type=req.device_type).model_dump(mode="json")
 
-    @app.post("/max-batch")
+    @app.post("/max-batch", responses={200: {"model": BatchLimit}, **_REFUSED})
     def max_batch(req: MaxBatchRequest) -> dict[str, Any]:
         """The largest batch size predicted to fit ``memory_limit_bytes`` (``Predictor.largest_batch``)."""
         arch = ArchFeatures.from_dict(request_features(req.features))
@@ -210,20 +262,27 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
                                    quantile=req.quantile, multiple_of=req.multiple_of, max_batch=req.max_batch)
         return limit.model_dump(mode="json")
 
-    @app.post("/predict/onnx")
-    async def predict_onnx(file: UploadFile = File(...), batch_sizes: str = Form("32"),
-                           device_type: str | None = Form(None),
-                           mode: Literal["train", "infer"] | None = Form(None),
-                           precision: Annotated[Precision | None, Form()] = None,
-                           batch_axis: int | None = Form(None),
-                           dims: str | None = Form(None, description="sizes of the inputs' symbolic dimensions "
-                                                                     "besides the batch: seq=128,t=4")) -> dict[str, Any]:
+    # A plain def: FastAPI runs it in its thread pool. Parsing and shape-inferring a large graph takes seconds
+    # (4.4 s for a 22 MB transformer), and as a coroutine it held the event loop, /health included, that long.
+    @app.post("/predict/onnx", responses={200: {"model": PerformanceCard}, **_ERRORS, **_REFUSED})
+    def predict_onnx(file: UploadFile = File(...),
+                     batch_sizes: str = Form("32", description=f"1 to {MAX_BATCH_SIZES} comma-separated batch sizes, "
+                                                               f"each 1 to {MAX_BATCH_SIZE}: 8,16,32"),
+                     device_type: str | None = Form(None, description="a model set or a kind, as for /predict"),
+                     mode: Annotated[Mode | None, Form()] = None,
+                     precision: Annotated[Precision | None, Form()] = None,
+                     batch_axis: int | None = Form(None, description="the axis of the first input that is the "
+                                                                     "batch (default: the first, or the symbolic one)"),
+                     dims: str | None = Form(None, description="sizes of the inputs' symbolic dimensions "
+                                                               "besides the batch: seq=128,t=4"),
+                     allow_fallback: bool = Form(True, description="out of distribution, answer from the nearest "
+                                                                   "profiled model (as /predict)")) -> dict[str, Any]:
         try:
             bs = parse_batch_sizes(batch_sizes)
             sizes = _dims_field(dims)
         except ValueError as e:
             raise HTTPException(422, str(e)) from None
-        data = await file.read(max_upload_bytes + 1)
+        data = file.file.read(max_upload_bytes + 1)
         if len(data) > max_upload_bytes:
             raise HTTPException(413, f"upload larger than {max_upload_bytes} bytes")
         name = (file.filename or "upload.onnx").rsplit("/", 1)[-1][:200]
@@ -232,7 +291,8 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
                                    batch_axis=batch_axis, dims=sizes or None)
         except ArchFeaturesError as e:
             raise HTTPException(400, str(e)) from None
-        card = pred.card_for(arch, bs, device_type=device_type, source=name, mode=mode, precision=precision)
+        card = pred.card_for(arch, bs, device_type=device_type, source=name, mode=mode, precision=precision,
+                             allow_fallback=allow_fallback)
         return card.model_dump(mode="json")
 
     return app

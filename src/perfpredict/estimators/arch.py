@@ -241,12 +241,40 @@ def _hook_note(wl) -> str | None:
 # ---------------------------------------------------------------------------------------------------------
 # ONNX, statically
 # ---------------------------------------------------------------------------------------------------------
-def load_onnx_bytes(data: bytes, source: str = "upload", *, external_data: bool = True):
+def _tensors(graph):
+    """Every TensorProto a graph holds: initializers (sparse ones too) and node attributes' tensors, in
+    subgraphs as well (an If's branches, a Loop's body)."""
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield sparse.values
+        yield sparse.indices
+    for node in graph.node:
+        for a in node.attribute:
+            if a.HasField("t"):
+                yield a.t
+            yield from a.tensors
+            if a.HasField("sparse_tensor"):
+                yield a.sparse_tensor.values
+                yield a.sparse_tensor.indices
+            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                yield from _tensors(g)
+
+
+def _uses_external_data(proto) -> bool:
+    import onnx
+
+    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in _tensors(proto.graph))
+
+
+def load_onnx_bytes(data: bytes, source: str = "upload", *, external_data: bool = True,
+                    path: str | Path | None = None):
     """Parse ONNX bytes into a ModelProto and check it; raises :class:`ArchFeaturesError` with one line.
 
-    ``external_data=False`` (the HTTP service) refuses weights stored as references to other files: ONNX's
-    checker looks such files up relative to the working directory, so an upload could probe the server's disk
-    (its error said whether a file of that name exists there)."""
+    ``external_data=False`` (the HTTP service) refuses tensors stored as references to other files, weights
+    or a node's constant alike: ONNX's checker looks such files up relative to the working directory, so an
+    upload could probe the server's disk (its error said whether a file of that name exists there). With
+    ``path`` (the file ``data`` was read from), external data is looked up beside it, where exporters put it,
+    whatever the working directory."""
     import onnx
 
     try:
@@ -255,12 +283,14 @@ def load_onnx_bytes(data: bytes, source: str = "upload", *, external_data: bool 
         raise ArchFeaturesError(f"not an ONNX model ({type(e).__name__})", source=source, step="parse onnx") from None
     if not proto.graph.node:
         raise ArchFeaturesError("ONNX model has an empty graph", source=source, step="parse onnx")
-    if not external_data and any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer):
+    external = _uses_external_data(proto)
+    if not external_data and external:
         raise ArchFeaturesError("the model's weights are references to external files, which this service does not "
                                 "read; upload a model with its weights inside (under the size limit) or send its "
                                 "feature vector to /predict", source=source, step="parse onnx")
     try:
-        onnx.checker.check_model(proto)
+        # the checker resolves external data against the model file's folder only when given the file's path
+        onnx.checker.check_model(str(path) if external and path is not None else proto)
     except Exception as e:  # noqa: BLE001
         msg = first_line(e) or type(e).__name__
         raise ArchFeaturesError(f"invalid ONNX model: {msg[:300]}", source=source, step="check onnx") from None
@@ -499,4 +529,4 @@ def from_onnx_file(path: str | Path, batch_axis: int | None = None,
         data = p.read_bytes()
     except OSError as e:
         raise ArchFeaturesError(f"cannot read: {e.strerror}", source=str(path), step="read onnx") from None
-    return from_onnx_proto(load_onnx_bytes(data, str(path)), name=p.stem, batch_axis=batch_axis, dims=dims)
+    return from_onnx_proto(load_onnx_bytes(data, str(path), path=p), name=p.stem, batch_axis=batch_axis, dims=dims)
