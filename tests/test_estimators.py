@@ -43,6 +43,29 @@ def test_onnx_features_are_exact_without_executing(mlp_onnx):
     assert arch.activation_bytes_by_op["Gemm"] > 0
 
 
+def test_an_attention_block_exported_with_a_dynamic_batch_is_counted_whole_without_executing():
+    """torch.onnx builds nn.MultiheadAttention's head reshapes from the batch at run time, and ONNX shape
+    inference stopped there: the two attention MatMuls went uncounted (50.3 M MACs per sample against 52.4 M)
+    and so did half the activations. The shape arithmetic is folded now, so an upload counts what a fixed-batch
+    export and the model file count, and nothing is run (the service's path)."""
+    import onnx
+
+    torch.manual_seed(0)
+    block = torch.nn.Sequential(torch.nn.TransformerEncoderLayer(d_model=64, nhead=4, dim_feedforward=128,
+                                                                 batch_first=True))
+    x = torch.randn(2, 16, 64)
+    dynamic = from_onnx_proto(load_onnx_bytes(_onnx_bytes(block, x, dynamic=True)), name="block")
+    fixed = from_onnx_proto(load_onnx_bytes(_onnx_bytes(block, x, dynamic=False)), name="block")
+    proj = 16 * (64 * 3 * 64 + 64 * 64 + 2 * 64 * 128)  # q/k/v and out projections, the feed-forward
+    attention = 4 * 2 * 16 * 16 * 16  # per head: Q·K^T and A·V, 16 x 16 x 16 each
+    assert dynamic.forward_macs_per_sample == fixed.forward_macs_per_sample == proj + attention
+    assert dynamic.activation_bytes_per_sample == pytest.approx(fixed.activation_bytes_per_sample, rel=0.01)
+    assert not any("shapes unknown" in n for n in dynamic.notes)
+    # the folding is for shapes only: the graph's op counts are the exported ones
+    exported = onnx.load_from_string(_onnx_bytes(block, x, dynamic=True))
+    assert dynamic.num_nodes == len(exported.graph.node)
+
+
 def test_static_batch_onnx_is_divided_and_says_so():
     m = torch.nn.Linear(32, 16)
     arch = from_onnx_proto(load_onnx_bytes(_onnx_bytes(m, torch.randn(8, 32), dynamic=False)))
@@ -809,3 +832,25 @@ def test_the_ridge_penalty_is_chosen_by_family_so_an_unseen_family_does_not_expl
     # fewer than three families: nothing to hold out by family, the row-wise choice
     two = np.where(data.families[keep] == "mlp", "a", "b")
     assert FamilyRidge().fit(X, z, groups=two).alpha_ == by_row.alpha_
+
+
+def test_shape_folding_evaluates_only_small_integer_tensors():
+    """The folder computes shapes, not data: a ConstantOfShape / Range / Expand larger than MAX_ELEMENTS is left
+    to shape inference (a 10^10-element tensor from a computed shape is not built), and float tensors are never
+    evaluated."""
+    from onnx import TensorProto, helper
+
+    from perfpredict.features import shape_folding
+
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("ConstantOfShape", ["s"], ["big"]),
+             helper.make_node("Shape", ["big"], ["s2"]),
+             helper.make_node("Range", ["zero", "n", "one"], ["r"]),
+             helper.make_node("Reshape", ["x", "s2"], ["y"])]
+    inits = [helper.make_tensor(n, TensorProto.INT64, [], [v]) for n, v in (("zero", 0), ("n", 10**9), ("one", 1))]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [100_000, 100_000])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    folded = shape_folding._fold(model.graph, {})
+    assert "s" in folded and folded["s"].tolist() == [100_000, 100_000]
+    assert "big" not in folded and "r" not in folded and "y" not in folded
