@@ -74,6 +74,30 @@ def test_point_in_subprocess_measures_a_tiny_model(write_model):
     assert e["available"] is False and e["reason"] or e["available"] is True and e["energy_per_iter_j"] > 0
 
 
+def test_an_optimizer_wrapper_with_a_plain_zero_grad_is_stepped(write_model):
+    """The README lets make_optimizer return any object with step() and zero_grad(); the step used to call
+    zero_grad(set_to_none=True), which a wrapper around an optimizer and its LR scheduler does not take."""
+    path = write_model(TINY_MODEL + """
+class WithScheduler:
+    def __init__(self, params):
+        self.opt = torch.optim.Adam(params, lr=1e-3)
+        self.sched = torch.optim.lr_scheduler.StepLR(self.opt, 10)
+
+    def zero_grad(self):
+        self.opt.zero_grad()
+
+    def step(self):
+        self.opt.step()
+        self.sched.step()
+
+def make_optimizer(params):
+    return WithScheduler(params)
+""")
+    res = run_in_subprocess(PointRequest(WorkloadRef("file", str(path)), 8, timing=FAST_TIMING), 120)
+    assert res["status"] == "ok", res.get("error")
+    assert res["timing"]["iterations"] >= FAST_TIMING.min_iters
+
+
 def _independent_throughput(w, b: int) -> float:
     """The same train step timed by a plain loop in this process (the reference for the harness)."""
     torch.manual_seed(0)

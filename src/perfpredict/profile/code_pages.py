@@ -166,7 +166,7 @@ def measure_entry(name: str, mode: str = "infer", threads: int | None = None, it
             out = model(*inputs)
             loss = out.float().mean()
             if opt:
-                opt.zero_grad(set_to_none=True)
+                opt.zero_grad()  # set_to_none is torch's default; a wrapper may not take it
             if loss.requires_grad:
                 loss.backward()
             if opt:

@@ -230,7 +230,7 @@ def time_call(module: Any, inputs: tuple, mode: str, min_time_s: float = 0.15, w
 
         def step() -> None:
             if opt is not None:
-                opt.zero_grad(set_to_none=True)
+                opt.zero_grad()  # set_to_none is torch's default; a wrapper may not take it
             loss = default_loss(module(*xs))
             loss.backward()
             if opt is not None:

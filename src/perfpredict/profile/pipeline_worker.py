@@ -145,7 +145,7 @@ def measure_pipeline(req: PipelineRequest) -> dict[str, Any]:
                 loss = workload.loss(outputs, to_device(y, device)) if workload.example_targets is not None \
                     else workload.loss(outputs)
             check_finite_loss(loss)
-            opt.zero_grad(set_to_none=True)
+            opt.zero_grad()  # set_to_none is torch's default; a wrapper may not take it
             if scaler is None:
                 loss.backward()
                 opt.step()

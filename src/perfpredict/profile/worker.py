@@ -237,7 +237,7 @@ def _train_step(model, workload, inputs, targets, opt, state, device):
 
     def step() -> None:
         state["phase"] = "zero_grad"
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad()  # set_to_none is torch's default; a wrapper may not take it
         with workload.autocast(device):
             state["phase"] = "forward"
             outputs = call_forward(model, inputs)
