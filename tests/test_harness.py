@@ -316,6 +316,27 @@ def test_denormal_bound_steps_are_measured_as_run_and_noted(tmp_path, write_mode
     assert not any("denormal" in n for n in plain.card.notes)
 
 
+def test_the_denormal_check_compares_interleaved_steps_not_the_window_median():
+    """The check used to divide the timed window's median by the flushed steps' median, so a load that ended
+    between the two read as a denormal speed-up (125x for a plain MLP on a busy host). The ratio now comes from
+    default and flushed steps interleaved: a window median that says nothing about the step (here 1 s for a
+    ~2 ms step) cannot move it."""
+    from perfpredict.profile.worker import _denormal_check
+
+    a = torch.randn(256, 256)
+
+    def step() -> None:
+        for _ in range(8):
+            a @ a
+
+    r = _denormal_check(step, median_s=1.0)
+    if r is None:
+        pytest.skip("this CPU cannot flush denormals")
+    assert r["steps"] == 3 and 0 < r["flushed_median_s"] < 0.5 and 0 < r["default_median_s"] < 0.5
+    assert r["speedup"] == pytest.approx(r["default_median_s"] / r["flushed_median_s"])
+    assert 0.67 < r["speedup"] < 1.5
+
+
 # -- a busy host ------------------------------------------------------------------------------------------
 def _hog():
     import subprocess

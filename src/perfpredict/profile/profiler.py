@@ -281,13 +281,16 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
                 card.device = DeviceInfo(**res["device_info"])
                 device_described = True
             if (point.denormal_speedup or 0) >= DENORMAL_NOTE_SPEEDUP and not any("denormal" in n for n in card.notes):
-                # the flushed steps run after the timed window: on a busy host the two see different loads
+                # the two settings are interleaved step by step, so a load change lands on both; a busy host
+                # still makes each step noisier
                 busy = (" (timed while the host was busy, so confirm on an idle machine)"
                         if _timed_on_busy_host(card, point) else "")
-                card.notes.append(f"denormal floats slow this job: at batch {b} an iteration took {point.iter_time_s * 1e3:.3g} "
-                                  f"ms as measured and {point.denormal_flushed_iter_time_s * 1e3:.3g} ms with denormals "
-                                  f"flushed to zero ({point.denormal_speedup:.1f}x){busy}; torch.set_flush_denormal(True) in "
-                                  "the training script would give that speed-up (the throughput here is the default's)")
+                flushed = point.denormal_flushed_iter_time_s
+                card.notes.append(f"denormal floats slow this job: at batch {b}, steps with denormals flushed to zero "
+                                  f"took {flushed * 1e3:.3g} ms against {flushed * point.denormal_speedup * 1e3:.3g} ms "
+                                  f"with PyTorch's default, interleaved ({point.denormal_speedup:.1f}x){busy}; "
+                                  "torch.set_flush_denormal(True) in the training script would give that speed-up (the "
+                                  "throughput here is the default's)")
             if point.ok:
                 _note_busy_host(card)
                 card.memory.append(MemoryPoint(batch_size=b, device=device, **res["memory"]))
