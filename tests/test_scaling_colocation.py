@@ -254,3 +254,29 @@ def test_torchrun_launcher_measures_and_summarizes(write_model, tmp_path):
     point = json.loads(summary.stdout)
     assert (point["workers"], point["d_node"], point["d_gn"], point["global_batch"]) == (2, 1, 2, 16)
     assert point["samples_per_s"] > 0
+
+
+@pytest.mark.parametrize("solo_rate, per_copy, suspect", [(380.0, 0.55, None),
+                                                          (380.0, 47.88, "each ran 47.88x as fast as one alone"),
+                                                          (69.0, 0.6, "under half the 381 the sweep measured")])
+def test_co_location_numbers_no_job_can_give_are_called_suspect_and_so_is_the_curve(solo_rate, per_copy, suspect):
+    """On a busy 2-vCPU host a stalled solo run gave 'per copy 47.88x solo' and a solo rate 70x under the sweep's,
+    with no word on the card, and the speedup curve was fitted through them."""
+    from perfpredict.card import ColocationPoint
+    from perfpredict.profile.extended import SUSPECT_COLOCATION, _implausible_colocation, _speedup
+    from tests.test_card import build_card
+
+    card, _ = build_card()  # the sweep: batch 4 at 381 samples/s
+    points = [ColocationPoint(copies=n, batch_size=4, status="ok", per_copy_samples_per_s=[r] * n,
+                              per_copy_relative=r / solo_rate, aggregate_samples_per_s=n * r,
+                              aggregate_relative=n * r / solo_rate, device="cpu")
+              for n, r in ((1, solo_rate), (2, solo_rate * per_copy))]
+    card.colocation = ColocationInfo(batch_size=4, window_s=1.0, device="cpu", points=points)
+    note = _implausible_colocation(card, card.colocation, 4)
+    if suspect is None:
+        assert note is None
+    else:
+        assert note.startswith(SUSPECT_COLOCATION) and suspect in note, note
+        card.notes.append(note)
+    _speedup(card)
+    assert ("co-location the card calls suspect" in card.speedup_curve.fit["notes"]) == (suspect is not None)

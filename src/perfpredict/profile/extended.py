@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from perfpredict.card import (
     CardError,
@@ -114,11 +114,41 @@ def _colocation(card, ref: WorkloadRef, batch: int, s: ExtendedSettings, timing,
         pb = min(partner.batch_sizes, key=lambda b: abs(b - batch))
         info.pairs.append(measure_pair(ref, batch, partner.ref, pb, device=s.device, mode=s.mode, timing=timing,
                                        timeout_s=s.timeout_s))
+    suspect = _implausible_colocation(card, info, batch)
+    if suspect:
+        card.notes.append(suspect)
     # as the sweep's busy-host note does for its points: the co-location runs other processes competed with
     card.notes[:] = [n for n in card.notes if not n.startswith(BUSY_NOTE)]
     note = busy_host_note(info, card.device.cpu_count or os.cpu_count() or 1)
     if note:
         card.notes.append(note)
+
+
+#: the start of the note that co-location numbers cannot be the job's (the speedup curve repeats it)
+SUSPECT_COLOCATION = "co-location: the solo run was slowed"
+
+
+def _implausible_colocation(card, info, batch: int) -> str | None:
+    """A note when the co-location numbers cannot be the job's: copies sharing a device each faster than one
+    alone by more than :data:`SUPERLINEAR`, or the group harness's solo run under half the sweep's throughput at
+    the same batch size (a 2-vCPU host with other jobs on it gave 47.9x per copy, and a solo run of 69 samples/s
+    beside the sweep's 4785). Both mean the solo baseline was stalled, and every relative number rests on it."""
+    ok = [p for p in info.points if p.status == "ok" and p.aggregate_samples_per_s]
+    why = []
+    fast = [p for p in ok if p.copies > 1 and (p.per_copy_relative or 0) > SUPERLINEAR]
+    if fast:
+        worst = max(fast, key=lambda p: p.per_copy_relative)
+        why.append(f"{worst.copies} copies sharing the device each ran {worst.per_copy_relative:.2f}x as fast as one "
+                   "alone, more than sharing can give")
+    solo = next((p for p in ok if p.copies == 1), None)
+    sweep = next((t for t in card.throughput if t.ok and t.batch_size == batch and t.samples_per_s), None)
+    if solo is not None and sweep is not None and 2 * solo.aggregate_samples_per_s < sweep.samples_per_s:
+        why.append(f"alone it ran {solo.aggregate_samples_per_s:.3g} samples/s, under half the "
+                   f"{sweep.samples_per_s:.3g} the sweep measured at batch {batch}")
+    if not why:
+        return None
+    return (f"{SUSPECT_COLOCATION} ({'; '.join(why)}), most likely by another process on its CPUs, so the "
+            "co-location's relative throughputs and the speedup curve are suspect; measure again on an idle machine")
 
 
 def _scaling(card, ref: WorkloadRef, batch: int, s: ExtendedSettings, timing, stage) -> None:
@@ -182,6 +212,13 @@ def _speedup(card: PerformanceCard) -> None:
     if len(pts) < 2:
         return
     curve = fit_speedup_curve([q.p for q in pts], [q.speedup for q in pts])
+    doubts = [curve.notes]
+    if any(n.startswith(SUSPECT_COLOCATION) for n in card.notes) and any(q.p < 1 for q in pts):
+        doubts.append("its fractional points rest on a co-location the card calls suspect (see the card's notes)")
+    if any(n.startswith("scaling: S(") and "suspect" in n for n in card.notes) and any(q.p > 1 for q in pts):
+        doubts.append("its points above one device rest on a scaling run the card calls suspect (see the card's "
+                      "notes)")
+    curve = replace(curve, notes="; ".join(filter(None, doubts)))
     device = (card.colocation or card.scaling).device
     card.speedup_curve = SpeedupCurveCard(points=pts, fit=curve.to_dict(), device=device)
 
