@@ -76,6 +76,17 @@ def test_a_broken_model_is_its_own_error_not_a_batch_limit(write_model):
         find_largest_batch(wl, device="cpu", max_batch=64, threads=1)
 
 
+def test_a_model_that_cannot_run_one_sample_is_searched_from_two(write_model):
+    """BatchNorm in training needs two values per channel: batch 1 fails for a reason that is not memory, and the
+    search used to stop there ('fix the model first') for a model that runs at every other size."""
+    wl = resolve_workload(str(write_model(TINY_MODEL.replace("nn.Linear(32, 64), nn.ReLU()",
+                                                               "nn.Linear(32, 64), nn.BatchNorm1d(64), nn.ReLU()"))))
+    r = find_largest_batch(wl, device="cpu", max_batch=8, threads=1)
+    assert [(p.batch_size, p.status) for p in r.probes] == [(1, "error"), (2, "ok"), (4, "ok"), (8, "ok")]
+    assert r.largest_ok == 8 and r.model_error is None
+    assert any("batch size 1 failed" in n and "went on from batch size 2" in n for n in r.notes), r.notes
+
+
 def test_a_ctrl_c_keeps_the_probes_measured_so_far(write_model):
     wl = resolve_workload(str(write_model(TINY_MODEL)))
     calls = []

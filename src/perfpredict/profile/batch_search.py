@@ -173,9 +173,10 @@ def find_largest_batch(workload: Workload, *, device: str = "auto", mode: str = 
         return p
 
     bounds: dict[str, int | None] = {"lo": None, "hi": None}
+    skipped: list[BatchProbe] = []
     interrupted = False
     try:
-        reason = _search(probe, bounds, first, multiple_of, max_batch, workload.name)
+        reason = _search(probe, bounds, first, multiple_of, max_batch, workload.name, skipped)
     except KeyboardInterrupt:  # the probes so far are the result; the caller says it was cut short
         if not return_on_interrupt:
             raise
@@ -190,6 +191,11 @@ def find_largest_batch(workload: Workload, *, device: str = "auto", mode: str = 
         reason = (f"batch size {hi} {what}" if lo is not None else f"the smallest batch size tried, {hi}, {what}")
     model_error = reason if "other than memory" in reason else None
     notes = []
+    if skipped and bounds["lo"] is not None:
+        notes.append(f"batch size {skipped[0].batch_size} failed for a reason other than memory ({skipped[0].error}), "
+                     f"and the search went on from batch size "
+                     f"{round_down_to(min(2 * skipped[0].batch_size, max_batch), multiple_of)}: the model does not run "
+                     "at that size at all")
     if any(x.status == "timeout" for x in probes):
         notes.append(f"a probe past its {timeout_s:g} s limit counted as not fitting: the limit found may be "
                      "time's, not memory's (raise --timeout)")
@@ -207,10 +213,11 @@ def find_largest_batch(workload: Workload, *, device: str = "auto", mode: str = 
 
 
 def _search(probe: Callable[[int], BatchProbe], bounds: dict[str, int | None], first: int, multiple_of: int,
-            max_batch: int, name: str) -> str:
+            max_batch: int, name: str, skipped: list[BatchProbe]) -> str:
     """Doubling, then bisection, keeping the largest batch that ran (``lo``) and the smallest that did not
     (``hi``) in ``bounds`` as they change, so an interrupt keeps them. Returns why it stopped, or "" when a batch
-    ran out of memory (the caller words that)."""
+    ran out of memory (the caller words that). The first batch size failing for a reason other than memory is
+    passed over once, into ``skipped``, and the search goes on from the next one."""
     b = first
     while True:  # doubling
         p = probe(b)
@@ -220,12 +227,21 @@ def _search(probe: Callable[[int], BatchProbe], bounds: dict[str, int | None], f
             if b <= bounds["lo"]:
                 return f"every batch size tried up to max_batch {max_batch} ran"
             continue
-        bounds["hi"] = b
         if p.status in ("oom", "timeout"):
+            bounds["hi"] = b
             break
+        if bounds["lo"] is None and b == first and not skipped and round_down_to(min(2 * b, max_batch), multiple_of) > b:
+            # the smallest batch alone may be what fails (BatchNorm in training needs two samples per channel):
+            # the search goes on from the next size, and the result says so
+            skipped.append(p)
+            b = round_down_to(min(2 * b, max_batch), multiple_of)
+            continue
+        bounds["hi"] = b
         if bounds["lo"] is None:
-            raise PerfPredictError(f"batch size {b} failed for a reason other than memory ({p.status}): {p.error}; "
-                                   "fix the model first", source=name, step=p.phase or "max batch")
+            also = (f" (and batch size {skipped[0].batch_size} before it: {skipped[0].error})"
+                    if skipped and skipped[0].error != p.error else "")
+            raise PerfPredictError(f"batch size {b} failed for a reason other than memory ({p.status}): {p.error}"
+                                   f"{also}; fix the model first", source=name, step=p.phase or "max batch")
         return f"batch size {b} failed for a reason other than memory ({p.status}): {p.error}"
     while bounds["lo"] is not None and bounds["hi"] - bounds["lo"] > multiple_of:  # bisection
         mid = round_down_to((bounds["lo"] + bounds["hi"]) // 2, multiple_of)
