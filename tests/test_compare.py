@@ -231,3 +231,22 @@ def test_worker_processes_give_the_same_comparison(tmp_path):
     assert len(_rows(tmp_path / "two" / "runs.csv")) == 8 and (tmp_path / "two" / "summary.json").exists()
     with pytest.raises(UsageError, match="jobs"):
         compare(TRACE, "2x8", scheds, [0], jobs=0)
+
+
+def test_schedulers_that_dropped_different_jobs_are_called_unpaired(tmp_path):
+    """With oversized jobs dropped, a rigid mechanism drops a job larger than the cluster that a resizing one runs
+    shrunk: the 'paired' change then compared five jobs with six, and nothing said so."""
+    from perfpredict.sim.compare import Scheduler, compare
+    from perfpredict.sim.simulator import SimConfig
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,arrival_s,gpus,work_s,model\na,0,1,3600,resnet50\nb,10,2,7200,gnmt\nc,20,4,1800,resnet18\n"
+                     "z,50,64,100,resnet50\n")
+    both = [Scheduler("fifo", "proportional"), Scheduler("fifo", "malleable-equipartition")]
+    cmp = compare(str(trace), "2x4", both, [0], config=SimConfig(oversized="drop"), out_dir=tmp_path / "o")
+    assert [r["dropped"] for r in cmp.runs] == [1, 0] and [r["n_finished"] for r in cmp.runs] == [3, 4]
+    assert "did not run the same jobs" in cmp.unpaired() and "fifo+proportional dropped 1" in cmp.unpaired()
+    assert json.loads((tmp_path / "o" / "summary.json").read_text())["unpaired"] == cmp.unpaired()
+    same = compare(str(trace), "2x4", [both[0], Scheduler("srtf", "proportional")], [0],
+                   config=SimConfig(oversized="drop"))
+    assert same.unpaired() is None

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -121,6 +122,9 @@ def compare(
         cmp = run_compare(trace, cluster, schedulers, seed_list, metrics=metrics, cards=cards, config=cfg,
                           steady=window, out_dir=out, jobs=jobs, on_run=done, ray_address=ray)
     summary = cmp.summary()
+    unpaired = cmp.unpaired()
+    if unpaired:
+        err_console.print(f"[yellow]warning[/]: {escape(unpaired)}", highlight=False)
     table = Table(title=f"{len(schedulers)} schedulers on {trace} / {cluster_name}, {len(seed_list)} seed(s); "
                         f"change vs {cmp.baseline.label}, paired by seed (± standard error)", title_style="bold")
     table.add_column("scheduler")

@@ -65,6 +65,22 @@ class Comparison:
     def failed(self) -> list[dict[str, Any]]:
         return [r for r in self.runs if r["status"] != "ok"]
 
+    def unpaired(self) -> str | None:
+        """A warning when, on some seed, the schedulers did not all run the same jobs: with ``--drop-oversized``
+        a rigid mechanism drops a job larger than the cluster that a resizing one runs shrunk, and a change
+        against the baseline then compares different work."""
+        seeds = []
+        for seed in self.seeds:
+            kept = {r["scheduler"]: r.get("_dropped_ids", ()) for r in self.runs
+                    if r["seed"] == seed and r["status"] == "ok"}
+            if len(set(kept.values())) > 1:
+                seeds.append(f"seed {seed}: " + ", ".join(f"{k} dropped {len(v)}" for k, v in kept.items()))
+        if not seeds:
+            return None
+        return ("the schedulers did not run the same jobs (" + "; ".join(seeds) + "), so the paired changes compare "
+                "different work: drop the jobs larger than the cluster from the trace itself, or compare mechanisms "
+                "that drop the same ones")
+
     def summary(self) -> list[dict[str, Any]]:
         """Per scheduler and metric: ``mean``, ``sd`` (over seeds), ``n`` and ``vs_baseline`` (the mean over
         seeds of value / baseline's value on the same seed, minus 1; None for the baseline itself or without a
@@ -182,6 +198,8 @@ def _row(s: Scheduler, seed: int, run: Any, metrics: Sequence[str]) -> dict[str,
     row: dict[str, Any] = {"scheduler": s.label, "policy": s.policy, "mechanism": s.mechanism, "seed": seed,
                            "status": "ok" if not run.result.stall else "stalled", "error": run.result.stall or "",
                            "jobs": run.params["jobs"], "n_finished": m.get("n_finished"),
+                           "dropped": len(run.result.dropped),
+                           "_dropped_ids": tuple(sorted(j.id for j in run.result.dropped)),
                            "sim_wall_s": run.result.wall_s, "decision_time_s": run.result.decision_time_s}
     for k in metrics:
         v = m.get(k)
@@ -288,7 +306,7 @@ def compare(trace: str | Path, cluster: Any, schedulers: Sequence[Scheduler], se
     metrics = check_metrics(metrics)
     cmp = Comparison(schedulers=schedulers, seeds=seeds, metrics=metrics)
     out = Path(out_dir) if out_dir is not None else None
-    columns = ["scheduler", "policy", "mechanism", "seed", "status", "error", "jobs", "n_finished", *metrics,
+    columns = ["scheduler", "policy", "mechanism", "seed", "status", "error", "jobs", "n_finished", "dropped", *metrics,
                "sim_wall_s", "decision_time_s"]
     if out is not None:
         from perfpredict.output_paths import output_dir_problem
@@ -372,6 +390,7 @@ def write_summary(cmp: Comparison, out: Path) -> list[Path]:
         w.writerows(rows)
     doc = {"baseline": cmp.baseline.label, "seeds": cmp.seeds, "metrics": cmp.metrics,
            "schedulers": [s.label for s in cmp.schedulers], "interrupted": cmp.interrupted, "ran_on": cmp.backend,
+           "unpaired": cmp.unpaired(),
            "failed": [{"scheduler": r["scheduler"], "seed": r["seed"], "status": r["status"], "error": r["error"]}
                       for r in cmp.failed()],
            "summary": rows}
