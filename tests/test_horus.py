@@ -258,6 +258,16 @@ def _first_device(r, jid):
     raise AssertionError(jid)
 
 
+@pytest.mark.parametrize("name", ["horus", "horus-f", "obp", "pab", "fifo-exclusive"])
+def test_a_demand_below_one_gpu_gets_one_shared_device_from_every_sharing_mechanism(name):
+    """A trace of half-GPU jobs stopped every Horus-family run with the simulator's own 'is rigid but gave job f1 1
+    GPUs for a demand of 0.5': these mechanisms place whole devices, which co-located jobs share."""
+    models = {"m": model("m", 0.3, 4.0)}
+    jobs = [Job(f"f{i}", float(i), 0.5, 600.0, model="m") for i in range(4)]
+    r = _run(make_mechanism(name), jobs, models, {"m": (0.3, 4.0)}, cluster(1, 2))
+    assert len(r.finished) == 4 and not r.unfinished
+
+
 def test_horus_prefers_idle_devices_then_the_lowest_cost_partner_and_over_commits_by_cost_only():
     models = {"heavy": model("heavy", 0.95, 5.0), "light": model("light", 0.1, 1.0)}
     truth = {"heavy": (0.95, 5.0), "light": (0.1, 1.0)}

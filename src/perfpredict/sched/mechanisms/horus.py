@@ -154,11 +154,14 @@ class _Devices:
 
 
 class _SharingBase(Mechanism):
-    """Common set-up: non-preemptive, event-driven, every job gets exactly its (whole) GPU demand."""
+    """Common set-up: non-preemptive, event-driven, every job gets exactly its (whole) GPU demand: a demand
+    below one GPU gets one device, which it shares with the jobs co-located on it (Horus' sharing is of whole
+    devices by predicted utilisation, not of fractions handed out)."""
 
     preemptive = False
     round_based = False
     rigid = True
+    whole_gpus = True
     #: runs need GPU sharing in the simulator (``SimConfig.sharing``): ``run_simulation`` adds it
     shares_devices = True
 
