@@ -148,3 +148,40 @@ def test_an_unreachable_tracking_server_is_refused_before_the_work(run_cli, tmp_
         assert proc.returncode == 2 and "cannot use the MLflow store" in proc.stderr, proc.stderr
         assert "Traceback" not in proc.stderr
     assert not (tmp_path / "s").exists() and not (tmp_path / "c").exists()
+
+
+def test_a_clusters_options_are_in_its_name_and_one_given_twice_is_refused():
+    """A CPU:GPU sweep's clusters all logged as '2x4V100'; '2x4:cpus=8,cpus=48' quietly took the last value."""
+    from perfpredict.errors import UsageError
+    from perfpredict.sim.run import parse_cluster
+
+    assert parse_cluster("2x4").name == "2x4V100"
+    assert parse_cluster("2x4:cpus=8,mem=100").name == "2x4V100:cpus=8,mem=100"
+    assert parse_cluster("2x4:type=T4,cpus=8").name == "2x4T4:cpus=8"
+    with pytest.raises(UsageError, match="cpus is given twice"):
+        parse_cluster("2x4:cpus=8,cpus=48")
+
+
+def test_a_card_without_curves_or_measured_on_a_cpu_is_named_in_the_run_notes(tmp_path):
+    """A plain `perfpredict profile` card has no speedup curve and no sensitivity matrix: the simulator runs it
+    linearly and insensitive to CPUs, and a CPU card stands in for GPUs; both used to pass without a word."""
+    from perfpredict.card import DeviceInfo
+    from perfpredict.sim.run import run_simulation
+    from tests.test_card import build_card
+
+    card, _ = build_card()
+    (tmp_path / "cards" / "mine").mkdir(parents=True)
+    card.save(tmp_path / "cards" / "mine" / "card.json")
+    cpu = card.model_copy(update={"device": DeviceInfo(kind="cpu", name="Some CPU")})
+    (tmp_path / "cards" / "cpuone").mkdir()
+    cpu.save(tmp_path / "cards" / "cpuone" / "card.json")
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,arrival_s,gpus,work_s,model\na,0,1,600,mine\nb,0,1,600,resnet50\n")
+    run = run_simulation(str(trace), "1x2", "fifo", "proportional", cards=str(tmp_path / "cards"),
+                         out_dir=tmp_path / "o")
+    assert len(run.notes) == 1 and "no speedup curve and no CPU/memory sensitivity matrix" in run.notes[0]
+    assert "mine" in run.notes[0] and "linearly in its GPUs" in run.notes[0]
+    assert json.loads((tmp_path / "o" / "metrics.json").read_text())["notes"] == run.notes
+    trace.write_text("id,arrival_s,gpus,work_s,model\na,0,1,600,cpuone\n")
+    run = run_simulation(str(trace), "1x2", "fifo", "proportional", cards=str(tmp_path / "cards"))
+    assert any("measured on a CPU (Some CPU)" in n for n in run.notes), run.notes

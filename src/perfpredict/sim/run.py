@@ -128,17 +128,24 @@ def _parse_cluster(s: str) -> ClusterSpec:
     kw: dict[str, Any] = {}
     names = {"cpus": ("cpus", float), "mem": ("mem_gb", float), "gpu_mem": ("gpu_mem_gb", float),
              "type": ("gpu_type", str), "energy": ("energy_cost", float)}
+    typed: list[str] = []
     for item in filter(None, opts.split(",")):
         key, _, val = item.partition("=")
         if key not in names:
             raise UsageError(f"cluster {s!r}: unknown option {key!r} (use {', '.join(names)})", step="cluster")
         field_name, conv = names[key]
+        if field_name in kw:
+            raise UsageError(f"cluster {s!r}: {key} is given twice", step="cluster")
         try:
             kw[field_name] = conv(val)
         except ValueError:
             raise UsageError(f"cluster {s!r}: {key}={val!r} is not a valid value", step="cluster") from None
+        if key != "type":
+            typed.append(f"{key}={val}")
+    # the name records the options (runs.csv, metrics.json and MLflow tell a CPU:GPU sweep's clusters apart)
+    name = f"{n}x{g}{kw.get('gpu_type', 'V100')}" + (":" + ",".join(typed) if typed else "")
     try:
-        return ClusterSpec.homogeneous(n, gpus=g, **kw)
+        return ClusterSpec.homogeneous(n, gpus=g, name=name, **kw)
     except ValueError as e:
         raise UsageError(f"cluster {s!r}: {e}", step="cluster") from None
 
@@ -292,9 +299,11 @@ def _typed_options(spec: str, kv: Mapping[str, str], kinds: Mapping[str, Callabl
     return out
 
 
-def load_perf_models(cards: str | Path | dict[str, PerfModel] | None = "paper") -> dict[str, PerfModel]:
+def load_perf_models(cards: str | Path | dict[str, PerfModel] | None = "paper",
+                     notes: dict[str, list[str]] | None = None) -> dict[str, PerfModel]:
     """Paper-derived models, overridden by any cards in a directory, or (``horus[:predictions=trained|family-cv,
-    memory=safe|median]``) by the Horus jobs' predicted models (:func:`perfpredict.sim.horus_workload.horus_perf_models`)."""
+    memory=safe|median]``) by the Horus jobs' predicted models (:func:`perfpredict.sim.horus_workload.horus_perf_models`).
+    ``notes``, when given, gets what a card from the folder leaves out (:func:`card_notes`), by model name."""
     if isinstance(cards, dict):
         return cards
     if cards is not None and not isinstance(cards, (str, Path)):
@@ -348,7 +357,27 @@ def load_perf_models(cards: str | Path | dict[str, PerfModel] | None = "paper") 
                              step="cards") from None
         models[card.model.name] = model
         models[f.stem if f.stem != "card" else f.parent.name] = model
+        if notes is not None:
+            said = card_notes(card, f)
+            notes[card.model.name] = notes[f.stem if f.stem != "card" else f.parent.name] = said
     return models
+
+
+def card_notes(card: Any, path: Path) -> list[str]:
+    """What a simulation on ``card`` should say about it: a card without a sensitivity matrix or a speedup
+    curve (a plain ``perfpredict profile``) leaves those to defaults, and a CPU card stands in for a GPU."""
+    out = []
+    missing = [what for what, have in (("speedup curve", card.speedup_curve is not None and card.speedup_curve.fit),
+                                       ("CPU/memory sensitivity matrix", card.sensitivity is not None)) if not have]
+    if missing:
+        out.append(f"card {path}: no {' and no '.join(missing)} (`perfpredict profile --all` measures them), so the "
+                   "job runs " + " and ".join(
+                       (["linearly in its GPUs (S(n) = n)"] if "speedup curve" in missing else [])
+                       + (["insensitive to CPUs and memory"] if "CPU/memory sensitivity matrix" in missing else [])))
+    if card.device is not None and card.device.kind == "cpu":
+        out.append(f"card {path} was measured on a CPU ({card.device.name}): its curves stand in for the cluster's "
+                   "GPUs")
+    return out
 
 
 def _looks_like_card(path: Path) -> bool:
@@ -416,7 +445,8 @@ def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterS
             od.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise UsageError(f"cannot create out_dir {od}: {e.strerror or e}", step="arguments") from None
-    models = load_perf_models(cards)
+    said: dict[str, list[str]] = {}
+    models = load_perf_models(cards, said)
     try:
         pol = make_policy(policy)
         mech = make_mechanism(mechanism, **(mechanism_kwargs or {}))
@@ -435,7 +465,8 @@ def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterS
               else f"{len(trace)} jobs", "jobs": len(jobs), "policy": pol.name, "mechanism": mech.name,
               "mode": result.mode, "round_s": cfg.round_s if result.mode == "round" else None,
               "restart_overhead_s": cfg.restart_overhead_s, "seed": trace_seed(trace, seed), "cards": str(cards) if not isinstance(cards, dict) else "custom"}
-    run = SimRun(result=result, metrics=metrics, params=params, notes=policy_notes(pol.name, jobs))
+    used = list(dict.fromkeys(n for j in jobs for n in said.get(j.model, ())))
+    run = SimRun(result=result, metrics=metrics, params=params, notes=policy_notes(pol.name, jobs) + used)
     from perfpredict.sched.genie import GeniePerfModel
 
     if any(isinstance(js.perf, GeniePerfModel) for js in result.states):
@@ -488,6 +519,8 @@ def write_outputs(run: SimRun, out_dir: str | Path) -> Path:
                           "stall": run.result.stall}}
     if run.result.mechanism_stats:
         doc["mechanism_stats"] = run.result.mechanism_stats
+    if run.notes:
+        doc["notes"] = run.notes
     doc.update(run.extra)
     # Strict JSON: a metric with no value (no finished job in the window) is null, never a bare NaN.
     (out / "metrics.json").write_text(json.dumps(_finite(doc), indent=2, default=float, allow_nan=False))
