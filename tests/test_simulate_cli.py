@@ -185,3 +185,18 @@ def test_a_card_without_curves_or_measured_on_a_cpu_is_named_in_the_run_notes(tm
     trace.write_text("id,arrival_s,gpus,work_s,model\na,0,1,600,cpuone\n")
     run = run_simulation(str(trace), "1x2", "fifo", "proportional", cards=str(tmp_path / "cards"))
     assert any("measured on a CPU (Some CPU)" in n for n in run.notes), run.notes
+
+
+def test_jobs_csv_records_the_gpus_a_resizing_mechanism_gave_and_has_unix_line_ends(tmp_path):
+    """A malleable mechanism caps a job at p_max = 4 GPUs: an 8-GPU job on an idle 2x4 cluster took twice its
+    rigid time, and jobs.csv had no column saying what it was given. Its lines ended in \\r\\n as well."""
+    from perfpredict.sim.run import run_simulation
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,arrival_s,gpus,work_s,model\ng8,0,8,3600,resnet50\n")
+    runs = {m: run_simulation(str(trace), "2x4", "fifo", m, out_dir=tmp_path / m)
+            for m in ("proportional", "malleable-equipartition")}
+    rows = {m: next(csv.DictReader(open(tmp_path / m / "jobs.csv", newline=""))) for m in runs}
+    assert float(rows["proportional"]["mean_gpus"]) == pytest.approx(8.0)
+    assert float(rows["malleable-equipartition"]["mean_gpus"]) == pytest.approx(4.0)
+    assert b"\r" not in (tmp_path / "proportional" / "jobs.csv").read_bytes()

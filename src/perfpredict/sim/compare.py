@@ -328,7 +328,7 @@ def compare(trace: str | Path, cluster: Any, schedulers: Sequence[Scheduler], se
             if sink is None:  # created with the first row: a trace that fails at once leaves nothing
                 out.mkdir(parents=True, exist_ok=True)
                 sink = open(out / "runs.csv", "w", newline="", encoding="utf-8")  # noqa: SIM115 - closed below
-                writer = csv.DictWriter(sink, fieldnames=columns, extrasaction="ignore")
+                writer = csv.DictWriter(sink, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
                 writer.writeheader()
             writer.writerow(row)
             sink.flush()
@@ -385,7 +385,7 @@ def write_summary(cmp: Comparison, out: Path) -> list[Path]:
     rows = cmp.summary()
     made = [out / "summary.csv", out / "summary.json"]
     with open(made[0], "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
         w.writeheader()
         w.writerows(rows)
     doc = {"baseline": cmp.baseline.label, "seeds": cmp.seeds, "metrics": cmp.metrics,

@@ -41,6 +41,7 @@ JOB_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("lost_work_s", "float64", "progress lost by rolling back to the last epoch checkpoint"),
     ("ooms", "int64", "out-of-memory failures on a shared GPU (Horus)"),
     ("energy_cost", "float64", "energy cost of the GPUs it held (ANDREAS; the servers' energy_cost per GPU-hour)"),
+    ("mean_gpus", "float64", "GPUs held, time-averaged over its run time (a resizing mechanism's, not the demand)"),
     ("mean_cpus", "float64", "CPUs held, time-averaged over its run time"),
     ("mean_mem_gb", "float64", "host memory held, time-averaged over its run time"),
     ("finished", "bool", "it finished within the simulation"),
@@ -73,7 +74,7 @@ def job_records(result: Any) -> list[dict[str, Any]]:
             "wait_s": (js.first_start - j.arrival) if js.first_start is not None else None,
             "tardiness_s": late, "met_deadline": met, "preemptions": js.preemptions, "restarts": js.restarts,
             "lost_work_s": js.lost_work, "ooms": js.ooms, "energy_cost": js.energy_cost,
-            "mean_cpus": js.cpu_seconds / rt if rt else None, "mean_mem_gb": js.mem_gb_seconds / rt if rt else None,
+            "mean_gpus": js.attained / rt if rt else None, "mean_cpus": js.cpu_seconds / rt if rt else None, "mean_mem_gb": js.mem_gb_seconds / rt if rt else None,
             "finished": done,
         })
     return rows
@@ -83,7 +84,7 @@ def write_jobs_csv(rows: list[dict[str, Any]], path: str | Path) -> Path:
     """``rows`` as CSV; a missing value is an empty cell."""
     p = Path(path)
     with open(p, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
+        w = csv.writer(f, lineterminator="\n")  # csv's default "\r\n" left a "\r" in awk's and cut's last field
         w.writerow(COLUMN_NAMES)
         for r in rows:
             w.writerow(["" if r[c] is None else r[c] for c in COLUMN_NAMES])

@@ -498,7 +498,7 @@ def write_csv_trace(jobs: Iterable[Job], path: str | Path) -> Path:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     with open(p, "w", encoding="utf-8", newline="") as f:
-        w = csv.writer(f)
+        w = csv.writer(f, lineterminator="\n")
         w.writerow(CSV_COLUMNS)
         for j in jobs:
             w.writerow([j.id, _fmt(j.arrival), _fmt(j.gpus), _fmt(j.work), j.model, j.task, j.user,
