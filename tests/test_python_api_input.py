@@ -326,3 +326,26 @@ def test_fuzzed_api_arguments_are_usage_errors(tmp_path):
     with pytest.raises(PerfPredictError, match="not a readable card"):
         PerformanceCard.from_json('{"schema_version": "1.0", "x": ' + "9" * 5000 + "}")
     assert run_simulation("synergy:n=5", "1x8", steady=(1.0, 3)).metrics.n_measured == 2  # whole floats are fine
+
+
+def test_run_simulation_takes_a_policy_or_mechanism_of_your_own():
+    """docs/simulator.md's 'Your own scheduler': a Policy subclass ran through simulate() but run_simulation()
+    refused it ('a policy is named by a string'), so it had no jobs.csv, metrics.json or MLflow run."""
+    from perfpredict.sched.base import Policy
+    from perfpredict.sched.mechanisms import make_mechanism
+    from perfpredict.sim import run_simulation
+
+    class LargestFirst(Policy):
+        name = "largest-first"
+
+        def key(self, js, now, cluster, n_active):
+            return -js.job.gpus
+
+    trace = "synergy:n=60,load=6,multi=1"
+    mine = run_simulation(trace, "2x8", LargestFirst(), "tune")
+    fifo = run_simulation(trace, "2x8", "fifo", make_mechanism("tune"))
+    assert mine.params["policy"] == "largest-first" and len(mine.result.finished) == 60
+    starts = {js.id: js.first_start for js in mine.result.finished}
+    assert starts != {js.id: js.first_start for js in fifo.result.finished}  # the order it set is the one used
+    with pytest.raises(UsageError, match="mechanism_kwargs"):
+        run_simulation(trace, "2x8", "fifo", make_mechanism("tune"), mechanism_kwargs={"x": 1})

@@ -43,7 +43,7 @@ from typing import Any
 
 from perfpredict.errors import PerfPredictError, UsageError
 from perfpredict.output_paths import output_dir_problem
-from perfpredict.sched.base import UnsupportedInput
+from perfpredict.sched.base import Mechanism, Policy, UnsupportedInput
 from perfpredict.sched.cluster import ClusterSpec
 from perfpredict.sched.job import Job
 from perfpredict.sched.mechanisms import make_mechanism
@@ -408,14 +408,15 @@ class SimRun:
         return jobs_table(job_records(self.result)).to_pandas()
 
 
-def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterSpec | Mapping[str, Any], policy: str = "fifo",
-                   mechanism: str = "proportional", *, cards: str | Path | dict[str, PerfModel] | None = "paper",
+def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterSpec | Mapping[str, Any],
+                   policy: str | Policy = "fifo", mechanism: str | Mechanism = "proportional", *, cards: str | Path | dict[str, PerfModel] | None = "paper",
                    config: SimConfig | None = None, seed: int = 0, steady: tuple[int, int] | None = None,
                    out_dir: str | Path | None = None,
                    on_decision: Callable[[float, int, int], None] | None = None,
                    mechanism_kwargs: dict[str, Any] | None = None) -> SimRun:
     """Parse, simulate, measure, and (with ``out_dir``) write ``jobs.csv``, ``jobs.parquet``, ``metrics.json``
-    and plots."""
+    and plots. ``policy`` and ``mechanism`` are names (``perfpredict simulate``'s) or instances, a scheduler of
+    your own included (subclasses of :class:`~perfpredict.sched.base.Policy` / ``Mechanism``)."""
     from perfpredict.sim.metrics import metrics_from_result
 
     spec = parse_cluster(cluster)
@@ -448,8 +449,13 @@ def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterS
     said: dict[str, list[str]] = {}
     models = load_perf_models(cards, said)
     try:
-        pol = make_policy(policy)
-        mech = make_mechanism(mechanism, **(mechanism_kwargs or {}))
+        pol = policy if isinstance(policy, Policy) else make_policy(policy)
+        if isinstance(mechanism, Mechanism):
+            if mechanism_kwargs:
+                raise ValueError("mechanism_kwargs apply to a mechanism named by a string, not to a Mechanism instance")
+            mech = mechanism
+        else:
+            mech = make_mechanism(mechanism, **(mechanism_kwargs or {}))
     except ValueError as e:
         raise UsageError(str(e), step="arguments") from None
     cfg = config or SimConfig()
