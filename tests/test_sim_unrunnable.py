@@ -180,7 +180,7 @@ def test_a_moldable_minimum_above_every_gpu_of_the_cluster_is_refused(mechanism)
     for a card that gives no device memory (every GPU holds it: the count alone decides)."""
     jobs = [Job(id="a", arrival=0, gpus=1, work=600, model="m", min_gpus=8)]
     with pytest.raises(SimulationError, match=rf"job a \(m\) needs at least 8 GPUs \(its minimum size under the "
-                                              rf"{mechanism} mechanism\); the cluster has 4$"):
+                                              rf"{mechanism} mechanism\); the cluster has 4 \(to leave such jobs out"):
         simulate(jobs, ClusterSpec.homogeneous(1, gpus=4), make_policy("fifo"), make_mechanism(mechanism),
                  {"m": PerfModel(name="m")})
 

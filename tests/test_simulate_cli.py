@@ -58,6 +58,7 @@ def test_a_csv_trace_runs_and_a_malformed_one_is_one_clear_error(run_cli, tmp_pa
     (("--policy", "random"), "unknown policy"),
     (("--cluster", "lots"), "SERVERSxGPUS"),
     (("--cluster", "2x8:cores=4"), "unknown option"),
+    (("--cluster", ""), "cluster is empty"),  # it said "cluster  is a directory" (the working one)
     (("--trace", "synergy:n=10,speed=3"), "unknown option"),
     (("--trace", "nowhere.csv"), "does not exist"),
     (("--steady", "10-20"), "FIRST:LAST"),
@@ -113,6 +114,7 @@ def test_jobs_the_cluster_cannot_run_are_refused_or_dropped_on_request(run_cli, 
     args = ("simulate", "--trace", *trace_args, "--cluster", cluster, "--mechanism", mechanism, "--no-mlflow")
     proc = run_cli(*args, "--out", "refused")
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+    assert "--drop-oversized" in proc.stderr  # the way out is named
     proc = run_cli(*args, "--drop-oversized", "--out", "dropped")
     if mechanism == "andreas":  # every job would be dropped: nothing left to simulate is an error too
         assert proc.returncode == 2 and "the cluster can run none of the 20 jobs, e.g. job 0" in proc.stderr

@@ -71,6 +71,9 @@ def parse_cluster(text: str | Path | ClusterSpec | Mapping[str, Any]) -> Cluster
         raise UsageError(f"cluster must be a spec such as '16x8', a JSON file, a dict or a ClusterSpec, got "
                          f"{type(text).__name__}", step="cluster")
     else:
+        if not str(text).strip():
+            raise UsageError("cluster is empty: give SERVERSxGPUS like 16x8, a JSON file, or one of the papers' "
+                             f"clusters: {', '.join(NAMED_CLUSTERS)}", step="cluster")
         spec = _parse_cluster(str(text))
     if spec.total_gpus <= 0:
         raise UsageError(f"cluster {str(text)!r} has no GPUs", step="cluster")

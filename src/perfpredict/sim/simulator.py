@@ -179,7 +179,8 @@ class _Sim:
         def unrunnable(j: Job, reason: str) -> None:
             """A job the cluster can never run: dropped (``oversized="drop"``) or refused."""
             if cfg.oversized != "drop":
-                raise SimulationError(reason)
+                raise SimulationError(f"{reason} (to leave such jobs out and count them: --drop-oversized, "
+                                      "SimConfig(oversized='drop'))")
             self.dropped.append(j)
             drop_reasons.append(reason)
 
