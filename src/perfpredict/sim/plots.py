@@ -22,8 +22,14 @@ def plot_run(run: Any, out_dir: str | Path) -> list[Path]:
     jct = np.sort([(s.finish - s.job.arrival) / 3600 for s in run.result.finished])
     if jct.size:
         fig, ax = plt.subplots(figsize=(5.5, 3.6))
-        ax.plot(jct, np.arange(1, jct.size + 1) / jct.size, lw=1.5)
+        # the empirical CDF is a step function, 0 below the first JCT and 1 from the last
+        ax.step(np.concatenate([[jct[0]], jct]), np.arange(jct.size + 1) / jct.size, where="post", lw=1.5)
+        ax.set_ylim(0, 1.02)
         ax.set_xscale("log")
+        from matplotlib.ticker import LogLocator
+
+        ax.xaxis.set_minor_locator(LogLocator(subs="all", numticks=12))
+        ax.xaxis.set_minor_formatter(plt.NullFormatter())  # labels on decades only: minor ones overlapped
         ax.set_xlabel("job completion time (h)")
         ax.set_ylabel("fraction of jobs")
         ax.set_title(f"{run.params['policy']} + {run.params['mechanism']} on {run.params['cluster']}", fontsize=9)
