@@ -250,3 +250,17 @@ def test_schedulers_that_dropped_different_jobs_are_called_unpaired(tmp_path):
     same = compare(str(trace), "2x4", [both[0], Scheduler("srtf", "proportional")], [0],
                    config=SimConfig(oversized="drop"))
     assert same.unpaired() is None
+
+
+def test_runs_an_earlier_comparison_left_in_the_folder_are_named(tmp_path):
+    """Rerunning into the same --out kept the earlier comparison's runs/<scheduler>/seed<k> folders beside the new
+    ones without a word."""
+    from perfpredict.sim.compare import Scheduler, compare
+
+    first = compare(TRACE, "2x8", [Scheduler("fifo", "proportional"), Scheduler("fifo", "tune")], [0, 1],
+                    out_dir=tmp_path / "o")
+    assert first.notes == []
+    again = compare(TRACE, "2x8", [Scheduler("fifo", "proportional"), Scheduler("fifo", "rigid")], [0],
+                    out_dir=tmp_path / "o")
+    assert len(again.notes) == 1 and "fifo+tune)" in again.notes[0] and "fifo+proportional/seed1" in again.notes[0]
+    assert json.loads((tmp_path / "o" / "summary.json").read_text())["notes"] == again.notes

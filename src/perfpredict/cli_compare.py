@@ -122,6 +122,8 @@ def compare(
         cmp = run_compare(trace, cluster, schedulers, seed_list, metrics=metrics, cards=cards, config=cfg,
                           steady=window, out_dir=out, jobs=jobs, on_run=done, ray_address=ray)
     summary = cmp.summary()
+    for note in cmp.notes:
+        err_console.print(f"[yellow]note[/]: {escape(note)}", highlight=False)
     unpaired = cmp.unpaired()
     if unpaired:
         err_console.print(f"[yellow]warning[/]: {escape(unpaired)}", highlight=False)

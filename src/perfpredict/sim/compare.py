@@ -57,6 +57,8 @@ class Comparison:
     interrupted: bool = False
     #: where the runs ran: {"backend": "local", "jobs": n} or Ray's {"backend": "ray", "address", "nodes", "cpus"}
     backend: dict[str, Any] = field(default_factory=lambda: {"backend": "local", "jobs": 1})
+    #: what the user should know about the comparison's outputs (runs of an earlier comparison left beside these)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def baseline(self) -> Scheduler:
@@ -314,6 +316,11 @@ def compare(trace: str | Path, cluster: Any, schedulers: Sequence[Scheduler], se
         problem = output_dir_problem(out)
         if problem:
             raise UsageError(f"out_dir: {problem}", step="arguments")
+    if out is not None:
+        stale = _stale_runs(out, schedulers, seeds)
+        if stale:
+            cmp.notes.append(f"{out / 'runs'} also holds runs this comparison did not make ({stale}): runs.csv and "
+                             "the summary are this comparison's only; give a new --out to keep them apart")
     order = [(seed, s) for seed in seeds for s in schedulers]
     tasks = [RunTask(trace, cluster, s, seed, metrics, cards, config, steady,
                      out / "runs" / folder_name(s.label) / f"seed{seed}" if out is not None else None)
@@ -380,6 +387,22 @@ def compare(trace: str | Path, cluster: Any, schedulers: Sequence[Scheduler], se
     return cmp
 
 
+def _stale_runs(out: Path, schedulers: Sequence[Scheduler], seeds: Sequence[int]) -> str:
+    """The run folders under ``out/runs`` that another comparison wrote (``fifo+tune/seed2, rigid``), or ''."""
+    runs = out / "runs"
+    if not runs.is_dir():
+        return ""
+    mine = {folder_name(s.label) for s in schedulers}
+    stale = []
+    for d in sorted(p for p in runs.iterdir() if p.is_dir()):
+        if d.name not in mine:
+            stale.append(d.name)
+            continue
+        stale += [f"{d.name}/{k.name}" for k in sorted(d.iterdir())
+                  if k.is_dir() and k.name not in {f"seed{x}" for x in seeds}]
+    return ", ".join(stale[:6]) + (f" and {len(stale) - 6} more" if len(stale) > 6 else "")
+
+
 def write_summary(cmp: Comparison, out: Path) -> list[Path]:
     """``summary.csv``, ``summary.json`` and ``compare.png`` in ``out``."""
     rows = cmp.summary()
@@ -390,7 +413,7 @@ def write_summary(cmp: Comparison, out: Path) -> list[Path]:
         w.writerows(rows)
     doc = {"baseline": cmp.baseline.label, "seeds": cmp.seeds, "metrics": cmp.metrics,
            "schedulers": [s.label for s in cmp.schedulers], "interrupted": cmp.interrupted, "ran_on": cmp.backend,
-           "unpaired": cmp.unpaired(),
+           "unpaired": cmp.unpaired(), "notes": cmp.notes,
            "failed": [{"scheduler": r["scheduler"], "seed": r["seed"], "status": r["status"], "error": r["error"]}
                       for r in cmp.failed()],
            "summary": rows}
