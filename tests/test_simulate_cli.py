@@ -202,3 +202,17 @@ def test_jobs_csv_records_the_gpus_a_resizing_mechanism_gave_and_has_unix_line_e
     assert float(rows["proportional"]["mean_gpus"]) == pytest.approx(8.0)
     assert float(rows["malleable-equipartition"]["mean_gpus"]) == pytest.approx(4.0)
     assert b"\r" not in (tmp_path / "proportional" / "jobs.csv").read_bytes()
+
+
+def test_a_run_cut_short_by_max_time_says_what_its_records_and_metrics_leave_out():
+    """With --max-time the jobs not yet arrived were simply missing from jobs.csv and n_jobs, and utilisation
+    spanned only the finished jobs, with nothing saying so."""
+    from perfpredict.sim.run import run_simulation
+    from perfpredict.sim.simulator import SimConfig
+
+    run = run_simulation("synergy:n=40,load=6,multi=1", "2x4", config=SimConfig(max_time_s=10800))
+    arrived = len(run.result.states)
+    assert arrived < 40 and run.result.unfinished
+    note = next(n for n in run.notes if n.startswith("the run stopped at max_time 10800 s"))
+    assert f"{len(run.result.unfinished)} job(s) unfinished and {40 - arrived} not yet arrived" in note
+    assert not any("max_time" in n for n in run_simulation("synergy:n=40,load=6,multi=1", "2x4").notes)

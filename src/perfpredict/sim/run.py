@@ -475,7 +475,8 @@ def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterS
               "mode": result.mode, "round_s": cfg.round_s if result.mode == "round" else None,
               "restart_overhead_s": cfg.restart_overhead_s, "seed": trace_seed(trace, seed), "cards": str(cards) if not isinstance(cards, dict) else "custom"}
     used = list(dict.fromkeys(n for j in jobs for n in said.get(j.model, ())))
-    run = SimRun(result=result, metrics=metrics, params=params, notes=policy_notes(pol.name, jobs) + used)
+    run = SimRun(result=result, metrics=metrics, params=params,
+                 notes=policy_notes(pol.name, jobs) + used + cut_short_notes(result, cfg, len(jobs)))
     from perfpredict.sched.genie import GeniePerfModel
 
     if any(isinstance(js.perf, GeniePerfModel) for js in result.states):
@@ -488,6 +489,17 @@ def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterS
         except OSError as e:
             raise UsageError(f"cannot write the results to {out_dir}: {e.strerror or e}", step="write") from None
     return run
+
+
+def cut_short_notes(result: SimResult, cfg: SimConfig, n_jobs: int) -> list[str]:
+    """A run stopped by ``max_time_s`` before its trace was done: the records hold only the jobs that had
+    arrived, and makespan and utilisation span the finished jobs only (first arrival to last finish)."""
+    if cfg.max_time_s is None or (not result.unfinished and len(result.states) + len(result.dropped) >= n_jobs):
+        return []
+    arrived = len(result.states)
+    return [f"the run stopped at max_time {cfg.max_time_s:g} s with {len(result.unfinished)} job(s) unfinished and "
+            f"{n_jobs - arrived - len(result.dropped)} not yet arrived (left out of the records): makespan and "
+            "utilisation span the finished jobs only, from the first arrival to the last finish"]
 
 
 def policy_notes(policy: str, jobs: list[Job]) -> list[str]:
