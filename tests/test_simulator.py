@@ -104,6 +104,8 @@ def test_a_mechanism_that_breaks_the_rules_is_stopped_with_its_name():
                  make_policy("shortest"), Fixed(3.0, preemptive=False), {"flat": FLAT}, SimConfig(mode="event"))
     with pytest.raises(SimulationError, match="no performance model for 'nope'"):
         simulate([Job("a", 0, 1, 10, model="nope")], cluster, make_policy("fifo"), Fixed(3.0), {"flat": FLAT})
+    with pytest.raises(SimulationError, match="no performance model for 'flta' \\(did you mean 'flat'\\?"):
+        simulate([Job("a", 0, 1, 10, model="flta")], cluster, make_policy("fifo"), Fixed(3.0), {"flat": FLAT})
 
 
 def test_oversized_jobs_are_an_error_or_dropped():

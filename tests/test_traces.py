@@ -296,3 +296,11 @@ def test_csv_empty_file(tmp_path):
     p.write_text("# nothing\n")
     with pytest.raises(TraceError, match="no header"):
         read_csv_trace(p)
+
+
+def test_a_comment_line_after_a_csv_header_says_comments_go_before_it(tmp_path):
+    p = tmp_path / "t.csv"
+    p.write_text("# provenance\nid,arrival_s,gpus,work_s,model\n# a note\na,0,1,60,resnet50\n")
+    with pytest.raises(TraceError, match="read only before the header") as e:
+        read_csv_trace(p)
+    assert e.value.line == 3

@@ -648,8 +648,12 @@ def simulate(jobs: Sequence[Job], cluster: ClusterSpec, policy: Policy, mechanis
                     raise SimulationError(f"job {job.id} names no model (the trace's model column is missing or "
                                           f"blank), and the simulator runs each job at the rate of its model: "
                                           f"add a model column (e.g. {have or 'none loaded'})") from None
+                import difflib
+
+                near = difflib.get_close_matches(job.model, names, n=3, cutoff=0.6)
+                hint = f"did you mean {', '.join(map(repr, near))}? " if near else ""
                 raise SimulationError(f"job {job.id}: no performance model for {job.model!r} "
-                                      f"(have {have or 'none'})") from None
+                                      f"({hint}have {have or 'none'})") from None
 
     sim = _Sim(jobs, cluster, policy, mechanism, perf_for, cfg, on_decision)
     t0 = time.perf_counter()

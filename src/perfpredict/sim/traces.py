@@ -430,7 +430,10 @@ def read_csv_trace(path: str | Path) -> list[Job]:
             raise TraceError(f"bad CSV: {e}", path=p, line=numbered.line) from None
         n = numbered.line
         if len(row) != len(cols):
-            raise TraceError(f"expected {len(cols)} fields (as the header), got {len(row)}", path=p, line=n)
+            comment = row and row[0].lstrip().startswith("#")
+            raise TraceError(f"expected {len(cols)} fields (as the header), got {len(row)}"
+                             + ("; # comment lines are read only before the header (after it, # may begin a job "
+                                "id)" if comment else ""), path=p, line=n)
         cell = {c: v.strip() for c, v in zip(cols, row, strict=True)}
         for c in _CSV_REQUIRED:
             if not cell[c]:
