@@ -412,3 +412,13 @@ for _i in range(0, len(_IMPORTED), 4096):
     m = res["memory"]
     assert 60 * 2**20 <= m["load_bytes"] <= 80 * 2**20
     assert m["peak_bytes"] >= m["load_bytes"]
+
+
+def test_a_model_file_that_sets_the_thread_count_is_named_on_the_card(write_model, tmp_path):
+    """A torch.set_num_threads(1) at the model file's import overrode --threads 2 without a word: the card's
+    device said 1 thread and its settings 2."""
+    path = write_model("import torch\ntorch.set_num_threads(1)\n" + TINY_MODEL)
+    out = profile_workload(load_model_file(path), ProfileSettings(batch_sizes=(4,), timing=FAST_TIMING,
+                                                                  features=False, threads=2), out_dir=tmp_path / "o")
+    assert out.card.device.threads == 1
+    assert any("the steps ran on 1 thread(s), not the 2 the profiler set (--threads)" in n for n in out.card.notes)

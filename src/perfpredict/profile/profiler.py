@@ -280,6 +280,12 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
             if point.ok and not device_described and res.get("device_info"):
                 card.device = DeviceInfo(**res["device_info"])
                 device_described = True
+                ran_on, given = res["device_info"].get("threads"), res.get("threads")
+                if ran_on and given and ran_on != given:
+                    card.notes.append(f"the model file changed torch's thread count: the steps ran on {ran_on} "
+                                      f"thread(s), not the {given} the profiler set"
+                                      + (" (--threads)" if settings.threads else "")
+                                      + "; a torch.set_num_threads() in the model file wins over --threads")
             if (point.denormal_speedup or 0) >= DENORMAL_NOTE_SPEEDUP and not any("denormal" in n for n in card.notes):
                 # the two settings are interleaved step by step, so a load change lands on both; a busy host
                 # still makes each step noisier
