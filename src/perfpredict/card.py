@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from perfpredict.errors import PerfPredictError
 
-SCHEMA_VERSION = "1.17"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
+SCHEMA_VERSION = "1.18"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
 #                                             features.activation_bytes_by_op; 1.3: features.lookup_param_bytes;
 #                                             1.4: features.recurrent_steps_by_op;
 #                                             1.5: features.saved_cpu_bytes_per_sample;
@@ -42,6 +42,7 @@ SCHEMA_VERSION = "1.17"  # 1.1: scaling, colocation, speedup_curve, comm_model, 
 #                                                   saved_cpu_bytes_fixed (a predicted card's features then
 #                                                   predict again as they are: Predictor.predict(features=card));
 #                                             1.17: status "failed" (no batch size measured; was "partial")
+#                                             1.18: features.notes (a forward pass that traced two graphs)
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -273,6 +274,8 @@ class GraphFeatures(_Section):
     saved_bytes_fixed: int | None = Field(None, description="the batch-independent part of the saved bytes")
     saved_cpu_bytes_fixed: int | None = None
     input_bytes_per_sample: int | None = Field(None, description="bytes of one sample's forward inputs")
+    notes: list[str] = Field(default_factory=list, description="what makes these counts less than exact (a "
+                             "forward pass that takes a different path on each call)")
     source: Source = "analytic"
     device: str | None = None
 

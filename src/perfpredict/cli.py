@@ -293,6 +293,8 @@ def print_summary(card, console: Console = out_console) -> None:
                           + f", {f.num_nodes} nodes"
                           + "".join(f", {n:,} {op} time steps" for op, n in f.recurrent_steps_by_op.items()),
                           highlight=False)
+            for n in f.notes:
+                console.print(f"  [yellow]note[/]: {escape(n)}", highlight=False)
         else:
             console.print(f"graph features: [yellow]unavailable[/]: {f.error}", highlight=False)
     if card.energy is not None:

@@ -58,14 +58,24 @@ def extract_features(workload: Workload, model: torch.nn.Module | None = None,
         return GraphFeatures(available=False, error=f"{type(e).__name__}: {first_line(e) or type(e).__name__}"[:1000])
 
     feats = _from_stats(s1, s2, b1, b2)
+    if s1.op_counts != s2.op_counts:
+        # the per-sample split assumes one graph whose sizes scale with the batch
+        feats.notes.append(f"the exports at batch {b1} and {b2} traced different graphs ({s1.num_nodes} and "
+                           f"{s2.num_nodes} nodes): the forward pass takes another path on each call (random or "
+                           "data-dependent control flow), so the per-sample counts mix two paths and are rough")
     feats.exporter, feats.opset = first.exporter, first.opset
     feats.onnx_file = Path(onnx_path).name if onnx_path else None
     feats.export_batch_size = b1
     if use_fvcore:
         try:
             f1, f2 = fvcore_counts(model1, args1), fvcore_counts(model2, args2)
-            feats.fvcore_macs_per_sample, _ = _split(f1["macs"], f2["macs"], b1, b2)
-            feats.fvcore_flops_per_sample, _ = _split(f1["total"], f2["total"], b1, b2)
+            macs, _ = _split(f1["macs"], f2["macs"], b1, b2)
+            flops, _ = _split(f1["total"], f2["total"], b1, b2)
+            if macs < 0 or flops < 0:
+                # fewer MACs at the larger batch: the two traced passes took different paths
+                raise ValueError(f"fvcore counted fewer MACs at batch {b2} ({f2['macs']:,}) than at batch {b1} "
+                                 f"({f1['macs']:,}): the forward pass takes another path on each call")
+            feats.fvcore_macs_per_sample, feats.fvcore_flops_per_sample = macs, flops
             feats.fvcore_by_operator = {k: _split(f1["by_operator"].get(k, 0), v, b1, b2)[0]
                                         for k, v in f2["by_operator"].items()}
             feats.fvcore_unsupported = f2["unsupported"]
