@@ -422,3 +422,15 @@ def test_a_model_file_that_sets_the_thread_count_is_named_on_the_card(write_mode
                                                                   features=False, threads=2), out_dir=tmp_path / "o")
     assert out.card.device.threads == 1
     assert any("the steps ran on 1 thread(s), not the 2 the profiler set (--threads)" in n for n in out.card.notes)
+
+
+def test_a_cpu_point_that_ran_past_the_memory_limit_says_what_the_limit_caps(write_model, tmp_path):
+    """`profile --memory-limit 1MB` gave an ok card with a 26.7 MiB peak and no word, where max-batch holds the
+    whole peak RSS increase to its limit: the limit caps private memory only, and the card now says so."""
+    out = profile_workload(load_model_file(write_model(TINY_MODEL)),
+                           ProfileSettings(batch_sizes=(2, 4), timing=FAST_TIMING, features=False,
+                                           memory_limit_bytes=2**20), out_dir=tmp_path / "o")
+    assert [p.status for p in out.card.throughput] == ["ok", "ok"]
+    assert out.card.memory[0].peak_bytes > 2**20
+    said = [n for n in out.card.notes if n.startswith("--memory-limit:")]
+    assert len(said) == 1 and "batch 2's peak RSS increase" in said[0] and "RLIMIT_DATA" in said[0]

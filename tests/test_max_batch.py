@@ -87,6 +87,20 @@ def test_a_model_that_cannot_run_one_sample_is_searched_from_two(write_model):
     assert any("batch size 1 failed" in n and "went on from batch size 2" in n for n in r.notes), r.notes
 
 
+def test_a_memory_limit_too_small_for_the_measuring_process_is_out_of_memory_not_a_model_error(write_model):
+    """Under a 5 KB cap the measuring process died before reporting (glibc: 'cannot allocate memory for
+    thread-local data', exit 127), and max-batch called that a failure other than memory: 'fix the model first'."""
+    from perfpredict.profile.request import PointRequest
+    from perfpredict.profile.runner import run_in_subprocess
+    from perfpredict.workload.spec import WorkloadRef
+    from tests.conftest import FAST_TIMING
+
+    bn = write_model(TINY_MODEL.replace("nn.Linear(32, 64), nn.ReLU()", "nn.Linear(32, 64), nn.BatchNorm1d(64), nn.ReLU()"))
+    res = run_in_subprocess(PointRequest(WorkloadRef("file", str(bn)), 2, timing=FAST_TIMING, memory_limit_bytes=5000,
+                                         measure_energy=False, check_denormals=False), 120)
+    assert res["status"] == "oom", res
+
+
 def test_a_ctrl_c_keeps_the_probes_measured_so_far(write_model):
     wl = resolve_workload(str(write_model(TINY_MODEL)))
     calls = []

@@ -191,7 +191,7 @@ def find_largest_batch(workload: Workload, *, device: str = "auto", mode: str = 
         reason = (f"batch size {hi} {what}" if lo is not None else f"the smallest batch size tried, {hi}, {what}")
     model_error = reason if "other than memory" in reason else None
     notes = []
-    if skipped and bounds["lo"] is not None:
+    if skipped:
         notes.append(f"batch size {skipped[0].batch_size} failed for a reason other than memory ({skipped[0].error}), "
                      f"and the search went on from batch size "
                      f"{round_down_to(min(2 * skipped[0].batch_size, max_batch), multiple_of)}: the model does not run "

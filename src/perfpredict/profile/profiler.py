@@ -300,6 +300,13 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
             if point.ok:
                 _note_busy_host(card)
                 card.memory.append(MemoryPoint(batch_size=b, device=device, **res["memory"]))
+                peak = res["memory"].get("peak_bytes") or 0
+                if (device == "cpu" and settings.memory_limit_bytes and peak > settings.memory_limit_bytes
+                        and not any(n.startswith(OVER_LIMIT_NOTE) for n in card.notes)):
+                    card.notes.append(f"{OVER_LIMIT_NOTE} batch {b}'s peak RSS increase ({peak / 2**20:.1f} MiB) is "
+                                      f"above it ({settings.memory_limit_bytes / 2**20:.3g} MiB): on the CPU the limit "
+                                      "caps private memory (RLIMIT_DATA), and the library code the kernels page in "
+                                      "comes on top; `perfpredict max-batch` holds the whole peak to its limit")
                 e = res.get("energy") or {}
                 if e.get("available"):
                     energy.available, energy.scope = True, e.get("scope")
@@ -393,6 +400,8 @@ def _note_busy_host(card: PerformanceCard) -> None:
 #: 2-vCPU Xeon VM: 0.96-1.09x for the zoo's MLP, LSTM, ResNet, Transformer and speech model and the example CNN
 #: at batch 4 and 32; 2.56x for a ReLU RNN whose backward pass decays into denormals.
 DENORMAL_NOTE_SPEEDUP = 1.3
+#: the start of the note that a CPU point ran past --memory-limit (once per card)
+OVER_LIMIT_NOTE = "--memory-limit:"
 
 
 def _throughput_point(res: dict, device: str) -> ThroughputPoint:

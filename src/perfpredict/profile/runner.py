@@ -121,10 +121,18 @@ def run_in_subprocess(req: PointRequest, timeout_s: float) -> dict[str, Any]:
     """Measure ``req`` in a fresh process; always returns a result dict (status ``ok`` or a failure).
 
     A process that dies without answering is classified by its exit: SIGKILL is taken as the kernel's OOM
-    killer (status ``oom``), other signals as a crash (``error``). Past ``timeout_s`` it is killed
-    (``timeout``).
+    killer (status ``oom``), other signals as a crash (``error``), and a non-zero exit under a CPU memory limit
+    as that limit (``oom``). Past ``timeout_s`` it is killed (``timeout``).
     """
-    return run_entry(_entry, req, timeout_s, {"batch_size": req.batch_size})
+    res = run_entry(_entry, req, timeout_s, {"batch_size": req.batch_size})
+    if (res.get("status") == "error" and req.memory_limit_bytes and not req.device.startswith("cuda")
+            and "died with exit code" in (res.get("error") or "")):
+        # Under RLIMIT_DATA a process dies this way when the cap starves the runtime itself (glibc: "cannot
+        # allocate memory for thread-local data: ABORT", exit 127): the limit is what failed, not the model.
+        res = {**res, "status": "oom",
+               "error": f"{res['error']} under the memory limit ({req.memory_limit_bytes / 2**20:.3g} MiB of private "
+                        "memory): most likely too little for the measuring process itself"}
+    return res
 
 
 def _pipeline_entry(req, conn) -> None:
