@@ -180,6 +180,8 @@ def test_show_says_what_failed_on_a_partial_card(run_cli, write_model, tmp_path)
     client = MlflowClient(f"sqlite:///{tmp_path}/mlruns.db")
     (run,) = client.search_runs([client.get_experiment_by_name("perfpredict-profiles").experiment_id])
     assert run.info.status == "FAILED" and run.data.tags["perfpredict.status"] == "failed"
+    errors = json.loads((tmp_path / "o2" / "card.json").read_text())["errors"]
+    assert run.data.tags["perfpredict.errors"] == str(len(errors)) != "0"
 
 
 def test_a_syntax_error_in_a_file_the_model_imports_names_that_file(write_model):

@@ -583,3 +583,20 @@ def test_a_forward_pass_that_changes_path_between_calls_is_noted_and_gets_no_neg
     assert f.fvcore_macs_per_sample is None and "fewer MACs at batch 2" in f.fvcore_error
     steady = extract_features(workload("lin", lambda: nn.Linear(16, 4), lambda b: torch.randn(b, 16)))
     assert steady.notes == [] and steady.fvcore_macs_per_sample == 16 * 4
+
+
+class DictWithAConstant(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return {"logits": self.lin(x), "step": 3}
+
+
+def test_an_exporters_failure_keeps_the_lines_that_say_why():
+    """TorchScript's message runs over lines ('output 1 (3' then '[ torch.LongTensor{} ]) of traced region did not
+    have observable data dependence with trace inputs...'): the card kept only 'output 1 (3'."""
+    f = extract_features(workload("dictout", DictWithAConstant, lambda b: torch.randn(b, 8)), use_fvcore=False)
+    assert not f.available
+    assert "did not have observable data dependence with trace inputs" in f.error, f.error

@@ -99,6 +99,8 @@ def log_profile(card: PerformanceCard, *, experiment: str = PROFILE_EXPERIMENT, 
         mlflow.set_tags({
             "perfpredict.kind": "profile",
             "perfpredict.status": card.status,
+            # a section that failed (graph export, a co-location run) leaves the run FINISHED: this says so
+            "perfpredict.errors": str(len(card.errors)),
             "perfpredict.card_schema": card.schema_version,
             "device.kind": card.device.kind,
             "device.name": card.device.name,

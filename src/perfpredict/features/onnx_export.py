@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from perfpredict.errors import first_line
+from perfpredict.errors import message_lines
 
 TORCHSCRIPT_OPSET = 17
 #: Weights (parameters and buffers) above this many bytes are exported as external data (protobuf's 2 GiB
@@ -104,7 +104,9 @@ def export_onnx(model: torch.nn.Module, args: tuple, path: str | Path | None = N
                     with _quiet():
                         proto = fn(model, args, workdir)
                 except Exception as e:  # noqa: BLE001 - any exporter failure: record it and try the next one
-                    attempts.append(f"{name}: {type(e).__name__}: {first_line(e)[:300]}")
+                    # the exporters' messages run over several lines ("output 1 (3" then "[ CPULongType{} ]) of
+                    # traced region did not have observable data dependence..."): the first alone says nothing
+                    attempts.append(f"{name}: {type(e).__name__}: {' '.join(message_lines(str(e)))[:300]}")
                     continue
                 opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
                 if path is not None:
