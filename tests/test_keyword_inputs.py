@@ -374,3 +374,23 @@ def test_the_hugging_face_example_profiles_or_names_the_missing_package(run_cli,
     card = json.loads((tmp_path / "out" / "card.json").read_text())
     per_token = 2 * (128 * 384 + 128 * 128 + 2 * 128 * 512 + 2 * 64 * 128) + 128 * 1000  # blocks + attention + head
     assert card["features"]["forward_macs_per_sample"] == 64 * per_token
+
+
+def test_a_forward_that_refuses_its_arguments_is_told_the_model_py_rule_that_shaped_them():
+    """A list from example_inputs is one argument, and a dict is passed by name: the raw TypeErrors ('missing 1
+    required positional argument', 'unexpected keyword argument') did not say how to fix the model file."""
+    from perfpredict.workload.forward_args import KeywordInputs, call_forward
+
+    def two(a, b):
+        return a + b
+
+    def one(batch):
+        return batch["ids"]
+
+    with pytest.raises(TypeError, match=r"missing 1 required positional argument.*returned a list.*return a tuple"):
+        call_forward(two, ([torch.ones(1), torch.ones(1)],))
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'ids'.*passed by name.*return \(batch,\)"):
+        call_forward(one, KeywordInputs({"ids": torch.ones(1)}))
+    with pytest.raises(TypeError) as e:  # a TypeError of another kind is left as it is
+        call_forward(lambda x: x + "s", (torch.ones(1),))
+    assert "example_inputs" not in str(e.value)

@@ -42,10 +42,28 @@ class KeywordInputs(tuple):
 
 
 def call_forward(model: Any, inputs: tuple[Any, ...]) -> Any:
-    """``model(*inputs)``, or ``model(**inputs)`` when the inputs are :class:`KeywordInputs`."""
-    if isinstance(inputs, KeywordInputs):
-        return model(**inputs.as_dict())
-    return model(*inputs)
+    """``model(*inputs)``, or ``model(**inputs)`` when the inputs are :class:`KeywordInputs`. A forward that
+    refuses its arguments gets the ``model.py`` rule that shaped them added to its TypeError."""
+    try:
+        if isinstance(inputs, KeywordInputs):
+            return model(**inputs.as_dict())
+        return model(*inputs)
+    except TypeError as e:
+        hint = _argument_hint(str(e), inputs)
+        if hint:
+            e.args = (f"{e.args[0] if e.args else e}{hint}", *e.args[1:])
+        raise
+
+
+def _argument_hint(message: str, inputs: tuple[Any, ...]) -> str:
+    if isinstance(inputs, KeywordInputs) and "unexpected keyword argument" in message:
+        return (" (example_inputs returned a dict, which is passed by name, model(**inputs); to pass one dict as the "
+                "forward's single argument, return it in a tuple: return (batch,))")
+    if (not isinstance(inputs, KeywordInputs) and len(inputs) == 1 and isinstance(inputs[0], list)
+            and "required positional argument" in message):
+        return (" (example_inputs returned a list, which is passed as one argument; return a tuple to pass its "
+                "items as separate arguments)")
+    return ""
 
 
 def has_tensor(obj: Any) -> bool:
