@@ -435,3 +435,9 @@ def test_no_help_text_is_cut_off_or_eaten_as_markup(tmp_path):
     flat = " ".join(" ".join(line.strip("│ ") for line in h.splitlines()) for h in helps)
     assert "(needs perfpredict[ray])" in flat and "[all cores]" in flat
     assert "─ Extended profiles (--all) ─" in next(h for h in helps if "Usage: perfpredict profile" in h)
+
+
+def test_show_names_a_max_batch_or_ab_result_it_cannot_print(run_cli, tmp_path):
+    (tmp_path / "max_batch.json").write_text(json.dumps({"largest_ok": 8, "probes": []}))
+    proc = run_cli("show", tmp_path / "max_batch.json")
+    assert proc.returncode != 0 and "it is a max-batch result" in proc.stderr and "Traceback" not in proc.stderr

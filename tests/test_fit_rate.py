@@ -403,3 +403,11 @@ def test_the_two_unknown_nnls_matches_scipys_on_random_problems():
         assert np.sum((A @ got - y) ** 2) == pytest.approx(np.sum((A @ want - y) ** 2), rel=1e-9, abs=1e-12)
         pinned += int(np.any(want == 0))
     assert pinned > 50  # the constrained branch was exercised, not only the unconstrained one
+
+
+def test_two_batch_sizes_say_exactly_only_when_the_line_passes_through_both():
+    """Steps that got faster per step with a larger batch (a busy host) printed 'linear_time fitted exactly'
+    beside R² = -0.85: the non-negative coefficients cannot reach such points."""
+    assert fit_rate_model([2, 4], [100.0, 150.0]).selection == "2 batch sizes: linear_time fitted exactly"
+    m = fit_rate_model([2, 4], [100.0, 1000.0])
+    assert m.r2 < 0 and "held non-negative, which cannot pass through both points" in m.selection

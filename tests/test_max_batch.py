@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -60,6 +61,8 @@ def test_the_search_finds_the_batch_at_the_memory_limit(write_model):
     assert [p.batch_size for p in r.probes][:4] == [8, 16, 32, 64]
     assert all(p.status == "ok" for p in r.probes if p.batch_size <= r.largest_ok)
     assert "ran out of memory" in r.stopped_because or "above the limit" in r.stopped_because
+    if failed.error and failed.error.startswith("ran, but"):  # says by how much, not "(200 MiB) above (200 MiB)"
+        assert re.search(r"\(\d+\.\d MiB\) is [\d.e+-]+ MiB above the limit \(200\.0 MiB\)", failed.error), failed.error
 
 
 def test_a_model_that_fits_everywhere_stops_at_max_batch(write_model):

@@ -567,7 +567,13 @@ class PerformanceCard(_Section):
             raise PerfPredictError(f"not a readable card ({type(e).__name__}: {str(e)[:120]})", source=source,
                                    step="read card") from None
         if not isinstance(raw, dict) or "schema_version" not in raw:
-            raise PerfPredictError("not a perfpredict card (no schema_version)", source=source, step="read card")
+            what = ""
+            if isinstance(raw, dict) and "largest_ok" in raw and "probes" in raw:
+                what = ": it is a max-batch result (perfpredict max-batch printed its table; the JSON holds every probe)"
+            elif isinstance(raw, dict) and "verdict" in raw and "rounds" in raw:
+                what = ": it is an ab result (perfpredict ab printed its verdict; the JSON holds every round)"
+            raise PerfPredictError(f"not a perfpredict card (no schema_version){what}", source=source,
+                                   step="read card")
         version = str(raw["schema_version"]).split(".")
         ours = SCHEMA_VERSION.split(".")
         if version[0] != ours[0]:

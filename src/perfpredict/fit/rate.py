@@ -270,6 +270,10 @@ def fit_rate_model(batch_sizes: Sequence[float], samples_per_s: Sequence[float],
         how = ("fewer than 4 batch sizes: the quadratic cannot be cross-validated, so linear_time is used"
                if n == 3 else "2 batch sizes: linear_time fitted exactly")
     sel = next(c for c in cands if c.kind == chosen)
+    if n == 2 and kind is None and sel.r2 is not None and sel.r2 < 0.999:
+        # the coefficients are held non-negative: a time that falls with the batch cannot be matched
+        how = (f"2 batch sizes: linear_time with its coefficients held non-negative, which cannot pass through "
+               f"both points (R² {sel.r2:.3f})")
     model = RateModel(chosen, sel.coefficients, (int(b.min()), int(b.max())), cands, how + note, n,
                       _UNKNOWN_REL_UNCERTAINTY, sel.r2, sel.loo_rel_error, _linear=lin)
     model.rel_uncertainty = _in_range_uncertainty(model, b, r)

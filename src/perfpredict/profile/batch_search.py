@@ -154,8 +154,9 @@ def find_largest_batch(workload: Workload, *, device: str = "auto", mode: str = 
         if dev == "cpu" and p.status == "ok" and limit is not None and (p.peak_bytes or 0) > limit:
             # RLIMIT_DATA caps private memory; the pages of torch's code it faulted in come on top. The
             # limit is held to the peak RSS increase, what the CPU memory estimators predict.
-            p.status, p.error = "oom", (f"ran, but its peak RSS increase ({p.peak_bytes / 2**20:.0f} MiB) is above "
-                                        f"the limit ({limit / 2**20:.0f} MiB)")
+            p.status, p.error = "oom", (f"ran, but its peak RSS increase ({p.peak_bytes / 2**20:.1f} MiB) is "
+                                        f"{(p.peak_bytes - limit) / 2**20:.2g} MiB above the limit "
+                                        f"({limit / 2**20:.1f} MiB)")
         if res.get("device_info") and not info:
             info.update(res["device_info"])
         if p.status == "ok":
