@@ -181,3 +181,22 @@ def test_the_gpu_memory_to_reserve_is_never_below_the_jobs_own_peak_allocation(p
             at = predictor.predict_values(feats, [r.largest_ok], device_type=device_type)["peak_memory"]
             assert max(at["q90"][0], at["median"][0]) <= 80e9, (family, r.largest_ok)
     assert crossed_before  # the fitted q90s do cross somewhere here: the rule is what holds them apart
+
+
+def test_a_predicted_batch_that_cannot_fit_the_gpu_says_so(predictor):
+    """ResNet-50 at batch 100000 was predicted at 6.6 TB on an 80 GB H100 with no word that it cannot run."""
+    card = predictor.predict("zoo:resnet", batch_sizes=[64, 100_000], device_type="cuda_h100",
+                             params={"depth": 50, "image_size": 224})
+    said = [n for n in card.prediction.notes if "predicted not to fit" in n]
+    assert len(said) == 1 and said[0].startswith("batch size(s) 100000 are predicted not to fit one NVIDIA H100")
+
+
+def test_features_that_describe_no_computation_are_refused(predictor):
+    """All-zero features were answered: 0.95 bytes of GPU memory, 0.46 µs per CPU step."""
+    from perfpredict.errors import UsageError
+
+    zero = {"forward_macs_per_sample": 0, "param_count": 0, "param_bytes": 0, "activation_bytes_per_sample": 0,
+            "num_nodes": 1}
+    for device in ("cuda", "cpu"):
+        with pytest.raises(UsageError, match="describe no computation"):
+            predictor.predict(features=zero, batch_sizes=[8], device_type=device)

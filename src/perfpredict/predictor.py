@@ -700,6 +700,12 @@ class Predictor:
                 pt.update(gpu_utilization=float(u), gpu_utilization_interval=(float(uq[0]), float(uq[-1])),
                           gpu_utilization_safe=float(max(uq[-1], u)))
             points.append(PredictedPoint(**pt))
+        cap = ms.device_memory_bytes if ms.device_kind == "cuda" else None
+        over = [p.batch_size for p in points if cap and (p.device_memory_safe_bytes or p.peak_memory_safe_bytes) > cap]
+        if over:
+            notes.append(f"batch size(s) {', '.join(map(str, over))} are predicted not to fit one {ms.device_name} "
+                         f"({cap / 2**30:.1f} GiB; the q90 of the GPU memory is above it): `perfpredict max-batch "
+                         "--predicted` (Predictor.largest_batch) finds the largest that does")
         if any(p.outside_trained_batches for p in points):
             widened = ms.q90_growth_per_doubling()
             notes.append(f"batch sizes outside {min(ms.trained_batches)}-{reach} are extrapolated ({reach}: the "
@@ -806,6 +812,10 @@ def _estimate(ms: ModelSet, arch: ArchFeatures, batch_sizes: Sequence[int], esti
     """What ``card_for`` and ``predict_values`` both predict: the estimators, or out of distribution (and
     ``allow_fallback``) the nearest profiled model carried over (:func:`_fallback`). ``arch`` has its graph
     counts (:meth:`ModelSet.with_graph_counts`); ``estimated``: they were estimated."""
+    if arch.forward_macs_per_sample + arch.forward_macs_fixed <= 0 and arch.param_count <= 0:
+        raise UsageError("the graph features describe no computation (no multiply-accumulates and no parameters), "
+                         "so there is nothing to predict; send the features of a real model (an ONNX file or a "
+                         "model file gives them)", step="predict")
     X = design_matrix([(arch, b) for b in batch_sizes], device_kind=ms.device_kind)
     near, dist = ms.nearest(arch)
     reach = ms.largest_measured_batch[near]
