@@ -854,3 +854,19 @@ def test_shape_folding_evaluates_only_small_integer_tensors():
     folded = shape_folding._fold(model.graph, {})
     assert "s" in folded and folded["s"].tolist() == [100_000, 100_000]
     assert "big" not in folded and "r" not in folded and "y" not in folded
+
+
+def test_a_batch_axis_on_a_fixed_dimension_beside_a_symbolic_one_points_at_the_symbolic_one(mlp_onnx, tmp_path):
+    data, _ = mlp_onnx
+    with pytest.raises(ArchFeaturesError, match=r"batch_axis 1 is fixed at 64 in the file while 'batch' is symbolic"):
+        from_onnx_proto(load_onnx_bytes(data), name="mlp", batch_axis=1)
+
+
+def test_a_dimension_given_twice_is_refused_not_overwritten():
+    from perfpredict.estimators.arch import DimGivenTwice, parse_dims
+
+    with pytest.raises(DimGivenTwice):
+        parse_dims(["seq=64", "seq=128"])
+    with pytest.raises(DimGivenTwice):
+        parse_dims(["seq=64,seq=64"])
+    assert parse_dims(["seq=64", "t=4"]) == {"seq": 64, "t": 4}

@@ -117,10 +117,12 @@ def predict(
         raise UsageError("--device-type is empty: give a model set (e.g. cuda_h100) or a kind (cuda, cpu)",
                          step="arguments")
     is_onnx = target.lower().endswith(".onnx")
-    from perfpredict.estimators.arch import parse_dims
+    from perfpredict.estimators.arch import DimGivenTwice, parse_dims
 
     try:
         dims = parse_dims(dim or ())
+    except DimGivenTwice as e:
+        raise UsageError(f"--dim {e.args[0]} is given twice", step="arguments") from None
     except ValueError as e:
         raise UsageError(f"--dim {e.args[0]!r}: expected NAME=SIZE with a whole size >= 1, e.g. --dim seq=128",
                          step="arguments") from None

@@ -301,10 +301,12 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
 def _dims_field(text: str | None) -> dict[str, int]:
     """The ``dims`` form field, ``seq=128,t=4``, as sizes (ValueError: the 422's message); a client's names are
     echoed in errors, so they are bounded."""
-    from perfpredict.estimators.arch import parse_dims
+    from perfpredict.estimators.arch import DimGivenTwice, parse_dims
 
     try:
         dims = parse_dims([text or ""], max_size=10**9)
+    except DimGivenTwice as e:
+        raise ValueError(f"dims: {e.args[0][:60]!r} is given twice") from None
     except ValueError as e:
         raise ValueError(f"dims: {e.args[0][:60]!r} is not NAME=SIZE with a whole size from 1 to 1e9") from None
     return {name[:100]: size for name, size in dims.items()}

@@ -387,7 +387,7 @@ def _symbolic_dims(proto) -> list[str]:
 def parse_dims(items: Iterable[str], max_size: int | None = None) -> dict[str, int]:
     """``["seq=128", "t=4,b=2"]`` (the CLI's ``--dim``, the service's ``dims`` field) as ``{"seq": 128, ...}``;
     a ValueError whose argument is the first item that is not NAME=SIZE with a whole size from 1 (to
-    ``max_size``)."""
+    ``max_size``), or a :class:`DimGivenTwice` naming a dimension given twice."""
     dims: dict[str, int] = {}
     for item in (x.strip() for raw in items for x in raw.split(",")):
         if not item:
@@ -396,8 +396,15 @@ def parse_dims(items: Iterable[str], max_size: int | None = None) -> dict[str, i
         if not sep or not name.strip() or not size.strip().isdigit() or int(size) < 1 \
                 or (max_size is not None and int(size) > max_size):
             raise ValueError(item)
+        if name.strip() in dims:
+            raise DimGivenTwice(name.strip())
         dims[name.strip()] = int(size)
     return dims
+
+
+class DimGivenTwice(ValueError):
+    """A dimension named twice in :func:`parse_dims` (the last used to win without a word); its argument is
+    the name."""
 
 
 def _fix_dims(proto, dims: Mapping[str, int], name: str):
@@ -479,11 +486,14 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
     if stats.unknown_shape_ops:
         left = [d for d in _symbolic_dims(proto) if d != batch_param]
         if left:
+            chosen = (f" (batch_axis {batch_axis} is fixed at {static} in the file while {left[0]!r} is symbolic: "
+                      f"leave batch_axis out if {left[0]!r} is the batch)"
+                      if batch_axis is not None and not symbolic else "")
             raise ArchFeaturesError(
                 f"the inputs' symbolic dimension(s) {', '.join(map(repr, left))} besides the batch leave the shapes "
                 f"of {sum(stats.unknown_shape_ops.values())} op(s) unknown, so the counts would be wrong: give "
                 f"their sizes (Predictor.predict(..., dims={{{left[0]!r}: 128}}), perfpredict predict --dim "
-                f"{left[0]}=128), or export with them fixed", source=name, step="analyse onnx")
+                f"{left[0]}=128), or export with them fixed{chosen}", source=name, step="analyse onnx")
         notes.append(unknown_shapes_note(stats.unknown_shape_ops, " without executing the graph"))
     if macs <= 0:
         raise ArchFeaturesError("no multiply-accumulate ops with known shapes in the graph", source=name,
