@@ -74,6 +74,7 @@ def test_point_in_subprocess_measures_a_tiny_model(write_model):
     assert e["available"] is False and e["reason"] or e["available"] is True and e["energy_per_iter_j"] > 0
 
 
+@pytest.mark.parallel_safe  # compares no times
 def test_an_optimizer_wrapper_with_a_plain_zero_grad_is_stepped(write_model):
     """The README lets make_optimizer return any object with step() and zero_grad(); the step used to call
     zero_grad(set_to_none=True), which a wrapper around an optimizer and its LR scheduler does not take."""
@@ -414,6 +415,7 @@ for _i in range(0, len(_IMPORTED), 4096):
     assert m["peak_bytes"] >= m["load_bytes"]
 
 
+@pytest.mark.parallel_safe  # compares no times
 def test_a_model_file_that_sets_the_thread_count_is_named_on_the_card(write_model, tmp_path):
     """A torch.set_num_threads(1) at the model file's import overrode --threads 2 without a word: the card's
     device said 1 thread and its settings 2."""
@@ -424,6 +426,7 @@ def test_a_model_file_that_sets_the_thread_count_is_named_on_the_card(write_mode
     assert any("the steps ran on 1 thread(s), not the 2 the profiler set (--threads)" in n for n in out.card.notes)
 
 
+@pytest.mark.parallel_safe  # compares no times
 def test_a_cpu_point_that_ran_past_the_memory_limit_says_what_the_limit_caps(write_model, tmp_path):
     """`profile --memory-limit 1MB` gave an ok card with a 26.7 MiB peak and no word, where max-batch holds the
     whole peak RSS increase to its limit: the limit caps private memory only, and the card now says so."""

@@ -256,6 +256,7 @@ def test_torchrun_launcher_measures_and_summarizes(write_model, tmp_path):
     assert point["samples_per_s"] > 0
 
 
+@pytest.mark.parallel_safe  # compares no times: the numbers are given
 @pytest.mark.parametrize("solo_rate, per_copy, suspect", [(380.0, 0.55, None),
                                                           (380.0, 47.88, "each ran 47.88x as fast as one alone"),
                                                           (69.0, 0.6, "under half the 381 the sweep measured")])
