@@ -7,6 +7,7 @@ recorder also fails the test if any CPU count is measured twice.
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -207,3 +208,24 @@ def test_max_relative_error():
         max_relative_error([1.0], [1.0, 2.0])
     with pytest.raises(ValueError, match="empty"):
         max_relative_error([], [])
+
+
+@pytest.mark.parametrize("hook, says", [
+    ('def make_dataset():\n    raise FileNotFoundError("/data/imagenet missing")\n',
+     "make_dataset() failed: FileNotFoundError: /data/imagenet missing"),
+    ("def make_dataset():\n    return 42\n", "returned a int, not a dataset"),
+    ("class DS:\n    def __len__(self): return 4\n    def __getitem__(self, i): raise KeyError(i)\n"
+     "def make_dataset():\n    return DS()\n", "reading the dataset's items to size it failed: KeyError"),
+])
+def test_a_broken_make_dataset_is_the_sections_error_not_an_internal_one(write_model, hook, says):
+    """A make_dataset() that raised (or returned no dataset) ended `profile --sensitivity` with 'internal error
+    ... please report it', exit 70, and no MLflow run; it is now a PerfPredictError the section records."""
+    from perfpredict.errors import PerfPredictError
+    from perfpredict.profile.sensitivity_profile import dataset_stats
+    from perfpredict.workload.spec import WorkloadRef
+    from tests.conftest import TINY_MODEL
+
+    path = write_model(TINY_MODEL + "\n" + hook)
+    with pytest.raises(PerfPredictError, match=re.escape(says)) as e:
+        dataset_stats(WorkloadRef("file", str(path)))
+    assert e.value.step == "make_dataset"

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from perfpredict.card import SensitivityCard, SensitivityDemand
-from perfpredict.errors import PerfPredictError
+from perfpredict.errors import PerfPredictError, error_line
 from perfpredict.profile.scaling import available_cpus
 from perfpredict.workload.spec import WorkloadRef
 
@@ -45,14 +45,28 @@ def dataset_stats(ref: WorkloadRef, sample: int = 64) -> dict:
     if wl.make_dataset is None:
         raise PerfPredictError("defines no make_dataset() hook, so it has no input pipeline to profile",
                                source=ref.describe(), step="make_dataset")
-    ds = wl.make_dataset()
-    n = len(ds)
+    # the user's code runs here: its failure is the section's, one line on the card, not an internal error
+    try:
+        ds = wl.make_dataset()
+    except Exception as e:  # noqa: BLE001
+        raise PerfPredictError(f"make_dataset() failed: {error_line(e)}", source=ref.describe(),
+                               step="make_dataset") from None
+    try:
+        n = len(ds)
+    except TypeError:
+        raise PerfPredictError(f"make_dataset() returned a {type(ds).__name__}, not a dataset with len() and "
+                               "indexing (a torch Dataset, a list)", source=ref.describe(), step="make_dataset") from None
     declared = getattr(ds, "dataset_bytes", None)
     if declared:
         total = int(declared)
     else:
         idx = np.linspace(0, n - 1, num=min(n, sample)).astype(int)
-        total = int(np.mean([_raw_bytes(ds[int(i)]) for i in idx]) * n) if n else 0
+        try:
+            items = [ds[int(i)] for i in idx]
+        except Exception as e:  # noqa: BLE001
+            raise PerfPredictError(f"reading the dataset's items to size it failed: {error_line(e)}",
+                                   source=ref.describe(), step="make_dataset") from None
+        total = int(np.mean([_raw_bytes(x) for x in items]) * n) if n else 0
     return {"items": n, "dataset_bytes": total, "mean_item_bytes": total / n if n else 0.0,
             "storage_bytes_per_s": getattr(ds, "storage_bytes_per_s", None)}
 
