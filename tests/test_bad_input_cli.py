@@ -15,7 +15,7 @@ import pytest
 
 from perfpredict.errors import PerfPredictError
 from perfpredict.fit.rate import RateModel, fit_rate_model
-from tests.conftest import TINY_MODEL
+from tests.conftest import EXAMPLES, TINY_MODEL
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "minimal_mlp.py"
@@ -315,3 +315,11 @@ def test_predicting_a_model_too_large_to_build_here_is_refused_before_it_is_buil
                         "def example_inputs(b):\n    return torch.randn(b, 500_000)\n", "huge.py")
     _one_error_line(run_cli("predict", model, "-b", "8"), "build_model: its 1000.0 GB of weights",
                     "export it to ONNX where there is room")
+
+
+@pytest.mark.parametrize("args", [["--colocation", "--window", "nan"], ["--colocation", "--window", "inf"],
+                                  ["--all", "--link-mbit", "nan"]])
+def test_a_non_finite_window_or_link_is_refused_before_anything_runs(run_cli, args):
+    """--window nan hung the co-location run; --link-mbit nan ran the sweep, then ended in an internal error."""
+    proc = run_cli("profile", str(EXAMPLES / "minimal_mlp.py"), *args, "--no-mlflow", "--out", "o")
+    _one_error_line(proc, "must be positive finite numbers")

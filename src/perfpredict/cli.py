@@ -396,8 +396,9 @@ def profile(
     # Everything typed is checked before anything slow starts (torch, the measuring processes).
     if min_time <= 0 or max_time < min_time:
         raise UsageError("need 0 < --min-time <= --max-time", step="arguments")
-    if window <= 0 or link_mbit <= 0:
-        raise UsageError("--window and --link-mbit must be positive", step="arguments")
+    if not (0 < window < math.inf and 0 < link_mbit < math.inf):  # nan fails both comparisons
+        raise UsageError(f"--window and --link-mbit must be positive finite numbers, got {window:g} and "
+                         f"{link_mbit:g}", step="arguments")
     check_experiment(no_mlflow, experiment)
     from perfpredict.profile.request import check_threads
 
