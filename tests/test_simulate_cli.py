@@ -165,6 +165,8 @@ def test_a_clusters_options_are_in_its_name_and_one_given_twice_is_refused():
 
 
 def test_a_card_without_curves_or_measured_on_a_cpu_is_named_in_the_run_notes(tmp_path):
+    from perfpredict.errors import UsageError
+
     """A plain `perfpredict profile` card has no speedup curve and no sensitivity matrix: the simulator runs it
     linearly and insensitive to CPUs, and a CPU card stands in for GPUs; both used to pass without a word."""
     from perfpredict.card import DeviceInfo
@@ -186,7 +188,16 @@ def test_a_card_without_curves_or_measured_on_a_cpu_is_named_in_the_run_notes(tm
     assert json.loads((tmp_path / "o" / "metrics.json").read_text())["notes"] == run.notes
     trace.write_text("id,arrival_s,gpus,work_s,model\na,0,1,600,cpuone\n")
     run = run_simulation(str(trace), "1x2", "fifo", "proportional", cards=str(tmp_path / "cards"))
-    assert any("measured on a CPU (Some CPU)" in n for n in run.notes), run.notes
+    assert any("measured for a CPU (Some CPU)" in n and "no GPU memory" in n for n in run.notes), run.notes
+    # cards answering to one name (every model.py card is named "model"): the trace must name the file
+    (tmp_path / "cards" / "other").mkdir()
+    card.save(tmp_path / "cards" / "other" / "card.json")
+    trace.write_text(f"id,arrival_s,gpus,work_s,model\na,0,1,600,{card.model.name}\n")
+    with pytest.raises(UsageError, match=r"is the name of 3 cards .*name the card by its file or folder name"):
+        run_simulation(str(trace), "1x2", "fifo", "proportional", cards=str(tmp_path / "cards"))
+    trace.write_text("id,arrival_s,gpus,work_s,model\na,0,1,600,other\n")
+    assert len(run_simulation(str(trace), "1x2", "fifo", "proportional", cards=str(tmp_path / "cards"))
+               .result.finished) == 1
 
 
 def test_jobs_csv_records_the_gpus_a_resizing_mechanism_gave_and_has_unix_line_ends(tmp_path):

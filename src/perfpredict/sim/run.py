@@ -303,10 +303,12 @@ def _typed_options(spec: str, kv: Mapping[str, str], kinds: Mapping[str, Callabl
 
 
 def load_perf_models(cards: str | Path | dict[str, PerfModel] | None = "paper",
-                     notes: dict[str, list[str]] | None = None) -> dict[str, PerfModel]:
+                     notes: dict[str, list[str]] | None = None,
+                     ambiguous: dict[str, list[Path]] | None = None) -> dict[str, PerfModel]:
     """Paper-derived models, overridden by any cards in a directory, or (``horus[:predictions=trained|family-cv,
     memory=safe|median]``) by the Horus jobs' predicted models (:func:`perfpredict.sim.horus_workload.horus_perf_models`).
-    ``notes``, when given, gets what a card from the folder leaves out (:func:`card_notes`), by model name."""
+    ``notes``, when given, gets what a card from the folder leaves out (:func:`card_notes`), by model name;
+    ``ambiguous`` the names two or more cards answer to (left out of the models), with their files."""
     if isinstance(cards, dict):
         return cards
     if cards is not None and not isinstance(cards, (str, Path)):
@@ -341,6 +343,7 @@ def load_perf_models(cards: str | Path | dict[str, PerfModel] | None = "paper",
     found = [f for f in sorted(d.rglob("*.json")) if f.name == "card.json" or _looks_like_card(f)]
     if not found:
         raise UsageError(f"no card.json files under {d}", step="cards")
+    origin: dict[str, list[Path]] = {}
     for f in found:
         try:
             card = PerformanceCard.load(f)
@@ -358,11 +361,21 @@ def load_perf_models(cards: str | Path | dict[str, PerfModel] | None = "paper",
             # a speedup fit without knots)
             raise UsageError(f"{f}: cannot build a performance model from it ({type(e).__name__}: {e})",
                              step="cards") from None
-        models[card.model.name] = model
-        models[f.stem if f.stem != "card" else f.parent.name] = model
+        keys = dict.fromkeys([card.model.name, f.stem if f.stem != "card" else f.parent.name])
+        for key in keys:
+            models[key] = model
+            origin.setdefault(key, []).append(f)
         if notes is not None:
             said = card_notes(card, f)
-            notes[card.model.name] = notes[f.stem if f.stem != "card" else f.parent.name] = said
+            for key in keys:
+                notes[key] = said
+    # a name two cards answer to (every model.py card is named "model") names neither: the last file read used
+    # to win without a word; the trace names such a card by its file or folder name instead
+    for key, files in origin.items():
+        if len(files) > 1:
+            models.pop(key, None)
+            if ambiguous is not None:
+                ambiguous[key] = files
     return models
 
 
@@ -378,8 +391,10 @@ def card_notes(card: Any, path: Path) -> list[str]:
                        (["linearly in its GPUs (S(n) = n)"] if "speedup curve" in missing else [])
                        + (["insensitive to CPUs and memory"] if "CPU/memory sensitivity matrix" in missing else [])))
     if card.device is not None and card.device.kind == "cpu":
-        out.append(f"card {path} was measured on a CPU ({card.device.name}): its curves stand in for the cluster's "
-                   "GPUs")
+        how = "predicted" if card.prediction is not None else "measured"
+        out.append(f"card {path} was {how} for a CPU ({card.device.name}): its curves stand in for the cluster's "
+                   "GPUs, and it gives no GPU memory or utilisation (a GPU-sharing mechanism such as horus or obp "
+                   "packs it as holding no device memory at full utilisation)")
     return out
 
 
@@ -450,7 +465,13 @@ def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterS
         except OSError as e:
             raise UsageError(f"cannot create out_dir {od}: {e.strerror or e}", step="arguments") from None
     said: dict[str, list[str]] = {}
-    models = load_perf_models(cards, said)
+    clashes: dict[str, list[Path]] = {}
+    models = load_perf_models(cards, said, clashes)
+    used_clash = next((j.model for j in jobs if j.model in clashes), None)
+    if used_clash is not None:
+        files = clashes[used_clash]
+        raise UsageError(f"model {used_clash!r} is the name of {len(files)} cards ({', '.join(map(str, files[:4]))}): "
+                         "name the card by its file or folder name in the trace instead", step="cards")
     try:
         pol = policy if isinstance(policy, Policy) else make_policy(policy)
         if isinstance(mechanism, Mechanism):
