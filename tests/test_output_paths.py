@@ -78,3 +78,11 @@ def test_predict_out_under_a_file_is_a_usage_error(afile):
                            "--out", str(afile / "card.json")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert "afile is a file, not a folder" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_folder_that_cannot_be_made_is_said_up_front():
+    """`--out /proc/x` passed the check (no file in the way) and the scripts ended in a FileNotFoundError
+    traceback; the check now tries the nearest existing folder."""
+    from perfpredict.output_paths import output_dir_problem
+
+    assert "does not take new files" in output_dir_problem("/proc/perfpredict-x")

@@ -26,10 +26,25 @@ def output_dir_problem(path: str | Path) -> str | None:
     p = Path(path)
     bad = blocking_file(p)
     if bad is None:
-        return None
+        return _not_creatable(p)
     if bad == p:
         return f"{p} is a file, not a folder"
     return f"cannot create {p}: {bad} is a file, not a folder"
+
+
+def _not_creatable(p: Path) -> str | None:
+    """Why a folder cannot be made (or written) at ``p``, found by making and removing a scratch folder in the
+    nearest folder that exists (permissions alone do not tell: /proc refuses root too), or ``None``."""
+    import tempfile
+
+    here = p if p.is_dir() else next((a for a in p.absolute().parents if a.is_dir()), None)
+    if here is None:
+        return None
+    try:
+        tempfile.TemporaryDirectory(dir=here).cleanup()
+    except OSError as e:
+        return f"cannot create {p}: {here} does not take new files ({e.strerror or e})"
+    return None
 
 
 def output_file_problem(path: str | Path, *, parent_must_exist: bool = False) -> str | None:
