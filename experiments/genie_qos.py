@@ -200,7 +200,8 @@ def main() -> None:
     ap.add_argument("--fast", action="store_true", help="densities 10, 20 on 16 GPUs, seed 0, one mix, 32 GPUs (CI)")
     ap.add_argument("--seeds", type=seed_list, default=None, help="trace seeds, comma-separated (default 0,1,2; "
                     "--fast: 0)")
-    ap.add_argument("--hours", type=positive_float, default=24.0, help="arrival window (Table 3: 24 h)")
+    ap.add_argument("--hours", type=positive_float, default=24.0, help="arrival window (Table 3: 24 h; at least 1, "
+                    "so that the lowest density has tasks to schedule)")
     ap.add_argument("--iters", default=None, help="iterations per task LO/HI (default: the workload's 10000/500000)")
     ap.add_argument("--out", type=out_dir, default=str(OUT / "genie"),
                     help="output folder [experiments/out/genie, wherever this is run from]")
@@ -208,6 +209,8 @@ def main() -> None:
 
     add_sweep_options(ap)
     args = ap.parse_args()
+    if args.hours < 1:  # at 5 tasks/h a shorter window often holds no task, and every table cell is empty
+        ap.error(f"--hours must be at least 1, got {args.hours:g}")
     iters = None
     if args.iters:
         try:

@@ -213,6 +213,9 @@ def main() -> None:
     args = ap.parse_args()
     seeds = args.seeds or (2 if args.fast else 10)
     caps = args.caps or ([2] if args.fast else [2, 3])
+    if 2 not in caps or min(caps) < 2:  # FIFO and the paper's pair model run at 2, and the checks compare there
+        ap.error(f"--caps must include 2 and be 2 or more, got {','.join(map(str, caps))} (FIFO and the paper's "
+                 "pair model run with 2 jobs per GPU; 3 and up add the sensitivity runs)")
     nodes = args.scale_nodes or (16 if args.fast else 128)
     n_scale = args.scale_jobs or (800 if args.fast else 4000)
     out = Path(args.out or (OUT / "horus" if args.predictions == "trained"
@@ -226,6 +229,9 @@ def main() -> None:
     mem = np.array([p.mem_gb for p in table])
     pred_mem = np.array([p.pred_mem_gb for p in table])
     pred_med = np.array([p.pred_mem_median_gb for p in table])
+    smallest = float(np.min(np.minimum(mem, pred_mem)))
+    if args.stress_mem < smallest:  # found after every run before, in a SimulationError
+        ap.error(f"--stress-mem {args.stress_mem:g} GB holds none of the jobs (the smallest needs {smallest:.2f} GB)")
     pred_stats = {"predictions": args.predictions, "util_mae": float(np.mean(np.abs(util - pred_util))),
                   "util_mape": float(np.mean(np.abs(util - pred_util) / util)),
                   "mem_median_mape": float(np.mean(np.abs(pred_med - mem) / mem)),

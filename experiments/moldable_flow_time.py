@@ -95,6 +95,8 @@ def main() -> None:
     ap.add_argument("--out", type=out_dir, default=str(OUT / "moldable"),
                     help="output folder [experiments/out/moldable, wherever this is run from]")
     args = ap.parse_args()
+    if args.tasks is not None and args.tasks < 2:  # the load is the tasks' demand over their arrival span
+        ap.error(f"--tasks must be at least 2, got {args.tasks}")
     share = None
     if args.share_fraction:
         share = {}

@@ -407,6 +407,10 @@ def main() -> None:
             make_mechanism(m)
         except ValueError as e:
             ap.error(f"--mechanisms: {e}")
+    missing = [m for m in ("proportional", "tune") if m not in mechanisms]
+    if missing:  # the tables and checks are ratios against both
+        ap.error(f"--mechanisms must include proportional and tune (the tables compare against them); "
+                 f"{', '.join(missing)} missing")
     plan = FAST if args.fast else FULL
     if args.jobs:
         plan = replace(plan, jobs=args.jobs)

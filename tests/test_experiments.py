@@ -95,3 +95,34 @@ def test_andreas_cost_fast(tmp_path):
         assert f"{'PASS' if check['ok'] else 'FAIL'}: {check['text']}" in stdout
     assert "| case | N | J | FIFO | EDF | PS | RG |" in stdout
     assert (tmp_path / "cost_vs_nodes.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("script, args, says", [
+    ("horus_makespan.py", ["--caps", "3"], "--caps must include 2"),
+    ("synergy_jct.py", ["--mechanisms", "greedy"], "--mechanisms must include proportional and tune"),
+    ("genie_qos.py", ["--hours", "0.2"], "--hours must be at least 1"),
+    ("moldable_flow_time.py", ["--tasks", "1"], "--tasks must be at least 2"),
+    ("genie_qos.py", ["--out", "/proc/perfpredict-x"], "does not take new files"),
+    ("horus_makespan.py", ["--stress-mem", "0.5"], "holds none of the jobs"),
+])
+def test_arguments_that_crashed_after_the_runs_are_refused_before_them(tmp_path, script, args, says):
+    """Each of these ran every simulation and then ended in a raw traceback (KeyError, TypeError, ZeroDivision,
+    a log-scaled empty plot, a SimulationError) with nothing written."""
+    out = [] if "--out" in args else ["--out", str(tmp_path / "o")]
+    r = subprocess.run([sys.executable, str(REPO / "experiments" / script), "--fast", *out, *args],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert says in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert not (tmp_path / "o" / "results.json").exists()
+
+
+def test_a_mechanism_for_another_seeds_traces_is_one_line(tmp_path):
+    r = subprocess.run([sys.executable, str(REPO / "benchmarks" / "sim_speed.py"), "--jobs", "50", "--mechanism",
+                        "swaf"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 2 and "GENIE task model" in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
+
+
+def test_andreas_without_gap_instances_runs_and_says_so(tmp_path):
+    stdout, res = _run_fast("andreas_cost.py", tmp_path / "a", "--nodes", "2", "--gap-instances", "0")
+    assert "not measured (--gap-instances 0)" in stdout
+    assert res["gap"] == [] and "gap" not in res["checks"]

@@ -193,6 +193,16 @@ def run_script(main: Callable[[], int | None]) -> None:
     except PerfPredictError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(e.exit_code)
+    except Exception as e:
+        # the simulator's refusals (a trace no mechanism can run, a mechanism for another seed's traces) are the
+        # arguments' fault, not a bug: one line, exit 2
+        from perfpredict.sched.base import UnsupportedInput
+        from perfpredict.sim.simulator import SimulationError
+
+        if not isinstance(e, (SimulationError, UnsupportedInput)):
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
