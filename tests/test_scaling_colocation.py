@@ -281,3 +281,19 @@ def test_co_location_numbers_no_job_can_give_are_called_suspect_and_so_is_the_cu
         card.notes.append(note)
     _speedup(card)
     assert ("co-location the card calls suspect" in card.speedup_curve.fit["notes"]) == (suspect is not None)
+
+
+@pytest.mark.parallel_safe  # compares no times: the numbers are given
+def test_a_measured_speedup_the_curve_cannot_follow_is_named_on_it():
+    """Two data-parallel ranks at S = 0.54 (slower than one): the monotone curve gives 1.0 there, and its notes
+    were empty, so a scheduler would plan on a second rank costing nothing."""
+    from perfpredict.card import ScalingInfo, ScalingPoint
+    from perfpredict.profile.extended import _speedup
+    from tests.test_card import build_card
+
+    card, _ = build_card()
+    card.scaling = ScalingInfo(global_batch=8, backend="gloo", device="cpu", points=[
+        ScalingPoint(workers=2, workers_per_node=2, global_batch=8, local_batch=4, status="ok", speedup=0.54,
+                     samples_per_s=100.0)])
+    _speedup(card)
+    assert "S(2) = 0.54 lie off the curve (1.00)" in card.speedup_curve.fit["notes"], card.speedup_curve.fit["notes"]

@@ -124,6 +124,9 @@ def _colocation(card, ref: WorkloadRef, batch: int, s: ExtendedSettings, timing,
         card.notes.append(note)
 
 
+#: a measured speedup further than this share from the fitted curve is named in the curve's notes
+OFF_CURVE = 0.25
+
 #: the start of the note that co-location numbers cannot be the job's (the speedup curve repeats it)
 SUSPECT_COLOCATION = "co-location: the solo run was slowed"
 
@@ -218,6 +221,13 @@ def _speedup(card: PerformanceCard) -> None:
     if any(n.startswith("scaling: S(") and "suspect" in n for n in card.notes) and any(q.p > 1 for q in pts):
         doubts.append("its points above one device rest on a scaling run the card calls suspect (see the card's "
                       "notes)")
+    # the curve is concave and non-decreasing by construction: a measured point it cannot follow (two ranks
+    # slower than one) is projected away, and a scheduler reading the curve would never know
+    off = [(q, f) for q, f in zip(curve.points, curve.fitted) if q.speedup and abs(f - q.speedup) > OFF_CURVE * q.speedup]
+    if off:
+        doubts.append("measured " + ", ".join(f"S({q.p:g}) = {q.speedup:.2f}" for q, _ in off) + " lie off the "
+                      "curve (" + ", ".join(f"{f:.2f}" for _, f in off) + "), which never falls with more devices: "
+                      "read the measured points, not the curve, there")
     curve = replace(curve, notes="; ".join(filter(None, doubts)))
     device = (card.colocation or card.scaling).device
     card.speedup_curve = SpeedupCurveCard(points=pts, fit=curve.to_dict(), device=device)
