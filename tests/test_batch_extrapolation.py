@@ -200,3 +200,13 @@ def test_features_that_describe_no_computation_are_refused(predictor):
     for device in ("cuda", "cpu"):
         with pytest.raises(UsageError, match="describe no computation"):
             predictor.predict(features=zero, batch_sizes=[8], device_type=device)
+
+
+def test_a_predicted_max_batch_limit_above_the_gpu_says_the_device_holds_less(predictor):
+    from perfpredict.estimators.arch import from_workload
+
+    feats = from_workload("zoo:transformer", {})
+    big = predictor.largest_batch(features=feats, memory_limit_bytes=2**40, device_type="cuda_h100")
+    assert any("is more than one NVIDIA H100" in n for n in big.notes), big.notes
+    fits = predictor.largest_batch(features=feats, memory_limit_bytes=40 * 2**30, device_type="cuda_h100")
+    assert not any("is more than one" in n for n in fits.notes)

@@ -104,6 +104,10 @@ def predicted_largest_batch(predictor: Any, arch: ArchFeatures, memory_limit_byt
         reason = f"batch size {hi} is predicted not to fit"
     notes = [f"predicted by model set {ms.name} ({ms.precision} {ms.mode}, {ms.device_name}); the {quantile} of the "
              f"predicted {what[target]} is held to the limit"] + ([precision_note] if precision_note else [])
+    cap = ms.device_memory_bytes if ms.device_kind == "cuda" else None
+    if cap and memory_limit_bytes > cap:
+        notes.append(f"the limit ({memory_limit_bytes / 2**30:.1f} GiB) is more than one {ms.device_name} holds "
+                     f"({cap / 2**30:.1f} GiB): batch sizes between the two fit the limit but not the device")
     near, hi_t, lo_t = reach["near"], reach["top"], min(ms.trained_batches)
     if lo is not None and not lo_t <= lo <= hi_t:
         t = ms.targets[target]
