@@ -297,3 +297,28 @@ def test_a_measured_speedup_the_curve_cannot_follow_is_named_on_it():
                      samples_per_s=100.0)])
     _speedup(card)
     assert "S(2) = 0.54 lie off the curve (1.00)" in card.speedup_curve.fit["notes"], card.speedup_curve.fit["notes"]
+
+
+@pytest.mark.parallel_safe  # compares no times: the numbers are given
+def test_show_prints_the_speedup_curve_and_the_sensitivity_matrix():
+    """`perfpredict show` printed neither the speedup curve nor the W matrix (only the probed CPUs and demand)."""
+    from rich.console import Console
+
+    from perfpredict.card import ScalingInfo, ScalingPoint, SensitivityCard, SensitivityDemand
+    from perfpredict.cli import print_summary
+    from perfpredict.profile.extended import _speedup
+    from tests.test_card import build_card
+
+    card, _ = build_card()
+    card.scaling = ScalingInfo(global_batch=8, backend="gloo", device="cpu", points=[
+        ScalingPoint(workers=2, workers_per_node=2, global_batch=8, local_batch=4, status="ok", speedup=1.6,
+                     samples_per_s=100.0)])
+    _speedup(card)
+    card.sensitivity = SensitivityCard(cpu_values=[1, 2], mem_values_gb=[1.0, 2.0], matrix=[[10.0, 12.5], [20.0, 24.0]],
+                                       profiled_cpu_values=[2, 1], demand=SensitivityDemand(cpus=2, mem_gb=2.0),
+                                       threshold=0.1, dataset_bytes=10**9, storage_bytes_per_s=2e8)
+    console = Console(record=True, width=200)
+    print_summary(card, console)
+    text = console.export_text()
+    assert "speedup curve: S(1) = 1.00, S(2) = 1.60 from 2 point(s)" in text
+    assert "2 CPU(s):      20.0       24.0" in text and "storage" in text

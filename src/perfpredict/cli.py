@@ -324,8 +324,11 @@ def _print_extended(card, console: Console) -> None:
                 console.print(f"co-location ×{p.copies}: [yellow]{p.status}[/]: {p.error}", highlight=False)
         for q in co.pairs:
             if q.status == "ok":
-                console.print(f"next to {q.partner}: slowdown T_deg {q.job_slowdown:.1%} (partner {q.partner_slowdown:.1%})",
-                              highlight=False)
+                # T_deg is |solo/colocated - 1| (Horus): say which way the job moved
+                faster = (q.job_colocated_samples_per_s or 0) > (q.job_solo_samples_per_s or float("inf"))
+                console.print(f"next to {q.partner}: slowdown T_deg {q.job_slowdown:.1%}"
+                              + (" (it ran faster than alone)" if faster else "")
+                              + f" (partner {q.partner_slowdown:.1%})", highlight=False)
             else:
                 console.print(f"next to {q.partner}: [yellow]{q.status}[/]: {q.error}", highlight=False)
     sc = card.scaling
@@ -341,10 +344,30 @@ def _print_extended(card, console: Console) -> None:
         held = f", held-out placement error {cm.holdout_rel_error:.1%}" if cm.holdout_rel_error is not None else ""
         console.print(f"GENIE comm model: γ={_fmt_opt(cm.gamma)}, λ={_fmt_opt(cm.lambda_)} from "
                       f"{len(cm.placements)} placements{held}", highlight=False)
+    curve = card.speedup_curve
+    if curve is not None and curve.fit:
+        from perfpredict.fit.speedup import SpeedupCurve
+
+        fitted = SpeedupCurve.from_dict(curve.fit)
+        at = [x for x in (0.5, 1.0, 2.0, 4.0) if any(abs(q.p - x) < 1e-9 for q in curve.points) or x == 1.0]
+        console.print("speedup curve: " + ", ".join(f"S({x:g}) = {fitted.speedup(x):.2f}" for x in at)
+                      + f" from {len(curve.points)} point(s)", highlight=False)
+        if fitted.notes:
+            console.print(f"  [yellow]note[/]: {escape(fitted.notes)}", highlight=False)
     se = card.sensitivity
     if se is not None:
         console.print(f"sensitivity: probed CPUs {se.profiled_cpu_values} of {len(se.cpu_values)}; demand "
                       f"{se.demand.cpus} CPUs, {se.demand.mem_gb:.2f} GB", highlight=False)
+        data = (f"dataset {_fmt_bytes(se.dataset_bytes)}" if se.dataset_bytes else "") + (
+            f", storage {_fmt_bytes(int(se.storage_bytes_per_s))}/s" if se.storage_bytes_per_s else "")
+        if data:
+            console.print(f"  {data.lstrip(', ')}", highlight=False)
+        mem_cols = ", ".join(_fmt_bytes(int(m * 1e9)) for m in se.mem_values_gb)
+        console.print(f"  samples/s by CPUs (rows) × memory ({mem_cols}):", highlight=False)
+        for c, row in zip(se.cpu_values, se.matrix):
+            console.print(f"  {c:>3} CPU(s): " + "  ".join(f"{v:9.1f}" for v in row), highlight=False)
+        if se.note:
+            console.print(f"  [yellow]note[/]: {escape(se.note)}", highlight=False)
     for e in card.errors:
         # Per-batch failures are in the table and a failed export in the graph line; the rest are whole sections.
         if e.batch_size is None and e.step != "export_onnx":
