@@ -185,9 +185,12 @@ def test_a_malformed_rate_model_is_named_not_crashed_on():
         RateModel.from_card(good.model_copy(update={"coefficients": {}}))
 
 
-def test_ctrl_c_keeps_the_points_with_a_rate_model_and_says_where(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_keeps_the_points_with_a_rate_model_and_says_where(tmp_path, sig):
     """SIGINT after the second batch size: exit 130, a message naming the card, and the kept points fitted.
-    Six more points (over 1 s each) follow, so a test process starved of CPU still signals a running sweep."""
+    Six more points (over 1 s each) follow, so a test process starved of CPU still signals a running sweep.
+    SIGTERM (a scheduler's stop, `timeout`) is handled alike: it used to exit 143 with a partial card and no
+    MLflow run."""
     model = tmp_path / "slow.py"
     model.write_text("import time\nimport torch\n\nclass M(torch.nn.Module):\n    def __init__(self):\n"
                      "        super().__init__()\n        self.l = torch.nn.Linear(4, 2)\n\n    def forward(self, x):\n"
@@ -205,7 +208,7 @@ def test_ctrl_c_keeps_the_points_with_a_rate_model_and_says_where(tmp_path):
     while "batch     4:" not in seen and time.monotonic() < deadline and proc.poll() is None:
         seen += proc.stderr.readline()
     assert "batch     4:" in seen, seen
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "interrupted" in err and "card.json" in err and "Traceback" not in err

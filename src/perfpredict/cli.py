@@ -840,7 +840,29 @@ def build_command():
     return group
 
 
+def _terminate_as_interrupt() -> None:
+    """SIGTERM (what a scheduler, `timeout` or `kill` sends) is handled as Ctrl-C is: every command keeps what it
+    has measured and says so, where the default action lost it (a profile's card partial, no MLflow run). A
+    process forked from this one keeps SIGTERM's default action."""
+    import signal
+
+    main_pid = os.getpid()
+
+    def handler(signum, frame) -> None:  # noqa: ARG001
+        if os.getpid() != main_pid:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
+        raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread (an embedding caller): leave the default
+        pass
+
+
 def _main() -> None:
+    _terminate_as_interrupt()
     group = build_command()
     # --debug works with any command: taken out here, so commands without the option do not reject it.
     debug = "--debug" in sys.argv
