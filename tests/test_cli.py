@@ -441,3 +441,22 @@ def test_show_names_a_max_batch_or_ab_result_it_cannot_print(run_cli, tmp_path):
     (tmp_path / "max_batch.json").write_text(json.dumps({"largest_ok": 8, "probes": []}))
     proc = run_cli("show", tmp_path / "max_batch.json")
     assert proc.returncode != 0 and "it is a max-batch result" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_latency_between_a_predicted_cards_points_carries_their_spread(run_cli, tmp_path):
+    """Between or past a predicted card's batch sizes the ± was the rate model's fit to the predicted points
+    (±1% at batch 256), narrower than the prediction's own q10-q90 and missing a direct prediction."""
+    import re
+
+    card = tmp_path / "tr.json"
+    assert run_cli("predict", "zoo:transformer", "-b", "8,32,128,512", "--device-type", "cuda_h100",
+                   "-o", card).returncode == 0
+    direct = json.loads(run_cli("predict", "zoo:transformer", "-b", "256", "--device-type", "cuda_h100",
+                                "-o", tmp_path / "d.json").stdout and (tmp_path / "d.json").read_text())
+    t_direct = direct["prediction"]["points"][0]["iter_time_s"] * 1e3
+    out = run_cli("latency", card, "-n", "1000", "-b", "256")
+    assert out.returncode == 0, out.stderr
+    lo, hi = map(float, re.search(r"about ([\d.]+)-([\d.]+) ms", " ".join(out.stdout.split())).groups())
+    assert lo < t_direct < hi, (lo, t_direct, hi)
+    past = run_cli("latency", card, "-n", "1000", "-b", "2048")
+    assert "predicts this batch size directly" in " ".join(past.stdout.split())

@@ -729,8 +729,17 @@ def latency(
         span = "predicted batch sizes" if card.prediction else "measured range"
         how = f"±{pred.rel_uncertainty:.0%}, " + (f"extrapolated past the {span}" if pred.extrapolated
                                                   else f"within the {span}")
-        if card.prediction:
-            how += " (rate model fitted to the predicted points)"
+        if card.prediction and card.prediction.points:
+            # the fit's ± is its error against the predicted points, not the prediction's: carry the nearest
+            # point's q10-q90 spread here as well
+            near = min(card.prediction.points, key=lambda p: abs(math.log(p.batch_size / batch_size)))
+            lo_r, hi_r = (x / near.iter_time_s for x in near.iter_time_interval_s)
+            e = pred.rel_uncertainty
+            how = (f"about {t_s * lo_r * (1 - e) * 1e3:.3f}-{t_s * hi_r * (1 + e) * 1e3:.3f} ms: batch "
+                   f"{near.batch_size}'s predicted q10-q90 spread, widened by the rate model's ±{e:.0%} fit to the "
+                   f"predicted points; {'extrapolated past' if pred.extrapolated else 'within'} the {span}")
+            if pred.extrapolated:
+                how += f" (`perfpredict predict <model> -b {batch_size}` predicts this batch size directly)"
     out_console.print(f"T({batch_size}) = {t_s * 1e3:.3f} ms/iter ({batch_size / t_s:.1f} samples/s, {how}); "
                       f"Lat({iterations}, {batch_size}) = {total:.2f} s on {card.device.kind} ({card.device.name})",
                       highlight=False)
