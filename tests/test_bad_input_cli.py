@@ -326,3 +326,15 @@ def test_a_non_finite_window_or_link_is_refused_before_anything_runs(run_cli, ar
     """--window nan hung the co-location run; --link-mbit nan ran the sweep, then ended in an internal error."""
     proc = run_cli("profile", str(EXAMPLES / "minimal_mlp.py"), *args, "--no-mlflow", "--out", "o")
     _one_error_line(proc, "must be positive finite numbers")
+
+
+def test_a_section_flag_without_its_section_is_named(run_cli):
+    """`--workers 1,2 --copies 2 --storage-bandwidth 1MB` without --scaling/--colocation/--sensitivity exited 0
+    without a word, as if they had been used."""
+    proc = run_cli("profile", str(EXAMPLES / "minimal_mlp.py"), "-b", "4", "--no-features", "--no-mlflow",
+                   "--min-time", "0.1", "--max-time", "0.2", "--workers", "1,2", "--copies", "2",
+                   "--storage-bandwidth", "1MB", "--out", "o")
+    assert proc.returncode == 0, proc.stderr
+    err = " ".join(proc.stderr.split())
+    assert "--workers applies to --scaling" in err and "--storage-bandwidth applies to --sensitivity" in err
+    assert "--copies applies to --colocation" in err and "--window" not in err  # left at its default

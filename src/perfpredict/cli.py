@@ -446,6 +446,16 @@ def profile(
     partner_target = None if partner.strip().lower() == "none" else partner.strip()
     if (colocation or all_) and partner_target:
         check_target(partner_target)
+    # a section's flag without its section changes nothing: say so rather than let it pass for a setting
+    on = {"--scaling": scaling or all_, "--colocation": colocation or all_, "--sensitivity": sensitivity or all_}
+    given = [("--workers", workers is not None, ("--scaling",)), ("--link-mbit", link_mbit != 1000.0, ("--scaling",)),
+             ("--copies", copies != "1,2,3,4", ("--colocation",)), ("--partner", partner != "zoo:mlp", ("--colocation",)),
+             ("--storage-bandwidth", storage_bandwidth is not None, ("--sensitivity",)),
+             ("--window", window != 3.0, ("--scaling", "--colocation", "--sensitivity"))]
+    for flag, set_, needs in given:
+        if set_ and not any(on[n] for n in needs):
+            err_console.print(f"[yellow]note[/]: {flag} applies to {' / '.join(needs)} (or --all), which this "
+                              "profile does not run", highlight=False)
 
     from perfpredict.profile import runner
 
