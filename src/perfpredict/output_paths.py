@@ -43,6 +43,8 @@ def _not_creatable(p: Path) -> str | None:
     try:
         tempfile.TemporaryDirectory(dir=here).cleanup()
     except OSError as e:
+        if here == p:
+            return f"cannot write in {p} ({e.strerror or e})"
         return f"cannot create {p}: {here} does not take new files ({e.strerror or e})"
     return None
 

@@ -193,6 +193,12 @@ def run_script(main: Callable[[], int | None]) -> None:
     except PerfPredictError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    except BrokenPipeError:
+        _stdout_gone()
+        sys.exit(1)
     except Exception as e:
         # the simulator's refusals (a trace no mechanism can run, a mechanism for another seed's traces) are the
         # arguments' fault, not a bug: one line, exit 2
@@ -203,12 +209,6 @@ def run_script(main: Callable[[], int | None]) -> None:
             raise
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        sys.exit(130)
-    except BrokenPipeError:
-        _stdout_gone()
-        sys.exit(1)
     sys.exit(rc or 0)
 
 
