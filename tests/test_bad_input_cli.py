@@ -338,3 +338,10 @@ def test_a_section_flag_without_its_section_is_named(run_cli):
     err = " ".join(proc.stderr.split())
     assert "--workers applies to --scaling" in err and "--storage-bandwidth applies to --sensitivity" in err
     assert "--copies applies to --colocation" in err and "--window" not in err  # left at its default
+
+
+def test_a_storage_bandwidth_written_as_a_rate_is_read():
+    """`--storage-bandwidth 200MB/s`, the natural spelling, was 'cannot read a memory size'."""
+    from perfpredict.cli import _bytes, _per_second
+
+    assert [_bytes(_per_second(t)) for t in ("200MB/s", "200MB", "1GiB / sec")] == [200 * 10**6, 200 * 10**6, 2**30]

@@ -322,3 +322,31 @@ def test_show_prints_the_speedup_curve_and_the_sensitivity_matrix():
     text = console.export_text()
     assert "speedup curve: S(1) = 1.00, S(2) = 1.60 from 2 point(s)" in text
     assert "2 CPU(s):      20.0       24.0" in text and "storage" in text
+
+
+@pytest.mark.parallel_safe  # compares no times: the sections are stand-ins
+def test_a_ctrl_c_in_scaling_keeps_a_curve_through_the_co_location_already_measured(monkeypatch):
+    """The co-location points were on the card after a Ctrl-C during scaling, but no speedup curve through them."""
+    from types import SimpleNamespace
+
+    from perfpredict.card import ColocationPoint
+    from perfpredict.profile import extended
+    from tests.test_card import build_card
+
+    card, _ = build_card()
+    info = ColocationInfo(batch_size=8, window_s=1.0, device="cpu", points=[
+        ColocationPoint(copies=n, batch_size=8, status="ok", per_copy_samples_per_s=[100.0 * r] * n,
+                        per_copy_relative=r, aggregate_samples_per_s=100.0 * r * n, aggregate_relative=r * n,
+                        device="cpu") for n, r in ((1, 1.0), (2, 0.7))])
+
+    def scaling(*_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(extended, "_colocation", lambda card, *_: setattr(card, "colocation", info))
+    monkeypatch.setattr(extended, "_scaling", scaling)
+    saved = []
+    with pytest.raises(KeyboardInterrupt):
+        extended.run_extended(card, SimpleNamespace(ref=None), extended.ExtendedSettings(
+            colocation=True, scaling=True, batch_size=8), save=lambda: saved.append(card.speedup_curve))
+    assert card.speedup_curve is not None and saved[-1] is card.speedup_curve
+    assert [q.p for q in card.speedup_curve.points] == [0.5, 1.0]

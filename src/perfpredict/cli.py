@@ -73,6 +73,11 @@ def _bytes(text: str | None) -> int | None:
     return int(value * base**power)
 
 
+def _per_second(text: str | None) -> str | None:
+    """A rate as people write it, ``200MB/s``, as the size per second that :func:`_bytes` reads."""
+    return None if text is None else re.sub(r"\s*/\s*s(ec(ond)?)?\s*$", "", text, flags=re.IGNORECASE)
+
+
 def check_out_dir(out: Path | None) -> None:
     """An output directory that can be used: absent (created later) or a directory, with no file in the way
     above it. Checked before any work starts, so results are never computed only to be lost."""
@@ -436,7 +441,7 @@ def profile(
     sizes = parse_batch_sizes(batch_sizes, "--batch-sizes") if batch_sizes else None
     worker_counts = parse_batch_sizes(workers, "--workers") if workers else None
     copy_counts = parse_batch_sizes(copies, "--copies")
-    memory_limit_bytes, storage_bytes_per_s = _bytes(memory_limit), _bytes(storage_bandwidth)
+    memory_limit_bytes, storage_bytes_per_s = _bytes(memory_limit), _bytes(_per_second(storage_bandwidth))
     if memory_limit_bytes is not None and memory_limit_bytes <= 0:
         raise UsageError(f"--memory-limit must be positive, got {memory_limit!r}", step="arguments")
     if storage_bytes_per_s is not None and storage_bytes_per_s <= 0:

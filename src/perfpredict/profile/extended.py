@@ -8,6 +8,7 @@ machine cannot run (no virtual nodes, no input pipeline) is explained in ``card.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -88,12 +89,20 @@ def run_extended(card: PerformanceCard, workload: Workload, settings: ExtendedSe
             card.errors.append(CardError(step=name, message=e.message))
         save()
 
-    if settings.colocation:
-        guarded("colocation", lambda: _colocation(card, ref, batch, settings, timing, stage))
-    if settings.scaling:
-        guarded("scaling", lambda: _scaling(card, ref, batch, settings, timing, stage))
-        if settings.comm_model:
-            guarded("comm_model", lambda: _comm(card, ref, batch, settings, timing, stage))
+    try:
+        if settings.colocation:
+            guarded("colocation", lambda: _colocation(card, ref, batch, settings, timing, stage))
+        if settings.scaling:
+            guarded("scaling", lambda: _scaling(card, ref, batch, settings, timing, stage))
+            if settings.comm_model:
+                guarded("comm_model", lambda: _comm(card, ref, batch, settings, timing, stage))
+    except KeyboardInterrupt:
+        # a Ctrl-C in scaling kept the co-location's points but no curve through them
+        if card.colocation is not None and card.speedup_curve is None:
+            with contextlib.suppress(Exception):
+                _speedup(card)
+                save()
+        raise
     if card.colocation is not None or card.scaling is not None:
         guarded("speedup_curve", lambda: _speedup(card))
     if settings.sensitivity:
