@@ -439,7 +439,7 @@ def test_runtime_shapes_feed_zeros_for_weights_kept_as_external_references(zoo, 
     # folding the shape arithmetic resolves the attention shapes without running anything
     assert analyze_onnx(refs, run_for_shapes=False).macs == full.macs
     # without it, static inference alone loses MACs, and the runtime fallback is what finds them
-    monkeypatch.setattr(shape_folding, "folded_value_infos", lambda proto: [])
+    monkeypatch.setattr(shape_folding, "folded_value_infos", lambda proto, inferred=None: [])
     assert analyze_onnx(refs, run_for_shapes=False).macs < full.macs
     got = analyze_onnx(refs)
     assert (got.macs, got.macs_by_op, got.initializer_bytes, got.unknown_shape_ops) == \

@@ -134,10 +134,10 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
     """Shape-infer ``model_proto`` and compute :class:`GraphStats` over the whole graph.
 
     ONNX shape inference loses dimensions that flow through computed shapes (e.g. the Reshapes of
-    ``nn.MultiheadAttention``). The graph's integer shape arithmetic is folded first
-    (:mod:`perfpredict.features.shape_folding`, nothing executed); with ``run_for_shapes`` the values still
-    unknown are resolved by executing the graph once in onnxruntime on zero-filled inputs of the declared
-    (static) input shapes.
+    ``nn.MultiheadAttention``). With ``run_for_shapes`` the values it leaves unknown are resolved by executing
+    the graph once in onnxruntime on zero-filled inputs of the declared (static) input shapes (exact, and what a
+    model file's own export gets); without, by folding the graph's integer shape arithmetic
+    (:mod:`perfpredict.features.shape_folding`, nothing executed: an uploaded file's path).
     """
     import onnx
     from onnx import shape_inference
@@ -151,20 +151,18 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
     for vi in list(g.input) + list(g.value_info) + list(g.output):
         shapes.add_value_info(vi)
     unknown = [o for n in g.node for o in n.output if o and shapes.shape(o) is None]
-    if unknown:
-        # shape arithmetic folded with numpy (small integer tensors only, nothing run): the file is not executed
+    if unknown and run_for_shapes:
+        for name, (dims, size, is_float) in _runtime_shapes(inferred, unknown).items():
+            shapes.info[name] = (dims, size)
+            if is_float:
+                shapes.floats.add(name)
+    elif unknown:
+        # a graph that is not run (an upload): its shape arithmetic folded with numpy, small integer tensors only
         from perfpredict.features.shape_folding import folded_value_infos
 
-        for vi in folded_value_infos(model_proto):
+        for vi in folded_value_infos(model_proto, inferred if inferred is not model_proto else None):
             if shapes.shape(vi.name) is None:
                 shapes.add_value_info(vi)
-        unknown = [o for o in unknown if shapes.shape(o) is None]
-    if run_for_shapes:
-        if unknown:
-            for name, (dims, size, is_float) in _runtime_shapes(inferred, unknown).items():
-                shapes.info[name] = (dims, size)
-                if is_float:
-                    shapes.floats.add(name)
     init_names = set()
     stats = GraphStats()
     for init in g.initializer:

@@ -30,27 +30,29 @@ MAX_ROUNDS = 8
 _INT_TYPES = {6: np.int32, 7: np.int64, 9: np.bool_}  # TensorProto.INT32, INT64, BOOL
 
 
-def folded_value_infos(model_proto: Any) -> list[Any]:
+def folded_value_infos(model_proto: Any, inferred: Any = None) -> list[Any]:
     """The value infos ONNX shape inference gives ``model_proto`` once its shape arithmetic is folded
     (:mod:`module docstring <perfpredict.features.shape_folding>`); an empty list where nothing folds or
-    inference fails."""
+    inference fails. ``inferred``: ``model_proto`` as shape inference (``data_prop=True``) already gave it, so
+    the first round does not infer it again."""
     import onnx
     from onnx import shape_inference
 
     m = onnx.ModelProto()
     m.CopyFrom(model_proto)
     folded: dict[str, np.ndarray] = {}
-    inferred = None
     for _ in range(MAX_ROUNDS):
-        try:
-            inferred = shape_inference.infer_shapes(m, data_prop=True)
-        except Exception:  # noqa: BLE001 - best effort: the caller keeps the shapes it had
-            return []
+        if inferred is None:
+            try:
+                inferred = shape_inference.infer_shapes(m, data_prop=True)
+            except Exception:  # noqa: BLE001 - best effort: the caller keeps the shapes it had
+                return []
         new = _fold(inferred.graph, folded)
         if not new:
             break
         folded.update(new)
         _as_constants(m.graph, folded)
+        inferred = None  # the folded graph is inferred anew
     if inferred is None or not folded:
         return []
     g = inferred.graph
