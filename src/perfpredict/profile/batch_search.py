@@ -195,8 +195,8 @@ def find_largest_batch(workload: Workload, *, device: str = "auto", mode: str = 
     if skipped:
         notes.append(f"batch size {skipped[0].batch_size} failed for a reason other than memory ({skipped[0].error}), "
                      f"and the search went on from batch size "
-                     f"{round_down_to(min(2 * skipped[0].batch_size, max_batch), multiple_of)}: the model does not run "
-                     "at that size at all")
+                     f"{_doubled(skipped[0].batch_size, max_batch, multiple_of)}: the model does not run at that size "
+                     "at all")
     if any(x.status == "timeout" for x in probes):
         notes.append(f"a probe past its {timeout_s:g} s limit counted as not fitting: the limit found may be "
                      "time's, not memory's (raise --timeout)")
@@ -213,6 +213,12 @@ def find_largest_batch(workload: Workload, *, device: str = "auto", mode: str = 
                       wall_s=time.perf_counter() - t0, notes=notes)
 
 
+def _doubled(b: int, max_batch: int, multiple_of: int) -> int:
+    """The doubling search's next batch size after ``b`` (a multiple of ``multiple_of``): twice it, held to the
+    largest multiple within ``max_batch``."""
+    return min(b * 2, round_down_to(max_batch, multiple_of))
+
+
 def _search(probe: Callable[[int], BatchProbe], bounds: dict[str, int | None], first: int, multiple_of: int,
             max_batch: int, name: str, skipped: list[BatchProbe]) -> str:
     """Doubling, then bisection, keeping the largest batch that ran (``lo``) and the smallest that did not
@@ -224,18 +230,18 @@ def _search(probe: Callable[[int], BatchProbe], bounds: dict[str, int | None], f
         p = probe(b)
         if p.status == "ok":
             bounds["lo"] = b
-            b = min(b * 2, round_down_to(max_batch, multiple_of))
+            b = _doubled(b, max_batch, multiple_of)
             if b <= bounds["lo"]:
                 return f"every batch size tried up to max_batch {max_batch} ran"
             continue
         if p.status in ("oom", "timeout"):
             bounds["hi"] = b
             break
-        if bounds["lo"] is None and b == first and not skipped and round_down_to(min(2 * b, max_batch), multiple_of) > b:
+        if bounds["lo"] is None and b == first and not skipped and _doubled(b, max_batch, multiple_of) > b:
             # the smallest batch alone may be what fails (BatchNorm in training needs two samples per channel):
             # the search goes on from the next size, and the result says so
             skipped.append(p)
-            b = round_down_to(min(2 * b, max_batch), multiple_of)
+            b = _doubled(b, max_batch, multiple_of)
             continue
         bounds["hi"] = b
         if bounds["lo"] is None:

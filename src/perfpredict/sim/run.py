@@ -37,7 +37,7 @@ import math
 import numbers
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -145,12 +145,12 @@ def _parse_cluster(s: str) -> ClusterSpec:
             raise UsageError(f"cluster {s!r}: {key}={val!r} is not a valid value", step="cluster") from None
         if key != "type":
             typed.append(f"{key}={val}")
-    # the name records the options (runs.csv, metrics.json and MLflow tell a CPU:GPU sweep's clusters apart)
-    name = f"{n}x{g}{kw.get('gpu_type', 'V100')}" + (":" + ",".join(typed) if typed else "")
     try:
-        return ClusterSpec.homogeneous(n, gpus=g, name=name, **kw)
+        spec = ClusterSpec.homogeneous(n, gpus=g, **kw)
     except ValueError as e:
         raise UsageError(f"cluster {s!r}: {e}", step="cluster") from None
+    # the name records the options (runs.csv, metrics.json and MLflow tell a CPU:GPU sweep's clusters apart)
+    return replace(spec, name=f"{spec.name}:{','.join(typed)}") if typed else spec
 
 
 def _kv(spec: str) -> dict[str, str]:
@@ -383,13 +383,13 @@ def card_notes(card: Any, path: Path) -> list[str]:
     """What a simulation on ``card`` should say about it: a card without a sensitivity matrix or a speedup
     curve (a plain ``perfpredict profile``) leaves those to defaults, and a CPU card stands in for a GPU."""
     out = []
-    missing = [what for what, have in (("speedup curve", card.speedup_curve is not None and card.speedup_curve.fit),
-                                       ("CPU/memory sensitivity matrix", card.sensitivity is not None)) if not have]
+    # (what the card lacks, how the job then runs) for each section a plain `perfpredict profile` leaves out
+    missing = [(what, runs) for what, runs, have in (
+        ("speedup curve", "linearly in its GPUs (S(n) = n)", card.speedup_curve is not None and card.speedup_curve.fit),
+        ("CPU/memory sensitivity matrix", "insensitive to CPUs and memory", card.sensitivity is not None)) if not have]
     if missing:
-        out.append(f"card {path}: no {' and no '.join(missing)} (`perfpredict profile --all` measures them), so the "
-                   "job runs " + " and ".join(
-                       (["linearly in its GPUs (S(n) = n)"] if "speedup curve" in missing else [])
-                       + (["insensitive to CPUs and memory"] if "CPU/memory sensitivity matrix" in missing else [])))
+        out.append(f"card {path}: no {' and no '.join(w for w, _ in missing)} (`perfpredict profile --all` measures "
+                   f"them), so the job runs {' and '.join(r for _, r in missing)}")
     if card.device is not None and card.device.kind == "cpu":
         how = "predicted" if card.prediction is not None else "measured"
         out.append(f"card {path} was {how} for a CPU ({card.device.name}): its curves stand in for the cluster's "
