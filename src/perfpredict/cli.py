@@ -452,11 +452,16 @@ def profile(
     if (colocation or all_) and partner_target:
         check_target(partner_target)
     # a section's flag without its section changes nothing: say so rather than let it pass for a setting
+    from perfpredict.profile.extended import ExtendedSettings
+
     on = {"--scaling": scaling or all_, "--colocation": colocation or all_, "--sensitivity": sensitivity or all_}
-    given = [("--workers", workers is not None, ("--scaling",)), ("--link-mbit", link_mbit != 1000.0, ("--scaling",)),
-             ("--copies", copies != "1,2,3,4", ("--colocation",)), ("--partner", partner != "zoo:mlp", ("--colocation",)),
+    d = ExtendedSettings()  # the sections' defaults, which the options above repeat
+    given = [("--workers", workers is not None, ("--scaling",)),
+             ("--link-mbit", link_mbit != d.link_mbit, ("--scaling",)),
+             ("--copies", tuple(copy_counts) != tuple(d.copies), ("--colocation",)),
+             ("--partner", partner != d.partner, ("--colocation",)),
              ("--storage-bandwidth", storage_bandwidth is not None, ("--sensitivity",)),
-             ("--window", window != 3.0, ("--scaling", "--colocation", "--sensitivity"))]
+             ("--window", window != d.window_s, ("--scaling", "--colocation", "--sensitivity"))]
     for flag, set_, needs in given:
         if set_ and not any(on[n] for n in needs):
             err_console.print(f"[yellow]note[/]: {flag} applies to {' / '.join(needs)} (or --all), which this "
