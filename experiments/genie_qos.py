@@ -32,11 +32,15 @@ import json
 import math
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 #: the experiments' outputs, beside this script whatever the working folder (not tracked)
 OUT = Path(__file__).resolve().parent / "out"
+
+if TYPE_CHECKING:
+    from perfpredict.sim.kept_runs import KeptRuns
 
 METHODS: tuple[tuple[str, str, dict], ...] = (
     ("SWAF", "swaf", {}),
@@ -98,7 +102,7 @@ def _report(rows: list[dict]) -> None:
 
 def sweep(tables: list[tuple[str, list[dict]]], seeds: list[int], hours: float,
           iterations: tuple[int, int] | None = None, workers: int = 1,
-          ray_address: str | None = None) -> dict[str, list[dict]]:
+          ray_address: str | None = None, keep: KeptRuns | None = None) -> dict[str, list[dict]]:
     """Each table's rows (its settings x ``seeds`` x :data:`METHODS`), simulated serially, in ``workers`` local
     processes or as Ray tasks (:func:`perfpredict.sim.parallel.map_runs`); the rows are the same and in the same
     order either way."""
@@ -108,7 +112,7 @@ def sweep(tables: list[tuple[str, list[dict]]], seeds: list[int], hours: float,
              for table, settings in tables for st in settings for seed in seeds]
     print(f"{len(specs)} traces x {len(METHODS)} methods, {where_runs(workers, ray_address)}", flush=True)
     results = map_runs(simulate_trace, specs, workers=workers, ray_address=ray_address,
-                       on_result=lambda _, rows: _report(rows))
+                       on_result=lambda _, rows: _report(rows), keep=keep)
     out: dict[str, list[dict]] = {table: [] for table, _ in tables}
     for spec, rows in zip(specs, results):
         out[spec["table"]] += rows
@@ -205,6 +209,7 @@ def main() -> None:
     ap.add_argument("--iters", default=None, help="iterations per task LO/HI (default: the workload's 10000/500000)")
     ap.add_argument("--out", type=out_dir, default=str(OUT / "genie"),
                     help="output folder [experiments/out/genie, wherever this is run from]")
+    from perfpredict.sim.kept_runs import KeptRuns
     from perfpredict.sim.parallel import add_sweep_options
 
     add_sweep_options(ap)
@@ -240,10 +245,11 @@ def main() -> None:
               "PR⟨1,1⟩/⟨1,4⟩/⟨4,4⟩ at b=64: "
               f"{m['pr_1x1_b64']:.0f}/{m['pr_1x4_b64']:.0f}/{m['pr_4x4_b64']:.0f}")
 
+    keep = KeptRuns(out, __file__, args, resume=args.resume)
     swept = sweep([("density", [{"rate": r, "mix": table3, "nodes": 4} for r in densities]),
                    ("mix", [{"rate": 10.0, "mix": mx, "nodes": 4} for mx in mixes]),
                    ("scale", [{"rate": 20.0, "mix": table3, "nodes": n} for n in scales])],
-                  seeds, args.hours, iters, workers=args.workers, ray_address=args.ray)
+                  seeds, args.hours, iters, workers=args.workers, ray_address=args.ray, keep=keep)
     rows = swept["density"]
     # the Table 3 mix at 10 tasks/h and 16 GPUs is the density table's row; the 20-tasks/h row is the scale table's
     rows += [dict(r, table="mix") for r in rows if r["rate"] == 10.0]
@@ -296,6 +302,7 @@ def main() -> None:
                  "methods": [m for m, _, _ in METHODS], "baselines": list(BASELINES)},
         "models": models, "rows": rows, "tables": tables, "checks": checks,
         "wall_s": time.perf_counter() - t_start}, indent=2, default=float))
+    keep.finish()
     plot(rows, out / "genie_qos.png")
     print(f"wrote {out / 'results.json'} and {out / 'genie_qos.png'} ({time.perf_counter() - t_start:.0f} s)")
 

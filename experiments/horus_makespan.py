@@ -189,6 +189,7 @@ def _sd(rows, key):
 def main() -> None:
     from perfpredict.script_args import describe, int_list, nonneg_float, out_dir, positive_float, positive_int
     from perfpredict.sim.horus_workload import PREDICTIONS, horus_jobs_table, refit_cache_entries
+    from perfpredict.sim.kept_runs import KeptRuns
     from perfpredict.sim.parallel import add_sweep_options, map_runs, where_runs
 
     ap = argparse.ArgumentParser(description=describe(__doc__))
@@ -269,8 +270,9 @@ def main() -> None:
         if not left[group]:
             print(f"{group} done ({time.perf_counter() - t_all:.0f} s)", flush=True)
 
+    keep = KeptRuns(out, __file__, args, resume=args.resume)
     results = map_runs(simulate_unit, [{**u, **shared} for u in units], workers=args.workers,
-                       ray_address=args.ray, on_result=progress)
+                       ray_address=args.ray, on_result=progress, keep=keep)
     # the rows in the order the serial loops made them: testbed, at scale, memory pressure
     rows: list[dict] = [r for part in ("testbed", "scale", "memory")
                         for u, unit_rows in zip(units, results) if u["part"] == part for r in unit_rows]
@@ -396,6 +398,7 @@ def main() -> None:
            "rows": [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows], "summary": summary,
            "checks": checks, "wall_s": time.perf_counter() - t_all}
     (out / "results.json").write_text(json.dumps(doc, indent=2, default=float))
+    keep.finish()
     _plot(rows, summary, caps, out / "horus_makespan.png")
     print(f"wrote {out / 'results.json'} and {out / 'horus_makespan.png'} ({time.perf_counter() - t_all:.0f} s)")
 

@@ -76,6 +76,7 @@ def _report(r: dict) -> None:
 def main() -> None:
     from perfpredict.sched.paper_cards import moldable_models
     from perfpredict.script_args import describe, float_list, int_list, nonneg_int, out_dir, positive_int
+    from perfpredict.sim.kept_runs import KeptRuns
     from perfpredict.sim.parallel import add_sweep_options, map_runs, where_runs
     from perfpredict.sim.plots import plot_jct_vs_load
     from perfpredict.sim.traces import dl_bag_trace
@@ -139,8 +140,9 @@ def main() -> None:
     tasks = [dict(jobs=jobs, gpus=g, demand=demand, label=label, policy=pol, mechanism=mech, overhead=overhead,
                   share=share) for g in sizes for label, pol, mech, overhead in runs]
     print(f"{len(tasks)} simulations, {where_runs(args.workers, args.ray)}", flush=True)
+    keep = KeptRuns(out, __file__, args, resume=args.resume)
     rows = map_runs(simulate_row, tasks, workers=args.workers, ray_address=args.ray,
-                    on_result=lambda _, r: _report(r))
+                    on_result=lambda _, r: _report(r), keep=keep)
 
     def flow(g: int, label: str) -> float:
         return next(r["avg_flow_time_h"] for r in rows if r["gpus"] == g and r["schedule"] == label)
@@ -175,6 +177,7 @@ def main() -> None:
           f"{'shrinks, as in §V-F' if shrinks else 'does NOT shrink monotonically'}")
     (out / "results.json").write_text(json.dumps({"rows": rows, "summary": summary, "tasks": len(jobs),
                                                   "seed": args.seed, "share_fraction": share}, indent=2))
+    keep.finish()
     plot_jct_vs_load(rows, out / "flow_time_vs_gpus.png", x="gpus", y="avg_flow_time_h", series="schedule",
                      xlabel="GPUs in the cluster (fewer = more congested)", ylabel="average flow time (h)",
                      title="Seed 002: flow time, rigid vs moldable/malleable")

@@ -46,10 +46,13 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 #: the experiments' outputs, beside this script whatever the working folder (not tracked)
 OUT = Path(__file__).resolve().parent / "out"
+
+if TYPE_CHECKING:
+    from perfpredict.sim.kept_runs import KeptRuns
 
 #: "Beyond noise": Tune may be this much worse than proportional before it counts as worse.
 NOISE = 0.05
@@ -187,7 +190,7 @@ def _simulate_spec(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_tables(plan: Plan, seed: int, mechanisms: Sequence[str], workers: int = 1,
-               ray_address: str | None = None) -> list[dict[str, Any]]:
+               ray_address: str | None = None, keep: KeptRuns | None = None) -> list[dict[str, Any]]:
     """Every simulation of the four tables, serially, in ``workers`` local processes or as Ray tasks
     (:func:`perfpredict.sim.parallel.map_runs`); the rows come back in the tables' order either way."""
     from perfpredict.sim.parallel import map_runs, where_runs
@@ -225,7 +228,7 @@ def run_tables(plan: Plan, seed: int, mechanisms: Sequence[str], workers: int = 
     print(f"{len(specs)} simulations, {where_runs(workers, ray_address)}: "
           + "; ".join(f"{t} ({n})" for (t, _), n in zip(sections, counts)), flush=True)
     results = map_runs(_simulate_spec, specs, workers=workers, ray_address=ray_address,
-                       on_result=lambda _, row: _report(row))
+                       on_result=lambda _, row: _report(row), keep=keep)
     rows: list[dict[str, Any]] = []
     for slot in slots:
         if slot == "reuse":
@@ -388,6 +391,7 @@ def plot(rows: Sequence[Mapping[str, Any]], out: Path) -> list[Path]:
 def main() -> None:
     from perfpredict.sched.mechanisms import make_mechanism
     from perfpredict.script_args import describe, float_list, nonneg_int, out_dir, positive_int
+    from perfpredict.sim.kept_runs import KeptRuns
     from perfpredict.sim.parallel import add_sweep_options
 
     ap = argparse.ArgumentParser(description=describe(__doc__))
@@ -431,12 +435,14 @@ def main() -> None:
           f"seed {args.seed}\n")
 
     t0 = time.perf_counter()
-    rows = run_tables(plan, args.seed, mechanisms, workers=args.workers, ray_address=args.ray)
+    keep = KeptRuns(out, __file__, args, resume=args.resume)
+    rows = run_tables(plan, args.seed, mechanisms, workers=args.workers, ray_address=args.ray, keep=keep)
     print_tables(rows)
     checks = check_targets(rows)
     (out / "results.json").write_text(json.dumps({"plan": asdict(plan), "seed": args.seed, "rows": rows,
                                                   "checks": checks, "wall_s": time.perf_counter() - t0},
                                                  indent=2, default=float))
+    keep.finish()
     made = plot(rows, out)
     print(f"\nwrote {out / 'results.json'} and {', '.join(str(p) for p in made)} "
           f"({time.perf_counter() - t0:.0f} s in all)")

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from perfpredict.errors import UsageError
+from perfpredict.git_commit import git_commit_of
 from perfpredict.profile.request import PointRequest
 from perfpredict.profile.timing import TimingConfig
 from perfpredict.workload.spec import WorkloadRef
@@ -796,20 +797,6 @@ def _write_provenance(dataset_csv: Path, meta: dict[str, Any]) -> None:
             tmp.replace(path)
     except OSError as e:
         raise UsageError(f"cannot write {path}: {e.strerror or e}", step="provenance") from None
-
-
-def git_commit_of(repo: str | Path = ".") -> str | None:
-    """``HEAD``'s commit (with ``-dirty`` when the tree has changes), or None outside a git checkout."""
-    import subprocess
-
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
-                              timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-        return head + ("-dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 __all__ = ["ArchPlan", "CUDA_DATASET_TIMING", "CollectSettings", "DATASET_COLUMNS", "check_output_path",

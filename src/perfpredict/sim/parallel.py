@@ -11,42 +11,69 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from perfpredict.errors import UsageError
+
+if TYPE_CHECKING:
+    from perfpredict.sim.kept_runs import KeptRuns
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 
 def map_runs(fn: Callable[[T], R], items: Iterable[T], *, workers: int = 1, ray_address: str | None = None,
-             on_result: Callable[[int, R], None] | None = None) -> list[R]:
+             on_result: Callable[[int, R], None] | None = None, keep: KeptRuns | None = None) -> list[R]:
     """``[fn(x) for x in items]``, run serially, in ``workers`` local processes, or as Ray tasks (one CPU each;
     ``workers`` > 1 then caps the tasks in flight). ``on_result(index, result)`` is called as each one ends. A
-    Ctrl-C stops the workers or cancels the tasks and is raised again."""
+    Ctrl-C stops the workers or cancels the tasks and is raised again.
+
+    With ``keep`` (:class:`perfpredict.sim.kept_runs.KeptRuns`, for one call), each result is written to its file
+    as it ends, the runs it already holds (``--resume``) are not run again, and a sweep that stops early says
+    where its finished runs are."""
     todo: Sequence[T] = list(items)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise UsageError(f"workers must be a whole number >= 1, got {workers!r}", step="arguments")
+    if keep is not None:
+        keep.begin(len(todo))
     out: list[Any] = [None] * len(todo)
 
     def done(i: int, r: R) -> None:
         out[i] = r
+        if keep is not None:
+            keep.add(i, r)
         if on_result is not None:
             on_result(i, r)
 
-    if ray_address is not None:
-        from perfpredict.ray_cluster import connected, ray_map
+    left = list(range(len(todo)))
+    if keep is not None and keep.reused:
+        print(f"reusing {len(keep.reused)} of {len(todo)} runs kept in {keep.path}", flush=True)
+        for i in sorted(keep.reused):
+            out[i] = keep.reused[i]
+            if on_result is not None:
+                on_result(i, out[i])
+        left = [i for i in left if i not in keep.reused]
+    run = [todo[i] for i in left]
+    try:
+        if ray_address is not None:
+            from perfpredict.ray_cluster import connected, ray_map
 
-        with connected(ray_address) as (ray, _):
-            ray_map(ray, fn, todo, lambda i, ref: done(i, ray.get(ref)), workers if workers > 1 else None)
-    elif workers > 1 and len(todo) > 1:
-        from perfpredict.profile.main_guard import check_main_guard
+            with connected(ray_address) as (ray, _):
+                ray_map(ray, fn, run, lambda j, ref: done(left[j], ray.get(ref)), workers if workers > 1 else None)
+        elif workers > 1 and len(run) > 1:
+            from perfpredict.profile.main_guard import check_main_guard
 
-        check_main_guard("perfpredict.sim.parallel.map_runs(workers > 1)")
-        in_processes(fn, todo, done, min(workers, len(todo)))
-    else:
-        for i, x in enumerate(todo):
-            done(i, fn(x))
+            check_main_guard("perfpredict.sim.parallel.map_runs(workers > 1)")
+            in_processes(fn, run, lambda j, r: done(left[j], r), min(workers, len(run)))
+        else:
+            for j, x in enumerate(run):
+                done(left[j], fn(x))
+    except BaseException:
+        if keep is not None:
+            keep.say_kept()
+        raise
+    if keep is not None:
+        keep.close()
     return out
 
 
@@ -58,6 +85,8 @@ def add_sweep_options(ap: argparse.ArgumentParser) -> None:
                     "(the rows do not depend on it)")
     ap.add_argument("--ray", default=None, metavar="ADDRESS", help="run the simulations as Ray tasks: 'local', "
                     "'auto' or the head's HOST:PORT (needs perfpredict[ray]; --workers then caps the tasks in flight)")
+    ap.add_argument("--resume", action="store_true", help="reuse the runs an unfinished sweep with the same "
+                    "arguments kept in --out's finished_runs.jsonl (each run is kept there as it ends)")
 
 
 def where_runs(workers: int, ray_address: str | None) -> str:
