@@ -445,3 +445,24 @@ def test_numbers_that_may_be_negative_still_load(card, tmp_path):
     p.write_text(json.dumps(d))
     loaded = PerformanceCard.load(p)
     assert loaded.throughput[0].startup.first_iter_extra_s == -0.002 and loaded.rate_model.r2 == -0.5
+
+
+def test_a_card_whose_speedup_curve_was_edited_impossible_is_refused_when_read(card, tmp_path):
+    """`perfpredict show` printed S(1) = -1.00 for such a card; the simulator stopped on it with a ValueError."""
+    from perfpredict.card import SpeedupCurveCard, SpeedupPointCard
+    from perfpredict.fit import fit_speedup_curve
+
+    p = np.array([0.5, 1.0, 2.0])
+    curve = fit_speedup_curve(p, np.array([0.6, 1.0, 1.7]))
+    with_curve = card.model_copy(update={"speedup_curve": SpeedupCurveCard(
+        points=[SpeedupPointCard(p=float(x), speedup=float(s), kind=k) for x, s, k in
+                zip(p, (0.6, 1.0, 1.7), ("colocated", "solo", "data_parallel"))], fit=curve.to_dict())})
+    good = tmp_path / "good.json"
+    with_curve.save(good)
+    assert PerformanceCard.load(good).speedup_curve is not None
+    d = json.loads(good.read_text())
+    d["speedup_curve"]["fit"]["knots"]["speedup"][2] = -1.0
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(d))
+    with pytest.raises(PerfPredictError, match=r"speedup_curve\.fit: knot speedups must not fall"):
+        PerformanceCard.load(bad)

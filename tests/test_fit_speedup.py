@@ -300,3 +300,17 @@ def test_validation_sigma_and_tail_and_queries(exact):
         exact.speedup([1.0, np.nan])
     with pytest.raises(ValueError):
         exact.uncertainty(0.0)
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda k: k["speedup"].__setitem__(3, -1.0), "must not fall"),
+    (lambda k: k["p"].__setitem__(2, 10.0), "allocations must increase"),
+    (lambda k: k["p"].pop(), "as many speedups as allocations"),
+    (lambda k: k["speedup"].__setitem__(0, 0.5), "origin"),
+])
+def test_a_saved_curve_with_impossible_knots_is_refused(exact, edit, says):
+    """A hand-edited curve used to load and answer S(1) = -1, or interpolate through knots out of order."""
+    d = json.loads(json.dumps(exact.to_dict()))
+    edit(d["knots"])
+    with pytest.raises(ValueError, match=says):
+        SpeedupCurve.from_dict(d)

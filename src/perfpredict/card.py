@@ -603,6 +603,15 @@ class PerformanceCard(_Section):
         if card.prediction is not None and not card.prediction.points:
             raise PerfPredictError("invalid card: prediction.points is empty: a predicted card has one point per "
                                    "batch size", source=source, step="read card")
+        knots = card.speedup_curve.fit.get("knots") if card.speedup_curve is not None else None
+        if knots is not None:
+            from perfpredict.fit.speedup import knots_problem
+
+            problem = knots_problem(knots.get("p", ()), knots.get("speedup", ())) if isinstance(knots, dict) else \
+                "knots must be an object of p and speedup lists"
+            if problem:
+                raise PerfPredictError(f"invalid card: speedup_curve.fit: {problem}; the file was edited or damaged",
+                                       source=source, step="read card")
         return card
 
     def save(self, path: str | Path) -> Path:

@@ -46,6 +46,7 @@ it: each measured p is predicted by the curve fitted without it — the error th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -151,6 +152,28 @@ class Tail:
 
 def _amdahl(p: np.ndarray | float, f: float) -> np.ndarray:
     return 1.0 / ((1.0 - f) + f / np.asarray(p, dtype=float))
+
+
+def knots_problem(knots_p: Sequence[Any], knots_speedup: Sequence[Any]) -> str | None:
+    """What makes a saved curve's knots impossible for :class:`SpeedupCurve`'s fit (which starts at the origin and
+    rises, at allocations that increase), or None: how a hand-edited card is caught on reading instead of
+    answering ``S(1) = -1`` or a curve through knots out of order."""
+    try:
+        ps, ss = [float(v) for v in knots_p], [float(v) for v in knots_speedup]
+    except (TypeError, ValueError):
+        return "knots must be numbers"
+    if len(ps) != len(ss) or len(ps) < 2:
+        return f"knots need as many speedups as allocations, at least two ({len(ps)} and {len(ss)} given)"
+    if not all(math.isfinite(v) for v in ps + ss):
+        return "knots must be finite numbers"
+    if ps[0] != 0.0 or ss[0] != 0.0:
+        return f"the first knot must be the origin (0, 0), got ({ps[0]:g}, {ss[0]:g})"
+    if any(b <= a for a, b in zip(ps, ps[1:])):
+        return f"knot allocations must increase, got {', '.join(f'{v:g}' for v in ps)}"
+    slack = 1e-9 * max(1.0, max(ss))
+    if any(b < a - slack for a, b in zip(ss, ss[1:])):
+        return f"knot speedups must not fall (the fit is monotone), got {', '.join(f'{v:.3g}' for v in ss)}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -277,6 +300,11 @@ class SpeedupCurve:
         missing = [k for k in ("points", "knots", "tail", "rel_uncertainty") if k not in d]
         if missing:
             raise ValueError(f"not a speedup curve: no {', '.join(missing)} (write one with SpeedupCurve.to_dict)")
+        knots = d["knots"]
+        problem = knots_problem(knots.get("p", ()), knots.get("speedup", ())) if isinstance(knots, dict) else \
+            "knots must be an object of p and speedup lists"
+        if problem:
+            raise ValueError(f"not a speedup curve: {problem}")
         sig = d.get("sigma") or [None] * len(d["points"])
         pts = tuple(SpeedupPoint(float(q["p"]), float(q["speedup"]), q.get("kind") or point_kind(float(q["p"])),
                                  None if s is None else float(s)) for q, s in zip(d["points"], sig, strict=True))
