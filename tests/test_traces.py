@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import json
 import math
 import textwrap
 from collections import Counter
@@ -304,3 +305,15 @@ def test_a_comment_line_after_a_csv_header_says_comments_go_before_it(tmp_path):
     with pytest.raises(TraceError, match="read only before the header") as e:
         read_csv_trace(p)
     assert e.value.line == 3
+
+
+def test_a_simulations_metrics_keep_how_many_swf_records_were_skipped(swf_file, tmp_path):
+    """The skipped records were only logged: metrics.json did not say that 3 of the file's 6 jobs were left out."""
+    from perfpredict.sim.run import run_simulation
+
+    for trace in (swf_file, f"{swf_file}:max_gpus=64"):
+        run = run_simulation(str(trace), "4x8", "fifo", "rigid", cards="paper", out_dir=tmp_path / "out")
+        said = "skipped 3 of 6 job records (non-positive processors: 1, non-positive run time: 1, unknown submit time: 1)"
+        assert [n for n in run.notes if "skipped" in n] == [f"{swf_file}: {said}"]
+        assert f"{swf_file}: {said}" in json.loads((tmp_path / "out" / "metrics.json").read_text())["notes"]
+    assert read_swf_report(swf_file).records == 6

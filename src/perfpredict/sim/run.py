@@ -163,8 +163,9 @@ def _kv(spec: str) -> dict[str, str]:
     return out
 
 
-def parse_trace(text: str | Path | list[Job], seed: int = 0) -> list[Job]:
-    """A trace file or a generator spec (see the module docstring) → jobs."""
+def parse_trace(text: str | Path | list[Job], seed: int = 0, notes: list[str] | None = None) -> list[Job]:
+    """A trace file or a generator spec (see the module docstring) → jobs. ``notes``, when given, gets what the
+    reader passed over (an SWF file's skipped records, which are otherwise logged)."""
     if isinstance(text, list):
         return text
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
@@ -232,7 +233,7 @@ def parse_trace(text: str | Path | list[Job], seed: int = 0) -> list[Job]:
     p = Path(s)
     swf = _SWF_WITH_OPTIONS.match(s)
     if swf and not p.is_file():
-        return _swf_with_options(swf.group(1), swf.group(2))
+        return _swf_with_options(swf.group(1), swf.group(2), notes)
     if p.is_dir():
         raise UsageError(f"trace {s} is a directory (give a .csv/.swf file or synergy:n=...,load=...)", step="trace")
     if not p.is_file():
@@ -242,10 +243,27 @@ def parse_trace(text: str | Path | list[Job], seed: int = 0) -> list[Job]:
                              f"genie and horus (see perfpredict simulate --help), files .csv and .swf", step="trace")
         raise UsageError(f"trace {s} does not exist (give a .csv/.swf file or synergy:n=...,load=...)",
                          step="trace")
+    if notes is not None and _SWF_FILE.search(s):
+        return _read_swf(p, {}, notes)
     try:
         return traces.load_trace(p)
     except traces.TraceError as e:
         raise UsageError(str(e), step="trace") from None
+
+
+def _read_swf(path: str | Path, options: dict[str, Any], notes: list[str] | None) -> list[Job]:
+    """An SWF file's jobs; its skipped records go to ``notes`` (then kept in metrics.json), else to the log."""
+    from perfpredict.sim import traces
+
+    try:
+        if notes is None:
+            return traces.read_swf(path, **options)
+        rep = traces.read_swf_report(path, **options)
+    except traces.TraceError as e:
+        raise UsageError(str(e), step="trace") from None
+    if rep.skipped:
+        notes.append(rep.skip_summary(path))
+    return rep.jobs
 
 
 def trace_seed(trace: str | Path | list[Job], seed: int) -> int | None:
@@ -263,11 +281,10 @@ def trace_seed(trace: str | Path | list[Job], seed: int) -> int | None:
 
 #: an SWF file with read_swf's options after a colon: ``hpc2n.swf.gz:model=mcnn,gpus_per_proc=1/8,max_jobs=5000``
 _SWF_WITH_OPTIONS = re.compile(r"^(.+\.swf(?:\.gz)?):(.*)$", re.IGNORECASE)
+_SWF_FILE = re.compile(r"\.swf(?:\.gz)?$", re.IGNORECASE)
 
 
-def _swf_with_options(path: str, opts: str) -> list[Job]:
-    from perfpredict.sim import traces
-
+def _swf_with_options(path: str, opts: str, notes: list[str] | None = None) -> list[Job]:
     spec = f"{path}:{opts}"
     if not Path(path).is_file():
         raise UsageError(f"trace {path} does not exist", step="trace")
@@ -282,11 +299,7 @@ def _swf_with_options(path: str, opts: str) -> list[Job]:
     unknown = sorted(set(kv) - set(kinds))
     if unknown:
         raise UsageError(f"trace {spec!r}: unknown SWF option(s) {unknown}; use {', '.join(kinds)}", step="trace")
-    options = _typed_options(spec, kv, kinds)
-    try:
-        return traces.read_swf(path, **options)
-    except traces.TraceError as e:
-        raise UsageError(str(e), step="trace") from None
+    return _read_swf(path, _typed_options(spec, kv, kinds), notes)
 
 
 def _typed_options(spec: str, kv: Mapping[str, str], kinds: Mapping[str, Callable[[str], Any]]) -> dict[str, Any]:
@@ -438,7 +451,8 @@ def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterS
     from perfpredict.sim.metrics import metrics_from_result
 
     spec = parse_cluster(cluster)
-    jobs = parse_trace(trace, seed)
+    trace_notes: list[str] = []
+    jobs = parse_trace(trace, seed, trace_notes)
     if not jobs:
         raise UsageError(f"trace {trace if not isinstance(trace, list) else '(list)'} has no jobs", step="trace")
     if steady is not None:
@@ -497,7 +511,7 @@ def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterS
               "restart_overhead_s": cfg.restart_overhead_s, "seed": trace_seed(trace, seed), "cards": str(cards) if not isinstance(cards, dict) else "custom"}
     used = list(dict.fromkeys(n for j in jobs for n in said.get(j.model, ())))
     run = SimRun(result=result, metrics=metrics, params=params,
-                 notes=policy_notes(pol.name, jobs) + used + cut_short_notes(result, cfg, len(jobs)))
+                 notes=trace_notes + policy_notes(pol.name, jobs) + used + cut_short_notes(result, cfg, len(jobs)))
     from perfpredict.sched.genie import GeniePerfModel
 
     if any(isinstance(js.perf, GeniePerfModel) for js in result.states):

@@ -299,6 +299,13 @@ class SwfReport:
     header: dict[str, str] = field(default_factory=dict)
     #: submit time (trace clock, s) that arrival 0 corresponds to
     time_origin: float = 0.0
+    #: job records read (kept and skipped)
+    records: int = 0
+
+    def skip_summary(self, path: str | Path) -> str:
+        """``t.swf: skipped 2 of 4 job records (non-positive run time: 1, unknown submit time: 1)``."""
+        return (f"{path}: skipped {self.skipped} of {self.records} job records ("
+                + ", ".join(f"{k}: {c}" for k, c in sorted(self.skip_reasons.items())) + ")")
 
 
 def read_swf_report(path: str | Path, *, gpus_per_proc: float = 1.0, max_jobs: int | None = None,
@@ -369,17 +376,18 @@ def read_swf_report(path: str | Path, *, gpus_per_proc: float = 1.0, max_jobs: i
     for job_id, submit, run_time, gpus, user, n in sorted(raw, key=lambda r: r[1]):  # stable: file order on ties
         rep.jobs.append(_job(p, n, id=job_id, arrival=submit - origin, gpus=gpus, work=run_time, model=model,
                              user=user, min_gpus=min_gpus, max_gpus=max_gpus))
-    if rep.skipped:
-        log.warning("%s: skipped %d of %d job records (%s)", p, rep.skipped, rep.skipped + len(raw),
-                    ", ".join(f"{k}: {c}" for k, c in sorted(rep.skip_reasons.items())))
+    rep.records = rep.skipped + len(raw)
     return rep
 
 
 def read_swf(path: str | Path, *, gpus_per_proc: float = 1.0, max_jobs: int | None = None, model: str = "linear",
              min_gpus: float | None = None, max_gpus: float | None = None) -> list[Job]:
     """The jobs of an SWF file (:func:`read_swf_report` without the report; skipped records are logged)."""
-    return read_swf_report(path, gpus_per_proc=gpus_per_proc, max_jobs=max_jobs, model=model, min_gpus=min_gpus,
-                           max_gpus=max_gpus).jobs
+    rep = read_swf_report(path, gpus_per_proc=gpus_per_proc, max_jobs=max_jobs, model=model, min_gpus=min_gpus,
+                          max_gpus=max_gpus)
+    if rep.skipped:
+        log.warning("%s", rep.skip_summary(path))
+    return rep.jobs
 
 
 def _job(path: Path, line: int, **kwargs) -> Job:
