@@ -86,3 +86,18 @@ def test_a_folder_that_cannot_be_made_is_said_up_front():
     from perfpredict.output_paths import output_dir_problem
 
     assert "does not take new files" in output_dir_problem("/proc/perfpredict-x")
+
+
+def test_a_file_that_cannot_be_written_is_said_up_front(tmp_path):
+    """`perfpredict predict -o /proc/x.json` predicted and printed the card, then failed to write it; files are
+    now checked like folders, by trying the folder they go in."""
+    import subprocess
+
+    from perfpredict.output_paths import output_file_problem
+
+    assert output_file_problem("/proc/perfpredict-x.json") == "cannot write /proc/perfpredict-x.json (No such file or directory)"
+    assert output_file_problem(tmp_path / "new" / "x.json") is None  # a folder still to be made is fine
+    proc = subprocess.run([sys.executable, "-m", "perfpredict", "predict", "zoo:mlp", "-b", "8", "-o",
+                           "/proc/perfpredict-x.json"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "cannot write /proc/perfpredict-x.json" in proc.stderr
+    assert "nearest profiled" not in proc.stdout  # refused before predicting

@@ -60,7 +60,8 @@ def output_file_problem(path: str | Path, *, parent_must_exist: bool = False) ->
         return f"cannot create {p}: {bad} is a file, not a folder"
     if parent_must_exist and not p.parent.exists():
         return f"{p}: the folder {p.parent} does not exist"
-    return None
+    problem = _not_creatable(p.parent)  # a read-only place (or /proc) was found only when writing, at the end
+    return problem.replace(f"cannot write in {p.parent}", f"cannot write {p}") if problem else None
 
 
 __all__ = ["blocking_file", "output_dir_problem", "output_file_problem"]
