@@ -216,7 +216,8 @@ def warn_unusable_calibrations(pred) -> None:
 @app.command()
 def colocate(
     job_a: Annotated[str, typer.Argument(help="a card.json (predicted or measured on CUDA), model.py, zoo:<family> "
-                                              "or .onnx")],
+                                              "or .onnx (a zoo model with parameters: its card from `perfpredict "
+                                              "predict zoo:<family> -p NAME=VALUE -o a.json`)")],
     job_b: Annotated[str, typer.Argument(help="the job sharing the GPU with it (same forms)")],
     batch_sizes: Annotated[str, typer.Option("--batch-sizes", "-b", help="A's and B's batch sizes, e.g. 32,64 "
                                                                          "(one: both) [a card's first point, else 32]")] = "",
