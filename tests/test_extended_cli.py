@@ -42,6 +42,20 @@ def test_colocation_and_scaling_fill_the_card_and_the_speedup_curve(run_cli, wri
     assert "co-location ×2" in proc.stdout and "DDP k=2" in proc.stdout
 
 
+@pytest.mark.parallel_safe
+def test_inference_scaling_fits_no_comm_model(run_cli, write_model, tmp_path):
+    """`--mode infer --scaling` spent minutes fitting GENIE's Comm(s) to ranks that exchange nothing."""
+    model = write_model(TINY_MODEL)
+    proc = run_cli("profile", model, "-b", "8", "--mode", "infer", "--scaling", "--workers", "2", "--out", "out",
+                   *FAST)
+    assert proc.returncode == 0, proc.stderr
+    card = json.loads((tmp_path / "out" / "card.json").read_text())
+    assert [p["workers"] for p in card["scaling"]["points"]] == [1, 2]
+    assert card["comm_model"] is None and not card["errors"]
+    assert any(n.startswith("comm_model: not fitted in inference mode") for n in card["notes"])
+    assert "GENIE placements" not in proc.stdout + proc.stderr
+
+
 def test_sensitivity_without_an_input_pipeline_is_a_note_not_a_failure(run_cli, write_model, tmp_path):
     proc = run_cli("profile", write_model(TINY_MODEL), "-b", "8", "--sensitivity", "--out", "out", "--no-mlflow",
                    *FAST)

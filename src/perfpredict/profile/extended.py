@@ -186,6 +186,11 @@ def _comm(card, ref: WorkloadRef, batch: int, s: ExtendedSettings, timing, stage
     from perfpredict.profile.comm_profile import measure_comm_model
     from perfpredict.profile.netns import VirtualNodes, netns_support
 
+    if s.mode == "infer":  # minutes of placements fitted to contention alone
+        card.notes.append("comm_model: not fitted in inference mode: data-parallel inference ranks exchange no "
+                          "gradients, so there is no communication for GENIE's Comm(s) to model (the scaling "
+                          "points hold the replicas' throughput)")
+        return
     ok, why = netns_support()
     if not ok:
         card.notes.append(f"comm_model: multi-node placements need virtual network nodes, unavailable here ({why}); "
