@@ -67,3 +67,24 @@ def test_simulate_packs_jobs_by_their_predicted_cards(predicted_cards, tmp_path)
     starts = sorted(float(j["first_start_s"]) for j in jobs)
     first_end = min(float(j["finish_s"]) for j in jobs)
     assert sum(s < first_end for s in starts) > 2
+
+
+def test_the_python_latency_of_a_predicted_card_is_the_clis(tmp_path):
+    """`perfpredict latency` answered from the predicted point at its batch size, card.latency_s() from the rate
+    model fitted through the points: two answers to the same question."""
+    import subprocess
+    import sys
+
+    from perfpredict import Predictor
+
+    card = Predictor.load().predict("zoo:mlp", batch_sizes=[16, 64, 256], device_type="cuda_h100")
+    path = card.save(tmp_path / "card.json")
+    for b in (16, 64, 256):
+        point = card.predicted_point(b)
+        nu = card.latency.nu_s if card.latency else 0.0
+        assert card.latency_s(1000, b) == pytest.approx(1000 * point.iter_time_s + nu, rel=1e-12)
+        out = subprocess.run([sys.executable, "-m", "perfpredict", "latency", str(path), "-n", "1000", "-b", str(b)],
+                             capture_output=True, text=True, timeout=120).stdout
+        assert f"Lat(1000, {b}) = {card.latency_s(1000, b):.2f} s" in out
+    assert card.predicted_point(100) is None  # between the points: the rate model answers
+    assert card.latency_s(1000, 100) > 0

@@ -664,12 +664,26 @@ class PerformanceCard(_Section):
         return float(self.rate().throughput(batch_size))
 
     def latency_s(self, iterations: float, batch_size: float) -> float:
-        """GENIE's Lat(iterations, batch) = iterations · T(batch) + ν, in seconds."""
+        """GENIE's Lat(iterations, batch) = iterations · T(batch) + ν, in seconds. At a predicted card's own
+        batch size T is that point's iteration time (the rate model only smooths between the points), as
+        ``perfpredict latency`` answers."""
         nu = self.latency.nu_s if self.latency else 0.0
         if not (math.isfinite(nu) and nu >= 0):
             raise PerfPredictError(f"the card's start-up overhead latency.nu_s is {nu}, not a non-negative number",
                                    source=self.model.name, step="latency")
+        point = self.predicted_point(batch_size)
+        if point is not None:
+            if not (math.isfinite(iterations) and iterations >= 0):  # the words of RateModel.latency
+                raise ValueError(f"iterations must be a finite number >= 0, got {iterations!r}")
+            return iterations * point.iter_time_s + nu
         return self.rate().latency(iterations, batch_size, nu_s=nu)
+
+    def predicted_point(self, batch_size: float):
+        """A predicted card's point at ``batch_size`` (:class:`PredictedPoint`), or None (a measured card, or a
+        batch size it was not predicted at)."""
+        if self.prediction is None:
+            return None
+        return next((p for p in self.prediction.points if p.batch_size == batch_size), None)
 
     def max_feasible_batch(self) -> int | None:
         ok = [p.batch_size for p in self.throughput if p.ok]

@@ -737,10 +737,9 @@ def latency(
     card = PerformanceCard.load(card_path)
     if iterations < 0 or batch_size <= 0:
         raise UsageError("need --iterations >= 0 and --batch-size > 0", step="arguments")
-    point = next((p for p in card.prediction.points if p.batch_size == batch_size), None) if card.prediction else None
+    point = card.predicted_point(batch_size)
     if point is not None:  # a predicted card's own point: the rate model only smooths between its points
-        nu = card.latency.nu_s if card.latency else 0.0
-        t_s, total = point.iter_time_s, iterations * point.iter_time_s + nu
+        t_s, total = point.iter_time_s, card.latency_s(iterations, batch_size)
         lo, hi = point.iter_time_interval_s
         how = f"q10-q90 {lo * 1e3:.3f}-{hi * 1e3:.3f} ms, the card's predicted point"
     else:
