@@ -83,6 +83,7 @@ def test_the_python_latency_of_a_predicted_card_is_the_clis(tmp_path):
         point = card.predicted_point(b)
         nu = card.latency.nu_s if card.latency else 0.0
         assert card.latency_s(1000, b) == pytest.approx(1000 * point.iter_time_s + nu, rel=1e-12)
+        assert card.iter_time(b) == point.iter_time_s and card.throughput_at(b) == pytest.approx(b / point.iter_time_s)
         out = subprocess.run([sys.executable, "-m", "perfpredict", "latency", str(path), "-n", "1000", "-b", str(b)],
                              capture_output=True, text=True, timeout=120).stdout
         assert f"Lat(1000, {b}) = {card.latency_s(1000, b):.2f} s" in out

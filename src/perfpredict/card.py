@@ -658,10 +658,15 @@ class PerformanceCard(_Section):
         return RateModel.from_card(self.rate_model)
 
     def iter_time(self, batch_size: float) -> float:
-        return float(self.rate().iter_time(batch_size))
+        """Seconds per iteration at ``batch_size``: the rate model's, or at a predicted card's own batch size
+        that point's (as :meth:`latency_s` and ``perfpredict latency``)."""
+        point = self.predicted_point(batch_size)
+        return float(point.iter_time_s) if point is not None else float(self.rate().iter_time(batch_size))
 
     def throughput_at(self, batch_size: float) -> float:
-        return float(self.rate().throughput(batch_size))
+        """Samples per second at ``batch_size`` (``batch_size / iter_time``)."""
+        point = self.predicted_point(batch_size)
+        return float(batch_size / point.iter_time_s) if point is not None else float(self.rate().throughput(batch_size))
 
     def latency_s(self, iterations: float, batch_size: float) -> float:
         """GENIE's Lat(iterations, batch) = iterations · T(batch) + ν, in seconds. At a predicted card's own
@@ -675,7 +680,7 @@ class PerformanceCard(_Section):
         if point is not None:
             if not (math.isfinite(iterations) and iterations >= 0):  # the words of RateModel.latency
                 raise ValueError(f"iterations must be a finite number >= 0, got {iterations!r}")
-            return iterations * point.iter_time_s + nu
+            return iterations * self.iter_time(batch_size) + nu
         return self.rate().latency(iterations, batch_size, nu_s=nu)
 
     def predicted_point(self, batch_size: float):
