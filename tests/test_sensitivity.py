@@ -7,6 +7,7 @@ recorder also fails the test if any CPU count is measured twice.
 from __future__ import annotations
 
 import math
+import os
 import re
 
 import pytest
@@ -229,3 +230,57 @@ def test_a_broken_make_dataset_is_the_sections_error_not_an_internal_one(write_m
     with pytest.raises(PerfPredictError, match=re.escape(says)) as e:
         dataset_stats(WorkloadRef("file", str(path)))
     assert e.value.step == "make_dataset"
+
+
+def test_a_pipelines_own_dataloader_workers_are_not_counted_as_other_load():
+    """The pipeline probe's DataLoader workers are child processes whose CPU time os.times() counts only once
+    they exit: without them the probe's own workers would read as a busy host."""
+    import subprocess
+    import sys
+    import time
+
+    from perfpredict.profile.host_load import OtherLoad
+
+    if not os.path.exists("/proc/stat"):
+        pytest.skip("no /proc/stat here")
+    child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 30: pass"])
+    try:
+        time.sleep(0.3)  # started
+        mine, everyone = OtherLoad(with_children=True), OtherLoad()
+        mine.start(), everyone.start()
+        time.sleep(1.5)
+        got_mine, got_everyone = mine.stop(), everyone.stop()
+    finally:
+        child.kill()
+        child.wait()
+    assert got_mine is not None and got_everyone is not None
+    assert got_everyone - got_mine > 0.5  # the busy child: about one CPU, ours with with_children
+
+
+def test_sensitivity_probes_record_a_busy_host_and_the_card_says_so(tmp_path):
+    """`profile --sensitivity` on a busy host bought CPUs from probes other processes had slowed, and said
+    nothing; each probe now records the CPUs others kept busy, and the profile notes the ones that competed."""
+    import subprocess
+    import sys
+
+    from perfpredict.profile.sensitivity_profile import BUSY_NOTE, busy_host_note, profile_sensitivity
+    from perfpredict.workload.spec import WorkloadRef
+    from tests.conftest import EXAMPLES
+
+    if not os.path.exists("/proc/stat"):
+        pytest.skip("no /proc/stat here")
+    cpus = os.cpu_count() or 1
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cpus)]
+    try:
+        sens = profile_sensitivity(WorkloadRef("file", str(EXAMPLES / "image_pipeline.py")), 16, cpu_values=[1],
+                                   window_s=1.0)
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    assert sens.profiled_cpu_values == [1] and len(sens.probed_other_cpus) == 1
+    assert sens.probed_other_cpus[0] is not None and sens.probed_other_cpus[0] > 0.5 * cpus
+    note = busy_host_note(sens, cpus)
+    assert note is not None and note.startswith(BUSY_NOTE) and "probe(s) at 1 CPU(s)" in note
+    idle = sens.model_copy(update={"probed_other_cpus": [0.02]})
+    assert busy_host_note(idle, cpus) is None

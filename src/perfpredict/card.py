@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from perfpredict.errors import PerfPredictError
 
-SCHEMA_VERSION = "1.18"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
+SCHEMA_VERSION = "1.19"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
 #                                             features.activation_bytes_by_op; 1.3: features.lookup_param_bytes;
 #                                             1.4: features.recurrent_steps_by_op;
 #                                             1.5: features.saved_cpu_bytes_per_sample;
@@ -43,6 +43,7 @@ SCHEMA_VERSION = "1.18"  # 1.1: scaling, colocation, speedup_curve, comm_model, 
 #                                                   predict again as they are: Predictor.predict(features=card));
 #                                             1.17: status "failed" (no batch size measured; was "partial")
 #                                             1.18: features.notes (a forward pass that traced two graphs)
+#                                             1.19: sensitivity.probed_other_cpus
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -421,6 +422,9 @@ class SensitivityCard(_Section):
     matrix: list[list[float]]
     profiled_cpu_values: list[int]
     probed_throughput: list[float] = Field(default_factory=list)
+    #: CPUs other processes kept busy while each probe (in ``profiled_cpu_values``' order) was timed; None
+    #: where it could not be told
+    probed_other_cpus: list[float | None] = Field(default_factory=list)
     exhaustive_probes: int | None = None
     demand: SensitivityDemand
     threshold: float

@@ -248,7 +248,7 @@ def _speedup(card: PerformanceCard) -> None:
 
 
 def _sensitivity(card, workload: Workload, batch: int, s: ExtendedSettings, stage) -> None:
-    from perfpredict.profile.sensitivity_profile import profile_sensitivity
+    from perfpredict.profile.sensitivity_profile import BUSY_NOTE, busy_host_note, profile_sensitivity
 
     if workload.make_dataset is None:
         card.notes.append("sensitivity: the model file defines no make_dataset() hook, so there is no input "
@@ -268,3 +268,7 @@ def _sensitivity(card, workload: Workload, batch: int, s: ExtendedSettings, stag
                                            storage_bytes_per_s=s.storage_bytes_per_s,
                                            threshold=s.sensitivity_threshold, window_s=s.window_s,
                                            timeout_s=s.timeout_s, on_probe=probe)
+    card.notes[:] = [n for n in card.notes if not n.startswith(BUSY_NOTE)]
+    note = busy_host_note(card.sensitivity, card.device.cpu_count or os.cpu_count() or 1)
+    if note:
+        card.notes.append(note)

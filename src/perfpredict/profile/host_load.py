@@ -43,9 +43,24 @@ def _host_busy_s() -> float | None:
         return None
 
 
-def _own_cpu_s() -> float:
-    t = os.times()  # this process, every thread
-    return t.user + t.system
+def _own_cpu_s(with_children: bool = False) -> float:
+    """This process's CPU seconds (every thread); ``with_children``: plus its live child processes' (a
+    DataLoader's workers, which ``os.times()`` counts only once they have exited)."""
+    t = os.times()
+    own = t.user + t.system
+    if with_children:
+        import psutil
+
+        try:
+            for child in psutil.Process().children(recursive=True):
+                try:
+                    ct = child.cpu_times()
+                    own += ct.user + ct.system
+                except psutil.Error:  # it exited in between: its time is the kernel's to add to ours
+                    pass
+        except psutil.Error:
+            pass
+    return own
 
 
 class OtherLoad:
@@ -56,12 +71,14 @@ class OtherLoad:
     #: shorter windows are a few clock ticks: the estimate would be mostly rounding
     MIN_WINDOW_S = 0.2
 
-    def __init__(self) -> None:
+    def __init__(self, with_children: bool = False) -> None:
         self._start: tuple[float, float, float] | None = None
+        #: count the live child processes as ours (a pipeline's DataLoader workers are the measurement's own)
+        self.with_children = with_children
 
     def start(self) -> None:
         busy = _host_busy_s()
-        self._start = None if busy is None else (busy, _own_cpu_s(), time.perf_counter())
+        self._start = None if busy is None else (busy, _own_cpu_s(self.with_children), time.perf_counter())
 
     def stop(self) -> float | None:
         if self._start is None:
@@ -73,7 +90,7 @@ class OtherLoad:
         wall = time.perf_counter() - wall0
         if wall < self.MIN_WINDOW_S:
             return None
-        others = (busy - busy0) - (_own_cpu_s() - own0)
+        others = (busy - busy0) - (_own_cpu_s(self.with_children) - own0)
         return max(0.0, others / wall)
 
 

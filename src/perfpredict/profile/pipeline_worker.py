@@ -22,6 +22,7 @@ from perfpredict.data.preprocess import Preprocessed
 from perfpredict.errors import ModelLoadError
 from perfpredict.profile import memory as mem
 from perfpredict.profile.failure import failure_phase, failure_text
+from perfpredict.profile.host_load import OtherLoad
 from perfpredict.profile.worker import _NonFiniteLoss, check_finite_loss
 from perfpredict.workload.forward_args import KeywordInputs, call_forward, has_tensor
 from perfpredict.workload.spec import WorkloadRef, to_device
@@ -162,6 +163,8 @@ def measure_pipeline(req: PipelineRequest) -> dict[str, Any]:
             train(next(it))
         sync()
         state["phase"] = "timed"
+        others = OtherLoad(with_children=True)  # the DataLoader workers are the job's own CPU time
+        others.start()
         n, start = 0, time.perf_counter()
         while True:
             train(next(it))
@@ -171,7 +174,7 @@ def measure_pipeline(req: PipelineRequest) -> dict[str, Any]:
                 break
         elapsed = time.perf_counter() - start
         out.update(status="ok", samples_per_s=n * req.batch_size / elapsed, batches=n, window_s=elapsed,
-                   num_workers=workers, threads=torch.get_num_threads())
+                   num_workers=workers, threads=torch.get_num_threads(), other_cpus=others.stop())
         return out
     except BaseException as e:
         if isinstance(e, KeyboardInterrupt):

@@ -77,6 +77,27 @@ def cpu_candidates(max_cpus: int | None = None) -> list[int]:
     return list(range(1, top + 1))
 
 
+#: the start of the sensitivity busy-host note (one per card, replaced when the sensitivity is measured again)
+BUSY_NOTE = "sensitivity: the host was busy"
+
+
+def busy_host_note(sens: SensitivityCard, cpus: int) -> str | None:
+    """A note naming the CPU probes during which other processes competed with the job for the host's ``cpus``
+    CPUs (the single-job rule of :func:`perfpredict.profile.host_load.competed`, with the probe's c CPUs as its
+    threads), or None. Such a probe reads slow, and the optimistic search then buys CPUs the job does not need."""
+    from perfpredict.profile.host_load import competed
+
+    if not sens.device or not sens.device.startswith("cpu"):
+        return None
+    runs = [(c, o) for c, o in zip(sens.profiled_cpu_values, sens.probed_other_cpus) if competed(o, c, cpus)]
+    if not runs:
+        return None
+    return (f"{BUSY_NOTE}: other processes kept up to {max(o for _, o in runs if o is not None):.2f} of its {cpus} "
+            f"CPUs busy while the probe(s) at {', '.join(str(c) for c, _ in runs)} CPU(s) were timed, so those "
+            "throughputs, and the CPU demand found from them, likely differ from an idle machine's (see "
+            "sensitivity.probed_other_cpus)")
+
+
 def profile_sensitivity(ref: WorkloadRef, batch_size: int, *, device: str = "cpu",
                         cpu_values: Sequence[int] | None = None, mem_fractions: Sequence[float] = (0, .25, .5, .75, 1),
                         process_bytes: int = 0, storage_bytes_per_s: float | None = None, threshold: float = 0.1,
@@ -99,10 +120,12 @@ def profile_sensitivity(ref: WorkloadRef, batch_size: int, *, device: str = "cpu
         raise PerfPredictError(f"asked for {cpu_values[-1]} CPUs; this process may use {len(cores)}",
                                source=ref.describe(), step="sensitivity")
     failures: list[str] = []
+    other_cpus: dict[int, float | None] = {}
 
     def measure(c: int) -> float:
         res = run_pipeline_in_subprocess(PipelineRequest(ref, batch_size, tuple(cores[:c]), device=device,
                                                          window_s=window_s), timeout_s)
+        other_cpus[c] = res.get("other_cpus")
         if on_probe is not None:
             on_probe(c, res)
         if res.get("status") != "ok":
@@ -132,6 +155,7 @@ def profile_sensitivity(ref: WorkloadRef, batch_size: int, *, device: str = "cpu
     return SensitivityCard(
         cpu_values=list(cpu_values), mem_values_gb=[m / GB for m in mem_values], matrix=np.asarray(w).tolist(),
         profiled_cpu_values=[int(c) for c, _ in search.probed], probed_throughput=[float(t) for _, t in search.probed],
+        probed_other_cpus=[other_cpus.get(int(c)) for c, _ in search.probed],
         exhaustive_probes=len(cpu_values), demand=SensitivityDemand(cpus=int(cpus_needed), mem_gb=mem_needed / GB),
         threshold=threshold, cache_fractions=fractions, process_gb=process_bytes / GB,
         dataset_bytes=stats["dataset_bytes"], storage_bytes_per_s=bw,
