@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 from pathlib import Path
 
@@ -251,6 +252,12 @@ def test_calibrate_measures_the_references_and_the_predictor_uses_the_result(tmp
     printed = " ".join(res.output.split())
     assert f"took {ratios} their first time: median x{calib.speed_drift:.3f}, against " in printed
     assert ("warning: this machine's speed moved" in printed) == calib.unsteady
+    # the host's load before the references ran is kept, and warned of when it competed with them
+    from perfpredict.profile.host_load import competed
+
+    assert calib.host_busy_cpus is not None and calib.host_busy_cpus >= 0
+    cpus = os.cpu_count() or 1
+    assert ("warning: other processes keep" in printed) == competed(calib.host_busy_cpus, cpus, cpus)
     pred = Predictor.load(root)
     cal = pred.sets["here"]
     assert isinstance(cal, CalibratedModelSet) and pred.unusable_calibrations == []

@@ -257,6 +257,26 @@ def test_a_pipelines_own_dataloader_workers_are_not_counted_as_other_load():
     assert got_everyone - got_mine > 0.5  # the busy child: about one CPU, ours with with_children
 
 
+def test_busy_now_sees_another_process_keeping_a_cpu_busy():
+    """`perfpredict calibrate` checks the host with it before timing its references."""
+    import subprocess
+    import sys
+    import time
+
+    from perfpredict.profile.host_load import busy_now
+
+    if not os.path.exists("/proc/stat"):
+        pytest.skip("no /proc/stat here")
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        got = busy_now(1.0)
+    finally:
+        hog.kill()
+        hog.wait()
+    assert got is not None and got > 0.7
+
+
 def test_sensitivity_probes_record_a_busy_host_and_the_card_says_so(tmp_path):
     """`profile --sensitivity` on a busy host bought CPUs from probes other processes had slowed, and said
     nothing; each probe now records the CPUs others kept busy, and the profile notes the ones that competed."""

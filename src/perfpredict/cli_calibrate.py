@@ -4,6 +4,7 @@ main app). The method and its measured accuracy are in :mod:`perfpredict.estimat
 from __future__ import annotations
 
 import math
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -113,6 +114,7 @@ def calibrate(
     )
     from perfpredict.hostinfo import cpu_id, cpu_model_name
     from perfpredict.predictor import Predictor, default_models_dir
+    from perfpredict.profile.host_load import busy_now, competed
     from perfpredict.profile.timing import TimingConfig
 
     mode_s = mode.value
@@ -147,6 +149,12 @@ def calibrate(
                                git_commit=git_commit_of(Path(__file__).resolve().parents[2]))
     err_console.print(f"calibrating {src.name} (measured on {escape(src.device_name)}) to this CPU "
                       f"({escape(here_name)}): {sum(len(p.batch_sizes) for p in plans)} reference {mode_s} steps")
+    busy = busy_now()
+    cpus = os.cpu_count() or 1  # /proc/stat counts the host's CPUs
+    if competed(busy, threads or cpus, cpus):
+        err_console.print(f"[yellow]warning[/]: other processes keep {busy:.2f} of this machine's {cpus} CPUs busy: "
+                          "the references timed beside them read slow, and the factor carries that load into "
+                          "every prediction; calibrate on an idle machine")
     _measure(plans, refs_csv, settings, "measuring")
     features: dict[str, dict] = {}
     refs, failed = _references(plans, refs_csv, features)
@@ -180,7 +188,8 @@ def calibrate(
                             created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                             command=settings.command, git_commit=settings.git_commit,
                             torch_version=torch.__version__, references=refs, repeats=repeats,
-                            architectures={c: f for c, f in features.items() if c in {r.config for r in refs}})
+                            architectures={c: f for c, f in features.items() if c in {r.config for r in refs}},
+                            host_busy_cpus=busy)
     cal = CalibratedModelSet(src, calib)  # fits the factor: fewer than MIN_REFERENCE_POINTS is an error here
     calib.save(folder / CALIBRATION_FILE)
 

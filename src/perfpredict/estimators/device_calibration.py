@@ -106,6 +106,8 @@ class TimeCalibration(BaseModel):
                                           "processes): how far the machine's speed moved")
     architectures: dict[str, dict[str, Any]] = Field(description="each reference architecture's graph features "
                                                      "(ArchFeatures.as_dict), which the source set predicts from")
+    host_busy_cpus: float | None = Field(None, description="CPUs other processes kept busy in the second before "
+                                         "the references ran (perfpredict.profile.host_load.busy_now)")
 
     @property
     def repeat_ratios(self) -> list[float]:

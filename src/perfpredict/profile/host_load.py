@@ -94,6 +94,15 @@ class OtherLoad:
         return max(0.0, others / wall)
 
 
+def busy_now(seconds: float = 1.0) -> float | None:
+    """How many CPUs other processes keep busy right now: the host's busy CPU time over ``seconds`` of this
+    process sleeping (None without ``/proc/stat``). A check before a measurement that a busy host would skew."""
+    load = OtherLoad()
+    load.start()
+    time.sleep(seconds)
+    return load.stop()
+
+
 def competed(other_cpus: float | None, threads: int, cpus: int) -> bool:
     """Whether other processes keeping ``other_cpus`` CPUs busy competed with ``threads`` measuring threads for the
     ``cpus`` CPUs: at least :data:`BUSY_HOST_CPUS` of them, and together more than there are (below that, the
