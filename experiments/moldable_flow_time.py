@@ -120,8 +120,21 @@ def main() -> None:
     except (KeyError, ValueError) as e:
         ap.error(f"--share-fraction: {e.args[0] if e.args else e}")
     if share:
+        # a fraction changes nothing for an application the trace has no tasks of, or one holding more than half a
+        # GPU's memory (it never shares one)
+        in_trace = {j.model for j in jobs}
+        why = {k: ("the trace has no tasks of it" if k not in in_trace else
+                   f"it never shares a GPU: it needs {models[k].device_mem_gb:g} of the 12 GB")
+               for k in share if k not in in_trace or (models[k].device_mem_gb or 0.0) > 12.0 / 2}
+        if len(why) == len(share):
+            useful = [k for k in sorted(in_trace) if k in models and (models[k].device_mem_gb or 0.0) <= 12.0 / 2]
+            ap.error("--share-fraction would change nothing (" + "; ".join(f"{k}: {w}" for k, w in why.items())
+                     + f"); give one for {', '.join(useful) or 'an application that shares GPUs'}")
+        for k, w in why.items():
+            print(f"note: --share-fraction {k} changes nothing: {w}")
         print("sensitivity: " + ", ".join(f"{k} shares a GPU with Amdahl f = {v:g}: {k} x4 on one GPU does "
-                                         f"{4 * models[k].speedup(0.25):.2f}x one task's work" for k, v in share.items()))
+                                         f"{4 * models[k].speedup(0.25):.2f}x one task's work"
+                                         for k, v in share.items() if k not in why))
     span = max(j.arrival for j in jobs) - min(j.arrival for j in jobs)
     demand = sum(j.work for j in jobs) / span
     if args.sizes:

@@ -129,3 +129,17 @@ def test_andreas_without_gap_instances_runs_and_says_so(tmp_path):
     stdout, res = _run_fast("andreas_cost.py", tmp_path / "a", "--nodes", "2", "--gap-instances", "0")
     assert "not measured (--gap-instances 0)" in stdout
     assert res["gap"] == [] and "gap" not in res["checks"]
+
+
+@pytest.mark.parametrize("fraction, says", [
+    ("opennmt=0.5", "opennmt: it never shares a GPU: it needs 10.8 of the 12 GB"),
+    ("linear=0.5", "linear: the trace has no tasks of it"),
+])
+def test_a_share_fraction_that_changes_nothing_is_refused(tmp_path, fraction, says):
+    """`moldable_flow_time.py --share-fraction opennmt=0.5` ran the sweep and wrote rows identical to the default's
+    (OpenNMT holds 90% of a 12 GB GPU, so it never shares one), printing a speed-up for sharing as if it mattered."""
+    r = subprocess.run([sys.executable, str(REPO / "experiments" / "moldable_flow_time.py"), "--fast", "--out",
+                        str(tmp_path / "o"), "--share-fraction", fraction], capture_output=True, text=True,
+                       timeout=300, cwd=tmp_path)
+    assert r.returncode == 2 and "would change nothing" in r.stderr and says in r.stderr, r.stderr[-2000:]
+    assert "give one for mcnn" in r.stderr and not (tmp_path / "o" / "results.json").exists()
