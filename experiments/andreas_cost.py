@@ -28,18 +28,23 @@ import json
 import math
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 #: the experiments' outputs, beside this script whatever the working folder (not tracked)
 OUT = Path(__file__).resolve().parent / "out"
 
+if TYPE_CHECKING:
+    from perfpredict.sim.kept_runs import KeptRuns
+
 METHODS = (("FIFO", "fifo", "andreas-baseline"), ("EDF", "edf", "andreas-baseline"),
            ("PS", "priority", "andreas-baseline"), ("RG", "fifo", "andreas"))
 BASELINES = ("FIFO", "EDF", "PS")
 
 
-def run_sweep(nodes: list[int], load: float, seed: int, max_it: int, same_trace: bool = False) -> list[dict]:
+def run_one(spec: dict) -> dict:
+    """One (case, N, method) simulation of the sweep, as a row."""
     from perfpredict.sched import make_policy
     from perfpredict.sched.andreas_cards import andreas_models
     from perfpredict.sched.mechanisms import make_mechanism
@@ -47,40 +52,51 @@ def run_sweep(nodes: list[int], load: float, seed: int, max_it: int, same_trace:
     from perfpredict.sim.metrics import metrics_from_result
     from perfpredict.sim.simulator import SimConfig, simulate
 
-    models = andreas_models()
-    rows = []
-    for case in (1, 2):
-        for n in nodes:
-            jobs = andreas_trace(n, 1 if same_trace else case, load=load, seed=seed)
-            cluster = andreas_cluster(n, case)
-            for label, pol, mech in METHODS:
-                kwargs = {"max_it": max_it, "seed": seed} if mech == "andreas" else {}
-                mech_obj = make_mechanism(mech, **kwargs)
-                t0 = time.perf_counter()
-                res = simulate(jobs, cluster, make_policy(pol), mech_obj, models, SimConfig(mode="event"))
-                m = metrics_from_result(res)
-                row = {"case": case, "nodes": n, "gpus": cluster.total_gpus, "jobs": len(jobs), "method": label,
-                       "total_cost": m.total_cost, "energy_cost": m.energy_cost,
-                       "tardiness_cost": m.tardiness_cost, "n_late": m.n_late, "avg_tardiness_h": m.avg_tardiness_s / 3600,
-                       "lost_work_h": m.lost_work_s / 3600, "preemptions": m.total_preemptions,
-                       "restarts": sum(js.restarts for js in res.states), "makespan_h": m.makespan_s / 3600,
-                       "unfinished": m.n_unfinished, "decisions": res.decisions,
-                       "call_s_mean": res.decision_time_s / max(1, res.decisions), "wall_s": time.perf_counter() - t0}
-                if mech == "andreas":
-                    calls = mech_obj.calls
-                    row.update(call_s_mean=float(np.mean([c["call_s"] for c in calls])),
-                               call_cpu_s_mean=float(np.mean([c["call_cpu_s"] for c in calls])),
-                               call_s_max=float(np.max([c["call_s"] for c in calls])),
-                               rg_s_mean=float(np.mean([c["rg_s"] for c in calls])),
-                               jobs_per_call_mean=float(np.mean([c["jobs"] for c in calls])),
-                               jobs_per_call_max=int(np.max([c["jobs"] for c in calls])),
-                               rg_beat_greedy=float(np.mean([c["f_obj"] < c["f_greedy"] - 1e-12 for c in calls])))
-                rows.append(row)
-                print(f"case {case} N={n:3d} {label:4s} total {row['total_cost']:9.2f} EUR  energy "
-                      f"{row['energy_cost']:7.2f}  penalties {row['tardiness_cost']:9.2f}  late {row['n_late']:4d}  "
-                      f"lost {row['lost_work_h']:6.1f} h  {row['call_s_mean'] * 1e3:6.2f} ms/call  "
-                      f"({row['wall_s']:.1f} s)", flush=True)
-    return rows
+    case, n, label, pol, mech = spec["case"], spec["nodes"], spec["method"], spec["policy"], spec["mechanism"]
+    seed, max_it = spec["seed"], spec["max_it"]
+    jobs = andreas_trace(n, 1 if spec["same_trace"] else case, load=spec["load"], seed=seed)
+    cluster = andreas_cluster(n, case)
+    kwargs = {"max_it": max_it, "seed": seed} if mech == "andreas" else {}
+    mech_obj = make_mechanism(mech, **kwargs)
+    t0 = time.perf_counter()
+    res = simulate(jobs, cluster, make_policy(pol), mech_obj, andreas_models(), SimConfig(mode="event"))
+    m = metrics_from_result(res)
+    row = {"case": case, "nodes": n, "gpus": cluster.total_gpus, "jobs": len(jobs), "method": label,
+           "total_cost": m.total_cost, "energy_cost": m.energy_cost,
+           "tardiness_cost": m.tardiness_cost, "n_late": m.n_late, "avg_tardiness_h": m.avg_tardiness_s / 3600,
+           "lost_work_h": m.lost_work_s / 3600, "preemptions": m.total_preemptions,
+           "restarts": sum(js.restarts for js in res.states), "makespan_h": m.makespan_s / 3600,
+           "unfinished": m.n_unfinished, "decisions": res.decisions,
+           "call_s_mean": res.decision_time_s / max(1, res.decisions), "wall_s": time.perf_counter() - t0}
+    if mech == "andreas":
+        calls = mech_obj.calls
+        row.update(call_s_mean=float(np.mean([c["call_s"] for c in calls])),
+                   call_cpu_s_mean=float(np.mean([c["call_cpu_s"] for c in calls])),
+                   call_s_max=float(np.max([c["call_s"] for c in calls])),
+                   rg_s_mean=float(np.mean([c["rg_s"] for c in calls])),
+                   jobs_per_call_mean=float(np.mean([c["jobs"] for c in calls])),
+                   jobs_per_call_max=int(np.max([c["jobs"] for c in calls])),
+                   rg_beat_greedy=float(np.mean([c["f_obj"] < c["f_greedy"] - 1e-12 for c in calls])))
+    return row
+
+
+def _report(row: dict) -> None:
+    print(f"case {row['case']} N={row['nodes']:3d} {row['method']:4s} total {row['total_cost']:9.2f} EUR  energy "
+          f"{row['energy_cost']:7.2f}  penalties {row['tardiness_cost']:9.2f}  late {row['n_late']:4d}  "
+          f"lost {row['lost_work_h']:6.1f} h  {row['call_s_mean'] * 1e3:6.2f} ms/call  "
+          f"({row['wall_s']:.1f} s)", flush=True)
+
+
+def run_sweep(nodes: list[int], load: float, seed: int, max_it: int, same_trace: bool = False,
+              keep: KeptRuns | None = None) -> list[dict]:
+    """Every (case, N, method) simulation, one after another: RG's time per call is measured, which runs sharing
+    the CPUs would inflate. With ``keep``, each row is kept as it ends (``--resume``)."""
+    from perfpredict.sim.parallel import map_runs
+
+    specs = [{"case": case, "nodes": n, "method": label, "policy": pol, "mechanism": mech, "load": load,
+              "seed": seed, "max_it": max_it, "same_trace": same_trace}
+             for case in (1, 2) for n in nodes for label, pol, mech in METHODS]
+    return map_runs(run_one, specs, on_result=lambda _, row: _report(row), keep=keep)
 
 
 def snapshot_timing(load: float, seed: int, max_it: int, n_nodes: int = 100, n_snapshots: int = 8) -> list[dict]:
@@ -202,6 +218,7 @@ def plot(rows: list[dict], path: Path) -> None:
 
 def main() -> None:
     from perfpredict.script_args import describe, int_list, nonneg_int, out_dir, positive_float, positive_int
+    from perfpredict.sim.kept_runs import KeptRuns
 
     ap = argparse.ArgumentParser(description=describe(__doc__))
     ap.add_argument("--fast", action="store_true", help="N in 10, 16; timing on N = 100 snapshots; 8 MILPs (CI)")
@@ -213,6 +230,8 @@ def main() -> None:
     ap.add_argument("--gap-instances", type=nonneg_int, default=None, help="small instances solved exactly "
                     "(30; fast 8; 0: none)")
     ap.add_argument("--seed", type=nonneg_int, default=0)
+    ap.add_argument("--resume", action="store_true", help="reuse the sweep's runs an unfinished run with the same "
+                    "arguments kept in --out's finished_runs.jsonl (each run is kept there as it ends)")
     ap.add_argument("--out", type=out_dir, default=str(OUT / "andreas"),
                     help="output folder [experiments/out/andreas, wherever this is run from]")
     args = ap.parse_args()
@@ -222,7 +241,8 @@ def main() -> None:
     n_gap = args.gap_instances if args.gap_instances is not None else (8 if args.fast else 30)
     t_start = time.perf_counter()
 
-    rows = run_sweep(nodes, args.load, args.seed, args.max_it, args.same_trace)
+    keep = KeptRuns(out, __file__, args, resume=args.resume)
+    rows = run_sweep(nodes, args.load, args.seed, args.max_it, args.same_trace, keep=keep)
 
     def get(case: int, n: int, method: str) -> dict:
         return next(r for r in rows if r["case"] == case and r["nodes"] == n and r["method"] == method)
@@ -311,6 +331,7 @@ def main() -> None:
         "params": {"nodes": nodes, "load": args.load, "max_it": args.max_it, "seed": args.seed,
                    "same_trace": args.same_trace},
         "wall_s": time.perf_counter() - t_start}, indent=2))
+    keep.finish()
     plot(rows, out / "cost_vs_nodes.png")
     print(f"wrote {out / 'results.json'} and {out / 'cost_vs_nodes.png'} ({time.perf_counter() - t_start:.0f} s)")
 
