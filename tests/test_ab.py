@@ -147,3 +147,17 @@ def test_cli_names_same_named_files_by_folder_and_leaves_no_folder_when_nothing_
     assert sorted(p.name for p in (tmp_path / "perfpredict-out").iterdir()) == ["ab-v1-model-v2-model"]
     bad = run_cli("ab", "zoo:mlp", "--new-param", "width", "--no-mlflow")
     assert bad.returncode == 2 and "--new-param expects name=value" in bad.stderr, bad.stderr
+
+
+@pytest.mark.parallel_safe  # compares no times
+def test_new_options_that_change_nothing_are_noted(run_cli, tmp_path):
+    """`ab model.py --new-precision bf16` on a file that sets PRECISION = "bf16" compared bf16 with bf16 and
+    answered "no detectable difference" without a word."""
+    (tmp_path / "m.py").write_text('PRECISION = "bf16"\n' + TINY_MODEL)
+    quick = ("-b", "4", "--rounds", "2", "--device", "cpu", "--threads", "1", "--min-time", "0.1", "--max-time", "0.2",
+             "--no-mlflow")
+    proc = run_cli("ab", "m.py", "--new-precision", "bf16", *quick)
+    assert proc.returncode == 0, proc.stderr
+    assert "the --new-* options change nothing: both sides resolve to the same job" in " ".join(proc.stderr.split())
+    proc = run_cli("ab", "m.py", "--new-precision", "fp32", *quick, "--out", "o2")
+    assert proc.returncode == 0 and "change nothing" not in proc.stderr, proc.stderr

@@ -114,7 +114,7 @@ def test_cli_failed_scheduler_exits_1_with_the_others_written(run_cli, tmp_path)
 
     client = MlflowClient(f"sqlite:///{tmp_path}/mlruns.db")
     (run,) = client.search_runs([client.get_experiment_by_name("perfpredict-simulations").experiment_id])
-    assert run.info.status == "FAILED" and run.data.params["failed_runs"] == "1"
+    assert run.info.status == "FAILED" and run.data.metrics["failed_runs"] == 1
     assert run.data.tags["perfpredict.interrupted"] == "false"
 
 

@@ -91,8 +91,17 @@ def ab(
     path = output_file(out, name, "ab.json", create=False)
     existed = path.parent.exists()
     path.parent.mkdir(parents=True, exist_ok=True)
+    from dataclasses import replace
+
+    # the effective settings: a ref records a precision asked for, None when the file's own applies
+    same = (replace(base_wl.ref, precision=None, compile=False) == replace(new_wl.ref, precision=None, compile=False)
+            and base_wl.precision == new_wl.precision and bool(base_wl.compile) == bool(new_wl.compile))
     if new is None and not (extra or new_compile or new_precision):  # after the errors that would stop it
         err_console.print("[yellow]note[/]: no NEW target and no --new-* option: both sides are the same job, so "
+                          "this measures the noise", highlight=False)
+    elif same:  # e.g. --new-precision bf16 on a model file that already sets PRECISION = "bf16"
+        err_console.print(f"[yellow]note[/]: the --new-* options change nothing: both sides resolve to the same job "
+                          f"({escape(new_wl.name)}, {new_wl.precision}{', compiled' if new_wl.compile else ''}), so "
                           "this measures the noise", highlight=False)
     try:
         result = _measure(base_wl, new_wl, batch_size, rounds, device, mode.value, min_time, max_time, threads)

@@ -160,7 +160,8 @@ def compare(
         from perfpredict.tracking import log_comparison, tracking_uri
 
         try:
-            run_id = log_comparison(cmp, out, trace=trace, cluster=cluster_name, experiment=experiment)
+            run_id = log_comparison(cmp, out, trace=trace, cluster=cluster_name, experiment=experiment, cards=cards,
+                                    config=cfg)
             out_console.print(f"mlflow: run {run_id} in {tracking_uri()} (experiment {experiment!r})", highlight=False)
         except Exception as e:  # noqa: BLE001 - tracking failure must not lose the results (already on disk)
             err_console.print(f"[yellow]warning[/]: MLflow logging failed ({type(e).__name__}: {e}); "

@@ -22,6 +22,7 @@ def train(
     no_register: Annotated[bool, typer.Option("--no-register", help="log to MLflow but do not register models")] = False,
     only: Annotated[list[str] | None, typer.Option("--only", help="train only this dataset (file stem, e.g. "
                                                                   "cpu_epyc_2vcpu_infer; repeatable)")] = None,
+    experiment: Annotated[str, typer.Option(help="MLflow experiment name")] = "perfpredict-estimators",
 ) -> None:
     """Rebuild the estimators from datasets/: grouped CV of XGBoost/LightGBM/RF/linear, fit, save, log to MLflow.
 
@@ -34,11 +35,13 @@ def train(
     if not datasets.is_dir():
         raise UsageError(f"no datasets folder at {datasets}", step="train")
     check_out_dir(out)
+    from perfpredict.cli import check_experiment
+
+    check_experiment(no_mlflow, experiment)
     if not no_mlflow:
         from perfpredict.cli import prepare_mlflow
-        from perfpredict.estimators.tracking import TRAIN_EXPERIMENT
 
-        prepare_mlflow(TRAIN_EXPERIMENT)  # a bad tracking URI fails now, not after training
+        prepare_mlflow(experiment)  # a bad tracking URI fails now, not after training
 
     def report(ts) -> None:
         """Print and log one set as soon as it is saved: a later set's failure must not lose it."""
@@ -67,7 +70,12 @@ def train(
         if not no_mlflow:
             from perfpredict.estimators.tracking import log_training
 
-            run_id = log_training(ts, register=not no_register)
+            try:
+                run_id = log_training(ts, register=not no_register, experiment=experiment)
+            except Exception as e:  # noqa: BLE001 - the set is saved; the next sets must still be trained
+                err_console.print(f"[yellow]warning[/]: MLflow logging of {ts.name} failed ({type(e).__name__}: "
+                                  f"{escape(str(e))}); the set is saved in {ts.out_dir}", highlight=False)
+                return
             out_console.print(f"MLflow run {run_id}" + ("" if no_register else
                                                          f"; registered perfpredict-{ts.name}-<target>"))
 
@@ -100,9 +108,13 @@ def predict(
                                                         "symbolic one)")] = None,
     dim: Annotated[list[str] | None, typer.Option("--dim", help=".onnx only: NAME=SIZE for a symbolic input "
                                                    "dimension besides the batch, e.g. --dim seq=128 (repeatable)")] = None,
+    mlflow: Annotated[bool, typer.Option("--mlflow", help="also log the prediction as an MLflow run (kind "
+                                                          "'prediction'; off by default: a query, not a measurement)")] = False,
+    experiment: Annotated[str, typer.Option(help="MLflow experiment name (with --mlflow)")] = "perfpredict-predictions",
     debug: Annotated[bool, typer.Option("--debug", help="show tracebacks")] = False,  # noqa: ARG001
 ) -> None:
     """Predict a card for a job nobody has profiled (from the estimators in trained_models/)."""
+    from perfpredict.cli import check_experiment, prepare_mlflow
     from perfpredict.output_paths import output_file_problem
     from perfpredict.workload_args import check_target, parse_batch_sizes, parse_params
 
@@ -143,6 +155,9 @@ def predict(
         problem = output_file_problem(out)
         if problem:
             raise UsageError(f"--out: {problem}", step="arguments")
+    if mlflow:
+        check_experiment(False, experiment)
+        prepare_mlflow(experiment)
 
     from perfpredict.predictor import Predictor
 
@@ -161,6 +176,15 @@ def predict(
         except OSError as e:
             raise UsageError(f"cannot write the card to {out}: {e.strerror or e}", step="write") from None
         out_console.print(f"card: {out}")
+    if mlflow:
+        from perfpredict.tracking import log_profile, tracking_uri
+
+        try:
+            run_id = log_profile(card, experiment=experiment, files=[out] if out else ())
+            out_console.print(f"mlflow: run {run_id} in {tracking_uri()} (experiment {experiment!r})", highlight=False)
+        except Exception as e:  # noqa: BLE001 - the prediction is printed (and saved with -o)
+            err_console.print(f"[yellow]warning[/]: MLflow logging failed ({type(e).__name__}: {escape(str(e))})",
+                              highlight=False)
 
 
 @app.command()

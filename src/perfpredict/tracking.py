@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import math
 import os
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext, suppress
+from functools import lru_cache
 from pathlib import Path
 
 from perfpredict.card import PerformanceCard
@@ -54,19 +55,150 @@ def _quick_http():
             os.environ.pop(k, None)
 
 
+def _sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` store (relative to the working directory with three slashes,
+    absolute with four), or None for another kind of store (or SQLite in memory)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri[len("sqlite:///"):].split("?", 1)[0]
+    return Path(path) if path and path != ":memory:" else None
+
+
+def _store_problem(uri: str) -> str | None:
+    """Why a SQLite store's file cannot be used, found without MLflow: MLflow retried an unopenable file for
+    about 105 s (nine multi-line warnings) before failing."""
+    from perfpredict.output_paths import output_file_problem
+
+    path = _sqlite_path(uri)
+    if path is None:
+        return None
+    if path.is_dir():
+        return f"{path} is a folder, not a database file"
+    if path.exists():
+        return None if os.access(path, os.R_OK | os.W_OK) else f"{path} cannot be read and written"
+    return output_file_problem(path, parent_must_exist=True)
+
+
+@contextmanager
+def _store_lock(uri: str):
+    """Hold the SQLite store's folder locked while the store is opened: MLflow creates (and migrates) a new
+    store's tables on first use, and two commands doing it at once broke the file for good (``table
+    _alembic_tmp_metrics already exists`` on every later use)."""
+    path = _sqlite_path(uri)
+    if path is None:
+        yield
+        return
+    import fcntl
+
+    try:
+        fd = os.open(path.parent if str(path.parent) else Path("."), os.O_RDONLY)
+    except OSError:  # the store's own error says more
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _artifact_problem(location: str | None) -> str | None:
+    """Why an experiment's local artifact location cannot take files (a file in the way, a place that takes no
+    new folders), or None; remote locations are not checked. Found only when logging, after the work, before."""
+    from perfpredict.output_paths import output_dir_problem
+
+    if not location:
+        return None
+    if location.startswith("file://"):
+        location = location[len("file://"):]
+    elif "://" in location:
+        return None
+    return output_dir_problem(location)
+
+
 def prepare(experiment: str = PROFILE_EXPERIMENT, *, quick: bool = False) -> str:
     """Connect to the tracking store and create ``experiment`` if needed; return its id.
 
     The CLI calls this *before* measuring, with ``quick``: a bad ``MLFLOW_TRACKING_URI`` fails in seconds instead
-    of after a long profile, and the store's one-time set-up overlaps the measuring processes' start-up.
+    of after a long profile, and the store's one-time set-up overlaps the measuring processes' start-up. A local
+    SQLite file and a local artifact location are checked first, without MLflow's retries.
     """
     import mlflow
 
     _quiet_mlflow()
     uri = tracking_uri()
+    problem = _store_problem(uri)
+    if problem:
+        raise ValueError(problem)
     mlflow.set_tracking_uri(uri)
-    with _quick_http() if quick and uri.startswith(("http://", "https://")) else nullcontext():
-        return mlflow.set_experiment(experiment).experiment_id
+    with _store_lock(uri), _quick_http() if quick and uri.startswith(("http://", "https://")) else nullcontext():
+        exp = mlflow.set_experiment(experiment)
+    problem = _artifact_problem(exp.artifact_location)
+    if problem:
+        raise ValueError(f"experiment {experiment!r} keeps its artifacts at {exp.artifact_location}: {problem}")
+    return exp.experiment_id
+
+
+@lru_cache(maxsize=1)
+def _common_tags() -> dict[str, str]:
+    """What every run carries, whatever its kind: the perfpredict version and, in a git checkout, its commit
+    (``mlflow.source.git.commit`` is the one MLflow's UI shows)."""
+    from perfpredict import __version__
+    from perfpredict.git_commit import git_commit_of
+
+    tags = {"perfpredict.version": __version__}
+    commit = git_commit_of(Path(__file__).resolve().parent)
+    if commit:
+        tags["perfpredict.git_commit"] = commit
+        tags["mlflow.source.git.commit"] = commit.removesuffix("-dirty")
+    return tags
+
+
+@contextmanager
+def _run(mlflow, run_name: str, tags: dict[str, str]):
+    """``mlflow.start_run`` for every kind of run: the common tags and the command line; nested inside a caller's
+    own active run instead of failing with "Run ... is already active"; and a failure while logging (an artifact
+    store that refuses files) tagged ``perfpredict.logging_error`` on the run it leaves FAILED."""
+    import sys
+
+    nested = mlflow.active_run() is not None
+    with mlflow.start_run(run_name=run_name, nested=nested) as run:
+        try:
+            mlflow.set_tags({**_common_tags(), "perfpredict.command": " ".join(sys.argv)[:5000], **tags})
+            yield run
+        except Exception as e:
+            with suppress(Exception):
+                mlflow.set_tag("perfpredict.logging_error", f"{type(e).__name__}: {e}"[:5000])
+            raise
+
+
+def _params(values: dict[str, object]) -> dict[str, str]:
+    """Run params spelt one way in every run: None left out, booleans ``true``/``false`` (as the tags), the rest
+    as text cut at MLflow's 500 characters."""
+    return {k: (_flag(v) if isinstance(v, bool) else str(v))[:500] for k, v in values.items() if v is not None}
+
+
+def _series(mlflow, key: str, value: object, step: int) -> None:
+    """One point of a per-batch (or per-k) series; a value a card leaves empty (a predicted point has no
+    measured cv) is left out instead of failing the run."""
+    got = _metrics({key: value})
+    if got:
+        mlflow.log_metric(key, got[key], step=step)
+
+
+def _metrics(values: dict[str, object]) -> dict[str, float]:
+    """Finite numeric metrics only: MLflow refuses None, and NaN says nothing."""
+    out = {}
+    for k, v in values.items():
+        if v is None or isinstance(v, bool):
+            continue
+        try:
+            f = float(v)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(f):
+            out[k] = f
+    return out
 
 
 def _device_tags(device: str, name: str | None) -> dict[str, str]:
@@ -95,20 +227,31 @@ def log_profile(card: PerformanceCard, *, experiment: str = PROFILE_EXPERIMENT, 
     import mlflow
 
     prepare(experiment)
-    with mlflow.start_run(run_name=card.model.name) as run:
-        mlflow.set_tags({
-            "perfpredict.kind": "profile",
-            "perfpredict.status": card.status,
-            # a section that failed (graph export, a co-location run) leaves the run FINISHED: this says so
-            "perfpredict.errors": str(len(card.errors)),
-            "perfpredict.card_schema": card.schema_version,
-            "device.kind": card.device.kind,
-            "device.name": card.device.name,
-            "model.source": card.model.source,
-        })
+    predicted = card.prediction is not None
+    family = card.model.family or (card.model.source[4:].split("[")[0] if card.model.source.startswith("zoo:") else None)
+    timing = (card.run.settings or {}).get("timing") or {}
+    sections = [name for name in ("colocation", "scaling", "comm_model", "sensitivity") if getattr(card, name) is not None]
+    tags = {
+        # a predicted card (Predictor.predict) is logged as a prediction, never as a measured profile
+        "perfpredict.kind": "prediction" if predicted else "profile",
+        "perfpredict.status": card.status,
+        # a section that failed (graph export, a co-location run) leaves the run FINISHED: this says so
+        "perfpredict.errors": str(len(card.errors)),
+        "perfpredict.interrupted": _flag(interrupted),
+        "perfpredict.card_schema": card.schema_version,
+        "device.kind": card.device.kind,
+        "device.name": card.device.name,
+        "model.source": card.model.source,
+        **({"model.family": family} if family else {}),
+        **({"perfpredict.command": card.run.command[:5000]} if card.run.command else {}),
+        **({"perfpredict.model_set": card.prediction.model_set} if predicted else {}),
+    }
+    with _run(mlflow, card.model.name, tags) as run:
         params = {
             "model": card.model.name,
             "model_source": card.model.source,
+            "model_family": family,
+            "model_file_sha256": card.model.file_sha256,
             "device": card.device.kind,
             "device_name": card.device.name,
             "mode": card.run.mode,
@@ -116,12 +259,16 @@ def log_profile(card: PerformanceCard, *, experiment: str = PROFILE_EXPERIMENT, 
             "compiled": card.run.compiled,
             "batch_sizes": ",".join(str(b) for b in card.run.batch_sizes),
             "threads": card.device.threads,
+            "min_time_s": timing.get("min_time_s"),
+            "max_time_s": timing.get("max_time_s"),
+            "sections": ",".join(sections) or None,
+            "model_set": card.prediction.model_set if predicted else None,
             "perfpredict_version": card.run.perfpredict_version,
             **{f"version.{k}": v for k, v in card.run.library_versions.items()},
         }
         if card.model.config:
             params.update({f"config.{k}": v for k, v in card.model.config.items()})
-        mlflow.log_params({k: str(v)[:500] for k, v in params.items() if v is not None})
+        mlflow.log_params(_params(params))
 
         metrics: dict[str, float] = {"parameters": card.model.parameters}
         if card.run.wall_s is not None:
@@ -145,23 +292,31 @@ def log_profile(card: PerformanceCard, *, experiment: str = PROFILE_EXPERIMENT, 
                         "activation_bytes_per_sample", "macs_rel_diff"):
                 if getattr(f, key) is not None:
                     metrics[key] = float(getattr(f, key))
-        mlflow.log_metrics(metrics)
+        mlflow.log_metrics(_metrics(metrics))
         # Per-batch series: step = batch size, so MLflow charts them against batch size.
+        for pp in card.prediction.points if predicted else ():
+            _series(mlflow, "predicted_iter_time_s", pp.iter_time_s, step=pp.batch_size)
+            _series(mlflow, "predicted_samples_per_s", pp.samples_per_s, step=pp.batch_size)
+            _series(mlflow, "predicted_peak_memory_bytes", pp.peak_memory_bytes, step=pp.batch_size)
+            if pp.device_memory_bytes is not None:
+                _series(mlflow, "predicted_device_memory_bytes", pp.device_memory_bytes, step=pp.batch_size)
+            if pp.gpu_utilization is not None:
+                _series(mlflow, "predicted_gpu_utilization", pp.gpu_utilization, step=pp.batch_size)
         for p in ok:
-            mlflow.log_metric("samples_per_s", p.samples_per_s, step=p.batch_size)
-            mlflow.log_metric("iter_time_s", p.iter_time_s, step=p.batch_size)
-            mlflow.log_metric("iter_time_cv", p.cv, step=p.batch_size)
+            _series(mlflow, "samples_per_s", p.samples_per_s, step=p.batch_size)
+            _series(mlflow, "iter_time_s", p.iter_time_s, step=p.batch_size)
+            _series(mlflow, "iter_time_cv", p.cv, step=p.batch_size)
         for m in card.memory:
             if m.peak_bytes is not None:
-                mlflow.log_metric("peak_memory_bytes", m.peak_bytes, step=m.batch_size)
+                _series(mlflow, "peak_memory_bytes", m.peak_bytes, step=m.batch_size)
             if m.analytic is not None:
-                mlflow.log_metric("horus_memory_estimate_bytes", m.analytic.total, step=m.batch_size)
+                _series(mlflow, "horus_memory_estimate_bytes", m.analytic.total, step=m.batch_size)
         if card.energy is not None:
             for e in card.energy.points:
                 if e.gpu_utilization is not None:
-                    mlflow.log_metric("gpu_utilization", e.gpu_utilization, step=e.batch_size)
+                    _series(mlflow, "gpu_utilization", e.gpu_utilization, step=e.batch_size)
                 if e.energy_per_iter_j is not None:
-                    mlflow.log_metric("energy_per_iter_j", e.energy_per_iter_j, step=e.batch_size)
+                    _series(mlflow, "energy_per_iter_j", e.energy_per_iter_j, step=e.batch_size)
         _log_extended(mlflow, card)
         mlflow.log_text(card.to_json(), "card.json")
         for f in files:
@@ -177,18 +332,17 @@ def log_batch_limit(result, path: str | Path, *, experiment: str = PROFILE_EXPER
     import mlflow
 
     prepare(experiment)
-    with mlflow.start_run(run_name=f"{result.model} max batch") as run:
-        mlflow.set_tags({"perfpredict.kind": "max_batch", "perfpredict.source": result.source,
-                         "perfpredict.device": result.device, "perfpredict.interrupted": _flag(result.interrupted),
-                         **_device_tags(result.device, result.device_name)})
-        mlflow.log_params({k: str(v)[:500] for k, v in {
+    with _run(mlflow, f"{result.model} max batch", {
+            "perfpredict.kind": "max_batch", "perfpredict.source": result.source, "perfpredict.device": result.device,
+            "perfpredict.interrupted": _flag(result.interrupted),
+            **_device_tags(result.device, result.device_name)}) as run:
+        mlflow.log_params(_params({
             "model": result.model, "device": result.device, "device_name": result.device_name,
             "model_set": result.model_set, "mode": result.mode,
             "precision": result.precision, "compiled": result.compiled, "memory_limit_bytes": result.memory_limit_bytes,
-            "multiple_of": result.multiple_of, "max_batch": result.max_batch}.items() if v is not None})
-        metrics = {"largest_ok_batch": result.largest_ok, "smallest_failed_batch": result.smallest_failed,
-                   "search_wall_s": result.wall_s, "probes": len(result.probes)}
-        mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v is not None})
+            "multiple_of": result.multiple_of, "max_batch": result.max_batch}))
+        mlflow.log_metrics(_metrics({"largest_ok_batch": result.largest_ok, "smallest_failed_batch": result.smallest_failed,
+                                     "search_wall_s": result.wall_s, "probes": len(result.probes)}))
         for p in result.probes:
             mlflow.log_metric("probe_fits", float(p.status == "ok"), step=p.batch_size)
             mem = p.device_bytes if p.device_bytes is not None else p.peak_bytes
@@ -207,21 +361,20 @@ def log_ab(result, path: str | Path, *, experiment: str = PROFILE_EXPERIMENT) ->
     import mlflow
 
     prepare(experiment)
-    with mlflow.start_run(run_name=f"ab {result.base.model} vs {result.new.model}") as run:
-        mlflow.set_tags({"perfpredict.kind": "ab", "perfpredict.verdict": result.verdict,
-                         "perfpredict.device": result.device, "perfpredict.interrupted": _flag(result.interrupted),
-                         **_device_tags(result.device, result.device_name)})
-        mlflow.log_params({k: str(v)[:500] for k, v in {
+    with _run(mlflow, f"ab {result.base.model} vs {result.new.model}", {
+            "perfpredict.kind": "ab", "perfpredict.verdict": result.verdict, "perfpredict.device": result.device,
+            "perfpredict.interrupted": _flag(result.interrupted),
+            **_device_tags(result.device, result.device_name)}) as run:
+        mlflow.log_params(_params({
             "base": result.base.model, "base_precision": result.base.precision, "base_compiled": result.base.compiled,
             "new": result.new.model, "new_precision": result.new.precision, "new_compiled": result.new.compiled,
             "base_target": result.base.target, "new_target": result.new.target,
             "batch_size": result.batch_size, "mode": result.mode, "device": result.device,
             "device_name": result.device_name, "threads": result.threads, "min_time_s": result.min_time_s,
-            "max_time_s": result.max_time_s}.items()
-            if v is not None})
-        metrics = {"speedup": result.speedup, "speedup_ci_low": result.ci_low, "speedup_ci_high": result.ci_high,
-                   "peak_ratio": result.peak_ratio, "rounds": len(result.rounds), "ab_wall_s": result.wall_s}
-        mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v is not None})
+            "max_time_s": result.max_time_s}))
+        mlflow.log_metrics(_metrics({"speedup": result.speedup, "speedup_ci_low": result.ci_low,
+                                     "speedup_ci_high": result.ci_high, "peak_ratio": result.peak_ratio,
+                                     "rounds": len(result.rounds), "ab_wall_s": result.wall_s}))
         for r in result.rounds:
             mlflow.log_metric("base_iter_time_s", r.base_iter_time_s, step=r.round)
             mlflow.log_metric("new_iter_time_s", r.new_iter_time_s, step=r.round)
@@ -238,18 +391,16 @@ def log_calibration(cal, path: str | Path, *, min_time_s: float, experiment: str
 
     c = cal.calibration
     prepare(experiment)
-    with mlflow.start_run(run_name=f"calibrate {c.source_set} to {c.device_name}") as run:
-        mlflow.set_tags({"perfpredict.kind": "calibration", "perfpredict.device": "cpu",
-                         "perfpredict.model_set": c.name})
-        mlflow.log_params({k: str(v)[:500] for k, v in {
+    with _run(mlflow, f"calibrate {c.source_set} to {c.device_name}", {
+            "perfpredict.kind": "calibration", "perfpredict.device": "cpu", "perfpredict.model_set": c.name,
+            **_device_tags("cpu", c.device_name)}) as run:
+        mlflow.log_params(_params({
             "source_set": c.source_set, "source_device_name": cal.source.device_name,
             "source_cpu_id": cal.source.cpu_id, "device_name": c.device_name, "cpu_id": c.cpu_id, "mode": c.mode,
-            "precision": c.precision, "min_time_s": min_time_s, "torch_version": c.torch_version}.items()
-            if v is not None})
-        metrics = {"time_factor": cal.factor, "interval_log_margin": cal.log_margin,
-                   "reference_points": float(len(c.references)), "speed_drift": c.speed_drift,
-                   "speed_noise": c.speed_noise}
-        mlflow.log_metrics({k: float(v) for k, v in metrics.items() if v is not None})
+            "precision": c.precision, "min_time_s": min_time_s, "version.torch": c.torch_version}))
+        mlflow.log_metrics(_metrics({"time_factor": cal.factor, "interval_log_margin": cal.log_margin,
+                                     "reference_points": float(len(c.references)), "speed_drift": c.speed_drift,
+                                     "speed_noise": c.speed_noise, "host_busy_cpus": c.host_busy_cpus}))
         for i, (r, lr) in enumerate(zip(c.references, cal.log_ratios)):
             mlflow.log_metric("reference_measured_s", r.measured_s, step=i)
             mlflow.log_metric("reference_measured_over_predicted", math.exp(float(lr)), step=i)
@@ -291,7 +442,7 @@ SIMULATION_EXPERIMENT = "perfpredict-simulations"
 
 
 def log_comparison(cmp, out_dir: str | Path, *, trace: str, cluster: str,
-                   experiment: str = SIMULATION_EXPERIMENT) -> str:
+                   experiment: str = SIMULATION_EXPERIMENT, cards: str | None = None, config=None) -> str:
     """Log a :class:`perfpredict.sim.compare.Comparison` as one MLflow run: what was compared, each scheduler's
     mean and paired change against the baseline per metric (``<scheduler>/<metric>`` and
     ``<scheduler>/<metric>.vs_baseline``, ``+`` and other characters MLflow keys refuse written ``_``), and the
@@ -307,20 +458,30 @@ def log_comparison(cmp, out_dir: str | Path, *, trace: str, cluster: str,
     def key(text: str) -> str:  # MLflow keys allow letters, digits, _ - . space / and :
         return re.sub(r"[^\w.\- /:]", "_", text)
 
-    with mlflow.start_run(run_name=f"compare {len(cmp.schedulers)} schedulers@{cluster}") as active:
-        mlflow.set_tags({"perfpredict.kind": "comparison", "perfpredict.baseline": cmp.baseline.label,
-                         "perfpredict.interrupted": _flag(cmp.interrupted)})
-        mlflow.log_params({"trace": str(trace)[:500], "cluster": str(cluster)[:500],
-                           "seeds": ",".join(map(str, cmp.seeds))[:500],
-                           "schedulers": ";".join(s.label for s in cmp.schedulers)[:500],
-                           "metrics": ",".join(cmp.metrics)[:500], "failed_runs": len(cmp.failed()),
-                           **{f"ran_on.{k}": str(v)[:500] for k, v in cmp.backend.items()}})
-        metrics = {}
+    if isinstance(cluster, str):  # the cluster's own name, as `simulate` logs it (16x8 -> 16x8V100)
+        from perfpredict.sim.run import parse_cluster
+
+        with suppress(Exception):
+            cluster = parse_cluster(cluster).name
+    with _run(mlflow, f"compare {len(cmp.schedulers)} schedulers@{cluster}", {
+            "perfpredict.kind": "comparison", "perfpredict.baseline": cmp.baseline.label,
+            "perfpredict.interrupted": _flag(cmp.interrupted)}) as active:
+        mlflow.log_params(_params({
+            "trace": trace, "cluster": cluster, "seeds": ",".join(map(str, cmp.seeds)),
+            "schedulers": ";".join(s.label for s in cmp.schedulers), "metrics": ",".join(cmp.metrics),
+            "cards": cards if isinstance(cards, (str, Path)) or cards is None else "custom",
+            "mode": getattr(config, "mode", None), "round_s": getattr(config, "round_s", None),
+            "restart_overhead_s": getattr(config, "restart_overhead_s", None),
+            **{f"ran_on.{k}": v for k, v in cmp.backend.items()}}))
+        metrics = {"failed_runs": float(len(cmp.failed())), "runs": float(len(cmp.runs))}
         for r in cmp.summary():
             if r["mean"] is not None and math.isfinite(r["mean"]):
                 metrics[key(f"{r['scheduler']}/{r['metric']}")] = float(r["mean"])
             if r["vs_baseline"] is not None:
                 metrics[key(f"{r['scheduler']}/{r['metric']}.vs_baseline")] = float(r["vs_baseline"])
+        for r in cmp.summary():  # the spread over seeds, beside each mean
+            if r.get("sd") is not None and math.isfinite(r["sd"]):
+                metrics[key(f"{r['scheduler']}/{r['metric']}.sd")] = float(r["sd"])
         mlflow.log_metrics(metrics)
         for name in ("runs.csv", "summary.csv", "summary.json", "compare.png"):
             if (out / name).is_file():
@@ -336,11 +497,10 @@ def log_simulation(run, *, experiment: str = SIMULATION_EXPERIMENT) -> str:
 
     prepare(experiment)
     name = f"{run.params['policy']}+{run.params['mechanism']}@{run.params['cluster']}"
-    with mlflow.start_run(run_name=name) as active:
-        mlflow.set_tags({"perfpredict.kind": "simulation", "perfpredict.mode": run.result.mode})
+    with _run(mlflow, name, {"perfpredict.kind": "simulation", "perfpredict.mode": run.result.mode}) as active:
         if run.result.stall:
             mlflow.set_tag("perfpredict.stall", run.result.stall[:5000])
-        mlflow.log_params({k: str(v)[:500] for k, v in run.params.items()})
+        mlflow.log_params(_params(run.params))
         metrics = {k: float(v) for k, v in run.metrics.to_dict().items()
                    if isinstance(v, (int, float)) and not isinstance(v, bool) and v is not None}
         metrics.update({"sim_wall_s": run.result.wall_s, "sim_decisions": run.result.decisions,
@@ -355,4 +515,6 @@ def log_simulation(run, *, experiment: str = SIMULATION_EXPERIMENT) -> str:
         for f in run.files:  # what this run wrote, not whatever else is in out_dir
             if Path(f).is_file():
                 mlflow.log_artifact(str(f))
+        # jobs that can never finish: `simulate` exits 1, and the run's status says the same
+        _end(mlflow, failed=bool(run.result.stall))
         return active.info.run_id

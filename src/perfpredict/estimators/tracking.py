@@ -9,21 +9,20 @@ flavour and registered in the model registry as ``perfpredict-<dataset>-<target>
 from __future__ import annotations
 
 from perfpredict.estimators.train import TrainedSet
-from perfpredict.tracking import prepare
+from perfpredict.tracking import _run, prepare
 
 TRAIN_EXPERIMENT = "perfpredict-estimators"
 
 
-def log_training(ts: TrainedSet, register: bool = True) -> str:
+def log_training(ts: TrainedSet, register: bool = True, experiment: str = TRAIN_EXPERIMENT) -> str:
     """Log ``ts`` as one MLflow run; return the run id."""
     import mlflow
     import xgboost as xgb
 
-    prepare(TRAIN_EXPERIMENT)
+    prepare(experiment)
     meta = ts.metadata
-    with mlflow.start_run(run_name=f"train-{ts.name}") as run:
-        mlflow.set_tags({"perfpredict.kind": "estimators", "device.kind": meta["device_kind"],
-                         "device.name": meta["device_name"]})
+    with _run(mlflow, f"train-{ts.name}", {"perfpredict.kind": "estimators", "device.kind": meta["device_kind"],
+                                           "device.name": meta["device_name"]}) as run:
         mlflow.log_params({"dataset": ts.name, "dataset_sha256": meta["dataset_sha256"], "rows": meta["rows"],
                            "mode": meta.get("mode", "train"),
                            "families": ",".join(meta["families"]), "n_features": len(meta["feature_names"]),

@@ -252,7 +252,7 @@ def _sensitivity(card, workload: Workload, batch: int, s: ExtendedSettings, stag
 
     if workload.make_dataset is None:
         card.notes.append("sensitivity: the model file defines no make_dataset() hook, so there is no input "
-                          "pipeline to profile (see the README's model.py convention)")
+                          "pipeline to profile (the hooks make_dataset and preprocess are in docs/profiling.md)")
         return
     # The job's memory without any cache: its measured peak at this batch (CPU RSS or CUDA allocated).
     mems = [m for m in card.memory if m.peak_bytes is not None]
