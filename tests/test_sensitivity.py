@@ -254,7 +254,7 @@ def test_a_pipelines_own_dataloader_workers_are_not_counted_as_other_load():
         child.kill()
         child.wait()
     assert got_mine is not None and got_everyone is not None
-    assert got_everyone - got_mine > 0.5  # the busy child: about one CPU, ours with with_children
+    assert got_everyone - got_mine > 0.3  # the busy child: up to one CPU (less beside other tests), ours with with_children
 
 
 def test_busy_now_sees_another_process_keeping_a_cpu_busy():
