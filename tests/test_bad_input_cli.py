@@ -345,3 +345,32 @@ def test_a_storage_bandwidth_written_as_a_rate_is_read():
     from perfpredict.cli import _bytes, _per_second
 
     assert [_bytes(_per_second(t)) for t in ("200MB/s", "200MB", "1GiB / sec")] == [200 * 10**6, 200 * 10**6, 2**30]
+
+
+def test_a_ctrl_c_before_the_first_batch_size_promises_nothing_and_logs_nothing(tmp_path):
+    """The card is written when the sweep starts, with no point in it: an interrupt then said "the measurements
+    finished so far are in o/card.json" and logged a KILLED run without a measurement."""
+    model = tmp_path / "slow.py"
+    model.write_text("import time\nimport torch\n\nclass M(torch.nn.Module):\n    def __init__(self):\n"
+                     "        super().__init__()\n        self.l = torch.nn.Linear(4, 2)\n\n    def forward(self, x):\n"
+                     "        time.sleep(0.05)\n        return self.l(x)\n\ndef build_model():\n    return M()\n\n"
+                     "def example_inputs(b):\n    return torch.randn(b, 4)\n")
+    proc = subprocess.Popen([sys.executable, "-m", "perfpredict", "profile", str(model), "-b", "2,4", "--min-time",
+                             "30", "--max-time", "30", "--no-features", "--out", "o"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/mlruns.db"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    card = tmp_path / "o" / "card.json"
+    deadline = time.monotonic() + 180
+    while not card.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert card.exists(), proc.communicate()[1][-2000:]
+    time.sleep(1.0)  # inside the first batch size's 30 s
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "were none (interrupted before the first batch size" in " ".join(err.split()), err
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlruns.db")
+    assert client.search_runs([client.get_experiment_by_name("perfpredict-profiles").experiment_id]) == []

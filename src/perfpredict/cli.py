@@ -503,12 +503,14 @@ def profile(
                                        command=command, extended=extended)
     except KeyboardInterrupt:
         # Typer turns Ctrl-C into a silent exit 130; say where the kept measurements are first.
-        written = card_file.exists() and card_file.stat().st_mtime_ns != before
+        written = card_file.exists() and card_file.stat().st_mtime_ns != before and _has_points(card_file)
         where = (f"are in {card_file}" if written else
                  "were none (interrupted before the first batch size; any card.json there is an earlier run's)")
         err_console.print(f"[yellow]interrupted[/]: the measurements finished so far {where}", highlight=False)
         if written and not no_mlflow:
-            _log_interrupted_profile(card_file, experiment)
+            onnx = out_dir / "model.onnx"  # this profile's export, when it got that far
+            fresh = [onnx] if onnx.is_file() and (before is None or onnx.stat().st_mtime_ns > before) else []
+            _log_interrupted_profile(card_file, experiment, fresh)
         raise typer.Exit(130) from None
     card = outcome.card
     try:
@@ -537,14 +539,27 @@ def profile(
         raise outcome.error
 
 
-def _log_interrupted_profile(card_file: Path, experiment: str) -> None:
-    """The card a Ctrl-C kept, as an MLflow run ended KILLED (as ``ab`` and ``max-batch`` log theirs); a second
-    Ctrl-C or a tracking failure only skips it: the card is on disk."""
+def _has_points(card_file: Path) -> bool:
+    """Whether a card written by an interrupted profile holds any batch size's outcome (it is written at the start
+    too, with none: "the measurements finished so far are in card.json" then promised nothing)."""
+    from perfpredict.card import PerformanceCard
+
+    try:
+        return bool(PerformanceCard.load(card_file).throughput)
+    except PerfPredictError:
+        return True  # a card that cannot be read is still named: the user looks at it
+
+
+def _log_interrupted_profile(card_file: Path, experiment: str, files: list[Path] | None = None) -> None:
+    """The card a Ctrl-C kept, as an MLflow run ended KILLED (as ``ab`` and ``max-batch`` log theirs), with the
+    ``files`` this profile wrote before it; a second Ctrl-C or a tracking failure only skips it: the card is on
+    disk."""
     from perfpredict.card import PerformanceCard
     from perfpredict.tracking import log_profile
 
     try:
-        run_id = log_profile(PerformanceCard.load(card_file), experiment=experiment, interrupted=True)
+        run_id = log_profile(PerformanceCard.load(card_file), experiment=experiment, interrupted=True,
+                             files=files or ())
         err_console.print(f"mlflow: run {run_id} (KILLED) has the measurements finished so far", highlight=False)
     except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001
         err_console.print(f"[yellow]warning[/]: the interrupted profile was not logged to MLflow "
