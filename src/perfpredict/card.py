@@ -611,8 +611,7 @@ class PerformanceCard(_Section):
         if knots is not None:
             from perfpredict.fit.speedup import knots_problem
 
-            problem = knots_problem(knots.get("p", ()), knots.get("speedup", ())) if isinstance(knots, dict) else \
-                "knots must be an object of p and speedup lists"
+            problem = knots_problem(knots)
             if problem:
                 raise PerfPredictError(f"invalid card: speedup_curve.fit: {problem}; the file was edited or damaged",
                                        source=source, step="read card")

@@ -72,11 +72,9 @@ def _store_problem(uri: str) -> str | None:
     path = _sqlite_path(uri)
     if path is None:
         return None
-    if path.is_dir():
-        return f"{path} is a folder, not a database file"
-    if path.exists():
+    if path.is_file():
         return None if os.access(path, os.R_OK | os.W_OK) else f"{path} cannot be read and written"
-    return output_file_problem(path, parent_must_exist=True)
+    return output_file_problem(path, parent_must_exist=True)  # a folder, a missing folder, a place taking no files
 
 
 @contextmanager

@@ -154,12 +154,15 @@ def _amdahl(p: np.ndarray | float, f: float) -> np.ndarray:
     return 1.0 / ((1.0 - f) + f / np.asarray(p, dtype=float))
 
 
-def knots_problem(knots_p: Sequence[Any], knots_speedup: Sequence[Any]) -> str | None:
-    """What makes a saved curve's knots impossible for :class:`SpeedupCurve`'s fit (which starts at the origin and
-    rises, at allocations that increase), or None: how a hand-edited card is caught on reading instead of
-    answering ``S(1) = -1`` or a curve through knots out of order."""
+def knots_problem(knots: Any) -> str | None:
+    """What makes a saved curve's ``knots`` (``{"p": [...], "speedup": [...]}``) impossible for
+    :class:`SpeedupCurve`'s fit (which starts at the origin and rises, at allocations that increase), or None: how
+    a hand-edited card is caught on reading instead of answering ``S(1) = -1`` or a curve through knots out of
+    order."""
+    if not isinstance(knots, dict):
+        return "knots must be an object of p and speedup lists"
     try:
-        ps, ss = [float(v) for v in knots_p], [float(v) for v in knots_speedup]
+        ps, ss = [float(v) for v in knots.get("p", ())], [float(v) for v in knots.get("speedup", ())]
     except (TypeError, ValueError):
         return "knots must be numbers"
     if len(ps) != len(ss) or len(ps) < 2:
@@ -300,9 +303,7 @@ class SpeedupCurve:
         missing = [k for k in ("points", "knots", "tail", "rel_uncertainty") if k not in d]
         if missing:
             raise ValueError(f"not a speedup curve: no {', '.join(missing)} (write one with SpeedupCurve.to_dict)")
-        knots = d["knots"]
-        problem = knots_problem(knots.get("p", ()), knots.get("speedup", ())) if isinstance(knots, dict) else \
-            "knots must be an object of p and speedup lists"
+        problem = knots_problem(d["knots"])
         if problem:
             raise ValueError(f"not a speedup curve: {problem}")
         sig = d.get("sigma") or [None] * len(d["points"])

@@ -37,9 +37,7 @@ def _plain(value: Any) -> Any:
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
-    if value is None or isinstance(value, (bool, int, str)):
-        return value
-    if isinstance(value, float):
+    if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if hasattr(value, "item"):  # numpy scalar
         return _plain(value.item())
@@ -142,7 +140,7 @@ class KeptRuns:
         self._rewrite()
 
     def _line(self, doc: dict[str, Any]) -> str:
-        return json.dumps(doc, default=_plain, allow_nan=True) + "\n"
+        return json.dumps(_plain(doc), allow_nan=True) + "\n"
 
     def _rewrite(self) -> None:
         """The header and the reused runs, written afresh (a torn line dropped), then opened for appending."""
@@ -161,7 +159,7 @@ class KeptRuns:
         """One finished run, written and flushed at once."""
         if self._file is None:
             return
-        self._file.write(self._line({"run": index, "result": _plain(result)}))
+        self._file.write(self._line({"run": index, "result": result}))
         self._file.flush()
         self.kept += 1
 
