@@ -36,6 +36,7 @@ PARALLEL_SAFE_MODULES = frozenset({
     "test_experiments", "test_features", "test_kept_runs", "test_parallel_runs",
     "test_fit_comm", "test_fit_interference", "test_fit_rate", "test_fit_speedup", "test_forest",
     "test_fuzz_findings", "test_genie", "test_gpu_session", "test_gpu_set_choice", "test_graph_saved", "test_horus",
+    "test_input_guards",
     "test_job_records",
     "test_keyword_inputs", "test_lookup_bytes", "test_max_batch", "test_memory_past_trained_batches",
     "test_metrics", "test_moldable_mechanisms", "test_notebooks", "test_output_paths", "test_pair_prediction",

@@ -18,9 +18,9 @@ import json
 import math
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
 
 from perfpredict.errors import PerfPredictError
 
@@ -50,6 +50,14 @@ Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+
+#: a batch size as a card holds it: a whole number from 1 (``true`` is not one, though pydantic would take it)
+BatchSize = Annotated[int, Strict(), Field(ge=1)]
+#: a measured or predicted time or rate: positive when present
+Positive = Annotated[float, Field(gt=0)]
+#: a GPU utilisation: the fraction of time a kernel ran
+Fraction = Annotated[float, Field(ge=0, le=1)]
 
 
 class DeviceInfo(_Section):
@@ -118,10 +126,10 @@ class StartupTimes(_Section):
 
 
 class ThroughputPoint(_Section):
-    batch_size: int
+    batch_size: BatchSize
     status: Literal["ok", "oom", "error", "nonfinite", "timeout"]
-    samples_per_s: float | None = None
-    iter_time_s: float | None = Field(None, description="median iteration time")
+    samples_per_s: Positive | None = None
+    iter_time_s: Positive | None = Field(None, description="median iteration time")
     p10_s: float | None = None
     p90_s: float | None = None
     cv: float | None = None
@@ -467,10 +475,10 @@ class ProfileRun(_Section):
 class PredictedPoint(_Section):
     """Estimator output at one batch size: the median and the 80% interval [q10, q90] of each target."""
 
-    batch_size: int
-    iter_time_s: float
+    batch_size: BatchSize
+    iter_time_s: Positive
     iter_time_interval_s: tuple[float, float]
-    samples_per_s: float
+    samples_per_s: Positive
     peak_memory_bytes: float
     peak_memory_interval_bytes: tuple[float, float]
     peak_memory_safe_bytes: float = Field(description="upper quantile of torch's peak allocated memory")
@@ -479,9 +487,9 @@ class PredictedPoint(_Section):
     device_memory_interval_bytes: tuple[float, float] | None = None
     device_memory_safe_bytes: float | None = Field(None, description="its upper quantile: what a placement on a "
                                                    "GPU should reserve")
-    gpu_utilization: float | None = None
-    gpu_utilization_interval: tuple[float, float] | None = None
-    gpu_utilization_safe: float | None = None
+    gpu_utilization: Fraction | None = None
+    gpu_utilization_interval: tuple[Fraction, Fraction] | None = None
+    gpu_utilization_safe: Fraction | None = None
     outside_trained_batches: bool = Field(
         False, description="below the model set's smallest trained batch size, or past the largest batch size the "
                            "nearest profiled architecture was measured at (prediction.nearest)")
@@ -532,6 +540,14 @@ class PredictionInfo(_Section):
     source: Source = "predicted"
     calibration: CalibrationInfo | None = Field(default=None, description="set when a CPU set measured on another "
                                                 "CPU was calibrated to this one")
+
+    @model_validator(mode="after")
+    def _one_point_per_batch(self) -> PredictionInfo:
+        sizes = [p.batch_size for p in self.points]
+        twice = sorted({b for b in sizes if sizes.count(b) > 1})
+        if twice:
+            raise ValueError(f"points: batch size {twice[0]} is predicted twice (which one would a scheduler use?)")
+        return self
 
 
 class PerformanceCard(_Section):

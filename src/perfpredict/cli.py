@@ -91,7 +91,7 @@ def check_out_dir(out: Path | None) -> None:
 def output_file(out: Path | None, name: str, filename: str, *, create: bool = True) -> Path:
     """Where a command writes ``filename``: in ``--out``, else in ``perfpredict-out/<name>/``. Checked (and the
     folder created) before any work, so a finished result is never lost to a path problem."""
-    from perfpredict.output_paths import output_dir_problem
+    from perfpredict.output_paths import output_dir_problem, special_file_problem
 
     # the name is the user's string (MODEL_NAME): as a folder name it must not climb out of perfpredict-out/
     folder = out or Path("perfpredict-out") / (re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._")[:120] or "model")
@@ -102,6 +102,9 @@ def output_file(out: Path | None, name: str, filename: str, *, create: bool = Tr
     target = folder / filename
     if target.is_dir():
         raise UsageError(f"{target} is a directory; the result cannot be written there", step="arguments")
+    special = special_file_problem(target)
+    if special:
+        raise UsageError(special, step="arguments")
     if target.is_symlink() and not target.exists():
         raise UsageError(f"{target} is a link to {os.readlink(target)}, which does not exist", step="arguments")
     if create:
@@ -124,8 +127,11 @@ def save_result(result, path: Path, show, log, *, no_mlflow: bool, experiment: s
     """The end of a command that measures into a pydantic ``result`` (``max-batch``, ``ab``): write it to ``path``
     as JSON, ``show`` it, ``log(result, path, experiment=...)`` it to MLflow (a tracking failure only warns: the
     file is on disk), and after a Ctrl-C say where the ``kept`` part is and exit 130."""
-    path.write_text(json.dumps(result.model_dump(mode="json"), indent=2))
-    show(result)
+    show(result)  # first: a result that cannot be written (a full disk) is still seen
+    try:
+        path.write_text(json.dumps(result.model_dump(mode="json"), indent=2))
+    except OSError as e:
+        raise UsageError(f"cannot write {path}: {e.strerror or e} (the result is shown above)", step="write") from None
     out_console.print(f"written: {path}", highlight=False, markup=False)
     if not no_mlflow:
         from perfpredict.tracking import tracking_uri
@@ -422,8 +428,9 @@ def profile(
     from perfpredict.workload_args import check_target, parse_batch_sizes, parse_params
 
     # Everything typed is checked before anything slow starts (torch, the measuring processes).
-    if min_time <= 0 or max_time < min_time:
-        raise UsageError("need 0 < --min-time <= --max-time", step="arguments")
+    if not 0 < min_time <= max_time < math.inf:  # nan fails too
+        raise UsageError(f"need 0 < --min-time <= --max-time, both finite; got {min_time:g} and {max_time:g}",
+                         step="arguments")
     if not (0 < window < math.inf and 0 < link_mbit < math.inf):  # nan fails both comparisons
         raise UsageError(f"--window and --link-mbit must be positive finite numbers, got {window:g} and "
                          f"{link_mbit:g}", step="arguments")

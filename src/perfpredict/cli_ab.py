@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -59,8 +60,9 @@ def ab(
         raise UsageError(f"--batch-size must be at least 1, got {batch_size}", step="arguments")
     if rounds < 2:
         raise UsageError(f"--rounds must be at least 2 (an interval needs two), got {rounds}", step="arguments")
-    if not (0 < min_time <= max_time):
-        raise UsageError("need 0 < --min-time <= --max-time", step="arguments")
+    if not 0 < min_time <= max_time < math.inf:  # nan fails too
+        raise UsageError(f"need 0 < --min-time <= --max-time, both finite; got {min_time:g} and {max_time:g}",
+                         step="arguments")
     from perfpredict.profile.request import check_threads
 
     check_threads(threads, "--threads")

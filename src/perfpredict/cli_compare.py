@@ -154,6 +154,8 @@ def compare(
         b = cmp.backend
         out_console.print(f"ran on Ray at {b['address']}: {b['nodes']} node(s), {b['cpus']} CPU(s)", highlight=False,
                           markup=False)
+    if cmp.write_error:  # the table above is the result; the files are incomplete, so nothing is logged
+        raise UsageError(f"{cmp.write_error} (the table above has every finished run)", step="write")
     out_console.print(f"runs: {out / 'runs.csv'}  summary: {out / 'summary.csv'}  plot: {out / 'compare.png'}",
                       highlight=False)
     if not no_mlflow and cmp.runs:

@@ -132,12 +132,12 @@ def predict(
     from perfpredict.estimators.arch import DimGivenTwice, parse_dims
 
     try:
-        dims = parse_dims(dim or ())
+        dims = parse_dims(dim or (), max_size=10**9)
     except DimGivenTwice as e:
         raise UsageError(f"--dim {e.args[0]} is given twice", step="arguments") from None
     except ValueError as e:
-        raise UsageError(f"--dim {e.args[0]!r}: expected NAME=SIZE with a whole size >= 1, e.g. --dim seq=128",
-                         step="arguments") from None
+        raise UsageError(f"--dim {e.args[0]!r}: expected NAME=SIZE with a whole size from 1 to 1e9, e.g. --dim "
+                         "seq=128", step="arguments") from None
     if dims and not is_onnx:
         raise UsageError("--dim only applies to an ONNX file (a model file's inputs are its example_inputs)",
                          step="arguments")
@@ -312,14 +312,14 @@ def serve(
     max_upload_mb: Annotated[float, typer.Option(help="largest ONNX upload accepted, MB")] = 256.0,
 ) -> None:
     """Serve the Predictor over HTTP (FastAPI; OpenAPI at /docs). Never executes client code."""
-    import math
 
     from perfpredict.service import serve as run
 
     if not 1 <= port <= 65535:
         raise UsageError(f"--port must be 1-65535, got {port}", step="arguments")
-    if not (math.isfinite(max_upload_mb) and max_upload_mb > 0):
-        raise UsageError(f"--max-upload-mb must be a positive number, got {max_upload_mb}", step="arguments")
+    if not 0.001 <= max_upload_mb <= 1e6:  # nan fails too; below 1 kB not even a header fits
+        raise UsageError(f"--max-upload-mb must be from 0.001 (1 kB) to 1e6 (1 TB), got {max_upload_mb:g}",
+                         step="arguments")
     import os
     import socket
 

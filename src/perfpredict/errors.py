@@ -80,10 +80,19 @@ def message_lines(text: str) -> list[str]:
     return [ln.strip() for ln in _TERMINAL_COLOURS.sub("", text).splitlines() if ln.strip()]
 
 
+def exception_text(e: BaseException) -> str:
+    """``str(e)``, or a stand-in when the exception's own ``__str__`` fails (model code can raise anything,
+    and a report of its error must not become a second one)."""
+    try:
+        return str(e)
+    except Exception:  # noqa: BLE001 - any failure of foreign code's __str__
+        return f"<a {type(e).__name__} whose message cannot be shown: its __str__ failed>"
+
+
 def first_line(e: BaseException) -> str:
     """The first line of an exception's message for a one-line report, '' when it has none
     (:func:`message_lines`; a measuring process unwraps more: :func:`perfpredict.profile.failure.unwrapped_line`)."""
-    lines = message_lines(str(e))
+    lines = message_lines(exception_text(e))
     return lines[0] if lines else ""
 
 

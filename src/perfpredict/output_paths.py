@@ -49,12 +49,30 @@ def _not_creatable(p: Path) -> str | None:
     return None
 
 
+def special_file_problem(path: str | Path) -> str | None:
+    """Why ``path`` must not be written as an output file because it exists and is not a plain file (a device,
+    a FIFO, a socket), or ``None``. Results are written beside the target and renamed over it, which would
+    delete /dev/null or a named pipe and leave a plain file in its place."""
+    import stat
+
+    try:
+        mode = Path(path).stat().st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return f"{path} exists and is not a plain file (a device, a pipe or a socket); give a file name"
+
+
 def output_file_problem(path: str | Path, *, parent_must_exist: bool = False) -> str | None:
     """Why ``path`` cannot be an output file (it is a folder, a folder above it is a file, or, with
     ``parent_must_exist``, its folder does not exist), or ``None``."""
     p = Path(path)
     if p.is_dir():
         return f"{p} is a folder; give a file name"
+    special = special_file_problem(p)
+    if special:
+        return special
     bad = blocking_file(p.parent)
     if bad is not None:
         return f"cannot create {p}: {bad} is a file, not a folder"
@@ -64,4 +82,4 @@ def output_file_problem(path: str | Path, *, parent_must_exist: bool = False) ->
     return problem.replace(f"cannot write in {p.parent}", f"cannot write {p}") if problem else None
 
 
-__all__ = ["blocking_file", "output_dir_problem", "output_file_problem"]
+__all__ = ["blocking_file", "output_dir_problem", "output_file_problem", "special_file_problem"]

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfpredict.errors import PerfPredictError, first_line
+from perfpredict.errors import PerfPredictError, exception_text, first_line
 
 
 class ArchFeaturesError(PerfPredictError):
@@ -170,7 +170,7 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
     except BaseException as e:  # user code: sys.exit() included
         if isinstance(e, KeyboardInterrupt):
             raise
-        raise ArchFeaturesError(f"build_model() raised {type(e).__name__}: {str(e)[:300]}", source=target,
+        raise ArchFeaturesError(f"build_model() raised {type(e).__name__}: {exception_text(e)[:300]}", source=target,
                                 step="build_model") from None
     if not isinstance(model, torch.nn.Module):
         raise ArchFeaturesError(f"build_model() returned {type(model).__name__}, expected a torch.nn.Module",
@@ -289,8 +289,10 @@ def load_onnx_bytes(data: bytes, source: str = "upload", *, external_data: bool 
                                 "read; upload a model with its weights inside (under the size limit) or send its "
                                 "feature vector to /predict", source=source, step="parse onnx")
     try:
-        # the checker resolves external data against the model file's folder only when given the file's path
-        onnx.checker.check_model(str(path) if external and path is not None else proto)
+        # the checker resolves external data against the model file's folder only when given the file's path;
+        # full_check adds strict shape inference, so a graph whose shapes contradict each other (a MatMul of
+        # [1,16] by [3,8]) is refused rather than counted as if it ran
+        onnx.checker.check_model(str(path) if external and path is not None else proto, full_check=True)
     except Exception as e:  # noqa: BLE001
         msg = first_line(e) or type(e).__name__
         raise ArchFeaturesError(f"invalid ONNX model: {msg[:300]}", source=source, step="check onnx") from None

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from perfpredict.errors import ModelLoadError, PerfPredictError
+from perfpredict.errors import ModelLoadError, PerfPredictError, exception_text
 from perfpredict.profile import host_load
 from perfpredict.profile import memory as mem
 from perfpredict.profile.device import describe_device
@@ -51,7 +51,7 @@ def run_member(member: GroupMember, timing: GroupTiming, barrier, conn) -> None:
         result = measure_member(member, timing, barrier)
     except BaseException as e:  # noqa: BLE001 - last line of defence; the parent must get an answer
         result = {"status": "error", "label": member.label, "phase": "worker",
-                  "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+                  "error": f"{type(e).__name__}: {exception_text(e)}", "traceback": traceback.format_exc()}
     try:
         conn.send(result)
     finally:

@@ -6,6 +6,8 @@ import os
 import resource
 import sys
 
+from perfpredict.errors import exception_text
+
 
 def _status_kb(field: str) -> int | None:
     try:
@@ -117,7 +119,7 @@ def _is_oom_itself(exc: BaseException) -> bool:
             return True
     except (ImportError, AttributeError):  # pragma: no cover
         pass
-    text = str(exc)
+    text = exception_text(exc)
     return any(s in text for s in ("out of memory", "can't allocate memory", "Cannot allocate memory",
                                    "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED", "std::bad_alloc",
                                    "MemoryError"))

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from perfpredict.data.preprocess import Preprocessed
-from perfpredict.errors import ModelLoadError
+from perfpredict.errors import ModelLoadError, exception_text
 from perfpredict.profile import memory as mem
 from perfpredict.profile.failure import failure_phase, failure_text
 from perfpredict.profile.host_load import OtherLoad
@@ -60,7 +60,7 @@ def run_pipeline(req: PipelineRequest, conn) -> None:
     try:
         result = measure_pipeline(req)
     except BaseException as e:  # noqa: BLE001 - last line of defence; the parent must get an answer
-        result = {"status": "error", "phase": "worker", "error": f"{type(e).__name__}: {e}",
+        result = {"status": "error", "phase": "worker", "error": f"{type(e).__name__}: {exception_text(e)}",
                   "traceback": traceback.format_exc()}
     try:
         conn.send(result)

@@ -40,7 +40,7 @@ from perfpredict.card import (
     TimingStats,
     utc_now,
 )
-from perfpredict.errors import ModelRunError, NonFiniteLossError, PerfPredictError, UsageError
+from perfpredict.errors import ModelRunError, NonFiniteLossError, PerfPredictError, UsageError, exception_text
 from perfpredict.profile.host_load import competed
 from perfpredict.profile.timing import TimingConfig
 from perfpredict.workload.spec import Workload
@@ -156,7 +156,7 @@ def _model_info(workload: Workload) -> tuple[ModelInfo, Any]:
             raise
         import traceback
 
-        raise ModelRunError(f"build_model() raised {type(e).__name__}: {e}", source=workload.source,
+        raise ModelRunError(f"build_model() raised {type(e).__name__}: {exception_text(e)}", source=workload.source,
                             step="build_model", detail=traceback.format_exc()) from None
     if not isinstance(model, torch.nn.Module):
         raise ModelRunError(f"build_model() returned {type(model).__name__}, expected a torch.nn.Module",

@@ -126,7 +126,7 @@ def run_in_subprocess(req: PointRequest, timeout_s: float) -> dict[str, Any]:
     """
     res = run_entry(_entry, req, timeout_s, {"batch_size": req.batch_size})
     if (res.get("status") == "error" and req.memory_limit_bytes and not req.device.startswith("cuda")
-            and "died with exit code" in (res.get("error") or "")):
+            and "died with exit code" in (res.get("error") or "") and res.get("exit_code")):
         # Under RLIMIT_DATA a process dies this way when the cap starves the runtime itself (glibc: "cannot
         # allocate memory for thread-local data: ABORT", exit 127): the limit is what failed, not the model.
         res = {**res, "status": "oom",
@@ -195,8 +195,9 @@ def run_entry(entry, req, timeout_s: float, tags: dict[str, Any], daemon: bool =
                     "error": "the measuring process was killed (SIGKILL), most likely by the kernel's "
                              "out-of-memory killer"}
         how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
-        return {"status": "error", **tags, "phase": "measure",
-                "error": f"the measuring process died with {how} before reporting"}
+        hint = " (the model code ended the process: os._exit or a C library's exit?)" if code == 0 else ""
+        return {"status": "error", **tags, "phase": "measure", "exit_code": code,
+                "error": f"the measuring process died with {how} before reporting{hint}"}
     finally:
         if proc.is_alive():
             proc.kill()

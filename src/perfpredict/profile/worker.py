@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch._dynamo  # optimizers import it lazily (~1.7 s); pay that once in the fork server
 
-from perfpredict.errors import ModelLoadError, PerfPredictError
+from perfpredict.errors import ModelLoadError, PerfPredictError, exception_text
 from perfpredict.profile import memory as mem
 from perfpredict.profile.device import describe_device
 from perfpredict.profile.energy import (
@@ -64,7 +64,7 @@ def run_point(req: PointRequest, conn) -> None:
         result = measure_point(req)
     except BaseException as e:  # noqa: BLE001 - last line of defence; the parent must get an answer
         result = {"status": "error", "batch_size": req.batch_size, "phase": "worker",
-                  "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+                  "error": f"{type(e).__name__}: {exception_text(e)}", "traceback": traceback.format_exc()}
     try:
         conn.send(result)
     finally:
@@ -185,7 +185,7 @@ def measure_point(req: PointRequest) -> dict[str, Any]:
         out["traceback"] = traceback.format_exc()
         if isinstance(e, _NonFiniteLoss):
             out["status"] = "nonfinite"
-            out["error"] = str(e)
+            out["error"] = exception_text(e)
         elif mem.is_oom_error(e):
             out["status"] = "oom"
             out["error"] = unwrapped_line(e)

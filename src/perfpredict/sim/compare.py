@@ -59,6 +59,8 @@ class Comparison:
     backend: dict[str, Any] = field(default_factory=lambda: {"backend": "local", "jobs": 1})
     #: what the user should know about the comparison's outputs (runs of an earlier comparison left beside these)
     notes: list[str] = field(default_factory=list)
+    #: why an output file could not be written (a full disk), or None; the runs are still in ``runs``
+    write_error: str | None = None
 
     @property
     def baseline(self) -> Scheduler:
@@ -331,14 +333,17 @@ def compare(trace: str | Path, cluster: Any, schedulers: Sequence[Scheduler], se
         nonlocal sink, writer
         row.pop("_step", None)
         cmp.runs.append(row)
-        if out is not None:
-            if sink is None:  # created with the first row: a trace that fails at once leaves nothing
-                out.mkdir(parents=True, exist_ok=True)
-                sink = open(out / "runs.csv", "w", newline="", encoding="utf-8")  # noqa: SIM115 - closed below
-                writer = csv.DictWriter(sink, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
-                writer.writeheader()
-            writer.writerow(row)
-            sink.flush()
+        if out is not None and cmp.write_error is None:
+            try:
+                if sink is None:  # created with the first row: a trace that fails at once leaves nothing
+                    out.mkdir(parents=True, exist_ok=True)
+                    sink = open(out / "runs.csv", "w", newline="", encoding="utf-8")  # noqa: SIM115 - closed below
+                    writer = csv.DictWriter(sink, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+                    writer.writeheader()
+                writer.writerow(row)
+                sink.flush()
+            except OSError as e:  # a full disk: the runs go on (they are kept in memory and shown at the end)
+                cmp.write_error = f"cannot write {out / 'runs.csv'}: {e.strerror or e}"
         if on_run is not None:
             on_run(row, len(cmp.runs), len(tasks))
 
@@ -378,12 +383,16 @@ def compare(trace: str | Path, cluster: Any, schedulers: Sequence[Scheduler], se
         cmp.interrupted = True
     finally:
         if sink is not None:
-            sink.close()
+            with contextlib.suppress(OSError):  # a full disk's error was recorded when the row was written
+                sink.close()
         sessions.close()
     rank = {(seed, s.label): i for i, (seed, s) in enumerate(order)}
     cmp.runs.sort(key=lambda r: rank[(r["seed"], r["scheduler"])])
-    if out is not None and cmp.runs:
-        write_summary(cmp, out)
+    if out is not None and cmp.runs and cmp.write_error is None:
+        try:
+            write_summary(cmp, out)
+        except OSError as e:
+            cmp.write_error = f"cannot write the summary in {out}: {e.strerror or e}"
     return cmp
 
 

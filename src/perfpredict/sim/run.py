@@ -362,6 +362,10 @@ def load_perf_models(cards: str | Path | dict[str, PerfModel] | None = "paper",
             card = PerformanceCard.load(f)
         except PerfPredictError as e:  # a broken card: the user's input, like a bad trace
             raise UsageError(str(e), step="cards") from None
+        if card.status == "failed" and card.sensitivity is None and card.speedup_curve is None:
+            why = f" ({card.errors[0].message[:200]})" if card.errors else ""
+            raise UsageError(f"{f}: a failed profile, no batch size measured{why}: it describes no job; fix the "
+                             "model and profile it again, or move the card out of the folder", step="cards")
         # Trace durations are at the GPU-proportional share of Synergy's reference server (3 CPUs, 62.5 GB
         # per GPU): measure every card's grid against that, not against the card's own demand.
         try:

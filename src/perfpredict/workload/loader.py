@@ -25,7 +25,7 @@ import traceback
 from pathlib import Path
 from types import ModuleType
 
-from perfpredict.errors import ModelLoadError, UsageError
+from perfpredict.errors import ModelLoadError, UsageError, exception_text
 from perfpredict.workload.spec import (
     DEFAULT_BATCH_SIZES,
     Workload,
@@ -70,7 +70,7 @@ def _import_isolated(path: Path, shown: str) -> ModuleType:
         sys.modules.pop(mod_name, None)
         if isinstance(e, KeyboardInterrupt):
             raise
-        raise ModelLoadError(f"raised {type(e).__name__} while importing: {e}", source=shown, step="import",
+        raise ModelLoadError(f"raised {type(e).__name__} while importing: {exception_text(e)}", source=shown, step="import",
                              detail=traceback.format_exc()) from None
     finally:
         if added:

@@ -1,0 +1,161 @@
+"""Defects a second audit of every command found (session 36): an output path that is a device or a pipe, a
+measuring process that exits 0 without a result, a full disk at the end of a run, non-finite limits, an exception
+whose message cannot be printed, impossible card values and an ONNX graph whose shapes contradict each other.
+Each ends in one readable line and a non-zero exit, and what was measured is not lost."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from perfpredict.card import SCHEMA_VERSION, PerformanceCard
+from perfpredict.errors import PerfPredictError, exception_text
+from perfpredict.output_paths import output_file_problem, special_file_problem
+
+TINY = ("import torch\n\ndef build_model():\n    return torch.nn.Linear(4, 2)\n\n"
+        "def example_inputs(batch_size):\n    return (torch.randn(batch_size, 4),)\n")
+
+
+def _one_error_line(proc, *needles: str) -> None:
+    err = proc.stderr
+    assert proc.returncode not in (0, 70), (proc.returncode, err[-2000:])
+    assert "Traceback" not in err and "internal error" not in err, err[-2000:]
+    for n in needles:
+        assert n in " ".join(err.split()), (n, err[-2000:])
+
+
+def test_a_device_or_a_pipe_is_not_an_output_file(tmp_path):
+    """Results are written beside the target and renamed over it: `-o /dev/null` deleted /dev/null."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for p in (Path("/dev/null"), fifo):
+        assert "is not a plain file" in output_file_problem(p)
+        assert "is not a plain file" in special_file_problem(p)
+    plain = tmp_path / "card.json"
+    assert output_file_problem(plain) is None
+    plain.write_text("{}")
+    assert output_file_problem(plain) is None and special_file_problem(tmp_path) is None
+
+
+def test_predict_refuses_a_device_as_its_output_and_leaves_it_alone(run_cli, tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    proc = run_cli("predict", "zoo:mlp", "-o", str(fifo))
+    _one_error_line(proc, "is not a plain file")
+    assert fifo.is_fifo()
+
+
+def test_a_measuring_process_that_exits_0_is_a_crash_not_an_oom(run_cli, tmp_path):
+    """Under max-batch's memory limit every silent exit was read as the limit: a model that calls os._exit(0) at
+    batch 4 got "largest batch size: 3"."""
+    (tmp_path / "exits.py").write_text(
+        "import os\n" + TINY + "\ndef train_step(model, inputs, targets, optimizer):\n"
+        "    if inputs[0].shape[0] >= 4:\n        os._exit(0)\n"
+        "    loss = model(*inputs).sum()\n    loss.backward()\n    optimizer.step()\n    optimizer.zero_grad()\n"
+        "    return loss\n")
+    proc = run_cli("max-batch", "exits.py", "--max-batch", "8", "--no-mlflow", "-o", "o")
+    _one_error_line(proc, "failed for a reason other than memory", "exit code 0", "os._exit")
+    probes = json.loads((tmp_path / "o" / "max_batch.json").read_text())["probes"]
+    assert {p["batch_size"]: p["status"] for p in probes}[4] == "error"
+
+
+def test_compare_on_a_full_disk_shows_every_run_and_exits_2(run_cli, tmp_path):
+    """runs.csv on a full disk (a link to /dev/full) was an internal error after the runs, and the table lost."""
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "runs.csv").symlink_to("/dev/full")
+    proc = run_cli("compare", "--trace", "synergy:n=10", "--cluster", "1x8", "-m", "greedy", "-m", "tune",
+                   "--no-mlflow", "-o", "o")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    _one_error_line(proc, "cannot write o/runs.csv", "No space left on device")
+    assert "fifo+greedy" in proc.stdout and "fifo+tune" in proc.stdout  # the table is the result
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["profile", "tiny.py", "--max-time", "nan"], "both finite"),
+    (["profile", "tiny.py", "--min-time", "nan"], "both finite"),
+    (["profile", "tiny.py", "--max-time", "inf"], "both finite"),
+    (["ab", "tiny.py", "tiny.py", "--max-time", "inf"], "both finite"),
+    (["predict", "seq.onnx", "--dim", "seq=100000000000000000000000"], "from 1 to 1e9"),
+    (["serve", "--max-upload-mb", "1e308"], "--max-upload-mb"),
+    (["serve", "--max-upload-mb", "1e-9"], "--max-upload-mb"),
+])
+def test_limits_out_of_range_are_usage_errors(run_cli, tmp_path, args, needle):
+    (tmp_path / "tiny.py").write_text(TINY)
+    (tmp_path / "seq.onnx").write_bytes(b"")  # the --dim check comes first
+    _one_error_line(run_cli(*args, *(["--no-mlflow"] if args[0] in ("profile", "ab") else [])), needle)
+
+
+def test_an_exception_whose_message_fails_is_still_reported(run_cli, tmp_path):
+    (tmp_path / "weird.py").write_text(
+        "class Weird(Exception):\n    def __str__(self):\n        raise RuntimeError('no message')\n\nraise Weird()\n")
+    proc = run_cli("profile", "weird.py", "--no-mlflow", "-b", "2")
+    _one_error_line(proc, "raised Weird while importing", "its __str__ failed")
+
+    class Broken(Exception):
+        def __str__(self):
+            raise ValueError("no")
+
+    assert "Broken" in exception_text(Broken()) and exception_text(ValueError("plain")) == "plain"
+
+
+def _predicted_card(**point_changes) -> dict:
+    point = {"batch_size": 8, "iter_time_s": 0.01, "iter_time_interval_s": [0.008, 0.012], "samples_per_s": 800.0,
+             "peak_memory_bytes": 1e6, "peak_memory_interval_bytes": [9e5, 1.1e6], "peak_memory_safe_bytes": 1.1e6,
+             "gpu_utilization": 0.5, **point_changes}
+    return {"schema_version": SCHEMA_VERSION,
+            "model": {"name": "m", "source": "zoo:mlp", "parameters": 10, "trainable_parameters": 10,
+                      "param_bytes": 40},
+            "device": {"kind": "cuda", "name": "NVIDIA H100 80GB HBM3"},
+            "run": {"mode": "train", "batch_sizes": [8], "started_at": "2026-11-28T00:00:00",
+                    "perfpredict_version": "0"},
+            "prediction": {"method": "estimator", "model_set": "cuda_h100", "dataset_sha256": "x",
+                           "device_type": "cuda", "out_of_distribution": False, "points": [point]}}
+
+
+def test_a_valid_predicted_card_reads():
+    card = PerformanceCard.from_json(json.dumps(_predicted_card()))
+    assert card.prediction.points[0].gpu_utilization == 0.5
+
+
+@pytest.mark.parametrize("changes, needle", [
+    ({"gpu_utilization": 5.0}, "gpu_utilization"),
+    ({"iter_time_s": 0}, "iter_time_s"),
+    ({"batch_size": 0}, "batch_size"),
+    ({"batch_size": True}, "batch_size"),
+])
+def test_impossible_predicted_values_are_refused(changes, needle):
+    with pytest.raises(PerfPredictError, match=needle):
+        PerformanceCard.from_json(json.dumps(_predicted_card(**changes)))
+
+
+def test_a_batch_size_predicted_twice_is_refused():
+    doc = _predicted_card()
+    doc["prediction"]["points"].append(dict(doc["prediction"]["points"][0]))
+    with pytest.raises(PerfPredictError, match="predicted twice"):
+        PerformanceCard.from_json(json.dumps(doc))
+
+
+def test_simulate_refuses_a_failed_profile_as_a_card(run_cli, tmp_path):
+    """A card with no batch size measured made a job with every default, without a word."""
+    (tmp_path / "broken.py").write_text(TINY.replace("randn(batch_size, 4)", "randn(batch_size, 5)"))
+    prof = run_cli("profile", "broken.py", "-b", "2", "--no-mlflow", "--no-features", "-o", "cards")
+    assert prof.returncode != 0 and json.loads((tmp_path / "cards" / "card.json").read_text())["status"] == "failed"
+    proc = run_cli("simulate", "--trace", "synergy:n=5", "--cluster", "1x8", "--cards", "cards", "--no-mlflow")
+    _one_error_line(proc, "a failed profile, no batch size measured")
+
+
+def test_an_onnx_graph_with_contradicting_shapes_is_refused(run_cli, tmp_path):
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])
+    w = numpy_helper.from_array(np.zeros((3, 8), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g", [x], [y], [w])
+    onnx.save(helper.make_model(graph), tmp_path / "bad.onnx")
+    _one_error_line(run_cli("predict", "bad.onnx"), "invalid ONNX model", "Incompatible dimensions")
