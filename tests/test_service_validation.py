@@ -409,3 +409,25 @@ def test_an_onnx_file_with_its_weights_beside_it_is_read_from_any_working_direct
 def _write(path: Path, data: bytes) -> Path:
     path.write_bytes(data)
     return path
+
+
+def test_a_chunked_body_over_the_limit_is_refused_while_it_arrives():
+    """A body sent without a Content-Length (chunked) was buffered whole on the JSON routes: 800 MB resident
+    for an 800 MB request. It is counted as it arrives, on every route, and refused with a 413."""
+    from fastapi.testclient import TestClient
+
+    from perfpredict import Predictor
+    from perfpredict.service import create_app
+
+    client = TestClient(create_app(Predictor.load(REPO / "trained_models"), max_upload_bytes=1000))
+
+    def chunks():
+        for _ in range(200):
+            yield b"x" * 4096
+
+    for route, kind in (("/predict", "application/json"), ("/max-batch", "application/json"),
+                        ("/predict/onnx", "multipart/form-data; boundary=x")):
+        r = client.post(route, content=chunks(), headers={"content-type": kind})
+        assert r.status_code == 413 and "larger than 1000 bytes" in r.json()["detail"], (route, r.text)
+    small = client.post("/predict", json={"features": {}, "batch_sizes": [8]})  # a small body still gets through
+    assert small.status_code == 422, small.text

@@ -20,6 +20,7 @@ gets FastAPI's ``{"detail": [{"loc": [..., "<field>"], "msg": "...", ...}]}``; e
 """
 
 
+import json
 import math
 import sys
 from collections.abc import Callable
@@ -165,6 +166,46 @@ def _json_safe(obj: Any) -> Any:
     return obj
 
 
+class _BodyLimit:
+    """Refuses a request body over ``limit`` bytes with a 413, on every route: before it is received when its
+    Content-Length says so, else while it arrives (a chunked body has no length; a JSON route used to buffer all
+    of it, 800 MB for an 800 MB request). ``shown`` is the limit the message names (the upload's, without the
+    margin for the multipart envelope and the form's other fields). A plain ASGI middleware: it sees each chunk."""
+
+    def __init__(self, app, limit: int, shown: int) -> None:
+        self.app, self.limit, self.shown = app, limit, shown
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope.get("headers") or ()).get(b"content-length", b"")
+        if length.isdigit() and int(length) > self.limit:
+            await self._refuse(send)
+            return
+        received = 0
+
+        async def counted():
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    from fastapi import HTTPException  # FastAPI passes an HTTPException from the body read on
+
+                    raise HTTPException(413, f"upload larger than {self.shown} bytes", headers={"Connection": "close"})
+            return message
+
+        await self.app(scope, counted, send)
+
+    async def _refuse(self, send) -> None:
+        body = json.dumps({"detail": f"upload larger than {self.shown} bytes"}).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
+
+
 def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES):
     """The FastAPI application around ``predictor`` (``Predictor.load()`` when None). ``max_upload_bytes``
     must be positive (:class:`UploadLimitError`, a ValueError, otherwise)."""
@@ -195,16 +236,7 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
         return JSONResponse(status_code=422, content={"detail": _json_safe(jsonable_encoder(
             _short_inputs(list(exc.errors()))))})
 
-    @app.middleware("http")
-    async def _refuse_large_bodies(request: Request, call_next):
-        """An upload whose declared length is over the limit is refused before its body is read (it was
-        received and buffered whole first); the route still counts what arrives, for a body sent without a
-        length. The margin is the multipart envelope and the form's other fields."""
-        length = request.headers.get("content-length", "")
-        if length.isdigit() and int(length) > max_upload_bytes + _FORM_MARGIN_BYTES:
-            return JSONResponse(status_code=413, content={"detail": f"upload larger than {max_upload_bytes} bytes"},
-                                headers={"Connection": "close"})
-        return await call_next(request)
+    app.add_middleware(_BodyLimit, limit=max_upload_bytes + _FORM_MARGIN_BYTES, shown=max_upload_bytes)
 
     @app.get("/", include_in_schema=False)
     def index() -> dict[str, Any]:
