@@ -159,3 +159,30 @@ def test_an_onnx_graph_with_contradicting_shapes_is_refused(run_cli, tmp_path):
     graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g", [x], [y], [w])
     onnx.save(helper.make_model(graph), tmp_path / "bad.onnx")
     _one_error_line(run_cli("predict", "bad.onnx"), "invalid ONNX model", "Incompatible dimensions")
+
+
+def _sparse(path: Path, size: int) -> Path:
+    with open(path, "wb") as f:
+        f.truncate(size)  # no blocks written: the size alone must be refused
+    return path
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["show", "big.json"], "larger than a card can be"),
+    (["show", "zero.json"], "a device or a pipe that does not end"),
+    (["predict", "big.onnx"], "larger than an ONNX model"),
+    (["simulate", "--trace", "synergy:n=3", "--cluster", "big.json", "--no-mlflow"], "larger than a cluster"),
+    (["simulate", "--trace", "synergy:n=3", "--cluster", "zero.json", "--no-mlflow"], "a device or a pipe"),
+    (["simulate", "--trace", "zero.csv", "--cluster", "1x8", "--no-mlflow"], "a line longer than"),
+    (["simulate", "--trace", "synergy:n=3", "--cluster", "1x8", "--cards", "cards", "--no-mlflow"],
+     "larger than a card can be"),
+])
+def test_endless_or_huge_input_files_are_refused_before_they_are_read(run_cli, tmp_path, args, needle):
+    """`show /dev/zero` grew until the kernel killed it; a sparse file of gigabytes was a MemoryError."""
+    _sparse(tmp_path / "big.json", 3 * 2**30)
+    _sparse(tmp_path / "big.onnx", 3 * 2**30)
+    (tmp_path / "cards").mkdir()
+    _sparse(tmp_path / "cards" / "card.json", 3 * 2**30)
+    for name in ("zero.json", "zero.csv"):
+        (tmp_path / name).symlink_to("/dev/zero")
+    _one_error_line(run_cli(*args, timeout=120), needle)

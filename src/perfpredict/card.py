@@ -647,9 +647,13 @@ class PerformanceCard(_Section):
 
     @classmethod
     def load(cls, path: str | Path) -> PerformanceCard:
+        from perfpredict.input_files import CARD_LIMIT_BYTES, InputTooLarge, read_bounded
+
         p = Path(path)
         try:
-            text = p.read_text(encoding="utf-8")
+            text = read_bounded(p, CARD_LIMIT_BYTES, "a card").decode("utf-8")
+        except InputTooLarge as e:
+            raise PerfPredictError(str(e), source=str(path), step="read card") from None
         except UnicodeDecodeError:
             raise PerfPredictError("not a UTF-8 text file, so not a card", source=str(path),
                                    step="read card") from None

@@ -935,6 +935,12 @@ def _main() -> None:
         if e.code == 130 and _ctrl_c_typer_swallowed(e):
             err_console.print("[yellow]interrupted[/] (Ctrl-C)")
         raise
+    except MemoryError:  # an input too large for this machine (a trace of millions of jobs), not a bug
+        if debug:
+            raise
+        err_console.print("[bold red]error[/]: out of memory (MemoryError): the input is too large for this "
+                          "machine's memory; give a smaller one (for a trace, fewer jobs)", highlight=False)
+        sys.exit(1)
     except Exception as e:  # a bug in perfpredict itself: still one line unless --debug
         if debug:
             raise

@@ -536,9 +536,13 @@ def _input_bytes_per_sample(proto, batch_param: str | None = None, axis: int | N
 
 def from_onnx_file(path: str | Path, batch_axis: int | None = None,
                    dims: Mapping[str, int] | None = None) -> ArchFeatures:
+    from perfpredict.input_files import ONNX_LIMIT_BYTES, InputTooLarge, read_bounded
+
     p = Path(path)
     try:
-        data = p.read_bytes()
+        data = read_bounded(p, ONNX_LIMIT_BYTES, "an ONNX model (larger weights go in external data files)")
+    except InputTooLarge as e:
+        raise ArchFeaturesError(str(e), source=str(path), step="read onnx") from None
     except OSError as e:
         raise ArchFeaturesError(f"cannot read: {e.strerror}", source=str(path), step="read onnx") from None
     return from_onnx_proto(load_onnx_bytes(data, str(path), path=p), name=p.stem, batch_axis=batch_axis, dims=dims)

@@ -181,8 +181,10 @@ class ClusterSpec:
 
     @classmethod
     def load(cls, path: str | Path) -> ClusterSpec:
-        try:
-            return cls.from_dict(json.loads(Path(path).read_text()))
+        from perfpredict.input_files import CLUSTER_LIMIT_BYTES, read_bounded
+
+        try:  # InputTooLarge is a ValueError: the caller's message for a bad cluster file
+            return cls.from_dict(json.loads(read_bounded(path, CLUSTER_LIMIT_BYTES, "a cluster description")))
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
 

@@ -110,11 +110,16 @@ def _parse_cluster(s: str) -> ClusterSpec:
         except ValueError as e:
             raise UsageError(f"cluster {s!r}: {e}", step="cluster") from None
     p = Path(s)
+    if s.endswith(".json") and p.is_dir():
+        raise UsageError(f"cluster {s} is a directory, expected a JSON file or SERVERSxGPUS like 16x8",
+                         step="cluster")
     if s.endswith(".json") or p.is_file():
-        if not p.is_file():
+        if not p.exists():
             raise UsageError(f"cluster file {s} does not exist", step="cluster")
         try:
             return ClusterSpec.load(p)
+        except OSError as e:
+            raise UsageError(f"cluster file {s}: cannot read it ({e.strerror or e})", step="cluster") from None
         except (ValueError, TypeError, KeyError, OverflowError, RecursionError) as e:
             # OverflowError: 1e999 (inf) as a count; RecursionError: nesting too deep for the JSON reader
             raise UsageError(f"cluster file {s}: {type(e).__name__ + ': ' if isinstance(e, (OverflowError, RecursionError)) else ''}"
@@ -236,7 +241,7 @@ def parse_trace(text: str | Path | list[Job], seed: int = 0, notes: list[str] | 
         return _swf_with_options(swf.group(1), swf.group(2), notes)
     if p.is_dir():
         raise UsageError(f"trace {s} is a directory (give a .csv/.swf file or synergy:n=...,load=...)", step="trace")
-    if not p.is_file():
+    if not p.exists():  # a pipe (<(zcat t.csv)) is read as a file is
         kind = s.partition(":")[0]
         if ":" in s and "." not in kind and "/" not in kind:  # foo:n=3: a generator name, not a file
             raise UsageError(f"trace {s!r}: unknown trace kind {kind!r}; generators are synergy, dlbags, andreas, "
@@ -418,9 +423,11 @@ def card_notes(card: Any, path: Path) -> list[str]:
 def _looks_like_card(path: Path) -> bool:
     """Whether a JSON file other than ``card.json`` is a card (``perfpredict predict -o name.json`` writes
     those): an object with a ``schema_version``. Unreadable files count, so that loading them says why."""
+    from perfpredict.input_files import CARD_LIMIT_BYTES, read_bounded
+
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
+        doc = json.loads(read_bounded(path, CARD_LIMIT_BYTES, "a card"))
+    except (OSError, ValueError):  # InputTooLarge and UnicodeDecodeError are ValueErrors
         return True
     return not isinstance(doc, dict) or "schema_version" in doc
 

@@ -260,12 +260,21 @@ def _open_text(path: Path) -> io.TextIOBase:
         raise TraceError(f"cannot read: {e.strerror or e}", path=path) from None
 
 
+#: the longest line a trace may have (an SWF record or a CSV row is a few hundred characters): /dev/zero or a
+#: huge file without line breaks used to be read whole as its first line
+MAX_LINE_CHARS = 2**20
+
+
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number, text) of a text file, decoding and I/O errors as :class:`TraceError`."""
     with _open_text(path) as f:
         n = 0
         try:
-            for n, text in enumerate(f, start=1):
+            while text := f.readline(MAX_LINE_CHARS + 1):
+                n += 1
+                if len(text) > MAX_LINE_CHARS:
+                    raise TraceError(f"a line longer than {MAX_LINE_CHARS:,} characters: not a trace", path=path,
+                                     line=n)
                 yield n, text
         except UnicodeDecodeError:
             raise TraceError("not a UTF-8 text file", path=path, line=n + 1) from None
