@@ -186,3 +186,28 @@ def test_endless_or_huge_input_files_are_refused_before_they_are_read(run_cli, t
     for name in ("zero.json", "zero.csv"):
         (tmp_path / name).symlink_to("/dev/zero")
     _one_error_line(run_cli(*args, timeout=120), needle)
+
+
+@pytest.mark.parametrize("where", ["import", "build_model"])
+def test_a_model_file_that_calls_os_exit_is_an_error_not_a_silent_success(run_cli, tmp_path, where):
+    """The model file runs in the command's own process too (its import, build_model for predict): os._exit(0)
+    there ended perfpredict with exit code 0 and no output."""
+    body = ("import os\nos._exit(0)\n" + TINY if where == "import"
+            else TINY.replace("return torch.nn.Linear(4, 2)", "os._exit(0)").replace("import torch", "import os\nimport torch"))
+    (tmp_path / "m.py").write_text(body)
+    for command in (["predict", "m.py"], ["profile", "m.py", "-b", "2", "--no-mlflow", "--no-features"]):
+        _one_error_line(run_cli(*command), "called os._exit(0)")
+
+
+def test_a_thread_the_model_file_leaves_running_does_not_hold_the_command(run_cli, tmp_path):
+    """A non-daemon thread started at import kept `perfpredict predict` from ever exiting (and each measuring
+    process alive until the parent killed it, 30 s per batch size)."""
+    (tmp_path / "m.py").write_text("import threading\nimport time\n\nthreading.Thread(target=time.sleep, "
+                                   "args=(3600,), name='watchdog').start()\n" + TINY)
+    for command in (["predict", "m.py"],
+                    ["profile", "m.py", "-b", "2,4", "--min-time", "0.1", "--max-time", "0.2", "--no-mlflow",
+                     "--no-features", "-o", "o"]):
+        proc = run_cli(*command, timeout=50)  # raises TimeoutExpired if it waits for the thread
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "exiting past 1 thread(s)" in " ".join(proc.stderr.split()) and "watchdog" in proc.stderr
+    assert json.loads((tmp_path / "o" / "card.json").read_text())["status"] == "complete"

@@ -18,7 +18,7 @@ import tempfile
 import traceback
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -859,10 +859,37 @@ def group_commands(typer_app: typer.Typer) -> None:
 
 
 def main() -> None:
+    code: Any = 0
     try:
         _main()
+    except SystemExit as e:
+        code = e.code
+        raise
     finally:
         forget_handled_interrupt()
+        _exit_past_stray_threads(code)
+
+
+def _exit_past_stray_threads(code: Any) -> None:
+    """End the process now when a thread the model file started is still running: Python waits for every
+    non-daemon thread before it exits, so one started at import (a watchdog, a prefetcher) kept the command
+    running forever after it had finished. The exit handlers (MLflow's, multiprocessing's) still run."""
+    import atexit
+    import contextlib
+
+    loader = sys.modules.get("perfpredict.workload.loader")  # not imported: no model code ran
+    stray = [t for t in (loader.MODEL_THREADS if loader else ()) if t.is_alive()]
+    if not stray:
+        return
+    err_console.print(f"[yellow]note[/]: exiting past {len(stray)} thread(s) still running that the model file "
+                      f"started ({', '.join(escape(t.name) for t in stray[:3])}); perfpredict does not wait for them",
+                      highlight=False)
+    status = code if isinstance(code, int) else (0 if code is None else 1)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(status)
 
 
 def build_command():

@@ -158,11 +158,11 @@ def _arch_entry(reqs: list[PointRequest], conn) -> None:
 
     import torch
 
-    from perfpredict.profile.runner import parent_gone_quietly
+    from perfpredict.profile.runner import measuring_process
     from perfpredict.profile.worker import measure_point
 
     try:
-        with parent_gone_quietly():  # a parent gone (Ctrl-C) cannot be answered: end without a traceback
+        with measuring_process():  # a parent gone (Ctrl-C) cannot be answered: end without a traceback
             for req in reqs:
                 res = measure_point(req)
                 conn.send(res)

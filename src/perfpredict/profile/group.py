@@ -15,13 +15,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from perfpredict.profile.group_request import GroupMember, GroupTiming
-from perfpredict.profile.runner import _ctx, interrupts_deferred, parent_gone_quietly
+from perfpredict.profile.runner import _ctx, interrupts_deferred, measuring_process
 
 
 def _group_entry(member: GroupMember, timing: GroupTiming, barrier, conn) -> None:
     from perfpredict.profile.group_worker import run_member
 
-    with parent_gone_quietly():
+    with measuring_process():
         run_member(member, timing, barrier, conn)
 
 

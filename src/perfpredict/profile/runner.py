@@ -13,6 +13,7 @@ import contextlib
 import multiprocessing as mp
 import os
 import signal
+import sys
 import threading
 import time
 from typing import Any
@@ -61,18 +62,25 @@ def _entry(req: PointRequest, conn) -> None:
     where the fork server has preloaded it, so the parent process never pays for importing it."""
     from perfpredict.profile.worker import run_point
 
-    with parent_gone_quietly():
+    with measuring_process():
         run_point(req, conn)
 
 
 @contextlib.contextmanager
-def parent_gone_quietly():
-    """In a measuring process: a parent that has gone away (Ctrl-C, a kill) cannot be answered, so the pipe's
-    BrokenPipeError ends the process quietly instead of printing a traceback into the user's terminal."""
+def measuring_process():
+    """Around a measuring process's work. A parent that has gone away (Ctrl-C, a kill) cannot be answered, so
+    the pipe's BrokenPipeError ends the process quietly instead of printing a traceback into the user's
+    terminal. Once it has answered, a thread the model file started and left running (a watchdog) would hold the
+    process until the parent killed it 30 s later: it ends at once instead."""
     try:
         yield
     except (BrokenPipeError, ConnectionResetError, EOFError):
         pass
+    loader = sys.modules.get("perfpredict.workload.loader")
+    if loader is not None and any(t.is_alive() for t in loader.MODEL_THREADS):
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os._exit(0)
 
 
 @contextlib.contextmanager
@@ -138,7 +146,7 @@ def run_in_subprocess(req: PointRequest, timeout_s: float) -> dict[str, Any]:
 def _pipeline_entry(req, conn) -> None:
     from perfpredict.profile.pipeline_worker import run_pipeline
 
-    with parent_gone_quietly():
+    with measuring_process():
         run_pipeline(req, conn)
 
 

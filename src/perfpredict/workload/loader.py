@@ -17,10 +17,14 @@ collide), with its own directory importable so it can import sibling helpers.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import importlib.machinery
 import importlib.util
+import os
 import sys
+import threading
 import traceback
 from pathlib import Path
 from types import ModuleType
@@ -48,6 +52,47 @@ def load_model_file(path: str | Path) -> Workload:
     return _workload_from_module(module, p, shown)
 
 
+#: non-daemon threads that model code started (at import or in a hook) and left running: the CLI does not wait
+#: for them at exit (:func:`perfpredict.cli.main`)
+MODEL_THREADS: list[threading.Thread] = []
+
+
+@contextlib.contextmanager
+def os_exit_refused():
+    """While model code runs, ``os._exit`` raises SystemExit instead of ending the process: called at import or
+    in build_model() of the command's own process, it ended ``perfpredict`` with exit code 0 and no word (a
+    measuring process that ends so is reported by its exit, but with no line of the model's). The real
+    ``os._exit`` is kept for a child forked meanwhile (multiprocessing ends every forked child with it). The
+    non-daemon threads the code started are noted in :data:`MODEL_THREADS`."""
+    real, pid = os._exit, os.getpid()
+    before = set(threading.enumerate())
+
+    def refused(code: int) -> None:
+        if os.getpid() != pid:
+            real(code)
+        raise SystemExit(f"the model code called os._exit({code}), which would end perfpredict without a word")
+
+    os._exit = refused
+    try:
+        yield
+    finally:
+        os._exit = real
+        MODEL_THREADS.extend(t for t in threading.enumerate() if t not in before and not t.daemon)
+
+
+def _exit_refused_in(fn):
+    """``fn`` run under :func:`os_exit_refused` (for the hooks run once per process: not the timed step)."""
+    if fn is None:
+        return None
+
+    @functools.wraps(fn)
+    def guarded(*args, **kwargs):
+        with os_exit_refused():
+            return fn(*args, **kwargs)
+
+    return guarded
+
+
 def _import_isolated(path: Path, shown: str) -> ModuleType:
     digest = hashlib.sha1(str(path).encode()).hexdigest()[:12]
     mod_name = f"perfpredict_user_{path.stem}_{digest}"
@@ -62,7 +107,8 @@ def _import_isolated(path: Path, shown: str) -> ModuleType:
         sys.path.insert(0, parent)
     sys.modules[mod_name] = module
     try:
-        loader.exec_module(module)
+        with os_exit_refused():
+            loader.exec_module(module)
     except SyntaxError as e:
         sys.modules.pop(mod_name, None)
         raise syntax_error(e, shown, detail=traceback.format_exc(), model_path=path) from None
@@ -113,12 +159,12 @@ def _workload_from_module(module: ModuleType, path: Path, shown: str) -> Workloa
     return Workload(
         name=name,
         ref=WorkloadRef(kind="file", target=str(path)),
-        build_model=module.build_model,
-        example_inputs=module.example_inputs,
+        build_model=_exit_refused_in(module.build_model),
+        example_inputs=_exit_refused_in(module.example_inputs),
         loss_fn=getattr(module, "loss_fn", default_loss),
         make_optimizer=getattr(module, "make_optimizer", default_optimizer),
         example_targets=getattr(module, "example_targets", None),
-        make_dataset=getattr(module, "make_dataset", None),
+        make_dataset=_exit_refused_in(getattr(module, "make_dataset", None)),
         preprocess=getattr(module, "preprocess", None),
         train_step=getattr(module, "train_step", None),
         batch_sizes=batch_sizes,
