@@ -211,3 +211,26 @@ def test_a_thread_the_model_file_leaves_running_does_not_hold_the_command(run_cl
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert "exiting past 1 thread(s)" in " ".join(proc.stderr.split()) and "watchdog" in proc.stderr
     assert json.loads((tmp_path / "o" / "card.json").read_text())["status"] == "complete"
+
+
+@pytest.mark.parametrize("params, needle", [
+    ({"depth": "99999999"}, r"parameters, more than the 1e\+10"),
+    ({"width": "10000000"}, r"parameters, more than the 1e\+10"),
+])
+def test_a_zoo_model_too_large_for_any_gpu_is_refused_before_it_is_built(params, needle):
+    """depth=99999999 built layer after layer until memory ran out."""
+    from perfpredict.errors import UsageError
+    from perfpredict.workload.zoo import get_family
+
+    with pytest.raises(UsageError, match=needle):
+        get_family("mlp").resolve(params)
+    assert get_family("mlp").resolve({"depth": "4"})["depth"] == 4
+
+
+def test_a_zoo_parameter_given_twice_with_two_values_is_refused():
+    from perfpredict.errors import UsageError
+    from perfpredict.workload_args import parse_params
+
+    with pytest.raises(UsageError, match="depth is given twice"):
+        parse_params(["depth=3", "depth=5"])
+    assert parse_params(["depth=3,width=8", "depth=3"]) == {"depth": "3", "width": "8"}

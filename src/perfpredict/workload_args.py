@@ -57,6 +57,9 @@ def parse_params(items: list[str] | None, flag: str = "--param") -> dict[str, st
             if "=" not in part:
                 raise UsageError(f"{flag} expects name=value, got {part!r}", step="arguments")
             k, v = part.split("=", 1)
+            if k.strip() in out and out[k.strip()] != v.strip():  # the last one used to win without a word
+                raise UsageError(f"{flag} {k.strip()} is given twice ({out[k.strip()]} and {v.strip()})",
+                                 step="arguments")
             out[k.strip()] = v.strip()
     return out
 

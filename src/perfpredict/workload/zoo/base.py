@@ -19,6 +19,10 @@ import torch.nn.functional as F
 
 from perfpredict.errors import UsageError
 
+#: the most parameters a zoo configuration may have: 1e10 fp32 weights with Adam's two moments and the gradients
+#: take 160 GB, more than any one GPU holds
+MAX_PARAMETERS = 10**10
+
 
 @dataclass(frozen=True)
 class ZooParam:
@@ -85,6 +89,12 @@ class ZooFamily(ABC):
         for k, v in overrides.items():
             cfg[k] = known[k].parse(v)
         self.validate(cfg)
+        params = self.closed_form_params(cfg)
+        if params is not None and params > MAX_PARAMETERS:
+            # depth=99999999 built layer after layer until memory ran out; a huge width failed deep in torch
+            raise UsageError(f"{self.config_name(cfg)[:200]} would have {params:.3g} parameters, more than the "
+                             f"{MAX_PARAMETERS:.0e} a zoo model may have (its weights and Adam's state alone would "
+                             f"take {16 * params / 1e9:,.0f} GB)", step="zoo parameters")
         return cfg
 
     def validate(self, cfg: Mapping[str, Any]) -> None:
