@@ -234,3 +234,23 @@ def test_a_zoo_parameter_given_twice_with_two_values_is_refused():
     with pytest.raises(UsageError, match="depth is given twice"):
         parse_params(["depth=3", "depth=5"])
     assert parse_params(["depth=3,width=8", "depth=3"]) == {"depth": "3", "width": "8"}
+
+
+def test_a_sigterm_is_named_as_such_not_as_a_ctrl_c(tmp_path):
+    """SIGTERM is handled as a Ctrl-C is (what was done is kept), but the message said "(Ctrl-C)"."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "perfpredict", "simulate", "--trace", "synergy:n=100000",
+                             "--cluster", "16x8", "--no-mlflow", "-o", "o"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "o").exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)  # the output folder is made once the arguments are checked: the handler is in place
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted (SIGTERM)" in err and "Ctrl-C" not in err and "Traceback" not in err, err[-2000:]

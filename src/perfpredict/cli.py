@@ -917,6 +917,15 @@ def build_command():
     return group
 
 
+#: what the interrupt a command reports was: a Ctrl-C, or a SIGTERM handled as one
+_INTERRUPTED_BY = "Ctrl-C"
+
+
+def interrupted_by() -> str:
+    """``Ctrl-C``, or ``SIGTERM`` when that is what stopped the command (a scheduler's or `timeout`'s kill)."""
+    return _INTERRUPTED_BY
+
+
 def _terminate_as_interrupt() -> None:
     """SIGTERM (what a scheduler, `timeout` or `kill` sends) is handled as Ctrl-C is: every command keeps what it
     has measured and says so, where the default action lost it (a profile's card partial, no MLflow run). A
@@ -930,6 +939,8 @@ def _terminate_as_interrupt() -> None:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
             return
+        global _INTERRUPTED_BY
+        _INTERRUPTED_BY = "SIGTERM"
         raise KeyboardInterrupt
 
     try:
@@ -956,11 +967,11 @@ def _main() -> None:
     except KeyboardInterrupt:
         # Before a command started (its imports) or after it ended: a command that measures says itself what
         # it kept, so nothing is claimed here.
-        err_console.print("[yellow]interrupted[/] (Ctrl-C)")
+        err_console.print(f"[yellow]interrupted[/] ({interrupted_by()})")
         sys.exit(130)
     except SystemExit as e:
         if e.code == 130 and _ctrl_c_typer_swallowed(e):
-            err_console.print("[yellow]interrupted[/] (Ctrl-C)")
+            err_console.print(f"[yellow]interrupted[/] ({interrupted_by()})")
         raise
     except MemoryError:  # an input too large for this machine (a trace of millions of jobs), not a bug
         if debug:

@@ -16,7 +16,16 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from perfpredict.cli import Mode, app, check_experiment, err_console, out_console, prepare_mlflow, progress_bar
+from perfpredict.cli import (
+    Mode,
+    app,
+    check_experiment,
+    err_console,
+    interrupted_by,
+    out_console,
+    prepare_mlflow,
+    progress_bar,
+)
 from perfpredict.errors import PerfPredictError, UsageError
 from perfpredict.estimators.device_calibration import REFERENCE_MIN_TIME_S
 
@@ -249,7 +258,7 @@ def _measure(plans, csv: Path, settings, label: str) -> None:
         try:
             collect(plans, csv, settings, advance)
         except KeyboardInterrupt:
-            err_console.print(f"[yellow]interrupted[/] (Ctrl-C): the reference steps measured so far are in "
+            err_console.print(f"[yellow]interrupted[/] ({interrupted_by()}): the reference steps measured so far are in "
                               f"{escape(str(csv))}; the same command again measures the rest", highlight=False)
             raise typer.Exit(130) from None
 
