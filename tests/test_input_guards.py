@@ -254,3 +254,19 @@ def test_a_sigterm_is_named_as_such_not_as_a_ctrl_c(tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-2000:]
     assert "interrupted (SIGTERM)" in err and "Ctrl-C" not in err and "Traceback" not in err, err[-2000:]
+
+
+@pytest.mark.parametrize("args, needle, absent", [
+    (["simulate", "--trace", "open_quote.csv", "--cluster", "1x8", "--no-mlflow"], "unexpected end of data", None),
+    (["show", "cut.json"], "Unterminated string starting at (line 1, column 7)", "at at"),
+    (["serve", "--host", "999.1.1.1"], "cannot listen on 999.1.1.1:8000", "another server"),
+])
+def test_messages_say_what_is_wrong(run_cli, tmp_path, args, needle, absent):
+    """A quote left open in a CSV trace took the rest of the file as one value (the trace ran); a cut JSON file
+    said "starting at at line 1"; an address that does not resolve was "Unknown error -2 (another server
+    there?)"."""
+    (tmp_path / "open_quote.csv").write_text('id,arrival_s,gpus,work_s,model\n0,0,1,100,"resnet18\n1,0,1,100,x\n')
+    (tmp_path / "cut.json").write_text('{"a": "x')
+    proc = run_cli(*args, timeout=60)
+    _one_error_line(proc, needle)
+    assert absent is None or absent not in proc.stderr

@@ -581,7 +581,7 @@ class PerformanceCard(_Section):
         try:
             raw = json.loads(text)
         except json.JSONDecodeError as e:
-            raise PerfPredictError(f"not valid JSON ({e.msg} at line {e.lineno})", source=source,
+            raise PerfPredictError(f"not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})", source=source,
                                    step="read card") from None
         except (ValueError, RecursionError) as e:  # an integer of thousands of digits, nesting too deep
             raise PerfPredictError(f"not a readable card ({type(e).__name__}: {str(e)[:120]})", source=source,

@@ -320,15 +320,19 @@ def serve(
     if not 0.001 <= max_upload_mb <= 1e6:  # nan fails too; below 1 kB not even a header fits
         raise UsageError(f"--max-upload-mb must be from 0.001 (1 kB) to 1e6 (1 TB), got {max_upload_mb:g}",
                          step="arguments")
+    import errno
     import os
     import socket
 
     try:  # a port in use is found before the models load and before the banner says the service runs
         with socket.create_server((host, port)):
             pass
+    except socket.gaierror as e:  # its errno is the resolver's (-2), which os.strerror does not know
+        raise UsageError(f"cannot listen on {host}:{port}: {e.strerror} (give an address of this machine, e.g. "
+                         "127.0.0.1 or 0.0.0.0)", step="arguments") from None
     except OSError as e:
-        why = os.strerror(e.errno) if e.errno else str(e)
-        raise UsageError(f"cannot listen on {host}:{port}: {why} (another server there? try --port)",
-                         step="arguments") from None
+        why = (e.strerror or (os.strerror(e.errno) if e.errno else str(e))).split(" (while attempting")[0]
+        hint = " (another server there? try --port)" if e.errno == errno.EADDRINUSE else ""
+        raise UsageError(f"cannot listen on {host}:{port}: {why}{hint}", step="arguments") from None
     run(host, port, str(models) if models else None, int(max_upload_mb * 1e6),
         on_ready=lambda: out_console.print(f"perfpredict serving on http://{host}:{port} (OpenAPI: /docs)"))

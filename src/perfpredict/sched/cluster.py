@@ -186,7 +186,7 @@ class ClusterSpec:
         try:  # InputTooLarge is a ValueError: the caller's message for a bad cluster file
             return cls.from_dict(json.loads(read_bounded(path, CLUSTER_LIMIT_BYTES, "a cluster description")))
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
+            raise ValueError(f"{path}: not valid JSON: {e.msg} (line {e.lineno}, column {e.colno})") from None
 
 
 def _unexpected(e: TypeError, also: str) -> str:

@@ -418,7 +418,7 @@ def read_csv_trace(path: str | Path) -> list[Job]:
     """Read perfpredict's CSV trace format (see the module docstring); jobs in file order."""
     p = Path(path)
     numbered = _NumberedLines(_csv_lines(p))
-    reader = csv.reader(numbered)
+    reader = csv.reader(numbered, strict=True)  # strict: a quote left open is an error, not the rest of the file
     try:
         header = next(reader)
     except StopIteration:
