@@ -270,3 +270,12 @@ def test_messages_say_what_is_wrong(run_cli, tmp_path, args, needle, absent):
     proc = run_cli(*args, timeout=60)
     _one_error_line(proc, needle)
     assert absent is None or absent not in proc.stderr
+
+
+def test_a_measured_card_without_a_rate_model_does_not_claim_nothing_was_measured():
+    doc = _predicted_card()
+    del doc["prediction"]
+    doc["throughput"] = [{"batch_size": 8, "status": "ok", "samples_per_s": 800.0, "iter_time_s": 0.01}]
+    card = PerformanceCard.from_json(json.dumps(doc))
+    with pytest.raises(PerfPredictError, match=r"its 1 measured batch size\(s\) were not fitted"):
+        card.rate()

@@ -676,8 +676,10 @@ class PerformanceCard(_Section):
                                        f"are per batch size ({sizes}) in prediction.points; predict the batch "
                                        "size you need with perfpredict predict -b", source=self.model.name,
                                        step="rate model")
-            raise PerfPredictError("card has no rate model: no batch size was measured successfully",
-                                   source=self.model.name, step="rate model")
+            ok = self.measured_points()
+            why = (f"its {len(ok)} measured batch size(s) were not fitted (perfpredict profile fits one; a card "
+                   "written or edited elsewhere may lack it)" if ok else "no batch size was measured successfully")
+            raise PerfPredictError(f"card has no rate model: {why}", source=self.model.name, step="rate model")
         return RateModel.from_card(self.rate_model)
 
     def iter_time(self, batch_size: float) -> float:
