@@ -176,6 +176,10 @@ def test_a_hook_reaching_a_model_attribute_under_ddp_is_told_about_model_module(
 def test_predict_says_the_estimators_model_the_default_step_not_the_hook(write_model):
     from perfpredict.predictor import Predictor
 
-    card = Predictor.load().predict(str(write_model(HOOKED.replace("if not micro:", "if False:"))),
-                                    batch_sizes=[8], device_type="cpu")
+    path = str(write_model(HOOKED.replace("if not micro:", "if False:")))
+    pred = Predictor.load()
+    card = pred.predict(path, batch_sizes=[8], device_type="cpu")
     assert any("defines its own train_step" in n for n in card.prediction.notes)
+    # an inference prediction runs no training step, so the hook is not a caveat there
+    card = pred.predict(path, batch_sizes=[8], device_type="cpu", mode="infer")
+    assert card.run.mode == "infer" and not any("train_step" in n for n in card.prediction.notes)

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from perfpredict.errors import PerfPredictError, UsageError
-from perfpredict.estimators.arch import ArchFeatures
+from perfpredict.estimators.arch import TRAIN_STEP_NOTE, ArchFeatures
 from perfpredict.estimators.design import FEATURE_NAMES, design_matrix, feature_names
 from perfpredict.estimators.evaluate import calibrated
 from perfpredict.estimators.forest import compile_model_file
@@ -636,7 +636,8 @@ class Predictor:
         ood = dist > ms.ood_threshold
         nearest = NearestProfiled(name=near_name, family=ms.profiled[near_name]["family"], distance=dist,
                                   threshold=ms.ood_threshold)
-        notes = list(arch.notes) + ([precision_note] if precision_note else [])
+        notes = [n for n in arch.notes if not (ms.mode == "infer" and n == TRAIN_STEP_NOTE)]  # no step to model
+        notes += [precision_note] if precision_note else []
         if ms.device_kind == "cpu" and device_type in (None, "cpu") and not _measured_on_this_cpu(ms):
             here = cpu_id()
             notes.append(f"no {ms.precision} {ms.mode}-mode set was measured on this machine's CPU "

@@ -102,7 +102,11 @@ def connected(address: str, worker_niceness: int | None = None) -> Iterator[tupl
         try:
             ray.init(**kwargs)
         except Exception as e:  # noqa: BLE001 - Ray's own errors (connection, version mismatch) in one line
-            raise UsageError(f"--ray {address}: {first_line(e) or type(e).__name__}", step="arguments") from None
+            why = first_line(e) or type(e).__name__
+            if "Could not find any running Ray instance" in why:  # Ray's text names its own --address flag
+                why = ("no Ray instance is running on this machine: start one (ray start --head), give the "
+                       "cluster's --ray HOST:PORT, or --ray local to start one for this command")
+            raise UsageError(f"--ray {address}: {why}", step="arguments") from None
         finally:
             if niceness is None:
                 os.environ.pop("RAY_worker_niceness", None)

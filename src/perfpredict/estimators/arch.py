@@ -230,12 +230,14 @@ def _check_room_for_weights(wl, target: str) -> None:
                                 "its feature vector", source=target, step="build_model")
 
 
+#: the note a model file with its own train_step gets (a training prediction only: inference runs no step)
+TRAIN_STEP_NOTE = ("the model file defines its own train_step, which the estimators do not model: these predict "
+                   "perfpredict's default step (forward, loss, backward, one optimizer step); profile the file to "
+                   "measure the hook's step")
+
+
 def _hook_note(wl) -> str | None:
-    if wl.train_step is None:
-        return None
-    return ("the model file defines its own train_step, which the estimators do not model: these predict "
-            "perfpredict's default step (forward, loss, backward, one optimizer step); profile the file to "
-            "measure the hook's step")
+    return None if wl.train_step is None else TRAIN_STEP_NOTE
 
 
 # ---------------------------------------------------------------------------------------------------------
