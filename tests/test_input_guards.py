@@ -279,3 +279,10 @@ def test_a_measured_card_without_a_rate_model_does_not_claim_nothing_was_measure
     card = PerformanceCard.from_json(json.dumps(doc))
     with pytest.raises(PerfPredictError, match=r"its 1 measured batch size\(s\) were not fitted"):
         card.rate()
+
+
+def test_a_model_error_of_megabytes_is_reported_in_a_few_kilobytes(run_cli, tmp_path):
+    (tmp_path / "loud.py").write_text('raise ValueError("x" * 5_000_000)\n')
+    proc = run_cli("profile", "loud.py", "--no-mlflow")
+    _one_error_line(proc, "raised ValueError while importing", "more characters")
+    assert len(proc.stderr) < 10_000

@@ -431,3 +431,10 @@ def test_a_chunked_body_over_the_limit_is_refused_while_it_arrives():
         assert r.status_code == 413 and "larger than 1000 bytes" in r.json()["detail"], (route, r.text)
     small = client.post("/predict", json={"features": {}, "batch_sizes": [8]})  # a small body still gets through
     assert small.status_code == 422, small.text
+
+
+def test_an_error_quoting_a_long_input_is_bounded(client):
+    """A 100 kB device_type came back whole in the 422's detail."""
+    r = _post(client, device_type="y" * 100_000)
+    _assert_refused(r, "no trained models for device type", "more characters")
+    assert len(r.text) < 3000

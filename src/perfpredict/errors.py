@@ -80,13 +80,20 @@ def message_lines(text: str) -> list[str]:
     return [ln.strip() for ln in _TERMINAL_COLOURS.sub("", text).splitlines() if ln.strip()]
 
 
+#: the most of an exception's message a report shows (a model's error of megabytes was printed whole)
+MAX_MESSAGE_CHARS = 4000
+
+
 def exception_text(e: BaseException) -> str:
-    """``str(e)``, or a stand-in when the exception's own ``__str__`` fails (model code can raise anything,
-    and a report of its error must not become a second one)."""
+    """``str(e)``, cut at :data:`MAX_MESSAGE_CHARS`, or a stand-in when the exception's own ``__str__`` fails
+    (model code can raise anything, and a report of its error must not become a second one)."""
     try:
-        return str(e)
+        text = str(e)
     except Exception:  # noqa: BLE001 - any failure of foreign code's __str__
         return f"<a {type(e).__name__} whose message cannot be shown: its __str__ failed>"
+    if len(text) > MAX_MESSAGE_CHARS:
+        text = f"{text[:MAX_MESSAGE_CHARS]}... ({len(text) - MAX_MESSAGE_CHARS:,} more characters)"
+    return text
 
 
 def first_line(e: BaseException) -> str:

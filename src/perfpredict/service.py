@@ -228,7 +228,9 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
 
     @app.exception_handler(PerfPredictError)
     async def _pp_error(request: Request, exc: PerfPredictError):  # noqa: ARG001
-        return JSONResponse(status_code=422, content={"detail": str(exc)})
+        detail = str(exc)  # it may quote the client's input: bounded, as a validation error's is
+        return JSONResponse(status_code=422, content={"detail": detail if len(detail) <= 2000 else
+                                                      f"{detail[:2000]}... ({len(detail) - 2000:,} more characters)"})
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):  # noqa: ARG001
