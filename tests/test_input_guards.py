@@ -286,3 +286,22 @@ def test_a_model_error_of_megabytes_is_reported_in_a_few_kilobytes(run_cli, tmp_
     proc = run_cli("profile", "loud.py", "--no-mlflow")
     _one_error_line(proc, "raised ValueError while importing", "more characters")
     assert len(proc.stderr) < 10_000
+
+
+def test_a_hung_step_stops_the_sweep_at_the_first_timeout(tmp_path):
+    """Each batch size after a hung one waited out its own timeout (4 x --max-time + 300 s by default) before the
+    repeated-failure rule stopped the sweep; a larger batch is not tried once one timed out."""
+    from perfpredict import profile_model
+    from perfpredict.profile.timing import TimingConfig
+
+    model = tmp_path / "hangs.py"
+    model.write_text("import time\nimport torch\n\nclass M(torch.nn.Module):\n    def __init__(self):\n"
+                     "        super().__init__()\n        self.l = torch.nn.Linear(4, 2)\n\n    def forward(self, x):\n"
+                     "        if x.shape[0] >= 4:\n            time.sleep(3600)\n        return self.l(x)\n\n"
+                     "def build_model():\n    return M()\n\ndef example_inputs(b):\n    return torch.randn(b, 4)\n")
+    outcome = profile_model(str(model), batch_sizes=[2, 4, 8, 16], device="cpu", features=False,
+                            timing=TimingConfig(min_time_s=0.1, max_time_s=0.2), point_timeout_s=20)
+    card = outcome.card
+    assert [(p.batch_size, p.status) for p in card.throughput] == [(2, "ok"), (4, "timeout")]
+    stopped = [e for e in card.errors if e.step == "not measured"]
+    assert [e.batch_size for e in stopped] == [8, 16] and "gave no result in time" in stopped[0].message

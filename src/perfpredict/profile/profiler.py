@@ -325,11 +325,16 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
                                              message=res.get("error") or point.status))
                 if point.status in ("error", "nonfinite", "timeout"):
                     key = (point.status, res.get("error") or "")
-                    if key == last_failure:
+                    # a timeout is not tried again at a larger batch, which would not answer sooner (a hung step
+                    # cost 4 x --max-time + 300 s at every batch size that followed)
+                    why = ("the same failure repeated at two batch sizes, so it is the model, not the batch"
+                           if key == last_failure else
+                           f"batch {b} gave no result in time, and a larger batch would not be faster"
+                           if point.status == "timeout" else None)
+                    if why:
                         for rest in batch_sizes[i + 1:]:
                             card.errors.append(CardError(step="not measured", batch_size=rest,
-                                                         message="sweep stopped: the same failure repeated at two "
-                                                                 "batch sizes, so it is the model, not the batch"))
+                                                         message=f"sweep stopped: {why}"))
                         listener.point_finished(point, i, len(batch_sizes))
                         save()
                         break
