@@ -126,10 +126,24 @@ def test_a_valid_predicted_card_reads():
     ({"iter_time_s": 0}, "iter_time_s"),
     ({"batch_size": 0}, "batch_size"),
     ({"batch_size": True}, "batch_size"),
+    ({"batch_size": 8.5}, "batch_size"),
 ])
 def test_impossible_predicted_values_are_refused(changes, needle):
     with pytest.raises(PerfPredictError, match=needle):
         PerformanceCard.from_json(json.dumps(_predicted_card(**changes)))
+
+
+def test_a_whole_batch_size_written_as_a_float_or_a_numpy_integer_still_reads():
+    """Refusing ``true`` as a batch size (strict ints) also refused ``8.0`` in a card another tool wrote, and a
+    numpy integer from Python code that builds a card."""
+    import numpy as np
+
+    from perfpredict.card import PredictedPoint
+
+    card = PerformanceCard.from_json(json.dumps(_predicted_card(batch_size=8.0)))
+    assert card.prediction.points[0].batch_size == 8 and type(card.prediction.points[0].batch_size) is int
+    point = PredictedPoint(**{**_predicted_card()["prediction"]["points"][0], "batch_size": np.int64(8)})
+    assert point.batch_size == 8
 
 
 def test_a_batch_size_predicted_twice_is_refused():
@@ -257,7 +271,7 @@ def test_a_sigterm_is_named_as_such_not_as_a_ctrl_c(tmp_path):
 
 
 @pytest.mark.parametrize("args, needle, absent", [
-    (["simulate", "--trace", "open_quote.csv", "--cluster", "1x8", "--no-mlflow"], "unexpected end of data", None),
+    (["simulate", "--trace", "open_quote.csv", "--cluster", "1x8", "--no-mlflow"], "a quote opened on line 2 is not closed", None),
     (["show", "cut.json"], "Unterminated string starting at (line 1, column 7)", "at at"),
     (["serve", "--host", "999.1.1.1"], "cannot listen on 999.1.1.1:8000", "another server"),
 ])
@@ -305,3 +319,150 @@ def test_a_hung_step_stops_the_sweep_at_the_first_timeout(tmp_path):
     assert [(p.batch_size, p.status) for p in card.throughput] == [(2, "ok"), (4, "timeout")]
     stopped = [e for e in card.errors if e.step == "not measured"]
     assert [e.batch_size for e in stopped] == [8, 16] and "gave no result in time" in stopped[0].message
+
+
+def test_reading_a_small_file_does_not_reserve_the_whole_limit(tmp_path):
+    """read(limit + 1) allocated the limit first: reading a 10 kB ONNX file asked for 2 GiB, a MemoryError on a
+    machine with a memory ulimit."""
+    import subprocess
+    import sys
+
+    small = tmp_path / "small.onnx"
+    small.write_bytes(b"x" * 10_000)
+    script = ("import resource, sys\nfrom perfpredict.input_files import ONNX_LIMIT_BYTES, read_bounded\n"
+              "resource.setrlimit(resource.RLIMIT_AS, (2**30, 2**30))\n"
+              "print(len(read_bounded(sys.argv[1], ONNX_LIMIT_BYTES, 'an ONNX model')))\n")
+    proc = subprocess.run([sys.executable, "-c", script, str(small)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "10000", proc.stderr[-2000:]
+
+
+def test_read_bounded_takes_a_file_or_a_pipe_up_to_its_limit(tmp_path):
+    import threading
+
+    from perfpredict.input_files import InputTooLarge, read_bounded
+
+    exact = tmp_path / "exact"
+    exact.write_bytes(b"a" * 3000)
+    assert read_bounded(exact, 3000, "x") == b"a" * 3000
+    with pytest.raises(InputTooLarge, match="the file holds 3,000 bytes"):
+        read_bounded(exact, 2999, "x")
+    for size, limit, fits in ((3 * 2**20 + 5, 4 * 2**20, True), (3 * 2**20 + 5, 3 * 2**20, False)):
+        fifo = tmp_path / f"pipe{limit}"
+        os.mkfifo(fifo)
+
+        def feed(fifo=fifo, size=size):
+            with open(fifo, "wb") as f:
+                f.write(b"b" * size)
+
+        writer = threading.Thread(target=feed, daemon=True)
+        writer.start()
+        if fits:
+            assert len(read_bounded(fifo, limit, "x")) == size
+        else:
+            with pytest.raises(InputTooLarge, match="a device or a pipe"):
+                read_bounded(fifo, limit, "x")
+        writer.join(10)
+
+
+def test_a_cut_message_keeps_its_end_and_errors_are_classified_on_the_whole_text():
+    """Cutting a message at 4000 characters lost what sits at its end or in its middle: a DataLoader worker's own
+    error (the last line) and the words that mark an out-of-memory error."""
+    from perfpredict.profile.failure import unwrapped_line
+    from perfpredict.profile.memory import is_oom_error
+
+    long = ValueError("head\n" + "x" * 10_000 + "\nthe real error")
+    shown = exception_text(long)
+    assert len(shown) < 4200 and shown.startswith("head") and shown.endswith("the real error")
+    assert "more characters left out" in shown
+    wrapped = RuntimeError("Caught TypeError in DataLoader worker process 0.\nOriginal Traceback (most recent "
+                           "call last):\n" + "  frame line\n" * 2000 + "TypeError: an item is not a tensor")
+    assert unwrapped_line(wrapped) == "TypeError: an item is not a tensor (in a DataLoader worker)"
+    assert is_oom_error(RuntimeError("y" * 5000 + " DefaultCPUAllocator: can't allocate memory " + "z" * 5000))
+
+
+_MAIN_WITH_A_STRAY_THREAD = """
+import sys, threading, time
+from perfpredict import cli
+from perfpredict.workload import loader
+
+thread = threading.Thread(target=time.sleep, args=(3600,), name="watchdog")
+thread.start()
+loader.MODEL_THREADS.append(thread)
+
+def failing_main():
+    {body}
+
+cli._main = failing_main
+cli.main()
+"""
+
+
+@pytest.mark.parametrize("body, rc, needles", [
+    ("raise RuntimeError('a bug shown with --debug')", 1, ["Traceback", "RuntimeError: a bug shown with --debug"]),
+    ("sys.exit('a message for sys.exit')", 1, ["a message for sys.exit"]),
+    ("sys.exit(3)", 3, []),
+])
+def test_exiting_past_a_stray_thread_keeps_the_traceback_and_the_message(body, rc, needles):
+    """With a thread the model file left running, the CLI ends with os._exit: an error let through under --debug
+    ended it with exit code 0 and no traceback, and sys.exit("message") lost its message."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _MAIN_WITH_A_STRAY_THREAD.format(body=body)], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == rc, (proc.returncode, proc.stderr[-2000:])
+    for needle in needles:
+        assert needle in proc.stderr, proc.stderr[-2000:]
+    assert "exiting past 1 thread(s)" in " ".join(proc.stderr.split())
+
+
+def test_os_exit_is_refused_only_inside_model_code_whatever_the_threads_do():
+    """Each block swapped os._exit in and back: blocks entered from two threads could leave the refusing one in
+    place for good, so perfpredict's own os._exit (a measuring process's) raised SystemExit afterwards."""
+    import subprocess
+    import sys
+
+    script = ("import os, threading, time\nfrom perfpredict.workload.loader import os_exit_refused\n"
+              "def block(i):\n    time.sleep(0.01 * (i % 3))\n    with os_exit_refused():\n"
+              "        time.sleep(0.02 * ((7 - i) % 4))\n"
+              "threads = [threading.Thread(target=block, args=(i,)) for i in range(8)]\n"
+              "[t.start() for t in threads]\n[t.join() for t in threads]\n"
+              "with os_exit_refused():\n    try:\n        os._exit(5)\n    except SystemExit as e:\n"
+              "        print(e, flush=True)\n"
+              "os._exit(3)\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3, (proc.returncode, proc.stdout, proc.stderr[-2000:])
+    assert "called os._exit(5)" in proc.stdout
+
+
+def test_a_thread_pool_a_library_starts_is_not_a_stray_model_thread():
+    """torch.compile in build_model starts inductor's ThreadPoolExecutor workers: Python's exit joins them, and
+    counting them as threads the model left running made every such command end with a misleading note."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from perfpredict.workload import loader
+
+    with loader.os_exit_refused():
+        pool = ThreadPoolExecutor(2)
+        pool.submit(time.sleep, 0.01).result()
+        own = threading.Thread(target=time.sleep, args=(0.3,), name="the model's own")
+        own.start()
+    try:
+        assert own in loader.MODEL_THREADS
+        assert not any(t.name.startswith("ThreadPoolExecutor") for t in loader.MODEL_THREADS)
+    finally:
+        pool.shutdown()
+        own.join()
+        loader.MODEL_THREADS.remove(own)
+
+
+def test_a_space_after_a_closing_quote_still_reads(tmp_path):
+    """Refusing a quote left open with csv's strict mode also refused `"resnet18" ,`, which read before."""
+    from perfpredict.sim.traces import read_csv_trace
+
+    trace = tmp_path / "t.csv"
+    trace.write_text('id,arrival_s,gpus,work_s,model,user\n0,0,1,100,"resnet18" ,alice\n')
+    [job] = read_csv_trace(trace)
+    assert (job.model, job.user) == ("resnet18", "alice")

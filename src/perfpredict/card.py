@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from perfpredict.errors import PerfPredictError
 
@@ -52,8 +52,15 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
 
-#: a batch size as a card holds it: a whole number from 1 (``true`` is not one, though pydantic would take it)
-BatchSize = Annotated[int, Strict(), Field(ge=1)]
+def _not_a_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError("a batch size is a whole number, not true or false")
+    return value
+
+
+#: a batch size as a card holds it: a whole number from 1 (``8.0`` and a numpy integer are taken as 8, as
+#: pydantic takes them; ``true`` is not one, though pydantic would take it as 1)
+BatchSize = Annotated[int, BeforeValidator(_not_a_bool), Field(ge=1)]
 #: a measured or predicted time or rate: positive when present
 Positive = Annotated[float, Field(gt=0)]
 #: a GPU utilisation: the fraction of time a kernel ran

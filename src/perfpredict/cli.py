@@ -15,6 +15,7 @@ import re
 import shlex
 import sys
 import tempfile
+import threading
 import traceback
 from enum import Enum
 from pathlib import Path
@@ -865,9 +866,22 @@ def main() -> None:
     except SystemExit as e:
         code = e.code
         raise
+    except BaseException:
+        # an error _main lets through (--debug, an interrupt): with a stray thread the process ends in the
+        # finally below, before Python would print the traceback, so it is printed here
+        code = 1
+        if _stray_model_threads():
+            traceback.print_exc()
+        raise
     finally:
         forget_handled_interrupt()
         _exit_past_stray_threads(code)
+
+
+def _stray_model_threads() -> list[threading.Thread]:
+    """The threads the model file started that are still running."""
+    loader = sys.modules.get("perfpredict.workload.loader")  # not imported: no model code ran
+    return [t for t in (loader.MODEL_THREADS if loader else ()) if t.is_alive()]
 
 
 def _exit_past_stray_threads(code: Any) -> None:
@@ -877,10 +891,11 @@ def _exit_past_stray_threads(code: Any) -> None:
     import atexit
     import contextlib
 
-    loader = sys.modules.get("perfpredict.workload.loader")  # not imported: no model code ran
-    stray = [t for t in (loader.MODEL_THREADS if loader else ()) if t.is_alive()]
+    stray = _stray_model_threads()
     if not stray:
         return
+    if isinstance(code, str):  # sys.exit("message"): Python prints it when it exits, os._exit does not
+        err_console.print(code, markup=False, highlight=False)
     err_console.print(f"[yellow]note[/]: exiting past {len(stray)} thread(s) still running that the model file "
                       f"started ({', '.join(escape(t.name) for t in stray[:3])}); perfpredict does not wait for them",
                       highlight=False)

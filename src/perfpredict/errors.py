@@ -84,16 +84,29 @@ def message_lines(text: str) -> list[str]:
 MAX_MESSAGE_CHARS = 4000
 
 
-def exception_text(e: BaseException) -> str:
-    """``str(e)``, cut at :data:`MAX_MESSAGE_CHARS`, or a stand-in when the exception's own ``__str__`` fails
-    (model code can raise anything, and a report of its error must not become a second one)."""
+def full_exception_text(e: BaseException) -> str:
+    """``str(e)`` whole, or a stand-in when the exception's own ``__str__`` fails (model code can raise anything,
+    and a report of its error must not become a second one). For classifying an error (an OOM's words can sit
+    anywhere in it, a DataLoader worker's real error is its last line); :func:`exception_text` for showing one."""
     try:
-        text = str(e)
+        return str(e)
     except Exception:  # noqa: BLE001 - any failure of foreign code's __str__
         return f"<a {type(e).__name__} whose message cannot be shown: its __str__ failed>"
-    if len(text) > MAX_MESSAGE_CHARS:
-        text = f"{text[:MAX_MESSAGE_CHARS]}... ({len(text) - MAX_MESSAGE_CHARS:,} more characters)"
-    return text
+
+
+def exception_text(e: BaseException) -> str:
+    """:func:`full_exception_text` for a report: over :data:`MAX_MESSAGE_CHARS`, its head and its tail (where a
+    wrapped error's own message sits) with the middle left out."""
+    return cut_middle(full_exception_text(e), MAX_MESSAGE_CHARS)
+
+
+def cut_middle(text: str, limit: int) -> str:
+    """``text`` when it is at most ``limit`` characters, else its first and last ``limit // 2`` around a note of
+    how much was left out."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]} ... ({len(text) - 2 * half:,} more characters left out) ... {text[-half:]}"
 
 
 def first_line(e: BaseException) -> str:

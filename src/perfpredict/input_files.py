@@ -29,13 +29,36 @@ def read_bounded(path: str | Path, limit: int, what: str) -> bytes:
     ``open`` raises it). ``what`` names the file in the message (``a card``)."""
     with open(path, "rb") as f:
         st = os.fstat(f.fileno())
-        if stat.S_ISREG(st.st_mode) and st.st_size > limit:
-            raise InputTooLarge(f"the file holds {_mb(st.st_size)}: larger than {what} can be ({_mb(limit)})")
-        data = f.read(limit + 1)
+        if stat.S_ISREG(st.st_mode):
+            if st.st_size > limit:
+                raise InputTooLarge(f"the file holds {_mb(st.st_size)}: larger than {what} can be ({_mb(limit)})")
+            # the size as stat gave it, plus one byte to see a file that grew since: read(limit + 1) would
+            # allocate the whole limit (2 GiB for ONNX) before reading a 10 kB file
+            data = f.read(st.st_size + 1)
+            if len(data) <= st.st_size:
+                return data
+            data += _read_chunks(f, limit - len(data) + 1)
+        else:
+            data = _read_chunks(f, limit + 1)
     if len(data) > limit:
         raise InputTooLarge(f"over {_mb(limit)} read and more to come (a device or a pipe that does not end?): "
                             f"larger than {what} can be")
     return data
+
+
+def _read_chunks(f, most: int) -> bytes:
+    """Up to ``most`` bytes of ``f`` (until end of file), read a MiB at a time so memory follows the data."""
+    parts: list[bytes] = []
+    while most > 0:
+        part = f.read(min(_CHUNK, most))
+        if not part:
+            break
+        parts.append(part)
+        most -= len(part)
+    return b"".join(parts)
+
+
+_CHUNK = 2**20
 
 
 def _mb(n: int) -> str:

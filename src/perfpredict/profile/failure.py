@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from perfpredict.errors import exception_text, message_lines
+from perfpredict.errors import full_exception_text, message_lines
 
 #: ``got RuntimeError('a and b must have same reduction dim ...')`` inside a dynamo TorchRuntimeError's text
 _WRAPPED = re.compile(r"got (\w+(?:Error|Exception))\((['\"])(.*?)\2\)", re.S)
@@ -30,7 +30,7 @@ def _model_error_in_compile(e: BaseException) -> tuple[str, str] | None:
     exc = _dynamo_exc()
     if exc is None or not isinstance(e, getattr(exc, "TorchRuntimeError", ())):
         return None
-    m = _WRAPPED.search(exception_text(e))
+    m = _WRAPPED.search(full_exception_text(e))
     return (m.group(1), m.group(3)) if m else None
 
 
@@ -55,7 +55,7 @@ def unwrapped_line(e: BaseException) -> str:
     inner = _model_error_in_compile(e)
     if inner is not None:
         return f"{inner[0]}: {inner[1]} (found by torch.compile while tracing the forward)"[:500]
-    lines = message_lines(exception_text(e)) or [type(e).__name__]
+    lines = message_lines(full_exception_text(e)) or [type(e).__name__]
     if lines[0].startswith("Caught ") and "DataLoader worker" in lines[0] and len(lines) > 1:
         return f"{lines[-1]} (in a DataLoader worker)"[:500]
     first = lines[0]

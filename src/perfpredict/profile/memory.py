@@ -6,7 +6,7 @@ import os
 import resource
 import sys
 
-from perfpredict.errors import exception_text
+from perfpredict.errors import full_exception_text
 
 
 def _status_kb(field: str) -> int | None:
@@ -119,7 +119,7 @@ def _is_oom_itself(exc: BaseException) -> bool:
             return True
     except (ImportError, AttributeError):  # pragma: no cover
         pass
-    text = exception_text(exc)
+    text = full_exception_text(exc)
     return any(s in text for s in ("out of memory", "can't allocate memory", "Cannot allocate memory",
                                    "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED", "std::bad_alloc",
                                    "MemoryError"))

@@ -418,9 +418,11 @@ def read_csv_trace(path: str | Path) -> list[Job]:
     """Read perfpredict's CSV trace format (see the module docstring); jobs in file order."""
     p = Path(path)
     numbered = _NumberedLines(_csv_lines(p))
-    reader = csv.reader(numbered, strict=True)  # strict: a quote left open is an error, not the rest of the file
+    # not strict=True: that also refused `"resnet18" ,` (a space after a closing quote), which spreadsheets write;
+    # a quote left open is found by _one_line_record instead
+    reader = csv.reader(numbered)
     try:
-        header = next(reader)
+        header = _one_line_record(next(reader), numbered, p)
     except StopIteration:
         raise TraceError("empty: no header row", path=p) from None
     except csv.Error as e:
@@ -439,8 +441,9 @@ def read_csv_trace(path: str | Path) -> list[Job]:
     jobs: list[Job] = []
     seen: dict[str, int] = {}
     while True:
+        numbered.first = 0
         try:
-            row = next(reader)
+            row = _one_line_record(next(reader), numbered, p)
         except StopIteration:
             break
         except csv.Error as e:
@@ -480,6 +483,16 @@ def read_csv_trace(path: str | Path) -> list[Job]:
     return jobs
 
 
+def _one_line_record(row: list[str], numbered: _NumberedLines, path: Path) -> list[str]:
+    """``row``, unless it took more than one line: no field of a trace holds a line break, so a record that spans
+    lines is a quote left open, which would take the rest of the file as one value."""
+    if any("\n" in v or "\r" in v for v in row):
+        first = numbered.first or numbered.line
+        raise TraceError(f"a quote opened on line {first} is not closed on that line (the record runs to line "
+                         f"{numbered.line}); no field of a trace holds a line break", path=path, line=first)
+    return row
+
+
 def _csv_lines(path: Path) -> Iterator[tuple[int, str]]:
     """Non-blank lines, without the ``#`` comment lines before the header (after it, ``#`` starts data)."""
     in_preamble = True
@@ -500,12 +513,15 @@ class _NumberedLines:
     def __init__(self, lines: Iterable[tuple[int, str]]) -> None:
         self._it = iter(lines)
         self.line = 0
+        #: the line the record being read began on (0: set by the next line read)
+        self.first = 0
 
     def __iter__(self) -> _NumberedLines:
         return self
 
     def __next__(self) -> str:
         self.line, text = next(self._it)
+        self.first = self.first or self.line
         return text
 
 

@@ -56,28 +56,55 @@ def load_model_file(path: str | Path) -> Workload:
 #: for them at exit (:func:`perfpredict.cli.main`)
 MODEL_THREADS: list[threading.Thread] = []
 
+_REFUSAL_LOCK = threading.Lock()
+#: [pid of the process counting, how many os_exit_refused blocks are open in it]
+_REFUSALS = [0, 0]
+_REAL_EXIT = os._exit
+
+
+def _guarded_exit(code: int) -> None:
+    """The ``os._exit`` installed (once, for good) by :func:`os_exit_refused`: the real one unless model code is
+    running in this process. A child forked meanwhile has another pid and exits for real (multiprocessing ends
+    every forked child with ``os._exit``)."""
+    pid, open_blocks = _REFUSALS
+    if open_blocks and pid == os.getpid():
+        raise SystemExit(f"the model code called os._exit({code}), which would end perfpredict without a word")
+    _REAL_EXIT(code)
+
 
 @contextlib.contextmanager
 def os_exit_refused():
     """While model code runs, ``os._exit`` raises SystemExit instead of ending the process: called at import or
     in build_model() of the command's own process, it ended ``perfpredict`` with exit code 0 and no word (a
-    measuring process that ends so is reported by its exit, but with no line of the model's). The real
-    ``os._exit`` is kept for a child forked meanwhile (multiprocessing ends every forked child with it). The
-    non-daemon threads the code started are noted in :data:`MODEL_THREADS`."""
-    real, pid = os._exit, os.getpid()
+    measuring process that ends so is reported by its exit, but with no line of the model's). The non-daemon
+    threads the code started are noted in :data:`MODEL_THREADS`.
+
+    ``os._exit`` is replaced once and the blocks open are counted, so blocks entered from several threads
+    (concurrent ``Predictor.predict`` calls) cannot leave a refusing ``os._exit`` behind, as swapping it in and
+    back per block did."""
     before = set(threading.enumerate())
-
-    def refused(code: int) -> None:
-        if os.getpid() != pid:
-            real(code)
-        raise SystemExit(f"the model code called os._exit({code}), which would end perfpredict without a word")
-
-    os._exit = refused
+    with _REFUSAL_LOCK:
+        if os._exit is not _guarded_exit:
+            os._exit = _guarded_exit
+        if _REFUSALS[0] != os.getpid():  # first use in this process (or a fork of one that counted)
+            _REFUSALS[:] = [os.getpid(), 0]
+        _REFUSALS[1] += 1
     try:
         yield
     finally:
-        os._exit = real
-        MODEL_THREADS.extend(t for t in threading.enumerate() if t not in before and not t.daemon)
+        with _REFUSAL_LOCK:
+            _REFUSALS[1] -= 1
+        MODEL_THREADS.extend(t for t in threading.enumerate()
+                             if t not in before and not t.daemon and not _library_thread(t))
+
+
+def _library_thread(t: threading.Thread) -> bool:
+    """A thread a library started for its own work, which ends when the process exits: a ThreadPoolExecutor
+    worker (torch.compile's inductor starts them in build_model; Python's exit joins them once they are idle) or a
+    thread running torch's own code."""
+    target = getattr(t, "_target", None)
+    module = getattr(target, "__module__", None) or ""
+    return module == "concurrent.futures.thread" or module == "torch" or module.startswith("torch.")
 
 
 def _exit_refused_in(fn):
