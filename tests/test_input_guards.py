@@ -127,6 +127,8 @@ def test_a_valid_predicted_card_reads():
     ({"batch_size": 0}, "batch_size"),
     ({"batch_size": True}, "batch_size"),
     ({"batch_size": 8.5}, "batch_size"),
+    ({"batch_size": "8"}, "batch_size"),
+    ({"batch_size": "1_000"}, "batch_size"),
 ])
 def test_impossible_predicted_values_are_refused(changes, needle):
     with pytest.raises(PerfPredictError, match=needle):
@@ -144,6 +146,8 @@ def test_a_whole_batch_size_written_as_a_float_or_a_numpy_integer_still_reads():
     assert card.prediction.points[0].batch_size == 8 and type(card.prediction.points[0].batch_size) is int
     point = PredictedPoint(**{**_predicted_card()["prediction"]["points"][0], "batch_size": np.int64(8)})
     assert point.batch_size == 8
+    with pytest.raises(ValueError, match="batch_size"):
+        PredictedPoint(**{**_predicted_card()["prediction"]["points"][0], "batch_size": np.True_})
 
 
 def test_a_batch_size_predicted_twice_is_refused():
@@ -271,7 +275,7 @@ def test_a_sigterm_is_named_as_such_not_as_a_ctrl_c(tmp_path):
 
 
 @pytest.mark.parametrize("args, needle, absent", [
-    (["simulate", "--trace", "open_quote.csv", "--cluster", "1x8", "--no-mlflow"], "a quote opened on line 2 is not closed", None),
+    (["simulate", "--trace", "open_quote.csv", "--cluster", "1x8", "--no-mlflow"], "a field spans lines 2-3: a quote left open on line 2", None),
     (["show", "cut.json"], "Unterminated string starting at (line 1, column 7)", "at at"),
     (["serve", "--host", "999.1.1.1"], "cannot listen on 999.1.1.1:8000", "another server"),
 ])
@@ -435,9 +439,9 @@ def test_os_exit_is_refused_only_inside_model_code_whatever_the_threads_do():
     assert "called os._exit(5)" in proc.stdout
 
 
-def test_a_thread_pool_a_library_starts_is_not_a_stray_model_thread():
-    """torch.compile in build_model starts inductor's ThreadPoolExecutor workers: Python's exit joins them, and
-    counting them as threads the model left running made every such command end with a misleading note."""
+def test_a_thread_pool_a_library_starts_is_not_named_as_the_model_files():
+    """torch.compile in build_model starts inductor's ThreadPoolExecutor workers: naming them as threads the model
+    file left running was misleading. They are still exited past (a pool task that never ends held the exit)."""
     import threading
     import time
     from concurrent.futures import ThreadPoolExecutor
@@ -450,12 +454,38 @@ def test_a_thread_pool_a_library_starts_is_not_a_stray_model_thread():
         own = threading.Thread(target=time.sleep, args=(0.3,), name="the model's own")
         own.start()
     try:
-        assert own in loader.MODEL_THREADS
-        assert not any(t.name.startswith("ThreadPoolExecutor") for t in loader.MODEL_THREADS)
+        workers = [t for t in loader.MODEL_THREADS if t.name.startswith("ThreadPoolExecutor")]
+        assert own in loader.MODEL_THREADS and workers
+        assert all(loader.library_thread(t) for t in workers) and not loader.library_thread(own)
     finally:
         pool.shutdown()
         own.join()
-        loader.MODEL_THREADS.remove(own)
+        for t in [own, *workers]:
+            loader.MODEL_THREADS.remove(t)
+
+
+def test_a_pool_task_that_never_ends_does_not_hold_the_command(run_cli, tmp_path):
+    (tmp_path / "m.py").write_text(
+        "import time\nfrom concurrent.futures import ThreadPoolExecutor\n\ndef forever():\n    while True:\n"
+        "        time.sleep(0.5)\n\nThreadPoolExecutor(1, thread_name_prefix='prefetch').submit(forever)\n" + TINY)
+    proc = run_cli("predict", "m.py", timeout=60)  # raises TimeoutExpired if it waits for the pool
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_a_child_forked_while_another_thread_holds_the_refusal_lock_is_not_deadlocked():
+    import subprocess
+    import sys
+
+    script = ("import os, threading, time, signal\nfrom perfpredict.workload.loader import os_exit_refused\n"
+              "stop = False\ndef spin():\n    while not stop:\n        with os_exit_refused():\n            pass\n"
+              "threading.Thread(target=spin, daemon=True).start()\nhung = 0\nfor i in range(100):\n"
+              "    pid = os.fork()\n    if pid == 0:\n        with os_exit_refused():\n            pass\n"
+              "        os._exit(0)\n    for _ in range(200):\n        if os.waitpid(pid, os.WNOHANG)[0]:\n"
+              "            break\n        time.sleep(0.01)\n    else:\n        hung += 1\n"
+              "        os.kill(pid, signal.SIGKILL)\n        os.waitpid(pid, 0)\nstop = True\nprint(hung)\n")
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-c", script], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "0", (proc.stdout, proc.stderr[-2000:])
 
 
 def test_a_space_after_a_closing_quote_still_reads(tmp_path):
@@ -466,3 +496,32 @@ def test_a_space_after_a_closing_quote_still_reads(tmp_path):
     trace.write_text('id,arrival_s,gpus,work_s,model,user\n0,0,1,100,"resnet18" ,alice\n')
     [job] = read_csv_trace(trace)
     assert (job.model, job.user) == ("resnet18", "alice")
+
+
+def test_a_quote_left_open_on_the_last_line_is_found_without_a_final_newline(tmp_path):
+    from perfpredict.sim.traces import TraceError, read_csv_trace
+
+    trace = tmp_path / "t.csv"
+    trace.write_text('id,arrival_s,gpus,work_s,model,user\n0,0,1,100,r,alice\n1,0,1,100,r,"bob')
+    with pytest.raises(TraceError, match="a field spans line 3 and the end of the file: a quote left open"):
+        read_csv_trace(trace)
+
+
+def test_a_job_whose_name_holds_a_line_break_is_refused_when_written_not_unreadable_later(tmp_path):
+    from perfpredict.sched.job import Job
+    from perfpredict.sim.traces import read_csv_trace, write_csv_trace
+
+    with pytest.raises(ValueError, match=r"its task 'fine-tune\\nstage 2' holds a line break"):
+        write_csv_trace([Job(id="a", arrival=0, gpus=1, work=10, task="fine-tune\nstage 2")], tmp_path / "t.csv")
+    assert not (tmp_path / "t.csv").exists()
+    write_csv_trace([Job(id="a", arrival=0, gpus=1, work=10, task="fine-tune, stage 2")], tmp_path / "t.csv")
+    assert read_csv_trace(tmp_path / "t.csv")[0].task == "fine-tune, stage 2"
+
+
+def test_a_message_just_over_the_limit_is_not_made_longer_and_a_first_line_is_cut_on_its_own():
+    from perfpredict.errors import MAX_MESSAGE_CHARS, cut_middle, first_line
+
+    text = "y" * (MAX_MESSAGE_CHARS + 1)
+    assert cut_middle(text, MAX_MESSAGE_CHARS) == text
+    line = first_line(ValueError("z" * 9000 + "\n" + "\n".join(f"frame {i}" for i in range(1000))))
+    assert line.startswith("zzz") and line.endswith("zzz") and "frame" not in line and len(line) < 4100

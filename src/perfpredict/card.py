@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, ValidationError, model_validator
 
 from perfpredict.errors import PerfPredictError
 
@@ -52,15 +53,22 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
 
-def _not_a_bool(value: Any) -> Any:
-    if isinstance(value, bool):
-        raise ValueError("a batch size is a whole number, not true or false")
-    return value
+def _whole_number(value: Any) -> Any:
+    """``8.0`` and a numpy integer as the int 8; anything else as it came, for the strict int check to refuse
+    (``true``, ``"8"``, ``8.5``, a numpy bool)."""
+    if isinstance(value, (bool, str, bytes)) or type(value).__name__ == "bool_":
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and abs(value) < 2**53 else value  # 1e300 is no batch size
+    try:
+        return operator.index(value)
+    except TypeError:
+        return value
 
 
-#: a batch size as a card holds it: a whole number from 1 (``8.0`` and a numpy integer are taken as 8, as
-#: pydantic takes them; ``true`` is not one, though pydantic would take it as 1)
-BatchSize = Annotated[int, BeforeValidator(_not_a_bool), Field(ge=1)]
+#: a batch size as a card holds it: a whole number from 1. ``8.0`` (another tool's JSON) and a numpy integer are
+#: taken as 8; ``true``, ``"8"`` and ``8.5`` are refused (pydantic's lax int took ``true`` as 1 and ``"1_000"``)
+BatchSize = Annotated[int, BeforeValidator(_whole_number), Strict(), Field(ge=1)]
 #: a measured or predicted time or rate: positive when present
 Positive = Annotated[float, Field(gt=0)]
 #: a GPU utilisation: the fraction of time a kernel ran

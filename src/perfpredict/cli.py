@@ -895,10 +895,14 @@ def _exit_past_stray_threads(code: Any) -> None:
     if not stray:
         return
     if isinstance(code, str):  # sys.exit("message"): Python prints it when it exits, os._exit does not
-        err_console.print(code, markup=False, highlight=False)
-    err_console.print(f"[yellow]note[/]: exiting past {len(stray)} thread(s) still running that the model file "
-                      f"started ({', '.join(escape(t.name) for t in stray[:3])}); perfpredict does not wait for them",
-                      highlight=False)
+        err_console.print(code, markup=False, highlight=False, soft_wrap=True)
+    from perfpredict.workload.loader import library_thread
+
+    own = [t for t in stray if not library_thread(t)]
+    if own:
+        err_console.print(f"[yellow]note[/]: exiting past {len(own)} thread(s) still running that the model file "
+                          f"started ({', '.join(escape(t.name) for t in own[:3])}); perfpredict does not wait for "
+                          "them", highlight=False)
     status = code if isinstance(code, int) else (0 if code is None else 1)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):

@@ -103,7 +103,7 @@ def exception_text(e: BaseException) -> str:
 def cut_middle(text: str, limit: int) -> str:
     """``text`` when it is at most ``limit`` characters, else its first and last ``limit // 2`` around a note of
     how much was left out."""
-    if len(text) <= limit:
+    if len(text) <= limit + 60:  # the note of what was left out is longer than that
         return text
     half = limit // 2
     return f"{text[:half]} ... ({len(text) - 2 * half:,} more characters left out) ... {text[-half:]}"
@@ -112,8 +112,8 @@ def cut_middle(text: str, limit: int) -> str:
 def first_line(e: BaseException) -> str:
     """The first line of an exception's message for a one-line report, '' when it has none
     (:func:`message_lines`; a measuring process unwraps more: :func:`perfpredict.profile.failure.unwrapped_line`)."""
-    lines = message_lines(exception_text(e))
-    return lines[0] if lines else ""
+    lines = message_lines(full_exception_text(e))
+    return cut_middle(lines[0], MAX_MESSAGE_CHARS) if lines else ""
 
 
 def error_line(e: BaseException, limit: int | None = 300) -> str:

@@ -488,8 +488,9 @@ def _one_line_record(row: list[str], numbered: _NumberedLines, path: Path) -> li
     lines is a quote left open, which would take the rest of the file as one value."""
     if any("\n" in v or "\r" in v for v in row):
         first = numbered.first or numbered.line
-        raise TraceError(f"a quote opened on line {first} is not closed on that line (the record runs to line "
-                         f"{numbered.line}); no field of a trace holds a line break", path=path, line=first)
+        span = f"lines {first}-{numbered.line}" if numbered.line > first else f"line {first} and the end of the file"
+        raise TraceError(f"a field spans {span}: a quote left open on line {first}? (no field of a trace holds a "
+                         "line break)", path=path, line=first)
     return row
 
 
@@ -522,7 +523,9 @@ class _NumberedLines:
     def __next__(self) -> str:
         self.line, text = next(self._it)
         self.first = self.first or self.line
-        return text
+        # a last line without its newline: a quote left open there would end the field silently at the end of
+        # the file (csv's non-strict mode), where with the newline the field holds a line break and is caught
+        return text if text.endswith(("\n", "\r")) else text + "\n"
 
 
 def write_csv_trace(jobs: Iterable[Job], path: str | Path) -> Path:
@@ -531,6 +534,13 @@ def write_csv_trace(jobs: Iterable[Job], path: str | Path) -> Path:
     Numbers are written exactly (``repr`` of the float; integral values without a fraction), so reading the
     file back gives equal jobs.
     """
+    jobs = list(jobs)
+    for j in jobs:  # the reader takes a field spanning lines for a quote left open: such a file would not read
+        for name in ("id", "model", "task", "user", "qos"):
+            value = getattr(j, name) or ""
+            if "\n" in value or "\r" in value:
+                raise ValueError(f"job {j.id!r}: its {name} {value[:80]!r} holds a line break, which a CSV "
+                                 "trace cannot")
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     with open(p, "w", encoding="utf-8", newline="") as f:

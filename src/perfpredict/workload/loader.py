@@ -94,14 +94,25 @@ def os_exit_refused():
     finally:
         with _REFUSAL_LOCK:
             _REFUSALS[1] -= 1
-        MODEL_THREADS.extend(t for t in threading.enumerate()
-                             if t not in before and not t.daemon and not _library_thread(t))
+        MODEL_THREADS.extend(t for t in threading.enumerate() if t not in before and not t.daemon)
 
 
-def _library_thread(t: threading.Thread) -> bool:
-    """A thread a library started for its own work, which ends when the process exits: a ThreadPoolExecutor
-    worker (torch.compile's inductor starts them in build_model; Python's exit joins them once they are idle) or a
-    thread running torch's own code."""
+def _reset_after_fork() -> None:
+    """In a forked child: a lock another thread held at the fork would stay held for good, and the parent's open
+    blocks are not the child's."""
+    global _REFUSAL_LOCK
+    _REFUSAL_LOCK = threading.Lock()
+    _REFUSALS[:] = [os.getpid(), 0]
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def library_thread(t: threading.Thread) -> bool:
+    """A thread a library started for its own work rather than one the model code started itself: a
+    ThreadPoolExecutor worker (torch.compile's inductor starts them in build_model) or a thread running torch's own
+    code. Still in :data:`MODEL_THREADS` (a pool worker running an endless task holds the exit as any other), but
+    the CLI's note does not say the model file started it."""
     target = getattr(t, "_target", None)
     module = getattr(target, "__module__", None) or ""
     return module == "concurrent.futures.thread" or module == "torch" or module.startswith("torch.")
