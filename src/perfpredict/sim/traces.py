@@ -40,7 +40,7 @@ CSV (perfpredict's own), :func:`read_csv_trace` / :func:`write_csv_trace`
     ``epochs`` the checkpoint count). ``arrival_s`` is seconds from the trace start, ``work_s``
     reference seconds, ``deadline_s`` an absolute time on the same clock as ``arrival_s``. Lines starting
     with ``#`` before the header are comments (provenance); blank lines are ignored. Unknown columns are an error (a misspelt optional column must not be silently
-    ignored).
+    ignored). A field may be quoted but holds no line break: a record spanning lines is a quote left open.
 """
 
 from __future__ import annotations
