@@ -230,7 +230,7 @@ def main() -> None:
     ap.add_argument("--gap-instances", type=nonneg_int, default=None, help="small instances solved exactly "
                     "(30; fast 8; 0: none)")
     ap.add_argument("--seed", type=nonneg_int, default=0)
-    ap.add_argument("--resume", action="store_true", help="reuse the sweep's runs an unfinished run with the same "
+    ap.add_argument("--resume", action="store_true", help="reuse the runs that an unfinished sweep with the same "
                     "arguments kept in --out's finished_runs.jsonl (each run is kept there as it ends)")
     ap.add_argument("--out", type=out_dir, default=str(OUT / "andreas"),
                     help="output folder [experiments/out/andreas, wherever this is run from]")
@@ -238,6 +238,9 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     nodes = args.nodes or ([10, 16] if args.fast else [10, 25, 50, 75, 100])
+    from perfpredict.sched.cluster import MAX_SERVERS
+    if max(nodes) > MAX_SERVERS:  # found by the cluster builder after every smaller size had run
+        ap.error(f"--nodes: at most {MAX_SERVERS:,} nodes, got {max(nodes):,}")
     n_gap = args.gap_instances if args.gap_instances is not None else (8 if args.fast else 30)
     t_start = time.perf_counter()
 
@@ -262,7 +265,8 @@ def main() -> None:
             e_best = min(base[b]["energy_cost"] for b in BASELINES)
             print(f"| {case} | {n} | {rg['jobs']} | {base['FIFO']['total_cost']:.2f} | {base['EDF']['total_cost']:.2f} | "
                   f"{base['PS']['total_cost']:.2f} | {rg['total_cost']:.2f} | {red['FIFO'][-1]:+.1%} | "
-                  f"{red['EDF'][-1]:+.1%} | {red['PS'][-1]:+.1%} | {rg['energy_cost'] / e_best - 1:+.1%} | "
+                  f"{red['EDF'][-1]:+.1%} | {red['PS'][-1]:+.1%} | "
+                  f"{format(rg['energy_cost'] / e_best - 1, '+.1%') if e_best > 0 else 'n/a'} | "
                   f"{rg['lost_work_h']:.1f} | {rg['call_s_mean'] * 1e3:.1f} / {rg['call_s_max'] * 1e3:.1f} |")
         summary[f"case{case}"] = {b: float(np.mean(v)) for b, v in red.items()}
 

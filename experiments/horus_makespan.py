@@ -157,8 +157,8 @@ def simulate_unit(unit: dict) -> list[dict]:
     sharing = horus_sharing()
     part = unit["part"]
     if part == "scale":
-        big = horus_cluster("scale")
-        big = ClusterSpec(big.servers[:unit["nodes"]], name=f"{unit['nodes']}x8 H100")
+        node = horus_cluster("scale").servers[0]  # the paper's 8-GPU node, as many as asked (not at most 128)
+        big = ClusterSpec((node,) * unit["nodes"], name=f"{unit['nodes']}x8 H100")
         jobs = _scale_trace(unit["nodes"], unit["n"], unit["load"])
         models = horus_perf_models("safe", unit["predictions"])
         return [run_one(jobs, big, unit["mechanism"], models, sharing, part="scale", nodes=unit["nodes"],
@@ -195,8 +195,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=describe(__doc__))
     ap.add_argument("--fast", action="store_true", help="2 seeds, cap 2 only, 16 x 8 GPUs at scale (CI)")
     ap.add_argument("--seeds", type=positive_int, default=None, help="traces per testbed workload (10; fast 2)")
-    ap.add_argument("--caps", type=int_list, default=None, help="max jobs per GPU to run, comma-separated (2,3; "
-                    "fast 2)")
+    ap.add_argument("--caps", type=int_list, default=None, help="max jobs per GPU to run, comma-separated, "
+                    "including 2 (2,3; fast 2)")
     ap.add_argument("--scale-nodes", type=positive_int, default=None, help="8-GPU nodes at scale (128; fast 16)")
     ap.add_argument("--scale-jobs", type=positive_int, default=None, help="jobs at scale (4000; fast 800)")
     ap.add_argument("--scale-load", type=positive_float, default=2.5,
@@ -209,7 +209,8 @@ def main() -> None:
                     help="what the schedulers see: the shipped Predictor (trained on these points) or "
                          "leave-one-family-out predictions (family-cv), or the paper's testbed mix: estimators "
                          "refitted without half of the architectures (paper-mix)")
-    ap.add_argument("--out", type=out_dir, default=None, help="output folder (experiments/out/horus[_family_cv])")
+    ap.add_argument("--out", type=out_dir, default=None, help="output folder (experiments/out/horus, horus_family_cv or horus_paper_mix by "
+                    "--predictions)")
     add_sweep_options(ap)
     args = ap.parse_args()
     seeds = args.seeds or (2 if args.fast else 10)
@@ -218,6 +219,9 @@ def main() -> None:
         ap.error(f"--caps must include 2 and be 2 or more, got {','.join(map(str, caps))} (FIFO and the paper's "
                  "pair model run with 2 jobs per GPU; 3 and up add the sensitivity runs)")
     nodes = args.scale_nodes or (16 if args.fast else 128)
+    from perfpredict.sched.cluster import MAX_SERVERS
+    if nodes > MAX_SERVERS:
+        ap.error(f"--scale-nodes: at most {MAX_SERVERS:,}, got {nodes:,}")
     n_scale = args.scale_jobs or (800 if args.fast else 4000)
     out = Path(args.out or (OUT / "horus" if args.predictions == "trained"
                             else OUT / f"horus_{args.predictions.replace('-', '_')}"))

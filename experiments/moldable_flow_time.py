@@ -83,12 +83,13 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=describe(__doc__))
     ap.add_argument("--fast", action="store_true", help="small trace and two cluster sizes (CI)")
-    ap.add_argument("--tasks", type=positive_int, default=None)
+    ap.add_argument("--tasks", type=positive_int, default=None, help="tasks in the trace, at least 2 (4000; fast "
+                    "600)")
     ap.add_argument("--loads", type=float_list, default=None, help="offered loads ρ > 0, comma-separated (cluster "
                     "size = demand / ρ)")
     ap.add_argument("--sizes", type=int_list, default=None, help="cluster sizes (GPUs), comma-separated; overrides "
                     "--loads")
-    ap.add_argument("--seed", type=nonneg_int, default=0)
+    ap.add_argument("--seed", type=nonneg_int, default=0, help="seed of the generated trace")
     ap.add_argument("--share-fraction", default=None,
                     help="sensitivity: Amdahl fraction below one GPU per application, e.g. mcnn=0.5 (how much "
                          "tasks sharing a GPU slow each other; default: the curve's own f, mcnn 0.8)")
@@ -142,6 +143,14 @@ def main() -> None:
     else:
         loads = args.loads or ([0.8, 0.5] if args.fast else [1.0, 0.5, 0.25, 0.125])
         sizes = sorted({max(1, round(demand / rho)) for rho in loads})
+        clamped = [rho for rho in loads if demand / rho < 0.5]
+        if clamped:  # round() gave 0 GPUs, and max(1, ...) quietly ran a lighter load than asked
+            ap.error(f"--loads {','.join(f'{r:g}' for r in clamped)}: a load above {2 * demand:.3g} leaves less "
+                     f"than half a GPU (this trace's demand is {demand:.2f} GPUs: load {demand:.2f} on one GPU)")
+    from perfpredict.sched.cluster import MAX_SERVERS
+    if max(sizes) > MAX_SERVERS:  # one GPU per server; found after the smaller sizes had run
+        ap.error(f"at most {MAX_SERVERS:,} GPUs (one per server), got {max(sizes):,} "
+                 f"({'--sizes' if args.sizes else 'from --loads'})")
     print(f"workload: {len(jobs)} tasks from {len({j.user for j in jobs})} users over {span / 86400:.1f} days, "
           f"mean volume {sum(j.work for j in jobs) / len(jobs):.0f} s; "
           f"mean demand {demand:.1f} GPUs busy on one GPU each; cluster sizes {sizes} "

@@ -414,10 +414,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=describe(__doc__))
     ap.add_argument("--fast", action="store_true", help="short traces, a load or two per table (CI)")
     ap.add_argument("--jobs", type=positive_int, default=None, help="trace length (default 6000; 450 with --fast)")
-    ap.add_argument("--window", default=None, help="measured arrival indices FIRST:LAST (default 4000:5000)")
+    ap.add_argument("--window", default=None, help="measured arrival indices FIRST:LAST (default 4000:5000; fast 150:350)")
     ap.add_argument("--fifo-loads", type=float_list, default=None, help="loads of table 1, comma-separated "
                     "(jobs/hour)")
-    ap.add_argument("--mechanisms", default="proportional,greedy,tune", help="mechanisms of tables 1 and 2")
+    ap.add_argument("--mechanisms", default="proportional,greedy,tune", help="mechanisms of tables 1 and 2, comma-separated, including proportional and tune")
     ap.add_argument("--seed", type=nonneg_int, default=0)
     add_sweep_options(ap)
     ap.add_argument("--out", type=out_dir, default=str(OUT / "synergy"),

@@ -146,3 +146,95 @@ def test_an_experiment_stopped_by_ctrl_c_resumes_to_the_same_results(tmp_path):
         return [{k: v for k, v in row.items() if k != "wall_s"} for row in doc["rows"]] + doc["summary"]
 
     assert rows_of(cut) == rows_of(ref)
+
+
+def test_a_second_fresh_start_does_not_overwrite_the_runs_moved_aside(tmp_path, capsys):
+    """The second sweep started afresh replaced finished_runs.prev.jsonl, losing the first one's runs; a file with
+    no run in it was moved aside too (and so pushed a real one out)."""
+    for fail_at in (2, 3):
+        _row.fail_at = fail_at  # type: ignore[attr-defined]
+        with pytest.raises(RuntimeError):
+            map_runs(_row, range(5), keep=KeptRuns(tmp_path, __file__, _args()))
+    assert sorted(read_kept(tmp_path / PREVIOUS_NAME)[1]) == [0, 1]
+    _row.fail_at = 0  # type: ignore[attr-defined]
+    with pytest.raises(RuntimeError):
+        map_runs(_row, range(5), keep=KeptRuns(tmp_path, __file__, _args()))
+    assert sorted(read_kept(tmp_path / "finished_runs.prev2.jsonl")[1]) == [0, 1, 2]
+    assert "rename it back to finished_runs.jsonl" in " ".join(capsys.readouterr().err.split())
+    _row.fail_at = -1  # type: ignore[attr-defined]
+    map_runs(_row, range(5), keep=KeptRuns(tmp_path, __file__, _args()))  # the run-less file is replaced
+    assert not (tmp_path / "finished_runs.prev3.jsonl").exists()
+
+
+@pytest.mark.parametrize("text, needle", [
+    ('{"sweep": 1}\n', "line 1: not a sweep header"),
+    ('{"sweep": {"runs": "x"}}\n', "line 1: not a sweep header"),
+    ('{"sweep": {"runs": true}}\n', "line 1: not a sweep header"),
+])
+def test_a_kept_file_of_the_wrong_shape_is_refused_in_one_line(tmp_path, text, needle):
+    (tmp_path / FILE_NAME).write_text(text)
+    with pytest.raises(UsageError, match=needle):
+        read_kept(tmp_path / FILE_NAME)
+
+
+def test_a_kept_result_that_is_not_this_sweeps_is_refused_when_replayed(tmp_path):
+    _row.fail_at = 2  # type: ignore[attr-defined]
+    with pytest.raises(RuntimeError):
+        map_runs(_row, range(4), keep=KeptRuns(tmp_path, __file__, _args()))
+    path = tmp_path / FILE_NAME
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0], json.dumps({"run": 0, "result": "x"}), *lines[2:]]) + "\n")
+    _row.fail_at = -1  # type: ignore[attr-defined]
+    with pytest.raises(UsageError, match="the kept run 0 is not a result of this sweep"):
+        map_runs(_row, range(4), keep=KeptRuns(tmp_path, __file__, _args(), resume=True),
+                 on_result=lambda i, r: r["square"])
+
+
+def test_a_full_disk_stops_keeping_runs_but_not_the_sweep(tmp_path, capsys):
+    keep = KeptRuns(tmp_path, __file__, _args())
+    keep.begin(3)
+    keep.add(0, {"x": 0})
+    keep.close()
+    keep._file = open("/dev/full", "w")  # noqa: SIM115 - every flush fails with ENOSPC
+    keep.add(1, {"x": 1})
+    keep.add(2, {"x": 2})
+    assert keep.kept == 1 and "cannot keep finished runs" in capsys.readouterr().err
+    keep.say_kept()
+    assert sorted(read_kept(tmp_path / FILE_NAME)[1]) == [0]
+
+
+def test_another_experiments_folder_is_refused(tmp_path):
+    KeptRuns(tmp_path, "synergy_jct.py", _args()).begin(2)
+    with pytest.raises(UsageError, match="holds the results of synergy_jct.py, not moldable_flow_time.py"):
+        KeptRuns(tmp_path, "moldable_flow_time.py", _args()).begin(2)
+    KeptRuns(tmp_path, "synergy_jct.py", _args()).begin(2)  # its own folder, again
+
+
+def test_a_results_file_that_cannot_be_written_is_one_line_and_the_runs_stay_kept(tmp_path):
+    """results.json being a folder ended moldable_flow_time.py in a traceback after the whole sweep, without
+    saying where its finished runs were."""
+    out = tmp_path / "out"
+    (out / "results.json").mkdir(parents=True)
+    script = str(REPO / "experiments" / "moldable_flow_time.py")
+    r = subprocess.run([sys.executable, script, "--fast", "--out", str(out)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert "cannot write" in r.stderr and "results.json" in r.stderr
+    assert "kept 10 of 10 finished runs" in r.stderr and len(read_kept(out / FILE_NAME)[1]) == 10
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--loads", "100"], "leaves less than half a GPU"),
+    (["--sizes", "4,100001"], "at most 100,000 GPUs"),
+    (["--sizes", "4,4"], "4 given twice"),
+])
+def test_sizes_the_simulator_would_refuse_are_refused_before_any_run(tmp_path, args, needle):
+    script = str(REPO / "experiments" / "moldable_flow_time.py")
+    r = subprocess.run([sys.executable, script, "--fast", "--out", str(tmp_path), *args], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert not (tmp_path / FILE_NAME).exists()
+
+
+def test_a_resume_message_names_its_step_once():
+    assert str(UsageError("--resume: no runs were kept", step="resume")) == "--resume: no runs were kept"

@@ -227,3 +227,13 @@ def test_a_run_cut_short_by_max_time_says_what_its_records_and_metrics_leave_out
     note = next(n for n in run.notes if n.startswith("the run stopped at max_time 10800 s"))
     assert f"{len(run.result.unfinished)} job(s) unfinished and {40 - arrived} not yet arrived" in note
     assert not any("max_time" in n for n in run_simulation("synergy:n=40,load=6,multi=1", "2x4").notes)
+
+
+def test_a_run_that_makes_no_plot_leaves_no_earlier_plot_behind(run_cli, tmp_path):
+    """A rerun into the same --out that finished no job kept the last run's jct_cdf.png beside its new metrics."""
+    args = ["simulate", "--trace", "synergy:n=30,load=4,seed=3", "--cluster", "1x8", "--no-mlflow", "--out", "sim"]
+    assert run_cli(*args).returncode == 0
+    assert (tmp_path / "sim" / "jct_cdf.png").is_file()
+    proc = run_cli(*args, "--max-time", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "sim" / "jct_cdf.png").exists()

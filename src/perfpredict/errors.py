@@ -28,7 +28,8 @@ class PerfPredictError(Exception):
     def __str__(self) -> str:
         # "trace: trace x.csv has no jobs" says the step twice: a message that starts by naming it keeps that.
         # A model file's errors keep the documented "<file>: <step>: <what>" ("loss: loss is nan").
-        step = None if self.step and not self.source and self.message.startswith(f"{self.step} ") else self.step
+        step = None if self.step and not self.source and self.message.startswith(
+            (f"{self.step} ", f"--{self.step}")) else self.step  # nor "resume: --resume: ..."
         parts = [p for p in (self.source, step) if p]
         prefix = ": ".join(parts)
         return f"{prefix}: {self.message}" if prefix else self.message

@@ -58,7 +58,11 @@ def _list(item: Callable[[str], float]) -> Callable[[str], list]:
         parts = [p.strip() for p in text.split(",")]
         if not text.strip() or any(not p for p in parts):
             raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated values such as 1,2,4")
-        return [item(p) for p in parts]
+        values = [item(p) for p in parts]
+        twice = sorted({v for v in values if values.count(v) > 1})
+        if twice:  # a seed given twice was averaged in twice, a size run twice
+            raise argparse.ArgumentTypeError(f"{text!r}: {', '.join(f'{v:g}' for v in twice)} given twice")
+        return values
 
     parse.__name__ = f"list of {item.__name__}"
     return parse
@@ -198,6 +202,12 @@ def run_script(main: Callable[[], int | None]) -> None:
         sys.exit(130)
     except BrokenPipeError:
         _stdout_gone()
+        sys.exit(1)
+    except OSError as e:  # writing the results: a folder where a file goes, a full disk
+        print(f"error: cannot write {e.filename or 'the results'}: {e.strerror or e}", file=sys.stderr)
+        from perfpredict.sim.kept_runs import say_unfinished
+
+        say_unfinished()
         sys.exit(1)
     except Exception as e:
         # the simulator's refusals (a trace no mechanism can run, a mechanism for another seed's traces) are the

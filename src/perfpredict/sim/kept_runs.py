@@ -10,13 +10,14 @@ out the same (a reused row keeps the wall time measured when it ran).
 Kept runs are reused only by the same sweep: the same script, the same arguments (all but ``--workers``,
 ``--ray``, ``--resume`` and ``--out``, which change where it runs, not what), the same number of runs and the
 same git commit; otherwise ``--resume`` is refused with what differs. Uncommitted edits are not told apart (the
-commit reads ``-dirty`` both times). A sweep started afresh moves an earlier sweep's file aside to
-``finished_runs.prev.jsonl`` rather than overwrite it.
+commit reads ``-dirty`` both times). A sweep started afresh moves an earlier sweep's file that holds runs aside
+to ``finished_runs.prev.jsonl`` (``prev2``, ``prev3``, ... when that name is taken) rather than overwrite it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Mapping
@@ -26,6 +27,8 @@ from typing import IO, Any
 from perfpredict.errors import UsageError
 
 FILE_NAME = "finished_runs.jsonl"
+#: names the script whose results a folder holds: another experiment's --out is refused, not overwritten
+OWNER_NAME = ".perfpredict-experiment"
 PREVIOUS_NAME = "finished_runs.prev.jsonl"
 #: arguments that change where or how a sweep runs, not its rows
 NOT_IDENTITY = ("workers", "ray", "resume", "out")
@@ -90,14 +93,48 @@ def read_kept(path: Path) -> tuple[dict[str, Any], dict[int, Any]]:
         raise UsageError(f"{path} has no sweep header: not a file of kept runs; remove it to start afresh",
                          step="resume")
     header = docs[0]["sweep"]
+    total = header.get("runs") if isinstance(header, dict) else None
+    if isinstance(total, bool) or not isinstance(total, int) or total < 0:
+        raise UsageError(f"{path}, line 1: not a sweep header (no number of runs); remove the file to start afresh",
+                         step="resume")
     runs: dict[int, Any] = {}
     for n, doc in enumerate(docs[1:], 2):
         i = doc.get("run")
-        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < int(header.get("runs", 0)) or "result" not in doc:
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < total or "result" not in doc:
             raise UsageError(f"{path}, line {n}: not a kept run of this sweep; remove the file to start afresh",
                              step="resume")
         runs[i] = doc["result"]
     return header, runs
+
+
+def _aside_name(path: Path) -> Path:
+    """The first of ``finished_runs.prev.jsonl``, ``finished_runs.prev2.jsonl``, ... not taken: a second sweep
+    started afresh overwrote the first one's runs moved there."""
+    n = 1
+    while True:
+        aside = path.with_name(PREVIOUS_NAME if n == 1 else PREVIOUS_NAME.replace(".prev.", f".prev{n}."))
+        if not aside.exists():
+            return aside
+        n += 1
+
+
+def _holds_runs(path: Path) -> bool:
+    """Whether a kept file holds a finished run (one that does not read is kept too: it is not ours to drop)."""
+    try:
+        return bool(read_kept(path)[1])
+    except UsageError:
+        return True
+
+
+#: sweeps begun and not finished, for :func:`say_unfinished`
+_UNFINISHED: list[KeptRuns] = []
+
+
+def say_unfinished() -> None:
+    """Where the finished runs of each sweep that did not finish are (a script that failed after its sweep, while
+    writing its results, says so)."""
+    for keep in list(_UNFINISHED):
+        keep.say_kept()
 
 
 class KeptRuns:
@@ -114,11 +151,13 @@ class KeptRuns:
         self.reused: dict[int, Any] = {}
         self.kept = 0
         self._file: IO[str] | None = None
+        self._said = False
 
     def begin(self, runs: int) -> None:
         """Check (``resume``) or move aside an earlier sweep's file, and start this sweep's."""
         self.identity = sweep_identity(self.script, self.args, runs)
         self.total = runs
+        self._claim_folder()
         if self.resume:
             if not self.path.exists():
                 raise UsageError(f"--resume: no runs were kept in {self.path.parent} (no {FILE_NAME}: the last "
@@ -128,16 +167,36 @@ class KeptRuns:
             if diff:
                 raise UsageError(f"--resume: the runs kept in {self.path} are another sweep's ({'; '.join(diff)}); "
                                  "rerun with its arguments, or leave out --resume to start afresh", step="resume")
-        elif self.path.exists():
-            prev = self.path.with_name(PREVIOUS_NAME)
+        elif self.path.exists() and _holds_runs(self.path):
+            prev = _aside_name(self.path)
             try:
                 self.path.replace(prev)
             except OSError as e:
                 raise UsageError(f"cannot move {self.path} aside: {e.strerror or e}", step="resume") from None
-            print(f"note: {self.path} held the finished runs of an unfinished sweep; moved to {prev.name} "
-                  "(--resume reuses a sweep's kept runs)", file=sys.stderr, flush=True)
+            print(f"note: {self.path} held the finished runs of an unfinished sweep; moved to {prev.name} (to "
+                  f"reuse them, rename it back to {FILE_NAME} and rerun that sweep with --resume)", file=sys.stderr,
+                  flush=True)
         self.kept = len(self.reused)
         self._rewrite()
+        _UNFINISHED.append(self)
+
+    def _claim_folder(self) -> None:
+        """Refuse a folder another experiment wrote (its results.json would be replaced and its plots left beside
+        this one's), else mark it as this script's."""
+        owner = self.path.with_name(OWNER_NAME)
+        mine = self.identity["script"]
+        try:
+            theirs = owner.read_text(encoding="utf-8").strip() if owner.is_file() else ""
+        except (OSError, UnicodeDecodeError):
+            theirs = ""
+        if theirs and theirs != mine:
+            raise UsageError(f"{self.path.parent} holds the results of {theirs}, not {mine}: give another --out",
+                             step="arguments")
+        if not theirs:
+            try:
+                owner.write_text(mine + "\n", encoding="utf-8")
+            except OSError as e:
+                raise UsageError(f"cannot write in {self.path.parent}: {e.strerror or e}", step="arguments") from None
 
     def _line(self, doc: dict[str, Any]) -> str:
         return json.dumps(_plain(doc), allow_nan=True) + "\n"
@@ -159,26 +218,36 @@ class KeptRuns:
         """One finished run, written and flushed at once."""
         if self._file is None:
             return
-        self._file.write(self._line({"run": index, "result": result}))
-        self._file.flush()
+        try:
+            self._file.write(self._line({"run": index, "result": result}))
+            self._file.flush()
+        except OSError as e:  # a full disk: the sweep goes on, only no longer kept
+            print(f"warning: cannot keep finished runs in {self.path} any longer ({e.strerror or e}): the "
+                  f"{self.kept} kept so far stay there, later ones are not kept", file=sys.stderr, flush=True)
+            self.close()
+            return
         self.kept += 1
 
     def say_kept(self) -> None:
         """On the way out of an unfinished sweep: where its finished runs are and how to reuse them."""
         self.close()
-        if self.kept:
+        if self.kept and not self._said and self.path.exists():
+            self._said = True
             print(f"kept {self.kept} of {self.total} finished runs in {self.path}; rerun with the same arguments "
                   "and --resume to skip them", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self._file is not None:
-            self._file.close()
+            with contextlib.suppress(OSError):  # the line that did not fit is lost either way
+                self._file.close()
             self._file = None
 
     def finish(self) -> None:
         """The sweep's results are written: the kept runs are no longer needed."""
         self.close()
         self.path.unlink(missing_ok=True)
+        if self in _UNFINISHED:
+            _UNFINISHED.remove(self)
 
 
-__all__ = ["FILE_NAME", "KeptRuns", "PREVIOUS_NAME", "read_kept", "sweep_identity"]
+__all__ = ["FILE_NAME", "OWNER_NAME", "KeptRuns", "PREVIOUS_NAME", "read_kept", "say_unfinished", "sweep_identity"]

@@ -51,7 +51,11 @@ def map_runs(fn: Callable[[T], R], items: Iterable[T], *, workers: int = 1, ray_
         for i in sorted(keep.reused):
             out[i] = keep.reused[i]
             if on_result is not None:
-                on_result(i, out[i])
+                try:
+                    on_result(i, out[i])
+                except Exception as e:  # a kept line of the right form whose result is not this sweep's kind
+                    raise UsageError(f"{keep.path}: the kept run {i} is not a result of this sweep ({type(e).__name__}"
+                                     f": {e}); remove the file to start afresh", step="resume") from None
         left = [i for i in left if i not in keep.reused]
     run = [todo[i] for i in left]
     try:

@@ -54,6 +54,9 @@ def plot_run(run: Any, out_dir: str | Path) -> list[Path]:
         fig.savefig(out / "utilisation.png", dpi=110)
         plt.close(fig)
         made.append(out / "utilisation.png")
+    for name in ("jct_cdf.png", "utilisation.png"):  # an earlier run's plot must not pass for this run's
+        if out / name not in made and (out / name).is_file():
+            (out / name).unlink()
     return made
 
 
