@@ -256,11 +256,14 @@ def _measure(plans, csv: Path, settings, label: str) -> None:
             progress.update(task, advance=1, description=f"{label} {plan.family} b={row['batch_size']}")
 
         try:
-            collect(plans, csv, settings, advance)
+            summary = collect(plans, csv, settings, advance)
         except KeyboardInterrupt:
             err_console.print(f"[yellow]interrupted[/] ({interrupted_by()}): the reference steps measured so far are in "
                               f"{escape(str(csv))}; the same command again measures the rest", highlight=False)
             raise typer.Exit(130) from None
+    if summary.get("dropped_partial_row"):
+        err_console.print(f"note: the cut-short last row of {escape(str(csv))} (an interrupted run) was removed and "
+                          "measured again", highlight=False)
 
 
 def _single_points(plans, points: set[tuple[str, int]]) -> list:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from perfpredict.errors import PerfPredictError, UsageError
+from perfpredict.errors import PerfPredictError, UsageError, first_line
 from perfpredict.estimators.arch import TRAIN_STEP_NOTE, ArchFeatures
 from perfpredict.estimators.design import FEATURE_NAMES, design_matrix, feature_names
 from perfpredict.estimators.evaluate import calibrated
@@ -274,6 +274,21 @@ class ModelSet:
         #: the measuring device's memory (GPU memory on CUDA), from the dataset's provenance
         mem = ((self.meta.get("provenance") or {}).get("device_info") or {}).get("memory_bytes")
         self.device_memory_bytes: int | None = int(mem) if mem else None
+        self._check_models_answer(archs[0] if archs else None)
+
+    def _check_models_answer(self, arch: ArchFeatures | None) -> None:
+        """Each target predicts for one profiled architecture: a booster or baseline of another set copied here
+        (another feature count) loaded without a word, and then failed every prediction."""
+        if arch is None:
+            raise PerfPredictError("profiled.json lists no architecture", source=str(self.path), step="load models")
+        X = design_matrix([(arch, 32)], device_kind=self.device_kind)
+        for name, target in self.targets.items():
+            try:
+                target.predict(X)
+            except Exception as e:  # noqa: BLE001 - a mismatched file fails in numpy, XGBoost or the forest
+                raise PerfPredictError(f"the saved {name} model does not fit this set's features "
+                                       f"({type(e).__name__}: {str(e)[:200]}); retrain with `perfpredict train`",
+                                       source=str(self.path), step="load models") from None
 
     def reach(self, arch: ArchFeatures) -> tuple[str, int]:
         """How far in batch size the training rows reach for models like ``arch``: its nearest profiled
@@ -389,11 +404,17 @@ def _load_sets(path: str | Path | None,
                                step="load models")
     sets: dict[str, ModelSet] = {}
     broken: dict[str, str] = {}
+    for d in sorted(root.iterdir()) if root.is_dir() else ():
+        # a set's files without its metadata.json: named, not skipped as if no set were there
+        if d.is_dir() and not d.name.startswith(".") and d not in dirs and \
+                ((d / "profiled.json").exists() or any(d.glob("*.xgb.json"))):
+            broken[d.name] = f"{d}: no metadata.json beside its model files"
     for d in dirs:
         try:
             sets[d.name] = ModelSet(d, compile_trees)
         except Exception as e:  # noqa: BLE001 - any damage to one set's files; the others still answer
-            broken[d.name] = f"{d}: {type(e).__name__}: {e}"
+            # the first line: XGBoost's errors carry its native stack trace (30 lines) below it
+            broken[d.name] = f"{d}: {type(e).__name__}: {first_line(e)}"
     if not sets:
         raise PerfPredictError("no model set here could be loaded (retrain with `perfpredict train`): "
                                + "; ".join(broken.values()), source=str(root), step="load models")

@@ -315,6 +315,7 @@ def prepare_resume(path: str | Path, columns: list[str]) -> tuple[list[dict[str,
     p = check_output_path(path)
     if not p.exists():
         return [], None
+    garbled = _drop_garbled_tail(p)
     _, bom, text, records = _read_csv_file(p)
     expected = ",".join(columns)
     if not text.strip():
@@ -348,6 +349,8 @@ def prepare_resume(path: str | Path, columns: list[str]) -> tuple[list[dict[str,
         dropped = tail
         _truncate(p, bom + len(text[:end].encode("utf-8")))
         records = records[:-1]
+    elif garbled is not None:
+        dropped = garbled
     elif not complete_tail:
         # a complete last record (the header, or a whole row) without its line end: add it, so the next row
         # starts on a line of its own
@@ -355,6 +358,35 @@ def prepare_resume(path: str | Path, columns: list[str]) -> tuple[list[dict[str,
             f.write("\r\n")
     rows = [dict(zip(columns, rec)) for _, rec in records[1:] if len(rec) == len(columns)]
     return rows, dropped
+
+
+def _drop_garbled_tail(p: Path) -> str | None:
+    """Remove bytes after the file's last line end that are not text (NUL bytes a crash or a power cut left, a
+    row cut inside a multi-byte character) and return them (decoded, replaced where not UTF-8) as the dropped
+    row; None when there were none. Bad bytes before the last line end are :func:`_read_csv_file`'s to refuse:
+    removing them would lose measured rows."""
+    try:
+        data = p.read_bytes()
+    except OSError:
+        return None  # _read_csv_file says why
+    last = data.rfind(b"\n") + 1
+    tail = data[last:]
+    if not tail or last == 0:
+        return None
+    try:
+        ok = "\x00" not in tail.decode("utf-8")
+    except UnicodeDecodeError:
+        ok = False
+    if ok:
+        return None
+    try:
+        head_ok = "\x00" not in data[:last].decode("utf-8")
+    except UnicodeDecodeError:
+        head_ok = False
+    if not head_ok:
+        return None
+    _truncate(p, last)
+    return tail.decode("utf-8", errors="replace").replace("\x00", "")
 
 
 def _read_csv_file(p: Path) -> tuple[bytes, int, str, list[tuple[int, list[str]]]]:
@@ -753,7 +785,7 @@ def dataset_cpu_id(meta: dict[str, Any] | None) -> str | None:
     ``device_info.cpu_id``, or a file's own ``cpu_id`` (added by hand to runs from before the collector recorded
     it); None for files from before either. Runs on two different CPUs are a :class:`UsageError`."""
     meta = meta or {}
-    found = {run["device_info"]["cpu_id"] for run in meta.get("runs", [])
+    found = {str(run["device_info"]["cpu_id"]) for run in meta.get("runs", [])
              if isinstance(run, dict) and isinstance(run.get("device_info"), dict) and run["device_info"].get("cpu_id")}
     if meta.get("cpu_id"):
         found.add(str(meta["cpu_id"]))

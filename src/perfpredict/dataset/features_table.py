@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import json
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -156,7 +157,10 @@ def build_features_table(configs: Iterable[tuple[str, Mapping[str, Any]]], path:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     # the dataset's resume rules: a binary or foreign file refused, a row cut by an interrupted export removed
-    rows, _ = prepare_resume(p, list(FEATURE_TABLE_COLUMNS))
+    rows, dropped = prepare_resume(p, list(FEATURE_TABLE_COLUMNS))
+    if dropped is not None:
+        print(f"note: the cut-short last row of {p} (an interrupted export) was removed and is exported again",
+              file=sys.stderr, flush=True)
     done = {r["config"]: r for r in rows}
     new_file = not p.exists() or p.stat().st_size == 0
     added = 0

@@ -14,6 +14,7 @@ Three sources give the same :class:`ArchFeatures`, so training and prediction sh
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,7 +109,16 @@ class ArchFeatures:
 def _num(v: Any, default: float = 0.0) -> float:
     if v is None or v == "":
         return default
-    return float(v)
+    return _finite(v)
+
+
+def _finite(v: Any) -> float:
+    """``float(v)``; a ValueError for NaN or infinity (a features table's counts are finite, and a NaN reached
+    the fit as "array must not contain infs or NaNs")."""
+    x = float(v)
+    if not math.isfinite(x):
+        raise ValueError(f"{v!r} is not a finite number")
+    return x
 
 
 def from_table_row(row: Mapping[str, Any]) -> ArchFeatures:
@@ -125,13 +135,13 @@ def from_table_row(row: Mapping[str, Any]) -> ArchFeatures:
         op_counts=_json_dict(oc), macs_by_op=_json_dict(mb), activation_bytes_by_op=_json_dict(ab),
         saved_bytes_per_sample=_num(row["saved_bytes_per_sample"]) if row.get("saved_bytes_per_sample") not in
         (None, "") else None, saved_bytes_fixed=_num(row.get("saved_bytes_fixed")),
-        saved_cpu_bytes_per_sample=float(_required(row, "saved_cpu_bytes_per_sample")),
+        saved_cpu_bytes_per_sample=_finite(_required(row, "saved_cpu_bytes_per_sample")),
         saved_cpu_bytes_fixed=_num(row.get("saved_cpu_bytes_fixed")),
-        lookup_param_bytes=float(_required(row, "lookup_param_bytes")),
+        lookup_param_bytes=_finite(_required(row, "lookup_param_bytes")),
         recurrent_steps_by_op=_json_dict(_required(row, "recurrent_steps_json")),
-        peak_live_bytes_per_sample=float(_required(row, "peak_live_bytes_per_sample")),
+        peak_live_bytes_per_sample=_finite(_required(row, "peak_live_bytes_per_sample")),
         peak_live_bytes_fixed=_num(row.get("peak_live_bytes_fixed")),
-        graph_saved_bytes_per_sample=float(_required(row, "graph_saved_bytes_per_sample")),
+        graph_saved_bytes_per_sample=_finite(_required(row, "graph_saved_bytes_per_sample")),
         graph_saved_bytes_fixed=_num(row.get("graph_saved_bytes_fixed")),
         kernel_nodes=tuple(tuple(r) for r in json.loads(row.get("kernel_nodes_json") or "[]")),
         name=str(row.get("config", "")), family=row.get("family") or None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,6 +118,8 @@ def _read_csv(path: Path, need: Sequence[str]) -> list[dict[str, str]]:
             return list(reader)
     except UnicodeDecodeError:
         raise PerfPredictError("not a text CSV (it is not UTF-8)", source=str(path), step="load dataset") from None
+    except OSError as e:  # a folder by the name, an unreadable file
+        raise PerfPredictError(f"cannot read: {e.strerror or e}", source=str(path), step="load dataset") from None
     except csv.Error as e:
         raise PerfPredictError(f"not a readable CSV: {e}", source=str(path), step="load dataset") from None
 
@@ -126,7 +129,7 @@ def _whole(text: str) -> int:
         v = float(text)
     except (TypeError, ValueError):
         v = float("nan")
-    if not (v == v and v >= 1 and v == int(v)):
+    if not (math.isfinite(v) and v >= 1 and v == int(v)):  # int(inf) raised OverflowError
         raise ValueError(f"batch_size {text!r} is not a whole number >= 1")
     return int(v)
 
@@ -139,6 +142,9 @@ def _read_sidecar(meta_path: Path) -> dict[str, Any]:
         doc = json.loads(meta_path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise PerfPredictError(f"the provenance sidecar is not JSON ({e})", source=str(meta_path),
+                               step="load dataset") from None
+    except OSError as e:
+        raise PerfPredictError(f"cannot read the provenance sidecar: {e.strerror or e}", source=str(meta_path),
                                step="load dataset") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("runs", []), list) \
             or not all(isinstance(r, dict) for r in doc.get("runs", [])):
@@ -170,6 +176,9 @@ def load_training_data(dataset_csv: str | Path, features_csv: str | Path | None 
             raise PerfPredictError(f"dataset mixes modes ({', '.join(modes)}); name one, or keep one file per "
                                    "mode", source=str(path), step="load dataset")
         mode = modes[0] if modes else "train"
+    if mode not in ("train", "infer"):
+        raise PerfPredictError(f"mode {str(mode)[:40]!r} in the dataset's mode column: a row's mode is train or "
+                               "infer", source=str(path), step="load dataset")
     latest: dict[tuple[str, str], dict[str, str]] = {}
     for r in all_rows:
         if (r.get("mode") or "train") == mode:

@@ -338,6 +338,9 @@ def load_calibrations(root: Path, sets: Mapping[str, Any]) -> tuple[dict[str, Ca
             out[calib.name] = CalibratedModelSet(sets[calib.source_set], calib, p)
         except PerfPredictError as e:
             problems.append(f"{p}: {e.message}")
+        except Exception as e:  # noqa: BLE001 - a hand-edited file: one calibration left out, not every set
+            problems.append(f"{p}: not a calibration this perfpredict reads ({type(e).__name__}: "
+                            f"{str(e)[:200]})")
     return out, problems
 
 

@@ -82,6 +82,8 @@ REQUIRED_TARGETS = ("iter_time", "peak_memory")
 #: families the grouped cross-validation needs: one held out, and the interval calibration's nested
 #: leave-one-family-out holds out a second from the rest
 MIN_CV_FAMILIES = 3
+#: the random 5-fold comparison needs a row per fold
+MIN_CV_ROWS = 5
 
 
 def train_dataset(dataset_csv: str | Path, out_root: str | Path, *, kinds: tuple[str, ...] = MODEL_KINDS,
@@ -158,6 +160,10 @@ def _train_into(data: TrainingData, dataset_csv: str | Path, out: Path, *, kinds
                                    f"{MIN_CV_FAMILIES} families, the rows have {len(fams)} ({', '.join(fams)}); "
                                    f"add measurements of other families or pass --no-eval to fit without scores",
                                    source=str(dataset_csv), step="train")
+        if evaluate and keep.sum() < MIN_CV_ROWS:
+            raise PerfPredictError(f"target {spec.name}: cross-validation needs at least {MIN_CV_ROWS} rows, the "
+                                   f"dataset has {int(keep.sum())} usable; add measurements or pass --no-eval to fit "
+                                   "without scores", source=str(dataset_csv), step="train")
         X, y = data.X[keep], data.column(spec.column)[keep]
         aux = None if spec.aux_column is None else data.column(spec.aux_column)[keep]
         entry: dict[str, Any] = {"column": spec.column, "unit": spec.unit, "transform": spec.transform,
@@ -244,15 +250,16 @@ def _train_into(data: TrainingData, dataset_csv: str | Path, out: Path, *, kinds
 def _profiled_table(data: TrainingData) -> dict[str, Any]:
     """Per architecture: its features and what was measured at each batch size."""
     archs: dict[str, Any] = {}
-    for arch, row in zip(data.archs, data.rows):
+    columns = ("iter_time_s", "peak_memory_bytes", "nvml_process_bytes", "gpu_utilization")
+    # read through TrainingData.column: a text cell in a column this set does not train on is one named error
+    values = {c: data.column(c) if any(c in r for r in data.rows) else np.full(len(data.rows), np.nan)
+              for c in columns}
+    for i, (arch, row) in enumerate(zip(data.archs, data.rows)):
         # the kernel rows stay out: the nearest-model distance does not use them, and they would double the file
         feats = {k: v for k, v in arch.as_dict().items() if k != "kernel_nodes"}
         e = archs.setdefault(row["config"], {"family": row["family"], "features": feats, "points": {}})
-        e["points"][row["batch_size"]] = {k: (float(row[c]) if row.get(c) not in (None, "") else None)
-                                          for k, c in (("iter_time_s", "iter_time_s"),
-                                                       ("peak_memory_bytes", "peak_memory_bytes"),
-                                                       ("nvml_process_bytes", "nvml_process_bytes"),
-                                                       ("gpu_utilization", "gpu_utilization"))}
+        e["points"][row["batch_size"]] = {c: (float(values[c][i]) if row.get(c) not in (None, "") else None)
+                                          for c in columns}
     return {"dataset": data.name, "device_name": data.device_name, "architectures": archs}
 
 
