@@ -143,7 +143,7 @@ def main() -> None:
     else:
         loads = args.loads or ([0.8, 0.5] if args.fast else [1.0, 0.5, 0.25, 0.125])
         sizes = sorted({max(1, round(demand / rho)) for rho in loads})
-        clamped = [rho for rho in loads if demand / rho < 0.5]
+        clamped = [rho for rho in (args.loads or ()) if demand / rho < 0.5]
         if clamped:  # round() gave 0 GPUs, and max(1, ...) quietly ran a lighter load than asked
             ap.error(f"--loads {','.join(f'{r:g}' for r in clamped)}: a load above {2 * demand:.3g} leaves less "
                      f"than half a GPU (this trace's demand is {demand:.2f} GPUs: load {demand:.2f} on one GPU)")

@@ -156,3 +156,26 @@ def test_resume_still_refuses_bad_bytes_before_the_last_row(tmp_path):
     with pytest.raises(UsageError, match="NUL bytes"):
         prepare_resume(p, ["a", "b"])
     assert p.read_bytes() == before
+
+
+def test_a_file_not_of_ours_is_refused_untouched_even_with_a_garbled_tail(tmp_path):
+    """The garbled tail was cut before the header check: a wrong --out lost its last line, then was refused."""
+    from perfpredict.dataset.collect import prepare_resume
+    from perfpredict.errors import UsageError
+
+    p = tmp_path / "notes.csv"
+    before = b"name,score\nalice,1\ncaf\xe9,2"
+    p.write_bytes(before)
+    with pytest.raises(UsageError):
+        prepare_resume(p, ["a", "b"])
+    assert p.read_bytes() == before
+
+
+def test_a_garbled_tail_under_an_older_header_is_dropped_by_the_upgrade_and_reported(tmp_path):
+    from perfpredict.dataset.collect import prepare_resume, upgrade_header
+
+    p = tmp_path / "coloc.csv"
+    p.write_bytes(b"a,b\r\n1,x\r\n" + b"\0" * 8)
+    assert upgrade_header(p, ["a", "b", "c"], [["a", "b"]]) == ["a", "b"]
+    rows, dropped = prepare_resume(p, ["a", "b", "c"])
+    assert rows == [{"a": "1", "b": "x", "c": ""}] and dropped is not None

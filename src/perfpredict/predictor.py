@@ -287,7 +287,7 @@ class ModelSet:
                 target.predict(X)
             except Exception as e:  # noqa: BLE001 - a mismatched file fails in numpy, XGBoost or the forest
                 raise PerfPredictError(f"the saved {name} model does not fit this set's features "
-                                       f"({type(e).__name__}: {str(e)[:200]}); retrain with `perfpredict train`",
+                                       f"({type(e).__name__}: {str(e)[:200]})",
                                        source=str(self.path), step="load models") from None
 
     def reach(self, arch: ArchFeatures) -> tuple[str, int]:
@@ -414,7 +414,8 @@ def _load_sets(path: str | Path | None,
             sets[d.name] = ModelSet(d, compile_trees)
         except Exception as e:  # noqa: BLE001 - any damage to one set's files; the others still answer
             # the first line: XGBoost's errors carry its native stack trace (30 lines) below it
-            broken[d.name] = f"{d}: {type(e).__name__}: {first_line(e)}"
+            broken[d.name] = f"{d}: {e.message}" if isinstance(e, PerfPredictError) \
+                else f"{d}: {type(e).__name__}: {first_line(e)}"
     if not sets:
         raise PerfPredictError("no model set here could be loaded (retrain with `perfpredict train`): "
                                + "; ".join(broken.values()), source=str(root), step="load models")

@@ -203,8 +203,9 @@ def run_script(main: Callable[[], int | None]) -> None:
     except BrokenPipeError:
         _stdout_gone()
         sys.exit(1)
-    except OSError as e:  # writing the results: a folder where a file goes, a full disk
-        print(f"error: cannot write {e.filename or 'the results'}: {e.strerror or e}", file=sys.stderr)
+    except OSError as e:  # writing the results (a folder where a file goes, a full disk), reading an input
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"error: {where}{e.strerror or e}", file=sys.stderr)
         from perfpredict.sim.kept_runs import say_unfinished
 
         say_unfinished()

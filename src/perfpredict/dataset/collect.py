@@ -30,7 +30,7 @@ import os
 import platform
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -315,7 +315,9 @@ def prepare_resume(path: str | Path, columns: list[str]) -> tuple[list[dict[str,
     p = check_output_path(path)
     if not p.exists():
         return [], None
-    garbled = _drop_garbled_tail(p)
+    garbled = _drop_garbled_tail(p, [columns])
+    if garbled is None:
+        garbled = _GARBLED_DROPPED.pop(p.resolve(), None)
     _, bom, text, records = _read_csv_file(p)
     expected = ",".join(columns)
     if not text.strip():
@@ -360,10 +362,15 @@ def prepare_resume(path: str | Path, columns: list[str]) -> tuple[list[dict[str,
     return rows, dropped
 
 
-def _drop_garbled_tail(p: Path) -> str | None:
+#: garbled tails :func:`upgrade_header` removed before :func:`prepare_resume` ran, by file: reported by the latter
+_GARBLED_DROPPED: dict[Path, str] = {}
+
+
+def _drop_garbled_tail(p: Path, headers: Sequence[Sequence[str]]) -> str | None:
     """Remove bytes after the file's last line end that are not text (NUL bytes a crash or a power cut left, a
     row cut inside a multi-byte character) and return them (decoded, replaced where not UTF-8) as the dropped
-    row; None when there were none. Bad bytes before the last line end are :func:`_read_csv_file`'s to refuse:
+    row; None when there were none. Only in a file of ours (its header one of ``headers``): another file given
+    by mistake is refused untouched. Bad bytes before the last line end are :func:`_read_csv_file`'s to refuse:
     removing them would lose measured rows."""
     try:
         data = p.read_bytes()
@@ -384,6 +391,10 @@ def _drop_garbled_tail(p: Path) -> str | None:
     except UnicodeDecodeError:
         head_ok = False
     if not head_ok:
+        return None
+    text = data[:last].decode("utf-8").removeprefix("\ufeff")
+    header = next(csv.reader([text.splitlines()[0]]), []) if text.strip() else []
+    if not any(header == list(h) for h in headers):
         return None
     _truncate(p, last)
     return tail.decode("utf-8", errors="replace").replace("\x00", "")
@@ -422,6 +433,10 @@ def upgrade_header(path: str | Path, columns: list[str], older: Iterable[Iterabl
     p = check_output_path(path)
     if not p.is_file():
         return None
+    older = [list(o) for o in older]  # read twice below
+    garbled = _drop_garbled_tail(p, [columns, *older])
+    if garbled is not None:
+        _GARBLED_DROPPED[p.resolve()] = garbled
     data, bom, text, records = _read_csv_file(p)
     if not records:
         return None

@@ -189,10 +189,11 @@ class KeptRuns:
             theirs = owner.read_text(encoding="utf-8").strip() if owner.is_file() else ""
         except (OSError, UnicodeDecodeError):
             theirs = ""
-        if theirs and theirs != mine:
-            raise UsageError(f"{self.path.parent} holds the results of {theirs}, not {mine}: give another --out",
-                             step="arguments")
-        if not theirs:
+        results = [n for n in ("results.json", FILE_NAME, PREVIOUS_NAME) if (self.path.parent / n).exists()]
+        if theirs and theirs != mine and results:
+            raise UsageError(f"{self.path.parent} holds the results of {theirs} ({', '.join(results)}), not "
+                             f"{mine}: give another --out, or move them away and remove {owner}", step="arguments")
+        if theirs != mine:  # unclaimed, or another script's folder emptied of its results
             try:
                 owner.write_text(mine + "\n", encoding="utf-8")
             except OSError as e:
