@@ -13,19 +13,12 @@ import pytest
 
 from perfpredict.errors import PerfPredictError
 from perfpredict.estimators.data import load_training_data
+from tests.test_train_bad_input import _copy_set
 
 REPO = Path(__file__).resolve().parents[1]
 DATASETS = REPO / "datasets"
 MODELS = REPO / "trained_models"
 SMALL = "cpu_xeon_2vcpu"
-
-
-def _copy_set(dest: Path, stem: str = SMALL) -> Path:
-    dest.mkdir(parents=True, exist_ok=True)
-    for p in DATASETS.glob(f"{stem}.*"):
-        shutil.copy(p, dest / p.name)
-    shutil.copy(DATASETS / "zoo_features.csv", dest / "zoo_features.csv")
-    return dest / f"{stem}.csv"
 
 
 def _edit_cells(path: Path, column: str, value: str, rows: int | None = 1) -> None:
