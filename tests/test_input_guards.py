@@ -498,15 +498,6 @@ def test_a_space_after_a_closing_quote_still_reads(tmp_path):
     assert (job.model, job.user) == ("resnet18", "alice")
 
 
-def test_a_quote_left_open_on_the_last_line_is_found_without_a_final_newline(tmp_path):
-    from perfpredict.sim.traces import TraceError, read_csv_trace
-
-    trace = tmp_path / "t.csv"
-    trace.write_text('id,arrival_s,gpus,work_s,model,user\n0,0,1,100,r,alice\n1,0,1,100,r,"bob')
-    with pytest.raises(TraceError, match="a field spans line 3 and the end of the file: a quote left open"):
-        read_csv_trace(trace)
-
-
 def test_a_job_whose_name_holds_a_line_break_is_refused_when_written_not_unreadable_later(tmp_path):
     from perfpredict.sched.job import Job
     from perfpredict.sim.traces import read_csv_trace, write_csv_trace

@@ -283,6 +283,9 @@ def test_csv_optional_columns_comments_and_blanks(tmp_path):
     ("id,arrival_s,gpus,work_s,priority\na,0,1,10,1.5\n", 2, "priority must be an integer"),
     ("# c\nid,arrival_s,gpus\na,0,1\n", 2, "missing required column"),
     ("id,arrival_s,gpus,work_s,prio\n", 1, "unknown column"),
+    # a quote left open on a last line without its newline (csv's non-strict mode ended the field silently)
+    ('id,arrival_s,gpus,work_s,user\na,0,1,10,alice\nb,0,1,10,"bob', 3,
+     "a field spans line 3 and the end of the file: a quote left open"),
 ])
 def test_csv_malformed(tmp_path, body, line, message):
     p = tmp_path / "bad.csv"

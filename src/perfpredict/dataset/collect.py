@@ -378,26 +378,27 @@ def _drop_garbled_tail(p: Path, headers: Sequence[Sequence[str]]) -> str | None:
         return None  # _read_csv_file says why
     last = data.rfind(b"\n") + 1
     tail = data[last:]
-    if not tail or last == 0:
+    if not tail or last == 0 or _csv_text(tail) is not None:
         return None
-    try:
-        ok = "\x00" not in tail.decode("utf-8")
-    except UnicodeDecodeError:
-        ok = False
-    if ok:
+    text = _csv_text(data[:last])
+    if text is None:
         return None
-    try:
-        head_ok = "\x00" not in data[:last].decode("utf-8")
-    except UnicodeDecodeError:
-        head_ok = False
-    if not head_ok:
-        return None
-    text = data[:last].decode("utf-8").removeprefix("\ufeff")
+    text = text.removeprefix("\ufeff")
     header = next(csv.reader([text.splitlines()[0]]), []) if text.strip() else []
     if not any(header == list(h) for h in headers):
         return None
     _truncate(p, last)
     return tail.decode("utf-8", errors="replace").replace("\x00", "")
+
+
+def _csv_text(data: bytes) -> str | None:
+    """``data`` as text, or None when it is not (not UTF-8, or NUL bytes: the rule :func:`_read_csv_file`
+    refuses a file by)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return None if "\x00" in text else text
 
 
 def _read_csv_file(p: Path) -> tuple[bytes, int, str, list[tuple[int, list[str]]]]:

@@ -252,8 +252,7 @@ def _profiled_table(data: TrainingData) -> dict[str, Any]:
     archs: dict[str, Any] = {}
     columns = ("iter_time_s", "peak_memory_bytes", "nvml_process_bytes", "gpu_utilization")
     # read through TrainingData.column: a text cell in a column this set does not train on is one named error
-    values = {c: data.column(c) if any(c in r for r in data.rows) else np.full(len(data.rows), np.nan)
-              for c in columns}
+    values = {c: data.column(c) for c in columns}
     for i, (arch, row) in enumerate(zip(data.archs, data.rows)):
         # the kernel rows stay out: the nearest-model distance does not use them, and they would double the file
         feats = {k: v for k, v in arch.as_dict().items() if k != "kernel_nodes"}

@@ -57,17 +57,17 @@ def load_model_file(path: str | Path) -> Workload:
 MODEL_THREADS: list[threading.Thread] = []
 
 _REFUSAL_LOCK = threading.Lock()
-#: [pid of the process counting, how many os_exit_refused blocks are open in it]
-_REFUSALS = [0, 0]
+#: how many os_exit_refused blocks are open in this process (a forked child starts again at 0:
+#: :func:`_reset_after_fork`)
+_open_refusals = 0
 _REAL_EXIT = os._exit
 
 
 def _guarded_exit(code: int) -> None:
     """The ``os._exit`` installed (once, for good) by :func:`os_exit_refused`: the real one unless model code is
-    running in this process. A child forked meanwhile has another pid and exits for real (multiprocessing ends
-    every forked child with ``os._exit``)."""
-    pid, open_blocks = _REFUSALS
-    if open_blocks and pid == os.getpid():
+    running in this process. A child forked meanwhile counts no open block and exits for real (multiprocessing
+    ends every forked child with ``os._exit``)."""
+    if _open_refusals > 0:
         raise SystemExit(f"the model code called os._exit({code}), which would end perfpredict without a word")
     _REAL_EXIT(code)
 
@@ -82,27 +82,26 @@ def os_exit_refused():
     ``os._exit`` is replaced once and the blocks open are counted, so blocks entered from several threads
     (concurrent ``Predictor.predict`` calls) cannot leave a refusing ``os._exit`` behind, as swapping it in and
     back per block did."""
+    global _open_refusals
     before = set(threading.enumerate())
     with _REFUSAL_LOCK:
-        if os._exit is not _guarded_exit:
-            os._exit = _guarded_exit
-        if _REFUSALS[0] != os.getpid():  # first use in this process (or a fork of one that counted)
-            _REFUSALS[:] = [os.getpid(), 0]
-        _REFUSALS[1] += 1
+        os._exit = _guarded_exit
+        _open_refusals += 1
     try:
         yield
     finally:
         with _REFUSAL_LOCK:
-            _REFUSALS[1] -= 1
+            # not below 0: a child forked inside the block (counting from 0) may leave it on its way out
+            _open_refusals = max(0, _open_refusals - 1)
         MODEL_THREADS.extend(t for t in threading.enumerate() if t not in before and not t.daemon)
 
 
 def _reset_after_fork() -> None:
     """In a forked child: a lock another thread held at the fork would stay held for good, and the parent's open
     blocks are not the child's."""
-    global _REFUSAL_LOCK
+    global _REFUSAL_LOCK, _open_refusals
     _REFUSAL_LOCK = threading.Lock()
-    _REFUSALS[:] = [os.getpid(), 0]
+    _open_refusals = 0
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)
