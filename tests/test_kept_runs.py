@@ -121,7 +121,9 @@ def test_an_experiment_stopped_by_ctrl_c_resumes_to_the_same_results(tmp_path):
     ref, cut = tmp_path / "ref", tmp_path / "cut"
     subprocess.run([sys.executable, script, "--fast", "--out", str(ref)], check=True, capture_output=True)
     p = subprocess.Popen([sys.executable, script, "--fast", "--out", str(cut)], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True,
+                         # a test run started in the background by a shell inherits SIGINT ignored
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert p.stdout is not None
     rows = 0
     for line in p.stdout:
