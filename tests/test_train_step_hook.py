@@ -157,9 +157,10 @@ def make_optimizer(params):
 
 @pytest.mark.parametrize("bad", ["float('nan')", "torch.tensor([1.0, float('inf')])"])
 def test_a_non_finite_python_number_or_vector_from_the_hook_is_caught(bad):
-    from perfpredict.profile.worker import _NonFiniteLoss, check_finite_loss
+    from perfpredict.profile.failure import NonFiniteLoss
+    from perfpredict.profile.worker import check_finite_loss
 
-    with pytest.raises(_NonFiniteLoss, match="not finite"):
+    with pytest.raises(NonFiniteLoss, match="not finite"):
         check_finite_loss(eval(bad))
     check_finite_loss(None)
     check_finite_loss(0.5)

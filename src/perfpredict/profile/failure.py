@@ -10,8 +10,9 @@ the model's bug, sends the user to the wrong place.
 from __future__ import annotations
 
 import re
+import traceback
 
-from perfpredict.errors import full_exception_text, message_lines
+from perfpredict.errors import PerfPredictError, full_exception_text, message_lines
 
 #: ``got RuntimeError('a and b must have same reduction dim ...')`` inside a dynamo TorchRuntimeError's text
 _WRAPPED = re.compile(r"got (\w+(?:Error|Exception))\((['\"])(.*?)\2\)", re.S)
@@ -73,3 +74,26 @@ def failure_text(e: BaseException) -> str:
     if _model_error_in_compile(e) is not None or line.startswith(f"{type(e).__name__}:"):
         return line
     return f"{type(e).__name__}: {line}"
+
+
+class NonFiniteLoss(Exception):
+    """A training step's loss was NaN or infinite (reported with status ``"nonfinite"``)."""
+
+
+def failure_report(e: BaseException, phase: str) -> dict[str, str]:
+    """What a measuring process reports for the exception its step raised, called in the ``except`` block: the
+    step it failed at (:func:`failure_phase`), the traceback, a status (``"nonfinite"``, ``"oom"`` or
+    ``"error"``) and one readable line. One rule for the sweep's, a co-located group's and the input pipeline's
+    processes, so the same failure reads the same in each."""
+    from perfpredict.profile.memory import is_oom_error
+
+    if isinstance(e, NonFiniteLoss):
+        status, error = "nonfinite", str(e)
+    elif is_oom_error(e):
+        status, error = "oom", unwrapped_line(e)
+    elif isinstance(e, PerfPredictError):
+        status, error = "error", e.message
+    else:
+        status, error = "error", failure_text(e)
+    return {"phase": failure_phase(e, phase), "traceback": traceback.format_exc(), "status": status,
+            "error": error}

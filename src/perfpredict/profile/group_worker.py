@@ -16,19 +16,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from perfpredict.errors import ModelLoadError, PerfPredictError, exception_text
+from perfpredict.errors import ModelLoadError, exception_text
 from perfpredict.profile import host_load
 from perfpredict.profile import memory as mem
 from perfpredict.profile.device import describe_device
 from perfpredict.profile.energy import GpuSampler, nvml_handle_for_torch_device
-from perfpredict.profile.failure import failure_phase, failure_text, unwrapped_line
+from perfpredict.profile.failure import failure_report
 from perfpredict.profile.group_request import GroupMember, GroupTiming
 from perfpredict.profile.timing import TimingResult
-from perfpredict.profile.worker import (
-    _infer_step,
-    _NonFiniteLoss,
-    _train_step,
-)
+from perfpredict.profile.worker import _infer_step, _train_step
 
 _CLONE_NEWNET = 0x40000000
 
@@ -186,16 +182,7 @@ def measure_member(member: GroupMember, timing: GroupTiming, barrier) -> dict[st
     except BaseException as e:
         if isinstance(e, KeyboardInterrupt):
             raise
-        out["phase"] = failure_phase(e, state["phase"])
-        out["traceback"] = traceback.format_exc()
-        if isinstance(e, _NonFiniteLoss):
-            out["status"], out["error"] = "nonfinite", str(e)
-        elif mem.is_oom_error(e):
-            out["status"], out["error"] = "oom", unwrapped_line(e)
-        elif isinstance(e, PerfPredictError):
-            out["status"], out["error"] = "error", e.message
-        else:
-            out["status"], out["error"] = "error", failure_text(e)
+        out.update(failure_report(e, state["phase"]))
         if barrier is not None and dist is None:
             barrier.abort()  # release the others now instead of at their barrier timeout
         return out

@@ -21,9 +21,9 @@ import torch
 from perfpredict.data.preprocess import Preprocessed
 from perfpredict.errors import ModelLoadError, exception_text
 from perfpredict.profile import memory as mem
-from perfpredict.profile.failure import failure_phase, failure_text
+from perfpredict.profile.failure import failure_report
 from perfpredict.profile.host_load import OtherLoad
-from perfpredict.profile.worker import _NonFiniteLoss, check_finite_loss
+from perfpredict.profile.worker import check_finite_loss
 from perfpredict.workload.forward_args import KeywordInputs, call_forward, has_tensor
 from perfpredict.workload.spec import WorkloadRef, to_device
 
@@ -179,8 +179,5 @@ def measure_pipeline(req: PipelineRequest) -> dict[str, Any]:
     except BaseException as e:
         if isinstance(e, KeyboardInterrupt):
             raise
-        out["phase"] = failure_phase(e, state["phase"])
-        out["traceback"] = traceback.format_exc()
-        out["status"] = "oom" if mem.is_oom_error(e) else ("nonfinite" if isinstance(e, _NonFiniteLoss) else "error")
-        out["error"] = getattr(e, "message", None) or failure_text(e)
+        out.update(failure_report(e, state["phase"]))
         return out

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch._dynamo  # optimizers import it lazily (~1.7 s); pay that once in the fork server
 
-from perfpredict.errors import ModelLoadError, PerfPredictError, exception_text
+from perfpredict.errors import ModelLoadError, exception_text
 from perfpredict.profile import memory as mem
 from perfpredict.profile.device import describe_device
 from perfpredict.profile.energy import (
@@ -26,26 +26,22 @@ from perfpredict.profile.energy import (
     nvml_handle_for_torch_device,
     nvml_process_memory,
 )
-from perfpredict.profile.failure import failure_phase, failure_text, unwrapped_line
+from perfpredict.profile.failure import NonFiniteLoss, failure_report
 from perfpredict.profile.request import PointRequest
 from perfpredict.profile.timing import time_iterations
 from perfpredict.workload.forward_args import call_forward, input_signature
 
 
-class _NonFiniteLoss(Exception):
-    pass
-
-
 def check_finite_loss(loss: Any) -> None:
-    """Raise :class:`_NonFiniteLoss` for a loss that is NaN or infinite: a tensor (any size: a ``train_step``
+    """Raise :class:`NonFiniteLoss` for a loss that is NaN or infinite: a tensor (any size: a ``train_step``
     hook may return per-sample losses) or a Python number (``loss.item()``); None passes."""
     if isinstance(loss, torch.Tensor):
         finite = torch.isfinite(loss.detach())
         if not bool(finite.all()):
             bad = loss.detach()[~finite].flatten()[0]
-            raise _NonFiniteLoss(f"loss is {float(bad)} (not finite)")
+            raise NonFiniteLoss(f"loss is {float(bad)} (not finite)")
     elif isinstance(loss, (int, float)) and not math.isfinite(loss):
-        raise _NonFiniteLoss(f"loss is {loss} (not finite)")
+        raise NonFiniteLoss(f"loss is {loss} (not finite)")
 
 
 def optimizer_state_bytes(opt: Any) -> int | None:
@@ -181,20 +177,7 @@ def measure_point(req: PointRequest) -> dict[str, Any]:
     except BaseException as e:
         if isinstance(e, KeyboardInterrupt):
             raise
-        out["phase"] = failure_phase(e, state["phase"])
-        out["traceback"] = traceback.format_exc()
-        if isinstance(e, _NonFiniteLoss):
-            out["status"] = "nonfinite"
-            out["error"] = exception_text(e)
-        elif mem.is_oom_error(e):
-            out["status"] = "oom"
-            out["error"] = unwrapped_line(e)
-        elif isinstance(e, PerfPredictError):
-            out["status"] = "error"
-            out["error"] = e.message
-        else:
-            out["status"] = "error"
-            out["error"] = failure_text(e)
+        out.update(failure_report(e, state["phase"]))
         return out
 
 
