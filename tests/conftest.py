@@ -31,7 +31,7 @@ EXAMPLES = REPO / "examples"
 #: of a serial module that compares no times can carry ``@pytest.mark.parallel_safe`` itself.
 PARALLEL_SAFE_MODULES = frozenset({
     "test_andreas", "test_bad_input_cli", "test_batch_extrapolation", "test_benchmark_args", "test_card", "test_cli",
-    "test_collect_bad_input", "test_collect_ray", "test_compare", "test_compare_ray", "test_compile", "test_estimators",
+    "test_collect_bad_input", "test_collect_ray", "test_compare", "test_concurrent_use", "test_compare_ray", "test_compile", "test_estimators",
     "test_fallback",
     "test_experiments", "test_failure_report", "test_features", "test_kept_runs", "test_training_input_guards", "test_parallel_runs",
     "test_fit_comm", "test_fit_interference", "test_fit_rate", "test_fit_speedup", "test_forest",
@@ -39,7 +39,7 @@ PARALLEL_SAFE_MODULES = frozenset({
     "test_input_guards",
     "test_job_records",
     "test_keyword_inputs", "test_lookup_bytes", "test_max_batch", "test_memory_past_trained_batches",
-    "test_metrics", "test_moldable_mechanisms", "test_notebooks", "test_output_paths", "test_pair_prediction",
+    "test_metrics", "test_moldable_mechanisms", "test_notebooks", "test_output_paths", "test_own_scheduler", "test_pair_prediction",
     "test_paper_cards", "test_precision", "test_predicted_cards", "test_python_api_input", "test_saved_bytes",
     "test_service_validation", "test_sim_unrunnable", "test_simulate_cli", "test_simulator", "test_speed_sentinel",
     "test_synergy_mechanisms", "test_tracking", "test_traces", "test_train_bad_input", "test_train_step_hook",

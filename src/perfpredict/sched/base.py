@@ -74,6 +74,11 @@ class Mechanism(ABC):
         #: Set by the simulator during ``allocate``: returns a copy of its ledger (running jobs taken).
         self._current: Callable[[], Ledger] | None = None
 
+    def reset(self) -> None:
+        """Forget what an earlier simulation left. The simulator calls this as a run starts, so one instance
+        serves several runs alike; a mechanism that keeps state from decision to decision (a random generator,
+        records per job id, which the next trace reuses) clears it here."""
+
     def current_ledger(self, cluster: ClusterSpec, running: Mapping[str, Allocation]) -> Ledger:
         """A ledger holding exactly the running allocations, which the caller may modify.
 

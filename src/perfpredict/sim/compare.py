@@ -305,6 +305,13 @@ def compare(trace: str | Path, cluster: Any, schedulers: Sequence[Scheduler], se
     schedulers = list(schedulers)
     if not schedulers:
         raise UsageError("give at least one scheduler", step="arguments")
+    named = next((s for s in schedulers if not (isinstance(s, Scheduler) and isinstance(s.policy, str)
+                                                 and isinstance(s.mechanism, str))), None)
+    if named is not None:
+        # an instance would be one object for every seed (its state carried from run to run), labelled by its repr
+        raise UsageError(f"compare names each policy and mechanism by string (parse_schedulers; a fresh one is "
+                         f"made for every seed), got {named!r}: run your own Policy or Mechanism with "
+                         f"run_simulation once per seed", step="arguments")
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise UsageError(f"jobs must be a whole number >= 1, got {jobs!r}", step="arguments")
     metrics = check_metrics(metrics)

@@ -381,6 +381,24 @@ class _Sim:
             raise SimulationError(f"device memory still over capacity ({frac:.3f}) after the OOM failures")
         self.max_mem_frac = max(self.max_mem_frac, frac)
 
+    def _device_memory_short(self, js: JobState, alloc: Allocation) -> str | None:
+        """What is wrong with ``alloc``'s device memory for ``js``, or None: a device smaller than the job's
+        footprint (its request: predicted, or raised after an OOM), or a share of a device the job does not hold
+        alone that reserves less than the footprint (the ledger keeps only reservations within the device, so the
+        jobs beside it could not be kept there). A server the cluster lacks is the ledger's to refuse."""
+        need = js.device_mem_request_gb
+        for sh in alloc.shares:
+            if not 0 <= sh.server < len(self.cluster.servers):
+                continue
+            cap = self.cluster.servers[sh.server].gpu_mem_gb
+            if need > cap + EPS:
+                return (f"server {sh.server}'s GPUs, with {cap:g} GB of device memory each, and it needs {need:g} "
+                        f"GB")
+            if (sh.shared or sh.gpus < 1 - EPS) and sh.device_mem_gb < need - EPS:
+                return (f"a share of a GPU on server {sh.server} that reserves {sh.device_mem_gb:g} GB of device "
+                        f"memory, and it needs {need:g} GB (a share's device_mem_gb)")
+        return None
+
     def _set_allocation(self, js: JobState, alloc: Allocation | None, t: float, overhead: float) -> None:
         old = js.allocation
         if old is not None:
@@ -466,11 +484,18 @@ class _Sim:
     def _decide(self, t: float) -> None:
         visible = [js for js in self.active.values()
                    if not self.hold_until or self.hold_until.get(js.id, -math.inf) <= t]
-        ordered = self.policy.order(visible, t, self.cluster)
+        try:
+            ordered = self.policy.order(visible, t, self.cluster)
+        except Exception as e:
+            e.add_note(f"(raised while policy {self.policy.name!r} ordered the jobs at simulated time {t:g} s)")
+            raise
         self.mech._current = self.ledger.copy
         t0 = time.perf_counter()
         try:
             new = self.mech.allocate(ordered, self.cluster, dict(self.running), t)
+        except Exception as e:
+            e.add_note(f"(raised in mechanism {self.mech.name!r}'s allocate at simulated time {t:g} s)")
+            raise
         finally:
             self.mech._current = None
         self.decision_time += time.perf_counter() - t0
@@ -480,8 +505,9 @@ class _Sim:
             for w in wake():
                 if w > t:
                     heapq.heappush(self.wakeups, w)
-        if self.mech.last_stats:
-            self.stats.append({"time": t, **self.mech.last_stats})
+        stats = getattr(self.mech, "last_stats", None)  # a subclass may not have called Mechanism.__init__
+        if stats:
+            self.stats.append({"time": t, **stats})
         name = self.mech.name
         if not isinstance(new, Mapping):
             raise SimulationError(f"{name}.allocate returned {type(new).__name__}, not a mapping of job id -> "
@@ -500,6 +526,9 @@ class _Sim:
                 raise SimulationError(f"{name} gave job {jid} an allocation without GPUs")
             if prev is not None and prev == alloc:
                 continue
+            short = self._device_memory_short(js, alloc)
+            if short:
+                raise SimulationError(f"{name} gave job {jid} {short}")
             if self.mech.rigid and abs(alloc.gpus - _owed_gpus(js.job.gpus, self.mech.whole_gpus)) > EPS:
                 raise SimulationError(f"{name} is rigid but gave job {jid} {alloc.gpus:g} GPUs for a demand of "
                                       f"{js.job.gpus:g}")
@@ -628,12 +657,20 @@ class _Sim:
         return t, list(self.active.values())
 
 
-def simulate(jobs: Sequence[Job], cluster: ClusterSpec, policy: Policy, mechanism: Mechanism,
+def simulate(jobs: Sequence[Job], cluster: ClusterSpec, policy: Policy | str, mechanism: Mechanism | str,
              perf_for: Callable[[Job], PerfModel] | dict[str, PerfModel], config: SimConfig | None = None,
              on_decision: Callable[[float, int, int], None] | None = None) -> SimResult:
-    """Run ``jobs`` on ``cluster``. ``perf_for`` maps a job to its perf model (a dict keys by ``job.model``;
-    a model missing from it is an error naming the job). ``on_decision(t, finished, active)`` is called after
-    every decision (progress bars)."""
+    """Run ``jobs`` on ``cluster`` under ``policy`` and ``mechanism`` (instances, or names as the CLI takes them).
+    ``perf_for`` maps a job to its perf model (a dict keys by ``job.model``; a model missing from it is an error
+    naming the job). ``on_decision(t, finished, active)`` is called after every decision (progress bars)."""
+    if isinstance(policy, str):
+        from perfpredict.sched.policies import make_policy
+
+        policy = make_policy(policy)
+    if isinstance(mechanism, str):
+        from perfpredict.sched.mechanisms import make_mechanism
+
+        mechanism = make_mechanism(mechanism)
     cfg = config or SimConfig()
     if isinstance(perf_for, dict):
         table = perf_for
@@ -655,6 +692,9 @@ def simulate(jobs: Sequence[Job], cluster: ClusterSpec, policy: Policy, mechanis
                 raise SimulationError(f"job {job.id}: no performance model for {job.model!r} "
                                       f"({hint}have {have or 'none'})") from None
 
+    reset = getattr(mechanism, "reset", None)  # a subclass of Mechanism has it; anything else may not
+    if callable(reset):
+        reset()
     sim = _Sim(jobs, cluster, policy, mechanism, perf_for, cfg, on_decision)
     t0 = time.perf_counter()
     end, unfinished = sim.run()

@@ -86,12 +86,18 @@ class AndreasRG(Mechanism):
             raise ValueError(f"rho and swap_scale must be finite and >= 0, got {rho!r}, {swap_scale!r}")
         self.max_it, self.rho, self.swap_scale = int(max_it), float(rho), float(swap_scale)
         self.period_s = period_s
+        self.seed = seed
         self.rng = np.random.default_rng(seed)
         self._classes = _Classes()
         #: one entry per call: jobs in the problem, RG and whole-call seconds (wall and CPU), f_OBJ, the greedy's
         self.calls: list[dict[str, float]] = []
         self.record_problems = record_problems
         self.problems: list[AndreasProblem] = []
+
+    def reset(self) -> None:
+        """A run starts: the random generator from its seed again, and no calls or problems recorded."""
+        self.rng = np.random.default_rng(self.seed)
+        self.calls, self.problems = [], []
 
     def allocate(self, ordered: Sequence[JobState], cluster: ClusterSpec, running: Mapping[str, Allocation],
                  now: float) -> dict[str, Allocation]:

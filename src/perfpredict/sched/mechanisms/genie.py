@@ -82,6 +82,9 @@ class _Genie(Mechanism):
     def __init__(self, theta: float = THETA) -> None:
         super().__init__()
         self.theta = float(theta)
+        self.reset()
+
+    def reset(self) -> None:
         self._views: dict[str, TaskView] = {}
         self._cluster: ClusterSpec | None = None
         self._platform: Platform | None = None

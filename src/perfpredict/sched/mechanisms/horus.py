@@ -170,6 +170,9 @@ class _SharingBase(Mechanism):
         if int(max_colocated) < 1:
             raise ValueError(f"max_colocated must be >= 1, got {max_colocated}")
         self.max_colocated = int(max_colocated)
+        self.reset()
+
+    def reset(self) -> None:
         self._statics: tuple[ClusterSpec, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
         # predicted utilisation per device of the running jobs, kept across decisions (running sets change little)
         self._util = np.zeros(0)
@@ -407,6 +410,9 @@ class PerformanceAwareBinPacking(OpportunisticBinPacking):
         if not warmup_s > 0 or not 0 < threshold <= 1:
             raise ValueError(f"need warmup_s > 0 and 0 < threshold <= 1, got {warmup_s}, {threshold}")
         self.warmup_s, self.threshold = float(warmup_s), float(threshold)
+
+    def reset(self) -> None:
+        super().reset()
         self._wake: list[float] = []  # a decision at the end of every warm-up
         #: job on probation -> (placed at, its co-runners' speeds just before)
         self.probation: dict[str, tuple[float, dict[str, float]]] = {}
