@@ -628,3 +628,16 @@ def test_paper_mix_keeps_half_the_architectures_out_of_training(table, tmp_path)
     assert all(a.pred_util == pytest.approx(b.pred_util) and a.pred_mem_gb == pytest.approx(b.pred_mem_gb)
                for a, b in zip(mix, pert))
     assert any(b.mem_gb != pytest.approx(a.mem_gb) for a, b in zip(mix, pert))
+
+
+def test_sharing_jobs_whose_cards_say_nothing_of_the_gpu_is_noted(tmp_path):
+    """Paper cards carry no GPU utilisation or device memory: OBP paired such jobs as 100% busy in 0 GB, and the
+    run said nothing (a 6-job trace made 18463 s under obp against 7200 s under tune)."""
+    from perfpredict.sim import run_simulation
+
+    trace = tmp_path / "paper.csv"
+    trace.write_text("id,arrival_s,gpus,work_s,model\na,0,1,3600,resnet18\nb,0,1,3600,gnmt\nc,0,1,3600,resnet18\n")
+    (note,) = run_simulation(trace, "1x2", "fifo", "obp").notes
+    assert note.startswith("2 model(s) of the trace (gnmt, resnet18) carry no GPU utilisation or device memory")
+    assert run_simulation(trace, "1x2", "fifo", "tune").notes == []  # no sharing: nothing to say
+    assert not any("carry no GPU" in n for n in run_simulation("horus-small", "horus-testbed", "fifo", "horus").notes)

@@ -522,7 +522,8 @@ def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterS
               "restart_overhead_s": cfg.restart_overhead_s, "seed": trace_seed(trace, seed), "cards": str(cards) if not isinstance(cards, dict) else "custom"}
     used = list(dict.fromkeys(n for j in jobs for n in said.get(j.model, ())))
     run = SimRun(result=result, metrics=metrics, params=params,
-                 notes=trace_notes + policy_notes(pol.name, jobs) + used + cut_short_notes(result, cfg, len(jobs)))
+                 notes=trace_notes + policy_notes(pol.name, jobs) + used + cut_short_notes(result, cfg, len(jobs))
+                 + sharing_notes(result, cfg))
     from perfpredict.sched.genie import GeniePerfModel
 
     if any(isinstance(js.perf, GeniePerfModel) for js in result.states):
@@ -546,6 +547,22 @@ def cut_short_notes(result: SimResult, cfg: SimConfig, n_jobs: int) -> list[str]
     return [f"the run stopped at max_time {cfg.max_time_s:g} s with {len(result.unfinished)} job(s) unfinished and "
             f"{n_jobs - arrived - len(result.dropped)} not yet arrived (left out of the records): makespan and "
             "utilisation span the finished jobs only, from the first arrival to the last finish"]
+
+
+def sharing_notes(result: SimResult, cfg: SimConfig) -> list[str]:
+    """GPU sharing (Horus, OBP, PAB) reads each job's solo GPU utilisation and device memory from its perf model
+    (or the measured truth). A paper card's has neither, so such a job counts as keeping its GPU 100% busy in 0 GB:
+    say so rather than let the run's makespan read as a finding about sharing."""
+    if cfg.sharing is None:
+        return []
+    blind = sorted({js.job.model for js in result.states if js.job.model not in cfg.sharing.truth
+                    and (js.perf.gpu_util is None or js.perf.device_mem_gb <= 0)})
+    if not blind:
+        return []
+    return [f"{len(blind)} model(s) of the trace ({', '.join(blind[:5])}{', ...' if len(blind) > 5 else ''}) carry no "
+            "GPU utilisation or device memory (a paper card has neither): GPU sharing counted their jobs as keeping "
+            "a GPU 100% busy in 0 GB of device memory; predicted or measured cards (perfpredict predict, perfpredict "
+            "profile on CUDA) give them both"]
 
 
 def policy_notes(policy: str, jobs: list[Job]) -> list[str]:
