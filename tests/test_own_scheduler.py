@@ -155,3 +155,38 @@ def test_compare_refuses_a_policy_or_mechanism_instance():
 
     with pytest.raises(UsageError, match="names each policy and mechanism by string"):
         compare("synergy:n=5", "1x8", [Scheduler("fifo", _Careless())], [0])
+
+
+def test_built_in_mechanisms_still_run_on_gpus_of_several_sizes_after_a_simulated_oom():
+    """The device-memory check first compared shares with the request a simulated OOM raises, which only the
+    sharing mechanisms reserve: the moldable ones, reserving the card's footprint, were refused on such a cluster."""
+    cluster = {"servers": [{"gpus": 4, "cpus": 32, "mem_gb": 500, "gpu_mem_gb": m} for m in (40, 80, 24)]}
+    run = run_simulation("horus-small", cluster, "fifo", "moldable-proportional")
+    assert len(run.result.finished) == 100 and run.result.stall is None
+
+
+def test_the_documented_mechanism_takes_a_fractional_demand_above_one_gpu(example, tmp_path):
+    trace = tmp_path / "frac.csv"
+    trace.write_text("id,arrival_s,gpus,work_s,model\nj0,0,2.5,3600,resnet50\nj1,0,1,600,resnet50\n")
+    run = run_simulation(trace, "2x8", "fifo", example["FirstFit"]())
+    assert len(run.result.finished) == 2
+
+
+def test_horus_f_reused_on_another_trace_with_the_same_job_ids_answers_as_a_fresh_one():
+    """Horus' k-means features were cached by job id across runs: a second trace reusing the ids was queued
+    by the first trace's jobs' features."""
+    from dataclasses import replace
+
+    from perfpredict.sched.mechanisms import make_mechanism
+    from perfpredict.sim.run import parse_trace
+
+    first = parse_trace("horus-small", 0, [])
+    second = [replace(j, gpus=[4.0, 2.0, 1.0][i % 3]) for i, j in enumerate(first)]
+    reused = make_mechanism("horus-f")
+    run_simulation(first, "horus-testbed", "fifo", reused)
+
+    def finishes(run) -> list[tuple[str, float]]:
+        return sorted((js.id, js.finish) for js in run.result.finished)
+
+    assert finishes(run_simulation(second, "horus-testbed", "fifo", reused)) == \
+        finishes(run_simulation(second, "horus-testbed", "fifo", "horus-f"))

@@ -37,11 +37,11 @@ TORCHSCRIPT_OPSET = 17
 #: Weights (parameters and buffers) above this many bytes are exported as external data (protobuf's 2 GiB
 #: limit, with room for the graph itself).
 EXTERNAL_DATA_BYTES = 1 << 30
-#: One export at a time in a process. The exporters keep global state (TorchScript's ``GLOBALS.in_onnx_export``:
+#: One export (or fvcore count, :mod:`perfpredict.features.fvcore_check`) at a time in a process. The exporters keep global state (TorchScript's ``GLOBALS.in_onnx_export``:
 #: a second export beside the first failed, or fell back to the dynamo exporter's other graph without a word),
 #: and :func:`_quiet` swaps the process's file descriptors and ``sys.stdout``: two swaps interleaved left them
 #: on /dev/null for good. Concurrent ``Predictor.predict`` calls on model files and zoo models export here.
-_EXPORT_LOCK = threading.Lock()
+EXPORT_LOCK = threading.Lock()
 
 
 @dataclass
@@ -59,7 +59,7 @@ def _quiet():
     The exporters print progress lines, deprecation warnings and, when they fail, whole tracebacks through
     loggers bound to the original stderr and from C++ — so Python-level redirection is not enough: the
     process's file descriptors 1 and 2 are pointed at /dev/null for the duration, and logging is disabled.
-    (Other threads' output is silenced with it; callers hold :data:`_EXPORT_LOCK`.)
+    (Other threads' output is silenced with it; callers hold :data:`EXPORT_LOCK`.)
     """
     prev = logging.root.manager.disable
     logging.disable(logging.CRITICAL)
@@ -93,7 +93,7 @@ def export_onnx(model: torch.nn.Module, args: tuple, path: str | Path | None = N
         # torch.onnx.export reads a trailing dict in args as keyword arguments; an empty one after it keeps a
         # dict the model takes by position (``example_inputs`` returning ``(batch,)``) a positional argument.
         args = (*args, {})
-    with _EXPORT_LOCK:
+    with EXPORT_LOCK:
         return _export_first_that_works(model, args, path)
 
 

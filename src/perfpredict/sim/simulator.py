@@ -66,6 +66,13 @@ if TYPE_CHECKING:
 __all__ = ["SimConfig", "SimResult", "SimulationError", "simulate"]
 
 
+def _add_note(e: BaseException, note: str) -> None:
+    """``e.add_note(note)`` where Python has it (3.11 on); on 3.10 the exception goes on as it was."""
+    add = getattr(e, "add_note", None)
+    if callable(add):
+        add(note)
+
+
 class SimulationError(RuntimeError):
     """The simulation cannot go on: a mechanism broke a rule, or the inputs contradict each other."""
 
@@ -383,10 +390,12 @@ class _Sim:
 
     def _device_memory_short(self, js: JobState, alloc: Allocation) -> str | None:
         """What is wrong with ``alloc``'s device memory for ``js``, or None: a device smaller than the job's
-        footprint (its request: predicted, or raised after an OOM), or a share of a device the job does not hold
-        alone that reserves less than the footprint (the ledger keeps only reservations within the device, so the
-        jobs beside it could not be kept there). A server the cluster lacks is the ledger's to refuse."""
-        need = js.device_mem_request_gb
+        footprint (its card's device memory), or a share of a device the job does not hold alone that reserves
+        less than it (the ledger keeps only reservations within the device, so the jobs beside it could not be
+        kept there). A request raised after a simulated OOM is the sharing mechanisms' to honour (Horus' §4.2.3
+        resubmission); the others reserve the card's footprint. A server the cluster lacks is the ledger's to
+        refuse."""
+        need = js.perf.device_mem_gb
         for sh in alloc.shares:
             if not 0 <= sh.server < len(self.cluster.servers):
                 continue
@@ -487,14 +496,14 @@ class _Sim:
         try:
             ordered = self.policy.order(visible, t, self.cluster)
         except Exception as e:
-            e.add_note(f"(raised while policy {self.policy.name!r} ordered the jobs at simulated time {t:g} s)")
+            _add_note(e, f"(raised while policy {self.policy.name!r} ordered the jobs at simulated time {t:g} s)")
             raise
         self.mech._current = self.ledger.copy
         t0 = time.perf_counter()
         try:
             new = self.mech.allocate(ordered, self.cluster, dict(self.running), t)
         except Exception as e:
-            e.add_note(f"(raised in mechanism {self.mech.name!r}'s allocate at simulated time {t:g} s)")
+            _add_note(e, f"(raised in mechanism {self.mech.name!r}'s allocate at simulated time {t:g} s)")
             raise
         finally:
             self.mech._current = None

@@ -239,7 +239,6 @@ class Horus(_SharingBase):
         self.interference = interference
         self.slowdown = slowdown_model(interference)
         self.w_mem, self.w_util = float(w_mem), float(w_util)
-        self._features: dict[tuple[str, float], tuple[float, float, float, float]] = {}
         if overcommit in ("breakeven", "none"):
             self.overcommit: str | float = str(overcommit)
         else:
@@ -250,6 +249,11 @@ class Horus(_SharingBase):
                     from None
             if not self.overcommit > 0:
                 raise ValueError(f"a utilisation cap must be > 0, got {overcommit}")
+
+    def reset(self) -> None:
+        super().reset()
+        #: each job's k-means features, by job id (the next trace reuses the ids)
+        self._features: dict[tuple[str, float], tuple[float, float, float, float]] = {}
 
     def _many(self, u: np.ndarray) -> np.ndarray:
         many = getattr(self.slowdown, "many", None)
