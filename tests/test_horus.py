@@ -383,7 +383,13 @@ def test_sharing_invariants(case):
         opts["interference"] = source
     mech = make_mechanism(name, **opts)
     sh = Sharing(slowdown=slowdown_model(source), truth=truth, record=True, oom_delay_s=20.0)
-    r = simulate(jobs, spec, make_policy("fifo"), mech, models, SimConfig(sharing=sh, oversized="drop"))
+    config = SimConfig(sharing=sh, oversized="drop")
+    if all(max(models[j.model].device_mem_gb, truth[j.model][1]) > spec.servers[0].gpu_mem_gb for j in jobs):
+        # nothing to drop down to: a run of no job is refused, naming one
+        with pytest.raises(SimulationError, match="the cluster can run none of the"):
+            simulate(jobs, spec, make_policy("fifo"), mech, models, config)
+        return
+    r = simulate(jobs, spec, make_policy("fifo"), mech, models, config)
     # every job that fits a device finishes (OOM resubmission and PAB re-queues never livelock)
     assert not r.unfinished and len(r.finished) + len(r.dropped) == len(jobs)
     assert all(max(models[j.model].device_mem_gb, truth[j.model][1]) > spec.servers[0].gpu_mem_gb for j in r.dropped)
