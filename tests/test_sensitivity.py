@@ -304,4 +304,3 @@ def test_sensitivity_probes_record_a_busy_host_and_the_card_says_so(tmp_path):
     assert note is not None and note.startswith(BUSY_NOTE) and "probe(s) at 1 CPU(s)" in note
     idle = sens.model_copy(update={"probed_other_cpus": [0.02]})
     assert busy_host_note(idle, cpus) is None
-
