@@ -647,3 +647,14 @@ def test_sharing_jobs_whose_cards_say_nothing_of_the_gpu_is_noted(tmp_path):
     assert note.startswith("2 model(s) of the trace (gnmt, resnet18) carry no GPU utilisation or device memory")
     assert run_simulation(trace, "1x2", "fifo", "tune").notes == []  # no sharing: nothing to say
     assert not any("carry no GPU" in n for n in run_simulation("horus-small", "horus-testbed", "fifo", "horus").notes)
+
+
+def test_a_job_placed_again_and_again_on_gpus_too_small_for_it_ends_the_run_with_a_reason():
+    """GPU-proportional reserves a job's predicted memory, not the request its OOMs raise: on GPUs of 40/16/24/80 GB
+    it put a job measured at 41.8 GB back on the 40 GB GPU after every OOM, and the run never ended."""
+    from perfpredict.sim import run_simulation
+
+    cluster = {"servers": [{"gpus": 1, "cpus": 8, "mem_gb": 128, "gpu_mem_gb": m} for m in (40, 16, 24, 80)]}
+    run = run_simulation("horus-large", cluster, "fifo", "proportional")
+    assert run.result.stall is not None and "ran out of device memory 50 times" in run.result.stall
+    assert "proportional placed it again" in run.result.stall and run.result.unfinished

@@ -159,6 +159,10 @@ class SimResult:
 #: decisions in a row with nothing progressing and nothing left to arrive before a run is declared stalled: a
 #: randomised mechanism (ANDREAS' RG) gets several tries, and a periodic one cannot loop for ever
 STALL_DECISIONS = 10
+#: A job that ran out of device memory this many times is given up: a mechanism that places it again and again
+#: on GPUs that cannot hold it (one that reserves its card's footprint, not the request the OOM raised) would
+#: otherwise retry it for ever (Horus' resubmission raises the request after each OOM, §4.2.3).
+OOM_GIVE_UP = 50
 
 # Event kinds, in the order they are handled at equal times: completions free resources before arrivals are
 # queued, and both happen before the decision at that instant.
@@ -375,6 +379,10 @@ class _Sim:
             self._set_allocation(js, None, t, 0.0)
             js.ooms += 1
             self.oom_events += 1
+            if js.ooms >= OOM_GIVE_UP and self.stall is None:
+                self.stall = (f"job {js.id} ran out of device memory {js.ooms} times ({mem:g} GB measured): "
+                              f"{self.mech.name} placed it again on GPUs that could not hold it, without the "
+                              f"device memory its OOMs asked for (JobState.device_mem_request_gb)")
             request = max(js.device_mem_request_gb, available)
             if js.ooms >= self.sharing.max_oom_retries:
                 request = max(request, min(cap[k[0]].gpu_mem_gb for k in keys))
@@ -604,7 +612,7 @@ class _Sim:
         tick: float | None = None  # next periodic decision (with a period)
         t = 0.0
         idle_decisions = 0  # decisions in a row after which nothing progressed and nothing was left to arrive
-        while True:
+        while self.stall is None:
             decisions_before = self.decisions
             t_arr = self.arrivals[self.next_arrival].arrival if self.next_arrival < len(self.arrivals) else math.inf
             t_done = self._peek_completion()
