@@ -85,15 +85,15 @@ _EXTRA_HANDLES = {
 
 def fvcore_counts(model: torch.nn.Module, args: tuple) -> dict[str, Any]:
     """fvcore's count for ``model(*args)``: ``{"macs", "total", "by_operator", "unsupported"}``."""
-    from fvcore.nn import FlopCountAnalysis
-
     from perfpredict.features.onnx_export import EXPORT_LOCK
 
     with EXPORT_LOCK:  # JIT tracing, and the process's logging switch and stderr, as an export uses them
-        return _count(FlopCountAnalysis, model, args)
+        return _count(model, args)
 
 
-def _count(flop_count_analysis, model: torch.nn.Module, args: tuple) -> dict[str, Any]:
+def _count(model: torch.nn.Module, args: tuple) -> dict[str, Any]:
+    from fvcore.nn import FlopCountAnalysis
+
     was_training = model.training
     model.eval()
     prev = logging.root.manager.disable
@@ -102,7 +102,7 @@ def _count(flop_count_analysis, model: torch.nn.Module, args: tuple) -> dict[str
         # Grad enabled on purpose (see onnx_export: no_grad switches attention to a fused kernel).
         with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
             warnings.simplefilter("ignore")
-            fa = flop_count_analysis(model, args)
+            fa = FlopCountAnalysis(model, args)
             fa.set_op_handle(**_EXTRA_HANDLES)
             fa.unsupported_ops_warnings(False)
             fa.uncalled_modules_warnings(False)

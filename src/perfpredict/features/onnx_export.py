@@ -37,10 +37,11 @@ TORCHSCRIPT_OPSET = 17
 #: Weights (parameters and buffers) above this many bytes are exported as external data (protobuf's 2 GiB
 #: limit, with room for the graph itself).
 EXTERNAL_DATA_BYTES = 1 << 30
-#: One export (or fvcore count, :mod:`perfpredict.features.fvcore_check`) at a time in a process. The exporters keep global state (TorchScript's ``GLOBALS.in_onnx_export``:
-#: a second export beside the first failed, or fell back to the dynamo exporter's other graph without a word),
-#: and :func:`_quiet` swaps the process's file descriptors and ``sys.stdout``: two swaps interleaved left them
-#: on /dev/null for good. Concurrent ``Predictor.predict`` calls on model files and zoo models export here.
+#: One export (or fvcore count, :mod:`perfpredict.features.fvcore_check`) at a time in a process. The exporters
+#: keep global state (TorchScript's ``GLOBALS.in_onnx_export``: a second export beside the first failed, or fell
+#: back to the dynamo exporter's other graph without a word), and :func:`_quiet` swaps the process's file
+#: descriptors and ``sys.stdout``: two swaps interleaved left them on /dev/null for good. Concurrent
+#: ``Predictor.predict`` calls on model files and zoo models export here.
 EXPORT_LOCK = threading.Lock()
 
 

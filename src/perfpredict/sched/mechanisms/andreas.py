@@ -87,17 +87,17 @@ class AndreasRG(Mechanism):
         self.max_it, self.rho, self.swap_scale = int(max_it), float(rho), float(swap_scale)
         self.period_s = period_s
         self.seed = seed
-        self.rng = np.random.default_rng(seed)
         self._classes = _Classes()
-        #: one entry per call: jobs in the problem, RG and whole-call seconds (wall and CPU), f_OBJ, the greedy's
-        self.calls: list[dict[str, float]] = []
         self.record_problems = record_problems
-        self.problems: list[AndreasProblem] = []
+        self.reset()
 
     def reset(self) -> None:
         """A run starts: the random generator from its seed again, and no calls or problems recorded."""
         self.rng = np.random.default_rng(self.seed)
-        self.calls, self.problems = [], []
+        #: one entry per call: jobs in the problem, RG and whole-call seconds (wall and CPU), f_OBJ, the greedy's
+        #: f_OBJ
+        self.calls: list[dict[str, float]] = []
+        self.problems: list[AndreasProblem] = []
 
     def allocate(self, ordered: Sequence[JobState], cluster: ClusterSpec, running: Mapping[str, Allocation],
                  now: float) -> dict[str, Allocation]:
