@@ -127,7 +127,8 @@ class JobState:
     energy_cost: float = 0.0
     cost_rate: float = 0.0
     #: GPU sharing (Horus, seed 004): times the job failed with an out-of-memory error on a shared device, and
-    #: the device memory (GB) to reserve for it from then on (None: what its perf model predicts)
+    #: the device memory (GB) to reserve for it from then on (None: what its perf model predicts; the simulator
+    #: also raises ``perf.device_mem_gb`` to it, so that every mechanism reserves it)
     ooms: int = 0
     mem_request_gb: float | None = None
 

@@ -41,6 +41,7 @@ Deterministic: no randomness here (traces carry the seed); ties break by job arr
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import time
@@ -160,9 +161,13 @@ class SimResult:
 #: randomised mechanism (ANDREAS' RG) gets several tries, and a periodic one cannot loop for ever
 STALL_DECISIONS = 10
 #: A job that ran out of device memory this many times is given up: a mechanism that places it again and again
-#: on GPUs that cannot hold it (one that reserves its card's footprint, not the request the OOM raised) would
-#: otherwise retry it for ever (Horus' resubmission raises the request after each OOM, §4.2.3).
+#: on GPUs that cannot hold it (one that ignores the job's card, whose device memory each OOM raises, §4.2.3)
+#: would otherwise retry it for ever.
 OOM_GIVE_UP = 50
+#: How much more device memory (GB) a job that ran out of it asks for than was available to it where it failed:
+#: Horus resubmits with "equal or greater"; equal would let a job that failed alone on a GPU back onto a GPU of
+#: that size, where it fails again.
+OOM_REQUEST_MARGIN_GB = 1e-3
 
 # Event kinds, in the order they are handled at equal times: completions free resources before arrivals are
 # queued, and both happen before the decision at that instant.
@@ -381,12 +386,15 @@ class _Sim:
             self.oom_events += 1
             if js.ooms >= OOM_GIVE_UP and self.stall is None:
                 self.stall = (f"job {js.id} ran out of device memory {js.ooms} times ({mem:g} GB measured): "
-                              f"{self.mech.name} placed it again on GPUs that could not hold it, without the "
-                              f"device memory its OOMs asked for (JobState.device_mem_request_gb)")
-            request = max(js.device_mem_request_gb, available)
+                              f"{self.mech.name} placed it again and again where the memory left beside the "
+                              f"other jobs could not hold it")
+            request = max(js.device_mem_request_gb, available + OOM_REQUEST_MARGIN_GB)
             if js.ooms >= self.sharing.max_oom_retries:
                 request = max(request, min(cap[k[0]].gpu_mem_gb for k in keys))
             js.mem_request_gb = request
+            if request > js.perf.device_mem_gb:
+                # the resubmitted job's card asks for the memory: every mechanism reserves and places by the card
+                js.perf = dataclasses.replace(js.perf, device_mem_gb=request)
             if js.first_start == t:
                 js.first_start = None  # it never ran
             self.hold_until[js.id] = t + self.sharing.oom_delay_s
@@ -398,11 +406,10 @@ class _Sim:
 
     def _device_memory_short(self, js: JobState, alloc: Allocation) -> str | None:
         """What is wrong with ``alloc``'s device memory for ``js``, or None: a device smaller than the job's
-        footprint (its card's device memory), or a share of a device the job does not hold alone that reserves
-        less than it (the ledger keeps only reservations within the device, so the jobs beside it could not be
-        kept there). A request raised after a simulated OOM is the sharing mechanisms' to honour (Horus' §4.2.3
-        resubmission); the others reserve the card's footprint. A server the cluster lacks is the ledger's to
-        refuse."""
+        footprint (its card's device memory, raised after a simulated OOM to what the job resubmits with: Horus'
+        §4.2.3), or a share of a device the job does not hold alone that reserves less than it (the ledger keeps
+        only reservations within the device, so the jobs beside it could not be kept there). A server the cluster
+        lacks is the ledger's to refuse."""
         need = js.perf.device_mem_gb
         for sh in alloc.shares:
             if not 0 <= sh.server < len(self.cluster.servers):
