@@ -14,10 +14,10 @@ taken to behave as predicted). With :class:`Sharing` in :class:`~perfpredict.sim
 * **out of memory**: when the measured device memory of the jobs on a device exceeds the device, the jobs
   placed last on it fail (last first, until the rest fit). A failed job goes back to the queue, hidden from
   the scheduler for ``oom_delay_s`` (the monitor noticing the failure and resubmitting it, §4.2.3), with its
-  memory request raised above the memory that was available to it where it failed ("GPU memory must be
-  equal or greater than the memory available previously placed"; 1 MB more, so that a job that failed alone on
-  a GPU is not put back on one of that size); after ``max_oom_retries`` failures it asks for at least the whole
-  device. The request becomes the device memory of the job's card (``JobState.perf``), so every mechanism
+  memory request raised to at least the memory that was available to it where it failed ("GPU memory must be
+  equal or greater than the memory available previously placed"; 1 MB more than the GPU when it failed with the
+  GPU to itself, so that it is not put back on one of that size); after ``max_oom_retries`` failures it asks for
+  at least the whole device. The request becomes the device memory of the job's card (``JobState.perf``), so every mechanism
   reserves and places by it. The failure is immediate (no progress is lost: jobs run out of memory while
   allocating their first iteration) and counted in ``JobState.ooms``;
 * **utilisation as NVML measures it**: each device is busy ``min(1, U)`` of the time; the simulator records

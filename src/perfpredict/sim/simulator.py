@@ -41,7 +41,7 @@ Deterministic: no randomness here (traces carry the seed); ties break by job arr
 
 from __future__ import annotations
 
-import dataclasses
+import copy
 import heapq
 import math
 import time
@@ -164,9 +164,9 @@ STALL_DECISIONS = 10
 #: on GPUs that cannot hold it (one that ignores the job's card, whose device memory each OOM raises, §4.2.3)
 #: would otherwise retry it for ever.
 OOM_GIVE_UP = 50
-#: How much more device memory (GB) a job that ran out of it asks for than was available to it where it failed:
-#: Horus resubmits with "equal or greater"; equal would let a job that failed alone on a GPU back onto a GPU of
-#: that size, where it fails again.
+#: How much more device memory (GB) than the whole GPU a job asks for after running out of it with the GPU to
+#: itself: Horus resubmits with "equal or greater" than the memory that was available; equal would let it back
+#: onto a GPU of that size, where it fails again. (Failing beside other jobs, it asks for what was left to it.)
 OOM_REQUEST_MARGIN_GB = 1e-3
 
 # Event kinds, in the order they are handled at equal times: completions free resources before arrivals are
@@ -388,13 +388,17 @@ class _Sim:
                 self.stall = (f"job {js.id} ran out of device memory {js.ooms} times ({mem:g} GB measured): "
                               f"{self.mech.name} placed it again and again where the memory left beside the "
                               f"other jobs could not hold it")
-            request = max(js.device_mem_request_gb, available + OOM_REQUEST_MARGIN_GB)
+            if available >= min(cap[k[0]].gpu_mem_gb for k in over) - EPS:
+                available += OOM_REQUEST_MARGIN_GB  # it failed with whole GPUs to itself: it needs larger ones
+            request = max(js.device_mem_request_gb, available)
             if js.ooms >= self.sharing.max_oom_retries:
                 request = max(request, min(cap[k[0]].gpu_mem_gb for k in keys))
             js.mem_request_gb = request
             if request > js.perf.device_mem_gb:
                 # the resubmitted job's card asks for the memory: every mechanism reserves and places by the card
-                js.perf = dataclasses.replace(js.perf, device_mem_gb=request)
+                # (a copy, not dataclasses.replace: a subclass's own __init__ need not take device_mem_gb)
+                js.perf = copy.copy(js.perf)
+                object.__setattr__(js.perf, "device_mem_gb", request)
             if js.first_start == t:
                 js.first_start = None  # it never ran
             self.hold_until[js.id] = t + self.sharing.oom_delay_s
@@ -411,16 +415,17 @@ class _Sim:
         only reservations within the device, so the jobs beside it could not be kept there). A server the cluster
         lacks is the ledger's to refuse."""
         need = js.perf.device_mem_gb
+        why = (f" (js.perf.device_mem_gb, raised after its {js.ooms} out-of-memory failure(s))" if js.ooms else
+               " (js.perf.device_mem_gb)")
         for sh in alloc.shares:
             if not 0 <= sh.server < len(self.cluster.servers):
                 continue
             cap = self.cluster.servers[sh.server].gpu_mem_gb
             if need > cap + EPS:
-                return (f"server {sh.server}'s GPUs, with {cap:g} GB of device memory each, and it needs {need:g} "
-                        f"GB")
+                return f"server {sh.server}'s GPUs, with {cap:g} GB of device memory each, and it needs {need:g} GB{why}"
             if (sh.shared or sh.gpus < 1 - EPS) and sh.device_mem_gb < need - EPS:
                 return (f"a share of a GPU on server {sh.server} that reserves {sh.device_mem_gb:g} GB of device "
-                        f"memory, and it needs {need:g} GB (a share's device_mem_gb)")
+                        f"memory (its device_mem_gb), and it needs {need:g} GB{why}")
         return None
 
     def _set_allocation(self, js: JobState, alloc: Allocation | None, t: float, overhead: float) -> None:
