@@ -303,6 +303,37 @@ def test_horus_ranks_over_committed_devices_by_eq_9_instead_of_excluding_them():
     assert mech.admits(np.array([1, 1]), np.array([0.9, 0.6]), 0.9).all()  # no utilisation filter by default
 
 
+def test_a_utilisation_cap_leaves_an_idle_gpu_open_to_any_job():
+    """``overcommit=0.5`` refused even an idle GPU to a job predicted above 50 % busy, and the run stalled with
+    4 of 10 jobs left (found by a randomised scan)."""
+    mech = Horus(overcommit=0.5)
+    assert mech.admits(np.array([0, 1, 1]), np.array([0.0, 0.3, 0.1]), 0.9).tolist() == [True, False, False]
+    assert mech.admits(np.array([1]), np.array([0.1]), 0.4).tolist() == [True]
+    from perfpredict.sim import run_simulation
+
+    r = run_simulation("horus:workload=large,n=10", "horus-testbed", "fifo", "horus:overcommit=0.5").result
+    assert r.stall is None and len(r.finished) == 10
+
+
+@pytest.mark.parametrize("mechanism", ["horus", "horus-f", "obp", "pab"])
+def test_the_sharing_mechanisms_take_each_servers_own_host_share(mechanism):
+    """Every server's host CPUs and memory per device were server 0's: a job fitting only the second server was
+    asked for 256 GB of its 64 (found by a randomised scan), and a CPU-only server listed first gave every job
+    0 CPUs and 0 GB."""
+    from perfpredict.sim import run_simulation
+
+    mixed = {"servers": [{"gpus": 1, "cpus": 8, "mem_gb": 512, "gpu_mem_gb": 16, "gpu_type": "H100"},
+                         {"gpus": 1, "cpus": 8, "mem_gb": 64, "gpu_mem_gb": 80, "gpu_type": "H100"}]}
+    r = run_simulation("horus:workload=large,n=10", mixed, "fifo", mechanism).result
+    assert r.stall is None and len(r.finished) == 10
+    cpu_first = {"servers": [{"gpus": 0, "cpus": 64, "mem_gb": 256}, {"gpus": 4, "cpus": 24, "mem_gb": 500}]}
+    r = run_simulation("synergy:n=5", cpu_first, "fifo", mechanism).result
+    assert r.stall is None and len(r.finished) == 5
+    # server 1's 6 CPUs and 125 GB per GPU, halved for the two jobs a GPU may take
+    assert all(js.cpu_seconds / (js.run_time * js.job.gpus) == pytest.approx(3.0) for js in r.finished)
+    assert all(js.mem_gb_seconds / (js.run_time * js.job.gpus) == pytest.approx(62.5) for js in r.finished)
+
+
 def test_obp_goes_where_most_memory_is_free_and_fifo_never_shares():
     models = {"big": model("big", 0.3, 30.0), "small": model("small", 0.3, 2.0)}
     truth = {"big": (0.3, 30.0), "small": (0.3, 2.0)}

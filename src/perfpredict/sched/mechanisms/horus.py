@@ -27,7 +27,8 @@ The simulator runs them with the measured values (:mod:`perfpredict.sim.sharing`
   while the interference model predicts that its jobs together progress at least as fast as without it:
   ``(m+1)/(1+f(U+u)) >= m/(1+f(U))`` for ``m`` jobs at predicted cumulative utilisation ``U`` (always true
   on an idle device; for a pair, ``f(U+u) <= 1``: 171 % with the measured H100 model, 131 % with the
-  paper's RTX 2080 one); a number caps the predicted cumulative utilisation.
+  paper's RTX 2080 one); a number caps the predicted cumulative utilisation of a device that already has a
+  job (an idle one takes any job).
 * :class:`OpportunisticBinPacking` (OBP) — jobs in policy order; each goes to the devices with the most free
   (predicted) memory that fit it, "similar to least-loaded" (§5.2); one that fits nowhere is skipped.
 * :class:`PerformanceAwareBinPacking` (PAB) — OBP's placement, then after a warm-up (60 s, §5.2: "0-60s") the
@@ -55,7 +56,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from perfpredict.sched.base import Mechanism
-from perfpredict.sched.cluster import EPS, Allocation, ClusterSpec, Ledger
+from perfpredict.sched.cluster import EPS, Allocation, ClusterSpec, Ledger, Share
 from perfpredict.sched.horus import job_features, kmeans_l1, placement_cost, weighted_fair_quota
 from perfpredict.sched.job import JobState
 from perfpredict.sched.placement import choose_devices, proportional_allocation
@@ -118,14 +119,15 @@ class _Devices:
         s = int(self.server_of[i])
         return s, i - int(self.offset[s])
 
-    def pick(self, candidates: Sequence[int], lam: int, cpus: float, mem: float) -> list[int] | None:
-        """The first ``lam`` candidates (in the given order) whose servers still have host CPUs/memory."""
+    def pick(self, candidates: Sequence[int], lam: int, cpus: Sequence[float], mem: Sequence[float]) -> list[int] | None:
+        """The first ``lam`` candidates (in the given order) whose servers still have host CPUs/memory (a job
+        takes ``cpus[s]`` and ``mem[s]`` per device on server ``s``)."""
         taken: dict[int, int] = {}
         out: list[int] = []
         for i in candidates:
             s = int(self.server_of[i])
             n = taken.get(s, 0) + 1
-            if self.ledger.free_cpus[s] + EPS < n * cpus or self.ledger.free_mem[s] + EPS < n * mem:
+            if self.ledger.free_cpus[s] + EPS < n * cpus[s] or self.ledger.free_mem[s] + EPS < n * mem[s]:
                 continue
             taken[s] = n
             out.append(int(i))
@@ -133,20 +135,20 @@ class _Devices:
                 return out
         return None
 
-    def place(self, js: JobState, devs: Sequence[int], util: float, mem_gb: float, cpus: float, mem: float,
-              shared: bool = True) -> Allocation:
+    def place(self, js: JobState, devs: Sequence[int], util: float, mem_gb: float, cpus: Sequence[float],
+              mem: Sequence[float]) -> Allocation:
+        """Put ``js`` on devices ``devs`` (shared shares; host CPUs and memory per device as in :meth:`pick`)."""
         by_server: dict[int, list[int]] = {}
         for i in devs:
             s, d = self.key(i)
             by_server.setdefault(s, []).append(d)
-        if shared:
-            alloc = Allocation.shared_devices(by_server, cpus, mem, mem_gb)
-        else:
-            alloc = Allocation.proportional(by_server, cpus * len(devs), mem * len(devs), mem_gb)
+        alloc = Allocation(tuple(Share(server=s, gpus=float(len(ds)), cpus=cpus[s] * len(ds), mem_gb=mem[s] * len(ds),
+                                       devices=tuple(sorted(ds)), device_mem_gb=mem_gb, shared=True)
+                                 for s, ds in sorted(by_server.items())))
         self.ledger.take(alloc)
         for i in devs:
             self.used_mem[i] += mem_gb
-            self.sharers[i] += 1 if shared else 0
+            self.sharers[i] += 1
             self.free[i] = 0.0
             self.util[i] += util
             self._new_jobs.setdefault(i, []).append(js.id)
@@ -210,10 +212,10 @@ class _SharingBase(Mechanism):
                         self._on.setdefault(i, []).append(js.id)
         return _Devices(ledger, self._statics[1], self._util, self._on)
 
-    def _host(self, cluster: ClusterSpec, server: int = 0) -> tuple[float, float]:
-        """Host CPUs and memory a job takes per device (see the module docstring)."""
-        srv = cluster.servers[server]
-        return srv.cpus_per_gpu / self.max_colocated, srv.mem_per_gpu / self.max_colocated
+    def _host(self, cluster: ClusterSpec) -> tuple[list[float], list[float]]:
+        """Host CPUs and memory a job takes per device on each server (see the module docstring)."""
+        k = self.max_colocated
+        return [s.cpus_per_gpu / k for s in cluster.servers], [s.mem_per_gpu / k for s in cluster.servers]
 
     def _start(self, cluster: ClusterSpec, running: Mapping[str, Allocation], ordered: Sequence[JobState]):
         out: dict[str, Allocation] = dict(running)
@@ -268,7 +270,9 @@ class Horus(_SharingBase):
         if self.overcommit == "none":
             return np.ones(n.shape, bool)
         if not isinstance(self.overcommit, str):
-            return u + job_util <= self.overcommit + 1e-9
+            # an idle device takes any job, as under the break-even rule: a cap below a job's own predicted
+            # utilisation would otherwise leave it waiting for ever
+            return (u + job_util <= self.overcommit + 1e-9) | (n == 0)
         before = np.where(n >= 2, n / (1.0 + self._many(u)), n)
         after = (n + 1) / (1.0 + self._many(u + job_util))
         return after >= before - 1e-12
@@ -335,7 +339,8 @@ class Horus(_SharingBase):
         self.last_stats = {"rounds": float(len(rounds)), "placed": float(placed)}
         return out
 
-    def _place(self, js: JobState, view: _Devices, cluster: ClusterSpec, cpus: float, mem: float) -> Allocation | None:
+    def _place(self, js: JobState, view: _Devices, cluster: ClusterSpec, cpus: Sequence[float],
+               mem: Sequence[float]) -> Allocation | None:
         lam = _lam(js)
         need = js.device_mem_request_gb
         u = predicted_util(js)
@@ -372,7 +377,7 @@ class OpportunisticBinPacking(_SharingBase):
 
     name = "obp"
 
-    def _choose(self, js: JobState, view: _Devices, cpus: float, mem: float,
+    def _choose(self, js: JobState, view: _Devices, cpus: Sequence[float], mem: Sequence[float],
                 avoid: set[int] | None = None) -> list[int] | None:
         need = js.device_mem_request_gb
         ok = view.feasible(need, self.max_colocated)
