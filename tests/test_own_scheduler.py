@@ -89,7 +89,7 @@ def test_a_gpu_share_must_reserve_the_jobs_device_memory(tmp_path):
     trace, models = _big_jobs(tmp_path)
     one_size = {"servers": [{"gpus": 4, "cpus": 12, "mem_gb": 250, "gpu_mem_gb": 80}]}
     with pytest.raises(UsageError, match=r"careless gave job j0 a share of a GPU on server 0 that reserves 0 "
-                                              r"GB of device memory, and it needs 40 GB"):
+                                              r"GB of device memory \(its device_mem_gb\), and it needs 40 GB"):
         run_simulation(trace, one_size, "fifo", _Careless(fraction=True), cards=models)
 
 
