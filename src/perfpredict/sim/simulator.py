@@ -160,6 +160,12 @@ class SimResult:
 #: decisions in a row with nothing progressing and nothing left to arrive before a run is declared stalled: a
 #: randomised mechanism (ANDREAS' RG) gets several tries, and a periodic one cannot loop for ever
 STALL_DECISIONS = 10
+#: Every this many decisions, once every job has arrived, the run checks that work gets done: the active jobs'
+#: total progress (reference seconds) must pass its best so far, or a job finish, within NO_PROGRESS_CHECKS
+#: checks. Otherwise preemptions roll the work back to checkpoints, or restart overheads eat it, as fast as it is
+#: done (LAS swapping two one-epoch jobs every round), and the run would go on for ever.
+PROGRESS_CHECK_DECISIONS = 1000
+NO_PROGRESS_CHECKS = 10
 #: A job that ran out of device memory this many times is given up: a mechanism that places it again and again
 #: on GPUs that cannot hold it (one that ignores the job's card, whose device memory each OOM raises, §4.2.3)
 #: would otherwise retry it for ever.
@@ -624,6 +630,7 @@ class _Sim:
         tick: float | None = None  # next periodic decision (with a period)
         t = 0.0
         idle_decisions = 0  # decisions in a row after which nothing progressed and nothing was left to arrive
+        progress = _ProgressWatch()
         while self.stall is None:
             decisions_before = self.decisions
             t_arr = self.arrivals[self.next_arrival].arrival if self.next_arrival < len(self.arrivals) else math.inf
@@ -681,9 +688,42 @@ class _Sim:
                     break
             elif not frozen:
                 idle_decisions = 0
+            if (self.decisions // PROGRESS_CHECK_DECISIONS > decisions_before // PROGRESS_CHECK_DECISIONS
+                    and self.next_arrival >= len(self.arrivals) and self.stall is None):
+                self.stall = progress.check(self, t)
         for js in self.active.values():
             js.advance(max(t, js.updated_at))
         return t, list(self.active.values())
+
+
+class _ProgressWatch:
+    """The no-net-progress check of :data:`PROGRESS_CHECK_DECISIONS` (a run whose work is undone as fast as it is
+    done has a completion always scheduled, so the frozen-run checks never see it)."""
+
+    def __init__(self) -> None:
+        self.finished = -1
+        self.best = -math.inf
+        self.checks = 0
+
+    def check(self, sim: _Sim, t: float) -> str | None:
+        """None while work gets done; else the stall reason."""
+        done = sum(js.job.work - js.remaining_at(t) for js in sim.active.values())
+        if len(sim.finished) != self.finished:
+            self.finished, self.best, self.checks = len(sim.finished), done, 0
+            return None
+        if done > self.best:
+            self.best, self.checks = done, 0
+            return None
+        self.checks += 1
+        if self.checks < NO_PROGRESS_CHECKS:
+            return None
+        states = sim.active.values()
+        return (f"{self.checks * PROGRESS_CHECK_DECISIONS} decisions in a row in which no job finished and the "
+                f"{len(sim.active)} active job(s) got no further than {self.best:g} reference seconds of work done "
+                f"between them: {sum(js.preemptions for js in states)} preemption(s) so far lost "
+                f"{sum(js.lost_work for js in states):g} s of work to checkpoints (a job's last epoch) and restart "
+                f"overheads took the rest ({sim.policy.name} with {sim.mech.name}; fewer preemptions, shorter "
+                f"epochs or longer rounds let the work stay done)")
 
 
 def simulate(jobs: Sequence[Job], cluster: ClusterSpec, policy: Policy | str, mechanism: Mechanism | str,
