@@ -17,9 +17,9 @@ taken to behave as predicted). With :class:`Sharing` in :class:`~perfpredict.sim
   memory request raised to at least the memory that was available to it where it failed ("GPU memory must be
   equal or greater than the memory available previously placed"; 1 MB more than the GPU when it failed with the
   GPU to itself, so that it is not put back on one of that size); after ``max_oom_retries`` failures it asks for
-  at least the whole device. The request becomes the device memory of the job's card (``JobState.perf``), so every mechanism
-  reserves and places by it. The failure is immediate (no progress is lost: jobs run out of memory while
-  allocating their first iteration) and counted in ``JobState.ooms``;
+  at least the whole device. The request becomes the device memory of the job's card (``JobState.perf``), so
+  every mechanism reserves and places by it. The failure is immediate (no progress is lost: jobs run out of
+  memory while allocating their first iteration) and counted in ``JobState.ooms``;
 * **utilisation as NVML measures it**: each device is busy ``min(1, U)`` of the time; the simulator records
   the cluster's total (``SimResult.busy``), the ``busy_gpu_util`` metric.
 
