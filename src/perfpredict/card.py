@@ -638,11 +638,12 @@ class PerformanceCard(_Section):
         if card.prediction is not None and not card.prediction.points:
             raise PerfPredictError("invalid card: prediction.points is empty: a predicted card has one point per "
                                    "batch size", source=source, step="read card")
-        knots = card.speedup_curve.fit.get("knots") if card.speedup_curve is not None else None
-        if knots is not None:
-            from perfpredict.fit.speedup import knots_problem
+        fit = card.speedup_curve.fit if card.speedup_curve is not None else {}
+        if fit.get("knots") is not None or fit.get("tail") is not None:
+            from perfpredict.fit.speedup import knots_problem, tail_problem
 
-            problem = knots_problem(knots)
+            problem = ((knots_problem(fit["knots"]) if fit.get("knots") is not None else None)
+                       or (tail_problem(fit["tail"]) if fit.get("tail") is not None else None))
             if problem:
                 raise PerfPredictError(f"invalid card: speedup_curve.fit: {problem}; the file was edited or damaged",
                                        source=source, step="read card")

@@ -587,12 +587,14 @@ SimDropOversized = Annotated[bool, typer.Option("--drop-oversized", help="leave 
 def sim_settings(mode: str, round_s: float, restart_overhead: float, max_time: float | None,
                  steady: str | None, drop_oversized: bool = False):
     """The simulator flags shared by ``simulate`` and ``compare``, checked: a SimConfig and the steady window."""
-    from perfpredict.sim.simulator import SimConfig
+    from perfpredict.sim.simulator import MIN_PERIOD_S, SimConfig
 
     if mode not in ("auto", "round", "event"):
         raise UsageError(f"--mode must be auto, round or event, not {mode!r}", step="arguments")
-    if not (math.isfinite(round_s) and round_s > 0) or not (math.isfinite(restart_overhead) and restart_overhead >= 0):
-        raise UsageError("need --round > 0 and --restart-overhead >= 0 (finite seconds)", step="arguments")
+    if not (math.isfinite(round_s) and round_s >= MIN_PERIOD_S) \
+            or not (math.isfinite(restart_overhead) and restart_overhead >= 0):
+        raise UsageError(f"need --round >= {MIN_PERIOD_S:g} and --restart-overhead >= 0 (finite seconds)",
+                         step="arguments")
     if max_time is not None and not (math.isfinite(max_time) and max_time > 0):
         raise UsageError(f"--max-time must be a positive number of seconds, got {max_time}", step="arguments")
     window = None

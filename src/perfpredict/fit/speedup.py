@@ -179,6 +179,25 @@ def knots_problem(knots: Any) -> str | None:
     return None
 
 
+def tail_problem(tail: Any) -> str | None:
+    """What makes a saved curve's ``tail`` impossible for :class:`Tail` (a known shape through a point of the
+    first quadrant, its parameter in [0, 1] as the fit leaves it), or None: a hand-edited ``used`` of 2 ran a job
+    faster on half its GPUs, an unknown kind or a zero anchor failed in the middle of a simulation."""
+    if not isinstance(tail, dict):
+        return "tail must be an object (kind, anchor_p, anchor_speedup, used)"
+    if tail.get("kind") not in TAIL_KINDS:
+        return f"tail kind must be one of {', '.join(TAIL_KINDS)}, got {tail.get('kind')!r}"
+    try:
+        p0, y0, used = float(tail["anchor_p"]), float(tail["anchor_speedup"]), float(tail.get("used", 0.0))
+    except (KeyError, TypeError, ValueError):
+        return "tail needs numbers anchor_p, anchor_speedup and used"
+    if not (math.isfinite(p0) and p0 > 0 and math.isfinite(y0) and y0 > 0):
+        return f"the tail's anchor must be a point with p > 0 and speedup > 0, got ({p0:g}, {y0:g})"
+    if not 0.0 <= used <= 1.0:
+        return f"the tail's parameter (Amdahl's f or the power law's exponent) must be in [0, 1], got {used:g}"
+    return None
+
+
 @dataclass(frozen=True)
 class SpeedupCurve:
     """A fitted speedup curve: ``speedup(p)``, ``uncertainty(p)``, ``efficiency(p)``; JSON via ``to_dict``.
@@ -303,7 +322,7 @@ class SpeedupCurve:
         missing = [k for k in ("points", "knots", "tail", "rel_uncertainty") if k not in d]
         if missing:
             raise ValueError(f"not a speedup curve: no {', '.join(missing)} (write one with SpeedupCurve.to_dict)")
-        problem = knots_problem(d["knots"])
+        problem = knots_problem(d["knots"]) or tail_problem(d["tail"])
         if problem:
             raise ValueError(f"not a speedup curve: {problem}")
         sig = d.get("sigma") or [None] * len(d["points"])

@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 __all__ = ["Job", "JobState"]
 
 
+#: The latest arrival a trace may have (seconds from its start): beyond it, the clock's rounding eats jobs' work.
+MAX_ARRIVAL_S = 1e11
+
+
 @dataclass(frozen=True)
 class Job:
     """One training job of a trace.
@@ -70,6 +74,13 @@ class Job:
             raise ValueError(f"job {self.id}: epochs must be a whole number, got {self.epochs!r}")
         if not self.arrival >= 0:
             raise ValueError(f"job {self.id}: arrival must be >= 0, got {self.arrival}")
+        if self.arrival > MAX_ARRIVAL_S:
+            # a job's work would be lost to rounding at such times (1.7e18 ns since 1970 ran every job in 0 s)
+            raise ValueError(f"job {self.id}: arrival {self.arrival:g} s is past {MAX_ARRIVAL_S:g} s (3,000 years): "
+                             f"arrivals are seconds from the trace's start (shift the clock to the first arrival)")
+        if isinstance(self.priority, bool) or not isinstance(self.priority, numbers.Integral) \
+                or not -2 ** 63 <= self.priority < 2 ** 63:
+            raise ValueError(f"job {self.id}: priority must be a whole number within 64 bits, got {self.priority!r}")
         if not self.gpus > 0:
             raise ValueError(f"job {self.id}: GPU demand must be > 0, got {self.gpus}")
         if not self.work > 0:

@@ -448,11 +448,18 @@ def plot_comparison(cmp: Comparison, rows: list[dict[str, Any]], path: Path) -> 
     for ax, m in zip(axes[0], cmp.metrics):
         by = {r["scheduler"]: r for r in rows if r["metric"] == m}
         scale, unit = (1 / 3600, " (h)") if m.endswith("_s") else (1.0, "")
+        # a scheduler with no value (every run failed, or a metric it has not) gets no bar and "n/a", not a 0
+        have = [by[x]["mean"] is not None for x in labels]
         means = [(by[x]["mean"] or 0.0) * scale for x in labels]
         sds = [(by[x]["sd"] or 0.0) * scale for x in labels]
-        ax.bar(range(len(labels)), means, yerr=sds, capsize=3,
-               color=["#999999"] + ["#4c72b0"] * (len(labels) - 1))
+        colours = ["#999999"] + ["#4c72b0"] * (len(labels) - 1)
+        idx = [i for i, h in enumerate(have) if h]
+        ax.bar(idx, [means[i] for i in idx], yerr=[sds[i] for i in idx], capsize=3, color=[colours[i] for i in idx])
+        for i, h in enumerate(have):
+            if not h:
+                ax.text(i, 0, "n/a", ha="center", va="bottom", fontsize=7, color="#aa3333")
         ax.set_xticks(range(len(labels)))
+        ax.set_xlim(-0.6, len(labels) - 0.4)
         ax.set_xticklabels(labels, rotation=35, ha="right", fontsize=7)
         ax.set_title(m + unit, fontsize=9)
         ax.grid(axis="y", alpha=0.3)

@@ -164,6 +164,8 @@ def _kv(spec: str) -> dict[str, str]:
         k, sep, v = item.partition("=")
         if not sep:
             raise UsageError(f"expected key=value, got {item!r}", step="trace")
+        if k.strip() in out:  # the last one used to win without a word
+            raise UsageError(f"option {k.strip()} is given twice in {spec!r}", step="trace")
         out[k.strip()] = v.strip()
     return out
 
@@ -351,6 +353,9 @@ def load_perf_models(cards: str | Path | dict[str, PerfModel] | None = "paper",
             return {**models, **perf_models_from_spec(str(cards))}
         except ValueError as e:
             raise UsageError(f"cards {cards!r}: {e}", step="cards") from None
+    if not str(cards).strip():
+        raise UsageError("cards '' names no folder (Path('') would be the current one): give a folder of cards, "
+                         "'paper' or 'horus'", step="cards")
     d = Path(cards)
     if not d.is_dir():
         raise UsageError(f"{d} is not a directory of card.json files (or use 'paper')", step="cards")
@@ -427,7 +432,7 @@ def _looks_like_card(path: Path) -> bool:
 
     try:
         doc = json.loads(read_bounded(path, CARD_LIMIT_BYTES, "a card"))
-    except (OSError, ValueError):  # InputTooLarge and UnicodeDecodeError are ValueErrors
+    except (OSError, ValueError, RecursionError):  # InputTooLarge and UnicodeDecodeError are ValueErrors
         return True
     return not isinstance(doc, dict) or "schema_version" in doc
 
@@ -465,7 +470,8 @@ def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterS
     trace_notes: list[str] = []
     jobs = parse_trace(trace, seed, trace_notes)
     if not jobs:
-        raise UsageError(f"trace {trace if not isinstance(trace, list) else '(list)'} has no jobs", step="trace")
+        why = f" ({'; '.join(trace_notes)})" if trace_notes else ""  # e.g. the SWF records it skipped, and why
+        raise UsageError(f"trace {trace if not isinstance(trace, list) else '(list)'} has no jobs{why}", step="trace")
     if steady is not None:
         try:
             a, b = steady

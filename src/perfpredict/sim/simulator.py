@@ -78,6 +78,10 @@ class SimulationError(RuntimeError):
     """The simulation cannot go on: a mechanism broke a rule, or the inputs contradict each other."""
 
 
+#: The shortest round or decision period (s) a run takes.
+MIN_PERIOD_S = 1e-3
+
+
 @dataclass(frozen=True)
 class SimConfig:
     mode: Literal["auto", "round", "event"] = "auto"
@@ -112,13 +116,14 @@ class SimConfig:
             raise ValueError(f"SimConfig.mode must be auto, round or event, got {self.mode!r}")
         if self.oversized not in ("error", "drop"):
             raise ValueError(f"SimConfig.oversized must be 'error' or 'drop', got {self.oversized!r}")
-        finite("round_s", self.round_s, 0, strict=True)
+        # a round much shorter than a millisecond never moves the clock on (t + R == t) or takes for ever
+        finite("round_s", self.round_s, MIN_PERIOD_S)
         finite("start_overhead_s", self.start_overhead_s, 0)
         finite("restart_overhead_s", self.restart_overhead_s, 0)
         if self.max_time_s is not None:
             finite("max_time_s", self.max_time_s, 0)
         if self.period_s is not None:
-            finite("period_s", self.period_s, 0, strict=True)
+            finite("period_s", self.period_s, MIN_PERIOD_S)
         if isinstance(self.stop_after, str):
             raise ValueError("SimConfig.stop_after is a set of job ids, not a string")
 

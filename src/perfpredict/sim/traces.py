@@ -253,7 +253,7 @@ def _exact_counts(fractions: np.ndarray, n: int) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------------------
 def _open_text(path: Path) -> io.TextIOBase:
     try:
-        if path.suffix == ".gz":
+        if path.suffix.lower() == ".gz":
             return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
         return open(path, encoding="utf-8", newline="")
     except OSError as e:
@@ -345,6 +345,8 @@ def read_swf_report(path: str | Path, *, gpus_per_proc: float = 1.0, max_jobs: i
         if max_jobs is not None and len(raw) >= max_jobs:
             break
         s = text.strip()
+        if n == 1:
+            s = s.lstrip("\ufeff").strip()  # a byte-order mark, as the CSV reader drops it
         if not s:
             continue
         if s.startswith(";"):

@@ -59,10 +59,14 @@ def make_mechanism(name: str, **kwargs) -> Mechanism:
     if not isinstance(name, str):
         raise ValueError(f"a mechanism is named by a string such as 'tune' or 'horus:k=3', got {name!r}")
     name, _, opts = name.partition(":")
+    given: set[str] = set()
     for item in filter(None, opts.split(",")):
         k, sep, v = item.partition("=")
         if not sep:
             raise ValueError(f"mechanism option {item!r}: expected key=value")
+        if k.strip() in given:  # the first one used to win without a word
+            raise ValueError(f"mechanism option {k.strip()} is given twice in {opts!r}")
+        given.add(k.strip())
         kwargs.setdefault(k.strip(), _option(v.strip()))
     key = name.lower()
     if key not in MECHANISMS:
