@@ -118,3 +118,13 @@ def test_a_hand_edited_speedup_tail_is_refused_when_the_card_is_read(tmp_path, e
         PerformanceCard.load(path)
     with pytest.raises(ValueError, match=r"not a speedup curve: " + message):
         SpeedupCurve.from_dict(doc["speedup_curve"]["fit"])
+
+
+def test_a_steady_window_beside_dropped_jobs_says_what_it_counts(tmp_path):
+    """With an oversized job dropped, ``--steady 1:2`` measured trace job c, not b, and nothing said so."""
+    trace = _csv(tmp_path, "a,0,1000,3600,resnet18", "b,10,1,3600,resnet18", "c,20,1,60,resnet18")
+    run = run_simulation(trace, "2x4", "fifo", "proportional", steady=(1, 2), config=SimConfig(oversized="drop"))
+    assert [j.id for j in run.result.dropped] == ["a"]
+    assert any(n.startswith("the steady window 1:2 counts the 2 jobs simulated") for n in run.notes)
+    assert not any("steady window" in n for n in run_simulation(trace, "2x4", "fifo", "proportional",
+                                                                config=SimConfig(oversized="drop")).notes)

@@ -529,7 +529,7 @@ def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterS
     used = list(dict.fromkeys(n for j in jobs for n in said.get(j.model, ())))
     run = SimRun(result=result, metrics=metrics, params=params,
                  notes=trace_notes + policy_notes(pol.name, jobs) + used + cut_short_notes(result, cfg, len(jobs))
-                 + sharing_notes(result, cfg))
+                 + sharing_notes(result, cfg) + steady_notes(result, steady))
     from perfpredict.sched.genie import GeniePerfModel
 
     if any(isinstance(js.perf, GeniePerfModel) for js in result.states):
@@ -553,6 +553,15 @@ def cut_short_notes(result: SimResult, cfg: SimConfig, n_jobs: int) -> list[str]
     return [f"the run stopped at max_time {cfg.max_time_s:g} s with {len(result.unfinished)} job(s) unfinished and "
             f"{n_jobs - arrived - len(result.dropped)} not yet arrived (left out of the records): makespan and "
             "utilisation span the finished jobs only, from the first arrival to the last finish"]
+
+
+def steady_notes(result: SimResult, steady: tuple[int, int] | None) -> list[str]:
+    """The steady window counts the jobs simulated: with oversized jobs dropped, its indices are not the trace's."""
+    if steady is None or not result.dropped:
+        return []
+    return [f"the steady window {steady[0]}:{steady[1]} counts the {len(result.states)} jobs simulated, in arrival "
+            f"order: the {len(result.dropped)} dropped as oversized are not counted, so its indices are not the "
+            f"trace's"]
 
 
 def sharing_notes(result: SimResult, cfg: SimConfig) -> list[str]:
