@@ -128,3 +128,30 @@ def test_a_steady_window_beside_dropped_jobs_says_what_it_counts(tmp_path):
     assert any(n.startswith("the steady window 1:2 counts the 2 jobs simulated") for n in run.notes)
     assert not any("steady window" in n for n in run_simulation(trace, "2x4", "fifo", "proportional",
                                                                 config=SimConfig(oversized="drop")).notes)
+
+
+def test_a_run_whose_writing_fails_leaves_the_earlier_runs_files_whole(tmp_path, monkeypatch):
+    """The files were written one by one in place: a failure part-way left the new jobs.csv beside the earlier
+    run's metrics.json and plots, and nothing said so."""
+    import perfpredict.sim.run as run_module
+
+    out = tmp_path / "out"
+    first = _csv(tmp_path, "a,0,1,3600,resnet18", "b,0,1,600,resnet18", name="first.csv")
+    run_simulation(first, "2x4", "fifo", "proportional", out_dir=out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert set(before) == {"jobs.csv", "jobs.parquet", "metrics.json", "jct_cdf.png", "utilisation.png"}
+
+    def disk_full(rows, path):
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr(run_module, "write_jobs_parquet", disk_full)
+    second = _csv(tmp_path, "c,0,1,60,resnet18", name="second.csv")
+    with pytest.raises(UsageError, match=r"cannot write the results to .*jobs.parquet\): No space left on device"):
+        run_simulation(second, "2x4", "fifo", "proportional", out_dir=out)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # no staging folder left either
+    monkeypatch.undo()
+    (out / "metrics.json").unlink()
+    (out / "metrics.json").mkdir()
+    with pytest.raises(UsageError, match=r"metrics.json\): a folder is in the way"):
+        run_simulation(second, "2x4", "fifo", "proportional", out_dir=out)
+    assert (out / "jobs.csv").read_bytes() == before["jobs.csv"]

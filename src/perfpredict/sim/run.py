@@ -540,7 +540,9 @@ def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterS
         try:
             run.out_dir = write_outputs(run, out_dir)
         except OSError as e:
-            raise UsageError(f"cannot write the results to {out_dir}: {e.strerror or e}", step="write") from None
+            where = f" ({e.filename2 or e.filename})" if (e.filename2 or e.filename) else ""
+            raise UsageError(f"cannot write the results to {out_dir}{where}: {e.strerror or e}", step="write") \
+                from None
     return run
 
 
@@ -606,11 +608,39 @@ def _finite(x: Any) -> Any:
     return x
 
 
+#: The files a run writes into its folder (the plots only when there is something to draw).
+RUN_FILES = ("jobs.csv", "jobs.parquet", "metrics.json", "jct_cdf.png", "utilisation.png")
+
+
 def write_outputs(run: SimRun, out_dir: str | Path) -> Path:
+    """Write the run's files (:data:`RUN_FILES`) into ``out_dir``. They are written in a staging folder there and
+    moved into place once all are written: a failure part-way (a value the Parquet schema cannot hold, a full
+    disk) leaves an earlier run's files as they were, not new records beside old metrics."""
+    import shutil
+    import tempfile
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    for name in RUN_FILES:
+        if (out / name).is_dir():
+            raise IsADirectoryError(21, "a folder is in the way", str(out / name))
+    stage = Path(tempfile.mkdtemp(prefix=".writing-", dir=out))
+    try:
+        made = _write_run_files(run, stage)
+        for f in made:
+            f.replace(out / f.name)
+        for name in RUN_FILES:  # an earlier run's file this run has none of must not pass for this run's
+            if stage / name not in made and (out / name).is_file():
+                (out / name).unlink()
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    run.files = [out / f.name for f in made]
+    return out
+
+
+def _write_run_files(run: SimRun, out: Path) -> list[Path]:
     rows = job_records(run.result)
-    run.files = [write_jobs_csv(rows, out / "jobs.csv"), write_jobs_parquet(rows, out / "jobs.parquet")]
+    files = [write_jobs_csv(rows, out / "jobs.csv"), write_jobs_parquet(rows, out / "jobs.parquet")]
     doc = {"params": run.params, "metrics": run.metrics.to_dict(),
            "simulation": {"decisions": run.result.decisions, "decision_time_s": run.result.decision_time_s,
                           "wall_s": run.result.wall_s, "end_time_s": run.result.end_time,
@@ -623,8 +653,7 @@ def write_outputs(run: SimRun, out_dir: str | Path) -> Path:
     doc.update(run.extra)
     # Strict JSON: a metric with no value (no finished job in the window) is null, never a bare NaN.
     (out / "metrics.json").write_text(json.dumps(_finite(doc), indent=2, default=float, allow_nan=False))
-    run.files.append(out / "metrics.json")
+    files.append(out / "metrics.json")
     from perfpredict.sim.plots import plot_run
 
-    run.files += plot_run(run, out)
-    return out
+    return files + plot_run(run, out)
