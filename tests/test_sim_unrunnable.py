@@ -95,6 +95,18 @@ def test_a_run_whose_preemptions_undo_its_work_stops_and_says_so(mechanism):
     assert r.stall is None and len(r.finished) == 2
 
 
+def test_jobs_that_lose_ground_most_of_the_time_but_finish_epochs_are_not_stopped():
+    """FTF with Synergy-Greedy on 1-second rounds preempts these jobs so often that their total work done stays
+    under its best for 10 000 decisions, yet they finish epochs now and then and the run ends (the review's
+    case: the first version of the check stopped it with one of three jobs done)."""
+    jobs = [Job("j0", 0.0, 2.0, 20000.0, model="alexnet", epochs=100),
+            Job("j1", 0.0, 1.0, 100000.0, model="resnet50", epochs=10),
+            Job("j3", 100.0, 1.0, 20000.0, model="shufflenetv2", epochs=100)]
+    cfg = SimConfig(mode="round", round_s=1.0, restart_overhead_s=10.0, start_overhead_s=600.0)
+    r = run_simulation(jobs, "1x2", "ftf", "greedy", config=cfg).result
+    assert r.stall is None and len(r.finished) == 3
+
+
 def test_restart_overheads_that_eat_every_round_stop_the_run():
     jobs = [Job("a", 0.0, 1.0, 600.0, model="resnet18"), Job("b", 0.0, 1.0, 600.0, model="resnet18")]
     cfg = SimConfig(mode="round", round_s=300, restart_overhead_s=300)
