@@ -32,6 +32,7 @@ Spec formats:
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import numbers
@@ -623,7 +624,7 @@ def write_outputs(run: SimRun, out_dir: str | Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     for name in RUN_FILES:
         if (out / name).is_dir():
-            raise IsADirectoryError(21, "a folder is in the way", str(out / name))
+            raise IsADirectoryError(errno.EISDIR, "a folder is in the way", str(out / name))
     stage = Path(tempfile.mkdtemp(prefix=".writing-", dir=out))
     try:
         made = _write_run_files(run, stage)

@@ -167,8 +167,9 @@ class SimResult:
 STALL_DECISIONS = 10
 #: Every this many decisions, once every job has arrived, the run checks that work gets done: the active jobs'
 #: total progress (reference seconds), or the part of it their checkpoints keep, must pass its best so far, or a
-#: job finish, within NO_PROGRESS_CHECKS checks. Otherwise preemptions roll the work back to checkpoints, or restart overheads eat it, as fast as it is
-#: done (LAS swapping two one-epoch jobs every round), and the run would go on for ever.
+#: job finish, within NO_PROGRESS_CHECKS checks. Otherwise preemptions roll the work back to checkpoints, or
+#: restart overheads eat it, as fast as it is done (LAS swapping two one-epoch jobs every round), and the run
+#: would go on for ever.
 PROGRESS_CHECK_DECISIONS = 1000
 NO_PROGRESS_CHECKS = 10
 #: A job that ran out of device memory this many times is given up: a mechanism that places it again and again
