@@ -79,7 +79,7 @@ def test_a_mechanism_that_places_nothing_is_named():
     assert res.stall is not None and "the never mechanism places none of the 3 job(s) left" in res.stall
 
 
-@pytest.mark.parametrize("mechanism", ["proportional", "tune", "greedy"])
+@pytest.mark.parametrize("mechanism", ["proportional", "greedy"])
 def test_a_run_whose_preemptions_undo_its_work_stops_and_says_so(mechanism):
     """LAS swaps two one-epoch jobs every round and each swap rolls the preempted one back to its start: a
     completion is always scheduled, so the frozen-run checks never fired and the run went on for ever (found by
@@ -87,7 +87,7 @@ def test_a_run_whose_preemptions_undo_its_work_stops_and_says_so(mechanism):
     jobs = [Job("a", 0.0, 1.0, 600.0, model="resnet18", epochs=1), Job("b", 0.0, 1.0, 600.0, model="resnet18", epochs=1)]
     r = run_simulation(jobs, "1x1:cpus=3,mem=62.5", "las", mechanism).result
     assert not r.finished and len(r.unfinished) == 2
-    assert r.stall is not None and r.stall.startswith("10000 decisions in a row in which no job finished")
+    assert r.stall is not None and r.stall.startswith("50000 decisions in a row in which no job finished")
     assert f"(las with {mechanism};" in r.stall and "preemption(s) so far lost" in r.stall
     # the same jobs with ten epochs keep what each round did, and finish
     jobs = [Job(j.id, 0.0, 1.0, 600.0, model="resnet18", epochs=10) for j in jobs]

@@ -171,7 +171,8 @@ STALL_DECISIONS = 10
 #: restart overheads eat it, as fast as it is done (LAS swapping two one-epoch jobs every round), and the run
 #: would go on for ever.
 PROGRESS_CHECK_DECISIONS = 1000
-NO_PROGRESS_CHECKS = 10
+#: (10 stopped two ANDREAS runs, re-planning every minute with start overheads, that end after ~16 800 decisions)
+NO_PROGRESS_CHECKS = 50
 #: A job that ran out of device memory this many times is given up: a mechanism that places it again and again
 #: on GPUs that cannot hold it (one that ignores the job's card, whose device memory each OOM raises, §4.2.3)
 #: would otherwise retry it for ever.
