@@ -165,9 +165,9 @@ class SimResult:
 #: decisions in a row with nothing progressing and nothing left to arrive before a run is declared stalled: a
 #: randomised mechanism (ANDREAS' RG) gets several tries, and a periodic one cannot loop for ever
 STALL_DECISIONS = 10
-#: Every this many decisions, once every job has arrived, the run checks that work gets done: the active jobs'
-#: total progress (reference seconds), or the part of it their checkpoints keep, must pass its best so far, or a
-#: job finish, within NO_PROGRESS_CHECKS checks. Otherwise preemptions roll the work back to checkpoints, or
+#: Every this many decisions, once every job has arrived, the run checks that work gets done: an active job must
+#: get further (reference seconds of work done) than at any earlier check, or a job finish, within
+#: NO_PROGRESS_CHECKS checks. Otherwise preemptions roll the work back to checkpoints, or
 #: restart overheads eat it, as fast as it is done (LAS swapping two one-epoch jobs every round), and the run
 #: would go on for ever.
 PROGRESS_CHECK_DECISIONS = 1000
@@ -709,33 +709,32 @@ class _ProgressWatch:
 
     def __init__(self) -> None:
         self.finished = -1
-        self.best = self.kept = -math.inf
+        self.best: dict[str, float] = {}  # each active job's most work done (reference s) seen at a check
         self.checks = 0
 
     def check(self, sim: _Sim, t: float) -> str | None:
-        """None while work gets done; else the stall reason. Work done counts twice: all of it (a long epoch
-        running undisturbed shows no other progress) and what the last epoch checkpoints keep (jobs that lose
-        ground to preemptions most of the time still finish epochs now and then)."""
-        done = kept = 0.0
-        for js in sim.active.values():
-            done += js.job.work - js.remaining_at(t)
-            kept += js.job.work - js.checkpoint_remaining(t)
-        if len(sim.finished) != self.finished:
-            self.finished, self.best, self.kept, self.checks = len(sim.finished), done, kept, 0
-            return None
-        if done > self.best or kept > self.kept:
-            self.best, self.kept, self.checks = max(done, self.best), max(kept, self.kept), 0
+        """None while work gets done; else the stall reason. Progress is a job getting further than it ever
+        was at a check (the sum over jobs would miss one job saving checkpoints while another loses a peak)."""
+        further = False
+        for jid, js in sim.active.items():
+            done = js.job.work - js.remaining_at(t)
+            if done > self.best.get(jid, -math.inf):
+                self.best[jid] = done
+                further = True
+        if len(sim.finished) != self.finished or further:
+            self.finished, self.checks = len(sim.finished), 0
             return None
         self.checks += 1
         if self.checks < NO_PROGRESS_CHECKS:
             return None
         states = sim.active.values()
-        return (f"{self.checks * PROGRESS_CHECK_DECISIONS} decisions in a row in which no job finished and the "
-                f"{len(sim.active)} active job(s) got no further than {self.best:g} reference seconds of work done "
-                f"between them ({max(self.kept, 0.0):g} kept by their epoch checkpoints): {sum(js.preemptions for js in states)} preemption(s) so far lost "
-                f"{sum(js.lost_work for js in states):g} s of work to checkpoints (a job's last epoch) and restart "
-                f"overheads took the rest ({sim.policy.name} with {sim.mech.name}; fewer preemptions, shorter "
-                f"epochs or longer rounds let the work stay done)")
+        return (f"{self.checks * PROGRESS_CHECK_DECISIONS} decisions in a row in which no job finished and none of "
+                f"the {len(sim.active)} active job(s) got further than at an earlier check "
+                f"({sum(js.preemptions for js in states)} preemption(s) and {sum(js.restarts for js in states)} "
+                f"restart(s) so far, {sum(js.lost_work for js in states):g} s of work rolled back to epoch "
+                f"checkpoints in all): preemptions, re-sizing or start and restart overheads undo or eat the work as "
+                f"fast as it is done ({sim.policy.name} with {sim.mech.name}; fewer preemptions, shorter epochs or "
+                f"overheads, or longer rounds let it stay done)")
 
 
 def simulate(jobs: Sequence[Job], cluster: ClusterSpec, policy: Policy | str, mechanism: Mechanism | str,
