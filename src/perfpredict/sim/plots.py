@@ -16,7 +16,8 @@ __all__ = ["plot_jct_vs_load", "plot_run"]
 
 
 def plot_run(run: Any, out_dir: str | Path) -> list[Path]:
-    """``jct_cdf.png`` and ``utilisation.png`` for one :class:`perfpredict.sim.run.SimRun`."""
+    """``jct_cdf.png`` and ``utilisation.png`` for one :class:`perfpredict.sim.run.SimRun` (each only when there is
+    something to draw; :func:`perfpredict.sim.run.write_outputs` removes an earlier run's plot this one lacks)."""
     out = Path(out_dir)
     made = []
     jct = np.sort([(s.finish - s.job.arrival) / 3600 for s in run.result.finished])
@@ -54,9 +55,6 @@ def plot_run(run: Any, out_dir: str | Path) -> list[Path]:
         fig.savefig(out / "utilisation.png", dpi=110)
         plt.close(fig)
         made.append(out / "utilisation.png")
-    for name in ("jct_cdf.png", "utilisation.png"):  # an earlier run's plot must not pass for this run's
-        if out / name not in made and (out / name).is_file():
-            (out / name).unlink()
     return made
 
 

@@ -428,17 +428,19 @@ class _Sim:
         only reservations within the device, so the jobs beside it could not be kept there). A server the cluster
         lacks is the ledger's to refuse."""
         need = js.perf.device_mem_gb
-        why = (f" (js.perf.device_mem_gb, raised after its {js.ooms} out-of-memory failure(s))" if js.ooms else
-               " (js.perf.device_mem_gb)")
         for sh in alloc.shares:
             if not 0 <= sh.server < len(self.cluster.servers):
                 continue
             cap = self.cluster.servers[sh.server].gpu_mem_gb
             if need > cap + EPS:
-                return f"server {sh.server}'s GPUs, with {cap:g} GB of device memory each, and it needs {need:g} GB{why}"
-            if (sh.shared or sh.gpus < 1 - EPS) and sh.device_mem_gb < need - EPS:
-                return (f"a share of a GPU on server {sh.server} that reserves {sh.device_mem_gb:g} GB of device "
-                        f"memory (its device_mem_gb), and it needs {need:g} GB{why}")
+                short = f"server {sh.server}'s GPUs, with {cap:g} GB of device memory each"
+            elif (sh.shared or sh.gpus < 1 - EPS) and sh.device_mem_gb < need - EPS:
+                short = (f"a share of a GPU on server {sh.server} that reserves {sh.device_mem_gb:g} GB of device "
+                         f"memory (its device_mem_gb)")
+            else:
+                continue
+            raised = f", raised after its {js.ooms} out-of-memory failure(s)" if js.ooms else ""
+            return f"{short}, and it needs {need:g} GB (js.perf.device_mem_gb{raised})"
         return None
 
     def _set_allocation(self, js: JobState, alloc: Allocation | None, t: float, overhead: float) -> None:
