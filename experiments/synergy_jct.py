@@ -154,10 +154,11 @@ def simulate_row(jobs: Sequence[Any], cluster: Any, policy: str, mechanism: str,
 
 
 def _as_states(jobs: Sequence[Any]) -> list[Any]:
-    """Light stand-ins with ``.job``/``.id`` so :func:`select_steady` can pick the window from the trace."""
+    """Light stand-ins with ``.job``/``.id``/``.seq`` (trace position, which orders jobs arriving together) so
+    :func:`select_steady` can pick the window from the trace."""
     from types import SimpleNamespace
 
-    return [SimpleNamespace(job=j, id=j.id) for j in jobs]
+    return [SimpleNamespace(job=j, id=j.id, seq=i) for i, j in enumerate(jobs)]
 
 
 # ---------------------------------------------------------------------------------------------------------

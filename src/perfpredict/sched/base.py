@@ -40,7 +40,7 @@ class Policy(ABC):
 
     @abstractmethod
     def key(self, js: JobState, now: float, cluster: ClusterSpec, n_active: int) -> Any:
-        """Sort key (smaller = served first); ties break by arrival then id."""
+        """Sort key (smaller = served first); ties break by arrival, then trace position."""
 
     def order(self, jobs: Sequence[JobState], now: float, cluster: ClusterSpec) -> list[JobState]:
         n = len(jobs)

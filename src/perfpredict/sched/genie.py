@@ -293,7 +293,7 @@ class TaskView:
     global batch, or a rate of 0) have ``l = inf`` and ``r = −inf``. Time-independent: computed once per task."""
 
     id: str
-    arrival_key: tuple[float, str]
+    arrival_key: tuple[float, int, str]
     ect: float
     placements: tuple[Placement, ...]
     lat: np.ndarray

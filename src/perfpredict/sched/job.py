@@ -142,13 +142,17 @@ class JobState:
     #: also raises ``perf.device_mem_gb`` to it, so that every mechanism reserves it)
     ooms: int = 0
     mem_request_gb: float | None = None
+    #: the job's position in its trace (the simulator numbers them): jobs arriving together are served in trace
+    #: order, not in their ids' string order ("10" before "2"); states made without it tie-break by id
+    seq: int = 0
 
     def __post_init__(self) -> None:
         self.remaining = self.job.work
         self.updated_at = self.job.arrival
         self.id: str = self.job.id
-        #: (arrival, id): FIFO's order and every policy's tie-break, precomputed (sorting is hot in the simulator)
-        self.arrival_key: tuple[float, str] = (self.job.arrival, self.job.id)
+        #: (arrival, trace position, id): FIFO's order and every policy's tie-break, precomputed (sorting is hot
+        #: in the simulator)
+        self.arrival_key: tuple[float, int, str] = (self.job.arrival, self.seq, self.job.id)
 
     def rate_on(self, alloc: Allocation, cluster: ClusterSpec | None = None) -> float:
         """This job's speed on ``alloc``, relative to its reference allocation (its requested GPUs); with

@@ -51,7 +51,7 @@ COLUMN_NAMES = tuple(c[0] for c in JOB_COLUMNS)
 
 def job_records(result: Any) -> list[dict[str, Any]]:
     """One dict per job state of a :class:`~perfpredict.sim.simulator.SimResult`, keyed by :data:`COLUMN_NAMES`,
-    in arrival order (ties by id), as the trace lists them; ``finish_s`` gives the completion order."""
+    in arrival order (ties in trace order), as the trace lists them; ``finish_s`` gives the completion order."""
     from perfpredict.sched.genie import meets_ect
 
     rows = []

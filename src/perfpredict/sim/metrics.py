@@ -131,14 +131,15 @@ def _natural(s: str) -> tuple:
 
 
 def _arrival_order(states: Iterable[JobState]) -> list[JobState]:
-    return sorted(states, key=lambda js: (js.job.arrival, _natural(js.id)))
+    return sorted(states, key=lambda js: (js.job.arrival, js.seq, _natural(js.id)))  # trace order on ties
 
 
 def select_steady(states: Sequence[JobState], *, steady: tuple[int, int] | None = None,
                   arrival_window: tuple[float, float] | None = None) -> list[JobState]:
     """The states in the measurement window, in arrival order.
 
-    ``steady=(i, j)``: the i-th to (j-1)-th job by arrival (ties by id, numerically), counting every state
+    ``steady=(i, j)``: the i-th to (j-1)-th job by arrival (ties in trace order, as the simulator served them;
+    states made outside a run, by id numerically), counting every state
     given, finished or not, so the window is the same whatever finished. ``arrival_window=(t0, t1)``: jobs
     arriving in ``[t0, t1)``. Both: both conditions. Neither: all.
     """

@@ -36,7 +36,7 @@ shares) slow each other down by the cumulative utilisation, a device whose jobs'
 fails the jobs placed last (out of memory; they are resubmitted after a delay with a larger memory request),
 and the NVML-style busy time of the devices is recorded. See :mod:`perfpredict.sim.sharing`.
 
-Deterministic: no randomness here (traces carry the seed); ties break by job arrival then id.
+Deterministic: no randomness here (traces carry the seed); ties break by job arrival, then position in the trace.
 """
 
 from __future__ import annotations
@@ -265,7 +265,7 @@ class _Sim:
         if jobs and not fitting:
             raise SimulationError(f"the cluster can run none of the {len(jobs)} jobs, e.g. {drop_reasons[0]}")
         kept = fitting
-        kept.sort(key=lambda j: (j.arrival, j.id))
+        kept.sort(key=lambda j: j.arrival)  # stable: jobs arriving together keep their trace order
         #: ids of cfg.stop_after still to finish (dropped jobs never will, so they are not waited for)
         self.watch: set[str] = set()
         if cfg.stop_after is not None:
@@ -515,9 +515,10 @@ class _Sim:
     def _arrive_until(self, t: float) -> bool:
         any_new = False
         while self.next_arrival < len(self.arrivals) and self.arrivals[self.next_arrival].arrival <= t:
-            job = self.arrivals[self.next_arrival]
+            seq = self.next_arrival
+            job = self.arrivals[seq]
             self.next_arrival += 1
-            js = JobState(job, self._perf(job))
+            js = JobState(job, self._perf(job), seq=seq)
             self.active[job.id] = js
             if self.sharing is not None:
                 self.truth[job.id] = self.sharing.job_truth(job.model, js.perf.gpu_util, js.perf.device_mem_gb)
