@@ -34,7 +34,7 @@ PARALLEL_SAFE_MODULES = frozenset({
     "test_collect_bad_input", "test_collect_ray", "test_compare", "test_concurrent_use", "test_compare_ray", "test_compile", "test_estimators",
     "test_fallback",
     "test_experiments", "test_failure_report", "test_features", "test_kept_runs", "test_training_input_guards", "test_parallel_runs",
-    "test_fit_comm", "test_fit_interference", "test_fit_rate", "test_fit_speedup", "test_forest",
+    "test_fit_comm", "test_fit_findings", "test_fit_interference", "test_fit_rate", "test_fit_speedup", "test_forest",
     "test_fuzz_findings", "test_genie", "test_gpu_session", "test_gpu_set_choice", "test_graph_saved", "test_horus",
     "test_input_guards",
     "test_job_records",

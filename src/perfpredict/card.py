@@ -639,11 +639,10 @@ class PerformanceCard(_Section):
             raise PerfPredictError("invalid card: prediction.points is empty: a predicted card has one point per "
                                    "batch size", source=source, step="read card")
         fit = card.speedup_curve.fit if card.speedup_curve is not None else {}
-        if fit.get("knots") is not None or fit.get("tail") is not None:
-            from perfpredict.fit.speedup import knots_problem, tail_problem
+        if fit:  # what show, the simulator and PerfModel rebuild the curve from (an empty one: no fit)
+            from perfpredict.fit.speedup import curve_problem
 
-            problem = ((knots_problem(fit["knots"]) if fit.get("knots") is not None else None)
-                       or (tail_problem(fit["tail"]) if fit.get("tail") is not None else None))
+            problem = curve_problem(fit)
             if problem:
                 raise PerfPredictError(f"invalid card: speedup_curve.fit: {problem}; the file was edited or damaged",
                                        source=source, step="read card")

@@ -68,6 +68,27 @@ class Candidate:
         raise ValueError(self.kind)
 
 
+def positive_within(c: Candidate, lo: float, hi: float) -> bool:
+    """Whether ``c``'s iteration time is positive and finite at every batch size in ``[lo, hi]``, exactly: a
+    line is checked at its ends, a quadratic rate also at its vertex (sampling missed a rate that fell to zero
+    between two measured batch sizes and came back)."""
+    k = c.coefficients
+    with np.errstate(all="ignore"):
+        if c.kind == LINEAR:
+            ends = [k["alpha"] + k["beta"] * b for b in (lo, hi)]
+        elif c.kind == QUADRATIC:
+            ends = [k["k0"] + k["k1"] * b + k["k2"] * b * b for b in (lo, hi)]
+            if k["k2"] > 0:
+                v = -k["k1"] / (2 * k["k2"])
+                if lo < v < hi:
+                    ends.append(k["k0"] + k["k1"] * v + k["k2"] * v * v)
+        elif c.kind == CONSTANT:
+            ends = [k["rate"]]
+        else:
+            return False
+    return all(math.isfinite(e) and e > 0 for e in ends)
+
+
 @dataclass(frozen=True)
 class Prediction:
     batch_size: float
@@ -204,15 +225,16 @@ class RateModel:
         lo, hi = card.batch_range
         if not 0 < lo <= hi:
             raise bad(f"batch_range {list(card.batch_range)} is not 0 < low <= high")
-        # Times must be positive and finite over the measured range (a negative alpha or rate gives negative
-        # latencies; an all-zero quadratic infinite ones).
-        probe = np.unique(np.array([lo, (lo + hi) / 2, hi], dtype=float))
-        for c in cands:
-            with np.errstate(all="ignore"):
-                t = np.asarray(c.iter_time(probe), dtype=float)
-            if not np.all(np.isfinite(t)) or np.any(t <= 0):
-                raise bad(f"{c.kind} gives a non-positive or infinite iteration time within batch sizes {lo}-{hi}")
+        # The selected form, and the linear one that extrapolates it, must give positive, finite times over the
+        # measured range (a negative alpha or rate gives negative latencies; an all-zero quadratic or one whose
+        # rate dips to zero between two batch sizes infinite ones). A candidate that answers nothing (an
+        # unselected quadratic, which cards before 2026-11-29 kept even where its rate fell below zero) is only
+        # dropped.
         lin = next((c for c in cands if c.kind == LINEAR), None)
+        for c in (next(c for c in cands if c.kind == card.kind), *([lin] if lin is not None else [])):
+            if not positive_within(c, lo, hi):
+                raise bad(f"{c.kind} gives a non-positive or infinite iteration time within batch sizes {lo}-{hi}")
+        cands = [c for c in cands if positive_within(c, lo, hi)]
         return cls(kind=card.kind, coefficients=dict(card.coefficients), batch_range=tuple(card.batch_range),
                    candidates=cands, selection=card.selection, fit_points=card.fit_points,
                    rel_uncertainty=card.rel_uncertainty, r2=card.r2, loo_rel_error=card.loo_rel_error,
@@ -251,13 +273,19 @@ def fit_rate_model(batch_sizes: Sequence[float], samples_per_s: Sequence[float],
     cv = cross_validate and kind is None
     lin = Candidate(LINEAR, lin.coefficients, lin.r2, _loo(b, r, LINEAR) if cv and n >= 3 else None)
     cands = [lin]
+    dropped = ""
     if n >= 3:
         quad = _fit_quadratic(b, r)
-        cands.append(Candidate(QUADRATIC, quad.coefficients, quad.r2, _loo(b, r, QUADRATIC) if cv and n >= 4 else None))
+        if kind is None and not positive_within(quad, b.min(), b.max()):
+            # infinite or negative times between the measured batch sizes: it could answer nothing there
+            dropped = f"the {QUADRATIC} fit's rate falls to zero or below within the measured batch sizes"
+        else:
+            cands.append(Candidate(QUADRATIC, quad.coefficients, quad.r2,
+                                   _loo(b, r, QUADRATIC) if cv and n >= 4 else None))
 
     if kind is not None:
         chosen, how = kind, "forced"
-    elif n >= 4:
+    elif n >= 4 and len(cands) == 2:
         # Lower LOO error wins, but the 3-parameter quadratic must beat the 2-parameter linear form by a
         # clear margin (parsimony, in the spirit of the one-standard-error rule): on noisy timings a hair's
         # advantage is noise, and the quadratic's wiggles are what it would then fit.
@@ -267,7 +295,8 @@ def fit_rate_model(batch_sizes: Sequence[float], samples_per_s: Sequence[float],
                f">{QUADRATIC_MARGIN:.0%} lower to be chosen)")
     else:
         chosen = LINEAR
-        how = ("fewer than 4 batch sizes: the quadratic cannot be cross-validated, so linear_time is used"
+        how = (f"{dropped}, so linear_time is used" if dropped else
+               "fewer than 4 batch sizes: the quadratic cannot be cross-validated, so linear_time is used"
                if n == 3 else "2 batch sizes: linear_time fitted exactly")
     sel = next(c for c in cands if c.kind == chosen)
     if n == 2 and kind is None and sel.r2 is not None and sel.r2 < 0.999:
@@ -286,9 +315,9 @@ def _clean(batch_sizes, samples_per_s) -> tuple[np.ndarray, np.ndarray, list[flo
     r = np.asarray(list(samples_per_s), dtype=float)
     if b.shape != r.shape:
         raise FitError(f"{len(b)} batch sizes but {len(r)} throughputs", step="fit rate model")
-    frac = (b > 0) & (b < 1)
-    if np.any(frac):
-        raise FitError(f"batch sizes must be >= 1, got {b[frac].tolist()}", step="fit rate model")
+    frac = np.isfinite(b) & (b > 0) & (b != np.floor(b))
+    if np.any(frac):  # a batch holds whole samples; 6.5 was taken as 6, its own point as an extrapolation
+        raise FitError(f"batch sizes must be whole numbers >= 1, got {b[frac].tolist()}", step="fit rate model")
     # Unusable points (NaN or non-positive batch size or throughput: what a sweep records for an OOM or an
     # error) are left out of the fit, as documented, rather than refused.
     keep = np.isfinite(b) & np.isfinite(r) & (b > 0) & (r > 0)
@@ -318,7 +347,11 @@ def _fit_linear(b: np.ndarray, r: np.ndarray) -> Candidate:
 
 def _fit_quadratic(b: np.ndarray, r: np.ndarray) -> Candidate:
     A = np.column_stack([np.ones_like(b), b, b * b]) / r[:, None]
-    coef, *_ = np.linalg.lstsq(A, np.ones_like(b), rcond=None)
+    try:
+        coef, *_ = np.linalg.lstsq(A, np.ones_like(b), rcond=None)
+    except np.linalg.LinAlgError:  # SVD without convergence: rates near the float range's ends (1e-310)
+        raise FitError(f"cannot fit a rate model to throughputs from {r.min():.3g} to {r.max():.3g} samples/s",
+                       step="fit rate model") from None
     k0, k1, k2 = (float(v) for v in coef)
     return Candidate(QUADRATIC, {"k0": k0, "k1": k1, "k2": k2}, _r2(r, k0 + k1 * b + k2 * b * b))
 

@@ -176,6 +176,12 @@ def knots_problem(knots: Any) -> str | None:
     slack = 1e-9 * max(1.0, max(ss))
     if any(b < a - slack for a, b in zip(ss, ss[1:])):
         return f"knot speedups must not fall (the fit is monotone), got {', '.join(f'{v:.3g}' for v in ss)}"
+    if 1.0 not in ps or abs(ss[ps.index(1.0)] - 1.0) > 1e-9:
+        return ("a knot must be S(1) = 1 (speedups are relative to one device), got "
+                + (f"S(1) = {ss[ps.index(1.0)]:.6g}" if 1.0 in ps else "no knot at p = 1"))
+    slopes = [(s1 - s0) / (p1 - p0) for p0, p1, s0, s1 in zip(ps, ps[1:], ss, ss[1:])]
+    if any(b > a * (1 + 1e-6) + slack for a, b in zip(slopes, slopes[1:])):
+        return "knot slopes must not rise (the fit is concave: a device more never adds more than the one before)"
     return None
 
 
@@ -195,6 +201,49 @@ def tail_problem(tail: Any) -> str | None:
         return f"the tail's anchor must be a point with p > 0 and speedup > 0, got ({p0:g}, {y0:g})"
     if not 0.0 <= used <= 1.0:
         return f"the tail's parameter (Amdahl's f or the power law's exponent) must be in [0, 1], got {used:g}"
+    return None
+
+
+def curve_problem(d: Any) -> str | None:
+    """What makes a saved curve (:meth:`SpeedupCurve.to_dict`'s dict, a card's ``speedup_curve.fit``) unreadable
+    or impossible, or None: its knots and tail (:func:`knots_problem`, :func:`tail_problem`), a tail that does
+    not start at the last knot (the curve jumped there), the points and their sigmas, and a negative
+    uncertainty. A hand-edited card is caught on reading, not in the middle of ``show`` or a simulation."""
+    if not isinstance(d, dict):
+        return f"a speedup curve is a JSON object, got {type(d).__name__}"
+    if d.get("model", MODEL) != MODEL:
+        return f"model {d.get('model')!r} is not {MODEL!r}"
+    missing = [k for k in ("points", "knots", "tail", "rel_uncertainty") if k not in d]
+    if missing:
+        return f"no {', '.join(missing)} (write one with SpeedupCurve.to_dict)"
+    problem = knots_problem(d["knots"]) or tail_problem(d["tail"])
+    if problem:
+        return problem
+    last = (float(d["knots"]["p"][-1]), float(d["knots"]["speedup"][-1]))
+    anchor = (float(d["tail"]["anchor_p"]), float(d["tail"]["anchor_speedup"]))
+    if any(abs(a - b) > 1e-9 * max(1.0, abs(b)) for a, b in zip(anchor, last)):
+        return (f"the tail must start at the last knot ({last[0]:g}, {last[1]:.6g}), got its anchor at "
+                f"({anchor[0]:g}, {anchor[1]:.6g})")
+    pts, sig = d["points"], d.get("sigma")
+    if not isinstance(pts, list) or not all(isinstance(q, dict) for q in pts):
+        return "points must be a list of objects with p and speedup"
+    if sig is not None and (not isinstance(sig, list) or len(sig) != len(pts)):
+        return f"sigma must be null or one value per point ({len(pts)} points)"
+    try:
+        values = [float(q["p"]) for q in pts] + [float(q["speedup"]) for q in pts]
+        values += [float(v) for v in (sig or []) if v is not None]
+    except (KeyError, TypeError, ValueError):
+        return "points need numbers p and speedup, and sigma must hold numbers"
+    try:
+        unc = [float(d["rel_uncertainty"]), *([] if d.get("loo_rel_error") is None else [float(d["loo_rel_error"])])]
+    except (TypeError, ValueError):
+        return "rel_uncertainty and loo_rel_error must be numbers"
+    if not all(math.isfinite(v) and v > 0 for v in values):
+        return "points' p, speedup and sigma must be finite numbers above 0"
+    if not all(math.isfinite(v) and v >= 0 for v in unc):
+        return f"rel_uncertainty and loo_rel_error must be finite numbers >= 0, got {', '.join(f'{v:g}' for v in unc)}"
+    if not isinstance(d.get("notes", ""), str):
+        return "notes must be text"
     return None
 
 
@@ -315,14 +364,7 @@ class SpeedupCurve:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SpeedupCurve:
-        if not isinstance(d, dict):
-            raise ValueError(f"a speedup curve is a JSON object, got {type(d).__name__}")
-        if d.get("model", MODEL) != MODEL:
-            raise ValueError(f"not a speedup curve: model {d.get('model')!r}")
-        missing = [k for k in ("points", "knots", "tail", "rel_uncertainty") if k not in d]
-        if missing:
-            raise ValueError(f"not a speedup curve: no {', '.join(missing)} (write one with SpeedupCurve.to_dict)")
-        problem = knots_problem(d["knots"]) or tail_problem(d["tail"])
+        problem = curve_problem(d)
         if problem:
             raise ValueError(f"not a speedup curve: {problem}")
         sig = d.get("sigma") or [None] * len(d["points"])
@@ -354,11 +396,13 @@ class SpeedupCurve:
         if not np.any(unit):
             raise SpeedupFitError("no measurement at p = 1 (one whole device): throughputs cannot be turned into "
                                   f"speedups without it; got p = {sorted(set(p.tolist()))}")
-        if aggregate_colocated:
+        sig = None if sigma is None else _broadcast_sigma(sigma, p.size)
+        if aggregate_colocated:  # one copy's share of the total, and of its spread
             t = np.where(p < 1.0, t * p, t)
+            sig = None if sig is None else np.where(p < 1.0, sig * p, sig)
         base = float(np.mean(t[unit]))
         s = t / base
-        sig = None if sigma is None else _broadcast_sigma(sigma, p.size) / base
+        sig = None if sig is None else sig / base
         return fit_speedup_curve(p, s, sig, tail=tail)
 
 
@@ -394,7 +438,15 @@ def fit_speedup_curve(p: Sequence[float], speedup: Sequence[float], sigma: Array
                               "S(1) = 1 alone says nothing about the curve")
     pts = tuple(SpeedupPoint(float(a), float(b), point_kind(float(a)), None if sig is None else float(c))
                 for a, b, c in zip(x, s, sig if sig is not None else [None] * x.size, strict=True))
-    return _fit(pts, tail, cross_validate)
+    try:
+        curve = _fit(pts, tail, cross_validate)
+    except np.linalg.LinAlgError:  # no convergence: speedups or sigmas near the float range's ends (1e-160)
+        curve = None
+    if curve is None or not all(math.isfinite(v) for v in (*curve.knots_speedup, curve.tail.used)):
+        # e.g. speedups of 1e155, whose squares overflow: a curve of NaN would answer NaN to every question
+        raise SpeedupFitError(f"cannot fit a speedup curve to speedups from {s.min():.3g} to {s.max():.3g}"
+                              + ("" if sig is None else f" with sigmas from {sig.min():.3g} to {sig.max():.3g}"))
+    return curve
 
 
 def _fit(pts: tuple[SpeedupPoint, ...], tail_kind: str, cross_validate: bool) -> SpeedupCurve:
