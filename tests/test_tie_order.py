@@ -42,3 +42,13 @@ def test_jobs_csv_lists_ties_in_file_order(tmp_path):
     run_simulation(str(_trace(tmp_path, ids)), "1x2", "fifo", "proportional", out_dir=tmp_path / "out")
     with open(tmp_path / "out" / "jobs.csv", newline="", encoding="utf-8") as f:
         assert [r["id"] for r in csv.DictReader(f)] == ids
+
+
+def test_the_steady_window_takes_stand_ins_without_a_trace_position():
+    """select_steady is public: objects with .job and .id (a trace's jobs picked before a run) still work, ties
+    by id (review)."""
+    from types import SimpleNamespace
+
+    jobs = synergy_trace(12, seed=0)
+    picked = select_steady([SimpleNamespace(job=j, id=j.id) for j in jobs], steady=(0, 3))
+    assert [s.id for s in picked] == ["0", "1", "2"]

@@ -36,8 +36,8 @@ def check_limit_args(memory_limit_bytes: Any, quantile: Any, multiple_of: Any, m
     from perfpredict.predictor import MAX_BATCH_SIZE
 
     if isinstance(memory_limit_bytes, bool) or not isinstance(memory_limit_bytes, (int, float)) \
-            or not 1 <= memory_limit_bytes < float("inf"):
-        raise UsageError(f"memory_limit_bytes must be a number of bytes >= 1, got {memory_limit_bytes!r}",
+            or not 1 <= memory_limit_bytes <= 1e30:  # a 10**400 int passed and overflowed in the notes
+        raise UsageError(f"memory_limit_bytes must be a number of bytes from 1 to 1e30, got {memory_limit_bytes!r}"[:200],
                          step="predict")
     if quantile not in ("q90", "median"):
         raise UsageError(f"quantile must be 'q90' or 'median', got {quantile!r}", step="predict")

@@ -475,8 +475,13 @@ class Predictor:
 
         ``precision`` ("fp32", "bf16", "fp16"; None = fp32, or a named set's own) picks the same way: sets
         trained on steps run at that autocast precision."""
+        if device_type is not None and not isinstance(device_type, str):
+            raise UsageError(f"device_type must be a model set's name or 'cuda'/'cpu', got {device_type!r}"[:200],
+                             step="predict")
+        if isinstance(mode, str) and mode.lower() in ("train", "infer"):
+            mode = mode.lower()  # as precision and device_type are taken in any case (and the service's mode)
         if mode not in (None, "train", "infer"):
-            raise UsageError(f"mode must be 'train' or 'infer', got {mode!r}", step="predict")
+            raise UsageError(f"mode must be 'train' or 'infer', got {mode!r}"[:200], step="predict")
         if precision is not None:
             from perfpredict.workload.ref import check_precision
 
@@ -652,7 +657,7 @@ class Predictor:
         batch_sizes = sorted(set(_check_batches(batch_sizes)))
         ms, precision_note = self._set_for(arch, device_type, mode, precision)
         estimated = _lacks_counts(arch)
-        arch = ms.with_graph_counts(arch)
+        given, arch = arch, ms.with_graph_counts(arch)
         e = _estimate(ms, arch, batch_sizes, estimated, allow_fallback)
         near_name, dist, reach, preds, method = e.near, e.dist, e.reach, e.preds, e.method
         ood = dist > ms.ood_threshold
@@ -696,7 +701,18 @@ class Predictor:
             notes.append("no op types given (op_counts): the CPU memory baseline's code-page term counts only an "
                          "empty model's library code (about 5 MiB, against 13-30 MiB for the zoo's families), so "
                          "peak memory is under-predicted; send op_counts (an ONNX file gives them)")
-        if not arch.kernel_nodes:
+        macs_placed = any(v > 0 for v in arch.macs_by_op.values()) or arch.forward_macs_per_sample <= 0
+        if not arch.kernel_nodes and not (arch.op_counts and macs_placed):
+            # measured by benchmarks/bare_feature_vectors.py on the sets' own training architectures
+            what = ("the CPU time baseline prices stand-in kernels, one dense matrix product per node sharing the "
+                    "forward MACs: on the training architectures such a vector's times came out 0.85-0.99x the "
+                    "measured at the median, with 51-64% MAPE" if ms.device_kind == "cpu" else
+                    "the GPU time baseline has the MACs but no kernel launches: on the training architectures "
+                    "such a vector's times came out a median 0.25-0.45x the measured (51-70% MAPE), and 1.2x "
+                    "(38% MAPE) with op_counts")
+            notes.append(f"no kernels given (kernel_nodes), nor op types with their MACs (op_counts, macs_by_op): "
+                         f"{what}; send kernel_nodes (an ONNX file or a model file gives them)")
+        elif not arch.kernel_nodes:
             what = ("the CPU time baseline prices stand-in kernels made from the per-op-type totals (every "
                     "convolution taken as dense, views not told from copies)" if ms.device_kind == "cpu" else
                     "the GPU time baseline's launch count comes from the per-op-type totals, which count shape "
@@ -740,7 +756,7 @@ class Predictor:
                               device_type=ms.name, out_of_distribution=ood, nearest=nearest, points=points,
                               estimator_scores={k: t.scores for k, t in ms.targets.items()}, notes=notes,
                               calibration=ms.calibration_info())
-        return _assemble_card(arch, source, ms, info)
+        return _assemble_card(arch, source, ms, info, given)
 
 
 #: The largest batch size a prediction may ask for, and how many batch sizes one call may ask for (the Python
@@ -850,6 +866,9 @@ def _estimate(ms: ModelSet, arch: ArchFeatures, batch_sizes: Sequence[int], esti
         preds = _fallback(ms, near, arch, batch_sizes, preds)
     if "device_memory" in preds and "peak_memory" in preds:
         preds["device_memory"] = _at_least(preds["device_memory"], preds["peak_memory"])
+    # the median is fitted apart from the quantiles (and the fallback moves both): an interval holds its median
+    preds = {k: (y, np.column_stack([np.minimum(q[:, 0], y), q[:, 1:-1], np.maximum(q[:, -1], y)]))
+             for k, (y, q) in preds.items()}
     return _Estimate(X=X, preds=preds, near=near, dist=dist, reach=reach, past=past, method=method)
 
 
@@ -882,6 +901,7 @@ def _fallback(ms: ModelSet, name: str, arch: ArchFeatures, batch_sizes: Sequence
     near = ms.with_graph_counts(ms.profiled_archs[name])
     X_job = design_matrix([(replace(arch, kernel_nodes=()), b) for b in batch_sizes], device_kind=ms.device_kind)
     X_near = design_matrix([(near, m) for m in measured], device_kind=ms.device_kind)
+    X_job_at = design_matrix([(replace(arch, kernel_nodes=()), m) for m in measured], device_kind=ms.device_kind)
     at = np.log2(np.asarray(batch_sizes, float))
     out = {}
     keys = {"iter_time": "iter_time_s", "peak_memory": "peak_memory_bytes", "gpu_utilization": "gpu_utilization",
@@ -894,17 +914,16 @@ def _fallback(ms: ModelSet, name: str, arch: ArchFeatures, batch_sizes: Sequence
             continue
         vals = np.array([pts[str(measured[i])][keys[tname]] for i in have], float)
         xs = np.log2(np.array([measured[i] for i in have], float))
-        if getattr(t, "coef_point", None) is not None:  # memory and time: a physical baseline to carry over
-            floor = 1.0 if t.transform == "structured_memory" else 1e-6
-            ratio = vals / t._base(X_near[have], t.coef_point, floor)
-            v = t._base(X_job, t.coef_point, floor) * np.interp(at, xs, ratio)
+        if t.transform == "structured_memory":
+            v = _memory_carried(t, vals / t._base(X_near[have], t.coef_point, 1.0), xs,
+                                t._base(X_job, t.coef_point, 1.0), t._base(X_job_at[have], t.coef_point, 1.0), at)
+        elif getattr(t, "coef_point", None) is not None:  # time: a physical baseline to carry over
+            ratio = vals / t._base(X_near[have], t.coef_point, 1e-6)
+            v = t._base(X_job, t.coef_point, 1e-6) * np.interp(at, xs, ratio)
         else:
             v = np.interp(at, xs, vals)
         if tname == "iter_time":
             v = v * ms.time_factor
-        if t.transform == "structured_memory":  # the interpolated ratio may dip; memory does not fall with the batch
-            order = np.argsort(batch_sizes, kind="stable")
-            v[order] = np.maximum.accumulate(v[order])
         shift = np.where(y > 0, v / np.where(y > 0, y, 1.0), 1.0)
         q2 = q * shift[:, None]
         if tname == "gpu_utilization":
@@ -913,7 +932,26 @@ def _fallback(ms: ModelSet, name: str, arch: ArchFeatures, batch_sizes: Sequence
     return out
 
 
-def _assemble_card(arch: ArchFeatures, source: str, ms: ModelSet, info):
+def _memory_carried(t: _Target, ratio: np.ndarray, xs: np.ndarray, base_job: np.ndarray, base_job_at: np.ndarray,
+                    at: np.ndarray) -> np.ndarray:
+    """Memory carried from the nearest profiled model: the job's baseline times the neighbour's measured ratio,
+    fixed at the neighbour's measured batch sizes (log2 ``xs``; ``base_job_at`` the job's baseline there) and made
+    non-decreasing across them, then interpolated in log memory between them and scaled by the job's own
+    baseline beyond them. What a batch size gets depends on it alone: the running maximum over the batch sizes
+    asked for gave batch 8 another answer beside batch 4 than alone, and ``max-batch --predicted`` (one batch
+    size at a time) disagreed with ``predict``."""
+    knots = np.maximum.accumulate(np.maximum(base_job_at * ratio, 1.0))
+    inside = np.exp(np.interp(at, xs, np.log(knots)))
+    below = knots[0] * base_job / np.maximum(base_job_at[0], 1.0)
+    above = knots[-1] * base_job / np.maximum(base_job_at[-1], 1.0)
+    return np.where(at < xs[0], np.minimum(below, knots[0]), np.where(at > xs[-1], np.maximum(above, knots[-1]),
+                                                                          inside))
+
+
+def _assemble_card(arch: ArchFeatures, source: str, ms: ModelSet, info, given: ArchFeatures):
+    """The predicted card. Its features are ``arch``'s, but the counts the Predictor estimated stay as ``given``
+    left them (null): a card written with the estimates as if counted was predicted again with the narrower
+    intervals of exact counts, and without the notes saying they were estimated."""
     from perfpredict import __version__
     from perfpredict.card import (
         DeviceInfo,
@@ -948,23 +986,24 @@ def _assemble_card(arch: ArchFeatures, source: str, ms: ModelSet, info):
                             kind="cuda_peak_allocated" if dev == "cuda" else "cpu_rss_increase", source="predicted",
                             device=dev) for p in info.points],
         features=GraphFeatures(available=True, forward_macs_per_sample=int(arch.forward_macs_per_sample),
-                               forward_macs_fixed=int(arch.forward_macs_fixed), macs_by_op=dict(arch.macs_by_op),
+                               forward_macs_fixed=int(arch.forward_macs_fixed),
+                               macs_by_op={k: round(v) for k, v in arch.macs_by_op.items()},  # a client's 1e6+0.5
                                param_bytes=int(arch.param_bytes), lookup_param_bytes=int(arch.lookup_param_bytes),
                                recurrent_steps_by_op={k: int(v) for k, v in arch.recurrent_steps_by_op.items()},
                                activation_bytes_per_sample=int(arch.activation_bytes_per_sample),
                                activation_bytes_fixed=int(arch.activation_bytes_fixed),
-                               activation_bytes_by_op=dict(arch.activation_bytes_by_op),
+                               activation_bytes_by_op={k: round(v) for k, v in arch.activation_bytes_by_op.items()},
                                op_counts=dict(arch.op_counts), num_nodes=int(arch.num_nodes),
                                kernel_nodes=[list(r) for r in arch.kernel_nodes],
-                               saved_bytes_per_sample=None if arch.saved_bytes_per_sample is None
-                               else int(arch.saved_bytes_per_sample),
-                               saved_cpu_bytes_per_sample=None if arch.saved_cpu_bytes_per_sample is None
-                               else int(arch.saved_cpu_bytes_per_sample),
+                               saved_bytes_per_sample=None if given.saved_bytes_per_sample is None
+                               else int(given.saved_bytes_per_sample),
+                               saved_cpu_bytes_per_sample=None if given.saved_cpu_bytes_per_sample is None
+                               else int(given.saved_cpu_bytes_per_sample),
                                saved_bytes_fixed=int(arch.saved_bytes_fixed),
                                saved_cpu_bytes_fixed=int(arch.saved_cpu_bytes_fixed),
                                input_bytes_per_sample=int(arch.input_bytes_per_sample),
-                               peak_live_bytes_per_sample=None if arch.peak_live_bytes_per_sample is None
-                               else int(arch.peak_live_bytes_per_sample),
+                               peak_live_bytes_per_sample=None if given.peak_live_bytes_per_sample is None
+                               else int(given.peak_live_bytes_per_sample),
                                peak_live_bytes_fixed=int(arch.peak_live_bytes_fixed),
                                graph_saved_bytes_per_sample=None if arch.graph_saved_bytes_per_sample is None
                                else int(arch.graph_saved_bytes_per_sample),

@@ -133,8 +133,10 @@ def horus_train_memory(arch: ArchFeatures, batch_size: int, optimizer_state_copi
     return 2.0 * acts + (2.0 + optimizer_state_copies) * arch.param_bytes
 
 
-def design_row(arch: ArchFeatures, batch_size: int) -> dict[str, float]:
-    """The feature vector (``FEATURE_NAMES``) for ``arch`` at ``batch_size``."""
+def design_row(arch: ArchFeatures, batch_size: int, bare_stand_in: bool = False) -> dict[str, float]:
+    """The feature vector (``FEATURE_NAMES``) for ``arch`` at ``batch_size``. ``bare_stand_in``: a graph known
+    by neither kernels nor op types (a feature vector cut to the required fields) gets one stand-in kernel row
+    per node, the forward MACs and activation bytes split evenly over them (:func:`bare_kernel_rows`)."""
     b = float(batch_size)
     macs_iter = arch.forward_macs_per_sample * b + arch.forward_macs_fixed
     act_iter = arch.activation_bytes_per_sample * b + arch.activation_bytes_fixed
@@ -178,6 +180,9 @@ def design_row(arch: ArchFeatures, batch_size: int) -> dict[str, float]:
     kernels = arch.kernel_nodes or approximate_rows(
         dict(arch.op_counts), dict(arch.macs_by_op), dict(arch.activation_bytes_by_op), arch.param_bytes,
         arch.lookup_param_bytes, dict(arch.recurrent_steps_by_op))
+    if bare_stand_in and arch.forward_macs_per_sample + arch.forward_macs_fixed > 0 \
+            and not any(int(r[2]) or int(r[3]) for r in kernels):  # no kernel given, or none carrying the MACs
+        kernels = bare_kernel_rows(arch)
     for mode in ("infer", "train"):
         row[f"log_code_bytes_{mode}"] = _log10(code_bytes(arch.op_counts, mode))
     row["log_kernel_calls"] = _log10(sum(int(r[1]) for r in kernels))
@@ -194,10 +199,23 @@ def _group_counts(op_counts: Mapping[str, int]) -> dict[str, int]:
     return out
 
 
+def bare_kernel_rows(arch: ArchFeatures) -> list:
+    """Stand-in kernels for a graph given without ``kernel_nodes`` or ``op_counts`` (or with op types but no
+    ``macs_by_op``, so that no kernel would carry a MAC): ``num_nodes`` dense
+    matrix products sharing its forward MACs and activation bytes. A CPU time baseline prices kernels only, so
+    without any it answered a microsecond per step whatever the MACs; with these the training architectures'
+    times come out a median 0.85-0.99x the measured, 51-64% MAPE (``python benchmarks/bare_feature_vectors.py``)."""
+    n = max(1, int(arch.num_nodes))
+    return approximate_rows({"MatMul": n}, {"MatMul": arch.forward_macs_per_sample},
+                            {"MatMul": arch.activation_bytes_per_sample}, arch.param_bytes, arch.lookup_param_bytes)
+
+
 def design_matrix(items: Iterable[tuple[ArchFeatures, int]], device_kind: str = "cpu"):
-    """A float ndarray (rows × :func:`feature_names` of ``device_kind``) for (architecture, batch size) pairs."""
+    """A float ndarray (rows × :func:`feature_names` of ``device_kind``) for (architecture, batch size) pairs. On
+    the CPU a graph known by neither kernels nor op types gets stand-in kernels (:func:`bare_kernel_rows`); a
+    GPU set's time baseline has a MAC term of its own, and did better without them."""
     import numpy as np
 
     names = feature_names(device_kind)
-    rows = [design_row(a, b) for a, b in items]
+    rows = [design_row(a, b, bare_stand_in=device_kind == "cpu") for a, b in items]
     return np.array([[r[k] for k in names] for r in rows], dtype=float).reshape(len(rows), len(names))

@@ -148,6 +148,16 @@ def check_feature_mapping(features: Mapping[str, Any]) -> dict[str, Any]:
                     "its model.parameters as param_count")
         raise UsageError("bad feature vector: " + "; ".join(parts) + more + hint, step="predict") from None
     out = {**dict(features), **{k: checked[k] for k in FeatureVector.model_fields}}
+    # the two other keys the Python API takes (a card's model.family, and notes to carry onto the card)
+    if out.get("family") is not None and not isinstance(out["family"], str):
+        raise UsageError(f"bad feature vector: family must be text, got {out['family']!r}"[:200], step="predict")
+    notes = out.pop("notes", None)
+    if notes is not None:
+        notes = (notes,) if isinstance(notes, str) else notes
+        if not isinstance(notes, (list, tuple)) or not all(isinstance(n, str) for n in notes):
+            raise UsageError(f"bad feature vector: notes must be text or a list of texts, got {notes!r}"[:200],
+                             step="predict")
+        out["notes"] = tuple(notes)
     note = unknown_keys_note(features)
     if note:
         notes = out.get("notes") or ()

@@ -285,6 +285,8 @@ def fit_rate_model(batch_sizes: Sequence[float], samples_per_s: Sequence[float],
 
     if kind is not None:
         chosen, how = kind, "forced"
+    elif n >= 4 and len(cands) == 2 and not cv:
+        chosen, how = LINEAR, "cross-validation skipped: linear_time, the form with fewer parameters"
     elif n >= 4 and len(cands) == 2:
         # Lower LOO error wins, but the 3-parameter quadratic must beat the 2-parameter linear form by a
         # clear margin (parsimony, in the spirit of the one-standard-error rule): on noisy timings a hair's

@@ -142,8 +142,9 @@ class JobState:
     #: also raises ``perf.device_mem_gb`` to it, so that every mechanism reserves it)
     ooms: int = 0
     mem_request_gb: float | None = None
-    #: the job's position in its trace (the simulator numbers them): jobs arriving together are served in trace
-    #: order, not in their ids' string order ("10" before "2"); states made without it tie-break by id
+    #: the job's place among the simulated jobs in arrival order, ties in trace order (the simulator numbers
+    #: them): jobs arriving together are served in trace order, not in their ids' string order ("10" before
+    #: "2"); states made without it tie-break by id
     seq: int = 0
 
     def __post_init__(self) -> None:

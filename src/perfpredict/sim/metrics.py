@@ -131,7 +131,8 @@ def _natural(s: str) -> tuple:
 
 
 def _arrival_order(states: Iterable[JobState]) -> list[JobState]:
-    return sorted(states, key=lambda js: (js.job.arrival, js.seq, _natural(js.id)))  # trace order on ties
+    # trace order on ties; a state made outside a run (or a stand-in with .job and .id) has no position
+    return sorted(states, key=lambda js: (js.job.arrival, getattr(js, "seq", 0), _natural(js.id)))
 
 
 def select_steady(states: Sequence[JobState], *, steady: tuple[int, int] | None = None,
