@@ -120,3 +120,16 @@ def test_mode_in_capitals_and_null_notes_are_taken(predictor):
 def test_a_memory_limit_past_any_machine_is_named(predictor):
     with pytest.raises(UsageError, match=r"memory_limit_bytes must be a number of bytes from 1 to 1e30"):
         predictor.largest_batch(features=RESNET50_SIZED, memory_limit_bytes=10**400, device_type="cuda_h100")
+
+
+def test_the_note_says_what_the_time_baseline_priced(predictor):
+    """A GPU vector with op types but no per-op MACs has launches from its op types (review): it is not told it
+    has none. A CPU vector whose MACs are all fixed gets stand-ins carrying them."""
+    with_ops = dict(RESNET50_SIZED, op_counts={"Conv": 53, "Relu": 49, "Add": 16, "MatMul": 1})
+    notes = predictor.predict(features=with_ops, batch_sizes=[8], device_type="cuda_h100",
+                              allow_fallback=False).prediction.notes
+    assert not any("no kernel launches" in n for n in notes) and any("launch count comes from" in n for n in notes)
+    fixed = dict(RESNET50_SIZED, forward_macs_per_sample=0, forward_macs_fixed=4.1e10)
+    t = predictor.predict(features=fixed, batch_sizes=[8], device_type=CPU_SET,
+                          allow_fallback=False).prediction.points[0].iter_time_s
+    assert t > 1e-2

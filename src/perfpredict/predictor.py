@@ -29,7 +29,7 @@ import numpy as np
 
 from perfpredict.errors import PerfPredictError, UsageError, first_line
 from perfpredict.estimators.arch import TRAIN_STEP_NOTE, ArchFeatures
-from perfpredict.estimators.design import FEATURE_NAMES, design_matrix, feature_names
+from perfpredict.estimators.design import FEATURE_NAMES, design_matrix, feature_names, needs_bare_kernels
 from perfpredict.estimators.evaluate import calibrated
 from perfpredict.estimators.forest import compile_model_file
 from perfpredict.estimators.models import LEGACY_MEMORY_TERMS, baseline_components, with_utilization_prior
@@ -701,8 +701,7 @@ class Predictor:
             notes.append("no op types given (op_counts): the CPU memory baseline's code-page term counts only an "
                          "empty model's library code (about 5 MiB, against 13-30 MiB for the zoo's families), so "
                          "peak memory is under-predicted; send op_counts (an ONNX file gives them)")
-        macs_placed = any(v > 0 for v in arch.macs_by_op.values()) or arch.forward_macs_per_sample <= 0
-        if not arch.kernel_nodes and not (arch.op_counts and macs_placed):
+        if needs_bare_kernels(arch) and (ms.device_kind == "cpu" or not (arch.op_counts or arch.kernel_nodes)):
             # measured by benchmarks/bare_feature_vectors.py on the sets' own training architectures
             what = ("the CPU time baseline prices stand-in kernels, one dense matrix product per node sharing the "
                     "forward MACs: on the training architectures such a vector's times came out 0.85-0.99x the "
@@ -710,8 +709,9 @@ class Predictor:
                     "the GPU time baseline has the MACs but no kernel launches: on the training architectures "
                     "such a vector's times came out a median 0.25-0.45x the measured (51-70% MAPE), and 1.2x "
                     "(38% MAPE) with op_counts")
-            notes.append(f"no kernels given (kernel_nodes), nor op types with their MACs (op_counts, macs_by_op): "
-                         f"{what}; send kernel_nodes (an ONNX file or a model file gives them)")
+            notes.append(f"no kernel carrying the MACs given (kernel_nodes), nor op types with their MACs "
+                         f"(op_counts, macs_by_op): {what}; send kernel_nodes (an ONNX file or a model file gives "
+                         "them)")
         elif not arch.kernel_nodes:
             what = ("the CPU time baseline prices stand-in kernels made from the per-op-type totals (every "
                     "convolution taken as dense, views not told from copies)" if ms.device_kind == "cpu" else
@@ -869,6 +869,8 @@ def _estimate(ms: ModelSet, arch: ArchFeatures, batch_sizes: Sequence[int], esti
     # the median is fitted apart from the quantiles (and the fallback moves both): an interval holds its median
     preds = {k: (y, np.column_stack([np.minimum(q[:, 0], y), q[:, 1:-1], np.maximum(q[:, -1], y)]))
              for k, (y, q) in preds.items()}
+    if "gpu_utilization" in preds:  # a fallback's measured median is not clipped as the estimators' are
+        preds["gpu_utilization"] = tuple(np.clip(a, 0.005, 1.0) for a in preds["gpu_utilization"])
     return _Estimate(X=X, preds=preds, near=near, dist=dist, reach=reach, past=past, method=method)
 
 

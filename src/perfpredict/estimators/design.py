@@ -177,12 +177,7 @@ def design_row(arch: ArchFeatures, batch_size: int, bare_stand_in: bool = False)
     row["ops_onednn"] = math.log1p(sum(arch.op_counts.get(op, 0) for op in ONEDNN_OPS))
     row["log_peak_live_bytes_iter"] = (math.nan if arch.peak_live_bytes_per_sample is None else
                                        _log10(arch.peak_live_bytes_per_sample * b + arch.peak_live_bytes_fixed))
-    kernels = arch.kernel_nodes or approximate_rows(
-        dict(arch.op_counts), dict(arch.macs_by_op), dict(arch.activation_bytes_by_op), arch.param_bytes,
-        arch.lookup_param_bytes, dict(arch.recurrent_steps_by_op))
-    if bare_stand_in and arch.forward_macs_per_sample + arch.forward_macs_fixed > 0 \
-            and not any(int(r[2]) or int(r[3]) for r in kernels):  # no kernel given, or none carrying the MACs
-        kernels = bare_kernel_rows(arch)
+    kernels = priced_kernels(arch, bare_stand_in)
     for mode in ("infer", "train"):
         row[f"log_code_bytes_{mode}"] = _log10(code_bytes(arch.op_counts, mode))
     row["log_kernel_calls"] = _log10(sum(int(r[1]) for r in kernels))
@@ -199,15 +194,39 @@ def _group_counts(op_counts: Mapping[str, int]) -> dict[str, int]:
     return out
 
 
+def priced_kernels(arch: ArchFeatures, bare_stand_in: bool = False) -> list:
+    """The kernel rows a time baseline prices: ``kernel_nodes``, else stand-ins from the per-op-type totals
+    (:func:`approximate_rows`); with ``bare_stand_in``, when the graph multiplies but none of those rows carries
+    a MAC (no kernels nor op types given, op types without ``macs_by_op``), :func:`bare_kernel_rows`."""
+    kernels = arch.kernel_nodes or approximate_rows(
+        dict(arch.op_counts), dict(arch.macs_by_op), dict(arch.activation_bytes_by_op), arch.param_bytes,
+        arch.lookup_param_bytes, dict(arch.recurrent_steps_by_op))
+    if bare_stand_in and needs_bare_kernels(arch, kernels):
+        return bare_kernel_rows(arch)
+    return list(kernels)
+
+
+def needs_bare_kernels(arch: ArchFeatures, kernels: Iterable | None = None) -> bool:
+    """Whether ``arch`` multiplies but no kernel row it gives (``kernels``: its priced rows without stand-ins,
+    computed when None) carries a MAC: what a CPU set then prices are :func:`bare_kernel_rows`."""
+    if kernels is None:
+        kernels = priced_kernels(arch)
+    return arch.forward_macs_per_sample + arch.forward_macs_fixed > 0 and not any(int(r[2]) or int(r[3])
+                                                                                    for r in kernels)
+
+
 def bare_kernel_rows(arch: ArchFeatures) -> list:
     """Stand-in kernels for a graph given without ``kernel_nodes`` or ``op_counts`` (or with op types but no
-    ``macs_by_op``, so that no kernel would carry a MAC): ``num_nodes`` dense
-    matrix products sharing its forward MACs and activation bytes. A CPU time baseline prices kernels only, so
-    without any it answered a microsecond per step whatever the MACs; with these the training architectures'
-    times come out a median 0.85-0.99x the measured, 51-64% MAPE (``python benchmarks/bare_feature_vectors.py``)."""
+    ``macs_by_op``, so that no kernel would carry a MAC): ``num_nodes`` dense matrix products sharing its forward
+    MACs (per sample and fixed) and activation bytes. A CPU time baseline prices kernels only, so without any it
+    answered a microsecond per step whatever the MACs; with these the training architectures' times come out a
+    median 0.85-0.99x the measured, 51-64% MAPE (``python benchmarks/bare_feature_vectors.py``)."""
     n = max(1, int(arch.num_nodes))
-    return approximate_rows({"MatMul": n}, {"MatMul": arch.forward_macs_per_sample},
+    rows = approximate_rows({"MatMul": n}, {"MatMul": arch.forward_macs_per_sample},
                             {"MatMul": arch.activation_bytes_per_sample}, arch.param_bytes, arch.lookup_param_bytes)
+    for r in rows:  # [class, count, MACs per sample, MACs fixed, ...]: the fixed MACs shared the same way
+        r[3] = int(arch.forward_macs_fixed) // n
+    return rows
 
 
 def design_matrix(items: Iterable[tuple[ArchFeatures, int]], device_kind: str = "cpu"):

@@ -154,7 +154,7 @@ def check_feature_mapping(features: Mapping[str, Any]) -> dict[str, Any]:
     notes = out.pop("notes", None)
     if notes is not None:
         notes = (notes,) if isinstance(notes, str) else notes
-        if not isinstance(notes, (list, tuple)) or not all(isinstance(n, str) for n in notes):
+        if not isinstance(notes, (list, tuple, set, frozenset)) or not all(isinstance(n, str) for n in notes):
             raise UsageError(f"bad feature vector: notes must be text or a list of texts, got {notes!r}"[:200],
                              step="predict")
         out["notes"] = tuple(notes)
