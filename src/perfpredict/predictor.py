@@ -10,8 +10,9 @@
 Every value on a predicted card says ``source: predicted`` and carries its 80% interval. When the request's
 graph features are farther from every training architecture than any training architecture is from its own
 nearest neighbour, the estimators would be extrapolating: the Predictor then answers with the measurements
-of the most similar profiled architecture (GENIE §6's model database), at the nearest measured batch size,
-and says so on the card (``prediction.method = "nearest_profiled"``).
+of the most similar profiled architecture (GENIE §6's model database), carried to the request's own
+parameters and activations and interpolated between the batch sizes it was measured at, and says so on the
+card (``prediction.method = "nearest_profiled"``).
 """
 
 from __future__ import annotations
@@ -893,8 +894,9 @@ def _fallback(ms: ModelSet, name: str, arch: ArchFeatures, batch_sizes: Sequence
     as the estimators' baselines weigh them) times the neighbour's measurement over its own baseline, that
     ratio interpolated the same way: the neighbour supplies the correction the estimators would have
     extrapolated. Both baselines are computed without kernel rows (profiled.json has none), so the ratio
-    compares like with like. The interval keeps the estimators' shape, moved to the new median. A calibrated
-    set's measurements are another CPU's, so their times take its factor."""
+    compares like with like. Memory's carried values are made non-decreasing across the neighbour's measured
+    batch sizes (:func:`_memory_carried`). The interval keeps the estimators' shape, moved to the new median. A
+    calibrated set's measurements are another CPU's, so their times take its factor."""
     from dataclasses import replace
 
     pts = ms.profiled[name]["points"]
@@ -917,7 +919,7 @@ def _fallback(ms: ModelSet, name: str, arch: ArchFeatures, batch_sizes: Sequence
         vals = np.array([pts[str(measured[i])][keys[tname]] for i in have], float)
         xs = np.log2(np.array([measured[i] for i in have], float))
         if t.transform == "structured_memory":
-            v = _memory_carried(t, vals / t._base(X_near[have], t.coef_point, 1.0), xs,
+            v = _memory_carried(vals / t._base(X_near[have], t.coef_point, 1.0), xs,
                                 t._base(X_job, t.coef_point, 1.0), t._base(X_job_at[have], t.coef_point, 1.0), at)
         elif getattr(t, "coef_point", None) is not None:  # time: a physical baseline to carry over
             ratio = vals / t._base(X_near[have], t.coef_point, 1e-6)
@@ -934,7 +936,7 @@ def _fallback(ms: ModelSet, name: str, arch: ArchFeatures, batch_sizes: Sequence
     return out
 
 
-def _memory_carried(t: _Target, ratio: np.ndarray, xs: np.ndarray, base_job: np.ndarray, base_job_at: np.ndarray,
+def _memory_carried(ratio: np.ndarray, xs: np.ndarray, base_job: np.ndarray, base_job_at: np.ndarray,
                     at: np.ndarray) -> np.ndarray:
     """Memory carried from the nearest profiled model: the job's baseline times the neighbour's measured ratio,
     fixed at the neighbour's measured batch sizes (log2 ``xs``; ``base_job_at`` the job's baseline there) and made
