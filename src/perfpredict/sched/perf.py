@@ -115,8 +115,8 @@ class PerfModel:
             return 1.0
         c, m, w = self._c, self._m, self._w  # type: ignore[attr-defined]
         scale = 1.0
-        if cpus_per_gpu < c[0]:
-            scale = max(0.0, cpus_per_gpu) / c[0]
+        if cpus_per_gpu < c[0]:  # below the grid: linear to 0 (a grid starting at 0 CPUs has that row itself)
+            scale = max(0.0, cpus_per_gpu) / c[0] if c[0] > 0 else 1.0
             cpus_per_gpu = c[0]
         col = np.array([np.interp(cpus_per_gpu, c, w[:, j]) for j in range(m.size)])
         return float(np.interp(mem_per_gpu, m, col)) * scale
@@ -194,7 +194,9 @@ class PerfModel:
         c = self.ref_cpus_per_gpu * gpus if cpus is None else cpus
         m = self.ref_mem_per_gpu * gpus if mem_gb is None else mem_gb
         f = self.gpu_factor(gpus, ref_gpus)
-        return f * self.relative_w(c / gpus, m / gpus) if self.matrix is not None else f
+        if gpus <= 0 or self.matrix is None:  # no GPU, no progress (as ``rate`` answers an allocation of none)
+            return f
+        return f * self.relative_w(c / gpus, m / gpus)
 
     # -- construction ----------------------------------------------------------------------------------
     @classmethod
@@ -217,8 +219,12 @@ class PerfModel:
                                              pred.source if pred is not None else "measured")}
         if sens is not None:
             c = tuple(v / devices_profiled for v in sens.cpu_values)
-            m = tuple(v / devices_profiled for v in sens.mem_values_gb)
-            kwargs.update(cpus_per_gpu=c, mem_per_gpu=_strictly_increasing(m), matrix=tuple(map(tuple, sens.matrix)))
+            # memory columns in ascending order, each column with its values (a card may list them the other
+            # way: read as they stood, 250 GB was slower than 125 GB)
+            order = sorted(range(len(sens.mem_values_gb)), key=lambda j: sens.mem_values_gb[j])
+            m = tuple(sens.mem_values_gb[j] / devices_profiled for j in order)
+            matrix = tuple(tuple(row[j] for j in order) for row in sens.matrix)
+            kwargs.update(cpus_per_gpu=c, mem_per_gpu=_strictly_increasing(m), matrix=matrix)
             kwargs["ref_cpus_per_gpu"] = (ref_cpus_per_gpu if ref_cpus_per_gpu is not None
                                           else sens.demand.cpus / devices_profiled)
             kwargs["ref_mem_per_gpu"] = (ref_mem_per_gpu if ref_mem_per_gpu is not None
@@ -306,7 +312,8 @@ class _Speedup:
 
 
 def _strictly_increasing(values: Sequence[float]) -> tuple[float, ...]:
-    """Memory columns that differ by less than float noise are nudged apart so interpolation is defined."""
+    """Sorted memory columns that are equal (or differ by less than float noise) are nudged apart so
+    interpolation is defined."""
     out: list[float] = []
     for v in values:
         out.append(v if not out or v > out[-1] else math.nextafter(out[-1], math.inf))
