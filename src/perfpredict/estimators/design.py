@@ -11,7 +11,7 @@ for training with SGD-momentum, which the memory estimator corrects rather than 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from perfpredict.estimators.arch import ArchFeatures
 from perfpredict.estimators.code_footprint import code_bytes
@@ -198,19 +198,26 @@ def priced_kernels(arch: ArchFeatures, bare_stand_in: bool = False) -> list:
     """The kernel rows a time baseline prices: ``kernel_nodes``, else stand-ins from the per-op-type totals
     (:func:`approximate_rows`); with ``bare_stand_in``, when the graph multiplies but none of those rows carries
     a MAC (no kernels nor op types given, op types without ``macs_by_op``), :func:`bare_kernel_rows`."""
-    kernels = arch.kernel_nodes or approximate_rows(
-        dict(arch.op_counts), dict(arch.macs_by_op), dict(arch.activation_bytes_by_op), arch.param_bytes,
-        arch.lookup_param_bytes, dict(arch.recurrent_steps_by_op))
-    if bare_stand_in and needs_bare_kernels(arch, kernels):
+    kernels = _given_kernels(arch)
+    if bare_stand_in and _no_mac_rows(arch, kernels):
         return bare_kernel_rows(arch)
     return list(kernels)
 
 
-def needs_bare_kernels(arch: ArchFeatures, kernels: Iterable | None = None) -> bool:
-    """Whether ``arch`` multiplies but no kernel row it gives (``kernels``: its priced rows without stand-ins,
-    computed when None) carries a MAC: what a CPU set then prices are :func:`bare_kernel_rows`."""
-    if kernels is None:
-        kernels = priced_kernels(arch)
+def needs_bare_kernels(arch: ArchFeatures) -> bool:
+    """Whether ``arch`` multiplies but no kernel row it gives carries a MAC: what a CPU set then prices are
+    :func:`bare_kernel_rows`."""
+    return _no_mac_rows(arch, _given_kernels(arch))
+
+
+def _given_kernels(arch: ArchFeatures) -> Sequence:
+    """``kernel_nodes``, else the stand-ins :func:`approximate_rows` makes from the per-op-type totals."""
+    return arch.kernel_nodes or approximate_rows(
+        dict(arch.op_counts), dict(arch.macs_by_op), dict(arch.activation_bytes_by_op), arch.param_bytes,
+        arch.lookup_param_bytes, dict(arch.recurrent_steps_by_op))
+
+
+def _no_mac_rows(arch: ArchFeatures, kernels: Iterable) -> bool:
     return arch.forward_macs_per_sample + arch.forward_macs_fixed > 0 and not any(int(r[2]) or int(r[3])
                                                                                     for r in kernels)
 

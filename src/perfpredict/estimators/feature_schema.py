@@ -159,7 +159,6 @@ def check_feature_mapping(features: Mapping[str, Any]) -> dict[str, Any]:
                              step="predict")
         out["notes"] = tuple(notes)
     note = unknown_keys_note(features)
-    if note:
-        notes = out.get("notes") or ()
-        out["notes"] = ((notes,) if isinstance(notes, str) else tuple(notes)) + (note,)
+    if note:  # notes, when given, are a tuple by now
+        out["notes"] = out.get("notes", ()) + (note,)
     return out
