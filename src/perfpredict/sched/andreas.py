@@ -40,9 +40,9 @@ free as App. A writes it (any job on the node: the MILP picks the cheapest, a lo
 (4n), Σ w_n = min(N, J), is optional (``node_count``). Without it, f_OBJ can be driven to 0 by running nothing
 while no due date is near (the α term only charges used nodes) — (4n) is there, App. A says, because "it is
 always better to execute jobs as soon as resources are available". RG does not enforce (4n) itself (its best
-fit may use fewer nodes) but never leaves a GPU idle while a job waits; ``work_conserving`` adds exactly that
-rule (a job is postponed only if every node is full), so the MILP's optimum is the best schedule of the set RG
-searches, and RG's gap is measured against it.
+fit may use fewer nodes) but never leaves a GPU idle while a job that could use it waits; ``work_conserving``
+adds exactly that rule (a job is postponed only if no node has room for a configuration that can hold it), so
+the MILP's optimum is the best schedule of the set RG searches, and RG's gap is measured against it.
 """
 
 from __future__ import annotations
@@ -368,9 +368,26 @@ def randomized_greedy(p: AndreasProblem, max_it: int = MAX_IT, rng: np.random.Ge
     # job lists: row 0 by pressure; the others with random adjacent swaps, probability ∝ 1/ω. Only the first
     # S positions are ever reached (each placed job takes a GPU; once none is free the rest are postponed),
     # so only they are shuffled (a job cannot move forward past position S+1, the sort keys being i or i+1.5).
+    # With device-memory masks a job may fit nowhere while GPUs it cannot use are free: it is postponed without
+    # taking a GPU and the jobs after it still get their turn. Then a class c takes no job past the last one that
+    # it can hold, nor past the (all GPUs + 2)-th job whose 1-GPU configuration it can hold (by then c or the
+    # cluster is full): S covers the latest of those over the classes, one position of swap either side.
     node_gpus = p.node_gpus
-    S = min(J, int(node_gpus.sum()) + 2)
     base = np.argsort(-p.pressure(), kind="stable")
+    C = len(p.classes)
+    can = np.stack([allowed[:, p.cfg_class == c].any(axis=1) for c in range(C)], axis=1)
+    if masked:
+        last = -1
+        for c in range(C):
+            any_c = np.flatnonzero(can[base, c])
+            one_c = np.flatnonzero(allowed[base, p.cfg_index(c, 1)])
+            end = any_c[-1] if any_c.size else -1
+            if one_c.size > int(node_gpus.sum()) + 1:
+                end = min(end, one_c[int(node_gpus.sum()) + 1])
+            last = max(last, int(end))
+        S = min(J, last + 3)
+    else:
+        S = min(J, int(node_gpus.sum()) + 2)
     pos = p.weight > 0
     wmin = p.weight[pos].min() if pos.any() else 1.0
     p_swap = np.minimum(1.0, swap_scale * wmin / np.where(pos, p.weight, wmin / 1e9))[base[:S]]
@@ -402,7 +419,6 @@ def randomized_greedy(p: AndreasProblem, max_it: int = MAX_IT, rng: np.random.Ge
     f = np.full(It, float(cost_post.sum()))
 
     # per (iteration, class): buckets f = 0..Gmax of nodes with f free GPUs (a count and a stack of nodes each)
-    C = len(p.classes)
     G1 = max(c.gpus for c in p.classes) + 1
     node_class = p.node_class
     lo = np.searchsorted(node_class, np.arange(C))
@@ -429,12 +445,21 @@ def randomized_greedy(p: AndreasProblem, max_it: int = MAX_IT, rng: np.random.Ge
     code_pos = np.full((S, It), -1, dtype=np.int64)  # cfg * Nn + node of each placed (position, iteration)
     cfg_class, cfg_gpus = p.cfg_class, p.cfg_gpus
     total_free = np.full(It, int(node_gpus.sum()), dtype=np.int64)
+    if masked:
+        # an iteration is done once no job still to come can use a class with free GPUs: free GPUs per
+        # (iteration, class) and the last position of each iteration's list holding a job that class can hold
+        free_cls = np.tile(np.asarray([c.gpus * len(c.servers) for c in p.classes], dtype=np.int64), (It, 1))
+        last_pos = np.empty((It, C), dtype=np.int64)
+        for c in range(C):
+            rev = can[perm[:, ::-1], c]
+            last_pos[:, c] = np.where(rev.any(axis=1), S - 1 - rev.argmax(axis=1), -1)
     active = np.arange(It)
     for k in range(S):
         if active.size == 0:
             break
         ch = choice_t[k][active]
         j = perm_t[k][active]
+        step = active  # the iterations that place job j at this position
         rc = active * C + cfg_class[ch]
         pat = pattern[rc]
         fs = best_f[cfg_gpus[ch], pat]
@@ -448,11 +473,10 @@ def randomized_greedy(p: AndreasProblem, max_it: int = MAX_IT, rng: np.random.Ge
             first = fits.argmax(axis=1)
             ch[bi] = np.where(fits[np.arange(bi.size), first], pref[jb, first], -1)
             placed = ch >= 0
-            if not placed.all():  # no configuration fits: that iteration's cluster is full
-                active, ch, j = active[placed], ch[placed], j[placed]
-                if active.size == 0:
-                    break
-            rc = active * C + cfg_class[ch]
+            if not placed.all():  # no configuration of this job fits: it is postponed (only GPUs that cannot
+                # hold it are free; without masks that never happens, a full cluster having left ``active``)
+                step, ch, j = active[placed], ch[placed], j[placed]
+            rc = step * C + cfg_class[ch]
             pat = pattern[rc]
             fs = best_f[cfg_gpus[ch], pat]
         g = cfg_gpus[ch]
@@ -467,14 +491,18 @@ def randomized_greedy(p: AndreasProblem, max_it: int = MAX_IT, rng: np.random.Ge
         pattern[rc] = (pat & ~((top == 0) << fs)) | (1 << b_to % G1)
         n = lo[cfg_class[ch]] + local
         kj = key[j, ch]
-        flat = active * Nn + n
+        flat = step * Nn + n
         cur = first_end[flat]
         better = kj < cur
-        f[active] += gain[j, ch] + np.where(better, kj.imag - cur.imag, 0.0)
+        f[step] += gain[j, ch] + np.where(better, kj.imag - cur.imag, 0.0)
         first_end[flat[better]] = kj[better]
-        code_pos[k, active] = ch * Nn + n
-        total_free[active] -= g
-        active = active[total_free[active] > 0]
+        code_pos[k, step] = ch * Nn + n
+        total_free[step] -= g
+        if masked:
+            np.subtract.at(free_cls, (step, cfg_class[ch]), g)
+            active = active[((free_cls[active] > 0) & (last_pos[active] > k)).any(axis=1)]
+        else:
+            active = active[total_free[active] > 0]
 
     best = int(np.argmin(f))
     node = np.full(J, -1, dtype=np.int64)
@@ -613,12 +641,17 @@ def solve_milp(p: AndreasProblem, *, alpha: Literal["first-ending", "appendix"] 
     if node_count:
         add([(idx["w", n], 1.0) for n in range(N)], float(min(N, J)), float(min(N, J)))         # 4n
     if work_conserving:
-        # a postponed job leaves no GPU idle: G_n - Σ g x_.n. <= G_n Σ_n' z_jn'
+        # a postponed job leaves no GPU idle that it could use: on every node where its smallest allowed
+        # configuration takes g0 GPUs, fewer than g0 are free, G_n - Σ g x_.n. <= g0 - 1 + G_n Σ_n' z_jn' (g0 = 1
+        # without device-memory masks; nodes that cannot hold the job at all are exempt, as in RG)
         for j in range(J):
             for n in range(N):
                 G = float(node_gpus[n])
+                g0 = next((g for g in gs[n] if p.allowed[j, k_of[n, g]]), None)
+                if g0 is None:
+                    continue
                 add([(idx["x", jq, n, g], -float(g)) for jq in range(J) for g in gs[n]]
-                    + [(idx["z", j, nq], -G) for nq in range(N)], -np.inf, -G)
+                    + [(idx["z", j, nq], -G) for nq in range(N)], -np.inf, g0 - 1 - G)
 
     A = coo_matrix((vals, (rows, cols)), shape=(len(rlo), nv)).tocsr()
     res = milp(c, constraints=LinearConstraint(A, rlo, rhi), integrality=integrality, bounds=Bounds(lb, ub),

@@ -51,6 +51,7 @@ from perfpredict.sched.genie import (
     genie_model_key,
     meets_ect,
     parse_model_key,
+    task_ect,
 )
 from perfpredict.sched.genie_cards import DEFAULT_BATCHES, GENIE_TYPES, genie_model
 from perfpredict.sched.job import Job, JobState
@@ -168,12 +169,16 @@ def genie_metrics(result_or_states: Any) -> dict[str, Any]:
     over ``Lat(t, ⟨1,1⟩)``); ``avg_norm_response``: completion − arrival over ``Lat(t, ⟨1,1⟩)``."""
     states = _states(result_or_states)
     n = len(states)
-    met = [js.finish is not None and js.job.deadline is not None and meets_ect(js.finish, js.job.deadline)
-           for js in states]
+    # the ECT SWAF and Min-Min schedule by (genie.task_ect): the trace's deadline, else arrival + eq. 9 of the
+    # task's QoS class; a task that has neither (not a GENIE model, no deadline) cannot meet one
+    ects = [task_ect(js) if js.job.deadline is not None or isinstance(js.perf, GeniePerfModel) else None
+            for js in states]
+    met = [js.finish is not None and e is not None and meets_ect(js.finish, e)
+           for js, e in zip(states, ects, strict=True)]
     done = [js for js in states if js.finish is not None]
     by_class: dict[str, float] = {}
     for c in QOS_CLASSES:
-        idx = [i for i, js in enumerate(states) if (js.job.qos or "normal") == c]
+        idx = [i for i, js in enumerate(states) if (js.job.qos or "normal").lower() == c]
         by_class[c] = float(np.mean([met[i] for i in idx])) if idx else math.nan
     # eq. 16: L_wall is the task's walltime under its placement (start to completion, ν included)
     if any(js.first_start is None for js in done):

@@ -23,7 +23,8 @@ Moldable/malleable (seed 002 §III-C):
       user's current job if it arrives before that job's latest trace-end plus ``job_gap_s`` (60 s). A job's
       flow time is its last completion minus its first arrival; its stretch that flow time over the sum of
       its tasks' volumes (§V-D: "the jobs' runtime divided by the jobs' total computational volume"). Tasks
-      without a user form jobs of one;
+      without a user form jobs of one. Jobs are formed from every task, finished or not, and a job with an
+      unfinished task is left out of the per-job statistics (``n_user_jobs`` counts the finished jobs);
     * system utilisation ``u = Σ v / (|G| · (max t_cmp - min t_arr))`` (can exceed 1 when co-location makes
       fractional GPUs worth more than their share).
 
@@ -263,7 +264,9 @@ def compute_metrics(states: Sequence[JobState], usage: Usage, cluster: ClusterSp
                 if js.first_start is not None]
     stretch = [_jct(js) / task_volume(js) for js in measured]
 
-    groups = user_jobs(done, job_gap_s)
+    # jobs are grouped over every state (finished or not), so that a task left unfinished does not split its
+    # user's bag into smaller "finished" jobs; a job with an unfinished task has no flow time and is left out
+    groups = [g for g in user_jobs(states, job_gap_s) if all(js.finish is not None for js in g)]
     g_flow = [max(js.finish for js in g) - min(js.job.arrival for js in g) for g in groups]  # type: ignore[type-var]
     g_stretch = [f / sum(task_volume(js) for js in g) for f, g in zip(g_flow, groups, strict=True)]
 
