@@ -34,9 +34,9 @@ The simulator runs them with the measured values (:mod:`perfpredict.sim.sharing`
 * :class:`PerformanceAwareBinPacking` (PAB) — OBP's placement, then after a warm-up (60 s, §5.2: "0-60s") the
   co-runners' measured speed (the simulator's ``JobState.rate``) is compared with theirs before the job
   arrived; if it dropped by ``threshold`` (50 %: "if performance drops by 50 percent") or more, the job is
-  re-queued (it restarts from its last epoch checkpoint) and is not put with those jobs again. A placement on
-  an idle device needs no measurement; co-locations are measured one at a time, which is the "total of n jobs
-  multiply by T_wait" the paper charges PAB with.
+  re-queued (it restarts from its last epoch checkpoint; a decision right after tries it again) and is not put
+  with those jobs again. A placement on an idle device needs no measurement; co-locations are measured one at
+  a time, which is the "total of n jobs multiply by T_wait" the paper charges PAB with.
 * :class:`FifoExclusive` (FIFO) — "assigns the incoming DL job onto an idle GPU without job colocation":
   whole devices, best fit, in arrival order, a job that does not fit is skipped (Kubernetes-like: a pending
   pod does not block the ones behind it).
@@ -450,6 +450,10 @@ class PerformanceAwareBinPacking(OpportunisticBinPacking):
         ledger = self.current_ledger(cluster, running)
         for jid in requeued:
             ledger.release(running[jid])
+        if requeued:
+            # back in the queue: tried again at a decision right after this one (without it the job waited for
+            # the next arrival or completion, however long, even with a GPU idle)
+            self._wake.append(math.nextafter(now, math.inf))
         view = self._view(cluster, ledger, ordered, out)
         cpus, mem = self._host(cluster)
         for js in ordered:

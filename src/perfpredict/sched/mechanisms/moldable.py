@@ -428,10 +428,11 @@ class _Flexible(Mechanism):
         return self.bounds(job).floor
 
     def job_bounds(self, js: JobState, cluster: ClusterSpec) -> Bounds:
-        """The bounds this mechanism uses for ``js``: :meth:`bounds`, with I10's memory floor."""
+        """The bounds this mechanism uses for ``js``: :meth:`bounds`, ``p_max`` at most the GPUs whose memory
+        holds the job (with or without ``memory_aware``), and I10's memory floor (``memory_aware``)."""
         b = self.bounds(js.job)
         mem = js.perf.device_mem_gb
-        if not self.memory_aware or mem <= 0:
+        if mem <= 0:
             return b
         # on a cluster whose devices differ in memory, no size above the devices that hold the job (else a
         # job sized for GPUs it cannot use would wait for ever)
@@ -442,7 +443,7 @@ class _Flexible(Mechanism):
             usable = self._usable_gpus[mem] = sum(s.gpus for s in cluster.servers if mem <= s.gpu_mem_gb + EPS)
         if usable < cluster.total_gpus and b.lo - _TOL <= usable < b.hi:
             b = Bounds(b.lo, float(usable))
-        if b.lo >= 1 - EPS:
+        if not self.memory_aware or b.lo >= 1 - EPS:  # the cap above holds either way: it is not I10's floor
             return b
         cap = max((s.gpu_mem_gb for s in cluster.servers if s.gpus > 0), default=0.0)
         if cap <= 0 or mem > cap + EPS:
