@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["CacheStats", "MinIOCache"]
+__all__ = ["CacheStats", "MinIOCache", "stored_bytes"]
 
 _RAW = 0  # stored verbatim: bytes / bytearray / memoryview (returned as bytes)
 _PICKLED = 1
@@ -83,6 +83,11 @@ def _encode(item: Any) -> tuple[bytes | memoryview, int]:
     if isinstance(item, (bytes, bytearray, memoryview)):
         return memoryview(item).cast("B"), _RAW
     return pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL), _PICKLED
+
+
+def stored_bytes(item: Any) -> int:
+    """The bytes ``item`` occupies in a :class:`MinIOCache` (its length if bytes-like, else its pickle's)."""
+    return len(_encode(item)[0])
 
 
 def _decode(payload: bytes, kind: int) -> Any:

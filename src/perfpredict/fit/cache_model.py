@@ -111,6 +111,8 @@ def cached_throughput(cpu_throughput: ArrayLike, cache_bytes: ArrayLike, dataset
             out = np.minimum(cpu, io_rate)
         else:
             out = np.minimum(1.0 / (cpu_s + io_s / w), io_rate)
+    # Nothing read from storage: exactly the CPU side's throughput (1 / (1 / T) can be an ulp off T).
+    out = np.where(io_s == 0, cpu, out)
     return _scalar_or_array(np.asarray(out, dtype=float))
 
 
@@ -162,8 +164,10 @@ def demand_vector(cpu_values: Sequence[int], mem_values: Sequence[float], W: np.
                          f"({len(cpu_values)}, {len(mem_values)})")
     if w.size == 0:
         raise ValueError("W is empty")
-    if not np.all(np.isfinite(w)):
-        raise ValueError("W has non-finite entries")
+    if not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise ValueError("W must be finite and >= 0 (throughputs)")
+    if not np.all(np.isfinite(np.asarray(mem_values, dtype=float))):
+        raise ValueError(f"mem_values must be finite, got {list(mem_values)!r}")
     if not 0.0 <= threshold < 1.0:
         raise ValueError(f"threshold must be in [0, 1), got {threshold!r}")
     target = (1.0 - threshold) * float(w.max())

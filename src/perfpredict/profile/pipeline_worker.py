@@ -48,11 +48,23 @@ def prepare_dataset(workload, full_cache: bool = True):
                              step="make_dataset")
     ds = workload.make_dataset()
     if full_cache and getattr(ds, "dataset_bytes", None):
-        from perfpredict.data.minio_cache import MinIOCache
+        import math
 
-        # Slack: items that are not bytes are stored pickled (a few tens of bytes each on top of the
-        # dataset_bytes the dataset reports), and "memory at maximum" must really cache every item.
-        ds = MinIOCache(ds, capacity_bytes=int(ds.dataset_bytes * 1.02) + 256 * len(ds))
+        from perfpredict.data.minio_cache import MinIOCache, stored_bytes
+        from perfpredict.profile.sensitivity_profile import _raw_bytes
+
+        # Slack: items that are not bytes are stored pickled, on top of the dataset_bytes the dataset reports
+        # (tens of bytes for plain objects, ~400 for a torch tensor), and "memory at maximum" must really cache
+        # every item. Bytes are stored verbatim (no slack needed beyond the 256 per item); for other items the
+        # slack covers 1.25x the pickling overhead of item 0 (its stored size over its tensors'/arrays' bytes).
+        n = len(ds)
+        slack = 256
+        first = ds[0] if n else b""
+        if not isinstance(first, (bytes, bytearray, memoryview)):
+            raw = _raw_bytes(first)
+            overhead = stored_bytes(first) - (raw if raw > 0 else ds.dataset_bytes / n)
+            slack = max(slack, math.ceil(1.25 * overhead) + 64)
+        ds = MinIOCache(ds, capacity_bytes=int(ds.dataset_bytes * 1.02) + slack * n)
     return ds
 
 
@@ -158,9 +170,14 @@ def measure_pipeline(req: PipelineRequest) -> dict[str, Any]:
         it = batches()
         state["phase"] = "warm-up"
         # One full epoch first when the data is cached: the cache is filled (memory at its maximum).
-        warm = max(req.warmup_batches, len(loader) if getattr(ds.dataset, "capacity_bytes", None) else 0)
+        cache = ds.dataset if getattr(ds.dataset, "capacity_bytes", None) else None
+        warm = max(req.warmup_batches, len(loader) if cache is not None else 0)
         for _ in range(warm):
             train(next(it))
+        if cache is not None:
+            # With drop_last, an epoch of len(loader) batches skips the last len(ds) % batch_size items of its
+            # shuffle; read those now, or the "full memory" window would fetch them from storage.
+            cache.warm()
         sync()
         state["phase"] = "timed"
         others = OtherLoad(with_children=True)  # the DataLoader workers are the job's own CPU time
