@@ -73,7 +73,18 @@ def _baddbmm_handle(inputs: list, outputs: list) -> int:
     return b1[0] * b1[1] * b1[2] * b2[2]
 
 
+def _matmul_handle(inputs: list, outputs: list) -> int:
+    """aten::matmul(a, b): output elements x the contracted dimension, as the ONNX count has it. fvcore's own
+    handle takes the batch from ``a`` alone (a [1, n, m] x [h, m, p] broadcast counted once, not h times) and
+    fails on a 1-D ``b`` (``x @ v``), which made the whole cross-check fail."""
+    a, y = _shape(inputs[0]), _shape(outputs[0])
+    if a is None or y is None or not a:
+        return 0
+    return prod(y) * a[-1]
+
+
 _EXTRA_HANDLES = {
+    "aten::matmul": _matmul_handle,
     "aten::baddbmm": _baddbmm_handle,
     "aten::lstm": _rnn_handle(),
     "aten::gru": _rnn_handle(),

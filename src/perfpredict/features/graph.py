@@ -6,7 +6,7 @@ inference gives:
 - ``Conv``: output elements × (C_in / groups) × kernel elements
 - ``ConvTranspose``: input elements × (C_out / groups) × kernel elements
 - ``Gemm`` / ``MatMul``: output elements × the contracted dimension
-- ``Einsum``: the product of the sizes of every index in the equation
+- ``Einsum``: the product of the sizes of every index in the equation (those under ``...`` included)
 - ``LSTM`` / ``GRU`` / ``RNN``: steps × batch × directions × (gates·H·I + gates·H·H)
 - ``Attention`` (opset 23): batch × heads × L × S × (E_qk + E_v)
 
@@ -612,13 +612,21 @@ def _node_macs(node, shapes: _Shapes) -> int | None:
         eq = _attr(node, "equation")
         eq = eq.decode() if isinstance(eq, bytes) else eq
         in_shapes = [shapes.shape(i) for i in ins]
-        if eq is None or any(s is None for s in in_shapes) or "..." in eq:
+        if eq is None or any(s is None for s in in_shapes):
             return None
         lhs = eq.replace(" ", "").split("->")[0].split(",")
-        sizes: dict[str, int] = {}
+        # an index's size is its size in any operand where it is not 1 (size-1 dimensions broadcast); the
+        # dimensions under "..." are indices too, aligned from the right across operands
+        sizes: dict[Any, int] = {}
         for term, shp in zip(lhs, in_shapes):
-            for letter, dim in zip(term, shp):
-                sizes[letter] = dim
+            pre, ellipsis, post = term.partition("...")
+            n_ell = len(shp) - len(pre) - len(post) if ellipsis else 0
+            labels = [*pre, *(("...", n_ell - i) for i in range(n_ell)), *post]
+            if n_ell < 0 or len(labels) != len(shp):
+                return None
+            for label, dim in zip(labels, shp):
+                if sizes.get(label, 1) == 1:
+                    sizes[label] = dim
         return prod(sizes.values())
     if op in RECURRENT_OPS:
         s, r = _rnn_shape(node, shapes), shapes.shape(ins[2])

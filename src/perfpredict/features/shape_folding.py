@@ -105,8 +105,9 @@ def _fold(graph, folded: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         arr = np.asarray(result)
         if arr.dtype.kind not in "iub" or arr.size > MAX_ELEMENTS:
             continue
-        if arr.dtype.kind != "b":
+        if arr.dtype not in (np.int32, np.int64, np.bool_):
             arr = arr.astype(np.int64)
+        # (an int32 value stays int32: the Constant that replaces its node keeps the graph's types)
         values[outs[0]] = arr
         if node.op_type != "Constant":  # a Constant needs no folding; shape inference already reads it
             new[outs[0]] = arr
@@ -176,7 +177,8 @@ def _evaluate(node, values: dict[str, np.ndarray], shapes: dict[str, list[int]])
         return data[tuple(index)]
     if op == "Reshape":
         target = [int(d) for d in args[1]]
-        target = [args[0].shape[i] if d == 0 else d for i, d in enumerate(target)]
+        if not _attr(node, "allowzero", 0):  # allowzero=1: a 0 is a dimension of size 0, not "copy"
+            target = [args[0].shape[i] if d == 0 else d for i, d in enumerate(target)]
         return args[0].reshape(target)
     if op in ("Add", "Sub", "Mul", "Div", "Mod", "Max", "Min", "Equal", "Less", "Greater", "Where", "Not",
               "Neg", "Abs"):
@@ -185,13 +187,15 @@ def _evaluate(node, values: dict[str, np.ndarray], shapes: dict[str, list[int]])
         start, limit, delta = (int(a) for a in given)
         if delta == 0 or max(0, -(-(limit - start) // delta)) > MAX_ELEMENTS:
             return None
-        return np.arange(start, limit, delta, dtype=np.int64)
+        return np.arange(start, limit, delta, dtype=given[0].dtype)
     if op == "ConstantOfShape":
         shape = [int(d) for d in args[0]]
         if int(np.prod(shape)) > MAX_ELEMENTS:
             return None
         fill = _attr(node, "value")
-        v = _small_int(fill) if fill is not None else np.zeros(1, np.int64)
+        if fill is None:  # the default value is a float 0.0: not an integer tensor
+            return None
+        v = _small_int(fill)
         return None if v is None else np.full(shape, v.reshape(-1)[0], dtype=v.dtype)
     if op == "Expand":
         out_shape = np.broadcast_shapes(args[0].shape, tuple(int(d) for d in args[1]))
