@@ -51,6 +51,7 @@ import heapq
 import io
 import logging
 import math
+import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,7 +106,8 @@ def synergy_trace(n_jobs: int, *, load_jobs_per_hour: float | None = None,
     if weights.shape != (3,) or np.any(weights < 0) or not np.all(np.isfinite(weights)) or weights.sum() <= 0:
         raise ValueError(f"split must be three non-negative percentages (image, language, speech), got {split}")
     demand = dict(gpu_demand) if gpu_demand is not None else PHILLY_LIKE_GPU_DEMAND
-    if not demand or any(g <= 0 or p < 0 for g, p in demand.items()) or sum(demand.values()) <= 0:
+    if not demand or any(not (0 < g < math.inf and 0 <= p < math.inf) for g, p in demand.items()) \
+            or sum(demand.values()) <= 0:
         raise ValueError(f"gpu_demand must map positive GPU counts to non-negative probabilities, got {demand}")
 
     arr_rng, dur_rng, task_rng, gpu_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(4))
@@ -125,8 +127,9 @@ def synergy_trace(n_jobs: int, *, load_jobs_per_hour: float | None = None,
     model_pick = task_rng.random(n_jobs)
 
     if multi_gpu:
-        sizes = np.array(sorted(demand), dtype=float)
-        probs = np.array([demand[int(s)] for s in sizes], dtype=float)
+        keys = sorted(demand)  # demand[int(size)] was a KeyError for a fractional size such as 0.5
+        sizes = np.array(keys, dtype=float)
+        probs = np.array([demand[k] for k in keys], dtype=float)
         gpus = gpu_rng.choice(sizes, size=n_jobs, p=probs / probs.sum())
     else:
         gpus = np.ones(n_jobs)
@@ -156,6 +159,10 @@ def _mcnn_concurrency(opennmt_bag_share: float, mean_concurrency: float, max_con
 def _inv_concurrency_mean(q: float, max_concurrency: int) -> float:
     """E[1/c] for c = 1 + Binomial(max - 1, q)."""
     n = max_concurrency - 1
+    if q <= 0.0:  # c = 1 always (k * log(0) would be 0 * -inf = nan at k = 0)
+        return 1.0
+    if q >= 1.0:  # c = max_concurrency always
+        return 1.0 / (n + 1)
     k = np.arange(n + 1)
     logc = np.array([math.lgamma(n + 1) - math.lgamma(x + 1) - math.lgamma(n - x + 1) for x in k])
     with np.errstate(divide="ignore"):
@@ -278,7 +285,7 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
                 yield n, text
         except UnicodeDecodeError:
             raise TraceError("not a UTF-8 text file", path=path, line=n + 1) from None
-        except (OSError, EOFError) as e:
+        except (OSError, EOFError, zlib.error) as e:  # zlib.error: a corrupt .gz (not an OSError)
             raise TraceError(f"cannot read: {e}", path=path, line=n + 1) from None
 
 
@@ -378,7 +385,11 @@ def read_swf_report(path: str | Path, *, gpus_per_proc: float = 1.0, max_jobs: i
         if procs <= 0:
             skip("non-positive processors")
             continue
-        gpus = max(1.0, float(math.ceil(procs * gpus_per_proc - 1e-9)))
+        wanted = procs * gpus_per_proc
+        if not math.isfinite(wanted):  # math.ceil(inf) raised OverflowError
+            raise TraceError(f"{_SWF_FIELDS[4 if v[4] > 0 else 7]} {tokens[4 if v[4] > 0 else 7]} x gpus_per_proc "
+                             f"{gpus_per_proc!r} is not a finite number of GPUs", path=p, line=n)
+        gpus = max(1.0, float(math.ceil(wanted - 1e-9)))
         user = str(int(v[11])) if v[11] >= 0 else ""
         raw.append((job_id, submit, run_time, gpus, user, n))
 
@@ -537,12 +548,21 @@ def write_csv_trace(jobs: Iterable[Job], path: str | Path) -> Path:
     file back gives equal jobs.
     """
     jobs = list(jobs)
+    seen_ids: set[str] = set()
     for j in jobs:  # the reader takes a field spanning lines for a quote left open: such a file would not read
         for name in ("id", "model", "task", "user", "qos"):
             value = getattr(j, name) or ""
             if "\n" in value or "\r" in value:
                 raise ValueError(f"job {j.id!r}: its {name} {value[:80]!r} holds a line break, which a CSV "
                                  "trace cannot")
+            if value != value.strip():  # the reader strips cells: " a" would read back as "a" (or clash with it)
+                raise ValueError(f"job {j.id!r}: its {name} {value[:80]!r} begins or ends with white space, which "
+                                 "a CSV trace does not keep")
+        if not j.id:
+            raise ValueError("a job with a blank id: a CSV trace's id column is required")
+        if j.id in seen_ids:
+            raise ValueError(f"job id {j.id!r} appears twice: the reader refuses a CSV trace that repeats an id")
+        seen_ids.add(j.id)
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     with open(p, "w", encoding="utf-8", newline="") as f:
