@@ -32,7 +32,8 @@ With unequal sizes the count depends on the order too (a later, smaller item may
 
 Accounting. An item occupies its *stored* size: a ``bytes``-like item is stored verbatim (size = its
 length, so the cache's byte count matches the dataset's), anything else is pickled (a few tens of bytes
-of overhead per item). The arena is exactly ``capacity_bytes``, so the cache's memory is what was asked
+of overhead per item; a tensor that is a view of a larger one, ``data[i]``, is copied out first, or its
+pickle would hold the whole of ``data``). The arena is exactly ``capacity_bytes``, so the cache's memory is what was asked
 for; it is allocated (and its pages touched) at construction, so ``/dev/shm`` must have room for it.
 
 The lock is a ``spawn``-context lock (inherited by forked workers, picklable to spawned ones), and like any
@@ -79,10 +80,25 @@ class CacheStats:
         return self.hits / n if n else 0.0
 
 
+def _compact(item: Any) -> Any:
+    """``item`` with every tensor that is a view of a larger storage copied out: pickling a tensor writes its
+    whole storage, so ``data[i]`` of an in-memory dataset would be stored as all of ``data``."""
+    if isinstance(item, torch.Tensor):
+        if item.layout == torch.strided and item.device.type != "meta" \
+                and item.untyped_storage().nbytes() > item.numel() * item.element_size():
+            return item.clone(memory_format=torch.contiguous_format)
+        return item
+    if type(item) in (tuple, list):
+        return type(item)(_compact(x) for x in item)
+    if type(item) is dict:
+        return {k: _compact(v) for k, v in item.items()}
+    return item
+
+
 def _encode(item: Any) -> tuple[bytes | memoryview, int]:
     if isinstance(item, (bytes, bytearray, memoryview)):
         return memoryview(item).cast("B"), _RAW
-    return pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL), _PICKLED
+    return pickle.dumps(_compact(item), protocol=pickle.HIGHEST_PROTOCOL), _PICKLED
 
 
 def stored_bytes(item: Any) -> int:

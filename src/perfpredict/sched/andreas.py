@@ -337,8 +337,8 @@ def randomized_greedy(p: AndreasProblem, max_it: int = MAX_IT, rng: np.random.Ge
     The iterations advance together, one position of their job lists per step. Each (iteration, class) keeps
     its nodes in buckets by free GPUs — a bit mask of the non-empty buckets, a count and a stack of nodes per
     bucket — so finding and updating the best-fit node costs a few array operations per step whatever the
-    number of nodes; each step runs until every iteration's cluster is full (the remaining jobs are
-    postponed)."""
+    number of nodes; each step runs until every iteration's cluster is full, or with device-memory limits until
+    no job still to come can use a free GPU (the remaining jobs are postponed)."""
     t0, c0 = time.perf_counter(), time.process_time()
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
     J, K = p.t.shape

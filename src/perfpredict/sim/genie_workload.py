@@ -170,9 +170,11 @@ def genie_metrics(result_or_states: Any) -> dict[str, Any]:
     states = _states(result_or_states)
     n = len(states)
     # the ECT SWAF and Min-Min schedule by (genie.task_ect): the trace's deadline, else arrival + eq. 9 of the
-    # task's QoS class; a task that has neither (not a GENIE model, no deadline) cannot meet one
-    ects = [task_ect(js) if js.job.deadline is not None or isinstance(js.perf, GeniePerfModel) else None
-            for js in states]
+    # task's QoS class; a task that has neither (no deadline, and not a GENIE model or a class eq. 9 does not
+    # know, which a mechanism that never reads ECTs runs all the same) cannot meet one
+    ects = [task_ect(js) if js.job.deadline is not None or (isinstance(js.perf, GeniePerfModel)
+                                                           and (js.job.qos or "normal").lower() in QOS_CLASSES)
+            else None for js in states]
     met = [js.finish is not None and e is not None and meets_ect(js.finish, e)
            for js, e in zip(states, ects, strict=True)]
     done = [js for js in states if js.finish is not None]

@@ -217,21 +217,27 @@ class AndreasBaseline(Mechanism):
         if ledger.total_free_gpus == 0:
             return out
         classes, _ = self._classes.get(cluster)
-        # only as many waiting jobs as there are free GPUs can start (each takes at least one)
-        head = waiting[:ledger.total_free_gpus]
-        p = AndreasProblem.from_states(head, cluster, now, classes=classes)
-        pref = p.preferences()
-        for i, js in enumerate(head):
-            if ledger.total_free_gpus == 0:
-                break
-            for k in pref[i]:
-                if not p.allowed[i, k]:
-                    break  # the configurations that cannot hold the job come last
-                c, g = int(p.cfg_class[k]), int(p.cfg_gpus[k])
-                s = _best_fit(ledger, classes[c].servers, g)
-                if s is not None:
-                    alloc = proportional_allocation(ledger, {s: ledger.free_devices(s)[:g]}, js.perf.device_mem_gb)
-                    ledger.take(alloc)
-                    out[js.id] = alloc
+        # only as many waiting jobs as there are free GPUs can start (each takes at least one), taken in order a
+        # block at a time: with device-memory limits a job may fit nowhere while GPUs it cannot use are free, and
+        # the jobs after the block still get those GPUs (without limits the first block fills the cluster)
+        start = 0
+        while ledger.total_free_gpus > 0 and start < len(waiting):
+            head = waiting[start:start + ledger.total_free_gpus]
+            start += len(head)
+            p = AndreasProblem.from_states(head, cluster, now, classes=classes)
+            pref = p.preferences()
+            for i, js in enumerate(head):
+                if ledger.total_free_gpus == 0:
                     break
+                for k in pref[i]:
+                    if not p.allowed[i, k]:
+                        break  # the configurations that cannot hold the job come last
+                    c, g = int(p.cfg_class[k]), int(p.cfg_gpus[k])
+                    s = _best_fit(ledger, classes[c].servers, g)
+                    if s is not None:
+                        alloc = proportional_allocation(ledger, {s: ledger.free_devices(s)[:g]},
+                                                        js.perf.device_mem_gb)
+                        ledger.take(alloc)
+                        out[js.id] = alloc
+                        break
         return out
