@@ -51,7 +51,7 @@ def prepare_dataset(workload, full_cache: bool = True):
         import math
 
         from perfpredict.data.minio_cache import MinIOCache, stored_bytes
-        from perfpredict.profile.sensitivity_profile import _raw_bytes
+        from perfpredict.profile.sensitivity_profile import raw_item_bytes
 
         # Slack: items that are not bytes are stored pickled, on top of the dataset_bytes the dataset reports
         # (tens of bytes for plain objects, ~400 for a torch tensor), and "memory at maximum" must really cache
@@ -61,7 +61,7 @@ def prepare_dataset(workload, full_cache: bool = True):
         slack = 256
         first = ds[0] if n else b""
         if not isinstance(first, (bytes, bytearray, memoryview)):
-            raw = _raw_bytes(first)
+            raw = raw_item_bytes(first)
             overhead = stored_bytes(first) - (raw if raw > 0 else ds.dataset_bytes / n)
             slack = max(slack, math.ceil(1.25 * overhead) + 64)
         ds = MinIOCache(ds, capacity_bytes=int(ds.dataset_bytes * 1.02) + slack * n)

@@ -24,7 +24,7 @@ from perfpredict.workload.spec import WorkloadRef
 GB = 1e9
 
 
-def _raw_bytes(item) -> int:
+def raw_item_bytes(item) -> int:
     """Bytes of one raw dataset item as read from storage (bytes / arrays / tensors, or a tuple of them)."""
     import torch
 
@@ -35,7 +35,7 @@ def _raw_bytes(item) -> int:
     if isinstance(item, np.ndarray):
         return int(item.nbytes)
     if isinstance(item, (tuple, list)):
-        return sum(_raw_bytes(x) for x in item)
+        return sum(raw_item_bytes(x) for x in item)
     return 0
 
 
@@ -66,7 +66,7 @@ def dataset_stats(ref: WorkloadRef, sample: int = 64) -> dict:
         except Exception as e:  # noqa: BLE001
             raise PerfPredictError(f"reading the dataset's items to size it failed: {error_line(e)}",
                                    source=ref.describe(), step="make_dataset") from None
-        total = int(np.mean([_raw_bytes(x) for x in items]) * n) if n else 0
+        total = int(np.mean([raw_item_bytes(x) for x in items]) * n) if n else 0
     return {"items": n, "dataset_bytes": total, "mean_item_bytes": total / n if n else 0.0,
             "storage_bytes_per_s": getattr(ds, "storage_bytes_per_s", None)}
 
