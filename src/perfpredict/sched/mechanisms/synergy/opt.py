@@ -33,14 +33,20 @@ def _lp1_candidates(r: _Req, share: tuple[float, float], extended: bool) -> _Can
     ``extended=False`` (the ILP): the sensitivity grid plus the proportional share and the fallback vector, so
     every allocation Tune can make is a candidate. ``extended=True`` (the LP bound): additionally a zero-CPU
     row (W = 0; :class:`PerfModel` falls linearly to 0 below the grid's first CPU value) and a zero-memory
-    column (W as at the first memory value; it clamps below the grid). Bilinear interpolation is a convex
+    column (W as at the first memory value; it clamps below the grid); a job without a grid also gets the point
+    (0, 0) at W = 1, since the perf model rates it 1 on any CPUs and memory. Bilinear interpolation is a convex
     combination of the four surrounding grid points with the same resource use, so the LP over these points
-    contains every allocation the perf model can rate: its optimum bounds any mechanism's total rate.
+    contains every allocation the perf model can rate: its optimum bounds the total rate of any allocation of
+    the runnable set that keeps every job at or above its GPU-proportional rate (Tune's and Opt's; Greedy, DRF and
+    Tetris may run a job below it and then exceed the bound).
     """
     pc, pm = share
     perf = r.perf
     if not perf.has_grid:
         # Insensitive job: rate 1 whatever it gets; the cheapest sensible point is its demand capped by the share.
+        if extended:
+            # ...but the perf model rates it 1 on any CPUs and memory, so the bound must let it use none
+            return _Candidates(np.array([min(r.c, pc), 0.0]), np.array([min(r.m, pm), 0.0]), np.array([1.0, 1.0]))
         return _Candidates(np.array([min(r.c, pc)]), np.array([min(r.m, pm)]), np.array([1.0]))
     c_grid, m_grid = perf._c.astype(float), perf._m.astype(float)  # type: ignore[attr-defined]
     w_rel = perf._w / perf._ref_w  # type: ignore[attr-defined]
@@ -114,13 +120,14 @@ class SynergyOpt(Mechanism):
 
     **LP1** (eqs. 1–5, idealised single super-server). Variables ``y[j,p] ∈ [0,1]`` for every job ``j`` and
     configuration ``p = (c, m)`` per GPU of its candidate set. Maximise ``Σ W_j[p]·y[j,p]`` with ``W`` the
-    job's rate factor (relative to its reference allocation), subject to ``Σ g_j·c_p·y ≤ C`` and
+    job's rate factor (relative to its reference allocation; the grid's W times the job's GPU factor, which is 1
+    unless a fractional demand is rounded up to whole GPUs), subject to ``Σ g_j·c_p·y ≤ C`` and
     ``Σ g_j·m_p·y ≤ M`` (cluster totals), ``Σ_p y[j,p] = 1`` per job, and ``Σ_p W_j[p]·y[j,p] ≥ W_j[Cg, Mg]``
     per job (the GPU-proportional floor). Solved twice:
 
     * as an **LP relaxation** over the *extended* candidate set (see :func:`_lp1_candidates`): its optimum is
-      ``last_stats["opt_bound"]``, an upper bound on the total rate any allocation of the runnable set can
-      reach under this perf model (fractional y = interpolated allocations);
+      ``last_stats["opt_bound"]``, an upper bound on the total rate any allocation of the runnable set that
+      respects the floor can reach under this perf model (fractional y = interpolated allocations);
     * as the paper's **ILP** (``ilp=True``, default; binary y over the grid plus the share and fallback
       points, ``time_limit`` seconds, ``mip_rel_gap``), whose choice gives each job its (c*_j, m*_j). Its
       value is ``ilp_value``. With ``ilp=False``, or if the ILP returns no solution in time, each job takes
@@ -178,7 +185,9 @@ class SynergyOpt(Mechanism):
         g = np.repeat(np.array([r.g for r in reqs], dtype=float), sizes)
         cvec = np.concatenate([cd.c for cd in cands]) * g
         mvec = np.concatenate([cd.m for cd in cands]) * g
-        wvec = np.concatenate([cd.w for cd in cands])
+        # a job's rate is gpu_factor x w (gpu_factor != 1 when a fractional demand gets whole GPUs): weigh its
+        # configurations by it, in the objective and the floor alike
+        wvec = np.concatenate([cd.w * r.gf for cd, r in zip(cands, reqs, strict=True)])
         job_of = np.repeat(np.arange(n), sizes)
         cols = np.arange(nvar)
         a_eq = sparse.csr_matrix((np.ones(nvar), (job_of, cols)), shape=(n, nvar))
@@ -192,7 +201,7 @@ class SynergyOpt(Mechanism):
         """LP1's relaxation over the extended candidates: (scipy result, extended candidates, offsets)."""
         from scipy.optimize import linprog
 
-        floors = np.array([r.w_prop for r in reqs])
+        floors = np.array([r.gf * r.w_prop for r in reqs])
         ext = [_lp1_candidates(r, share, extended=True) for r in reqs]
         cap_c, cap_m = cluster.total_cpus, cluster.total_mem_gb
         whole: list[int] = []
@@ -242,7 +251,7 @@ class SynergyOpt(Mechanism):
     def _solve_lp1(self, reqs: Sequence[_Req], cluster: ClusterSpec, share: tuple[float, float]):
         from scipy.optimize import Bounds, LinearConstraint, milp
 
-        floors = np.array([r.w_prop for r in reqs])
+        floors = np.array([r.gf * r.w_prop for r in reqs])
         cap = [cluster.total_cpus, cluster.total_mem_gb]
         stats: dict[str, float] = {}
 
