@@ -9,8 +9,9 @@ machine cannot run (no virtual nodes, no input pipeline) is explained in ``card.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from perfpredict.card import (
@@ -49,15 +50,20 @@ class ExtendedSettings:
         return self.scaling or self.colocation or self.sensitivity
 
 
-def reference_batch(card: PerformanceCard, workers: int) -> int | None:
-    """A batch the job is known to run at: the largest measured one up to 64, rounded to a multiple of
-    ``workers`` so it splits over the data-parallel ranks."""
+def reference_batch(card: PerformanceCard, workers: int | Sequence[int] = 1) -> int | None:
+    """A batch the job is known to run at: the largest measured one up to 64, rounded down to a multiple of every
+    rank count in ``workers`` (the data-parallel ranks the scaling section runs) so it splits over each of them;
+    where their common multiple is above that batch, to a multiple of the largest."""
     ok = sorted(p.batch_size for p in card.measured_points())
     if not ok:
         return None
     small = [b for b in ok if b <= 64] or ok[:1]
     b = small[-1]
-    return max(workers, (b // workers) * workers)
+    ks = [workers] if isinstance(workers, int) else [int(k) for k in workers] or [1]
+    unit = math.lcm(*ks)
+    if unit > b:
+        unit = max(ks)
+    return max(unit, (b // unit) * unit)
 
 
 #: data-parallel speedup above this multiple of the rank count is not the job's (measurement noise on a shared
@@ -67,15 +73,16 @@ SUPERLINEAR = 1.25
 
 def run_extended(card: PerformanceCard, workload: Workload, settings: ExtendedSettings,
                  save: Callable[[], None], stage: Callable[[str], None] = lambda s: None) -> None:
-    from perfpredict.profile.scaling import max_workers
+    from perfpredict.profile.scaling import default_workers, max_workers
 
     ref = workload.ref
     device = settings.device
     timing = GroupTiming(window_s=settings.window_s)
     limit = max_workers(device)
-    # the batch splits over the most ranks this machine runs (the others are left out with a note)
-    k_max = max([k for k in settings.workers if k <= limit] or [1]) if settings.workers else limit
-    batch = settings.batch_size or reference_batch(card, max(1, k_max))
+    # the batch splits over every rank count the scaling section runs on this machine (those above its devices
+    # are left out with a note): not over the core count, which the default powers of two need not divide
+    ranks = [k for k in (settings.workers or default_workers(limit)) if 1 <= k <= limit] if settings.scaling else []
+    batch = settings.batch_size or reference_batch(card, ranks or [1])
     if batch is None:
         card.errors.append(CardError(step="extended profiles", message="no batch size ran in the sweep, so "
                                      "scaling/co-location/sensitivity were not measured"))

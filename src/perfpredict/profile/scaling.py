@@ -40,6 +40,11 @@ def available_cpus() -> list[int]:
     return sorted(os.sched_getaffinity(0))
 
 
+def default_workers(limit: int) -> list[int]:
+    """The rank counts :func:`measure_scaling` measures when none are given: powers of two up to ``limit``."""
+    return [k for k in (1, 2, 4, 8, 16, 32) if k <= limit]
+
+
 def max_workers(device: str) -> int:
     if device.startswith("cuda"):
         import torch
@@ -140,7 +145,7 @@ def measure_scaling(ref: WorkloadRef, global_batch: int, workers: Sequence[int] 
     """S(k) for k in ``workers`` (default 1, 2, 4, ... up to the devices available) on one node."""
     limit = max_workers(device)
     if workers is None:
-        workers = [k for k in (1, 2, 4, 8, 16, 32) if k <= limit]
+        workers = default_workers(limit)
     workers = sorted(set(int(k) for k in workers))
     if 1 not in workers:
         workers = [1, *workers]
