@@ -912,7 +912,8 @@ def _fallback(ms: ModelSet, name: str, arch: ArchFeatures, batch_sizes: Sequence
             "device_memory": "nvml_process_bytes"}
     for tname, (y, q) in preds.items():
         t = ms.targets[tname]
-        have = [i for i, m in enumerate(measured) if pts[str(m)][keys[tname]] is not None]
+        # a set trained before profiled.json left them out may hold what training took for no measurement
+        have = [i for i, m in enumerate(measured) if _measured(pts[str(m)][keys[tname]])]
         if not have:
             out[tname] = (y, q)
             continue
@@ -934,6 +935,12 @@ def _fallback(ms: ModelSet, name: str, arch: ArchFeatures, batch_sizes: Sequence
             q2 = np.clip(q2, 0.005, 1.0)
         out[tname] = (v, q2)
     return out
+
+
+def _measured(v) -> bool:
+    """Whether a profiled.json value is a measurement: a positive finite number, as training takes them (blank,
+    NaN, zero and negative cells are none)."""
+    return v is not None and math.isfinite(float(v)) and float(v) > 0
 
 
 def _memory_carried(ratio: np.ndarray, xs: np.ndarray, base_job: np.ndarray, base_job_at: np.ndarray,

@@ -257,8 +257,11 @@ def _profiled_table(data: TrainingData) -> dict[str, Any]:
         # the kernel rows stay out: the nearest-model distance does not use them, and they would double the file
         feats = {k: v for k, v in arch.as_dict().items() if k != "kernel_nodes"}
         e = archs.setdefault(row["config"], {"family": row["family"], "features": feats, "points": {}})
-        e["points"][row["batch_size"]] = {c: (float(values[c][i]) if row.get(c) not in (None, "") else None)
-                                          for c in columns}
+        # what training takes for no measurement (blank, NaN, zero or negative; evaluate.valid_rows) is none here
+        # too: the Predictor's nearest-profiled fallback carries these values over as measured (a 0 utilisation
+        # became a 0.5% answer with an interval of no width)
+        e["points"][row["batch_size"]] = {c: (float(values[c][i]) if np.isfinite(values[c][i]) and values[c][i] > 0
+                                              else None) for c in columns}
     return {"dataset": data.name, "device_name": data.device_name, "architectures": archs}
 
 
@@ -449,7 +452,9 @@ _BLOCK_WORDS = {"any:ops_matmul": "a GEMM (BLAS workspace)",
                 "any:ops_onednn": "a oneDNN op (convolution, LSTM: its code and JIT kernels)"}
 #: How the report names a memory baseline's later terms that scale with a byte count (not indicators).
 _SCALED_WORDS = {"log_code_bytes_infer": "the library code its op types page in (inference)",
-                 "log_code_bytes_train": "the library code its op types page in (training)"}
+                 "log_code_bytes_train": "the library code its op types page in (training)",
+                 # the training step's transient term (models.TRANSIENT_TERM): bytes, not a fixed block
+                 "log_peak_live_bytes_iter": "the forward pass's peak of live activation bytes per iteration"}
 #: How the report names a time baseline's per-step terms.
 _STEP_WORDS = {"log_recurrent_steps": "recurrent time step (LSTM, GRU, RNN)",
                "log_stepwise_rnn_gate_steps": "gate × time step of GRU/RNN layers (run step by step on the CPU)"}
