@@ -90,7 +90,9 @@ def plan_sweep(families: Iterable[str] | None = None, batch_sizes: Iterable[int]
     from perfpredict.workload.zoo import enumerate_configs, get_family
 
     plans = []
-    for fam_name in (list(families) if families else [None]):
+    # a family named twice (``--families mlp,lstm,mlp``) is planned once: twice, each of its points was measured
+    # twice in one run (the points still to measure are read from the file before the run)
+    for fam_name in (list(dict.fromkeys(families)) if families else [None]):
         for name, cfg in enumerate_configs(fam_name):
             fam = get_family(name)
             gmacs = fam.closed_form_macs(cfg) / 1e9
@@ -498,10 +500,21 @@ def _number(text: str | None) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def _done_points(rows: list[dict[str, str]]) -> set[tuple[str, int, str]]:
+class DonePoints(set):
+    """:func:`_done_points`: a set of ``(config, batch size, mode)`` with a final answer, and ``oom_from``: per
+    ``(config, mode)``, the smallest batch size whose answer is ``oom``."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.oom_from: dict[tuple[str, str], int] = {}
+
+
+def _done_points(rows: list[dict[str, str]]) -> DonePoints:
     """The points with a final answer: ``oom``, or ``ok`` with a measured iteration time (a row whose numbers
-    are missing or garbled is measured again)."""
-    done = set()
+    are missing or garbled is measured again). The last final row of a point is its answer (as readers take it),
+    so ``oom_from`` counts a point whose last final row is ``oom``."""
+    done = DonePoints()
+    last: dict[tuple[str, int, str], str] = {}
     for r in rows:
         status = r.get("status")
         bs = _number(r.get("batch_size"))
@@ -511,13 +524,21 @@ def _done_points(rows: list[dict[str, str]]) -> set[tuple[str, int, str]]:
             t = _number(r.get("iter_time_s"))
             if t is None or t <= 0 or _number(r.get("samples_per_s")) is None:
                 continue
-        done.add((r["config"], int(bs), r["mode"]))
+        key = (r["config"], int(bs), r["mode"])
+        done.add(key)
+        last[key] = status
+    for (config, bs, mode), status in last.items():
+        if status == "oom" and bs < done.oom_from.get((config, mode), bs + 1):
+            done.oom_from[(config, mode)] = bs
     return done
 
 
 def todo_batches(plan: ArchPlan, done: set[tuple[str, int, str]], mode: str) -> list[int]:
-    """The batch sizes of ``plan`` still to measure in ``mode`` (``done``: :func:`_done_points` of the file)."""
-    return [b for b in plan.batch_sizes if (plan.config, b, mode) not in done]
+    """The batch sizes of ``plan`` still to measure in ``mode`` (``done``: :func:`_done_points` of the file).
+    Those above a batch size that ran out of memory are not: a run stops an architecture at its first ``oom``
+    (:func:`measure_architecture`), and a resumed or repeated run does the same."""
+    oom_from = getattr(done, "oom_from", {}).get((plan.config, mode))
+    return [b for b in plan.batch_sizes if (plan.config, b, mode) not in done and (oom_from is None or b < oom_from)]
 
 
 def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSettings,
@@ -571,6 +592,8 @@ def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSetting
         rows, dropped = prepare_resume(out, DATASET_COLUMNS)
         if settings.device == "cpu" and not on_ray:
             _check_same_cpu(out, meta, rows)
+        elif not on_ray:
+            _check_same_gpu(out, rows)
         done = _done_points(rows)
         # Earlier non-final rows (errors, timeouts) of points measured again are superseded: keep the file
         # append-only and let readers take the last row per point.
@@ -601,6 +624,12 @@ def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSetting
         # Recorded before the first row, and completed at the end: a run killed outright (SIGTERM, SIGKILL, a lost
         # machine) still leaves its precision and device beside the rows it wrote.
         run_meta["finished_at"] = None
+        if settings.device == "cpu" and not on_ray:
+            # the CPU beyond its model name too (what the worker's device_info says at the end): without it a file
+            # whose runs were all killed records no cpu_id, and another CPU of the same name could append to it
+            from perfpredict.hostinfo import cpu_id, cpu_model_name
+
+            run_meta["device_info"] = {"kind": "cpu", "name": cpu_model_name(), "cpu_id": cpu_id()}
         try:
             _append_provenance(out, run_meta)
         except BaseException:
@@ -659,7 +688,7 @@ def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSetting
         finally:
             run_meta.update(finished_at=_now(), wall_s=round(time.monotonic() - started, 1), counts=counts,
                             rows_written=sum(counts.values()), stopped_by_time_budget=stopped_by_budget,
-                            device_info=device_info)
+                            device_info=device_info or run_meta.get("device_info"))
             if sentinel is not None:
                 run_meta["speed_sentinel"] = sentinel.as_dict()
             _append_provenance(out, run_meta, replace_run=run_meta["run_id"])
@@ -794,6 +823,21 @@ def _check_same_cpu(out: Path, meta: dict[str, Any] | None, rows: list[dict[str,
         raise UsageError(f"{out.name} was measured on another CPU ({theirs}); this machine is {here_name}"
                          f"{' (' + here_id + ')' if here_id else ''}: collect into a file of its own (one machine "
                          "per dataset)", step="provenance")
+
+
+def _check_same_gpu(out: Path, rows: list[dict[str, str]]) -> None:
+    """Refuse to add this machine's GPU measurements to a file measured on another device (another GPU model, or a
+    CPU): the loader refuses such a file (one device per dataset), and a resumed run would skip the points the other
+    device measured. The GPU is named through NVML (what a CUDA row records as ``device_name``) when every GPU here is
+    one model; otherwise it cannot be told before measuring and is not checked (as on Ray)."""
+    from perfpredict.hostinfo import gpu_names
+
+    here = set(gpu_names())
+    names = {r.get("device_name") for r in rows if r.get("device_name")}
+    if len(here) == 1 and names and not names <= here:
+        raise UsageError(f"{out.name} was measured on another device ({'; '.join(sorted(names))}); this machine's GPU "
+                         f"is {next(iter(here))}: collect into a file of its own (one device per dataset)",
+                         step="provenance")
 
 
 def dataset_cpu_id(meta: dict[str, Any] | None) -> str | None:
