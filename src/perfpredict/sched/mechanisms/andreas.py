@@ -220,10 +220,17 @@ class AndreasBaseline(Mechanism):
         # only as many waiting jobs as there are free GPUs can start (each takes at least one), taken in order a
         # block at a time: with device-memory limits a job may fit nowhere while GPUs it cannot use are free, and
         # the jobs after the block still get those GPUs (without limits the first block fills the cluster)
-        start = 0
-        while ledger.total_free_gpus > 0 and start < len(waiting):
-            head = waiting[start:start + ledger.total_free_gpus]
-            start += len(head)
+        # A job needing more device memory than every class with a free GPU has cannot start in this call (the
+        # free GPUs only shrink): it is dropped before its row is built, so a queue of jobs that fit none of the
+        # free GPUs costs one pass, not one problem per job (a block of one per job made a run quadratic).
+        todo = waiting
+        while ledger.total_free_gpus > 0:
+            free_mem = max((nc.gpu_mem_gb for nc in classes if any(ledger.free_whole[s] >= 1 for s in nc.servers)),
+                           default=-math.inf)
+            todo = [js for js in todo if js.perf.device_mem_gb <= free_mem + 1e-9]
+            if not todo:
+                break
+            head, todo = todo[:ledger.total_free_gpus], todo[ledger.total_free_gpus:]
             p = AndreasProblem.from_states(head, cluster, now, classes=classes)
             pref = p.preferences()
             for i, js in enumerate(head):
