@@ -90,7 +90,7 @@ class TraceError(PerfPredictError, ValueError):
 # ---------------------------------------------------------------------------------------------------------
 def synergy_trace(n_jobs: int, *, load_jobs_per_hour: float | None = None,
                   split: Sequence[float] = (20, 70, 10), multi_gpu: bool = False, seed: int = 0,
-                  gpu_demand: Mapping[int, float] | None = None) -> list[Job]:
+                  gpu_demand: Mapping[float, float] | None = None) -> list[Job]:
     """``n_jobs`` jobs of Synergy's production-derived trace (seed 001 §5.1), deterministic for ``seed``.
 
     ``load_jobs_per_hour``: Poisson arrival rate λ (mean gap 3600/λ s, the first job one gap after 0);
