@@ -222,7 +222,8 @@ def calibrate(
                           + (f", against {noise:.0%} between the processes at the end" if noise is not None else ""),
                           highlight=False)
         if calib.unsteady:
-            err_console.print(f"[yellow]warning[/]: this machine's speed moved by {abs(drift - 1):.0%} while the "
+            moved = math.exp(abs(math.log(drift))) - 1  # slower over faster, as the noise is measured
+            err_console.print(f"[yellow]warning[/]: this machine's speed moved by {moved:.0%} while the "
                               "references ran, more than the same step varies between processes, so the factor "
                               "reads a moving speed; calibrate again when the machine is steady, and next to the "
                               "predictions that matter")

@@ -144,11 +144,13 @@ class TimeCalibration(BaseModel):
     @property
     def unsteady(self) -> bool:
         """Whether the machine's speed moved while the suite ran: :attr:`speed_drift` is more than
-        UNSTEADY_LOG_DRIFT from 1 and further from 1 than :attr:`speed_noise` (when measured)."""
+        UNSTEADY_LOG_DRIFT from 1 and further from 1 than :attr:`speed_noise` (when measured). Both sides are
+        slower over faster, as the noise is: a speed-up to x0.85 is a 1/0.85 - 1 = 17.6% move, as a slow-down to
+        x1.176 is."""
         drift, noise = self.speed_drift, self.speed_noise
         if drift is None or abs(math.log(drift)) <= UNSTEADY_LOG_DRIFT:
             return False
-        return noise is None or abs(drift - 1.0) > noise
+        return noise is None or math.exp(abs(math.log(drift))) - 1.0 > noise
 
     @model_validator(mode="after")
     def _every_reference_has_its_features(self) -> TimeCalibration:
@@ -321,14 +323,30 @@ class CalibratedModelSet:
 
 def load_calibrations(root: Path, sets: Mapping[str, Any]) -> tuple[dict[str, CalibratedModelSet], list[str]]:
     """The calibrations under ``root`` (``<name>/calibration.json``) whose source set is in ``sets``, and a line
-    for each one that could not be used (its source set is gone, or the file is not a calibration)."""
+    for each one that could not be used (its source set is gone, the file is not a calibration, or another file
+    holds a calibration of the same name)."""
     out: dict[str, CalibratedModelSet] = {}
     problems: list[str] = []
+    loaded = []
     for p in sorted(root.glob(f"*/{CALIBRATION_FILE}")):
         if p.parent.name.startswith("."):
             continue
         try:
-            calib = TimeCalibration.load(p)
+            loaded.append((p, TimeCalibration.load(p)))
+        except PerfPredictError as e:
+            problems.append(f"{p}: {e.message}")
+        except Exception as e:  # noqa: BLE001 - a hand-edited file: one calibration left out, not every set
+            problems.append(f"{p}: not a calibration this perfpredict reads ({type(e).__name__}: "
+                            f"{str(e)[:200]})")
+    # Two files of one name (a copied folder): the one in the folder of its name, as `perfpredict calibrate`
+    # writes it, answers; the other is named as unused (the later one by path had replaced it unsaid).
+    loaded.sort(key=lambda pc: (pc[1].name != pc[0].parent.name, str(pc[0])))
+    taken: dict[str, Path] = {}
+    for p, calib in loaded:
+        try:
+            if calib.name in taken:
+                problems.append(f"{p}: its name {calib.name!r} is also {taken[calib.name]}'s, which is used")
+                continue
             if calib.source_set not in sets:
                 problems.append(f"{p}: its source set {calib.source_set!r} is not among the trained models")
                 continue
@@ -336,6 +354,7 @@ def load_calibrations(root: Path, sets: Mapping[str, Any]) -> tuple[dict[str, Ca
                 problems.append(f"{p}: its name {calib.name!r} is a trained model set's")
                 continue
             out[calib.name] = CalibratedModelSet(sets[calib.source_set], calib, p)
+            taken[calib.name] = p
         except PerfPredictError as e:
             problems.append(f"{p}: {e.message}")
         except Exception as e:  # noqa: BLE001 - a hand-edited file: one calibration left out, not every set
