@@ -196,7 +196,7 @@ class MemoryPoint(_Section):
 
 class EnergyPoint(_Section):
     batch_size: int
-    gpu_utilization: float | None = Field(None, description="mean fraction of NVML samples with a kernel running, 0..1")
+    gpu_utilization: Fraction | None = Field(None, description="mean fraction of NVML samples with a kernel running, 0..1")
     utilization_samples: int | None = None
     mean_power_w: float | None = None
     energy_per_iter_j: float | None = None
@@ -346,7 +346,7 @@ class ColocationPoint(_Section):
     aggregate_samples_per_s: float | None = None
     aggregate_relative: float | None = Field(None, description="sum over copies / solo")
     threads_per_copy: int | None = None
-    gpu_utilization: float | None = Field(None, description="CUDA: whole-GPU NVML utilisation during the run")
+    gpu_utilization: Fraction | None = Field(None, description="CUDA: whole-GPU NVML utilisation during the run")
     other_cpus: float | None = Field(None, description="CPUs that processes outside the group (and the hypervisor) "
                                                        "kept busy, on average, while all n copies were timed: the "
                                                        "host's busy CPU time minus the copies' own (they load each "
@@ -367,8 +367,8 @@ class PairColocation(_Section):
     partner_colocated_samples_per_s: float | None = None
     job_slowdown: float | None = Field(None, description="T_deg = |T_colo - T_solo| / T_solo for the job")
     partner_slowdown: float | None = None
-    job_solo_gpu_utilization: float | None = None
-    partner_solo_gpu_utilization: float | None = None
+    job_solo_gpu_utilization: Fraction | None = None
+    partner_solo_gpu_utilization: Fraction | None = None
     cumulative_gpu_utilization: float | None = Field(None, description="sum of the two solo utilisations (CUDA)")
     other_cpus: float | None = Field(None, description="CPUs that processes outside the pair (and the hypervisor) "
                                                        "kept busy, on average, while the two were timed together: "
@@ -781,9 +781,11 @@ def _drop_unknown_fields(model: type[BaseModel], data: Any) -> Any:
 
     if not isinstance(data, dict):
         return data
+    # a field is known by its name and by its JSON alias (comm_model's ``lambda_`` is written ``lambda``)
+    fields = {**{f.alias: f for f in model.model_fields.values() if f.alias}, **model.model_fields}
     out = {}
     for name, value in data.items():
-        field = model.model_fields.get(name)
+        field = fields.get(name)
         if field is None:
             continue
         sub = _section_type(field.annotation, typing)

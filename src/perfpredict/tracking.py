@@ -18,6 +18,8 @@ from perfpredict.card import PerformanceCard
 
 DEFAULT_TRACKING_URI = "sqlite:///mlruns.db"
 PROFILE_EXPERIMENT = "perfpredict-profiles"
+#: where a predicted card's run goes by default (``perfpredict predict --mlflow``, ``log_profile`` of one)
+PREDICTION_EXPERIMENT = "perfpredict-predictions"
 
 
 def tracking_uri() -> str:
@@ -216,16 +218,17 @@ def _end(mlflow, *, interrupted: bool = False, failed: bool = False) -> None:
         mlflow.end_run(status="KILLED" if interrupted else "FAILED")
 
 
-def log_profile(card: PerformanceCard, *, experiment: str = PROFILE_EXPERIMENT, failed: bool = False,
+def log_profile(card: PerformanceCard, *, experiment: str | None = None, failed: bool = False,
                 interrupted: bool = False, files: list[str | Path] | tuple[str | Path, ...] = ()) -> str:
     """Log ``card`` as one MLflow run, with ``card.json`` and the ``files`` the profile wrote (its ONNX export, its
     plots) as artifacts; return the run id. Nothing else in the output folder is logged: one shared with other
     work (or ``-o .``, which holds the MLflow store itself) is not copied into the store. The run ends FAILED
-    with ``failed``, KILLED with ``interrupted`` (a Ctrl-C kept the card)."""
+    with ``failed``, KILLED with ``interrupted`` (a Ctrl-C kept the card). ``experiment`` defaults to
+    :data:`PROFILE_EXPERIMENT`, or :data:`PREDICTION_EXPERIMENT` for a predicted card."""
     import mlflow
 
-    prepare(experiment)
     predicted = card.prediction is not None
+    prepare(experiment or (PREDICTION_EXPERIMENT if predicted else PROFILE_EXPERIMENT))
     family = card.model.family or (card.model.source[4:].split("[")[0] if card.model.source.startswith("zoo:") else None)
     timing = (card.run.settings or {}).get("timing") or {}
     sections = [name for name in ("colocation", "scaling", "comm_model", "sensitivity") if getattr(card, name) is not None]
@@ -408,21 +411,21 @@ def log_calibration(cal, path: str | Path, *, min_time_s: float, experiment: str
 
 def _log_extended(mlflow, card: PerformanceCard) -> None:
     """Metrics of the scaling / co-location / comm-model / sensitivity sections (step = k, n or c)."""
+    # a point can be "ok" with a number left empty (no solo co-location run to relate the copies to): left out
     if card.scaling is not None:
         for p in card.scaling.points:
             if p.status == "ok":
-                mlflow.log_metric("dp_samples_per_s", p.samples_per_s, step=p.workers)
-                if p.speedup is not None:
-                    mlflow.log_metric("dp_speedup", p.speedup, step=p.workers)
+                _series(mlflow, "dp_samples_per_s", p.samples_per_s, step=p.workers)
+                _series(mlflow, "dp_speedup", p.speedup, step=p.workers)
     if card.colocation is not None:
         for p in card.colocation.points:
             if p.status == "ok":
-                mlflow.log_metric("colocated_per_copy_relative", p.per_copy_relative, step=p.copies)
-                mlflow.log_metric("colocated_aggregate_relative", p.aggregate_relative, step=p.copies)
+                _series(mlflow, "colocated_per_copy_relative", p.per_copy_relative, step=p.copies)
+                _series(mlflow, "colocated_aggregate_relative", p.aggregate_relative, step=p.copies)
         for i, pair in enumerate(card.colocation.pairs):
             if pair.status == "ok":
-                mlflow.log_metrics({f"pair{i}_job_slowdown": pair.job_slowdown,
-                                    f"pair{i}_partner_slowdown": pair.partner_slowdown})
+                mlflow.log_metrics(_metrics({f"pair{i}_job_slowdown": pair.job_slowdown,
+                                             f"pair{i}_partner_slowdown": pair.partner_slowdown}))
                 mlflow.set_tag(f"pair{i}_partner", pair.partner)
     cm = card.comm_model
     if cm is not None:

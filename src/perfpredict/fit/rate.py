@@ -231,9 +231,21 @@ class RateModel:
         # unselected quadratic, which cards before 2026-11-29 kept even where its rate fell below zero) is only
         # dropped.
         lin = next((c for c in cands if c.kind == LINEAR), None)
-        for c in (next(c for c in cands if c.kind == card.kind), *([lin] if lin is not None else [])):
+        sel = next(c for c in cands if c.kind == card.kind)
+        for c in (sel, *([lin] if lin is not None else [])):
             if not positive_within(c, lo, hi):
                 raise bad(f"{c.kind} gives a non-positive or infinite iteration time within batch sizes {lo}-{hi}")
+        if dict(card.coefficients) != sel.coefficients:  # answers come from the candidate; `show` prints these
+            raise bad(f"its coefficients ({dict(card.coefficients)}) are not those of the selected {card.kind} "
+                      f"candidate ({sel.coefficients})")
+        # Outside the measured range the answers come from the linear form (anchored, for a quadratic), which
+        # stays positive and finite at every batch size only with alpha, beta >= 0 (as the fit holds them).
+        if card.kind == QUADRATIC and lin is None:
+            raise bad(f"the {QUADRATIC} selection has no {LINEAR} candidate to extrapolate it beyond batch sizes "
+                      f"{lo}-{hi}")
+        if lin is not None and min(lin.coefficients["alpha"], lin.coefficients["beta"]) < 0:
+            raise bad(f"{LINEAR} has a negative coefficient ({lin.coefficients}; alpha, beta >= 0): its iteration "
+                      f"time falls to zero or below outside batch sizes {lo}-{hi}")
         cands = [c for c in cands if positive_within(c, lo, hi)]
         return cls(kind=card.kind, coefficients=dict(card.coefficients), batch_range=tuple(card.batch_range),
                    candidates=cands, selection=card.selection, fit_points=card.fit_points,
