@@ -374,3 +374,12 @@ def test_a_ctrl_c_before_the_first_batch_size_promises_nothing_and_logs_nothing(
 
     client = MlflowClient(f"sqlite:///{tmp_path}/mlruns.db")
     assert client.search_runs([client.get_experiment_by_name("perfpredict-profiles").experiment_id]) == []
+
+
+def test_a_model_file_named_in_another_encoding_is_refused_in_one_line(run_cli, tmp_path):
+    """A file name that is not UTF-8 (Latin-1 ``mélp.py``; Python holds its byte as a surrogate) ended in
+    "internal error: UnicodeEncodeError" when the file was imported; a card could not record it either."""
+    name = os.fsdecode(b"m\xe9lp.py")
+    (tmp_path / name).write_text(EXAMPLE.read_text())
+    proc = run_cli("profile", tmp_path / name, "-b", "4", *QUICK)
+    _one_error_line(proc, "not UTF-8")

@@ -73,6 +73,12 @@ NOT_PYTHON = frozenset({".onnx", ".json", ".pt", ".pth", ".pb", ".h5", ".pkl", "
 def check_model_path(path: str | Path) -> Path:
     """The resolved path of a ``model.py`` that exists and is a file; :class:`ModelLoadError` otherwise."""
     p = Path(path).expanduser()
+    try:
+        str(p).encode("utf-8")
+    except UnicodeEncodeError:  # a name in another encoding (Python holds its bytes as surrogates)
+        raise ModelLoadError("its path is not UTF-8 text: rename the file (a card records its model's path as "
+                             "text)", source=str(path).encode("utf-8", "backslashreplace").decode(),
+                             step="load") from None
     if not p.exists():
         raise ModelLoadError("file not found", source=str(path), step="load")
     if p.is_dir():
