@@ -413,6 +413,10 @@ def _load_sets(path: str | Path | None,
     for d in dirs:
         try:
             sets[d.name] = ModelSet(d, compile_trees)
+            # a set is named by its folder (what `perfpredict models`, GET /models and device_type use); its
+            # metadata's dataset name differs in a copied folder (cuda_h100_old/), and the cards and
+            # largest_batch's own look-ups by name then reached the other folder's set
+            sets[d.name].name = d.name
         except Exception as e:  # noqa: BLE001 - any damage to one set's files; the others still answer
             # the first line: XGBoost's errors carry its native stack trace (30 lines) below it
             broken[d.name] = f"{d}: {e.message}" if isinstance(e, PerfPredictError) \

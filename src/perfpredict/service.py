@@ -274,7 +274,7 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
     @app.post("/predict", responses={200: {"model": PerformanceCard}, **_REFUSED})
     def predict(req: PredictRequest) -> dict[str, Any]:
         arch = ArchFeatures.from_dict(request_features(req.features))
-        card = pred.card_for(arch, req.batch_sizes, device_type=req.device_type, source=arch.name,
+        card = pred.card_for(arch, req.batch_sizes, device_type=req.device_type, source=arch.name or "features",
                              allow_fallback=req.allow_fallback, mode=req.mode, precision=req.precision)
         return card.model_dump(mode="json")
 

@@ -512,17 +512,48 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
     if macs <= 0:
         raise ArchFeaturesError("no multiply-accumulate ops with known shapes in the graph", source=name,
                                 step="analyse onnx")
+    _check_counts_bounded(name, forward_macs_per_sample=macs, forward_macs_fixed=macs_fixed,
+                          param_count=param_count, param_bytes=stats.initializer_bytes,
+                          activation_bytes_per_sample=act, activation_bytes_fixed=act_fixed,
+                          peak_live_bytes_per_sample=live, peak_live_bytes_fixed=live_fixed,
+                          graph_saved_bytes_per_sample=gsaved, graph_saved_bytes_fixed=gsaved_fixed,
+                          macs_by_op=by_op, activation_bytes_by_op=act_by_op,
+                          kernel_nodes=[x for r in kernels for x in r[1:]],
+                          input_bytes_per_sample=(in_bytes := _input_bytes_per_sample(proto, batch_param, axis)))
     return ArchFeatures(
         forward_macs_per_sample=float(macs), forward_macs_fixed=float(max(macs_fixed, 0)), param_count=param_count,
         param_bytes=float(stats.initializer_bytes), lookup_param_bytes=float(stats.lookup_param_bytes),
         recurrent_steps_by_op=stats.recurrent_steps_by_op, activation_bytes_per_sample=float(max(act, 0)),
         activation_bytes_fixed=float(max(act_fixed, 0)), num_nodes=float(stats.num_nodes),
-        input_bytes_per_sample=_input_bytes_per_sample(proto, batch_param, axis), op_counts=stats.op_counts,
+        input_bytes_per_sample=in_bytes, op_counts=stats.op_counts,
         macs_by_op={k: int(v) for k, v in by_op.items()},
         activation_bytes_by_op={k: int(v) for k, v in act_by_op.items() if v > 0},
-        peak_live_bytes_per_sample=float(max(live, 0)), peak_live_bytes_fixed=float(live_fixed),
-        graph_saved_bytes_per_sample=float(max(gsaved, 0)), graph_saved_bytes_fixed=float(gsaved_fixed),
-        kernel_nodes=tuple(tuple(r) for r in kernels), name=name, notes=tuple(notes))
+        # the fixed parts at 0 or more, as the MACs' and activations' above: a graph that grows faster than the
+        # batch (a batch x batch similarity matrix) has a negative intercept, which the feature schema refuses, so
+        # the card's features could not be sent back to POST /predict or Predictor.predict(features=card)
+        peak_live_bytes_per_sample=float(max(live, 0)), peak_live_bytes_fixed=float(max(live_fixed, 0)),
+        graph_saved_bytes_per_sample=float(max(gsaved, 0)), graph_saved_bytes_fixed=float(max(gsaved_fixed, 0)),
+        kernel_nodes=tuple((c, n, m_per, max(m_fix, 0), io_per, max(io_fix, 0), w, steps)
+                           for c, n, m_per, m_fix, io_per, io_fix, w, steps in kernels),
+        name=name, notes=tuple(notes))
+
+
+def _check_counts_bounded(name: str, **counts: Any) -> None:
+    """Refuses a graph whose counts are past what a feature vector may carry (``MAX_QUANTITY``, 1e18: the
+    bound ``POST /predict`` and ``Predictor.predict(features=...)`` hold a client's numbers to). Shapes of 1e9 or
+    more per axis give MACs of 1e27 and beyond: answered as if real (iteration times of 1e58 s), then past
+    float range an OverflowError, a 500 from the upload route."""
+    from perfpredict.estimators.feature_schema import MAX_QUANTITY
+
+    for field_name, v in counts.items():
+        values = v.values() if isinstance(v, Mapping) else v if isinstance(v, (list, tuple)) else (v,)
+        for x in values:
+            if not x <= MAX_QUANTITY:  # an int past float range compares exactly; NaN and inf fail too
+                shown = (f"about 1e{len(str(x)) - 1}" if isinstance(x, int) and x > 10**300 else
+                         f"{x:.3g}" if isinstance(x, (int, float)) else str(x)[:20])
+                raise ArchFeaturesError(f"the graph's {field_name} ({shown}) is past {MAX_QUANTITY:.0e}, far beyond any "
+                                        "real model: check its input shapes (or dims)", source=name,
+                                        step="analyse onnx")
 
 
 def _input_bytes_per_sample(proto, batch_param: str | None = None, axis: int | None = 0) -> float:
