@@ -133,3 +133,27 @@ def test_the_note_says_what_the_time_baseline_priced(predictor):
     t = predictor.predict(features=fixed, batch_sizes=[8], device_type=CPU_SET,
                           allow_fallback=False).prediction.points[0].iter_time_s
     assert t > 1e-2
+
+
+def test_a_model_file_growing_faster_than_its_batch_gets_a_card_that_predicts_again(predictor, tmp_path):
+    """A batch x batch similarity matrix (a contrastive loss's logits) splits into negative batch-independent
+    parts, which the feature schema refuses: its card from a model file could not be predicted from again (the
+    ONNX upload route already held these at 0)."""
+    model = tmp_path / "contrastive.py"
+    model.write_text(
+        "import torch\nimport torch.nn as nn\n\n"
+        "class M(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.a, self.b = nn.Linear(64, 32), nn.Linear(64, 32)\n\n"
+        "    def forward(self, x):\n"
+        "        return (self.a(x) @ self.b(x).t()).softmax(-1)\n\n"
+        "def build_model():\n    return M()\n\n"
+        "def example_inputs(batch_size):\n    return torch.randn(batch_size, 64)\n")
+    card = predictor.predict(str(model), batch_sizes=[8, 32], device_type=CPU_SET)
+    f = card.features
+    assert min(f.forward_macs_fixed, f.activation_bytes_fixed, f.graph_saved_bytes_fixed) == 0
+    assert all(r[3] >= 0 and r[5] >= 0 for r in f.kernel_nodes)
+    again = predictor.predict(features=card, batch_sizes=[8, 32], device_type=CPU_SET)
+    assert [p.iter_time_s for p in again.prediction.points] == pytest.approx(
+        [p.iter_time_s for p in card.prediction.points], rel=1e-6)
