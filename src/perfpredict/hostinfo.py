@@ -55,7 +55,8 @@ def cpu_id() -> str | None:
 @cache
 def gpu_names() -> tuple[str, ...]:
     """The NVIDIA GPUs NVML sees on this machine, by name (``NVIDIA H200``: what a CUDA measurement records as
-    its device name); empty without a GPU, a driver or ``pynvml``. Read once per process through NVML, not
+    its device name, except on a MIG slice, whose name torch gives as the board's and then the slice's,
+    ``NVIDIA A100-SXM4-40GB MIG 3g.20gb``, where NVML names the board); empty without a GPU, a driver or ``pynvml``. Read once per process through NVML, not
     torch, so the Predictor can prefer the model set measured on this GPU model without importing torch."""
     try:
         import pynvml

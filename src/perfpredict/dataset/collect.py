@@ -183,7 +183,7 @@ def run_arch_in_subprocess(reqs: list[PointRequest], timeout_s: float,
 
     If the process dies or times out, the point it was measuring gets a status that says how (``oom`` for
     SIGKILL, ``error`` for another death, ``timeout``); points it never reached get no row, so a re-run
-    measures them.
+    measures them (those below an ``oom`` point: :func:`todo_batches`).
     """
     from perfpredict.profile.runner import _ctx, interrupts_deferred
 
@@ -829,12 +829,15 @@ def _check_same_gpu(out: Path, rows: list[dict[str, str]]) -> None:
     """Refuse to add this machine's GPU measurements to a file measured on another device (another GPU model, or a
     CPU): the loader refuses such a file (one device per dataset), and a resumed run would skip the points the other
     device measured. The GPU is named through NVML (what a CUDA row records as ``device_name``) when every GPU here is
-    one model; otherwise it cannot be told before measuring and is not checked (as on Ray)."""
+    one model; otherwise it cannot be told before measuring and is not checked (as on Ray). On a MIG slice a row's
+    name is the board's with the slice after it (``NVIDIA A100-SXM4-40GB MIG 3g.20gb``) while NVML names the board:
+    the board is compared, the slice cannot be told before measuring either."""
     from perfpredict.hostinfo import gpu_names
 
     here = set(gpu_names())
     names = {r.get("device_name") for r in rows if r.get("device_name")}
-    if len(here) == 1 and names and not names <= here:
+    boards = {n.split(" MIG ")[0] for n in names}
+    if len(here) == 1 and names and not boards <= here:
         raise UsageError(f"{out.name} was measured on another device ({'; '.join(sorted(names))}); this machine's GPU "
                          f"is {next(iter(here))}: collect into a file of its own (one device per dataset)",
                          step="provenance")
