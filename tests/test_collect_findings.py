@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +22,8 @@ from perfpredict.dataset.collect import (
 )
 from perfpredict.errors import UsageError
 from perfpredict.profile.timing import TimingConfig
+
+REPO = Path(__file__).resolve().parents[1]
 
 QUICK = TimingConfig(warmup_iters=2, warmup_s=0.05, min_iters=5, min_time_s=0.05, max_time_s=1.0)
 
@@ -53,6 +58,14 @@ def test_a_rerun_does_not_measure_batches_above_an_out_of_memory_one(tmp_path) -
     settings = CollectSettings(device="cpu", timing=QUICK, threads=1, command="test")
     assert collect([plan], out, settings)["counts"] == {}
     assert len(read_dataset(out)) == 2
+    # the collector's dry run says why batch 8 is not to measure (it counted it as in the file)
+    proc = subprocess.run([sys.executable, str(REPO / "profilers" / "collect_dataset.py"), "measure", "--dry-run",
+                           "--families", "mlp", "--batch-sizes", "2,4,8", "--max-gmacs", "0.0005", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    n = 3 * len(plan_sweep(["mlp"], batch_sizes=[2, 4, 8], max_gmacs=0.0005))
+    assert f"2 of the {n} points are in {out} already, 1 lie above a batch size that ran out of memory there" \
+        in proc.stderr, proc.stderr[-2000:]
     # a point whose oom was superseded by a later answer (measured again by hand) no longer stops the larger ones
     rows = read_dataset(out) + [dict(read_dataset(out)[0], batch_size="4")]
     assert todo_batches(plan, _done_points(rows), "train") == [8]
