@@ -326,7 +326,11 @@ def task_ect(js: JobState) -> float:
     m = js.perf
     if not isinstance(m, GeniePerfModel):
         raise ValueError(f"job {js.id}: no ECT (deadline) and no GENIE model to compute eq. 9 from")
-    return js.job.arrival + ect_offset(js.job.qos, m.lat_single(js.job))
+    try:
+        offset = ect_offset(js.job.qos, m.lat_single(js.job))
+    except ValueError as e:  # the trace's QoS class, not a bug: a usage error naming the job
+        raise UnsupportedInput(f"job {js.id}: {e}, and it has no deadline to schedule by") from None
+    return js.job.arrival + offset
 
 
 def swaf_select(task: TaskView, now: float) -> tuple[int, float, bool]:
