@@ -9,6 +9,7 @@ any graph tracing: tests hold the ONNX and fvcore counts against it.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -52,6 +53,8 @@ class ZooParam:
                 out = int(value)
             elif kind is float:
                 out = float(value)
+                if not math.isfinite(out):  # nan passed every minimum check and crashed deep in the family
+                    raise ValueError(value)
             else:
                 out = str(value)
         except (TypeError, ValueError):
@@ -89,6 +92,7 @@ class ZooFamily(ABC):
         for k, v in overrides.items():
             cfg[k] = known[k].parse(v)
         self.validate(cfg)
+        cfg = self.canonical(cfg)
         params = self.closed_form_params(cfg)
         if params is not None and params > MAX_PARAMETERS:
             # depth=99999999 built layer after layer until memory ran out; a huge width failed deep in torch
@@ -100,13 +104,22 @@ class ZooFamily(ABC):
     def validate(self, cfg: Mapping[str, Any]) -> None:
         """Cross-parameter checks (e.g. heads divide d_model); raise UsageError. Default: none."""
 
+    def canonical(self, cfg: dict[str, Any]) -> dict[str, Any]:
+        """``cfg`` (already validated) with every value in one spelling, so that equal architectures get equal
+        names (e.g. ``blocks=03-3-9-3`` is ``3-3-9-3``). Default: unchanged."""
+        return cfg
+
     def config_name(self, cfg: Mapping[str, Any]) -> str:
-        """A stable, filesystem-safe name listing every parameter, e.g. ``mlp-depth3-width256-...``."""
+        """A stable, filesystem-safe name listing every parameter, e.g. ``mlp-depth3-width256-...``; different
+        configurations get different names."""
         def fmt(v: Any) -> str:
             if isinstance(v, bool):
                 return str(int(v))
             if isinstance(v, float):
-                return f"{v:g}"
+                short = f"{v:g}"
+                # %g keeps 6 digits: depth_mult 0.3333333 and 0.3333334 (1 and 2 blocks per 3-block stage) both
+                # printed 0.333333; the shortest exact form is used whenever %g loses the value
+                return short if float(short) == v else repr(v)
             return str(v)
 
         return "-".join([self.name] + [f"{p.name}{fmt(cfg[p.name])}" for p in self.params])

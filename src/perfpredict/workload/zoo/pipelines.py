@@ -91,14 +91,24 @@ class EncodedSegmentation(EncodedImages):
     def __getitem__(self, i: int) -> tuple[bytes, bytes]:
         rng = np.random.default_rng(i)
         img = rng.integers(0, 256, size=(self.stored, self.stored, 3), dtype=np.uint8)
-        mask = rng.integers(0, self.num_classes, size=(self.stored, self.stored), dtype=np.uint8)
+        mask = rng.integers(0, self.num_classes, size=(self.stored, self.stored), dtype=mask_dtype(self.num_classes))
         return img.tobytes(), mask.tobytes()
+
+
+def mask_dtype(num_classes: int) -> np.dtype:
+    """The class map's storage type: uint8 up to 256 classes (numpy refused more: "high is out of bounds"),
+    then little-endian uint16, then uint32."""
+    return np.dtype(np.uint8 if num_classes <= 1 << 8 else "<u2" if num_classes <= 1 << 16 else "<u4")
 
 
 def segmentation_preprocess(item: tuple[bytes, bytes], stored: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The image's crop, resize and flip of :func:`image_preprocess`, applied to the class map alike (nearest)."""
     raw, raw_mask = item
-    m = torch.frombuffer(bytearray(raw_mask), dtype=torch.uint8).view(1, stored, stored).float()
+    width = len(raw_mask) // (stored * stored)  # bytes a pixel: 1, or 2 or 4 beyond 256 classes (mask_dtype)
+    dtype = {1: np.uint8, 2: "<u2", 4: "<u4"}[width]
+    # float64 above 2**16 classes: the nearest-neighbour resize goes through floats, which must hold every id
+    m = torch.from_numpy(np.frombuffer(raw_mask, dtype=dtype).astype(np.float32 if width < 4 else np.float64))
+    m = m.view(1, stored, stored)
     top, left, side = _random_crop_box(stored)
     x = _resize(_decode_image(raw, stored)[:, top:top + side, left:left + side], size, "bilinear")
     m = _resize(m[:, top:top + side, left:left + side], size, "nearest").view(size, size)
@@ -153,7 +163,9 @@ class TabularRows(torch.utils.data.Dataset):
 def tabular_preprocess(item: tuple[bytes, int]) -> tuple[torch.Tensor, int]:
     raw, label = item
     x = torch.frombuffer(bytearray(raw), dtype=torch.float32)
-    return (x - x.mean()) / (x.std() + 1e-6), label
+    # a single feature (input_dim 1) has no sample std (NaN), which made every input NaN: it standardises to 0
+    std = x.std() if x.numel() > 1 else x.new_zeros(())
+    return (x - x.mean()) / (std + 1e-6), label
 
 
 SAMPLE_RATE = 16_000

@@ -133,6 +133,9 @@ class ConvNeXtFamily(ImageClassifierFamily):
             raise UsageError(f"convnext image_size ({cfg['image_size']}) must be at least "
                              f"{2 ** DOWNSAMPLES} * stem_stride ({cfg['stem_stride']})", step="zoo parameters")
 
+    def canonical(self, cfg: dict[str, Any]) -> dict[str, Any]:
+        return {**cfg, "blocks": "-".join(str(b) for b in parse_blocks(cfg["blocks"]))}
+
     def grid(self) -> list[dict[str, Any]]:
         tiny, small = "3-3-9-3", "3-3-27-3"
         imagenet = {"image_size": 224, "stem_stride": 4, "num_classes": 1000}

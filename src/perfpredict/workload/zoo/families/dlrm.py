@@ -130,6 +130,9 @@ class DLRMFamily(ZooFamily):
                 raise UsageError(f"dlrm {key} must be positive integers separated by '-', e.g. 512-256, "
                                  f"got {cfg[key]!r}", step="zoo parameters") from None
 
+    def canonical(self, cfg: dict[str, Any]) -> dict[str, Any]:
+        return {**cfg, **{k: "-".join(str(w) for w in parse_widths(cfg[k])) for k in ("bottom_mlp", "top_mlp")}}
+
     def grid(self) -> list[dict[str, Any]]:
         criteo = {"num_tables": 26, "bottom_mlp": "512-256"}
         mlperf_top = "1024-1024-512-256"
