@@ -19,7 +19,9 @@ Between events each running job progresses at the rate its perf model gives for 
 seconds of work per second, :meth:`perfpredict.sched.job.JobState.rate_on`), so completion times are exact,
 not stepped. A job that starts, resumes, or whose GPU placement changes pays ``restart_overhead_s`` of no
 progress (``start_overhead_s`` the first time); a CPU/memory resize on the same GPUs is free (Synergy
-resizes in place). A job with ``epochs`` restarts from its last completed epoch when it is preempted or its
+resizes in place). An overhead cut short by the next change (the job is suspended or moved again before it is
+paid) is time lost: the next start pays its own overhead, not the rest of the one it interrupted, since that
+restart never completes. A job with ``epochs`` restarts from its last completed epoch when it is preempted or its
 placement changes: the progress since that checkpoint is lost (``JobState.lost_work``). Each job's
 ``energy_cost`` integrates its GPUs' ``ServerSpec.energy_cost`` (per GPU-hour) over the time it holds them.
 A mechanism with a ``pop_wakeups()`` method may also ask for decisions at given times (returned after each
@@ -685,8 +687,9 @@ class _Sim:
                 tick = (math.floor(t / P + 1e-9) + 1) * P if self.active else None
             frozen = (self.active and self.next_arrival >= len(self.arrivals) and not self.wakeups
                       and self._peek_completion() == math.inf)
-            if frozen and not self.running and pending is None:
-                # nothing runs and nothing will change: the rest can never be scheduled
+            if frozen and not self.running and pending is None and tick is None:
+                # nothing runs and nothing will change (no periodic decision is due either): the rest can never be
+                # scheduled; with a period, the decisions-in-a-row check below stops a mechanism that never places
                 self.stall = f"nothing else will happen: {self._stuck()}"
                 break
             if frozen and self.decisions > decisions_before:
