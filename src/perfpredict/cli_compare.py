@@ -141,7 +141,7 @@ def compare(
                 text += f" ± {_cell(m, r['sd'])}"
             if r["vs_baseline"] is not None:
                 se = f" ± {r['vs_baseline_se']:.1%}" if r["vs_baseline_se"] is not None else ""
-                colour = "green" if r["better"] else "red"
+                colour = {True: "green", False: "red"}.get(r["better"], "default")  # None: no change
                 text += f"\n[{colour}]{r['vs_baseline']:+.1%}{se}[/]"
             cells.append(text)
         table.add_row(s.label, *cells)

@@ -116,7 +116,10 @@ def _num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _better(metric: str, change: float) -> bool:
+def _better(metric: str, change: float) -> bool | None:
+    """Whether a change against the baseline is an improvement; None for no change (a tie is not worse)."""
+    if change == 0:
+        return None
     return change > 0 if metric in HIGHER_IS_BETTER else change < 0
 
 
@@ -317,8 +320,9 @@ def compare(trace: str | Path, cluster: Any, schedulers: Sequence[Scheduler], se
     metrics = check_metrics(metrics)
     cmp = Comparison(schedulers=schedulers, seeds=seeds, metrics=metrics)
     out = Path(out_dir) if out_dir is not None else None
-    columns = ["scheduler", "policy", "mechanism", "seed", "status", "error", "jobs", "n_finished", "dropped", *metrics,
-               "sim_wall_s", "decision_time_s"]
+    fixed = ["scheduler", "policy", "mechanism", "seed", "status", "error", "jobs", "n_finished", "dropped"]
+    # a compared metric that is a fixed column already (--metric n_finished) is not a second column of that name
+    columns = [*fixed, *(m for m in metrics if m not in fixed), "sim_wall_s", "decision_time_s"]
     if out is not None:
         from perfpredict.output_paths import output_dir_problem
 

@@ -206,9 +206,15 @@ def user_jobs(states: Sequence[JobState], gap_s: float = 60.0) -> list[list[JobS
 
 
 def tardiness(js: JobState) -> float:
-    """``max(0, finish - due date)``: 0 without a due date or before the job finishes."""
+    """``max(0, finish - due date)``: 0 without a due date or before the job finishes, and 0 for a finish within
+    float round-off of the due date (on time, as ``jobs.csv``'s ``met_deadline`` and GENIE's QoS guarantee read it:
+    :func:`perfpredict.sched.genie.meets_ect`), so that ``n_late`` counts the jobs the records call late."""
+    from perfpredict.sched.genie import meets_ect
+
     d = js.job.deadline
-    return 0.0 if d is None or js.finish is None else max(0.0, js.finish - d)
+    if d is None or js.finish is None or meets_ect(js.finish, d):
+        return 0.0
+    return max(0.0, js.finish - d)
 
 
 def _mean(x: Sequence[float]) -> float:

@@ -450,6 +450,8 @@ class SimRun:
     notes: list[str] = field(default_factory=list)
     #: the files :func:`write_outputs` wrote into ``out_dir`` (what tracking logs: not other files there)
     files: list[Path] = field(default_factory=list)
+    #: the arrival indices the JCT statistics (and the JCT CDF) cover, or None for every job
+    steady: tuple[int, int] | None = None
 
     def jobs_frame(self):
         """The per-job records (the columns of ``jobs.csv``/``jobs.parquet``) as a pandas DataFrame."""
@@ -528,7 +530,7 @@ def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterS
               "mode": result.mode, "round_s": cfg.round_s if result.mode == "round" else None,
               "restart_overhead_s": cfg.restart_overhead_s, "seed": trace_seed(trace, seed), "cards": str(cards) if not isinstance(cards, dict) else "custom"}
     used = list(dict.fromkeys(n for j in jobs for n in said.get(j.model, ())))
-    run = SimRun(result=result, metrics=metrics, params=params,
+    run = SimRun(result=result, metrics=metrics, params=params, steady=steady,
                  notes=trace_notes + policy_notes(pol.name, jobs) + used + cut_short_notes(result, cfg, len(jobs))
                  + sharing_notes(result, cfg) + steady_notes(result, steady))
     from perfpredict.sched.genie import GeniePerfModel
