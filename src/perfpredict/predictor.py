@@ -782,8 +782,22 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
             why = features.features.error or "not exported"
             raise UsageError(f"card {features.model.name} has no graph features ({why}); predict from its model "
                              "file or an ONNX file", step="predict")
-        features = {**features.features.model_dump(), "param_count": features.model.parameters,
-                    "name": features.model.name, "family": features.model.family}
+        graph = features.features.model_dump()
+        # a measured card carries extract_features' two-batch split as it is: a graph growing faster than its
+        # batch (a batch x batch similarity matrix) has negative fixed parts, which the schema refuses; they are
+        # held at 0, as from_workload holds the same model file's
+        def at_least_zero(v: Any) -> Any:
+            return 0 if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0 else v
+
+        for k in ("forward_macs_fixed", "activation_bytes_fixed", "saved_bytes_fixed", "saved_cpu_bytes_fixed",
+                  "peak_live_bytes_fixed", "graph_saved_bytes_fixed"):
+            if k in graph:
+                graph[k] = at_least_zero(graph[k])
+        # kernel rows (class, n, macs/sample, macs fixed, io/sample, io fixed, weights, steps): the fixed parts
+        graph["kernel_nodes"] = [[at_least_zero(x) if i in (3, 5) else x for i, x in enumerate(r)]
+                                 if isinstance(r, (list, tuple)) else r for r in graph.get("kernel_nodes") or []]
+        features = {**graph, "param_count": features.model.parameters, "name": features.model.name,
+                    "family": features.model.family}
     if not isinstance(features, Mapping):
         hint = (": a card's graph features lack its parameter count, so pass the card itself (features=card)"
                 if type(features).__name__ == "GraphFeatures" else "")

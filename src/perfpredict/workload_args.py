@@ -73,12 +73,7 @@ NOT_PYTHON = frozenset({".onnx", ".json", ".pt", ".pth", ".pb", ".h5", ".pkl", "
 def check_model_path(path: str | Path) -> Path:
     """The resolved path of a ``model.py`` that exists and is a file; :class:`ModelLoadError` otherwise."""
     p = Path(path).expanduser()
-    try:
-        str(p).encode("utf-8")
-    except UnicodeEncodeError:  # a name in another encoding (Python holds its bytes as surrogates)
-        raise ModelLoadError("its path is not UTF-8 text: rename the file (a card records its model's path as "
-                             "text)", source=str(path).encode("utf-8", "backslashreplace").decode(),
-                             step="load") from None
+    _check_utf8(p, path)
     if not p.exists():
         raise ModelLoadError("file not found", source=str(path), step="load")
     if p.is_dir():
@@ -89,7 +84,23 @@ def check_model_path(path: str | Path) -> Path:
                 f"{path})" if p.suffix.lower() == ".onnx" else "")
         raise ModelLoadError(f"expected a Python model file (.py) defining build_model() and "
                              f"example_inputs(batch_size), not a {p.suffix}{hint}", source=str(path), step="load")
-    return p.resolve()
+    resolved = p.resolve()
+    # the path imported and recorded is the resolved one: a relative name in a folder named in another encoding,
+    # or a link to a file there, reaches it too
+    _check_utf8(resolved, path)
+    return resolved
+
+
+def _check_utf8(p: Path, given: str | Path) -> None:
+    """:class:`ModelLoadError` when ``p`` is not UTF-8 text (a name in another encoding: Python holds its bytes
+    as surrogates, and importing it ended in an internal UnicodeEncodeError)."""
+    try:
+        str(p).encode("utf-8")
+    except UnicodeEncodeError:
+        shown = str(p).encode("utf-8", "backslashreplace").decode()
+        raise ModelLoadError("its path is not UTF-8 text" + ("" if p == Path(given).expanduser() else f" ({shown})")
+                             + ": rename the file or its folder (a card records its model's path as text)",
+                             source=str(given).encode("utf-8", "backslashreplace").decode(), step="load") from None
 
 
 def check_params(target: str, params: Mapping[str, Any] | None = None) -> None:

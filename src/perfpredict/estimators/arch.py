@@ -527,7 +527,7 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
         param_bytes=float(stats.initializer_bytes), lookup_param_bytes=float(stats.lookup_param_bytes),
         recurrent_steps_by_op=stats.recurrent_steps_by_op, activation_bytes_per_sample=float(max(act, 0)),
         activation_bytes_fixed=float(max(act_fixed, 0)), num_nodes=float(stats.num_nodes),
-        input_bytes_per_sample=in_bytes, op_counts=stats.op_counts,
+        input_bytes_per_sample=float(in_bytes), op_counts=stats.op_counts,
         macs_by_op={k: int(v) for k, v in by_op.items()},
         activation_bytes_by_op={k: int(v) for k, v in act_by_op.items() if v > 0},
         # the fixed parts at 0 or more, as the MACs' and activations' above (see _fixed_at_least_zero)
@@ -556,20 +556,22 @@ def _check_counts_bounded(name: str, **counts: Any) -> None:
         values = v.values() if isinstance(v, Mapping) else v if isinstance(v, (list, tuple)) else (v,)
         for x in values:
             if not x <= MAX_QUANTITY:  # an int past float range compares exactly; NaN and inf fail too
-                shown = (f"about 1e{len(str(x)) - 1}" if isinstance(x, int) and x > 10**300 else
+                # math.log10, not len(str(x)): str() of an int past 4300 digits raises ValueError
+                shown = (f"about 1e{math.floor(math.log10(x))}" if isinstance(x, int) and x > 10**300 else
                          f"{x:.3g}" if isinstance(x, (int, float)) else str(x)[:20])
                 raise ArchFeaturesError(f"the graph's {field_name} ({shown}) is past {MAX_QUANTITY:.0e}, far beyond any "
                                         "real model: check its input shapes (or dims)", source=name,
                                         step="analyse onnx")
 
 
-def _input_bytes_per_sample(proto, batch_param: str | None = None, axis: int | None = 0) -> float:
+def _input_bytes_per_sample(proto, batch_param: str | None = None, axis: int | None = 0) -> int:
     """Bytes of one sample of the graph inputs: every dimension but the batch ones (:func:`_batch_axes`);
-    symbolic dimensions count 1."""
+    symbolic dimensions count 1. An exact int: shapes past float range are refused by
+    :func:`_check_counts_bounded`, not an OverflowError here."""
     from perfpredict.features.graph import _dtype_size
 
     init = {i.name for i in proto.graph.initializer}
-    total = 0.0
+    total = 0
     for vi in proto.graph.input:
         if vi.name in init:
             continue

@@ -96,9 +96,13 @@ class ZooFamily(ABC):
         params = self.closed_form_params(cfg)
         if params is not None and params > MAX_PARAMETERS:
             # depth=99999999 built layer after layer until memory ran out; a huge width failed deep in torch
-            raise UsageError(f"{self.config_name(cfg)[:200]} would have {params:.3g} parameters, more than the "
+            # a count past float range (width=10**200, width_mult=1e300) is shown by its power of ten: :.3g and
+            # params / 1e9 raised OverflowError, an internal error
+            shown, gb = ((f"{params:.3g}", f"{16 * params / 1e9:,.0f}") if params < 1e300 else
+                         (f"about 1e{math.floor(math.log10(params))}", f"about 1e{math.floor(math.log10(params)) - 8}"))
+            raise UsageError(f"{self.config_name(cfg)[:200]} would have {shown} parameters, more than the "
                              f"{MAX_PARAMETERS:.0e} a zoo model may have (its weights and Adam's state alone would "
-                             f"take {16 * params / 1e9:,.0f} GB)", step="zoo parameters")
+                             f"take {gb} GB)", step="zoo parameters")
         return cfg
 
     def validate(self, cfg: Mapping[str, Any]) -> None:

@@ -86,7 +86,8 @@ def image_preprocess(item: tuple[bytes, int], stored: int, size: int) -> tuple[t
 
 
 class EncodedSegmentation(EncodedImages):
-    """``n`` uint8 HWC images of side ``stored`` as raw bytes, each with a uint8 class map as raw bytes."""
+    """``n`` uint8 HWC images of side ``stored`` as raw bytes, each with a class map as raw bytes (uint8, or wider
+    beyond 256 classes: :func:`mask_dtype`)."""
 
     def __getitem__(self, i: int) -> tuple[bytes, bytes]:
         rng = np.random.default_rng(i)

@@ -165,13 +165,18 @@ class MobileNetV2Family(ImageClassifierFamily):
         wm = cfg["width_mult"]
         stem_ch = make_divisible(STEM_CHANNELS * wm)
         total = stem_ch * 27 + 2 * stem_ch
-        in_ch = stem_ch
-        for in_ch, out_ch, _stride, t in block_plan(wm, cfg["depth_mult"]):
+
+        def block(in_ch: int, out_ch: int, t: int) -> int:
             hidden = in_ch * t
-            if t != 1:
-                total += hidden * in_ch + 2 * hidden
-            total += hidden * 9 + 2 * hidden
-            total += out_ch * hidden + 2 * out_ch
+            return (hidden * in_ch + 2 * hidden if t != 1 else 0) + hidden * 9 + 2 * hidden + out_ch * hidden + 2 * out_ch
+
+        # per stage, its first block and then its repeats as one product, not block by block (block_plan):
+        # resolve() counts the parameters to refuse a huge model, and depth_mult=1e8 built a list of 1.7e9
+        # blocks first (memory ran out)
+        in_ch = stem_ch
+        for t, c, n, _s in STAGES:
+            out_ch = make_divisible(c * wm)
+            total += block(in_ch, out_ch, t) + (max(1, math.ceil(n * cfg["depth_mult"])) - 1) * block(out_ch, out_ch, t)
             in_ch = out_ch
         last = last_channels(wm)
         total += last * in_ch + 2 * last
