@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from perfpredict.errors import PerfPredictError, UsageError, first_line
-from perfpredict.estimators.arch import TRAIN_STEP_NOTE, ArchFeatures
+from perfpredict.estimators.arch import TRAIN_STEP_NOTE, ArchFeatures, fixed_parts_at_least_zero
 from perfpredict.estimators.design import FEATURE_NAMES, design_matrix, feature_names, needs_bare_kernels
 from perfpredict.estimators.evaluate import calibrated
 from perfpredict.estimators.forest import compile_model_file
@@ -782,20 +782,8 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
             why = features.features.error or "not exported"
             raise UsageError(f"card {features.model.name} has no graph features ({why}); predict from its model "
                              "file or an ONNX file", step="predict")
-        graph = features.features.model_dump()
-        # a measured card carries extract_features' two-batch split as it is: a graph growing faster than its
-        # batch (a batch x batch similarity matrix) has negative fixed parts, which the schema refuses; they are
-        # held at 0, as from_workload holds the same model file's
-        def at_least_zero(v: Any) -> Any:
-            return 0 if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0 else v
-
-        for k in ("forward_macs_fixed", "activation_bytes_fixed", "saved_bytes_fixed", "saved_cpu_bytes_fixed",
-                  "peak_live_bytes_fixed", "graph_saved_bytes_fixed"):
-            if k in graph:
-                graph[k] = at_least_zero(graph[k])
-        # kernel rows (class, n, macs/sample, macs fixed, io/sample, io fixed, weights, steps): the fixed parts
-        graph["kernel_nodes"] = [[at_least_zero(x) if i in (3, 5) else x for i, x in enumerate(r)]
-                                 if isinstance(r, (list, tuple)) else r for r in graph.get("kernel_nodes") or []]
+        # a measured card carries extract_features' two-batch split as it is: held at 0 as from_workload holds it
+        graph = fixed_parts_at_least_zero(features.features.model_dump())
         features = {**graph, "param_count": features.model.parameters, "name": features.model.name,
                     "family": features.model.family}
     if not isinstance(features, Mapping):

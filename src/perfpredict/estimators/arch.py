@@ -536,13 +536,32 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
         kernel_nodes=_fixed_at_least_zero(kernels), name=name, notes=tuple(notes))
 
 
+def _at_least_zero(v: Any) -> Any:
+    return 0 if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0 else v
+
+
+#: the batch-independent parts of a feature vector (kernel rows aside): :func:`fixed_parts_at_least_zero`
+FIXED_PARTS = ("forward_macs_fixed", "activation_bytes_fixed", "saved_bytes_fixed", "saved_cpu_bytes_fixed",
+               "peak_live_bytes_fixed", "graph_saved_bytes_fixed")
+
+
 def _fixed_at_least_zero(kernels) -> tuple[tuple, ...]:
     """Kernel rows ``(class, n, macs/sample, macs fixed, io/sample, io fixed, weights, steps)`` with their fixed
     parts held at 0 or more: a graph that grows faster than the batch (a batch x batch similarity matrix, as in a
     contrastive loss) splits into a negative intercept, which the feature schema refuses, so a card carrying it
     could not be sent back to ``POST /predict`` or ``Predictor.predict(features=card)``."""
-    return tuple((c, n, m_per, max(m_fix, 0), io_per, max(io_fix, 0), w, steps)
-                 for c, n, m_per, m_fix, io_per, io_fix, w, steps in kernels)
+    return tuple(tuple(_at_least_zero(x) if i in (3, 5) else x for i, x in enumerate(r)) for r in kernels)
+
+
+def fixed_parts_at_least_zero(graph: Mapping[str, Any]) -> dict[str, Any]:
+    """``graph`` (a card's graph features, as a dict) with its :data:`FIXED_PARTS` and kernel rows' fixed parts
+    held at 0 or more, as :func:`from_workload` holds the same model file's (see :func:`_fixed_at_least_zero`):
+    a measured card carries the two-batch split as it is."""
+    out = {k: (_at_least_zero(v) if k in FIXED_PARTS else v) for k, v in graph.items()}
+    rows = out.get("kernel_nodes") or []
+    out["kernel_nodes"] = [list(r) for r in _fixed_at_least_zero(r for r in rows if isinstance(r, (list, tuple)))] \
+        if all(isinstance(r, (list, tuple)) for r in rows) else rows
+    return out
 
 
 def _check_counts_bounded(name: str, **counts: Any) -> None:
