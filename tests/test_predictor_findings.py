@@ -19,6 +19,19 @@ RESNET50_SIZED = {"forward_macs_per_sample": 4.1e9, "param_count": 25.6e6, "para
                   "activation_bytes_per_sample": 1e8, "num_nodes": 300}
 
 
+#: a model whose cost grows faster than its batch: a batch x batch similarity matrix (a contrastive loss's logits)
+CONTRASTIVE_MODEL = (
+    "import torch\nimport torch.nn as nn\n\n"
+    "class M(nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.a, self.b = nn.Linear(64, 32), nn.Linear(64, 32)\n\n"
+    "    def forward(self, x):\n"
+    "        return (self.a(x) @ self.b(x).t()).softmax(-1)\n\n"
+    "def build_model():\n    return M()\n\n"
+    "def example_inputs(batch_size):\n    return torch.randn(batch_size, 64)\n")
+
+
 @pytest.fixture(scope="module")
 def predictor() -> Predictor:
     return Predictor.load()
@@ -140,16 +153,7 @@ def test_a_model_file_growing_faster_than_its_batch_gets_a_card_that_predicts_ag
     parts, which the feature schema refuses: its card from a model file could not be predicted from again (the
     ONNX upload route already held these at 0)."""
     model = tmp_path / "contrastive.py"
-    model.write_text(
-        "import torch\nimport torch.nn as nn\n\n"
-        "class M(nn.Module):\n"
-        "    def __init__(self):\n"
-        "        super().__init__()\n"
-        "        self.a, self.b = nn.Linear(64, 32), nn.Linear(64, 32)\n\n"
-        "    def forward(self, x):\n"
-        "        return (self.a(x) @ self.b(x).t()).softmax(-1)\n\n"
-        "def build_model():\n    return M()\n\n"
-        "def example_inputs(batch_size):\n    return torch.randn(batch_size, 64)\n")
+    model.write_text(CONTRASTIVE_MODEL)
     card = predictor.predict(str(model), batch_sizes=[8, 32], device_type=CPU_SET)
     f = card.features
     assert min(f.forward_macs_fixed, f.activation_bytes_fixed, f.graph_saved_bytes_fixed) == 0

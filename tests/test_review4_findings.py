@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from perfpredict.errors import UsageError
+from tests.test_predictor_findings import CONTRASTIVE_MODEL
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -105,16 +106,7 @@ def test_a_measured_card_of_a_model_growing_faster_than_its_batch_predicts_again
     from perfpredict.workload import resolve_workload
 
     model = tmp_path / "contrastive.py"
-    model.write_text(
-        "import torch\nimport torch.nn as nn\n\n"
-        "class M(nn.Module):\n"
-        "    def __init__(self):\n"
-        "        super().__init__()\n"
-        "        self.a, self.b = nn.Linear(64, 32), nn.Linear(64, 32)\n\n"
-        "    def forward(self, x):\n"
-        "        return (self.a(x) @ self.b(x).t()).softmax(-1)\n\n"
-        "def build_model():\n    return M()\n\n"
-        "def example_inputs(batch_size):\n    return torch.randn(batch_size, 64)\n")
+    model.write_text(CONTRASTIVE_MODEL)
     pred = Predictor.load(REPO / "trained_models")
     card = pred.predict(str(model), batch_sizes=[8, 32], device_type="cpu_xeon_2vcpu")
     # the features section as the profiler writes it (profiler.py: card.features = extract_features(...))
