@@ -558,9 +558,9 @@ def fixed_parts_at_least_zero(graph: Mapping[str, Any]) -> dict[str, Any]:
     held at 0 or more, as :func:`from_workload` holds the same model file's (see :func:`_fixed_at_least_zero`):
     a measured card carries the two-batch split as it is."""
     out = {k: (_at_least_zero(v) if k in FIXED_PARTS else v) for k, v in graph.items()}
-    rows = out.get("kernel_nodes") or []
-    out["kernel_nodes"] = [list(r) for r in _fixed_at_least_zero(r for r in rows if isinstance(r, (list, tuple)))] \
-        if all(isinstance(r, (list, tuple)) for r in rows) else rows
+    rows = out.get("kernel_nodes")
+    if rows and all(isinstance(r, (list, tuple)) for r in rows):  # anything else: the schema's check names it
+        out["kernel_nodes"] = [list(r) for r in _fixed_at_least_zero(rows)]
     return out
 
 
