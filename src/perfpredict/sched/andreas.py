@@ -329,6 +329,24 @@ class RGResult:
     cpu_seconds: float = 0.0
 
 
+def _positions_reached(p: AndreasProblem, base: np.ndarray, can: np.ndarray) -> int:
+    """How many positions of a job list (``base`` order, swaps of one position either way) Randomized Greedy can
+    reach with device-memory masks. A job may then fit nowhere while GPUs it cannot use are free: it is postponed
+    without taking a GPU and the jobs after it still get their turn. A class c takes no job past the last one it
+    can hold, nor past the (all GPUs + 2)-th job whose 1-GPU configuration it can hold (by then c or the cluster
+    is full): the positions cover the latest of those over the classes, one position of swap either side."""
+    total = int(p.node_gpus.sum())
+    last = -1
+    for c in range(len(p.classes)):
+        any_c = np.flatnonzero(can[base, c])
+        one_c = np.flatnonzero(p.allowed[base, p.cfg_index(c, 1)])
+        end = any_c[-1] if any_c.size else -1
+        if one_c.size > total + 1:
+            end = min(end, one_c[total + 1])
+        last = max(last, int(end))
+    return min(len(base), last + 3)
+
+
 def randomized_greedy(p: AndreasProblem, max_it: int = MAX_IT, rng: np.random.Generator | int | None = 0, *,
                       swap_scale: float = 0.5) -> RGResult:
     """Alg. 1 with ``max_it`` iterations (iteration 0 deterministic), all built at once; see the module
@@ -366,28 +384,14 @@ def randomized_greedy(p: AndreasProblem, max_it: int = MAX_IT, rng: np.random.Ge
     cw[:, -1] = 2.0  # u < 1 always lands
 
     # job lists: row 0 by pressure; the others with random adjacent swaps, probability ∝ 1/ω. Only the first
-    # S positions are ever reached (each placed job takes a GPU; once none is free the rest are postponed),
-    # so only they are shuffled (a job cannot move forward past position S+1, the sort keys being i or i+1.5).
-    # With device-memory masks a job may fit nowhere while GPUs it cannot use are free: it is postponed without
-    # taking a GPU and the jobs after it still get their turn. Then a class c takes no job past the last one that
-    # it can hold, nor past the (all GPUs + 2)-th job whose 1-GPU configuration it can hold (by then c or the
-    # cluster is full): S covers the latest of those over the classes, one position of swap either side.
+    # S positions are ever reached (each placed job takes a GPU; once none is free the rest are postponed;
+    # with device-memory masks, _positions_reached), so only they are shuffled (a job cannot move forward past
+    # position S+1, the sort keys being i or i+1.5).
     node_gpus = p.node_gpus
     base = np.argsort(-p.pressure(), kind="stable")
     C = len(p.classes)
-    can = np.stack([allowed[:, p.cfg_class == c].any(axis=1) for c in range(C)], axis=1)
-    if masked:
-        last = -1
-        for c in range(C):
-            any_c = np.flatnonzero(can[base, c])
-            one_c = np.flatnonzero(allowed[base, p.cfg_index(c, 1)])
-            end = any_c[-1] if any_c.size else -1
-            if one_c.size > int(node_gpus.sum()) + 1:
-                end = min(end, one_c[int(node_gpus.sum()) + 1])
-            last = max(last, int(end))
-        S = min(J, last + 3)
-    else:
-        S = min(J, int(node_gpus.sum()) + 2)
+    can = np.stack([allowed[:, p.cfg_class == c].any(axis=1) for c in range(C)], axis=1)  # class c can hold job j
+    S = _positions_reached(p, base, can) if masked else min(J, int(node_gpus.sum()) + 2)
     pos = p.weight > 0
     wmin = p.weight[pos].min() if pos.any() else 1.0
     p_swap = np.minimum(1.0, swap_scale * wmin / np.where(pos, p.weight, wmin / 1e9))[base[:S]]
