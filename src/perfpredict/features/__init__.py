@@ -129,20 +129,23 @@ def _from_stats(s1: GraphStats, s2: GraphStats, b1: int, b2: int) -> GraphFeatur
     act, act_fixed = _split(s1.activation_bytes, s2.activation_bytes, b1, b2)
     live, live_fixed = _split(s1.peak_live_activation_bytes, s2.peak_live_activation_bytes, b1, b2)
     gsaved, gsaved_fixed = _split(s1.graph_saved_bytes, s2.graph_saved_bytes, b1, b2)
-    by_op = {k: _split(s1.macs_by_op.get(k, 0), v, b1, b2)[0] for k, v in s2.macs_by_op.items()}
+    by_op = {k: max(_split(s1.macs_by_op.get(k, 0), v, b1, b2)[0], 0) for k, v in s2.macs_by_op.items()}
     act_by_op = {k: _split(s1.activation_bytes_by_op.get(k, 0), v, b1, b2)[0]
                  for k, v in s2.activation_bytes_by_op.items()}
     err = None
     if s1.unknown_shape_ops:
         err = unknown_shapes_note(s1.unknown_shape_ops)
+    # Counts at 0 or more, as ArchFeatures holds them (estimators/arch.py, _fixed_at_least_zero): a graph that
+    # grows faster than the batch (a batch x batch similarity matrix, as in a contrastive loss) splits into a
+    # negative intercept, and a card carrying a negative count is refused when it is read back.
     return GraphFeatures(
         available=True, error=err,
-        forward_macs_per_sample=macs, forward_macs_fixed=macs_fixed, macs_by_op=by_op,
+        forward_macs_per_sample=max(macs, 0), forward_macs_fixed=max(macs_fixed, 0), macs_by_op=by_op,
         param_bytes=s1.initializer_bytes, lookup_param_bytes=s1.lookup_param_bytes,
         recurrent_steps_by_op=s1.recurrent_steps_by_op,
-        activation_bytes_per_sample=act, activation_bytes_fixed=act_fixed,
+        activation_bytes_per_sample=max(act, 0), activation_bytes_fixed=max(act_fixed, 0),
         activation_bytes_by_op={k: v for k, v in act_by_op.items() if v > 0},
-        peak_live_bytes_per_sample=max(live, 0), peak_live_bytes_fixed=live_fixed,
-        graph_saved_bytes_per_sample=max(gsaved, 0), graph_saved_bytes_fixed=gsaved_fixed,
+        peak_live_bytes_per_sample=max(live, 0), peak_live_bytes_fixed=max(live_fixed, 0),
+        graph_saved_bytes_per_sample=max(gsaved, 0), graph_saved_bytes_fixed=max(gsaved_fixed, 0),
         op_counts=s1.op_counts, num_nodes=s1.num_nodes,
         kernel_nodes=split_nodes(s1.kernel_nodes, s2.kernel_nodes, b1, b2))

@@ -26,7 +26,8 @@ step on the CPU really holds, 1.5-2.7x the CUDA count for the zoo's transformers
 for every model with neither attention nor dropout. The CPU's RSS baseline charges this count, the GPU's
 memory baselines the CUDA one.
 
-Run at batch sizes 1 and 2, the difference is the exact per-sample part, as for the other graph features.
+Run at batch sizes 1 and 2 (2 and 4 when the training-mode forward rejects batch 1, as BatchNorm1d does), the
+difference is the exact per-sample part, as for the other graph features.
 This executes the model's forward, so it is for model files and the zoo, never for uploaded ONNX files.
 """
 
@@ -86,7 +87,7 @@ def saved_tensor_bytes(model: torch.nn.Module, inputs: tuple, loss_fn=None, kern
 
 def saved_bytes_split(workload, model: torch.nn.Module | None = None, kernels: str = "cuda") -> tuple[int, int]:
     """(per-sample, fixed) saved bytes of ``workload`` as ``kernels`` save them, from forward passes at batch
-    sizes 1 and 2."""
+    sizes 1 and 2 (2 and 4 for a model whose training-mode forward rejects batch 1)."""
     if model is None:
         torch.manual_seed(0)
         model = workload.build_model()
@@ -97,6 +98,13 @@ def saved_bytes_split(workload, model: torch.nn.Module | None = None, kernels: s
         return saved_tensor_bytes(model, workload.inputs(b), loss_fn=lambda out: workload.loss(out, targets),
                                   kernels=kernels)
 
-    s1, s2 = run(1), run(2)
-    per = s2 - s1
-    return int(max(per, 0)), int(max(s1 - per, 0))
+    b1, b2 = 1, 2
+    try:
+        s1 = run(b1)
+    except Exception:  # noqa: BLE001 - some models reject batch 1 in training mode (BatchNorm1d: one value per
+        # channel), as extract_features' exports at 1 and 2 fall back to 2 and 4
+        b1, b2 = 2, 4
+        s1 = run(b1)
+    s2 = run(b2)
+    per = (s2 - s1) // (b2 - b1)
+    return int(max(per, 0)), int(max(s1 - b1 * per, 0))

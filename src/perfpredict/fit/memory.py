@@ -5,7 +5,8 @@ How perfpredict reads the terms (the paper names them but does not define them o
 - ``A``: activation bytes per sample — every intermediate tensor of the forward graph (ONNX analysis), which
   autograd keeps alive until the backward pass in training.
 - ``P``: parameter bytes. In train mode P also holds what lives as long as the parameters do: their
-  gradients (one more copy) and the optimizer state (measured from the optimizer after a step, e.g.
+  gradients (one more copy of the trainable parameters: a frozen one, ``requires_grad=False``, gets none)
+  and the optimizer state (measured from the optimizer after a step, e.g.
   SGD-momentum one copy, Adam two).
 - ``G``: activation-gradient bytes per sample of the backward pass; taken equal to ``A`` (each saved
   activation receives a gradient of its own size). Zero in inference mode.
@@ -22,8 +23,10 @@ from perfpredict.card import GraphFeatures, HorusMemoryEstimate
 
 
 def horus_memory_estimate(features: GraphFeatures, batch_size: int, *, mode: str, param_bytes: int,
-                          optimizer_state_bytes: int = 0, overhead_bytes: int = 0) -> HorusMemoryEstimate | None:
-    """Eq. 2 for ``batch_size``; None when the graph features are unavailable."""
+                          optimizer_state_bytes: int = 0, overhead_bytes: int = 0,
+                          trainable_param_bytes: int | None = None) -> HorusMemoryEstimate | None:
+    """Eq. 2 for ``batch_size``; None when the graph features are unavailable. ``trainable_param_bytes``: the
+    bytes of the parameters that get gradients (None: all of ``param_bytes``)."""
     if mode not in ("train", "infer"):
         raise ValueError(f"mode must be 'train' or 'infer', got {mode!r}")
     if not features.available or features.activation_bytes_per_sample is None:
@@ -32,7 +35,8 @@ def horus_memory_estimate(features: GraphFeatures, batch_size: int, *, mode: str
     p = param_bytes
     g = 0
     if mode == "train":
-        p = param_bytes * 2 + optimizer_state_bytes
+        grads = param_bytes if trainable_param_bytes is None else trainable_param_bytes
+        p = param_bytes + grads + optimizer_state_bytes
         g = a
     return HorusMemoryEstimate(batch_size=batch_size, activations=int(a), parameters=int(p), gradients=int(g),
                                overhead=int(overhead_bytes), total=int(a + p + g + overhead_bytes))

@@ -199,6 +199,8 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
     batch_sizes = tuple(settings.batch_sizes or workload.batch_sizes)
     listener.stage("building model")
     info, model = _model_info(workload)
+    # parameter gradients exist only for trainable parameters (Horus eq. 2's parameter term)
+    trainable_param_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
 
     mem_limit = settings.memory_limit_bytes
     if device == "cpu" and mem_limit is None:
@@ -353,7 +355,7 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
     close_sweep(interrupted=False)
 
     if card.features is not None:
-        _attach_memory_estimates(card, settings.mode, optimizer_state, overheads)
+        _attach_memory_estimates(card, settings.mode, optimizer_state, overheads, trainable_param_bytes)
 
     if extended is not None and extended.any:
         from dataclasses import replace
@@ -434,7 +436,7 @@ def _fit(card: PerformanceCard, ok: list[ThroughputPoint], device: str) -> None:
 
 
 def _attach_memory_estimates(card: PerformanceCard, mode: str, optimizer_state: list[int],
-                             overheads: list[int]) -> None:
+                             overheads: list[int], trainable_param_bytes: int | None = None) -> None:
     from perfpredict.fit.memory import horus_memory_estimate
 
     feats: GraphFeatures | None = card.features
@@ -444,7 +446,8 @@ def _attach_memory_estimates(card: PerformanceCard, mode: str, optimizer_state: 
     overhead = int(statistics.median(overheads)) if overheads else 0
     for i, mp in enumerate(card.memory):
         est = horus_memory_estimate(feats, mp.batch_size, mode=mode, param_bytes=card.model.param_bytes,
-                                    optimizer_state_bytes=opt_bytes, overhead_bytes=overhead)
+                                    optimizer_state_bytes=opt_bytes, overhead_bytes=overhead,
+                                    trainable_param_bytes=trainable_param_bytes)
         card.memory[i] = mp.model_copy(update={"analytic": est})
 
 
