@@ -38,7 +38,7 @@ PARALLEL_SAFE_MODULES = frozenset({
     "test_fuzz_findings", "test_genie", "test_genie_andreas_mech_findings", "test_gpu_session", "test_gpu_set_choice", "test_graph_saved", "test_horus",
     "test_input_guards",
     "test_job_records",
-    "test_keyword_inputs", "test_lookup_bytes", "test_max_batch", "test_mechanism_conformance_findings", "test_memory_past_trained_batches",
+    "test_keyword_inputs", "test_lookup_bytes", "test_max_batch", "test_mechanism_conformance_findings", "test_memory_estimate_findings", "test_memory_past_trained_batches",
     "test_metrics", "test_moldable_mechanisms", "test_notebooks", "test_output_paths", "test_own_scheduler", "test_pair_prediction",
     "test_paper_cards", "test_perf_findings", "test_precision", "test_profile_findings", "test_predicted_cards", "test_predictor_findings", "test_python_api_input", "test_review_findings", "test_review4_findings", "test_review2_findings", "test_review3_findings", "test_saved_bytes",
     "test_service_findings", "test_service_validation", "test_sim_semantics_findings", "test_sim_unrunnable", "test_simulate_cli", "test_simulate_input_findings", "test_simulator", "test_speed_sentinel",
