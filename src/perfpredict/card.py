@@ -25,7 +25,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, Vali
 
 from perfpredict.errors import PerfPredictError
 
-SCHEMA_VERSION = "1.19"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
+SCHEMA_VERSION = "1.20"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
 #                                             features.activation_bytes_by_op; 1.3: features.lookup_param_bytes;
 #                                             1.4: features.recurrent_steps_by_op;
 #                                             1.5: features.saved_cpu_bytes_per_sample;
@@ -45,6 +45,7 @@ SCHEMA_VERSION = "1.19"  # 1.1: scaling, colocation, speedup_curve, comm_model, 
 #                                             1.17: status "failed" (no batch size measured; was "partial")
 #                                             1.18: features.notes (a forward pass that traced two graphs)
 #                                             1.19: sensitivity.probed_other_cpus
+#                                             1.20: comm_model.note (failed measurements left out)
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -425,6 +426,8 @@ class CommModelCard(_Section):
     holdout_rel_error: float | None = None
     link: str | None = None
     spr_source: str | None = Field(None, description="where sPR(b) came from (the card's rate model)")
+    note: str | None = Field(None, description="the sPR runs and placements that failed (status and cause), "
+                             "left out of the fit")
     source: Source = "fitted"
     device: str | None = None
 

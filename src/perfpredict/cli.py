@@ -330,8 +330,13 @@ def _print_extended(card, console: Console) -> None:
     if co is not None:
         for p in co.points:
             if p.status == "ok":
-                console.print(f"co-location ×{p.copies}: per copy {p.per_copy_relative:.2f}× solo, aggregate "
-                              f"{p.aggregate_relative:.2f}× ({p.aggregate_samples_per_s:.1f} samples/s)", highlight=False)
+                if p.per_copy_relative is None or p.aggregate_relative is None:  # the solo run failed
+                    console.print(f"co-location ×{p.copies}: {p.aggregate_samples_per_s:.1f} samples/s in all "
+                                  "(no solo run to compare with)", highlight=False)
+                else:
+                    console.print(f"co-location ×{p.copies}: per copy {p.per_copy_relative:.2f}× solo, aggregate "
+                                  f"{p.aggregate_relative:.2f}× ({p.aggregate_samples_per_s:.1f} samples/s)",
+                                  highlight=False)
             else:
                 console.print(f"co-location ×{p.copies}: [yellow]{p.status}[/]: {p.error}", highlight=False)
         for q in co.pairs:
@@ -347,8 +352,9 @@ def _print_extended(card, console: Console) -> None:
     if sc is not None:
         for p in sc.points:
             if p.status == "ok":
+                s_k = f"S={p.speedup:.2f}" if p.speedup is not None else "S not known (k=1 was not measured)"
                 console.print(f"DDP k={p.workers} ({sc.backend}, global batch {p.global_batch}): "
-                              f"{p.samples_per_s:.1f} samples/s, S={p.speedup:.2f}", highlight=False)
+                              f"{p.samples_per_s:.1f} samples/s, {s_k}", highlight=False)
             else:
                 console.print(f"DDP k={p.workers}: [yellow]{p.status}[/]: {p.error}", highlight=False)
     cm = card.comm_model

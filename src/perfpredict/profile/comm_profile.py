@@ -55,6 +55,7 @@ def measure_comm_model(ref: WorkloadRef, global_batches: Sequence[int], placemen
     # 1. sPR(local batch): one device alone, at every local batch the placements use.
     local = sorted({b // p.workers for b in global_batches for p in placements if b % p.workers == 0})
     spr_b, spr_rate = [], []
+    failed: list[str] = []  # what was measured and not used, with its cause (on the card's note)
     for lb in local:
         pt = measure_placement(ref, Placement(1, 1), lb, device, mode, timing, None, timeout_s, cpd)
         if on_point:
@@ -62,6 +63,8 @@ def measure_comm_model(ref: WorkloadRef, global_batches: Sequence[int], placemen
         if pt.status == "ok":
             spr_b.append(lb)
             spr_rate.append(pt.samples_per_s)
+        else:
+            failed.append(f"sPR at local batch {lb}: {pt.status}: {pt.error}")
     if not spr_b:
         raise PerfPredictError("could not measure the single-device rate sPR at any local batch",
                                source=ref.describe(), step="comm model")
@@ -77,7 +80,9 @@ def measure_comm_model(ref: WorkloadRef, global_batches: Sequence[int], placemen
             pt = measure_placement(ref, p, b, device, mode, timing, nodes if p.d_node > 1 else None, timeout_s, cpd)
             if on_point:
                 on_point(f"⟨{p.d_node},{p.d_gn}⟩ b={b}: {pt.status}")
-            if pt.status == "ok":
+            if pt.status != "ok":
+                failed.append(f"⟨{p.d_node},{p.d_gn}⟩ at global batch {b}: {pt.status}: {pt.error}")
+            else:
                 measured.append(PlacementPoint(d_node=p.d_node, d_gn=p.d_gn, global_batch=b,
                                                samples_per_s=pt.samples_per_s,
                                                comm_observed=p.workers - pt.samples_per_s / float(spr(b / p.workers))))
@@ -115,4 +120,4 @@ def measure_comm_model(ref: WorkloadRef, global_batches: Sequence[int], placemen
         placements=measured, holdout_rel_error=holdout_err,
         link=nodes.describe() if nodes is not None and max(links) > 1 else "loopback (one node)",
         spr_source=f"{spr_model.kind} fit to {len(spr_b)} single-device measurements at local batches {spr_b}",
-        device=device)
+        note=("left out, not measured: " + "; ".join(failed)) if failed else None, device=device)

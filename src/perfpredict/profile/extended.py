@@ -213,6 +213,8 @@ def _comm(card, ref: WorkloadRef, batch: int, s: ExtendedSettings, timing, stage
         with nodes_cm as nodes:
             card.comm_model = measure_comm_model(ref, [batch, 2 * batch], device=s.device, mode=s.mode,
                                                  timing=timing, nodes=nodes, timeout_s=s.timeout_s, on_point=stage)
+    if card.comm_model.note:  # a failed placement is a failure of the section, kept with its cause
+        card.errors.append(CardError(step="comm_model", message=card.comm_model.note))
 
 
 def speedup_points(card: PerformanceCard) -> list[SpeedupPointCard]:
