@@ -78,4 +78,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from perfpredict.script_args import run_script
+
+    run_script(main)  # a bad --trace or --cluster (found by the warm-up run) is one line and exit 2

@@ -46,6 +46,9 @@ def coverage(far_csv: Path, predictor) -> dict:
     from perfpredict.estimators.targets import targets_for
 
     data = load_training_data(far_csv)
+    if not data.name.endswith(SUFFIX):
+        raise SystemExit(f"{far_csv.name}: not a far-batch file (expected <model set>{SUFFIX}.csv, scored against "
+                         f"that model set)")
     set_name = data.name[: -len(SUFFIX)]
     if set_name not in predictor.sets:
         raise SystemExit(f"{far_csv.name}: no shipped model set {set_name!r} (have {', '.join(predictor.sets)})")

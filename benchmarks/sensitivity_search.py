@@ -154,8 +154,11 @@ def load_saved(path: str) -> dict:
     if not isinstance(doc, dict):
         raise ValueError(what)
     values, models = doc.get("cpu_values"), doc.get("models")
-    if not isinstance(values, list) or not values or not all(isinstance(c, int) for c in values):
-        raise ValueError(f"{what}: no list of CPU counts ('cpu_values')")
+    if (not isinstance(values, list) or not values
+            or not all(isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in values)):
+        raise ValueError(f"{what}: no list of CPU counts ('cpu_values', whole numbers >= 1)")
+    if len(set(values)) != len(values):
+        raise ValueError(f"{what}: a CPU count is listed twice in 'cpu_values' ({values})")
     if not isinstance(models, list) or not models:
         raise ValueError(f"{what}: no measured models ('models')")
     for i, m in enumerate(models):
@@ -184,7 +187,8 @@ def replay_saved(path: str, threshold: float, doc: dict | None = None) -> None:
         curve = dict(zip(values, m["exhaustive"]))
         r = optimistic_cpu_search(lambda c, curve=curve: curve[c], values, threshold=threshold)
         ratios.append(r.n_probes / len(values))
-        errs.append(max_relative_error(r.curve, m["exhaustive"]))
+        # the search's curve follows its sorted cpu_values; the file's curve follows the file's order
+        errs.append(max_relative_error(r.curve, [curve[c] for c in r.cpu_values]))
         print(f"{m['model']:12s} probed {sorted(r.probed_cpu_values)}  ratio {ratios[-1]:.2f}  "
               f"worst error {errs[-1]:.1%}")
     print(f"\nmedian probes ratio {np.median(ratios):.2f} (target <= 0.5); worst error {max(errs):.1%} "
