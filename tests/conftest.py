@@ -30,7 +30,7 @@ EXAMPLES = REPO / "examples"
 #: answer is a timing shares the CPUs with another test. A new module is serial until it is listed here; a test
 #: of a serial module that compares no times can carry ``@pytest.mark.parallel_safe`` itself.
 PARALLEL_SAFE_MODULES = frozenset({
-    "test_andreas", "test_bad_input_cli", "test_batch_extrapolation", "test_benchmark_args", "test_card", "test_card_findings", "test_cli",
+    "test_andreas", "test_bad_input_cli", "test_batch_extrapolation", "test_benchmark_args", "test_benchmarks_findings", "test_card", "test_card_findings", "test_cli",
     "test_collect_bad_input", "test_collect_findings", "test_collect_ray", "test_compare", "test_compare_findings", "test_concurrent_use", "test_compare_ray", "test_compile", "test_estimators", "test_estimators_eval_findings",
     "test_device_calibration_findings", "test_fallback",
     "test_experiments", "test_failure_report", "test_features", "test_kept_runs", "test_training_input_guards", "test_parallel_runs",
