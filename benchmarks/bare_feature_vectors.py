@@ -22,10 +22,11 @@ REQUIRED = ("forward_macs_per_sample", "param_count", "param_bytes", "activation
 
 
 def main(argv: list[str] | None = None) -> None:
-    from perfpredict.script_args import describe
+    from perfpredict.script_args import describe, name_list
 
     ap = argparse.ArgumentParser(description=describe(__doc__))
-    ap.add_argument("--sets", default=None, help="model sets, comma-separated (default: every fp32 training set)")
+    ap.add_argument("--sets", type=name_list, default=None,
+                    help="model sets, comma-separated (default: every fp32 training set)")
     args = ap.parse_args(argv)
 
     import numpy as np
@@ -34,12 +35,12 @@ def main(argv: list[str] | None = None) -> None:
 
     warnings.filterwarnings("ignore")
     p = Predictor.load()
-    names = (args.sets.split(",") if args.sets else
+    names = (args.sets if args.sets else
              [n for n, ms in sorted(p.sets.items()) if ms.mode == "train" and ms.precision == "fp32"
               and not ms.calibration_info()])
     unknown = [n for n in names if n not in p.sets]
     if unknown:
-        raise SystemExit(f"unknown model set(s) {', '.join(unknown)}; have {', '.join(sorted(p.sets))}")
+        ap.error(f"unknown model set(s) {', '.join(unknown)}; have {', '.join(sorted(p.sets))}")
     print(f"{'set':<24} {'features':<22} {'points':>6} {'median':>7} {'p10':>6} {'p90':>6} {'MAPE':>7}")
     for name in names:
         ms = p.sets[name]
@@ -64,4 +65,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from perfpredict.script_args import run_script
+
+    run_script(main)

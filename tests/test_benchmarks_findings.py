@@ -52,3 +52,15 @@ def test_memory_past_trained_batches_names_a_file_that_is_not_a_far_batch_file()
     with pytest.raises(SystemExit, match="not a far-batch file") as e:
         mod.coverage(REPO / "datasets" / "cpu_xeon_2vcpu.csv", predictor=None)
     assert "'cpu_'" not in str(e.value)  # was: "no shipped model set 'cpu_'", the name cut by 10 characters
+
+
+@pytest.mark.parametrize("sets, needle", [
+    ("cpu_xeon_2vcpu,", "expected comma-separated"),  # was "unknown model set(s) " with an empty name, exit 1
+    ("cpu_xeon_2vcpu,cpu_xeon_2vcpu", "given twice"),  # was run twice
+    ("nosuch", "unknown model set(s) nosuch"),
+])
+def test_bare_feature_vectors_refuses_a_bad_set_list_in_one_usage_line(sets, needle):
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bare_feature_vectors.py"), f"--sets={sets}"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
+    assert needle in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]

@@ -61,7 +61,8 @@ def _list(item: Callable[[str], float]) -> Callable[[str], list]:
         values = [item(p) for p in parts]
         twice = sorted({v for v in values if values.count(v) > 1})
         if twice:  # a seed given twice was averaged in twice, a size run twice
-            raise argparse.ArgumentTypeError(f"{text!r}: {', '.join(f'{v:g}' for v in twice)} given twice")
+            shown = ", ".join(f"{v:g}" if isinstance(v, (int, float)) else str(v) for v in twice)
+            raise argparse.ArgumentTypeError(f"{text!r}: {shown} given twice")
         return values
 
     parse.__name__ = f"list of {item.__name__}"
@@ -74,6 +75,14 @@ int_list = _list(positive_int)
 seed_list = _list(nonneg_int)
 #: comma-separated finite numbers > 0
 float_list = _list(positive_float)
+
+
+def name(text: str) -> str:
+    return text
+
+
+#: comma-separated names (model sets, families): none blank, none twice
+name_list = _list(name)
 
 
 def out_dir(text: str) -> Path:
