@@ -197,24 +197,24 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
             raise
         raise ArchFeaturesError(f"training-mode forward failed while counting saved tensors: {type(e).__name__}: "
                                 f"{str(e)[:200]}", source=target, step="features") from None
-    # fixed (batch-independent) parts at 0 or more, as an ONNX file's (see _fixed_at_least_zero)
+    # fixed (batch-independent) parts: held at 0 or more by the two-batch splits themselves (extract_features,
+    # split_nodes, saved_bytes_split)
     return ArchFeatures(
         forward_macs_per_sample=float(feats.forward_macs_per_sample or 0),
-        forward_macs_fixed=float(max(feats.forward_macs_fixed or 0, 0)),
+        forward_macs_fixed=float(feats.forward_macs_fixed or 0),
         param_count=float(sum(p.numel() for p in model.parameters())), param_bytes=float(feats.param_bytes or 0),
         activation_bytes_per_sample=float(feats.activation_bytes_per_sample or 0),
-        activation_bytes_fixed=float(max(feats.activation_bytes_fixed or 0, 0)),
-        num_nodes=float(feats.num_nodes or 0),
+        activation_bytes_fixed=float(feats.activation_bytes_fixed or 0), num_nodes=float(feats.num_nodes or 0),
         input_bytes_per_sample=float(sum(t.numel() * t.element_size() for t in iter_tensors(inputs))),
         op_counts=feats.op_counts, macs_by_op=feats.macs_by_op, activation_bytes_by_op=feats.activation_bytes_by_op,
-        saved_bytes_per_sample=float(saved), saved_bytes_fixed=float(max(saved_fixed, 0)),
-        saved_cpu_bytes_per_sample=float(saved_cpu), saved_cpu_bytes_fixed=float(max(saved_cpu_fixed, 0)),
+        saved_bytes_per_sample=float(saved), saved_bytes_fixed=float(saved_fixed),
+        saved_cpu_bytes_per_sample=float(saved_cpu), saved_cpu_bytes_fixed=float(saved_cpu_fixed),
         lookup_param_bytes=float(feats.lookup_param_bytes or 0), recurrent_steps_by_op=feats.recurrent_steps_by_op,
         peak_live_bytes_per_sample=float(feats.peak_live_bytes_per_sample or 0),
-        peak_live_bytes_fixed=float(max(feats.peak_live_bytes_fixed or 0, 0)),
+        peak_live_bytes_fixed=float(feats.peak_live_bytes_fixed or 0),
         graph_saved_bytes_per_sample=float(feats.graph_saved_bytes_per_sample or 0),
-        graph_saved_bytes_fixed=float(max(feats.graph_saved_bytes_fixed or 0, 0)),
-        kernel_nodes=_fixed_at_least_zero(feats.kernel_nodes), name=wl.name,
+        graph_saved_bytes_fixed=float(feats.graph_saved_bytes_fixed or 0),
+        kernel_nodes=tuple(tuple(r) for r in feats.kernel_nodes), name=wl.name,
         notes=tuple(n for n in (feats.error, _hook_note(wl)) if n), precision=wl.precision)
 
 
@@ -530,10 +530,9 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
         input_bytes_per_sample=float(in_bytes), op_counts=stats.op_counts,
         macs_by_op={k: int(v) for k, v in by_op.items()},
         activation_bytes_by_op={k: int(v) for k, v in act_by_op.items() if v > 0},
-        # the fixed parts at 0 or more, as the MACs' and activations' above (see _fixed_at_least_zero)
-        peak_live_bytes_per_sample=float(max(live, 0)), peak_live_bytes_fixed=float(max(live_fixed, 0)),
-        graph_saved_bytes_per_sample=float(max(gsaved, 0)), graph_saved_bytes_fixed=float(max(gsaved_fixed, 0)),
-        kernel_nodes=_fixed_at_least_zero(kernels), name=name, notes=tuple(notes))
+        peak_live_bytes_per_sample=float(max(live, 0)), peak_live_bytes_fixed=float(live_fixed),
+        graph_saved_bytes_per_sample=float(max(gsaved, 0)), graph_saved_bytes_fixed=float(gsaved_fixed),
+        kernel_nodes=tuple(tuple(r) for r in kernels), name=name, notes=tuple(notes))
 
 
 def _at_least_zero(v: Any) -> Any:
@@ -545,22 +544,16 @@ FIXED_PARTS = ("forward_macs_fixed", "activation_bytes_fixed", "saved_bytes_fixe
                "peak_live_bytes_fixed", "graph_saved_bytes_fixed")
 
 
-def _fixed_at_least_zero(kernels) -> tuple[tuple, ...]:
-    """Kernel rows ``(class, n, macs/sample, macs fixed, io/sample, io fixed, weights, steps)`` with their fixed
-    parts held at 0 or more: a graph that grows faster than the batch (a batch x batch similarity matrix, as in a
-    contrastive loss) splits into a negative intercept, which the feature schema refuses, so a card carrying it
-    could not be sent back to ``POST /predict`` or ``Predictor.predict(features=card)``."""
-    return tuple(tuple(_at_least_zero(x) if i in (3, 5) else x for i, x in enumerate(r)) for r in kernels)
-
-
 def fixed_parts_at_least_zero(graph: Mapping[str, Any]) -> dict[str, Any]:
-    """``graph`` (a card's graph features, as a dict) with its :data:`FIXED_PARTS` and kernel rows' fixed parts
-    held at 0 or more, as :func:`from_workload` holds the same model file's (see :func:`_fixed_at_least_zero`):
-    a measured card carries the two-batch split as it is."""
+    """``graph`` (a card's graph features, as a dict) with its :data:`FIXED_PARTS` and the fixed parts of its kernel
+    rows ``(class, n, macs/sample, macs fixed, io/sample, io fixed, weights, steps)`` held at 0 or more, as the
+    two-batch splits now hold them (``extract_features``, ``split_nodes``): a card written before held a graph
+    growing faster than its batch (a batch x batch similarity matrix) as negative intercepts, which the feature
+    schema refuses."""
     out = {k: (_at_least_zero(v) if k in FIXED_PARTS else v) for k, v in graph.items()}
     rows = out.get("kernel_nodes")
     if rows and all(isinstance(r, (list, tuple)) for r in rows):  # anything else: the schema's check names it
-        out["kernel_nodes"] = [list(r) for r in _fixed_at_least_zero(rows)]
+        out["kernel_nodes"] = [[_at_least_zero(x) if i in (3, 5) else x for i, x in enumerate(r)] for r in rows]
     return out
 
 

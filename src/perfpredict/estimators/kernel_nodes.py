@@ -77,15 +77,18 @@ NodeRow = list
 def split_nodes(at1: Sequence[KernelNode], at2: Sequence[KernelNode], b1: int = 1, b2: int = 2) -> list[NodeRow]:
     """Per-node (per-sample, fixed) descriptors from the same graph analysed at batch sizes ``b1`` and ``b2``
     (node lists in graph order), identical nodes merged with a count; ``[]`` when the two graphs' kernels
-    differ (a batch-dependent graph), since a split would then be wrong."""
+    differ (a batch-dependent graph), since a split would then be wrong. The fixed parts are held at 0 or more:
+    a node that grows faster than the batch (a batch x batch similarity matrix, as in a contrastive loss) splits
+    into a negative intercept, which the feature schema refuses (a card carrying it could not be predicted from
+    again)."""
     if len(at1) != len(at2) or any(a.cls != b.cls for a, b in zip(at1, at2)):
         return []
     keys = []
     for a, b in zip(at1, at2):
         m_per = (b.macs - a.macs) // (b2 - b1)
         io_per = (b.io_bytes - a.io_bytes) // (b2 - b1)
-        keys.append((a.cls, int(m_per), int(a.macs - b1 * m_per), int(io_per), int(a.io_bytes - b1 * io_per),
-                     int(a.weight_bytes), int(a.steps)))
+        keys.append((a.cls, int(m_per), int(max(a.macs - b1 * m_per, 0)), int(io_per),
+                     int(max(a.io_bytes - b1 * io_per, 0)), int(a.weight_bytes), int(a.steps)))
     return _merged(keys)
 
 

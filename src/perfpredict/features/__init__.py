@@ -135,9 +135,9 @@ def _from_stats(s1: GraphStats, s2: GraphStats, b1: int, b2: int) -> GraphFeatur
     err = None
     if s1.unknown_shape_ops:
         err = unknown_shapes_note(s1.unknown_shape_ops)
-    # Counts at 0 or more, as ArchFeatures holds them (estimators/arch.py, _fixed_at_least_zero): a graph that
-    # grows faster than the batch (a batch x batch similarity matrix, as in a contrastive loss) splits into a
-    # negative intercept, and a card carrying a negative count is refused when it is read back.
+    # Counts at 0 or more, as split_nodes holds the kernel rows' fixed parts: a graph that grows faster than the
+    # batch (a batch x batch similarity matrix, as in a contrastive loss) splits into a negative intercept, and a
+    # card carrying a negative count is refused when it is read back.
     return GraphFeatures(
         available=True, error=err,
         forward_macs_per_sample=max(macs, 0), forward_macs_fixed=max(macs_fixed, 0), macs_by_op=by_op,
