@@ -161,6 +161,16 @@ def lat_single(js: JobState) -> float:
     return js.job.work * m.gpu_factor(js.job.gpus, 1.0)
 
 
+def _ect_or_none(js: JobState) -> float | None:
+    """The ECT SWAF and Min-Min schedule by (:func:`~perfpredict.sched.genie.task_ect`: the trace's deadline, else
+    arrival + eq. 9 of the task's QoS class); None for a task that has neither (no deadline, and not a GENIE model
+    or a class eq. 9 does not know, which a mechanism that never reads ECTs runs all the same): it meets none."""
+    try:
+        return task_ect(js)
+    except ValueError:
+        return None
+
+
 def genie_metrics(result_or_states: Any) -> dict[str, Any]:
     """§7.1's metrics of a simulation (a :class:`~perfpredict.sim.simulator.SimResult` or job states).
 
@@ -169,12 +179,7 @@ def genie_metrics(result_or_states: Any) -> dict[str, Any]:
     over ``Lat(t, ⟨1,1⟩)``); ``avg_norm_response``: completion − arrival over ``Lat(t, ⟨1,1⟩)``."""
     states = _states(result_or_states)
     n = len(states)
-    # the ECT SWAF and Min-Min schedule by (genie.task_ect): the trace's deadline, else arrival + eq. 9 of the
-    # task's QoS class; a task that has neither (no deadline, and not a GENIE model or a class eq. 9 does not
-    # know, which a mechanism that never reads ECTs runs all the same) cannot meet one
-    ects = [task_ect(js) if js.job.deadline is not None or (isinstance(js.perf, GeniePerfModel)
-                                                           and (js.job.qos or "normal").lower() in QOS_CLASSES)
-            else None for js in states]
+    ects = [_ect_or_none(js) for js in states]
     met = [js.finish is not None and e is not None and meets_ect(js.finish, e)
            for js, e in zip(states, ects, strict=True)]
     done = [js for js in states if js.finish is not None]
