@@ -2,7 +2,7 @@
 
 Starts the real command (``python -m perfpredict serve``) on a free loopback port, waits for ``/health``,
 fires ``--requests`` POST /predict requests (feature vectors of the zoo's architectures) from ``--concurrency``
-threads at once, counts non-200 answers, then sends a malformed ONNX file (expects 400), an oversized upload
+threads at once, counts non-200 answers and connection-level failures (refused, dropped, timed out; by kind), then sends a malformed ONNX file (expects 400), an oversized upload
 (413) and a wrong-schema JSON (422), and checks the service still answers.
 
     python benchmarks/service_load.py [--requests 100] [--concurrency 100]
@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -27,6 +28,25 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def request(url: str, timeout: float = 60, **kwargs) -> tuple[int | str, float]:
+    """POST to ``url``: (status code, seconds), or (the failure's kind, seconds) where the connection itself failed
+    (refused, dropped, timed out), so one such request counts as a failed request instead of ending the run."""
+    import httpx
+
+    t = time.perf_counter()
+    try:
+        outcome: int | str = httpx.post(url, timeout=timeout, **kwargs).status_code
+    except httpx.TransportError as e:
+        outcome = type(e).__name__
+    return outcome, time.perf_counter() - t
+
+
+def failures(results: list[tuple[int | str, float]]) -> Counter:
+    """The failed requests of ``results`` (from `request`) by kind: "HTTP <code>" for a non-200 answer, the
+    connection error's name where there was no answer."""
+    return Counter(f"HTTP {code}" if isinstance(code, int) else code for code, _ in results if code != 200)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,33 +82,34 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(0.2)
         print(f"service up in {time.monotonic() - t0:.1f} s on {base}")
 
-        def one(i: int) -> tuple[int, float]:
-            t = time.perf_counter()
-            r = httpx.post(f"{base}/predict", json=bodies[i % len(bodies)], timeout=60)
-            return r.status_code, time.perf_counter() - t
+        def one(i: int) -> tuple[int | str, float]:
+            return request(f"{base}/predict", json=bodies[i % len(bodies)])
 
         t = time.perf_counter()
         with ThreadPoolExecutor(args.concurrency) as ex:
             results = list(ex.map(one, range(args.requests)))
         wall = time.perf_counter() - t
-        errors = sum(code != 200 for code, _ in results)
+        failed = failures(results)
+        errors = sum(failed.values())
         lat = sorted(d for _, d in results)
-        print(f"{args.requests} requests, {args.concurrency} concurrent: {errors} errors, {wall:.2f} s wall, "
+        kinds = f" ({', '.join(f'{k}: {n}' for k, n in sorted(failed.items()))})" if failed else ""
+        print(f"{args.requests} requests, {args.concurrency} concurrent: {errors} errors{kinds}, {wall:.2f} s wall, "
               f"{args.requests / wall:.0f} req/s, latency p50 {statistics.median(lat) * 1e3:.0f} ms, "
               f"max {lat[-1] * 1e3:.0f} ms")
 
-        checks = {
-            "malformed ONNX -> 400": httpx.post(f"{base}/predict/onnx", timeout=30, files={
-                "file": ("bad.onnx", b"definitely not protobuf", "application/octet-stream")}).status_code == 400,
-            "oversized upload -> 413": httpx.post(f"{base}/predict/onnx", timeout=30, files={
-                "file": ("big.onnx", b"\0" * 2_000_000, "application/octet-stream")}).status_code == 413,
-            "wrong-schema JSON -> 422": httpx.post(f"{base}/predict", timeout=30,
-                                                   content=json.dumps({"features": {"param_count": "x"}}),
-                                                   headers={"content-type": "application/json"}).status_code == 422,
-            "still serving afterwards": httpx.post(f"{base}/predict", json=bodies[0], timeout=30).status_code == 200,
+        answers = {
+            "malformed ONNX -> 400": (400, request(f"{base}/predict/onnx", timeout=30, files={
+                "file": ("bad.onnx", b"definitely not protobuf", "application/octet-stream")})[0]),
+            "oversized upload -> 413": (413, request(f"{base}/predict/onnx", timeout=30, files={
+                "file": ("big.onnx", b"\0" * 2_000_000, "application/octet-stream")})[0]),
+            "wrong-schema JSON -> 422": (422, request(f"{base}/predict", timeout=30,
+                                                      content=json.dumps({"features": {"param_count": "x"}}),
+                                                      headers={"content-type": "application/json"})[0]),
+            "still serving afterwards": (200, request(f"{base}/predict", json=bodies[0], timeout=30)[0]),
         }
-        for k, ok in checks.items():
-            print(f"{k}: {'ok' if ok else 'FAILED'}")
+        checks = {k: got == want for k, (want, got) in answers.items()}
+        for k, (want, got) in answers.items():
+            print(f"{k}: {'ok' if got == want else f'FAILED (got {got})'}")
         passed = errors == 0 and all(checks.values())
         print(f"\nload test: {'PASS' if passed else 'FAIL'}")
         return 0 if passed else 1

@@ -594,6 +594,9 @@ def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSetting
             _check_same_cpu(out, meta, rows)
         elif not on_ray:
             _check_same_gpu(out, rows)
+        # the slice of a MIG GPU is told only by a measurement's device name: the first one is checked against the
+        # file's before its row is written (Ray's tasks are checked by SameDevice)
+        recorded_names = recorded_devices(meta, rows) if not on_ray and settings.device != "cpu" else None
         done = _done_points(rows)
         # Earlier non-final rows (errors, timeouts) of points measured again are superseded: keep the file
         # append-only and let readers take the last row per point.
@@ -643,7 +646,14 @@ def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSetting
                     writer.writeheader()
 
                 def record(plan: ArchPlan, res: dict[str, Any]) -> None:
-                    nonlocal device_info
+                    nonlocal device_info, recorded_names
+                    name = (res.get("device_info") or {}).get("name")
+                    if recorded_names is not None and name:
+                        refusal = device_refusal(recorded_names, name)
+                        if refusal:
+                            raise UsageError(f"{out.name} {refusal}: collect into a file of its own (one device per "
+                                             "dataset)", step="provenance")
+                        recorded_names = {name}
                     row = row_from_result(plan, res, settings.mode, device_kind)
                     writer.writerow(row)
                     f.flush()
@@ -831,7 +841,7 @@ def _check_same_gpu(out: Path, rows: list[dict[str, str]]) -> None:
     device measured. The GPU is named through NVML (what a CUDA row records as ``device_name``) when every GPU here is
     one model; otherwise it cannot be told before measuring and is not checked (as on Ray). On a MIG slice a row's
     name is the board's with the slice after it (``NVIDIA A100-SXM4-40GB MIG 3g.20gb``) while NVML names the board:
-    the board is compared, the slice cannot be told before measuring either."""
+    the board is compared here, and the slice once the run's first measurement names it (:func:`device_refusal`)."""
     from perfpredict.hostinfo import gpu_names
 
     here = set(gpu_names())
@@ -841,6 +851,32 @@ def _check_same_gpu(out: Path, rows: list[dict[str, str]]) -> None:
         raise UsageError(f"{out.name} was measured on another device ({'; '.join(sorted(names))}); this machine's GPU "
                          f"is {next(iter(here))}: collect into a file of its own (one device per dataset)",
                          step="provenance")
+
+
+def recorded_devices(meta: dict[str, Any] | None, rows: list[dict[str, str]]) -> set[str]:
+    """The devices a dataset was measured on, by the names its rows and its runs' ``device_info`` record (torch's
+    name for a GPU: a MIG slice's carries its profile, ``NVIDIA A100-SXM4-40GB MIG 3g.20gb``)."""
+    names = {r["device_name"] for r in rows if r.get("device_name")}
+    for run in (meta or {}).get("runs", []):
+        info = run.get("device_info") if isinstance(run, dict) else None
+        if isinstance(info, dict) and info.get("name"):
+            names.add(str(info["name"]))
+    return names
+
+
+def device_refusal(recorded: set[str], name: str) -> str | None:
+    """Why measurements on the device ``name`` may not join a file measured on the devices ``recorded``
+    (:func:`recorded_devices`), or None when they may: the loader takes one device per file, and a MIG slice of
+    another profile, or the whole board, is another device (another share of the GPU's compute and memory)."""
+    if not recorded or name in recorded:
+        return None
+    board, _, piece = name.partition(" MIG ")
+    slices = {n.partition(" MIG ")[2] for n in recorded if n.partition(" MIG ")[0] == board}
+    if slices:  # the same board, cut otherwise
+        theirs = ", ".join(sorted(f"MIG slice {x}" if x else "the whole GPU" for x in slices))
+        return (f"was measured on {theirs} of {board}; this run measures on "
+                f"{f'MIG slice {piece}' if piece else 'the whole GPU'}, another device")
+    return f"was measured on another device ({'; '.join(sorted(recorded))}); this run measures on {name}"
 
 
 def dataset_cpu_id(meta: dict[str, Any] | None) -> str | None:

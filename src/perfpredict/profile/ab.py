@@ -49,6 +49,10 @@ class ABRound(BaseModel):
     base_peak_bytes: int | None = None
     new_peak_bytes: int | None = None
     log_ratio: float = Field(description="log(base time / new time): above 0 when the new job is faster")
+    #: torch intra-op threads each side's steps ran on (a torch.set_num_threads() in the model file wins over
+    #: --threads); None in files written before they were recorded
+    base_threads: int | None = None
+    new_threads: int | None = None
 
 
 class ABResult(BaseModel):
@@ -91,6 +95,23 @@ def summarize(log_ratios: list[float]) -> tuple[float | None, float | None, floa
     return math.exp(mean), low, high, verdict
 
 
+def busy_host_note(measured: list[tuple[float | None, int | None]], threads: int | None, cpus: int) -> str | None:
+    """The note for measurements timed while other processes competed for the CPUs, or None. ``measured``: per
+    measurement, the CPUs other processes kept busy while it was timed and the threads its steps ran on (None:
+    not recorded, taken as ``threads``, or all ``cpus`` without it)."""
+    from perfpredict.profile.host_load import competed
+
+    busy = [(o, ran or threads or cpus) for o, ran in measured if competed(o, ran or threads or cpus, cpus)]
+    if not busy:
+        return None
+    # two OpenMP threads stall when another process holds a CPU: a step can take 100x longer, so a
+    # paired ratio from such rounds can say faster or slower with confidence, either way
+    return (f"the host was busy: other processes kept up to {max(o for o, _ in busy):.2f} of its {cpus} CPUs busy "
+            f"during {len(busy)} of {len(measured)} measurements, so the verdict may be the load's, not "
+            "the change's; repeat on an idle machine"
+            + (" (or with --threads 1)" if any(ran > 1 for _, ran in busy) else ""))
+
+
 def _side(label: str, w: Workload) -> ABSide:
     return ABSide(label=label, model=w.name, target=w.ref.describe(), precision=w.precision, compiled=w.compile)
 
@@ -127,7 +148,8 @@ def compare_jobs(base: Workload, new: Workload, batch_size: int, *, rounds: int 
     runner.warm_up()
     sides = {"base": base, "new": new}
     done: list[ABRound] = []
-    others: list[float | None] = []  # per measurement: CPUs other processes kept busy while it was timed
+    # per measurement: CPUs other processes kept busy while it was timed, and the threads its steps ran on
+    others: list[tuple[float | None, int | None]] = []
     info: dict = {}
     reason, interrupted = "all rounds ran", False
 
@@ -157,11 +179,14 @@ def compare_jobs(base: Workload, new: Workload, batch_size: int, *, rounds: int 
                 got[which] = res
             if len(got) < 2:
                 break
-            others.extend(got[s]["timing"].get("other_cpus") for s in ("base", "new"))
+            # the thread count as the steps ran (described after them), not as set before the model file ran
+            ran = {s: (got[s].get("device_info") or {}).get("threads") or got[s].get("threads") for s in got}
+            others.extend((got[s]["timing"].get("other_cpus"), ran[s]) for s in ("base", "new"))
             tb, tn = (got[s]["timing"]["median_s"] for s in ("base", "new"))
             rnd = ABRound(round=k + 1, order="base first" if k % 2 == 0 else "new first", base_iter_time_s=tb,
                           new_iter_time_s=tn, base_peak_bytes=got["base"]["memory"].get("peak_bytes"),
-                          new_peak_bytes=got["new"]["memory"].get("peak_bytes"), log_ratio=math.log(tb / tn))
+                          new_peak_bytes=got["new"]["memory"].get("peak_bytes"), log_ratio=math.log(tb / tn),
+                          base_threads=ran["base"], new_threads=ran["new"])
             done.append(rnd)
             if on_round is not None:
                 on_round(rnd, rounds)
@@ -180,17 +205,9 @@ def compare_jobs(base: Workload, new: Workload, batch_size: int, *, rounds: int 
     elif len(done) < 2:
         notes.append(f"{len(done)} of {rounds} rounds finished: an interval needs two")
     if dev == "cpu":
-        from perfpredict.profile.host_load import competed
-
-        cpus = info.get("cpu_count") or os.cpu_count() or 1
-        busy = [o for o in others if competed(o, threads or cpus, cpus)]
-        if busy:
-            # two OpenMP threads stall when another process holds a CPU: a step can take 100x longer, so a
-            # paired ratio from such rounds can say faster or slower with confidence, either way
-            notes.append(f"the host was busy: other processes kept up to {max(busy):.2f} of its {cpus} CPUs busy "
-                         f"during {len(busy)} of {len(others)} measurements, so the verdict may be the load's, not "
-                         "the change's; repeat on an idle machine"
-                         + (" (or with --threads 1)" if (threads or cpus) > 1 else ""))
+        note = busy_host_note(others, threads, info.get("cpu_count") or os.cpu_count() or 1)
+        if note:
+            notes.append(note)
     return ABResult(base=_side("base", base), new=_side("new", new), batch_size=batch_size, mode=mode, device=dev,
                     device_name=info.get("name"), rounds=done, speedup=speedup, ci_low=low, ci_high=high,
                     verdict=verdict, peak_ratio=statistics.median(peaks) if peaks else None, stopped_because=reason,
