@@ -7,6 +7,7 @@ before a failure is written first.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import math
@@ -617,6 +618,20 @@ def sim_settings(mode: str, round_s: float, restart_overhead: float, max_time: f
                      oversized="drop" if drop_oversized else "error"), window
 
 
+def default_start_overhead(mechanism: str) -> float:
+    """``simulate``'s start overhead without ``--start-overhead``: GENIE's platform ν (eq. 4, the median of the
+    GENIE cards' ν, :func:`~perfpredict.sched.genie_cards.genie_nu_s`) under a GENIE mechanism, which runs GENIE
+    tasks only, as ``experiments/genie_qos.py`` charges it; 0 under the others."""
+    from perfpredict.sched.mechanisms import MECHANISMS
+
+    entry = MECHANISMS.get(mechanism.partition(":")[0].strip().lower()) if isinstance(mechanism, str) else None
+    if entry is None or entry[0] != "genie":
+        return 0.0
+    from perfpredict.sched.genie_cards import genie_nu_s
+
+    return genie_nu_s()
+
+
 @app.command()
 def simulate(
     cluster: Annotated[str, typer.Option(help="cluster JSON file, or SERVERSxGPUS[:OPTIONS] (e.g. 4x8:gpu_mem=32,type=T4; options cpus=, mem=, gpu_mem=, type=, energy=), or synergy (16x8, the default), or andreas:nodes=N,case=1|2, or armida, or genie[:nodes=4,gpus=4], or horus-testbed | horus-scale | horus:nodes=3,gpus=4,gpu_mem=80")] = "16x8",
@@ -628,6 +643,9 @@ def simulate(
     mode: SimMode = "auto",
     round_s: SimRound = 300.0,
     restart_overhead: SimRestartOverhead = 0.0,
+    start_overhead: Annotated[float | None, typer.Option(help="seconds without progress when a job first starts "
+                                                         "(default: GENIE's ν of eq. 4 under swaf and genie-*, as "
+                                                         "experiments/genie_qos.py charges it; 0 otherwise)")] = None,
     steady: SimSteady = None,
     drop_oversized: SimDropOversized = False,
     max_time: Annotated[float | None, typer.Option(help="stop at this simulated time (s)")] = None,
@@ -641,6 +659,10 @@ def simulate(
 
     check_experiment(no_mlflow, experiment)
     cfg, window = sim_settings(mode, round_s, restart_overhead, max_time, steady, drop_oversized)
+    if start_overhead is not None and not (math.isfinite(start_overhead) and start_overhead >= 0):
+        raise UsageError(f"need --start-overhead >= 0 (finite seconds), got {start_overhead}", step="arguments")
+    cfg = dataclasses.replace(cfg, start_overhead_s=start_overhead if start_overhead is not None
+                              else default_start_overhead(mechanism))
     check_out_dir(out)
     if not no_mlflow:
         prepare_mlflow(experiment)  # an unusable store is found now, not after a long simulation
@@ -678,6 +700,10 @@ def simulate(
         by = ", ".join(f"{c} {v:.1%}" for c, v in g["qos_by_class"].items())
         out_console.print(f"GENIE §7.1: QoS guarantee {g['qos_guarantee']:.1%} ({by}), makespan "
                           f"{g['makespan_s'] / 3600:,.2f} h, average normalised latency {g['avg_norm_latency']:.3g}",
+                          highlight=False)
+    if cfg.start_overhead_s > 0:
+        out_console.print(f"start overhead charged: {cfg.start_overhead_s:g} s at each job's first start"
+                          + (" (GENIE's ν, eq. 4; --start-overhead to change it)" if start_overhead is None else ""),
                           highlight=False)
     out_console.print(f"simulated in {r.wall_s:.2f} s ({len(r.finished) / max(r.wall_s, 1e-9):,.0f} jobs/s), "
                       f"{r.decisions} decisions, {r.decision_time_s:.2f} s deciding; "

@@ -65,7 +65,8 @@ class Mechanism(ABC):
     #: for more GPUs than the cluster has is refused only when :meth:`min_devices` do not fit.
     resizes: bool = False
     #: Also decide every ``period_s`` seconds while jobs are active (ANDREAS' periodic rescheduling), in either
-    #: mode; ``SimConfig.period_s`` overrides. None: only on events (event mode) or changes (round mode).
+    #: mode (in round mode a multiple of the round); ``SimConfig.period_s`` overrides. None: only on events (event
+    #: mode) or changes (round mode).
     period_s: float | None = None
 
     def __init__(self) -> None:

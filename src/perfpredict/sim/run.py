@@ -528,7 +528,7 @@ def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterS
     params = {"cluster": spec.name, "gpus": spec.total_gpus, "trace": str(trace) if not isinstance(trace, list)
               else f"{len(trace)} jobs", "jobs": len(jobs), "policy": pol.name, "mechanism": mech.name,
               "mode": result.mode, "round_s": cfg.round_s if result.mode == "round" else None,
-              "restart_overhead_s": cfg.restart_overhead_s, "seed": trace_seed(trace, seed), "cards": str(cards) if not isinstance(cards, dict) else "custom"}
+              "start_overhead_s": cfg.start_overhead_s, "restart_overhead_s": cfg.restart_overhead_s, "seed": trace_seed(trace, seed), "cards": str(cards) if not isinstance(cards, dict) else "custom"}
     used = list(dict.fromkeys(n for j in jobs for n in said.get(j.model, ())))
     run = SimRun(result=result, metrics=metrics, params=params, steady=steady,
                  notes=trace_notes + policy_notes(pol.name, jobs) + used + cut_short_notes(result, cfg, len(jobs))

@@ -13,7 +13,9 @@ Events are arrivals, completions and scheduling decisions. Two modes (``SimConfi
 
 Periodic rescheduling (ANDREAS, seed 000: the optimizer runs on arrivals, completions *and* periodically):
 with ``SimConfig.period_s`` (or the mechanism's ``period_s``) set, there is also a decision at every multiple
-of the period while jobs are active — every round in round mode, on the period's grid in event mode.
+of the period while jobs are active: on the period's grid in event mode; in round mode the period must be a
+multiple of the round (a decision at each of those boundaries, quiet or not), since round mode decides on
+boundaries only.
 
 Between events each running job progresses at the rate its perf model gives for its allocation (reference
 seconds of work per second, :meth:`perfpredict.sched.job.JobState.rate_on`), so completion times are exact,
@@ -84,6 +86,12 @@ class SimulationError(RuntimeError):
 MIN_PERIOD_S = 1e-3
 
 
+def _off_round_grid(period_s: float, round_s: float) -> bool:
+    """Whether a decision period puts decisions off the round grid (is not a whole number >= 1 of rounds)."""
+    k = period_s / round_s
+    return round(k) < 1 or abs(k - round(k)) > 1e-9 * k
+
+
 @dataclass(frozen=True)
 class SimConfig:
     mode: Literal["auto", "round", "event"] = "auto"
@@ -126,6 +134,9 @@ class SimConfig:
             finite("max_time_s", self.max_time_s, 0)
         if self.period_s is not None:
             finite("period_s", self.period_s, MIN_PERIOD_S)
+            if self.mode == "round" and _off_round_grid(self.period_s, self.round_s):
+                raise ValueError(f"SimConfig.period_s ({self.period_s:g} s) must be a multiple of round_s "
+                                 f"({self.round_s:g} s) in round mode, where decisions happen on round boundaries")
         if isinstance(self.stop_after, str):
             raise ValueError("SimConfig.stop_after is a set of job ids, not a string")
 
@@ -144,6 +155,12 @@ class SimResult:
     decisions: int = 0
     decision_time_s: float = 0.0
     wall_s: float = 0.0
+    #: the simulated time the run stopped at: the last event the loop handled, not the last completion. With every
+    #: job finished that is the last completion in event mode, but in round mode the round boundary at or after it
+    #: (the decision the completion asked for), or a mechanism's later wake-up; with ``max_time_s`` that time; with
+    #: ``stop_after`` the measured jobs' last completion; on a stall the time it was declared. Makespan and
+    #: utilisation do not use it (:func:`~perfpredict.sim.metrics.metrics_from_result` spans the first arrival to
+    #: the last finish); ``metrics.json`` has it as ``simulation.end_time_s``.
     end_time: float = 0.0
     mechanism_stats: list[dict] = field(default_factory=list)
     #: with sharing: (time, busy GPUs) after every change, a device counting min(1, cumulative utilisation)
@@ -637,6 +654,13 @@ class _Sim:
         P = self.cfg.period_s if self.cfg.period_s is not None else self.mech.period_s
         if P is not None and not P > 0:
             raise SimulationError(f"period_s must be > 0, got {P}")
+        if P is not None and self.mode == "round" and _off_round_grid(P, R):
+            # a periodic decision between boundaries would decide mid-round, where round mode decides on boundaries
+            # only (and it took the place of the boundary decision an arrival or completion had asked for)
+            whose = "SimConfig" if self.cfg.period_s is not None else f"the {self.mech.name} mechanism's"
+            raise SimulationError(f"the decision period ({whose} period_s, {P:g} s) is not a multiple of the round "
+                                  f"({R:g} s): in round mode decisions happen on round boundaries only; choose a "
+                                  f"round that divides the period, or event mode")
         horizon = self.cfg.max_time_s if self.cfg.max_time_s is not None else math.inf
         pending: float | None = None  # next decision time (round mode)
         tick: float | None = None  # next periodic decision (with a period)
