@@ -137,3 +137,22 @@ def test_holding_a_job_while_others_run_is_no_stall_and_an_idle_wait_asks_for_a_
     assert r.stall is not None and r.stall.startswith("10 decisions in a row changed nothing")
     r = simulate(one, ClusterSpec.homogeneous(1, gpus=1), "fifo", Scripted(idle, wake=[900.0]), LIN, cfg)
     assert r.stall is None and r.finished[0].finish == 1600.0
+
+
+def test_cli_compare_charges_every_scheduler_genie_nu_when_one_is_a_genie_mechanism(tmp_path):
+    """`compare` shares simulate's default: a GENIE mechanism in the comparison charges ν to every scheduler on
+    that trace (the same start-up for all), and --start-overhead overrides it."""
+    import perfpredict.cli_compare  # noqa: F401 - registers compare on `app`, as main() does
+    from perfpredict.sched.genie_cards import genie_nu_s
+
+    def params(name: str, *args: str) -> dict[str, float]:
+        out = tmp_path / name
+        res = CliRunner().invoke(app, ["compare", "-m", "swaf", "-m", "proportional", "--cluster", "genie:nodes=2",
+                                       "--trace", "genie:rate=4,hours=1,seed=3", "--seeds", "0", "--no-mlflow",
+                                       *args, "-o", str(out)])
+        assert res.exit_code == 0, res.output
+        return {p.parent.parent.name: json.loads(p.read_text())["params"]["start_overhead_s"]
+                for p in out.glob("runs/*/seed0/metrics.json")}
+
+    assert params("default") == {"fifo+swaf": genie_nu_s(), "fifo+proportional": genie_nu_s()}
+    assert params("given", "--start-overhead", "0") == {"fifo+swaf": 0, "fifo+proportional": 0}

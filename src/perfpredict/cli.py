@@ -7,7 +7,6 @@ before a failure is written first.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import json
 import math
@@ -18,6 +17,7 @@ import sys
 import tempfile
 import threading
 import traceback
+from collections.abc import Sequence
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
@@ -585,6 +585,10 @@ def _log_interrupted_profile(card_file: Path, experiment: str, files: list[Path]
 SimMode = Annotated[str, typer.Option(help="auto | round | event")]
 SimRound = Annotated[float, typer.Option("--round", help="round length in seconds (round mode)")]
 SimRestartOverhead = Annotated[float, typer.Option(help="seconds without progress when a job resumes or moves")]
+SimStartOverhead = Annotated[float | None, typer.Option(help="seconds without progress when a job first starts "
+                                                       "(default: GENIE's ν of eq. 4 when a mechanism is swaf or "
+                                                       "genie-*, as experiments/genie_qos.py charges it; 0 "
+                                                       "otherwise)")]
 SimSteady = Annotated[str | None, typer.Option(help="steady-state window of job indices for JCT, e.g. 1000:6000")]
 SimDropOversized = Annotated[bool, typer.Option("--drop-oversized", help="leave out (and count) the jobs the "
                                                 "cluster can never run (too many GPUs, too little device memory, "
@@ -592,8 +596,10 @@ SimDropOversized = Annotated[bool, typer.Option("--drop-oversized", help="leave 
 
 
 def sim_settings(mode: str, round_s: float, restart_overhead: float, max_time: float | None,
-                 steady: str | None, drop_oversized: bool = False):
-    """The simulator flags shared by ``simulate`` and ``compare``, checked: a SimConfig and the steady window."""
+                 steady: str | None, drop_oversized: bool = False, start_overhead: float | None = None,
+                 mechanisms: Sequence[str] = ()):
+    """The simulator flags shared by ``simulate`` and ``compare``, checked: a SimConfig and the steady window.
+    ``start_overhead`` None: :func:`default_start_overhead` of the ``mechanisms`` run."""
     from perfpredict.sim.simulator import MIN_PERIOD_S, SimConfig
 
     if mode not in ("auto", "round", "event"):
@@ -602,6 +608,8 @@ def sim_settings(mode: str, round_s: float, restart_overhead: float, max_time: f
             or not (math.isfinite(restart_overhead) and restart_overhead >= 0):
         raise UsageError(f"need --round >= {MIN_PERIOD_S:g} and --restart-overhead >= 0 (finite seconds)",
                          step="arguments")
+    if start_overhead is not None and not (math.isfinite(start_overhead) and start_overhead >= 0):
+        raise UsageError(f"need --start-overhead >= 0 (finite seconds), got {start_overhead}", step="arguments")
     if max_time is not None and not (math.isfinite(max_time) and max_time > 0):
         raise UsageError(f"--max-time must be a positive number of seconds, got {max_time}", step="arguments")
     window = None
@@ -615,17 +623,19 @@ def sim_settings(mode: str, round_s: float, restart_overhead: float, max_time: f
             raise UsageError(f"--steady {steady!r}: need 0 <= FIRST < LAST", step="arguments")
         window = (a, b)
     return SimConfig(mode=mode, round_s=round_s, restart_overhead_s=restart_overhead, max_time_s=max_time,
+                     start_overhead_s=default_start_overhead(mechanisms) if start_overhead is None else start_overhead,
                      oversized="drop" if drop_oversized else "error"), window
 
 
-def default_start_overhead(mechanism: str) -> float:
-    """``simulate``'s start overhead without ``--start-overhead``: GENIE's platform ν (eq. 4, the median of the
-    GENIE cards' ν, :func:`~perfpredict.sched.genie_cards.genie_nu_s`) under a GENIE mechanism, which runs GENIE
-    tasks only, as ``experiments/genie_qos.py`` charges it; 0 under the others."""
+def default_start_overhead(mechanisms: Sequence[str]) -> float:
+    """The start overhead ``simulate`` and ``compare`` charge without ``--start-overhead``: GENIE's platform ν
+    (eq. 4, the median of the GENIE cards' ν, :func:`~perfpredict.sched.genie_cards.genie_nu_s`) when one of the
+    ``mechanisms`` is a GENIE mechanism, which runs GENIE tasks only, as ``experiments/genie_qos.py`` charges it
+    (every scheduler compared on that trace pays the same ν); 0 otherwise."""
     from perfpredict.sched.mechanisms import MECHANISMS
 
-    entry = MECHANISMS.get(mechanism.partition(":")[0].strip().lower()) if isinstance(mechanism, str) else None
-    if entry is None or entry[0] != "genie":
+    names = [m.partition(":")[0].strip().lower() for m in mechanisms if isinstance(m, str)]
+    if not any((MECHANISMS.get(n) or ("",))[0] == "genie" for n in names):
         return 0.0
     from perfpredict.sched.genie_cards import genie_nu_s
 
@@ -643,9 +653,7 @@ def simulate(
     mode: SimMode = "auto",
     round_s: SimRound = 300.0,
     restart_overhead: SimRestartOverhead = 0.0,
-    start_overhead: Annotated[float | None, typer.Option(help="seconds without progress when a job first starts "
-                                                         "(default: GENIE's ν of eq. 4 under swaf and genie-*, as "
-                                                         "experiments/genie_qos.py charges it; 0 otherwise)")] = None,
+    start_overhead: SimStartOverhead = None,
     steady: SimSteady = None,
     drop_oversized: SimDropOversized = False,
     max_time: Annotated[float | None, typer.Option(help="stop at this simulated time (s)")] = None,
@@ -658,11 +666,8 @@ def simulate(
     from perfpredict.sim.run import run_simulation
 
     check_experiment(no_mlflow, experiment)
-    cfg, window = sim_settings(mode, round_s, restart_overhead, max_time, steady, drop_oversized)
-    if start_overhead is not None and not (math.isfinite(start_overhead) and start_overhead >= 0):
-        raise UsageError(f"need --start-overhead >= 0 (finite seconds), got {start_overhead}", step="arguments")
-    cfg = dataclasses.replace(cfg, start_overhead_s=start_overhead if start_overhead is not None
-                              else default_start_overhead(mechanism))
+    cfg, window = sim_settings(mode, round_s, restart_overhead, max_time, steady, drop_oversized, start_overhead,
+                               [mechanism])
     check_out_dir(out)
     if not no_mlflow:
         prepare_mlflow(experiment)  # an unusable store is found now, not after a long simulation

@@ -17,6 +17,7 @@ from perfpredict.cli import (
     SimMode,
     SimRestartOverhead,
     SimRound,
+    SimStartOverhead,
     SimSteady,
     app,
     check_experiment,
@@ -77,6 +78,7 @@ def compare(
     mode: SimMode = "auto",
     round_s: SimRound = 300.0,
     restart_overhead: SimRestartOverhead = 0.0,
+    start_overhead: SimStartOverhead = None,
     steady: SimSteady = None,
     drop_oversized: SimDropOversized = False,
     max_time: Annotated[float | None, typer.Option(help="stop each run at this simulated time (s)")] = None,
@@ -94,7 +96,8 @@ def compare(
     from perfpredict.sim.compare import compare as run_compare
 
     check_experiment(no_mlflow, experiment)
-    cfg, window = sim_settings(mode, round_s, restart_overhead, max_time, steady, drop_oversized)
+    cfg, window = sim_settings(mode, round_s, restart_overhead, max_time, steady, drop_oversized, start_overhead,
+                               mechanism)
     seed_list = _seeds(seeds)
     if jobs < 1:
         raise UsageError(f"--jobs must be at least 1, got {jobs}", step="arguments")
