@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import operator
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -70,6 +71,9 @@ def _whole_number(value: Any) -> Any:
 #: a batch size as a card holds it: a whole number from 1. ``8.0`` (another tool's JSON) and a numpy integer are
 #: taken as 8; ``true``, ``"8"`` and ``8.5`` are refused (pydantic's lax int took ``true`` as 1 and ``"1_000"``)
 BatchSize = Annotated[int, BeforeValidator(_whole_number), Strict(), Field(ge=1)]
+#: a memory point's batch size: a :data:`BatchSize`, or 0 where a paper gives a footprint without stating its batch
+#: size (the moldable cards of sched/paper_cards.py); MemoryPoint allows 0 for ``source="paper"`` only
+MemoryBatchSize = Annotated[int, BeforeValidator(_whole_number), Strict(), Field(ge=0)]
 #: a measured or predicted time or rate: positive when present
 Positive = Annotated[float, Field(gt=0)]
 #: a GPU utilisation: the fraction of time a kernel ran
@@ -179,7 +183,7 @@ class HorusMemoryEstimate(_Section):
 
 
 class MemoryPoint(_Section):
-    batch_size: int
+    batch_size: MemoryBatchSize
     peak_bytes: int | None = Field(None, description="cuda: torch peak allocated; cpu: peak RSS increase of the "
                                                      "measuring subprocess over its pre-model baseline")
     kind: Literal["cpu_rss_increase", "cuda_peak_allocated"]
@@ -194,9 +198,16 @@ class MemoryPoint(_Section):
     source: Source = "measured"
     device: str | None = None
 
+    @model_validator(mode="after")
+    def _batch_size_stated_unless_paper(self) -> MemoryPoint:
+        if self.batch_size == 0 and self.source != "paper":
+            raise ValueError(f"batch_size 0 marks a paper's footprint whose batch size is not stated; a {self.source} "
+                             "memory point has a batch size of at least 1")
+        return self
+
 
 class EnergyPoint(_Section):
-    batch_size: int
+    batch_size: BatchSize
     gpu_utilization: Fraction | None = Field(None, description="mean fraction of NVML samples with a kernel running, 0..1")
     utilization_samples: int | None = None
     mean_power_w: float | None = None
@@ -612,6 +623,12 @@ class PerformanceCard(_Section):
                 what = ": it is an ab result (perfpredict ab printed its verdict; the JSON holds every round)"
             raise PerfPredictError(f"not a perfpredict card (no schema_version){what}", source=source,
                                    step="read card")
+        bad = _lone_surrogate(raw, "")
+        if bad:  # JSON's \ud800 escape reads as a lone surrogate, which no UTF-8 file can hold: save() then failed
+            where, char = bad
+            raise PerfPredictError(f"invalid card: {where}: {char!r} is a lone surrogate, not a character "
+                                   "(a card holding one could not be saved again); the file was edited or damaged",
+                                   source=source, step="read card")
         version = str(raw["schema_version"]).split(".")
         ours = SCHEMA_VERSION.split(".")
         if version[0] != ours[0]:
@@ -776,6 +793,33 @@ def _non_finite_numbers(value: Any, path: str):
     """(path, number) for each NaN or infinite number in a loaded card (untyped settings aside)."""
     return ((p, v) for p, v in _numbers(value, path, {"settings", "kernel_nodes"})
             if isinstance(v, float) and not math.isfinite(v))
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _lone_surrogate(raw: Any, path: str) -> tuple[str, str] | None:
+    """(path, character) of a lone surrogate in a key or a string of parsed card JSON, or None. Walked
+    with a stack, not recursion: JSON nested nearly as deep as json.loads reads would overflow Python's."""
+    stack = [(path, raw)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, str):
+            found = _SURROGATE.search(value)
+            if found:
+                return where, found.group()
+            continue
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        children = []
+        for k, v in items:
+            bad_key = _SURROGATE.search(k) if isinstance(k, str) else None
+            name = ascii(k) if bad_key else str(k)
+            at = f"{where}.{name}" if where else name
+            if bad_key:
+                return at, bad_key.group()
+            children.append((at, v))
+        stack.extend(reversed(children))
+    return None
 
 
 def _drop_unknown_fields(model: type[BaseModel], data: Any) -> Any:

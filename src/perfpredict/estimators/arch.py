@@ -56,6 +56,10 @@ class ArchFeatures:
     saved_cpu_bytes_fixed: float = 0.0
     #: bytes of weights only ever indexed (embedding tables; :attr:`GraphStats.lookup_param_bytes`)
     lookup_param_bytes: float = 0.0
+    #: bytes of the parameters that get no gradient (``requires_grad=False``; part of param_bytes), counted on a
+    #: built model (:func:`from_workload`); 0 where only a graph or a features table is at hand: all trained,
+    #: as every zoo model is
+    frozen_param_bytes: float = 0.0
     #: time steps of the recurrent ops per pass, by op type (:attr:`GraphStats.recurrent_steps_by_op`)
     recurrent_steps_by_op: Mapping[str, int] = field(default_factory=dict)
     #: the most activation bytes alive at once in a forward pass, per sample / fixed
@@ -210,6 +214,8 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
         saved_bytes_per_sample=float(saved), saved_bytes_fixed=float(saved_fixed),
         saved_cpu_bytes_per_sample=float(saved_cpu), saved_cpu_bytes_fixed=float(saved_cpu_fixed),
         lookup_param_bytes=float(feats.lookup_param_bytes or 0), recurrent_steps_by_op=feats.recurrent_steps_by_op,
+        frozen_param_bytes=float(sum(p.numel() * p.element_size() for p in model.parameters()
+                                     if not p.requires_grad)),
         peak_live_bytes_per_sample=float(feats.peak_live_bytes_per_sample or 0),
         peak_live_bytes_fixed=float(feats.peak_live_bytes_fixed or 0),
         graph_saved_bytes_per_sample=float(feats.graph_saved_bytes_per_sample or 0),

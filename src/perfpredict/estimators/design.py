@@ -127,10 +127,13 @@ def _log10(x: float) -> float:
 
 def horus_train_memory(arch: ArchFeatures, batch_size: int, optimizer_state_copies: float = 1.0) -> float:
     """Horus eq. 2 for training, bytes: activations + activation gradients + weights, gradients, optimizer
-    state (SGD-momentum: one copy, the datasets' optimizer). The CUDA context (δ) is left out: the datasets'
-    memory target is torch's peak allocated, which does not include it."""
+    state (SGD-momentum: one copy, the datasets' optimizer). Gradients and optimizer state are charged for the
+    trainable parameters only, as the card's eq. 2 (:func:`perfpredict.fit.memory.horus_memory_estimate`)
+    charges them: a frozen parameter gets neither. The CUDA context (δ) is left out: the datasets' memory target
+    is torch's peak allocated, which does not include it."""
     acts = batch_size * arch.activation_bytes_per_sample + arch.activation_bytes_fixed
-    return 2.0 * acts + (2.0 + optimizer_state_copies) * arch.param_bytes
+    trainable = arch.param_bytes - min(arch.frozen_param_bytes, arch.param_bytes)
+    return 2.0 * acts + (arch.param_bytes + (1.0 + optimizer_state_copies) * trainable)
 
 
 def design_row(arch: ArchFeatures, batch_size: int, bare_stand_in: bool = False) -> dict[str, float]:

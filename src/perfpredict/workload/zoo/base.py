@@ -23,6 +23,9 @@ from perfpredict.errors import UsageError
 #: the most parameters a zoo configuration may have: 1e10 fp32 weights with Adam's two moments and the gradients
 #: take 160 GB, more than any one GPU holds
 MAX_PARAMETERS = 10**10
+#: the most elements one sample's input or one of its activations may have: 1e10 fp32 values take 40 GB for
+#: one sample, 160 GB at the smallest default batch size (4), more than any one GPU holds
+MAX_SAMPLE_ELEMENTS = 10**10
 
 
 @dataclass(frozen=True)
@@ -96,13 +99,20 @@ class ZooFamily(ABC):
         params = self.closed_form_params(cfg)
         if params is not None and params > MAX_PARAMETERS:
             # depth=99999999 built layer after layer until memory ran out; a huge width failed deep in torch
-            # a count past float range (width=10**200, width_mult=1e300) is shown by its power of ten: :.3g and
-            # params / 1e9 raised OverflowError, an internal error
-            shown, gb = ((f"{params:.3g}", f"{16 * params / 1e9:,.0f}") if params < 1e300 else
-                         (f"about 1e{math.floor(math.log10(params))}", f"about 1e{math.floor(math.log10(params)) - 8}"))
+            shown, gb = _count_and_gb(params, 16)
             raise UsageError(f"{self.config_name(cfg)[:200]} would have {shown} parameters, more than the "
                              f"{MAX_PARAMETERS:.0e} a zoo model may have (its weights and Adam's state alone would "
                              f"take {gb} GB)", step="zoo parameters")
+        tensors = self.closed_form_sample_tensors(cfg)
+        if tensors:
+            # seq_len=1e12 or image_size=1e6 passed (their weights stay small) and failed allocating the inputs
+            # deep in torch, or ran for hours
+            what, elements = max(tensors.items(), key=lambda kv: kv[1])
+            if elements > MAX_SAMPLE_ELEMENTS:
+                shown, gb = _count_and_gb(elements, 4)
+                raise UsageError(f"{self.config_name(cfg)[:200]} would have {shown} elements in one sample's "
+                                 f"{what}, more than the {MAX_SAMPLE_ELEMENTS:.0e} a zoo sample's tensor may have "
+                                 f"({gb} GB in fp32 for one sample)", step="zoo parameters")
         return cfg
 
     def validate(self, cfg: Mapping[str, Any]) -> None:
@@ -167,6 +177,12 @@ class ZooFamily(ABC):
         """Exact trainable parameter count from the formula, when the family provides one."""
         return None
 
+    def closed_form_sample_tensors(self, cfg: Mapping[str, Any]) -> dict[str, int]:
+        """Element counts of one sample's input and of its largest activations (tensors the forward pass
+        materialises at batch size 1), by what they are; resolve() refuses a configuration whose largest one
+        exceeds :data:`MAX_SAMPLE_ELEMENTS`. Default: none."""
+        return {}
+
 
 class ImageClassifierFamily(ZooFamily):
     """A family whose models classify ``image_size``×``image_size`` RGB images into ``num_classes``."""
@@ -177,8 +193,21 @@ class ImageClassifierFamily(ZooFamily):
         s = cfg["image_size"]
         return torch.randn(batch_size, 3, s, s, generator=generator(0))
 
+    def closed_form_sample_tensors(self, cfg: Mapping[str, Any]) -> dict[str, int]:
+        return {"input image": 3 * cfg["image_size"] ** 2}
+
     def example_targets(self, cfg: Mapping[str, Any], batch_size: int) -> torch.Tensor:
         return torch.randint(0, cfg["num_classes"], (batch_size,), generator=generator(1))
+
+
+def _count_and_gb(count: int, bytes_each: int) -> tuple[str, str]:
+    """``count`` and the GB its ``bytes_each``-byte values take, as a refusal shows them. A count past float
+    range (width=10**200, width_mult=1e300) is shown by its power of ten: :.3g and count / 1e9 raised
+    OverflowError, an internal error."""
+    if count < 1e300:
+        return f"{count:.3g}", f"{bytes_each * count / 1e9:,.0f}"
+    power = math.floor(math.log10(count))
+    return f"about 1e{power}", f"about 1e{power + math.floor(math.log10(bytes_each)) - 9}"
 
 
 def generator(seed: int = 0) -> torch.Generator:

@@ -160,6 +160,11 @@ class ConvNeXtFamily(ImageClassifierFamily):
         return ConvNeXt(cfg["image_size"], cfg["stem_stride"], cfg["width"], parse_blocks(cfg["blocks"]),
                         cfg["kernel"], cfg["mlp_ratio"], cfg["num_classes"])
 
+    def closed_form_sample_tensors(self, cfg: Mapping[str, Any]) -> dict[str, int]:
+        area = stage_sides(cfg["image_size"], cfg["stem_stride"])[0] ** 2
+        return {**super().closed_form_sample_tensors(cfg), "stem output": cfg["width"] * area,
+                "first stage's MLP hidden layer": cfg["mlp_ratio"] * cfg["width"] * area}
+
     def closed_form_macs(self, cfg: Mapping[str, Any]) -> int:
         w, st, k, r = cfg["width"], cfg["stem_stride"], cfg["kernel"], cfg["mlp_ratio"]
         sides = stage_sides(cfg["image_size"], st)

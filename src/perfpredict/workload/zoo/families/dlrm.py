@@ -184,6 +184,11 @@ class DLRMFamily(ZooFamily):
         top = [cfg["emb_dim"] + n * (n - 1) // 2, *parse_widths(cfg["top_mlp"]), 1]
         return bottom, top
 
+    def closed_form_sample_tensors(self, cfg: Mapping[str, Any]) -> dict[str, int]:
+        n = cfg["num_tables"] + 1
+        return {"dense features": cfg["num_dense"], "table indices": cfg["num_tables"] * cfg["lookups"],
+                "interaction's stacked vectors": n * cfg["emb_dim"], "interaction's T Tᵀ": n * n}
+
     def closed_form_macs(self, cfg: Mapping[str, Any]) -> int:
         """Bottom and top MLPs, plus the interaction's ``T Tᵀ`` (n·n·emb_dim); lookups and their sums: 0."""
         bottom, top = self._dims(cfg)

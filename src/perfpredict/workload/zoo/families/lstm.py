@@ -66,6 +66,11 @@ class LSTMFamily(ZooFamily):
     def example_targets(self, cfg: Mapping[str, Any], batch_size: int) -> torch.Tensor:
         return torch.randint(0, cfg["vocab"], (batch_size, cfg["seq_len"]), generator=generator(1))
 
+    def closed_form_sample_tensors(self, cfg: Mapping[str, Any]) -> dict[str, int]:
+        t = cfg["seq_len"]
+        return {"input (token ids)": t, "embedded tokens": t * cfg["embed"], "LSTM output": t * cfg["hidden"],
+                "per-token logits": t * cfg["vocab"]}
+
     def closed_form_macs(self, cfg: Mapping[str, Any]) -> int:
         t, e, h = cfg["seq_len"], cfg["embed"], cfg["hidden"]
         recurrent = t * 4 * h * (e + h) + (cfg["layers"] - 1) * t * 4 * h * (h + h)

@@ -62,13 +62,19 @@ class MLPFamily(ZooFamily):
     def example_targets(self, cfg: Mapping[str, Any], batch_size: int) -> torch.Tensor:
         return torch.randint(0, cfg["num_classes"], (batch_size,), generator=generator(1))
 
-    def _dims(self, cfg: Mapping[str, Any]) -> list[int]:
-        return [cfg["input_dim"]] + [cfg["width"]] * cfg["depth"] + [cfg["num_classes"]]
+    def _layers(self, cfg: Mapping[str, Any]) -> list[tuple[int, int, int]]:
+        """``(in, out, how many)`` for the Linear layers: the hidden ones as one entry, not one per layer
+        (resolve() counts the parameters to refuse a huge model, and depth=1e8 listed every layer first)."""
+        d, w, n, nc = cfg["input_dim"], cfg["width"], cfg["depth"], cfg["num_classes"]
+        if n == 0:
+            return [(d, nc, 1)]
+        return [(d, w, 1), (w, w, n - 1), (w, nc, 1)]
+
+    def closed_form_sample_tensors(self, cfg: Mapping[str, Any]) -> dict[str, int]:
+        return {"input": cfg["input_dim"]}
 
     def closed_form_macs(self, cfg: Mapping[str, Any]) -> int:
-        dims = self._dims(cfg)
-        return sum(a * b for a, b in zip(dims, dims[1:]))
+        return sum(k * a * b for a, b, k in self._layers(cfg))
 
     def closed_form_params(self, cfg: Mapping[str, Any]) -> int:
-        dims = self._dims(cfg)
-        return sum(a * b + b for a, b in zip(dims, dims[1:]))
+        return sum(k * (a * b + b) for a, b, k in self._layers(cfg))

@@ -144,6 +144,12 @@ class MobileNetV2Family(ImageClassifierFamily):
     def build_model(self, cfg: Mapping[str, Any]) -> nn.Module:
         return MobileNetV2(cfg["width_mult"], cfg["depth_mult"], cfg["image_size"], cfg["num_classes"])
 
+    def closed_form_sample_tensors(self, cfg: Mapping[str, Any]) -> dict[str, int]:
+        s = cfg["image_size"]
+        s = conv_out(s, 3, 1 if s <= CIFAR_STEM_MAX else 2, 1)
+        return {**super().closed_form_sample_tensors(cfg),
+                "stem output": make_divisible(STEM_CHANNELS * cfg["width_mult"]) * s * s}
+
     def closed_form_macs(self, cfg: Mapping[str, Any]) -> int:
         wm, s = cfg["width_mult"], cfg["image_size"]
         stem_ch = make_divisible(STEM_CHANNELS * wm)

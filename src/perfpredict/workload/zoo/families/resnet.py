@@ -162,6 +162,15 @@ class ResNetFamily(ImageClassifierFamily):
     def build_model(self, cfg: Mapping[str, Any]) -> nn.Module:
         return ResNet(cfg["depth"], cfg["width"], cfg["image_size"], cfg["num_classes"])
 
+    def closed_form_sample_tensors(self, cfg: Mapping[str, Any]) -> dict[str, int]:
+        kind, _ = LAYOUTS[cfg["depth"]]
+        w, s = cfg["width"], cfg["image_size"]
+        if s > CIFAR_STEM_MAX:
+            s = conv_out(s, 7, 2, 3)
+        stage1 = s if cfg["image_size"] <= CIFAR_STEM_MAX else conv_out(s, 3, 2, 1)
+        return {**super().closed_form_sample_tensors(cfg), "stem output": w * s * s,
+                "first stage's output": (4 if kind == "bottleneck" else 1) * w * stage1 * stage1}
+
     def closed_form_macs(self, cfg: Mapping[str, Any]) -> int:
         kind, counts = LAYOUTS[cfg["depth"]]
         w, s = cfg["width"], cfg["image_size"]

@@ -169,6 +169,13 @@ class SpeechFamily(ZooFamily):
 
         return speech_pipeline(dict(cfg))
 
+    def closed_form_sample_tensors(self, cfg: Mapping[str, Any]) -> dict[str, int]:
+        plan = conv_plan(cfg["n_mels"], cfg["frames"], cfg["conv_layers"])
+        t = plan[-1][1]
+        return {"input spectrogram": cfg["n_mels"] * cfg["frames"],
+                "first convolution's output": cfg["conv_channels"] * plan[0][0] * plan[0][1],
+                "GRU output": t * 2 * cfg["hidden"], "per-frame logits": t * cfg["num_classes"]}
+
     def closed_form_macs(self, cfg: Mapping[str, Any]) -> int:
         plan = conv_plan(cfg["n_mels"], cfg["frames"], cfg["conv_layers"])
         c, h = cfg["conv_channels"], cfg["hidden"]

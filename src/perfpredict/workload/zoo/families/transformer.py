@@ -88,6 +88,12 @@ class TransformerFamily(ZooFamily):
     def example_targets(self, cfg: Mapping[str, Any], batch_size: int) -> torch.Tensor:
         return torch.randint(0, cfg["num_classes"], (batch_size,), generator=generator(1))
 
+    def closed_form_sample_tensors(self, cfg: Mapping[str, Any]) -> dict[str, int]:
+        # not the heads x seq_len² attention scores: fused attention kernels (flash, memory-efficient) need not
+        # materialise them
+        t = cfg["seq_len"]
+        return {"input (token ids)": t, "feed-forward hidden layer": t * cfg["ffn_mult"] * cfg["d_model"]}
+
     def closed_form_macs(self, cfg: Mapping[str, Any]) -> int:
         t, d = cfg["seq_len"], cfg["d_model"]
         ffn = cfg["ffn_mult"] * d

@@ -76,9 +76,12 @@ class UNetFamily(ImageClassifierFamily):
     default_batch_sizes = (4, 8, 16, 32, 64)
 
     def validate(self, cfg: Mapping[str, Any]) -> None:
-        if cfg["image_size"] % 2 ** cfg["depth"]:
-            raise UsageError(f"unet image_size ({cfg['image_size']}) must be divisible by 2**depth "
-                             f"({2 ** cfg['depth']})", step="zoo parameters")
+        s, depth = cfg["image_size"], cfg["depth"]
+        # compared by s's trailing zero bits, not s % 2**depth: depth=1e18 computed 2**depth (hung), depth=1e8
+        # printed its 30-million-digit power (ValueError); a depth let through is below image_size's bit length
+        if depth > (s & -s).bit_length() - 1:
+            raise UsageError(f"unet image_size ({s}) must be divisible by 2**depth "
+                             f"({2 ** depth if depth <= 64 else f'2**{depth}'})", step="zoo parameters")
 
     def grid(self) -> list[dict[str, Any]]:
         return [
@@ -113,6 +116,12 @@ class UNetFamily(ImageClassifierFamily):
         from perfpredict.workload.zoo.pipelines import segmentation_pipeline
 
         return segmentation_pipeline(dict(cfg))
+
+    def closed_form_sample_tensors(self, cfg: Mapping[str, Any]) -> dict[str, int]:
+        area = cfg["image_size"] ** 2
+        return {**super().closed_form_sample_tensors(cfg),
+                "last decoder level's concatenation": 2 * cfg["base_width"] * area,
+                "per-pixel logits": cfg["num_classes"] * area}
 
     def closed_form_macs(self, cfg: Mapping[str, Any]) -> int:
         w, depth, s = cfg["base_width"], cfg["depth"], cfg["image_size"]

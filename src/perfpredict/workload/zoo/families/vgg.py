@@ -107,6 +107,10 @@ class VGGFamily(ImageClassifierFamily):
         return VGG(cfg["depth"], cfg["width"], cfg["batch_norm"], cfg["image_size"], cfg["hidden"],
                    cfg["num_classes"])
 
+    def closed_form_sample_tensors(self, cfg: Mapping[str, Any]) -> dict[str, int]:
+        first = int(scaled_layers(cfg["depth"], cfg["width"])[0])
+        return {**super().closed_form_sample_tensors(cfg), "first conv's output": first * cfg["image_size"] ** 2}
+
     def closed_form_macs(self, cfg: Mapping[str, Any]) -> int:
         s, in_ch, macs = cfg["image_size"], 3, 0
         for v in scaled_layers(cfg["depth"], cfg["width"]):

@@ -91,6 +91,10 @@ class ViTFamily(ImageClassifierFamily):
         return VisionTransformer(cfg["image_size"], cfg["patch"], cfg["d_model"], cfg["depth"], cfg["heads"],
                                  cfg["mlp_ratio"], cfg["num_classes"])
 
+    def closed_form_sample_tensors(self, cfg: Mapping[str, Any]) -> dict[str, int]:
+        t = (cfg["image_size"] // cfg["patch"]) ** 2 + 1
+        return {**super().closed_form_sample_tensors(cfg), "MLP hidden layer": t * cfg["mlp_ratio"] * cfg["d_model"]}
+
     def closed_form_macs(self, cfg: Mapping[str, Any]) -> int:
         d, p = cfg["d_model"], cfg["patch"]
         patches = (cfg["image_size"] // p) ** 2
