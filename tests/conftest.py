@@ -43,7 +43,8 @@ PARALLEL_SAFE_MODULES = frozenset({
     "test_paper_cards", "test_perf_findings", "test_precision", "test_profile_findings", "test_predicted_cards", "test_predictor_findings", "test_python_api_input", "test_review_findings", "test_review4_findings", "test_review2_findings", "test_review3_findings", "test_saved_bytes",
     "test_service_findings", "test_service_validation", "test_sim_semantics_findings", "test_sim_unrunnable", "test_simulate_cli", "test_simulate_input_findings", "test_simulator", "test_speed_sentinel",
     "test_synergy_mechanisms", "test_synmech_findings", "test_tie_order", "test_tracking", "test_traces", "test_traces_findings", "test_train_bad_input", "test_train_step_hook",
-    "test_zoo", "test_zoo_findings", "test_simulator_fixes", "test_profiling_fixes",
+    "test_zoo", "test_zoo_findings", "test_simulator_fixes", "test_profiling_fixes", "test_zoo_card_fixes",
+    "test_weight_derived_activations",
     # graph counts, committed data and memory/page measurements (no timing compared: a microbenchmark's seconds
     # are only checked to be positive)
     "test_code_pages", "test_cpu_memory_model", "test_gpu_launch_term", "test_kernel_time", "test_noise_floor",
