@@ -222,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--recompute-saved", action="store_true",
                    help="recount every row's saved-tensor bytes (after the count changed), keeping the rest")
     f.add_argument("--recompute-graph-walk", action="store_true",
-                   help="redo every row's peak-live and rule-based saved bytes (after a walk's rules changed)")
+                   help="redo every row's peak-live, rule-based saved and activation bytes and kernel rows "
+                        "(after a walk's rules changed)")
     f.add_argument("--timeout", type=positive_float,
                    help="seconds one architecture's export may take (default: no limit)")
     f.add_argument("--in-process", action="store_true",

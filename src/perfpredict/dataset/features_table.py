@@ -300,10 +300,12 @@ def backfill_export_columns(path: str | Path,
 
 #: Columns filled by a walk over the graphs of the two exports :func:`~perfpredict.features.extract_features`
 #: makes (batch 1 and 2; shapes resolved by running the graph where inference leaves them unknown): the peak
-#: of live activations and the rule-based saved-for-backward bytes, each per sample and fixed, and the kernels
-#: one pass runs (JSON rows of :func:`perfpredict.estimators.kernel_nodes.split_nodes`).
+#: of live activations and the rule-based saved-for-backward bytes, each per sample and fixed, the kernels
+#: one pass runs (JSON rows of :func:`perfpredict.estimators.kernel_nodes.split_nodes`), and the activation bytes
+#: (per sample, fixed, by op type; recomputed with the others since they stopped counting weight-derived tensors).
 GRAPH_WALK_COLUMNS: tuple[str, ...] = ("peak_live_bytes_per_sample", "peak_live_bytes_fixed",
-                                       "graph_saved_bytes_per_sample", "graph_saved_bytes_fixed", "kernel_nodes_json")
+                                       "graph_saved_bytes_per_sample", "graph_saved_bytes_fixed", "kernel_nodes_json",
+                                       "activation_bytes_per_sample", "activation_bytes_fixed", "act_bytes_by_op_json")
 
 
 def graph_walk_counts(family: str, cfg: Mapping[str, Any]) -> dict[str, int | str]:
@@ -322,6 +324,7 @@ def graph_walk_counts(family: str, cfg: Mapping[str, Any]) -> dict[str, int | st
     out: dict[str, int | str] = {c: int(getattr(feats, c) or 0) for c in GRAPH_WALK_COLUMNS
                                  if not c.endswith("_json")}
     out["kernel_nodes_json"] = json.dumps(feats.kernel_nodes, separators=(",", ":"))
+    out["act_bytes_by_op_json"] = json.dumps(feats.activation_bytes_by_op, sort_keys=True)
     return out
 
 

@@ -209,7 +209,8 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
             if node.op_type == "Constant":
                 continue
             for o in node.output:
-                if o:
+                # the exporter's transposed or sliced weights are weights, not activations (as in the peak walk)
+                if o and not (top and o in weightish):
                     nb = shapes.nbytes(o) or 0
                     act += nb
                     act_by_op[node.op_type] += nb
