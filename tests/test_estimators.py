@@ -600,7 +600,9 @@ def test_utilization_prior_second_column_is_busy_over_the_time_baseline():
 
 def test_the_busy_over_time_column_helps_on_unseen_families():
     """On the H100 data the second prior column (busy seconds over the launch-aware time baseline) lowers
-    XGBoost's leave-one-family-out utilisation RMSLE (measured: 0.223 -> 0.205)."""
+    XGBoost's leave-one-family-out utilisation RMSLE (measured: 0.223 -> 0.205 when it was added; 0.220 ->
+    0.212 since the activation bytes leave out the exporter's weight-derived tensors, 2026-11-29: the margin
+    asserted is 2% of a 3.4% gain)."""
     from dataclasses import replace
 
     from perfpredict.estimators.data import load_training_data
@@ -612,7 +614,7 @@ def test_the_busy_over_time_column_helps_on_unseen_families():
     assert spec.prior_time_terms
     y, with_time = out_of_fold(data, spec, "xgboost", "family")
     _, without = out_of_fold(data, replace(spec, prior_time_terms=None), "xgboost", "family")
-    assert metrics(y, with_time, spec)["rmsle"] < 0.96 * metrics(y, without, spec)["rmsle"]
+    assert metrics(y, with_time, spec)["rmsle"] < 0.98 * metrics(y, without, spec)["rmsle"]
 
 
 def test_utilization_prior_helps_on_unseen_families():
