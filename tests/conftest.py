@@ -67,6 +67,13 @@ def load_script(path: Path):
     spec.loader.exec_module(mod)
     return mod
 
+def python_in_subprocess(code: str, timeout: float) -> subprocess.CompletedProcess:
+    """``code`` run by a fresh interpreter on this checkout's ``src`` (one OpenMP thread), for a check that could
+    hang or exhaust memory: the timeout catches a hang, the child's exit code says how the check went."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env)
+
+
 def interrupt_after_first_row(argv: list[str], csv: Path, timeout: float = 60) -> tuple[int, str]:
     """Start ``argv``, send it a Ctrl-C (SIGINT) once ``csv`` holds a measured row, and return its exit code and
     stderr. A test run in the background may inherit SIGINT ignored; the command must see it as a user would."""

@@ -4,13 +4,12 @@ that resolves to a non-UTF-8 one, and huge finite zoo parameters."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from perfpredict.errors import UsageError
+from tests.conftest import python_in_subprocess
 from tests.test_predictor_findings import CONTRASTIVE_MODEL
 
 REPO = Path(__file__).resolve().parents[1]
@@ -92,8 +91,7 @@ def test_a_huge_depth_multiplier_is_refused_without_building_its_blocks() -> Non
             "        assert 'parameters, more than' in str(e), e\n"
             "    else:\n"
             "        raise AssertionError(v)\n")
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    proc = python_in_subprocess(code, timeout=120)
     assert proc.returncode == 0, proc.stderr[-1500:]
 
 

@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +14,7 @@ import torch
 
 from perfpredict.errors import UsageError
 from perfpredict.workload.zoo import families, get_family
+from tests.conftest import python_in_subprocess
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -35,8 +33,7 @@ def test_huge_structural_integers_are_refused_without_hanging() -> None:
             "            pass\n"
             "        else:\n"
             "            raise AssertionError((family, v))\n")
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    proc = python_in_subprocess(code, timeout=60)
     assert proc.returncode == 0, proc.stderr[-1500:]
 
 
