@@ -632,10 +632,9 @@ def default_start_overhead(mechanisms: Sequence[str]) -> float:
     (eq. 4, the median of the GENIE cards' ν, :func:`~perfpredict.sched.genie_cards.genie_nu_s`) when one of the
     ``mechanisms`` is a GENIE mechanism, which runs GENIE tasks only, as ``experiments/genie_qos.py`` charges it
     (every scheduler compared on that trace pays the same ν); 0 otherwise."""
-    from perfpredict.sched.mechanisms import MECHANISMS
+    from perfpredict.sched.mechanisms import mechanism_module
 
-    names = [m.partition(":")[0].strip().lower() for m in mechanisms if isinstance(m, str)]
-    if not any((MECHANISMS.get(n) or ("",))[0] == "genie" for n in names):
+    if not any(mechanism_module(m) == "genie" for m in mechanisms):
         return 0.0
     from perfpredict.sched.genie_cards import genie_nu_s
 

@@ -846,11 +846,18 @@ def _check_same_gpu(out: Path, rows: list[dict[str, str]]) -> None:
 
     here = set(gpu_names())
     names = {r.get("device_name") for r in rows if r.get("device_name")}
-    boards = {n.split(" MIG ")[0] for n in names}
+    boards = {_board_and_slice(n)[0] for n in names}
     if len(here) == 1 and names and not boards <= here:
         raise UsageError(f"{out.name} was measured on another device ({'; '.join(sorted(names))}); this machine's GPU "
                          f"is {next(iter(here))}: collect into a file of its own (one device per dataset)",
                          step="provenance")
+
+
+def _board_and_slice(name: str) -> tuple[str, str]:
+    """A GPU's name as torch gives it split into the board and the MIG slice (``""`` for the whole GPU):
+    ``NVIDIA A100-SXM4-40GB MIG 3g.20gb`` -> ``("NVIDIA A100-SXM4-40GB", "3g.20gb")``."""
+    board, _, piece = name.partition(" MIG ")
+    return board, piece
 
 
 def recorded_devices(meta: dict[str, Any] | None, rows: list[dict[str, str]]) -> set[str]:
@@ -870,8 +877,8 @@ def device_refusal(recorded: set[str], name: str) -> str | None:
     another profile, or the whole board, is another device (another share of the GPU's compute and memory)."""
     if not recorded or name in recorded:
         return None
-    board, _, piece = name.partition(" MIG ")
-    slices = {n.partition(" MIG ")[2] for n in recorded if n.partition(" MIG ")[0] == board}
+    board, piece = _board_and_slice(name)
+    slices = {s for b, s in map(_board_and_slice, recorded) if b == board}
     if slices:  # the same board, cut otherwise
         theirs = ", ".join(sorted(f"MIG slice {x}" if x else "the whole GPU" for x in slices))
         return (f"was measured on {theirs} of {board}; this run measures on "

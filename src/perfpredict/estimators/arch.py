@@ -174,7 +174,7 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
     from perfpredict.features import extract_features
     from perfpredict.features.saved import saved_bytes_split
     from perfpredict.workload import resolve_workload
-    from perfpredict.workload.spec import iter_tensors
+    from perfpredict.workload.spec import iter_tensors, parameter_bytes
 
     wl = resolve_workload(target, params)
     _check_room_for_weights(wl, target)
@@ -214,8 +214,7 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
         saved_bytes_per_sample=float(saved), saved_bytes_fixed=float(saved_fixed),
         saved_cpu_bytes_per_sample=float(saved_cpu), saved_cpu_bytes_fixed=float(saved_cpu_fixed),
         lookup_param_bytes=float(feats.lookup_param_bytes or 0), recurrent_steps_by_op=feats.recurrent_steps_by_op,
-        frozen_param_bytes=float(sum(p.numel() * p.element_size() for p in model.parameters()
-                                     if not p.requires_grad)),
+        frozen_param_bytes=float(parameter_bytes(model, trainable=False)),
         peak_live_bytes_per_sample=float(feats.peak_live_bytes_per_sample or 0),
         peak_live_bytes_fixed=float(feats.peak_live_bytes_fixed or 0),
         graph_saved_bytes_per_sample=float(feats.graph_saved_bytes_per_sample or 0),
@@ -232,10 +231,12 @@ def _check_room_for_weights(wl, target: str) -> None:
     import psutil
     import torch
 
+    from perfpredict.workload.spec import parameter_bytes
+
     try:
         with torch.device("meta"):
             meta = wl.build_model()
-        weights = sum(p.numel() * p.element_size() for p in meta.parameters()) if isinstance(meta, torch.nn.Module) else 0
+        weights = parameter_bytes(meta) if isinstance(meta, torch.nn.Module) else 0
     except BaseException as e:  # noqa: BLE001 - user code (sys.exit() too): the real build below reports it
         if isinstance(e, KeyboardInterrupt):
             raise

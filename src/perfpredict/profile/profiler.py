@@ -43,7 +43,7 @@ from perfpredict.card import (
 from perfpredict.errors import ModelRunError, NonFiniteLossError, PerfPredictError, UsageError, exception_text
 from perfpredict.profile.host_load import competed
 from perfpredict.profile.timing import TimingConfig
-from perfpredict.workload.spec import Workload
+from perfpredict.workload.spec import Workload, parameter_bytes
 
 
 @dataclass
@@ -169,7 +169,7 @@ def _model_info(workload: Workload) -> tuple[ModelInfo, Any]:
         name=workload.name, source=workload.source,
         parameters=sum(p.numel() for p in params),
         trainable_parameters=sum(p.numel() for p in params if p.requires_grad),
-        param_bytes=sum(p.numel() * p.element_size() for p in params),
+        param_bytes=parameter_bytes(model),
         buffer_bytes=sum(b.numel() * b.element_size() for b in model.buffers()),
         family=workload.extra.get("family"), config=workload.extra.get("config"), file_sha256=sha)
     return info, model
@@ -200,7 +200,7 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
     listener.stage("building model")
     info, model = _model_info(workload)
     # parameter gradients exist only for trainable parameters (Horus eq. 2's parameter term)
-    trainable_param_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    trainable_param_bytes = parameter_bytes(model, trainable=True)
 
     mem_limit = settings.memory_limit_bytes
     if device == "cpu" and mem_limit is None:

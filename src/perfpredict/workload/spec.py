@@ -50,6 +50,13 @@ def iter_tensors(obj: Any):
             yield from iter_tensors(v)
 
 
+def parameter_bytes(model: torch.nn.Module, trainable: bool | None = None) -> int:
+    """Bytes of ``model``'s parameters: all of them, or only those that get gradients (``trainable=True``) or
+    only the frozen ones (``trainable=False``, ``requires_grad=False``)."""
+    return sum(p.numel() * p.element_size() for p in model.parameters()
+               if trainable is None or p.requires_grad == trainable)
+
+
 def default_optimizer(params) -> torch.optim.Optimizer:
     """The documented default ``make_optimizer``: SGD with momentum 0.9 and a learning rate of 0.
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from perfpredict.sched.base import Mechanism
 
-__all__ = ["MECHANISMS", "make_mechanism"]
+__all__ = ["MECHANISMS", "make_mechanism", "mechanism_module"]
 
 #: name -> (module, class). Imported on demand so that e.g. the LP solver loads only for Synergy-Opt.
 MECHANISMS: dict[str, tuple[str, str]] = {
@@ -53,6 +53,13 @@ def _option(value: str):
             pass
     flags = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
     return flags.get(value.lower(), value)
+
+
+def mechanism_module(name: str) -> str | None:
+    """The module of :data:`MECHANISMS` that the mechanism ``name`` (options after a colon allowed, as
+    :func:`make_mechanism` takes it) comes from, e.g. ``"genie"`` for ``"swaf"``; None for an unknown name."""
+    entry = MECHANISMS.get(name.partition(":")[0].strip().lower()) if isinstance(name, str) else None
+    return entry[0] if entry is not None else None
 
 
 def make_mechanism(name: str, **kwargs) -> Mechanism:

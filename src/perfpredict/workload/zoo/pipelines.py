@@ -106,7 +106,7 @@ def segmentation_preprocess(item: tuple[bytes, bytes], stored: int, size: int) -
     """The image's crop, resize and flip of :func:`image_preprocess`, applied to the class map alike (nearest)."""
     raw, raw_mask = item
     width = len(raw_mask) // (stored * stored)  # bytes a pixel: 1, or 2 or 4 beyond 256 classes (mask_dtype)
-    dtype = {1: np.uint8, 2: "<u2", 4: "<u4"}[width]
+    dtype = np.dtype(f"<u{width}")  # mask_dtype's type, told by its width
     # float64 above 2**16 classes: the nearest-neighbour resize goes through floats, which must hold every id
     m = torch.from_numpy(np.frombuffer(raw_mask, dtype=dtype).astype(np.float32 if width < 4 else np.float64))
     m = m.view(1, stored, stored)
