@@ -74,6 +74,26 @@ def python_in_subprocess(code: str, timeout: float) -> subprocess.CompletedProce
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env)
 
 
+def assert_zoo_refuses_in_subprocess(cases: list[tuple[str, dict]], *, match: str = "", timeout: float = 120,
+                                     address_space_gib: int | None = None) -> None:
+    """Each ``(family, parameters)`` of ``cases`` resolved in a fresh interpreter (:func:`python_in_subprocess`,
+    for configurations that used to hang or exhaust memory) is refused with the zoo's UsageError, whose text holds
+    ``match``; ``address_space_gib`` caps the child's address space."""
+    code = ((f"import resource; resource.setrlimit(resource.RLIMIT_AS, ({address_space_gib} << 30, "
+             f"{address_space_gib} << 30))\n" if address_space_gib else "")
+            + "from perfpredict.errors import UsageError\n"
+            "from perfpredict.workload.zoo import get_family\n"
+            f"for family, params in {cases!r}:\n"
+            "    try:\n"
+            "        get_family(family).resolve(params)\n"
+            "    except UsageError as e:\n"
+            f"        assert {match!r} in str(e), e\n"
+            "    else:\n"
+            "        raise AssertionError((family, params))\n")
+    proc = python_in_subprocess(code, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-1500:]
+
+
 def interrupt_after_first_row(argv: list[str], csv: Path, timeout: float = 60) -> tuple[int, str]:
     """Start ``argv``, send it a Ctrl-C (SIGINT) once ``csv`` holds a measured row, and return its exit code and
     stderr. A test run in the background may inherit SIGINT ignored; the command must see it as a user would."""

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from perfpredict.errors import UsageError
-from tests.conftest import python_in_subprocess
+from tests.conftest import assert_zoo_refuses_in_subprocess
 from tests.test_predictor_findings import CONTRASTIVE_MODEL
 
 REPO = Path(__file__).resolve().parents[1]
@@ -81,18 +81,8 @@ def test_a_zoo_model_counted_past_float_range_is_refused_by_name(family, overrid
 def test_a_huge_depth_multiplier_is_refused_without_building_its_blocks() -> None:
     """mobilenetv2 depth_mult=1e8 (finite, above its minimum) listed 1.7e9 blocks to count the parameters before
     the size check could refuse it: memory ran out. Run with a 3 GiB address-space limit."""
-    code = ("import resource; resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))\n"
-            "from perfpredict.errors import UsageError\n"
-            "from perfpredict.workload.zoo import get_family\n"
-            "for v in ('1e8', '1e300'):\n"
-            "    try:\n"
-            "        get_family('mobilenetv2').resolve({'depth_mult': v})\n"
-            "    except UsageError as e:\n"
-            "        assert 'parameters, more than' in str(e), e\n"
-            "    else:\n"
-            "        raise AssertionError(v)\n")
-    proc = python_in_subprocess(code, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-1500:]
+    assert_zoo_refuses_in_subprocess([("mobilenetv2", {"depth_mult": v}) for v in ("1e8", "1e300")],
+                                     match="parameters, more than", address_space_gib=3, timeout=120)
 
 
 def test_a_measured_card_of_a_model_growing_faster_than_its_batch_predicts_again(tmp_path) -> None:

@@ -8,9 +8,9 @@ import pytest
 
 pytest.importorskip("fastapi")
 
+from tests.test_service_validation import F  # noqa: E402 - after the fastapi check, as that module needs it
+
 REPO = Path(__file__).resolve().parents[1]
-F = {"forward_macs_per_sample": 1e6, "param_count": 1e5, "param_bytes": 4e5, "activation_bytes_per_sample": 1e4,
-     "num_nodes": 5}
 
 
 @pytest.fixture(scope="module")
