@@ -26,7 +26,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, Vali
 
 from perfpredict.errors import PerfPredictError
 
-SCHEMA_VERSION = "1.20"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
+SCHEMA_VERSION = "1.21"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
 #                                             features.activation_bytes_by_op; 1.3: features.lookup_param_bytes;
 #                                             1.4: features.recurrent_steps_by_op;
 #                                             1.5: features.saved_cpu_bytes_per_sample;
@@ -47,6 +47,8 @@ SCHEMA_VERSION = "1.20"  # 1.1: scaling, colocation, speedup_curve, comm_model, 
 #                                             1.18: features.notes (a forward pass that traced two graphs)
 #                                             1.19: sensitivity.probed_other_cpus
 #                                             1.20: comm_model.note (failed measurements left out)
+#                                             1.21: model.frozen_param_bytes (a card carries its frozen
+#                                                   parameters to Predictor.predict(features=card))
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -107,6 +109,9 @@ class ModelInfo(_Section):
     parameters: int = Field(description="total parameter count (exact, from the built module)")
     trainable_parameters: int
     param_bytes: int
+    frozen_param_bytes: int | None = Field(
+        None, description="bytes of the parameters that get no gradient (requires_grad=False; part of param_bytes): "
+                          "they need no gradient nor optimizer state. None on cards written before it was recorded")
     buffer_bytes: int = 0
     family: str | None = None
     config: dict[str, Any] | None = None

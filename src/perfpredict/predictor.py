@@ -702,6 +702,9 @@ class Predictor:
         elif ood:
             notes.append(f"out of the training distribution (distance {dist:.2f} > {ms.ood_threshold:.2f}); "
                          "the estimators are extrapolating")
+        frozen_note = _frozen_memory_note(arch, ms)
+        if frozen_note:
+            notes.append(frozen_note)
         if ms.device_kind == "cpu" and not arch.op_counts:
             notes.append("no op types given (op_counts): the CPU memory baseline's code-page term counts only an "
                          "empty model's library code (about 5 MiB, against 13-30 MiB for the zoo's families), so "
@@ -784,8 +787,8 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
                              "file or an ONNX file", step="predict")
         # a measured card carries extract_features' two-batch split as it is: held at 0 as from_workload holds it
         graph = fixed_parts_at_least_zero(features.features.model_dump())
-        features = {**graph, "param_count": features.model.parameters, "name": features.model.name,
-                    "family": features.model.family}
+        features = {**graph, **_frozen_of(features.model), "param_count": features.model.parameters,
+                    "name": features.model.name, "family": features.model.family}
     if not isinstance(features, Mapping):
         hint = (": a card's graph features lack its parameter count, so pass the card itself (features=card)"
                 if type(features).__name__ == "GraphFeatures" else "")
@@ -794,6 +797,37 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
     from perfpredict.estimators.feature_schema import check_feature_mapping
 
     return ArchFeatures.from_dict(check_feature_mapping(features))
+
+
+def _frozen_of(model) -> dict[str, float]:
+    """The frozen parameters' count and bytes a card's model section records. A card written before the bytes
+    were recorded has the counts only: its frozen bytes are their share of the parameter bytes (exact when every
+    parameter has one dtype)."""
+    count = max(model.parameters - model.trainable_parameters, 0)
+    frozen = model.frozen_param_bytes
+    if frozen is None:
+        frozen = model.param_bytes * count / model.parameters if model.parameters else 0.0
+    return {"frozen_param_count": float(count), "frozen_param_bytes": float(min(frozen, model.param_bytes))}
+
+
+def _frozen_memory_note(arch: ArchFeatures, ms: ModelSet) -> str | None:
+    """For a training step with frozen parameters: what the memory estimate charges them. The sets were trained
+    on models that train every parameter, so their memory baseline charges each parameter byte k_P bytes
+    (weights, gradients, optimizer state); a frozen one needs only its weights."""
+    frozen = min(arch.frozen_param_bytes, arch.param_bytes)
+    if ms.mode == "infer" or frozen <= 0:
+        return None
+    t = ms.targets.get("peak_memory")
+    terms = (t.terms or LEGACY_MEMORY_TERMS) if t is not None else ()
+    share = f"{frozen / 2**20:,.1f} MiB ({frozen / max(arch.param_bytes, 1):.0%} of the parameter bytes) are frozen"
+    if ("log_param_bytes",) not in terms or t.coef_point is None:
+        return (f"{share}: they need no gradient nor optimizer state, but the memory estimators were trained on "
+                "models that train every parameter, so training memory is over-predicted for them (the safe side)")
+    k = float(t.coef_point[1 + terms.index(("log_param_bytes",))])
+    return (f"{share}: they need no gradient nor optimizer state, but this set's memory baseline, fitted on models "
+            f"that train every parameter, charges {k:.2f} bytes per parameter byte, so training memory is "
+            f"over-predicted by about {max(k - 1, 0):.2f} x their bytes ({max(k - 1, 0) * frozen / 2**20:,.1f} MiB "
+            "before the learned correction; the safe side for placement)")
 
 
 def _arch_of(model: str | None, onnx_path: str | Path | None,
@@ -987,7 +1021,8 @@ def _assemble_card(arch: ArchFeatures, source: str, ms: ModelSet, info, given: A
     bs = [p.batch_size for p in info.points]
     card = PerformanceCard(
         model=ModelInfo(name=arch.name or Path(source).stem, source=source, parameters=int(arch.param_count),
-                        trainable_parameters=int(arch.param_count), param_bytes=int(arch.param_bytes),
+                        trainable_parameters=int(arch.param_count - arch.frozen_param_count),
+                        param_bytes=int(arch.param_bytes), frozen_param_bytes=int(arch.frozen_param_bytes),
                         family=arch.family),
         # the measuring GPU's memory: what a pair of predicted cards is checked against (perfpredict colocate)
         device=DeviceInfo(kind=dev, name=ms.device_name, cpu_id=ms.cpu_id if dev == "cpu" else None,

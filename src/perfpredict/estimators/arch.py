@@ -57,9 +57,12 @@ class ArchFeatures:
     #: bytes of weights only ever indexed (embedding tables; :attr:`GraphStats.lookup_param_bytes`)
     lookup_param_bytes: float = 0.0
     #: bytes of the parameters that get no gradient (``requires_grad=False``; part of param_bytes), counted on a
-    #: built model (:func:`from_workload`); 0 where only a graph or a features table is at hand: all trained,
-    #: as every zoo model is
+    #: built model (:func:`from_workload`) or given by a card's model section or a feature vector; 0 where only
+    #: a graph or a features table is at hand (an ONNX file does not say which weights train): all trained, as
+    #: every zoo model is
     frozen_param_bytes: float = 0.0
+    #: how many parameters those are (part of param_count)
+    frozen_param_count: float = 0.0
     #: time steps of the recurrent ops per pass, by op type (:attr:`GraphStats.recurrent_steps_by_op`)
     recurrent_steps_by_op: Mapping[str, int] = field(default_factory=dict)
     #: the most activation bytes alive at once in a forward pass, per sample / fixed
@@ -215,6 +218,7 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
         saved_cpu_bytes_per_sample=float(saved_cpu), saved_cpu_bytes_fixed=float(saved_cpu_fixed),
         lookup_param_bytes=float(feats.lookup_param_bytes or 0), recurrent_steps_by_op=feats.recurrent_steps_by_op,
         frozen_param_bytes=float(parameter_bytes(model, trainable=False)),
+        frozen_param_count=float(sum(p.numel() for p in model.parameters() if not p.requires_grad)),
         peak_live_bytes_per_sample=float(feats.peak_live_bytes_per_sample or 0),
         peak_live_bytes_fixed=float(feats.peak_live_bytes_fixed or 0),
         graph_saved_bytes_per_sample=float(feats.graph_saved_bytes_per_sample or 0),

@@ -49,6 +49,11 @@ class FeatureVector(BaseModel):
     input_bytes_per_sample: _Quantity = 0.0
     lookup_param_bytes: _Quantity = Field(0.0, description="bytes of weights only indexed (embedding tables); "
                                                             "part of param_bytes")
+    frozen_param_bytes: _Quantity = Field(
+        0.0, description="bytes of the parameters that get no gradient (requires_grad=False, e.g. a frozen "
+                         "backbone); part of param_bytes. Training memory's Horus eq. 2 charges them no gradient "
+                         "nor optimizer state. An ONNX file cannot say which weights train: send it here")
+    frozen_param_count: _Quantity = Field(0.0, description="how many parameters those are; part of param_count")
     recurrent_steps_by_op: dict[Literal["LSTM", "GRU", "RNN"], _Count] = Field(
         default_factory=dict, description="time steps of the recurrent layers per pass (sequence length × "
                                           "directions, summed per ONNX op type); independent of the batch size")
@@ -97,9 +102,11 @@ class FeatureVector(BaseModel):
         return data
 
     @model_validator(mode="after")
-    def _lookup_within_params(self) -> "FeatureVector":
-        if self.lookup_param_bytes > self.param_bytes:
-            raise ValueError("lookup_param_bytes is part of param_bytes, so it cannot exceed it")
+    def _parts_within_wholes(self) -> "FeatureVector":
+        for part, whole in (("lookup_param_bytes", "param_bytes"), ("frozen_param_bytes", "param_bytes"),
+                            ("frozen_param_count", "param_count")):
+            if getattr(self, part) > getattr(self, whole):
+                raise ValueError(f"{part} is part of {whole}, so it cannot exceed it")
         return self
 
 

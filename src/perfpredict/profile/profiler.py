@@ -169,7 +169,7 @@ def _model_info(workload: Workload) -> tuple[ModelInfo, Any]:
         name=workload.name, source=workload.source,
         parameters=sum(p.numel() for p in params),
         trainable_parameters=sum(p.numel() for p in params if p.requires_grad),
-        param_bytes=parameter_bytes(model),
+        param_bytes=parameter_bytes(model), frozen_param_bytes=parameter_bytes(model, trainable=False),
         buffer_bytes=sum(b.numel() * b.element_size() for b in model.buffers()),
         family=workload.extra.get("family"), config=workload.extra.get("config"), file_sha256=sha)
     return info, model
