@@ -373,6 +373,40 @@ def _local_cpu_first(sets: list[ModelSet]) -> list[ModelSet]:
     return first + [s for s in rest if not is_calibrated(s)] + [s for s in rest if is_calibrated(s)]
 
 
+def _made_at(ms) -> float | None:
+    """When a calibration was made (seconds since the epoch), None for a measured set or an unreadable date."""
+    import datetime as dt
+
+    if not is_calibrated(ms):
+        return None
+    try:
+        t = dt.datetime.fromisoformat(ms.calibration.created_at)
+    except (TypeError, ValueError):
+        return None
+    return (t if t.tzinfo else t.replace(tzinfo=dt.timezone.utc)).timestamp()
+
+
+def _twins_first(named: ModelSet, twins: list[ModelSet]) -> list[ModelSet]:
+    """``named``'s twins (the sets of its device in another mode or precision) in the order to answer it: the
+    sets measured there, by name; then the calibrations to it, first those whose source set was measured on the
+    same CPU as ``named``'s source (a calibration of ``cpu_xeon_2vcpu`` asked for "infer" gives way to one of
+    ``cpu_xeon_2vcpu_infer``, not of another CPU's set), and within each, the one made nearest in time to
+    ``named`` (a calibration reads the machine's speed when it ran), for a measured ``named`` the newest;
+    an unreadable date last, and ties by name."""
+    source = named.source if is_calibrated(named) else named
+    at = _made_at(named)
+
+    def order(s) -> tuple:
+        if not is_calibrated(s):
+            return (0, 0, 0.0, s.name)
+        same_source = (s.source.device_name, s.source.cpu_id) == (source.device_name, source.cpu_id)
+        t = _made_at(s)
+        apart = math.inf if t is None else abs(t - at) if at is not None else -t
+        return (1, 0 if same_source else 1, apart, s.name)
+
+    return sorted(twins, key=order)
+
+
 def _local_gpu_first(sets: list[ModelSet]) -> list[ModelSet]:
     """CUDA sets in the order to use them on this machine: those measured on a GPU model this machine has (by
     NVML's name, e.g. ``NVIDIA H200``), then the others as given (by set name). On the zoo's 315 common training
@@ -467,7 +501,8 @@ class Predictor:
         """``device_type`` is a model-set name (``cuda_h100``) or a kind (``cuda``/``cpu``); None = a CUDA set.
         ``mode`` ("train" or "infer"; None = train) picks among a kind's sets; a named set of the other mode
         gives way to the set measured on the same device in ``mode`` (``cpu_xeon_2vcpu`` with "infer" is
-        ``cpu_xeon_2vcpu_infer``), and without one is an error.
+        ``cpu_xeon_2vcpu_infer``), and without one is an error. A calibration's twin may be a calibration to the
+        same CPU: which one is :func:`_twins_first`'s order.
 
         A kind with several sets (two CPU models) picks the one measured on this machine's CPU model when
         there is one, else the first by name: a CPU time model does not carry over between CPU models (on the
@@ -508,7 +543,7 @@ class Predictor:
                     if s.device_kind == ms.device_kind and s.device_name == ms.device_name and s.cpu_id == ms.cpu_id
                     and s.mode == mode and s.precision == precision]
             if twin:
-                return twin[0]
+                return _twins_first(ms, twin)[0]
             raise UsageError(f"model set {device_type!r} was trained on {ms.precision} {ms.mode} measurements, "
                              f"and no {precision} {mode}-mode set was measured on its device ({ms.device_name})",
                              step="predict")
