@@ -142,7 +142,7 @@ def _measure(args: argparse.Namespace) -> int:
             # what a resumed run would skip: the points --out already has (read only; nothing is rewritten)
             done = _done_points(read_dataset(args.out))
             left = sum(len(todo_batches(p, done, args.mode)) for p in plans)
-            in_file = sum((p.config, b, args.mode) in done for p in plans for b in p.batch_sizes)
+            in_file = sum((p.config, b, args.mode) in done.points for p in plans for b in p.batch_sizes)
             past_oom = n_points - left - in_file  # not measured: a smaller batch ran out of memory
             print(f"{in_file} of the {n_points} points are in {args.out} already"
                   + (f", {past_oom} lie above a batch size that ran out of memory there" if past_oom else "")

@@ -93,9 +93,9 @@ def test_prepare_resume_keeps_complete_rows_and_needs_the_numbers() -> None:
     no_time = dict(_fake_ok_row(plan, 16), iter_time_s=None, samples_per_s=None)
     garbled = dict(_fake_ok_row(plan, 32), batch_size="3x")
     rows = [{k: str(v if v is not None else "") for k, v in r.items()} for r in (ok, no_time, garbled)]
-    assert _done_points(rows) == {(plan.config, 8, "train")}
+    assert _done_points(rows).points == {(plan.config, 8, "train")}
     oom = dict(rows[1], status="oom")
-    assert (plan.config, 16, "train") in _done_points([oom])  # an oom needs no timing
+    assert (plan.config, 16, "train") in _done_points([oom]).points  # an oom needs no timing
 
 
 def test_prepare_resume_refuses_binary_and_foreign_csv_and_mends_a_cut_header(tmp_path) -> None:

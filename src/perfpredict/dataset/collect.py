@@ -500,20 +500,20 @@ def _number(text: str | None) -> float | None:
     return v if math.isfinite(v) else None
 
 
-class DonePoints(set):
-    """:func:`_done_points`: a set of ``(config, batch size, mode)`` with a final answer, and ``oom_from``: per
-    ``(config, mode)``, the smallest batch size whose answer is ``oom``."""
+@dataclass(frozen=True)
+class DonePoints:
+    """What a dataset file already answers (:func:`_done_points`): ``points``, the ``(config, batch size, mode)``
+    with a final answer, and ``oom_from``: per ``(config, mode)``, the smallest batch size whose answer is
+    ``oom``. Empty: a file with nothing in it yet."""
 
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        self.oom_from: dict[tuple[str, str], int] = {}
+    points: frozenset[tuple[str, int, str]] = frozenset()
+    oom_from: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
 
 def _done_points(rows: list[dict[str, str]]) -> DonePoints:
     """The points with a final answer: ``oom``, or ``ok`` with a measured iteration time (a row whose numbers
     are missing or garbled is measured again). The last final row of a point is its answer (as readers take it),
     so ``oom_from`` counts a point whose last final row is ``oom``."""
-    done = DonePoints()
     last: dict[tuple[str, int, str], str] = {}
     for r in rows:
         status = r.get("status")
@@ -525,20 +525,21 @@ def _done_points(rows: list[dict[str, str]]) -> DonePoints:
             if t is None or t <= 0 or _number(r.get("samples_per_s")) is None:
                 continue
         key = (r["config"], int(bs), r["mode"])
-        done.add(key)
         last[key] = status
+    oom_from: dict[tuple[str, str], int] = {}
     for (config, bs, mode), status in last.items():
-        if status == "oom" and bs < done.oom_from.get((config, mode), bs + 1):
-            done.oom_from[(config, mode)] = bs
-    return done
+        if status == "oom" and bs < oom_from.get((config, mode), bs + 1):
+            oom_from[(config, mode)] = bs
+    return DonePoints(frozenset(last), oom_from)
 
 
-def todo_batches(plan: ArchPlan, done: set[tuple[str, int, str]], mode: str) -> list[int]:
+def todo_batches(plan: ArchPlan, done: DonePoints, mode: str) -> list[int]:
     """The batch sizes of ``plan`` still to measure in ``mode`` (``done``: :func:`_done_points` of the file).
     Those above a batch size that ran out of memory are not: a run stops an architecture at its first ``oom``
     (:func:`measure_architecture`), and a resumed or repeated run does the same."""
-    oom_from = getattr(done, "oom_from", {}).get((plan.config, mode))
-    return [b for b in plan.batch_sizes if (plan.config, b, mode) not in done and (oom_from is None or b < oom_from)]
+    oom_from = done.oom_from.get((plan.config, mode))
+    return [b for b in plan.batch_sizes
+            if (plan.config, b, mode) not in done.points and (oom_from is None or b < oom_from)]
 
 
 def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSettings,
@@ -582,7 +583,7 @@ def collect(plans: list[ArchPlan], out_csv: str | Path, settings: CollectSetting
     # the file): a finished file's re-run does not contact the cluster.
     with contextlib.ExitStack() as session:  # Ray's connection, closed however the run ends
         ray = ray_info = ray_slots = None
-        done_before = _done_points(read_dataset(out)) if on_ray else set()
+        done_before = _done_points(read_dataset(out)) if on_ray else DonePoints()
         if on_ray and any(todo_batches(p, done_before, settings.mode) for p in plans):
             from perfpredict.dataset.ray_collect import task_slots
             from perfpredict.ray_cluster import connected
@@ -739,7 +740,7 @@ def _point_request(plan: ArchPlan, batch_size: int, settings: CollectSettings) -
                         device=settings.device, timing=settings.timing, threads=settings.threads)
 
 
-def _sentinel_for(plans: list[ArchPlan], settings: CollectSettings, done: set[tuple[str, int, str]],
+def _sentinel_for(plans: list[ArchPlan], settings: CollectSettings, done: DonePoints,
                   on_reading: Callable[[dict[str, Any]], None] | None):
     """The run's :class:`~perfpredict.dataset.sentinel.SpeedSentinel`, or None: none asked for, or nothing left
     to measure (a finished file's re-run measures nothing, so it times nothing either)."""
