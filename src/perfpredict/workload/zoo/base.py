@@ -26,6 +26,10 @@ MAX_PARAMETERS = 10**10
 #: the most elements one sample's input or one of its activations may have: 1e10 fp32 values take 40 GB for
 #: one sample, 160 GB at the smallest default batch size (4), more than any one GPU holds
 MAX_SAMPLE_ELEMENTS = 10**10
+#: the most layers (blocks, embedding tables) a zoo configuration's depth knobs may stack, each built as its own
+#: module: ten times the deepest published ResNet (1001 layers); the grid's deepest count is 36 (ConvNeXt-S's
+#: 3-3-27-3 blocks)
+MAX_LAYERS = 10**4
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,13 @@ class ZooFamily(ABC):
                 raise UsageError(f"{self.config_name(cfg)[:200]} would have {shown} elements in one sample's "
                                  f"{what}, more than the {MAX_SAMPLE_ELEMENTS:.0e} a zoo sample's tensor may have "
                                  f"({gb} GB in fp32 for one sample)", step="zoo parameters")
+        layers = self.closed_form_layers(cfg)
+        if layers is not None and layers > MAX_LAYERS:
+            # mlp depth=1e8 width=1 or transformer layers=1e8 d_model=1 passed both caps (tiny weights, tiny
+            # tensors) and built 1e8 modules one after another until memory ran out
+            raise UsageError(f"{self.config_name(cfg)[:200]} would stack {_count_and_gb(layers, 1)[0]} layers "
+                             f"(blocks, tables), more than the {MAX_LAYERS:.0e} a zoo model may have (each is "
+                             f"built as its own module)", step="zoo parameters")
         return cfg
 
     def validate(self, cfg: Mapping[str, Any]) -> None:
@@ -182,6 +193,12 @@ class ZooFamily(ABC):
         materialises at batch size 1), by what they are; resolve() refuses a configuration whose largest one
         exceeds :data:`MAX_SAMPLE_ELEMENTS`. Default: none."""
         return {}
+
+    def closed_form_layers(self, cfg: Mapping[str, Any]) -> int | None:
+        """How many layers, blocks or embedding tables the family's depth knobs stack (build_model makes each
+        its own module); resolve() refuses more than :data:`MAX_LAYERS`. Default: None, for a family whose
+        depth is a fixed choice or already bounded by another check."""
+        return None
 
 
 class ImageClassifierFamily(ZooFamily):

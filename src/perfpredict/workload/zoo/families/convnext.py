@@ -165,6 +165,9 @@ class ConvNeXtFamily(ImageClassifierFamily):
         return {**super().closed_form_sample_tensors(cfg), "stem output": cfg["width"] * area,
                 "first stage's MLP hidden layer": cfg["mlp_ratio"] * cfg["width"] * area}
 
+    def closed_form_layers(self, cfg: Mapping[str, Any]) -> int:
+        return sum(parse_blocks(cfg["blocks"]))
+
     def closed_form_macs(self, cfg: Mapping[str, Any]) -> int:
         w, st, k, r = cfg["width"], cfg["stem_stride"], cfg["kernel"], cfg["mlp_ratio"]
         sides = stage_sides(cfg["image_size"], st)

@@ -189,6 +189,11 @@ class DLRMFamily(ZooFamily):
         return {"dense features": cfg["num_dense"], "table indices": cfg["num_tables"] * cfg["lookups"],
                 "interaction's stacked vectors": n * cfg["emb_dim"], "interaction's T Tᵀ": n * n}
 
+    def closed_form_layers(self, cfg: Mapping[str, Any]) -> int:
+        """Embedding tables and the two MLPs' Linear layers."""
+        bottom, top = self._dims(cfg)
+        return cfg["num_tables"] + len(bottom) - 1 + len(top) - 1
+
     def closed_form_macs(self, cfg: Mapping[str, Any]) -> int:
         """Bottom and top MLPs, plus the interaction's ``T Tᵀ`` (n·n·emb_dim); lookups and their sums: 0."""
         bottom, top = self._dims(cfg)

@@ -71,6 +71,9 @@ class LSTMFamily(ZooFamily):
         return {"input (token ids)": t, "embedded tokens": t * cfg["embed"], "LSTM output": t * cfg["hidden"],
                 "per-token logits": t * cfg["vocab"]}
 
+    def closed_form_layers(self, cfg: Mapping[str, Any]) -> int:
+        return cfg["layers"]
+
     def closed_form_macs(self, cfg: Mapping[str, Any]) -> int:
         t, e, h = cfg["seq_len"], cfg["embed"], cfg["hidden"]
         recurrent = t * 4 * h * (e + h) + (cfg["layers"] - 1) * t * 4 * h * (h + h)

@@ -73,6 +73,9 @@ class MLPFamily(ZooFamily):
     def closed_form_sample_tensors(self, cfg: Mapping[str, Any]) -> dict[str, int]:
         return {"input": cfg["input_dim"]}
 
+    def closed_form_layers(self, cfg: Mapping[str, Any]) -> int:
+        return cfg["depth"] + 1
+
     def closed_form_macs(self, cfg: Mapping[str, Any]) -> int:
         return sum(k * a * b for a, b, k in self._layers(cfg))
 

@@ -150,6 +150,10 @@ class MobileNetV2Family(ImageClassifierFamily):
         return {**super().closed_form_sample_tensors(cfg),
                 "stem output": make_divisible(STEM_CHANNELS * cfg["width_mult"]) * s * s}
 
+    def closed_form_layers(self, cfg: Mapping[str, Any]) -> int:
+        """Inverted-residual blocks, stage by stage as block_plan makes them (counted, not listed)."""
+        return sum(max(1, math.ceil(n * cfg["depth_mult"])) for _t, _c, n, _s in STAGES)
+
     def closed_form_macs(self, cfg: Mapping[str, Any]) -> int:
         wm, s = cfg["width_mult"], cfg["image_size"]
         stem_ch = make_divisible(STEM_CHANNELS * wm)

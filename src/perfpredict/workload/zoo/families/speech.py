@@ -176,6 +176,9 @@ class SpeechFamily(ZooFamily):
                 "first convolution's output": cfg["conv_channels"] * plan[0][0] * plan[0][1],
                 "GRU output": t * 2 * cfg["hidden"], "per-frame logits": t * cfg["num_classes"]}
 
+    def closed_form_layers(self, cfg: Mapping[str, Any]) -> int:
+        return cfg["conv_layers"] + cfg["rnn_layers"]
+
     def closed_form_macs(self, cfg: Mapping[str, Any]) -> int:
         plan = conv_plan(cfg["n_mels"], cfg["frames"], cfg["conv_layers"])
         c, h = cfg["conv_channels"], cfg["hidden"]

@@ -89,10 +89,15 @@ class TransformerFamily(ZooFamily):
         return torch.randint(0, cfg["num_classes"], (batch_size,), generator=generator(1))
 
     def closed_form_sample_tensors(self, cfg: Mapping[str, Any]) -> dict[str, int]:
-        # not the heads x seq_len² attention scores: fused attention kernels (flash, memory-efficient) need not
-        # materialise them
+        # with the heads x seq_len² attention scores: a fused kernel (flash, memory-efficient) need not materialise
+        # them, but a training step on the CPU does (seq_len=4096, 8 heads: 2.1 GB peak for 0.54 GB of scores),
+        # and d_model=4 seq_len=2e5 (1.6e11 scores) passed the cap on the feed-forward layer alone
         t = cfg["seq_len"]
-        return {"input (token ids)": t, "feed-forward hidden layer": t * cfg["ffn_mult"] * cfg["d_model"]}
+        return {"input (token ids)": t, "feed-forward hidden layer": t * cfg["ffn_mult"] * cfg["d_model"],
+                "attention scores": cfg["heads"] * t * t}
+
+    def closed_form_layers(self, cfg: Mapping[str, Any]) -> int:
+        return cfg["layers"]
 
     def closed_form_macs(self, cfg: Mapping[str, Any]) -> int:
         t, d = cfg["seq_len"], cfg["d_model"]

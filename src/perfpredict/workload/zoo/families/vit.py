@@ -93,7 +93,11 @@ class ViTFamily(ImageClassifierFamily):
 
     def closed_form_sample_tensors(self, cfg: Mapping[str, Any]) -> dict[str, int]:
         t = (cfg["image_size"] // cfg["patch"]) ** 2 + 1
-        return {**super().closed_form_sample_tensors(cfg), "MLP hidden layer": t * cfg["mlp_ratio"] * cfg["d_model"]}
+        return {**super().closed_form_sample_tensors(cfg), "MLP hidden layer": t * cfg["mlp_ratio"] * cfg["d_model"],
+                "attention scores": cfg["heads"] * t * t}    # heads x tokens², as the transformer family counts them
+
+    def closed_form_layers(self, cfg: Mapping[str, Any]) -> int:
+        return cfg["depth"]
 
     def closed_form_macs(self, cfg: Mapping[str, Any]) -> int:
         d, p = cfg["d_model"], cfg["patch"]
