@@ -72,3 +72,10 @@ def test_every_configuration_in_the_committed_datasets_still_resolves() -> None:
         cfg = fam.resolve(overrides)
         assert fam.config_name(cfg) == name
         assert fam.closed_form_layers(cfg) is None or fam.closed_form_layers(cfg) <= MAX_LAYERS / 100
+
+
+@pytest.mark.parametrize("knob", ["depth_mult", "width_mult"])
+def test_a_finite_knob_whose_count_overflows_is_a_usage_error(knob: str) -> None:
+    """mobilenetv2 depth_mult=1e308 is finite, but n x depth_mult is not: math.ceil raised an OverflowError."""
+    with pytest.raises(UsageError, match="too large to size"):
+        get_family("mobilenetv2").resolve({knob: "1e308"})

@@ -100,6 +100,15 @@ class ZooFamily(ABC):
             cfg[k] = known[k].parse(v)
         self.validate(cfg)
         cfg = self.canonical(cfg)
+        try:
+            return self._within_caps(cfg)
+        except OverflowError:  # mobilenetv2 depth_mult=1e308: n * depth_mult is infinite, and ceil() of it raised
+            raise UsageError(f"{self.config_name(cfg)[:200]} is too large to size (a count overflowed); a zoo "
+                             "model's knobs must keep it under its caps", step="zoo parameters") from None
+
+    def _within_caps(self, cfg: dict[str, Any]) -> dict[str, Any]:
+        """``cfg`` when the model it describes is under the parameter, sample-tensor and layer caps; else a
+        :class:`UsageError` saying which it exceeds."""
         params = self.closed_form_params(cfg)
         if params is not None and params > MAX_PARAMETERS:
             # depth=99999999 built layer after layer until memory ran out; a huge width failed deep in torch
