@@ -822,7 +822,8 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
                              "file or an ONNX file", step="predict")
         # a measured card carries extract_features' two-batch split as it is: held at 0 as from_workload holds it
         graph = fixed_parts_at_least_zero(features.features.model_dump())
-        features = {**graph, **_frozen_of(features.model), "param_count": features.model.parameters,
+        features = {**graph, **_frozen_of(features.model, graph.get("param_bytes")),
+                    "param_count": features.model.parameters,
                     "name": features.model.name, "family": features.model.family}
     if not isinstance(features, Mapping):
         hint = (": a card's graph features lack its parameter count, so pass the card itself (features=card)"
@@ -834,15 +835,22 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
     return ArchFeatures.from_dict(check_feature_mapping(features))
 
 
-def _frozen_of(model) -> dict[str, float]:
+def _frozen_of(model, graph_param_bytes: float | None = None) -> dict[str, float]:
     """The frozen parameters' count and bytes a card's model section records. A card written before the bytes
     were recorded has the counts only: its frozen bytes are their share of the parameter bytes (exact when every
-    parameter has one dtype)."""
+    parameter has one dtype). At most ``graph_param_bytes``, the card's graph's parameter bytes (what the
+    feature vector's ``param_bytes`` is, and its frozen bytes are part of): a measured card counts
+    ``model.param_bytes`` on the module, and its exported graph leaves out weights its forward does not use (an
+    unused frozen module, a training-only branch), so the module's frozen bytes can exceed the graph's, as
+    :func:`~perfpredict.estimators.design.horus_train_memory` holds them for a model file."""
     count = max(model.parameters - model.trainable_parameters, 0)
     frozen = model.frozen_param_bytes
     if frozen is None:
         frozen = model.param_bytes * count / model.parameters if model.parameters else 0.0
-    return {"frozen_param_count": float(count), "frozen_param_bytes": float(min(frozen, model.param_bytes))}
+    frozen = min(frozen, model.param_bytes)
+    if isinstance(graph_param_bytes, (int, float)) and graph_param_bytes >= 0:
+        frozen = min(frozen, graph_param_bytes)
+    return {"frozen_param_count": float(count), "frozen_param_bytes": float(frozen)}
 
 
 def _frozen_memory_note(arch: ArchFeatures, ms: ModelSet) -> str | None:
@@ -1057,7 +1065,10 @@ def _assemble_card(arch: ArchFeatures, source: str, ms: ModelSet, info, given: A
     card = PerformanceCard(
         model=ModelInfo(name=arch.name or Path(source).stem, source=source, parameters=int(arch.param_count),
                         trainable_parameters=int(arch.param_count - arch.frozen_param_count),
-                        param_bytes=int(arch.param_bytes), frozen_param_bytes=int(arch.frozen_param_bytes),
+                        param_bytes=int(arch.param_bytes),
+                        # part of param_bytes (the graph's): a model file's module counts its frozen weights
+                        # beside the graph, which leaves out those its forward does not use
+                        frozen_param_bytes=int(min(arch.frozen_param_bytes, arch.param_bytes)),
                         family=arch.family),
         # the measuring GPU's memory: what a pair of predicted cards is checked against (perfpredict colocate)
         device=DeviceInfo(kind=dev, name=ms.device_name, cpu_id=ms.cpu_id if dev == "cpu" else None,
