@@ -97,3 +97,15 @@ def test_a_profiled_card_records_the_frozen_parameter_bytes(tmp_path) -> None:
     info, _ = _model_info(resolve_workload(str(path)))
     assert (info.frozen_param_bytes, info.param_bytes) == (FROZEN, FROZEN + TRAINED)
     assert info.trainable_parameters == TRAINED_COUNT
+
+
+def test_a_feature_vector_giving_one_half_of_its_frozen_parameters_gets_the_other_as_its_share(predictor) -> None:
+    """A count alone made the card count fewer trainable parameters while eq. 2 charged every weight as trained."""
+    by_count = predictor.predict(features={**F, "frozen_param_count": 75_000}, batch_sizes=[4], device_type="cpu")
+    by_bytes = predictor.predict(features={**F, "frozen_param_bytes": 3e5}, batch_sizes=[4], device_type="cpu")
+    both = predictor.predict(features={**F, "frozen_param_bytes": 3e5, "frozen_param_count": 75_000},
+                             batch_sizes=[4], device_type="cpu")
+    for card in (by_count, by_bytes):
+        assert (card.model.frozen_param_bytes, card.model.trainable_parameters) == (300_000, 25_000)
+        assert _memory(card) == pytest.approx(_memory(both), rel=1e-12)
+        assert any("frozen" in n for n in card.prediction.notes)

@@ -832,7 +832,20 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
                          f"{type(features).__name__}{hint}", step="predict")
     from perfpredict.estimators.feature_schema import check_feature_mapping
 
-    return ArchFeatures.from_dict(check_feature_mapping(features))
+    return ArchFeatures.from_dict(_frozen_halves(check_feature_mapping(features)))
+
+
+def _frozen_halves(features: dict[str, Any]) -> dict[str, Any]:
+    """A checked feature mapping whose frozen parameters are given by one of their count and bytes only, with
+    the other as the same share of its whole (exact when every parameter has one dtype): a count alone made the
+    card count fewer trainable parameters while eq. 2 charged every weight as trained."""
+    count, frozen = features.get("frozen_param_count", 0.0), features.get("frozen_param_bytes", 0.0)
+    params, param_bytes = features.get("param_count", 0.0), features.get("param_bytes", 0.0)
+    if count > 0 and frozen == 0 and params > 0:
+        return {**features, "frozen_param_bytes": param_bytes * count / params}
+    if frozen > 0 and count == 0 and param_bytes > 0:
+        return {**features, "frozen_param_count": float(round(params * frozen / param_bytes))}
+    return features
 
 
 def _frozen_of(model, graph_param_bytes: float | None = None) -> dict[str, float]:
