@@ -224,7 +224,7 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
         graph_saved_bytes_per_sample=float(feats.graph_saved_bytes_per_sample or 0),
         graph_saved_bytes_fixed=float(feats.graph_saved_bytes_fixed or 0),
         kernel_nodes=tuple(tuple(r) for r in feats.kernel_nodes), name=wl.name,
-        notes=tuple(n for n in (feats.error, _hook_note(wl)) if n), precision=wl.precision)
+        notes=tuple(n for n in (feats.error, *feats.notes, _hook_note(wl)) if n), precision=wl.precision)
 
 
 def _check_room_for_weights(wl, target: str) -> None:
@@ -522,6 +522,7 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
                 f"their sizes (Predictor.predict(..., dims={{{left[0]!r}: 128}}), perfpredict predict --dim "
                 f"{left[0]}=128), or export with them fixed{chosen}", source=name, step="analyse onnx")
         notes.append(unknown_shapes_note(stats.unknown_shape_ops, " without executing the graph"))
+    notes.extend(stats.notes)  # what the control flow left uncertain (a loop's trip count, an If's branch)
     if macs <= 0:
         raise ArchFeaturesError("no multiply-accumulate ops with known shapes in the graph", source=name,
                                 step="analyse onnx")
@@ -531,7 +532,8 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
                           peak_live_bytes_per_sample=live, peak_live_bytes_fixed=live_fixed,
                           graph_saved_bytes_per_sample=gsaved, graph_saved_bytes_fixed=gsaved_fixed,
                           macs_by_op=by_op, activation_bytes_by_op=act_by_op,
-                          kernel_nodes=[x for r in kernels for x in r[1:]],
+                          kernel_nodes=[x for r in kernels for x in r[1:]], num_nodes=stats.num_nodes,
+                          op_counts=stats.op_counts,
                           input_bytes_per_sample=(in_bytes := _input_bytes_per_sample(proto, batch_param, axis)))
     return ArchFeatures(
         forward_macs_per_sample=float(macs), forward_macs_fixed=float(max(macs_fixed, 0)), param_count=param_count,

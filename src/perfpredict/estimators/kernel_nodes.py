@@ -19,9 +19,10 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-#: ONNX ops that are views or no-ops in an eager PyTorch step (no kernel runs).
+#: ONNX ops that are views or no-ops in an eager PyTorch step (no kernel runs). A control-flow op (``Loop``,
+#: ``Scan``, ``If``) runs no kernel of its own: the kernels are its body's (``count`` times for a loop).
 FREE_OPS = frozenset({"Constant", "ConstantOfShape", "Shape", "Size", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
-                      "Identity", "Dropout"})
+                      "Identity", "Dropout", "Loop", "Scan", "If"})
 #: Kernel classes by ONNX op type; Conv and MatMul are refined by :func:`kernel_class`.
 OP_CLASS: dict[str, str] = {
     "Conv": "conv", "ConvTranspose": "conv_transpose", "Gemm": "gemm", "MatMul": "gemm", "Einsum": "matmul",
@@ -50,6 +51,8 @@ class KernelNode:
     weight_bytes: int
     #: recurrent time steps (sequence length x directions), 0 for other kernels
     steps: int = 0
+    #: how many times it runs in the pass: a loop body's kernel once per iteration
+    count: int = 1
 
 
 def kernel_class(op_type: str, group: int = 1, weight_inputs: int = 0, data_is_weight: bool = False) -> str:
@@ -81,14 +84,14 @@ def split_nodes(at1: Sequence[KernelNode], at2: Sequence[KernelNode], b1: int = 
     a node that grows faster than the batch (a batch x batch similarity matrix, as in a contrastive loss) splits
     into a negative intercept, which the feature schema refuses (a card carrying it could not be predicted from
     again)."""
-    if len(at1) != len(at2) or any(a.cls != b.cls for a, b in zip(at1, at2)):
+    if len(at1) != len(at2) or any(a.cls != b.cls or a.count != b.count for a, b in zip(at1, at2)):
         return []
     keys = []
     for a, b in zip(at1, at2):
         m_per = (b.macs - a.macs) // (b2 - b1)
         io_per = (b.io_bytes - a.io_bytes) // (b2 - b1)
-        keys.append((a.cls, int(m_per), int(max(a.macs - b1 * m_per, 0)), int(io_per),
-                     int(max(a.io_bytes - b1 * io_per, 0)), int(a.weight_bytes), int(a.steps)))
+        keys.append(((a.cls, int(m_per), int(max(a.macs - b1 * m_per, 0)), int(io_per),
+                      int(max(a.io_bytes - b1 * io_per, 0)), int(a.weight_bytes), int(a.steps)), a.count))
     return _merged(keys)
 
 
@@ -104,12 +107,17 @@ def nodes_at_batch(rows: Iterable[NodeRow], batch: int) -> list[tuple[KernelNode
 def rows_at_fixed_batch(nodes: Sequence[KernelNode], batch: int) -> list[NodeRow]:
     """Rows from a graph whose batch is fixed at ``batch``: every batch-proportional quantity becomes per sample
     (fixed parts unknown, taken as 0), as the other features of such a graph are split."""
-    return _merged((k.cls, k.macs // batch, 0, k.io_bytes // batch, 0, k.weight_bytes, k.steps) for k in nodes)
+    return _merged(((k.cls, k.macs // batch, 0, k.io_bytes // batch, 0, k.weight_bytes, k.steps), k.count)
+                   for k in nodes)
 
 
-def _merged(keys: Iterable[tuple]) -> list[NodeRow]:
-    """Rows ``[cls, count, *rest]`` from per-node keys ``(cls, *rest)``, identical keys counted once each."""
-    return [[k[0], n, *k[1:]] for k, n in sorted(Counter(keys).items())]
+def _merged(keys: Iterable[tuple[tuple, int]]) -> list[NodeRow]:
+    """Rows ``[cls, count, *rest]`` from per-node ``(key, times run)`` with keys ``(cls, *rest)``, the times of
+    identical keys summed."""
+    counts: Counter = Counter()
+    for k, n in keys:
+        counts[k] += int(n)
+    return [[k[0], n, *k[1:]] for k, n in sorted(counts.items())]
 
 
 def approximate_rows(op_counts: dict[str, int], macs_by_op: dict[str, float], act_bytes_by_op: dict[str, float],

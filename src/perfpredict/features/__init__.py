@@ -121,7 +121,8 @@ def features_from_onnx(model_proto, batch_size: int = 1) -> GraphFeatures:
         activation_bytes_by_op={k: v // batch_size for k, v in s.activation_bytes_by_op.items()},
         peak_live_bytes_per_sample=s.peak_live_activation_bytes // batch_size,
         graph_saved_bytes_per_sample=s.graph_saved_bytes // batch_size,
-        op_counts=s.op_counts, num_nodes=s.num_nodes, kernel_nodes=rows_at_fixed_batch(s.kernel_nodes, batch_size))
+        op_counts=s.op_counts, num_nodes=s.num_nodes, kernel_nodes=rows_at_fixed_batch(s.kernel_nodes, batch_size),
+        notes=list(s.notes))
 
 
 def _from_stats(s1: GraphStats, s2: GraphStats, b1: int, b2: int) -> GraphFeatures:
@@ -148,4 +149,4 @@ def _from_stats(s1: GraphStats, s2: GraphStats, b1: int, b2: int) -> GraphFeatur
         peak_live_bytes_per_sample=max(live, 0), peak_live_bytes_fixed=max(live_fixed, 0),
         graph_saved_bytes_per_sample=max(gsaved, 0), graph_saved_bytes_fixed=max(gsaved_fixed, 0),
         op_counts=s1.op_counts, num_nodes=s1.num_nodes,
-        kernel_nodes=split_nodes(s1.kernel_nodes, s2.kernel_nodes, b1, b2))
+        kernel_nodes=split_nodes(s1.kernel_nodes, s2.kernel_nodes, b1, b2), notes=list(s1.notes))

@@ -18,15 +18,23 @@ comes from walking the nodes in graph order (see :func:`peak_live_activation_byt
 only what its next ops still need, which the sum of all activations overstates many times over.
 
 Biases, normalisation, pooling, activations and element-wise ops are not MACs (they appear in
-``op_counts``). Nodes inside subgraphs (If/Loop bodies) are counted in ``op_counts`` and, when their
-shapes are known, in the MACs.
+``op_counts``).
+
+Control flow is counted as it runs (:data:`CONTROL_FLOW_OPS`), with the shapes shape inference gives the
+subgraphs: a ``Loop`` whose trip count is a constant (an initializer or a ``Constant`` node) and a ``Scan``
+whose scanned input's length is known count their body that many times (MACs, activation bytes, op counts,
+nodes, time steps, kernels), as the unrolled graph would; a ``Loop`` whose trip count is computed at run time,
+or a ``Scan`` of unknown length, counts its body once; an ``If`` counts the branch with more MACs (only one
+runs). Each of these, and a ``Loop`` whose condition may end it before its trip count, leaves a line in
+``GraphStats.notes``. The control-flow node itself runs no kernel. The peak-live and saved-for-backward walks
+read the main graph only.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import prod
 from typing import Any
 
@@ -34,6 +42,8 @@ from perfpredict.estimators.kernel_nodes import FREE_OPS, KernelNode, kernel_cla
 
 RECURRENT_OPS = ("LSTM", "GRU", "RNN")
 MAC_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum", *RECURRENT_OPS, "Attention")
+#: Ops whose subgraphs run in their place: a loop's body once per iteration, one branch of an If
+CONTROL_FLOW_OPS = ("Loop", "Scan", "If")
 
 
 @dataclass
@@ -63,9 +73,11 @@ class GraphStats:
     #: (:func:`saved_for_backward_bytes`): what an ONNX file alone can say about the saved tensors.
     graph_saved_bytes: int = 0
     unknown_shape_ops: dict[str, int] = field(default_factory=dict)
-    #: The kernels of one pass of the main graph, in graph order (:mod:`perfpredict.estimators.kernel_nodes`):
-    #: every node but views and shape arithmetic.
+    #: The kernels of one pass, in graph order (:mod:`perfpredict.estimators.kernel_nodes`): every node but views
+    #: and shape arithmetic, a loop body's with the loop's trip count as ``count``.
     kernel_nodes: list[KernelNode] = field(default_factory=list)
+    #: What the counts could not settle without running the graph (a loop's trip count, an If's branch).
+    notes: list[str] = field(default_factory=list)
 
 
 def unknown_shapes_note(unknown_shape_ops: dict[str, int], how: str = "") -> str:
@@ -130,6 +142,126 @@ class _Shapes:
         return prod(v[0]) * v[1]
 
 
+class _Tally:
+    """What one pass of a graph counts: merged into the enclosing graph's once, a loop body's once per
+    iteration."""
+
+    def __init__(self) -> None:
+        self.macs: Counter = Counter()
+        self.ops: Counter = Counter()
+        self.act_by_op: Counter = Counter()
+        self.steps: Counter = Counter()
+        self.kernels: list[KernelNode] = []
+
+    def add(self, other: _Tally, times: int = 1) -> None:
+        for mine, theirs in ((self.macs, other.macs), (self.ops, other.ops), (self.act_by_op, other.act_by_op),
+                             (self.steps, other.steps)):
+            for k, v in theirs.items():
+                mine[k] += v * times
+        if times:
+            self.kernels.extend(replace(k, count=k.count * times) for k in other.kernels)
+
+
+def _scalar_constants(graph) -> dict[str, int]:
+    """name -> value of ``graph``'s one-element integer and boolean initializers and ``Constant`` nodes (a
+    Loop's trip count and condition)."""
+    from onnx import helper, numpy_helper
+
+    out: dict[str, int] = {}
+    tensors = [(t.name, t) for t in graph.initializer]
+    for n in graph.node:
+        if n.op_type == "Constant" and n.output:
+            for a in n.attribute:
+                if a.name == "value":
+                    tensors.append((n.output[0], a.t))
+                elif a.name == "value_int":
+                    out[n.output[0]] = int(helper.get_attribute_value(a))
+    for name, t in tensors:
+        if t.data_type in (6, 7, 9) and prod(t.dims) == 1:  # INT32, INT64, BOOL
+            try:
+                out[name] = int(numpy_helper.to_array(t).reshape(-1)[0])
+            except Exception:  # noqa: BLE001 - no data (dropped or external): the value stays unknown
+                pass
+    return out
+
+
+def _loop_trips(node, body, consts: dict[str, int]) -> tuple[int, str | None]:
+    """(how many times a ``Loop`` runs its body, a note where that is not certain): its trip count when that
+    is a constant (an upper bound when its condition is computed, with a note); else once, with a note."""
+    trips = consts.get(node.input[0]) if node.input and node.input[0] else None
+    if trips is None:
+        return 1, ("a Loop's trip count is computed at run time: its body is counted once, so the MACs, activation "
+                   "bytes and kernels of its other iterations are missing")
+    trips = max(int(trips), 0)
+    # it runs exactly ``trips`` times when its condition starts true and the body passes it through unchanged
+    cond_in = node.input[1] if len(node.input) > 1 else ""
+    starts_true = not cond_in or consts.get(cond_in) == 1
+    body_cond = body.output[0].name if body.output else ""
+    passed = {body.input[1].name} if len(body.input) > 1 else set()
+    for n in body.node:
+        if n.op_type == "Identity" and n.input and n.input[0] in passed:
+            passed.update(n.output)
+    if starts_true and (body_cond in passed or _scalar_constants(body).get(body_cond) == 1):
+        return trips, None
+    return trips, (f"a Loop's body is counted {trips} times, its trip count, but its condition may end it "
+                   "sooner: the counts are an upper bound")
+
+
+def _scan_trips(node, shapes: _Shapes, opset: int) -> tuple[int, str | None]:
+    """(how many times a ``Scan`` runs its body: the length of its first scanned input along its scan axis, a
+    note where that is unknown and the body is counted once)."""
+    n_scan = int(_attr(node, "num_scan_inputs", 0) or 0)
+    if opset >= 9 and 0 < n_scan <= len(node.input):
+        axes = list(_attr(node, "scan_input_axes", None) or [0] * n_scan)
+        shp = shapes.shape(node.input[len(node.input) - n_scan])
+        if shp is not None and axes and -len(shp) <= axes[0] < len(shp):
+            return int(shp[axes[0]]), None
+    return 1, ("a Scan's sequence length is not known: its body is counted once, so the MACs, activation bytes "
+               "and kernels of its other iterations are missing")
+
+
+def _static_dims(t) -> list[int] | None:
+    """The dimensions of a tensor type, or None when any is unknown or symbolic."""
+    if not t.HasField("shape") or not all(d.HasField("dim_value") for d in t.shape.dim):
+        return None
+    return [int(d.dim_value) for d in t.shape.dim]
+
+
+def _seed_loop_bodies(model_proto: Any, inferred: Any) -> Any | None:
+    """A copy of ``model_proto`` whose main graph's ``Loop`` bodies declare their loop-carried inputs at the
+    static shapes the Loop is given, or None where none needs it. ONNX's shape inference does not carry those
+    shapes into the body (they may change from one iteration to the next), so the body's ops would keep the
+    shapes it declares: none, or symbolic ones that the batch fixed on the graph's inputs does not reach. The
+    shapes are then the first iteration's (a note says when the body changes them)."""
+    if not any(n.op_type == "Loop" for n in model_proto.graph.node):
+        return None
+    g = inferred.graph
+    known = {vi.name: d for vi in list(g.input) + list(g.value_info) + list(g.output)
+             if (d := _static_dims(vi.type.tensor_type)) is not None}
+    known.update({t.name: list(t.dims) for t in g.initializer})
+    m = type(model_proto)()
+    m.CopyFrom(model_proto)
+    changed = False
+    for node in m.graph.node:
+        body = next((a.g for a in node.attribute if a.name == "body"), None) if node.op_type == "Loop" else None
+        if body is None:
+            continue
+        seeded = False
+        for outer, inner in zip(node.input[2:], body.input[2:]):
+            t = inner.type.tensor_type
+            if outer in known and t.HasField("elem_type") and _static_dims(t) is None:
+                t.ClearField("shape")
+                for size in known[outer]:
+                    t.shape.dim.add().dim_value = size
+                seeded = True
+        if seeded:  # what the body declared from its old input shapes is inferred again
+            del body.value_info[:]
+            for vi in body.output:
+                vi.type.tensor_type.ClearField("shape")
+            changed = True
+    return m if changed else None
+
+
 def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats:
     """Shape-infer ``model_proto`` and compute :class:`GraphStats` over the whole graph.
 
@@ -146,6 +278,13 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
         inferred = shape_inference.infer_shapes(model_proto, data_prop=True)
     except Exception:  # noqa: BLE001 - inference is best-effort; unknown shapes are reported, not fatal
         inferred = model_proto
+    else:
+        seeded = _seed_loop_bodies(model_proto, inferred)
+        try:
+            if seeded is not None:
+                model_proto, inferred = seeded, shape_inference.infer_shapes(seeded, data_prop=True)
+        except Exception:  # noqa: BLE001 - as above: the bodies keep the shapes they declare
+            pass
     g = inferred.graph
     shapes = _Shapes()
     for vi in list(g.input) + list(g.value_info) + list(g.output):
@@ -170,81 +309,112 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
         init_names.add(init.name)
         stats.initializer_bytes += prod(init.dims) * _dtype_size(init.data_type)
 
-    macs: Counter = Counter()
-    ops: Counter = Counter()
     unknown: Counter = Counter()
-    act = 0
-    act_by_op: Counter = Counter()
-    steps: Counter = Counter()
+    top = _Tally()
     # Graph inputs that are not weights are activations too (the batch itself).
     for vi in g.input:
         if vi.name not in init_names:
-            nb = shapes.nbytes(vi.name) or 0
-            act += nb
-            act_by_op["input"] += nb
+            top.act_by_op["input"] += shapes.nbytes(vi.name) or 0
 
     # Weights used only as Gather's data input (embedding tables) vs. used any other way (read whole)
     gathered: set[str] = set()
     read_whole: set[str] = set()
+    consts: dict[str, int] = {}  # scalar integer and boolean constants: a Loop's trip count and condition
+    opset = next((o.version for o in inferred.opset_import if o.domain in ("", "ai.onnx")), 0)
+    notes: dict[str, None] = {}
 
-    kernels: list[KernelNode] = []
-    # weights and what the exporter computes from weights alone (sliced, transposed): no kernel at run time,
-    # and read as weights by the kernels that use them
-    weightish = _weight_derived([(n.op_type, list(n.input), list(n.output)) for n in g.node], init_names)
-    absorbed, fused_io = _erf_gelus(g.node, weightish, shapes)
-
-    def visit(graph, top: bool = True) -> None:
-        nonlocal act
+    def walk(graph, tally: _Tally, weights: set[str], main: bool = False) -> None:
+        if not main:  # a subgraph: its shapes (inferred in place), its own weights
+            for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
+                if shapes.shape(vi.name) is None:
+                    shapes.add_value_info(vi)
+            for init in graph.initializer:
+                shapes.add_initializer(init)
+            weights = weights | {i.name for i in graph.initializer}
+        consts.update(_scalar_constants(graph))
+        # weights and what the exporter computes from weights alone (sliced, transposed): no kernel at run time,
+        # and read as weights by the kernels that use them
+        weightish = _weight_derived([(n.op_type, list(n.input), list(n.output)) for n in graph.node], weights)
+        absorbed, fused_io = _erf_gelus(graph.node, weightish, shapes)
         for node in graph.node:
-            ops[node.op_type] += 1
+            tally.ops[node.op_type] += 1
             for i, name in enumerate(node.input):
                 if name in init_names:
                     (gathered if node.op_type == "Gather" and i == 0 else read_whole).add(name)
-            for attr in node.attribute:
-                if attr.type == onnx.AttributeProto.GRAPH:
-                    visit(attr.g, False)
-                elif attr.type == onnx.AttributeProto.GRAPHS:
-                    for sub in attr.graphs:
-                        visit(sub, False)
+            subgraphs = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
+            if subgraphs:
+                control_flow(node, subgraphs, tally, weightish)
+            for a in node.attribute:
+                if a.type == onnx.AttributeProto.GRAPHS:
+                    for sub in a.graphs:
+                        walk(sub, tally, weightish)
             if node.op_type == "Constant":
                 continue
             for o in node.output:
                 # the exporter's transposed or sliced weights are weights, not activations (as in the peak walk)
-                if o and not (top and o in weightish):
-                    nb = shapes.nbytes(o) or 0
-                    act += nb
-                    act_by_op[node.op_type] += nb
+                if o and o not in weightish:
+                    tally.act_by_op[node.op_type] += shapes.nbytes(o) or 0
             m = n_steps = None
             if node.op_type in MAC_OPS:
                 m = _node_macs(node, shapes)
                 if m is None:
                     unknown[node.op_type] += 1
                 else:
-                    macs[node.op_type] += m
+                    tally.macs[node.op_type] += m
             if node.op_type in RECURRENT_OPS:
                 n_steps = _recurrent_steps(node, shapes)
                 if n_steps is not None:
-                    steps[node.op_type] += n_steps
-            if top and not (node.output and node.output[0] in absorbed):
+                    tally.steps[node.op_type] += n_steps
+            if not (node.output and node.output[0] in absorbed):
                 k = _kernel_node(node, shapes, weightish, m or 0, n_steps or 0)
                 if k is not None:
                     if node.output and node.output[0] in fused_io:
                         k = KernelNode(k.cls, k.macs, fused_io[node.output[0]], k.weight_bytes, k.steps)
-                    kernels.append(k)
+                    tally.kernels.append(k)
 
-    visit(g)
+    def control_flow(node, subgraphs: dict, tally: _Tally, weights: set[str]) -> None:
+        """Count ``node``'s subgraphs as they run (:data:`CONTROL_FLOW_OPS`), or, for another op, each once."""
+        if node.op_type in ("Loop", "Scan") and "body" in subgraphs:
+            body = _Tally()
+            walk(subgraphs["body"], body, weights)
+            trips, note = (_loop_trips(node, subgraphs["body"], consts) if node.op_type == "Loop"
+                           else _scan_trips(node, shapes, opset))
+            tally.add(body, trips)
+            if node.op_type == "Loop" and any(
+                    shapes.shape(i.name) not in (None, shapes.shape(o.name))
+                    for i, o in zip(subgraphs["body"].input[2:], subgraphs["body"].output[1:])):
+                notes["a Loop's loop-carried value changes shape from one iteration to the next: its body is "
+                      "counted at the first iteration's shapes"] = None
+        elif node.op_type == "If" and {"then_branch", "else_branch"} <= subgraphs.keys():
+            branches = [_Tally(), _Tally()]
+            walk(subgraphs["then_branch"], branches[0], weights)
+            walk(subgraphs["else_branch"], branches[1], weights)
+            tally.add(max(branches, key=lambda t: (sum(t.macs.values()), sum(t.act_by_op.values()))))
+            note = ("an If runs one of its two branches, chosen at run time: the counts take the branch with more "
+                    "MACs and leave the other out")
+        else:
+            for sub in subgraphs.values():
+                walk(sub, tally, weights)
+            return
+        if note:
+            notes[note] = None
+        notes[f"the peak-memory and saved-for-backward walks read the main graph only: the tensors inside a "
+              f"{'/'.join(CONTROL_FLOW_OPS)} body are not in them"] = None
+
+    walk(g, top, init_names, main=True)
     lookup_only = gathered - read_whole  # a table tied to an output projection is read whole
     stats.lookup_param_bytes = int(sum(prod(t.dims) * _dtype_size(t.data_type) for t in g.initializer
                                        if t.name in lookup_only))
-    stats.macs = int(sum(macs.values()))
-    stats.macs_by_op = {k: int(v) for k, v in sorted(macs.items())}
-    stats.activation_bytes = int(act)
-    stats.activation_bytes_by_op = {k: int(v) for k, v in sorted(act_by_op.items()) if v}
-    stats.recurrent_steps_by_op = {k: int(v) for k, v in sorted(steps.items())}
-    stats.op_counts = dict(sorted(ops.items()))
-    stats.num_nodes = int(sum(ops.values()))
+    stats.macs = int(sum(top.macs.values()))
+    stats.macs_by_op = {k: int(v) for k, v in sorted(top.macs.items())}
+    stats.activation_bytes = int(sum(top.act_by_op.values()))
+    stats.activation_bytes_by_op = {k: int(v) for k, v in sorted(top.act_by_op.items()) if v}
+    stats.recurrent_steps_by_op = {k: int(v) for k, v in sorted(top.steps.items())}
+    stats.op_counts = {k: int(v) for k, v in sorted(top.ops.items()) if v}
+    stats.num_nodes = int(sum(stats.op_counts.values()))
     stats.unknown_shape_ops = dict(unknown)
-    stats.kernel_nodes = kernels
+    stats.kernel_nodes = top.kernels
+    stats.notes = list(notes)
     nodes = [(n.op_type, list(n.input), list(n.output)) for n in g.node]
     stats.peak_live_activation_bytes = peak_live_activation_bytes(
         nodes, [vi.name for vi in g.input], [o.name for o in g.output], init_names, shapes.nbytes)
