@@ -8,13 +8,12 @@ import pytest
 
 from perfpredict import Predictor
 from perfpredict.errors import UsageError
+from tests.test_service_validation import F  # the service tests' feature vector
 from tests.test_zoo_card_fixes import FROZEN_MODEL
 
 REPO = Path(__file__).resolve().parents[1]
 FROZEN, TRAINED = (64 * 256 + 256) * 4, (256 * 10 + 10) * 4
 FROZEN_COUNT, TRAINED_COUNT = 64 * 256 + 256, 256 * 10 + 10
-F = {"forward_macs_per_sample": 1e6, "param_count": 1e5, "param_bytes": 4e5, "activation_bytes_per_sample": 1e4,
-     "num_nodes": 5}
 
 
 @pytest.fixture(scope="module")

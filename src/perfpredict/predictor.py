@@ -870,7 +870,7 @@ def _frozen_memory_note(arch: ArchFeatures, ms: ModelSet) -> str | None:
     """For a training step with frozen parameters: what the memory estimate charges them. The sets were trained
     on models that train every parameter, so their memory baseline charges each parameter byte k_P bytes
     (weights, gradients, optimizer state); a frozen one needs only its weights."""
-    frozen = min(arch.frozen_param_bytes, arch.param_bytes)
+    frozen = arch.frozen_param_bytes_in_graph
     if ms.mode == "infer" or frozen <= 0:
         return None
     t = ms.targets.get("peak_memory")
@@ -1078,10 +1078,7 @@ def _assemble_card(arch: ArchFeatures, source: str, ms: ModelSet, info, given: A
     card = PerformanceCard(
         model=ModelInfo(name=arch.name or Path(source).stem, source=source, parameters=int(arch.param_count),
                         trainable_parameters=int(arch.param_count - arch.frozen_param_count),
-                        param_bytes=int(arch.param_bytes),
-                        # part of param_bytes (the graph's): a model file's module counts its frozen weights
-                        # beside the graph, which leaves out those its forward does not use
-                        frozen_param_bytes=int(min(arch.frozen_param_bytes, arch.param_bytes)),
+                        param_bytes=int(arch.param_bytes), frozen_param_bytes=int(arch.frozen_param_bytes_in_graph),
                         family=arch.family),
         # the measuring GPU's memory: what a pair of predicted cards is checked against (perfpredict colocate)
         device=DeviceInfo(kind=dev, name=ms.device_name, cpu_id=ms.cpu_id if dev == "cpu" else None,

@@ -85,6 +85,12 @@ class ArchFeatures:
     #: file, a feature vector). Not a feature: it picks the model set.
     precision: str | None = None
 
+    @property
+    def frozen_param_bytes_in_graph(self) -> float:
+        """The frozen bytes as part of ``param_bytes`` (the graph's): a model file's module counts frozen weights
+        its exported forward leaves out (an unused frozen module), which the graph's bytes do not hold."""
+        return min(self.frozen_param_bytes, self.param_bytes)
+
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "family": self.family, "forward_macs_per_sample": self.forward_macs_per_sample,
                 "forward_macs_fixed": self.forward_macs_fixed, "param_count": self.param_count,

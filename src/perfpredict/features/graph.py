@@ -187,7 +187,8 @@ def _scalar_constants(graph) -> dict[str, int]:
 
 def _loop_trips(node, body, consts: dict[str, int]) -> tuple[int, str | None]:
     """(how many times a ``Loop`` runs its body, a note where that is not certain): its trip count when that
-    is a constant (an upper bound when its condition is computed, with a note); else once, with a note."""
+    is a constant (an upper bound when its condition is computed, with a note); else once, with a note.
+    ``consts``: the scalar constants of the graphs walked so far, the body's included."""
     trips = consts.get(node.input[0]) if node.input and node.input[0] else None
     if trips is None:
         return 1, ("a Loop's trip count is computed at run time: its body is counted once, so the MACs, activation "
@@ -201,7 +202,7 @@ def _loop_trips(node, body, consts: dict[str, int]) -> tuple[int, str | None]:
     for n in body.node:
         if n.op_type == "Identity" and n.input and n.input[0] in passed:
             passed.update(n.output)
-    if starts_true and (body_cond in passed or _scalar_constants(body).get(body_cond) == 1):
+    if starts_true and (body_cond in passed or consts.get(body_cond) == 1):
         return trips, None
     return trips, (f"a Loop's body is counted {trips} times, its trip count, but its condition may end it "
                    "sooner: the counts are an upper bound")
