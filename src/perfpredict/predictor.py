@@ -365,8 +365,11 @@ def _local_cpu_first(sets: list[ModelSet]) -> list[ModelSet]:
     here, name = cpu_id(), cpu_model_name()
     mine = [s for s in sets if s.device_name == name and s.cpu_id is not None and s.cpu_id == here]
     same = [s for s in mine if not is_calibrated(s)]
-    # the most recent calibration first: a calibration is a reading of the machine's speed when it ran
-    calibrated = sorted((s for s in mine if is_calibrated(s)), key=lambda s: s.calibration.created_at, reverse=True)
+    # the most recent calibration first: a calibration is a reading of the machine's speed when it ran; by the
+    # time it was made (_made_at: dates with other UTC offsets or fractional seconds do not sort as text), an
+    # unreadable date last
+    calibrated = sorted((s for s in mine if is_calibrated(s)),
+                        key=lambda s: -t if (t := _made_at(s)) is not None else math.inf)
     unknown = [s for s in sets if s.device_name == name and s.cpu_id is None and not is_calibrated(s)]
     first = same + calibrated + unknown
     rest = [s for s in sets if s not in first]

@@ -101,7 +101,8 @@ class ArchFeatures:
                 "saved_bytes_per_sample": self.saved_bytes_per_sample, "saved_bytes_fixed": self.saved_bytes_fixed,
                 "saved_cpu_bytes_per_sample": self.saved_cpu_bytes_per_sample,
                 "saved_cpu_bytes_fixed": self.saved_cpu_bytes_fixed,
-                "lookup_param_bytes": self.lookup_param_bytes,
+                "lookup_param_bytes": self.lookup_param_bytes, "frozen_param_bytes": self.frozen_param_bytes,
+                "frozen_param_count": self.frozen_param_count,
                 "recurrent_steps_by_op": dict(self.recurrent_steps_by_op),
                 "peak_live_bytes_per_sample": self.peak_live_bytes_per_sample,
                 "peak_live_bytes_fixed": self.peak_live_bytes_fixed,
@@ -476,7 +477,7 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
 
     from perfpredict.estimators.kernel_nodes import rows_at_fixed_batch
     from perfpredict.features import _from_stats
-    from perfpredict.features.graph import analyze_onnx, unknown_shapes_note
+    from perfpredict.features.graph import all_initializers, analyze_onnx, unknown_shapes_note
 
     if dims:
         proto = _fix_dims(proto, dims, name)
@@ -485,8 +486,8 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
     except ValueError as e:
         raise ArchFeaturesError(str(e), source=name, step="analyse onnx") from None
     notes: list[str] = []
-    init = proto.graph.initializer
-    param_count = float(sum(int(np.prod(t.dims)) if len(t.dims) else 1 for t in init))
+    # every weight, a Loop's or If's own included (counted once: a body's weights are shared by its iterations)
+    param_count = float(sum(int(np.prod(t.dims)) if len(t.dims) else 1 for t in all_initializers(proto.graph)))
     proto = _without_weight_data(proto)
     try:
         if symbolic:

@@ -26,7 +26,8 @@ whose scanned input's length is known count their body that many times (MACs, ac
 nodes, time steps, kernels), as the unrolled graph would; a ``Loop`` whose trip count is computed at run time,
 or a ``Scan`` of unknown length, counts its body once; an ``If`` counts the branch with more MACs (only one
 runs). Each of these, and a ``Loop`` whose condition may end it before its trip count, leaves a line in
-``GraphStats.notes``. The control-flow node itself runs no kernel. The peak-live and saved-for-backward walks
+``GraphStats.notes``. The control-flow node itself runs no kernel. A subgraph's weights (its initializers)
+are in the parameter bytes once, however many times it runs. The peak-live and saved-for-backward walks
 read the main graph only.
 """
 
@@ -185,6 +186,22 @@ def _scalar_constants(graph) -> dict[str, int]:
     return out
 
 
+def all_initializers(graph) -> list:
+    """``graph``'s initializers and those of every subgraph in it (a Loop's or Scan's body, an If's branches, at
+    any depth): the model's weights. A body's weights are stored once and shared by its iterations, so each
+    counts once whatever the trip count."""
+    import onnx
+
+    out = list(graph.initializer)
+    for node in graph.node:
+        for a in node.attribute:
+            subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else \
+                list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []
+            for sub in subs:
+                out.extend(all_initializers(sub))
+    return out
+
+
 def _loop_trips(node, body, consts: dict[str, int]) -> tuple[int, str | None]:
     """(how many times a ``Loop`` runs its body, a note where that is not certain): its trip count when that
     is a constant (an upper bound when its condition is computed, with a note); else once, with a note.
@@ -308,7 +325,8 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
     for init in g.initializer:
         shapes.add_initializer(init)
         init_names.add(init.name)
-        stats.initializer_bytes += prod(init.dims) * _dtype_size(init.data_type)
+    # the subgraphs' weights too (their shapes are added as the walk reaches them)
+    stats.initializer_bytes = sum(prod(t.dims) * _dtype_size(t.data_type) for t in all_initializers(g))
 
     unknown: Counter = Counter()
     top = _Tally()
