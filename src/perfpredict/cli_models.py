@@ -108,6 +108,10 @@ def predict(
                                                         "symbolic one)")] = None,
     dim: Annotated[list[str] | None, typer.Option("--dim", help=".onnx only: NAME=SIZE for a symbolic input "
                                                    "dimension besides the batch, e.g. --dim seq=128 (repeatable)")] = None,
+    frozen: Annotated[list[str] | None, typer.Option("--frozen", help=".onnx only: PREFIX of the initializer names "
+                                                     "of weights the training job freezes (requires_grad=False), "
+                                                     "e.g. --frozen backbone. (repeatable): they get no gradient nor "
+                                                     "optimizer state; a model file says which are frozen itself")] = None,
     mlflow: Annotated[bool, typer.Option("--mlflow", help="also log the prediction as an MLflow run (kind "
                                                           "'prediction'; off by default: a query, not a measurement)")] = False,
     experiment: Annotated[str, typer.Option(help="MLflow experiment name (with --mlflow)")] = "perfpredict-predictions",
@@ -129,7 +133,7 @@ def predict(
         raise UsageError("--device-type is empty: give a model set (e.g. cuda_h100) or a kind (cuda, cpu)",
                          step="arguments")
     is_onnx = target.lower().endswith(".onnx")
-    from perfpredict.estimators.arch import DimGivenTwice, parse_dims
+    from perfpredict.estimators.arch import DimGivenTwice, parse_dims, parse_frozen
 
     try:
         dims = parse_dims(dim or (), max_size=10**9)
@@ -141,6 +145,13 @@ def predict(
     if dims and not is_onnx:
         raise UsageError("--dim only applies to an ONNX file (a model file's inputs are its example_inputs)",
                          step="arguments")
+    prefixes = parse_frozen(frozen or ())
+    if frozen is not None and not prefixes:
+        raise UsageError("--frozen is empty: give an initializer name prefix, e.g. --frozen backbone.",
+                         step="arguments")
+    if prefixes and not is_onnx:
+        raise UsageError("--frozen only applies to an ONNX file (a model file's frozen parameters are those it "
+                         "builds with requires_grad=False)", step="arguments")
     if is_onnx:
         if params:
             raise UsageError("--param only applies to zoo models (zoo:<family>), not to an ONNX file", step="arguments")
@@ -165,7 +176,7 @@ def predict(
     warn_unusable_calibrations(pred)
     if is_onnx:
         card = pred.predict(onnx_path=target, batch_sizes=bs, device_type=device_type, mode=mode,
-                            batch_axis=batch_axis, precision=precision, dims=dims or None)
+                            batch_axis=batch_axis, precision=precision, dims=dims or None, frozen=prefixes or None)
     else:
         card = pred.predict(target, batch_sizes=bs, device_type=device_type, params=params or None, mode=mode,
                             batch_axis=batch_axis, precision=precision)

@@ -600,7 +600,8 @@ class Predictor:
                 batch_size: int | None = None,
                 batch_sizes: Sequence[int] | None = None, device_type: str | None = None,
                 params: Mapping[str, Any] | None = None, allow_fallback: bool = True, mode: str | None = None,
-                batch_axis: int | None = None, precision: str | None = None, dims: Mapping[str, int] | None = None):
+                batch_axis: int | None = None, precision: str | None = None, dims: Mapping[str, int] | None = None,
+                frozen: Sequence[str] | None = None):
         """A :class:`~perfpredict.card.PerformanceCard` predicted for a model file / ``zoo:`` target, an ONNX
         file, or ready graph features (exactly one of them); ``mode`` "train" (default) or "infer" picks the
         model set trained on training steps or on inference passes; ``batch_axis`` (ONNX files only) says which
@@ -608,7 +609,10 @@ class Predictor:
         :func:`~perfpredict.estimators.arch.from_onnx_proto`); ``precision`` ("fp32", "bf16", "fp16") picks
         the set trained at that autocast precision. Left out, it is a model file's ``PRECISION`` where a set was
         trained at it (else fp32, with a note), and fp32 for everything else. ``dims`` (ONNX files only) sizes the
-        graph inputs' symbolic dimensions other than the batch (``{"seq": 128}``)."""
+        graph inputs' symbolic dimensions other than the batch (``{"seq": 128}``). ``frozen`` (ONNX files only)
+        names the weights a training job freezes (``requires_grad=False``) by initializer name prefix
+        (``["backbone."]``): they get no gradient nor optimizer state, as a model file's frozen parameters; a
+        model file says which are frozen itself, and a feature vector by its ``frozen_param_bytes``."""
         # The batch sizes are checked first: a model file is run and exported before its features exist.
         if batch_size is not None and batch_sizes is not None:
             raise UsageError("give batch_size or batch_sizes, not both", step="predict")
@@ -618,7 +622,7 @@ class Predictor:
         bs = _check_batches(batch_sizes if batch_sizes is not None else [32 if batch_size is None else batch_size])
         # and that a model set answers (the same condition _set_for ends on), before the model file is run
         self.model_set(device_type, mode, precision)
-        arch, source = _arch_of(model, onnx_path, features, params, batch_axis, dims)
+        arch, source = _arch_of(model, onnx_path, features, params, batch_axis, dims, frozen)
         return self.card_for(arch, bs, device_type=device_type, source=source, allow_fallback=allow_fallback,
                              mode=mode, precision=precision)
 
@@ -628,7 +632,7 @@ class Predictor:
                       device_type: str | None = None, mode: str | None = None, precision: str | None = None,
                       params: Mapping[str, Any] | None = None, batch_axis: int | None = None,
                       quantile: str = "q90", multiple_of: int = 1, max_batch: int | None = None,
-                      dims: Mapping[str, int] | None = None):
+                      dims: Mapping[str, int] | None = None, frozen: Sequence[str] | None = None):
         """The largest batch size predicted to fit ``memory_limit_bytes`` (a
         :class:`~perfpredict.profile.batch_search.BatchLimit` with ``source="predicted"``): on a CUDA set the q90
         of the GPU memory NVML will see (context included), on a CPU set the q90 of the step's peak RSS
@@ -638,7 +642,7 @@ class Predictor:
 
         check_limit_args(memory_limit_bytes, quantile, multiple_of, max_batch)  # before a model file is run,
         self.model_set(device_type, mode, precision)  # and that a model set answers
-        arch, _ = _arch_of(model, onnx_path, features, params, batch_axis, dims)
+        arch, _ = _arch_of(model, onnx_path, features, params, batch_axis, dims, frozen)
         return predicted_largest_batch(self, arch, memory_limit_bytes, device_type=device_type, mode=mode,
                                        precision=precision, quantile=quantile, multiple_of=multiple_of,
                                        max_batch=max_batch)
@@ -891,7 +895,8 @@ def _frozen_memory_note(arch: ArchFeatures, ms: ModelSet) -> str | None:
 
 def _arch_of(model: str | None, onnx_path: str | Path | None,
              features: ArchFeatures | Mapping[str, Any] | PerformanceCard | None, params: Mapping[str, Any] | None,
-             batch_axis: int | None, dims: Mapping[str, int] | None = None) -> tuple[ArchFeatures, str]:
+             batch_axis: int | None, dims: Mapping[str, int] | None = None,
+             frozen: Sequence[str] | None = None) -> tuple[ArchFeatures, str]:
     """The graph features of exactly one of a model file / ``zoo:`` target, an ONNX file or a feature mapping,
     and the name of where they came from."""
     from perfpredict.estimators import arch as archmod
@@ -907,6 +912,11 @@ def _arch_of(model: str | None, onnx_path: str | Path | None,
                          "fixed architecture)", step="predict")
     if dims and onnx_path is None:
         raise UsageError("dims applies to ONNX files only (a model.py's inputs are its example_inputs)", step="predict")
+    frozen = archmod.check_frozen(frozen)
+    if frozen and onnx_path is None:
+        raise UsageError("frozen applies to ONNX files only: a model file's frozen parameters are those it builds "
+                         "with requires_grad=False, and a feature vector gives frozen_param_bytes / "
+                         "frozen_param_count", step="predict")
     if dims is not None and not isinstance(dims, Mapping):
         raise UsageError(f"dims must map dimension names to sizes, e.g. {{'seq': 128}}, got {dims!r}"[:200],
                          step="predict")
@@ -918,7 +928,7 @@ def _arch_of(model: str | None, onnx_path: str | Path | None,
             raise UsageError(f"params must be a mapping such as {{'width': 64}}, got {params!r}"[:200], step="predict")
         return archmod.from_workload(str(model), params), str(model)
     if onnx_path is not None:
-        return archmod.from_onnx_file(onnx_path, batch_axis=batch_axis, dims=dims), str(onnx_path)
+        return archmod.from_onnx_file(onnx_path, batch_axis=batch_axis, dims=dims, frozen=frozen), str(onnx_path)
     arch = _as_arch(features)
     return arch, arch.name or "features"
 

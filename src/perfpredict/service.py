@@ -8,7 +8,8 @@
 - ``POST /predict`` — JSON ``{"features": {...graph features...}, "batch_sizes": [32], "device_type": ...}``,
   answered with a predicted :class:`~perfpredict.card.PerformanceCard`;
 - ``POST /predict/onnx`` — multipart upload of an ONNX file (``file``) with ``batch_sizes`` (comma-separated)
-  and optional ``device_type``. The file is parsed and shape-inferred by the ``onnx`` library only: no
+  and optional ``device_type`` (and ``mode``, ``precision``, ``batch_axis``, ``dims``, ``frozen``: the
+  weights a training job freezes, by initializer name prefix, comma-separated). The file is parsed and shape-inferred by the ``onnx`` library only: no
   onnxruntime session, no Python from the client, nothing executed. Uploads over ``max_upload_bytes`` are
   refused with 413 before they are parsed, and before their body is read when their Content-Length says so.
 
@@ -216,7 +217,13 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
 
     from perfpredict import __version__
     from perfpredict.card import PerformanceCard
-    from perfpredict.estimators.arch import ArchFeatures, ArchFeaturesError, from_onnx_proto, load_onnx_bytes
+    from perfpredict.estimators.arch import (
+        ArchFeatures,
+        ArchFeaturesError,
+        from_onnx_proto,
+        load_onnx_bytes,
+        parse_frozen,
+    )
     from perfpredict.pair_prediction import PairPrediction
     from perfpredict.predictor import Predictor
     from perfpredict.profile.batch_search import BatchLimit
@@ -309,6 +316,11 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
                                                                      "batch (default: the first, or the symbolic one)"),
                      dims: str | None = Form(None, description="sizes of the inputs' symbolic dimensions "
                                                                "besides the batch: seq=128,t=4"),
+                     frozen: str | None = Form(None, description="comma-separated initializer name prefixes of the "
+                                                                 "weights the training job freezes (requires_grad="
+                                                                 "False): backbone.,embed. They get no gradient nor "
+                                                                 "optimizer state; a prefix naming no initializer is "
+                                                                 "a 422"),
                      allow_fallback: bool = Form(True, description="out of distribution, answer from the nearest "
                                                                    "profiled model (as /predict)")) -> dict[str, Any]:
         try:
@@ -322,7 +334,8 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
         name = (file.filename or "upload.onnx").rsplit("/", 1)[-1][:200]
         try:
             arch = from_onnx_proto(load_onnx_bytes(data, name, external_data=False), name=name.removesuffix(".onnx"),
-                                   batch_axis=batch_axis, dims=sizes or None)
+                                   batch_axis=batch_axis, dims=sizes or None,
+                                   frozen=parse_frozen([frozen or ""]) or None)
         except ArchFeaturesError as e:
             raise HTTPException(400, str(e)) from None
         card = pred.card_for(arch, bs, device_type=device_type, source=name, mode=mode, precision=precision,

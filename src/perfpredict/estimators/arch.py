@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfpredict.errors import PerfPredictError, exception_text, first_line
+from perfpredict.errors import PerfPredictError, UsageError, exception_text, first_line
 
 
 class ArchFeaturesError(PerfPredictError):
@@ -57,9 +57,9 @@ class ArchFeatures:
     #: bytes of weights only ever indexed (embedding tables; :attr:`GraphStats.lookup_param_bytes`)
     lookup_param_bytes: float = 0.0
     #: bytes of the parameters that get no gradient (``requires_grad=False``; part of param_bytes), counted on a
-    #: built model (:func:`from_workload`) or given by a card's model section or a feature vector; 0 where only
-    #: a graph or a features table is at hand (an ONNX file does not say which weights train): all trained, as
-    #: every zoo model is
+    #: built model (:func:`from_workload`), on an ONNX graph's initializers named by prefix (``frozen``, as an
+    #: ONNX file does not say which weights train), or given by a card's model section or a feature vector; 0
+    #: where nobody said: all trained, as every zoo model is
     frozen_param_bytes: float = 0.0
     #: how many parameters those are (part of param_count)
     frozen_param_count: float = 0.0
@@ -466,13 +466,62 @@ def _fix_dims(proto, dims: Mapping[str, int], name: str):
     return m
 
 
+def parse_frozen(items: Iterable[str]) -> list[str]:
+    """``["backbone.", "embed.,pos."]`` (the CLI's ``--frozen``, the service's ``frozen`` field) as the prefixes
+    ``["backbone.", "embed.", "pos."]``: comma-separated as ``dims`` is, blanks skipped."""
+    return [x.strip() for raw in items for x in raw.split(",") if x.strip()]
+
+
+def check_frozen(frozen: Any) -> list[str] | None:
+    """``frozen`` (initializer name prefixes) as a list, None for none; a :class:`UsageError` for anything but a
+    list of non-empty strings (a bare string would freeze by its characters)."""
+    if frozen is None:
+        return None
+    if isinstance(frozen, (str, bytes)) or not isinstance(frozen, Iterable):
+        raise UsageError(f"frozen must be a list of initializer name prefixes such as ['backbone.'], got "
+                         f"{frozen!r}"[:200], step="predict")
+    frozen = list(frozen)
+    bad = [p for p in frozen if not isinstance(p, str) or not p.strip()]
+    if bad:
+        raise UsageError(f"frozen: each prefix is a non-empty initializer name prefix such as 'backbone.', got "
+                         f"{bad[0]!r}"[:200], step="predict")
+    return frozen or None
+
+
+def frozen_initializers(proto, frozen: Sequence[str], name: str = "onnx") -> tuple[float, float]:
+    """The bytes and count of the graph's weights (its initializers, what ``param_bytes`` and ``param_count``
+    count) whose names start with one of the prefixes ``frozen``: the parameters a training job freezes
+    (``requires_grad=False``), which an ONNX file does not record. Read from the initializers' shapes and
+    types, nothing executed. A prefix that starts no initializer's name is a :class:`UsageError` naming some
+    that exist (a prefix naming nothing would predict a job that trains every weight without a word)."""
+    import numpy as np
+
+    from perfpredict.features.graph import _dtype_size
+
+    init = list(proto.graph.initializer)
+    for prefix in frozen:
+        if not any(t.name.startswith(prefix) for t in init):
+            shown = ", ".join(repr(t.name[:60]) for t in init[:6]) + (f", ... ({len(init)} in all)"
+                                                                       if len(init) > 6 else "")
+            raise UsageError(f"frozen prefix {prefix[:60]!r} starts no initializer's name in {name}; its initializers "
+                             f"are {shown or 'none'} (the exporter's names: torch.onnx.export keeps module paths "
+                             "such as 'backbone.weight', save weights it folded or transposed)", step="predict")
+    picked = [t for t in init if t.name.startswith(tuple(frozen))]
+    count = sum(int(np.prod(t.dims)) if len(t.dims) else 1 for t in picked)
+    return (float(sum((int(np.prod(t.dims)) if len(t.dims) else 1) * _dtype_size(t.data_type) for t in picked)),
+            float(count))
+
+
 def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
-                    dims: Mapping[str, int] | None = None) -> ArchFeatures:
+                    dims: Mapping[str, int] | None = None, frozen: Sequence[str] | None = None) -> ArchFeatures:
     """Features of an ONNX graph without executing it (shape inference only). ``batch_axis``: which axis of the
     first input is the batch, where the graph cannot say (every dimension fixed, or a sequence-first input);
     by default the first axis, or the one symbolic dimension when the first is fixed. ``dims``: sizes for the
     inputs' other symbolic dimensions (``{"seq": 128}``). A symbolic dimension left besides the batch leaves
-    the compute ops' shapes unknown, so every count would be wrong: that is an error asking for its size."""
+    the compute ops' shapes unknown, so every count would be wrong: that is an error asking for its size.
+    ``frozen``: initializer name prefixes of the weights a training job freezes (``["backbone."]``,
+    :func:`frozen_initializers`); their bytes and count are the features' ``frozen_param_bytes`` and
+    ``frozen_param_count``, as a feature vector gives them."""
     import numpy as np
 
     from perfpredict.estimators.kernel_nodes import rows_at_fixed_batch
@@ -488,6 +537,7 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
     notes: list[str] = []
     # every weight, a Loop's or If's own included (counted once: a body's weights are shared by its iterations)
     param_count = float(sum(int(np.prod(t.dims)) if len(t.dims) else 1 for t in all_initializers(proto.graph)))
+    frozen_bytes, frozen_count = frozen_initializers(proto, check_frozen(frozen) or (), name)
     proto = _without_weight_data(proto)
     try:
         if symbolic:
@@ -552,7 +602,8 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
         activation_bytes_by_op={k: int(v) for k, v in act_by_op.items() if v > 0},
         peak_live_bytes_per_sample=float(max(live, 0)), peak_live_bytes_fixed=float(live_fixed),
         graph_saved_bytes_per_sample=float(max(gsaved, 0)), graph_saved_bytes_fixed=float(gsaved_fixed),
-        kernel_nodes=tuple(tuple(r) for r in kernels), name=name, notes=tuple(notes))
+        kernel_nodes=tuple(tuple(r) for r in kernels), frozen_param_bytes=frozen_bytes,
+        frozen_param_count=frozen_count, name=name, notes=tuple(notes))
 
 
 def _at_least_zero(v: Any) -> Any:
@@ -619,7 +670,7 @@ def _input_bytes_per_sample(proto, batch_param: str | None = None, axis: int | N
 
 
 def from_onnx_file(path: str | Path, batch_axis: int | None = None,
-                   dims: Mapping[str, int] | None = None) -> ArchFeatures:
+                   dims: Mapping[str, int] | None = None, frozen: Sequence[str] | None = None) -> ArchFeatures:
     from perfpredict.input_files import ONNX_LIMIT_BYTES, InputTooLarge, read_bounded
 
     p = Path(path)
@@ -629,4 +680,5 @@ def from_onnx_file(path: str | Path, batch_axis: int | None = None,
         raise ArchFeaturesError(str(e), source=str(path), step="read onnx") from None
     except OSError as e:
         raise ArchFeaturesError(f"cannot read: {e.strerror}", source=str(path), step="read onnx") from None
-    return from_onnx_proto(load_onnx_bytes(data, str(path), path=p), name=p.stem, batch_axis=batch_axis, dims=dims)
+    return from_onnx_proto(load_onnx_bytes(data, str(path), path=p), name=p.stem, batch_axis=batch_axis, dims=dims,
+                           frozen=frozen)
