@@ -70,11 +70,15 @@ def run_one(jobs: list, nodes: int, label: str, mech: str, kwargs: dict) -> dict
                    SimConfig(mode="event", start_overhead_s=genie_nu_s()))
     g = genie_metrics(res)
     m = metrics_from_result(res)
+
+    def pct(v: float) -> float | None:  # a QoS class the mix has no task of: null in results.json, not NaN
+        return 100 * v if math.isfinite(v) else None
+
     return {"method": label, "mechanism": mech, "gpus": cluster.total_gpus, "tasks": g["n_tasks"],
             "qos_pct": 100 * g["qos_guarantee"], "makespan_h": g["makespan_s"] / 3600,
             "norm_latency": g["avg_norm_latency"], "avg_jct_h": g["avg_jct_s"] / 3600,
-            "qos_urgent_pct": 100 * g["qos_by_class"]["urgent"], "qos_prior_pct": 100 * g["qos_by_class"]["prior"],
-            "qos_normal_pct": 100 * g["qos_by_class"]["normal"], "gpu_util": m.gpu_util,
+            "qos_urgent_pct": pct(g["qos_by_class"]["urgent"]), "qos_prior_pct": pct(g["qos_by_class"]["prior"]),
+            "qos_normal_pct": pct(g["qos_by_class"]["normal"]), "gpu_util": m.gpu_util,
             "unfinished": g["n_tasks"] - g["n_finished"], "decisions": res.decisions,
             "decision_ms": 1e3 * res.decision_time_s / max(1, res.decisions), "wall_s": time.perf_counter() - t0}
 

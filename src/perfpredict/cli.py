@@ -701,10 +701,13 @@ def simulate(
     out_console.print(table)
     g = run.extra.get("genie")
     if g:
-        by = ", ".join(f"{c} {v:.1%}" for c, v in g["qos_by_class"].items())
-        out_console.print(f"GENIE §7.1: QoS guarantee {g['qos_guarantee']:.1%} ({by}), makespan "
-                          f"{g['makespan_s'] / 3600:,.2f} h, average normalised latency {g['avg_norm_latency']:.3g}",
-                          highlight=False)
+        def num(v, fmt: str, scale: float = 1.0) -> str:  # a class without tasks has no share: "–", as the table
+            return "–" if v is None or not math.isfinite(v) else f"{v * scale:{fmt}}"
+
+        by = ", ".join(f"{c} {num(v, '.1%')}" for c, v in g["qos_by_class"].items())
+        out_console.print(f"GENIE §7.1: QoS guarantee {num(g['qos_guarantee'], '.1%')} ({by}), makespan "
+                          f"{num(g['makespan_s'], ',.2f', 1 / 3600)} h, average normalised latency "
+                          f"{num(g['avg_norm_latency'], '.3g')}", highlight=False)
     if cfg.start_overhead_s > 0:
         out_console.print(f"start overhead charged: {cfg.start_overhead_s:g} s at each job's first start"
                           + (" (GENIE's ν, eq. 4; --start-overhead to change it)" if start_overhead is None else ""),

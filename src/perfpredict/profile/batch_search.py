@@ -39,7 +39,9 @@ MAX_SEARCH_BATCH = 2**24
 class BatchProbe(BaseModel):
     batch_size: int
     status: Literal["ok", "oom", "timeout", "error", "nonfinite"]
-    peak_bytes: int | None = Field(None, description="cpu: peak RSS increase; cuda: torch peak allocated")
+    peak_bytes: int | None = Field(None, description="cpu: peak RSS increase; cuda: torch peak allocated "
+                                   "(predicted: its median, or on a set without device memory the quantile held "
+                                   "to the limit)")
     device_bytes: int | None = Field(None, description="cuda: NVML process memory (context + allocator reserve)")
     iter_time_s: float | None = Field(None, description="median of two steps: rough")
     seconds: float = Field(description="wall time of the probe, process start to answer")
