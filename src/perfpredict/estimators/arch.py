@@ -496,9 +496,9 @@ def frozen_initializers(proto, frozen: Sequence[str], name: str = "onnx") -> tup
     that exist (a prefix naming nothing would predict a job that trains every weight without a word)."""
     import numpy as np
 
-    from perfpredict.features.graph import _dtype_size
+    from perfpredict.features.graph import _dtype_size, all_initializers
 
-    init = list(proto.graph.initializer)
+    init = all_initializers(proto.graph)  # a Loop's or If's own weights too, as param_count counts them
     for prefix in frozen:
         if not any(t.name.startswith(prefix) for t in init):
             shown = ", ".join(repr(t.name[:60]) for t in init[:6]) + (f", ... ({len(init)} in all)"
