@@ -75,6 +75,8 @@ def test_cli_prints_the_table_writes_files_and_logs_one_mlflow_run(run_cli, tmp_
                    "--seeds", "0,1", "--metric", "avg_jct_s", "--metric", "gpu_util", "--out", "c")
     assert proc.returncode == 0, proc.stderr
     assert "fifo+tune" in proc.stdout and "change vs fifo+proportional" in proc.stdout
+    # the two ± of a cell say what they are: the mean's spread over seeds, the change's standard error
+    assert "mean ± sd over seeds; change paired by seed ± its standard error" in " ".join(proc.stdout.split())
     assert {"runs.csv", "summary.csv", "summary.json", "compare.png", "runs"} <= {p.name for p in (tmp_path / "c").iterdir()}
     import mlflow
 

@@ -131,7 +131,8 @@ def compare(
     if unpaired:
         err_console.print(f"[yellow]warning[/]: {escape(unpaired)}", highlight=False)
     table = Table(title=f"{len(schedulers)} schedulers on {trace} / {cluster_name}, {len(seed_list)} seed(s); "
-                        f"change vs {cmp.baseline.label}, paired by seed (± standard error)", title_style="bold")
+                        f"change vs {cmp.baseline.label}", title_style="bold",
+                  caption="mean ± sd over seeds; change paired by seed ± its standard error")
     table.add_column("scheduler")
     for m in metrics:
         table.add_column(m, justify="right")
