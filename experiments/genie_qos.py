@@ -202,7 +202,7 @@ def model_summary() -> list[dict]:
 
 
 def main() -> None:
-    from perfpredict.script_args import describe, out_dir, positive_float, seed_list
+    from perfpredict.script_args import describe, out_dir, places_to_tell, positive_float, seed_list
 
     ap = argparse.ArgumentParser(description=describe(__doc__))
     ap.add_argument("--fast", action="store_true", help="densities 10, 20 on 16 GPUs, seed 0, one mix, 32 GPUs (CI)")
@@ -283,15 +283,19 @@ def main() -> None:
             _get(per_seed, s, "SWAF", "qos_pct") > _get(per_seed, s, b, "qos_pct") for b in BASELINES))
         wins_m = sum(1 for s in seeds if all(
             _get(per_seed, s, "SWAF", "makespan_h") < _get(per_seed, s, b, "makespan_h") for b in BASELINES))
+        # as many places as it takes to tell SWAF from the best baseline (a verdict beside two equal figures)
+        dq, dm = places_to_tell(q[k]["SWAF"], q[k][best_q]), places_to_tell(mk[k]["SWAF"], mk[k][best_m], fewest=2)
         checks[f"qos_{rate:g}"] = {
             "ok": q[k]["SWAF"] > q[k][best_q],
-            "text": (f"{rate:g} tasks/h, 16 GPUs: SWAF's QoS guarantee {q[k]['SWAF']:.1f}% > every baseline's "
-                     f"(best: {best_q} {q[k][best_q]:.1f}%; SWAF above all of them on {wins_q}/{len(seeds)} seeds)"),
+            "text": (f"{rate:g} tasks/h, 16 GPUs: SWAF's QoS guarantee {q[k]['SWAF']:.{dq}f}% > every baseline's "
+                     f"(best: {best_q} {q[k][best_q]:.{dq}f}%; SWAF above all of them on {wins_q}/{len(seeds)} "
+                     "seeds)"),
             "swaf": q[k]["SWAF"], "best_baseline": best_q, "best_value": q[k][best_q]}
         checks[f"makespan_{rate:g}"] = {
             "ok": mk[k]["SWAF"] < mk[k][best_m],
-            "text": (f"{rate:g} tasks/h, 16 GPUs: SWAF's makespan {mk[k]['SWAF']:.2f} h < every baseline's "
-                     f"(best: {best_m} {mk[k][best_m]:.2f} h; SWAF below all of them on {wins_m}/{len(seeds)} seeds)"),
+            "text": (f"{rate:g} tasks/h, 16 GPUs: SWAF's makespan {mk[k]['SWAF']:.{dm}f} h < every baseline's "
+                     f"(best: {best_m} {mk[k][best_m]:.{dm}f} h; SWAF below all of them on {wins_m}/{len(seeds)} "
+                     "seeds)"),
             "swaf": mk[k]["SWAF"], "best_baseline": best_m, "best_value": mk[k][best_m]}
     complete = all(all(m in q[k] and math.isfinite(q[k][m]) for m in PAPER) for k in q)
     checks["tables"] = {"ok": complete and all(tables.values()),

@@ -187,7 +187,15 @@ def _sd(rows, key):
 
 
 def main() -> None:
-    from perfpredict.script_args import describe, int_list, nonneg_float, out_dir, positive_float, positive_int
+    from perfpredict.script_args import (
+        describe,
+        int_list,
+        nonneg_float,
+        out_dir,
+        places_to_tell,
+        positive_float,
+        positive_int,
+    )
     from perfpredict.sim.horus_workload import PREDICTIONS, horus_jobs_table, refit_cache_entries
     from perfpredict.sim.kept_runs import KeptRuns
     from perfpredict.sim.parallel import add_sweep_options, map_runs, where_runs
@@ -349,7 +357,8 @@ def main() -> None:
 
     for w in ("small", "large"):
         checks[f"makespan_{w}"] = {"ok": gain(w) >= 0.20, "value": gain(w),
-                                   "text": f"Horus makespan {gain(w):.1%} below FIFO on W-{w.capitalize()} "
+                                   "text": f"Horus makespan {gain(w):.{places_to_tell(100 * gain(w), 20)}%} below "
+                                           f"FIFO on W-{w.capitalize()} "
                                            f"(target >= 20%)"}
     utils = {(w, m): summary[f"poisson/{w}/{m}"]["busy_util"] for w in ("small", "large")
              for m in ("horus", "obp", "fifo-exclusive")}

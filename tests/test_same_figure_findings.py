@@ -73,3 +73,14 @@ def test_genie_experiment_rows_hold_no_nan_for_a_class_without_tasks():
     row = mod.run_one(jobs, 4, "SWAF", "swaf", {})
     assert row["qos_urgent_pct"] is None and row["qos_normal_pct"] is not None
     json.dumps(row, allow_nan=False)
+
+
+def test_a_figure_beside_its_verdict_is_printed_to_the_places_that_tell_it_from_the_target():
+    """An experiment printed its worst reduction to 0.1% beside a verdict computed unrounded: 14.96% against a
+    15% target read "15.0% (target >= 15%): FAIL". The places now go on until the two differ."""
+    from perfpredict.script_args import places_to_tell
+
+    assert places_to_tell(14.96, 15) == 2 and f"{14.96:.2f}" == "14.96"
+    assert places_to_tell(18.1, 20) == 1  # clear of the target: the usual one place
+    assert places_to_tell(88.6441, 88.6449) == 3  # two QoS figures that tie to two places
+    assert places_to_tell(2.0, 2.0, fewest=2) == 6  # equal: as many places as allowed, and no further

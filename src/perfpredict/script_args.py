@@ -255,3 +255,13 @@ def describe(doc: str | None) -> str:
     alone stops mid-sentence)."""
     para = (doc or "").strip().split("\n\n")[0]
     return " ".join(line.strip() for line in para.splitlines())
+
+
+def places_to_tell(a: float, b: float, fewest: int = 1, most: int = 6) -> int:
+    """The decimal places (from ``fewest``, at most ``most``) at which ``a`` and ``b`` print differently: a
+    figure printed beside a verdict on it (14.96% against a 15% target, a QoS of 88.64% against 88.65%) must not
+    read as the other side of it once rounded. Both in the unit they are printed in (a percentage's hundredths)."""
+    for places in range(fewest, most + 1):
+        if f"{a:.{places}f}" != f"{b:.{places}f}":
+            return places
+    return most
