@@ -21,14 +21,19 @@ Biases, normalisation, pooling, activations and element-wise ops are not MACs (t
 ``op_counts``).
 
 Control flow is counted as it runs (:data:`CONTROL_FLOW_OPS`), with the shapes shape inference gives the
-subgraphs: a ``Loop`` whose trip count is a constant (an initializer or a ``Constant`` node) and a ``Scan``
+subgraphs: a ``Loop`` whose trip count is a constant (an initializer, a ``Constant`` node, or shape arithmetic
+on shapes shape inference knows: :func:`_folded_trip_counts`) and a ``Scan``
 whose scanned input's length is known count their body that many times (MACs, activation bytes, op counts,
 nodes, time steps, kernels), as the unrolled graph would; a ``Loop`` whose trip count is computed at run time,
 or a ``Scan`` of unknown length, counts its body once; an ``If`` counts the branch with more MACs (only one
 runs). Each of these, and a ``Loop`` whose condition may end it before its trip count, leaves a line in
 ``GraphStats.notes``. The control-flow node itself runs no kernel. A subgraph's weights (its initializers)
 are in the parameter bytes once, however many times it runs. The peak-live and saved-for-backward walks
-read the main graph only.
+read the graph as it runs too (:class:`_Unrolled`): a Loop of constant trip count and a Scan of known length
+unrolled into fresh tensors per iteration (a loop-carried value wired from one iteration to the next, a
+scanned input sliced, a scan output stacked), an If as the branch counted; a Loop or Scan that cannot be
+unrolled (its trip count computed at run time, or past :data:`MAX_UNROLLED_NODES` node copies) stays one node
+there, its body's tensors left out, with a note.
 """
 
 from __future__ import annotations
@@ -45,6 +50,9 @@ RECURRENT_OPS = ("LSTM", "GRU", "RNN")
 MAC_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum", *RECURRENT_OPS, "Attention")
 #: Ops whose subgraphs run in their place: a loop's body once per iteration, one branch of an If
 CONTROL_FLOW_OPS = ("Loop", "Scan", "If")
+#: The most node copies the peak-live and saved-for-backward walks unroll control flow into (a Loop's trip count
+#: x its body's nodes, summed over the graph): past it a Loop or Scan stays one node in them, with a note.
+MAX_UNROLLED_NODES = 200_000
 
 
 @dataclass
@@ -67,8 +75,8 @@ class GraphStats:
     recurrent_steps_by_op: dict[str, int] = field(default_factory=dict)
     op_counts: dict[str, int] = field(default_factory=dict)
     num_nodes: int = 0
-    #: The most activation bytes alive at once in one pass of the main graph, as an eager runtime holds them
-    #: (:func:`peak_live_activation_bytes`).
+    #: The most activation bytes alive at once in one pass of the graph, its control flow unrolled
+    #: (:class:`_Unrolled`), as an eager runtime holds them (:func:`peak_live_activation_bytes`).
     peak_live_activation_bytes: int = 0
     #: The bytes a training step's backward pass would keep, read off the graph by per-op rules
     #: (:func:`saved_for_backward_bytes`): what an ONNX file alone can say about the saved tensors.
@@ -200,6 +208,20 @@ def all_initializers(graph) -> list:
             for sub in subs:
                 out.extend(all_initializers(sub))
     return out
+
+
+def _folded_trip_counts(graph) -> dict[str, int]:
+    """name -> value of the trip counts of ``graph``'s Loops that its shape arithmetic computes from shapes
+    shape inference knows (a scripted ``for t in range(x.shape[0])`` exports ``Shape -> Gather``), folded with
+    numpy (:mod:`perfpredict.features.shape_folding`); {} where none is."""
+    from perfpredict.features.shape_folding import _fold
+
+    trips = {n.input[0] for n in graph.node if n.op_type == "Loop" and n.input and n.input[0]}
+    trips -= set(_scalar_constants(graph))
+    if not trips:
+        return {}
+    folded = _fold(graph, {})  # in graph order: each value from the ones before it
+    return {k: int(v.reshape(-1)[0]) for k, v in folded.items() if k in trips and v.size == 1}
 
 
 def _loop_trips(node, body, consts: dict[str, int]) -> tuple[int, str | None]:
@@ -341,6 +363,7 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
     consts: dict[str, int] = {}  # scalar integer and boolean constants: a Loop's trip count and condition
     opset = next((o.version for o in inferred.opset_import if o.domain in ("", "ai.onnx")), 0)
     notes: dict[str, None] = {}
+    plan: dict[tuple[str, ...], tuple[str, Any]] = {}  # how each control-flow node runs, for :class:`_Unrolled`
 
     def walk(graph, tally: _Tally, weights: set[str], main: bool = False) -> None:
         if not main:  # a subgraph: its shapes (inferred in place), its own weights
@@ -404,11 +427,18 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
                     for i, o in zip(subgraphs["body"].input[2:], subgraphs["body"].output[1:])):
                 notes["a Loop's loop-carried value changes shape from one iteration to the next: its body is "
                       "counted at the first iteration's shapes"] = None
+            known = bool(node.input and node.input[0] in consts) if node.op_type == "Loop" else note is None
+            if known and node.output:
+                plan[tuple(node.output)] = (node.op_type, trips)
+            _loop_output_shapes(node, subgraphs["body"], trips if known else None, shapes)
         elif node.op_type == "If" and {"then_branch", "else_branch"} <= subgraphs.keys():
             branches = [_Tally(), _Tally()]
             walk(subgraphs["then_branch"], branches[0], weights)
             walk(subgraphs["else_branch"], branches[1], weights)
-            tally.add(max(branches, key=lambda t: (sum(t.macs.values()), sum(t.act_by_op.values()))))
+            chosen = max((0, 1), key=lambda i: (sum(branches[i].macs.values()), sum(branches[i].act_by_op.values())))
+            tally.add(branches[chosen])
+            if node.output:
+                plan[tuple(node.output)] = ("If", ("then_branch", "else_branch")[chosen])
             note = ("an If runs one of its two branches, chosen at run time: the counts take the branch with more "
                     "MACs and leave the other out")
         else:
@@ -417,9 +447,8 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
             return
         if note:
             notes[note] = None
-        notes[f"the peak-memory and saved-for-backward walks read the main graph only: the tensors inside a "
-              f"{'/'.join(CONTROL_FLOW_OPS)} body are not in them"] = None
 
+    consts.update(_folded_trip_counts(g))
     walk(g, top, init_names, main=True)
     lookup_only = gathered - read_whole  # a table tied to an output projection is read whole
     stats.lookup_param_bytes = int(sum(prod(t.dims) * _dtype_size(t.data_type) for t in g.initializer
@@ -433,13 +462,198 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
     stats.num_nodes = int(sum(stats.op_counts.values()))
     stats.unknown_shape_ops = dict(unknown)
     stats.kernel_nodes = top.kernels
+    # the peak-live and saved walks read the graph as it runs: its control flow unrolled
+    unrolled = _Unrolled(plan)
+    unrolled.add_main(g)
+    for what in unrolled.left:
+        notes[f"the peak-memory and saved-for-backward walks do not unroll {what}: the tensors inside it are not "
+              "in them"] = None
     stats.notes = list(notes)
-    nodes = [(n.op_type, list(n.input), list(n.output)) for n in g.node]
+    nodes = unrolled.nodes
+    weights = init_names | {t.name for t in all_initializers(g)} | unrolled.const
+    orig = unrolled.orig
+
+    def nbytes(name: str) -> int | None:  # an iteration's tensor has the shape of the subgraph's that it copies
+        return shapes.nbytes(orig.get(name, name))
+
     stats.peak_live_activation_bytes = peak_live_activation_bytes(
-        nodes, [vi.name for vi in g.input], [o.name for o in g.output], init_names, shapes.nbytes)
+        nodes, [vi.name for vi in g.input], [o.name for o in g.output], weights, nbytes)
     float_outputs = [o.name for o in g.output if o.type.tensor_type.elem_type in _FLOAT_TYPES]
-    stats.graph_saved_bytes = saved_for_backward_bytes(nodes, init_names, shapes.nbytes, float_outputs)
+    stats.graph_saved_bytes = saved_for_backward_bytes(nodes, weights, nbytes, float_outputs)
     return stats
+
+
+def _loop_output_shapes(node, body, trips: int | None, shapes: _Shapes) -> None:
+    """Gives the outputs of a ``Loop`` or ``Scan`` of ``trips`` iterations (None: unknown) that shape inference
+    left unknown (a Loop's, whose body declares a symbolic batch) the shapes its body gives them: a loop-carried
+    value's last state, as its body outputs it (the first iteration's shape; the input's where it runs no
+    iteration), a scan output's ``trips`` values stacked (where ``trips`` is known)."""
+    b_in, b_out = [i.name for i in body.input], [o.name for o in body.output]
+    if node.op_type == "Loop":
+        n_state, first_in, first_out = len(b_in) - 2, 2, 1
+        stack_axes: list[int] = []
+    else:
+        n_state = len(node.input) - int(_attr(node, "num_scan_inputs", 0) or 0)
+        first_in, first_out = 0, 0
+        stack_axes = list(_attr(node, "scan_output_axes", None) or [])
+    for j, y in enumerate(node.output):
+        if not y or shapes.shape(y) is not None:
+            continue
+        if j < n_state:
+            src = (node.input[first_in + j] if trips == 0 and first_in + j < len(node.input)
+                   else b_out[first_out + j] if first_out + j < len(b_out) else "")
+            if not src or shapes.shape(src) is None:
+                continue
+            shapes.info[y] = shapes.info[src]
+        else:
+            src = b_out[first_out + j] if first_out + j < len(b_out) else ""
+            per = shapes.shape(src) if src and trips is not None else None
+            k = j - n_state
+            axis = stack_axes[k] if k < len(stack_axes) else 0
+            axis = axis + len(per) + 1 if per is not None and axis < 0 else axis
+            if per is None or not 0 <= axis <= len(per):
+                continue
+            shapes.info[y] = ([*per[:axis], trips, *per[axis:]], shapes.info[src][1])
+        if shapes.elem_float(src):
+            shapes.floats.add(y)
+
+
+class _Unrolled:
+    """A graph's nodes ``(op type, inputs, outputs)`` as they run, for the peak-live and saved-for-backward walks:
+    each ``Loop`` of constant trip count and ``Scan`` of known length (``plan``: the counting walk's
+    ``(op, trips)`` by the node's outputs) unrolled into a copy of its body per iteration, an ``If`` into the
+    branch the counts took (``("If", "then_branch" or "else_branch")``), at any depth; what the explicitly
+    unrolled graph would run:
+
+    - each copy's tensors have fresh names (``orig``: fresh name -> the subgraph's name, whose shape it has);
+      the tensors a subgraph reads from the graphs around it (weights, activations) are theirs, by name;
+    - a loop-carried value is the previous iteration's output (the Loop's or Scan's input in the first); a
+      Loop's iteration number and a Scan step's slice index are constants (``const``), its condition the
+      previous iteration's (the Loop's, or a constant, in the first);
+    - a Scan's iteration reads its scanned inputs' slices (a ``Gather`` of the step, as ``x[k]`` exports);
+    - the node's outputs are an ``Identity`` of each loop-carried value's last state (of a branch's output)
+      and a ``Concat`` of each scan output's per-iteration values (``torch.stack``).
+
+    At most :data:`MAX_UNROLLED_NODES` node copies: a Loop or Scan past it, or not in ``plan`` (a trip count
+    computed at run time, a Scan of unknown length), stays one node, its body's tensors not in the walks
+    (``left``: what, for a note)."""
+
+    def __init__(self, plan: dict[tuple[str, ...], tuple[str, Any]]) -> None:
+        self.plan = plan
+        self.nodes: list[tuple[str, list[str], list[str]]] = []
+        self.orig: dict[str, str] = {}
+        self.const: set[str] = set()
+        self.left: dict[str, None] = {}
+        self._copies = 0
+        self._n = 0
+
+    @staticmethod
+    def _subgraphs(node) -> dict[str, Any]:
+        return {a.name: a.g for a in node.attribute if a.HasField("g")}
+
+    def size(self, node) -> int | None:
+        """How many nodes ``node`` unrolls into, or None where it stays one."""
+        how = self.plan.get(tuple(node.output)) if node.op_type in CONTROL_FLOW_OPS and node.output else None
+        if how is None:
+            return None
+        op, arg = how
+        subs = self._subgraphs(node)
+        if op == "If":
+            return self._graph_size(subs[arg]) + len(node.output)
+        per = self._graph_size(subs["body"]) + (int(_attr(node, "num_scan_inputs", 0) or 0) if op == "Scan" else 0)
+        return arg * per + len(node.output)
+
+    def _graph_size(self, graph) -> int:
+        return sum(self.size(n) or 1 for n in graph.node)
+
+    def add_main(self, graph) -> None:
+        """Unrolls the main graph ``graph`` (its tensors keep their names)."""
+        self._emit(graph.node, {}, None, within=False)
+
+    def _emit(self, nodes, scope, tag: str | None, within: bool) -> None:
+        """Appends ``nodes``, their inputs named as in ``scope`` (a subgraph's name -> this copy's, the names of
+        the graphs around it included), their outputs fresh names of copy ``tag`` added to it (None: kept). ``within``: inside an unrolled subgraph, whose size was
+        counted already."""
+        for node in nodes:
+            ins = [scope.get(x, x) if x else x for x in node.input]
+            outs = [self._fresh(o, scope, tag) if o else o for o in node.output]
+            if node.op_type not in CONTROL_FLOW_OPS:
+                self.nodes.append((node.op_type, ins, outs))
+                continue
+            n = self.size(node)
+            if n is not None and (within or n <= MAX_UNROLLED_NODES - self._copies):
+                self._copies += 0 if within else n
+                self._unroll(node, ins, outs, scope)
+                continue
+            self.nodes.append((node.op_type, ins, outs))
+            if not self._subgraphs(node):
+                continue
+            if n is not None:
+                self.left[f"a {node.op_type} of more than {MAX_UNROLLED_NODES} node copies"] = None
+            elif node.op_type == "Loop":
+                self.left["a Loop whose trip count is computed at run time"] = None
+            elif node.op_type == "Scan":
+                self.left["a Scan of unknown length"] = None
+            else:
+                self.left[f"an {node.op_type} without both its branches"] = None
+
+    def _fresh(self, name: str, scope, tag: str | None) -> str:
+        if tag is None:
+            return name
+        new = scope[name] = f"{name}@{tag}"
+        self.orig[new] = self.orig.get(name, name)
+        return new
+
+    def _constant(self, name: str, scope, tag: str) -> str:
+        new = self._fresh(name, scope, tag)
+        self.const.add(new)
+        return new
+
+    def _unroll(self, node, ins: list[str], outs: list[str], scope) -> None:
+        op, arg = self.plan[tuple(node.output)]
+        subs = self._subgraphs(node)
+        if op == "If":
+            self._n += 1
+            inner = dict(scope)  # the names around the branch, and its own as it adds them
+            branch = subs[arg]
+            self._emit(branch.node, inner, str(self._n), within=True)
+            for x, y in zip(branch.output, outs):
+                self.nodes.append(("Identity", [inner.get(x.name, x.name)], [y]))
+            return
+        body = subs["body"]
+        b_in, b_out = [i.name for i in body.input], [o.name for o in body.output]
+        if op == "Loop":
+            n_state, n_scanned = len(b_in) - 2, 0
+            state, cond = ins[2:], ins[1] if len(ins) > 1 else ""
+        else:
+            n_scanned = int(_attr(node, "num_scan_inputs", 0) or 0)
+            n_state = len(ins) - n_scanned
+            state, cond = ins[:n_state], ""
+        stacked: list[list[str]] = [[] for _ in outs[n_state:]]
+        for k in range(arg):
+            self._n += 1
+            tag = str(self._n)
+            inner = dict(scope)
+            if op == "Loop":
+                self._constant(b_in[0], inner, tag)
+                inner[b_in[1]] = cond or self._constant(b_in[1], inner, tag)
+                inner.update(zip(b_in[2:], state))
+            else:
+                inner.update(zip(b_in[:n_state], state))
+                for x, b in zip(ins[n_state:], b_in[n_state:]):
+                    step = self._constant(f"{b}#step", inner, tag)
+                    self.nodes.append(("Gather", [x, step], [self._fresh(b, inner, tag)]))
+            self._emit(body.node, inner, tag, within=True)
+            got = [inner.get(x, x) for x in b_out]
+            if op == "Loop":
+                cond, got = got[0] if got else "", got[1:]
+            state = got[:n_state]
+            for s, x in zip(stacked, got[n_state:]):
+                s.append(x)
+        for x, y in zip(state, outs):
+            self.nodes.append(("Identity", [x], [y]))
+        for s, y in zip(stacked, outs[n_state:]):
+            self.nodes.append(("Concat", s, [y]))
 
 
 #: ONNX element types of floating-point tensors (FLOAT, FLOAT16, DOUBLE, BFLOAT16).
