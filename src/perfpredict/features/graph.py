@@ -51,8 +51,9 @@ MAC_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum", *RECURRENT_OPS, 
 #: Ops whose subgraphs run in their place: a loop's body once per iteration, one branch of an If
 CONTROL_FLOW_OPS = ("Loop", "Scan", "If")
 #: The most node copies the peak-live and saved-for-backward walks unroll control flow into (a Loop's trip count
-#: x its body's nodes, summed over the graph): past it a Loop or Scan stays one node in them, with a note.
-MAX_UNROLLED_NODES = 200_000
+#: x its body's nodes, summed over the graph): past it a Loop or Scan stays one node in them, with a note. The
+#: walks take about 60 us per copy, so an upload of a few hundred bytes holds the service for at most ~3 s.
+MAX_UNROLLED_NODES = 50_000
 
 
 @dataclass
