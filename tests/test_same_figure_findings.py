@@ -84,3 +84,15 @@ def test_a_figure_beside_its_verdict_is_printed_to_the_places_that_tell_it_from_
     assert places_to_tell(18.1, 20) == 1  # clear of the target: the usual one place
     assert places_to_tell(88.6441, 88.6449) == 3  # two QoS figures that tie to two places
     assert places_to_tell(2.0, 2.0, fewest=2) == 6  # equal: as many places as allowed, and no further
+
+
+def test_the_simulated_h100_holds_the_memory_colocate_fits_a_pair_to(predictor, mlp):
+    """The Horus simulator's H100 held 80 GB (a constant) while its jobs' memory was measured on, and `colocate`
+    fits a pair to, the 85.0 GB the dataset's provenance records: a pair of 80-85 GB fitted in one and not in
+    the other."""
+    from perfpredict.sim.horus_workload import horus_cluster
+
+    card = predictor.predict(features=mlp, batch_sizes=[32], device_type="cuda_h100")
+    pair = predictor.colocation(card, card, device_type="cuda_h100")
+    assert pair.device_capacity_bytes == 85_017_493_504
+    assert {s.gpu_mem_gb for s in horus_cluster().servers} == {pair.device_capacity_bytes / 1e9}

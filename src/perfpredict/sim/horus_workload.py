@@ -77,7 +77,21 @@ SHORT_S, HEAVY_UTIL = 800.0, 0.6
 MIN_S, MAX_S = 180.0, 7200.0
 #: workload -> (share of short jobs, share of heavy jobs); see the module docstring
 HORUS_WORKLOADS: dict[str, tuple[float, float]] = {"small": (0.7, 0.3), "large": (0.3, 0.5), "scale": (0.3, 0.5)}
-H100_MEM_GB = 80.0
+
+
+def _measured_gpu_memory_gb(meta: Path) -> float:
+    """The device memory (decimal GB, the unit the simulator's jobs are in) of the GPU a dataset was measured
+    on, as its provenance recorded it (torch's total memory: 85.0 GB for the "H100 80GB", 80 GiB less the
+    driver's reserve). A constant of 80 GB gave the simulated H100 6% less memory than the one the jobs' memory
+    was measured on, and less than ``perfpredict colocate`` fits a pair to."""
+    runs = json.loads(meta.read_text())["runs"]
+    sizes = {r["device_info"]["memory_bytes"] for r in runs if (r.get("device_info") or {}).get("memory_bytes")}
+    if len(sizes) != 1:
+        raise ValueError(f"{meta} records {len(sizes)} device memory sizes, not one: {sorted(sizes)}")
+    return sizes.pop() / 1e9
+
+
+H100_MEM_GB = _measured_gpu_memory_gb(REPO / "datasets" / "cuda_h100.meta.json")
 MODEL_SEP = "@b"
 #: what the schedulers see: the shipped Predictor (trained on these points), leave-one-family-out refits, or
 #: the paper's testbed mix (§5, l. 319: "50 percent new DL jobs not used in predictor training")
