@@ -364,9 +364,11 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
     consts: dict[str, int] = {}  # scalar integer and boolean constants: a Loop's trip count and condition
     opset = next((o.version for o in inferred.opset_import if o.domain in ("", "ai.onnx")), 0)
     notes: dict[str, None] = {}
-    plan: dict[tuple[str, ...], tuple[str, Any]] = {}  # how each control-flow node runs, for :class:`_Unrolled`
+    # how each control-flow node runs, for :class:`_Unrolled`, by where it is (:func:`_where`): sibling subgraphs
+    # may reuse a name, so a node's outputs do not say which one it is
+    plan: dict[tuple, tuple[str, Any]] = {}
 
-    def walk(graph, tally: _Tally, weights: set[str], main: bool = False) -> None:
+    def walk(graph, tally: _Tally, weights: set[str], main: bool = False, where: tuple = ()) -> None:
         if not main:  # a subgraph: its shapes (inferred in place), its own weights
             for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
                 if shapes.shape(vi.name) is None:
@@ -379,18 +381,18 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
         # and read as weights by the kernels that use them
         weightish = _weight_derived([(n.op_type, list(n.input), list(n.output)) for n in graph.node], weights)
         absorbed, fused_io = _erf_gelus(graph.node, weightish, shapes)
-        for node in graph.node:
+        for idx, node in enumerate(graph.node):
             tally.ops[node.op_type] += 1
             for i, name in enumerate(node.input):
                 if name in init_names:
                     (gathered if node.op_type == "Gather" and i == 0 else read_whole).add(name)
             subgraphs = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
             if subgraphs:
-                control_flow(node, subgraphs, tally, weightish)
+                control_flow(node, subgraphs, tally, weightish, _where(where, idx))
             for a in node.attribute:
                 if a.type == onnx.AttributeProto.GRAPHS:
-                    for sub in a.graphs:
-                        walk(sub, tally, weightish)
+                    for j, sub in enumerate(a.graphs):
+                        walk(sub, tally, weightish, where=_where(where, idx, a.name, j))
             if node.op_type == "Constant":
                 continue
             for o in node.output:
@@ -415,11 +417,11 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
                         k = KernelNode(k.cls, k.macs, fused_io[node.output[0]], k.weight_bytes, k.steps)
                     tally.kernels.append(k)
 
-    def control_flow(node, subgraphs: dict, tally: _Tally, weights: set[str]) -> None:
+    def control_flow(node, subgraphs: dict, tally: _Tally, weights: set[str], at: tuple) -> None:
         """Count ``node``'s subgraphs as they run (:data:`CONTROL_FLOW_OPS`), or, for another op, each once."""
         if node.op_type in ("Loop", "Scan") and "body" in subgraphs:
             body = _Tally()
-            walk(subgraphs["body"], body, weights)
+            walk(subgraphs["body"], body, weights, where=_where(at, "body"))
             trips, note = (_loop_trips(node, subgraphs["body"], consts) if node.op_type == "Loop"
                            else _scan_trips(node, shapes, opset))
             tally.add(body, trips)
@@ -430,16 +432,16 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
                       "counted at the first iteration's shapes"] = None
             known = bool(node.input and node.input[0] in consts) if node.op_type == "Loop" else note is None
             if known and node.output:
-                plan[tuple(node.output)] = (node.op_type, trips)
+                plan[at] = (node.op_type, trips)
             _loop_output_shapes(node, subgraphs["body"], trips if known else None, shapes)
         elif node.op_type == "If" and {"then_branch", "else_branch"} <= subgraphs.keys():
             branches = [_Tally(), _Tally()]
-            walk(subgraphs["then_branch"], branches[0], weights)
-            walk(subgraphs["else_branch"], branches[1], weights)
+            walk(subgraphs["then_branch"], branches[0], weights, where=_where(at, "then_branch"))
+            walk(subgraphs["else_branch"], branches[1], weights, where=_where(at, "else_branch"))
             chosen = max((0, 1), key=lambda i: (sum(branches[i].macs.values()), sum(branches[i].act_by_op.values())))
             tally.add(branches[chosen])
             if node.output:
-                plan[tuple(node.output)] = ("If", ("then_branch", "else_branch")[chosen])
+                plan[at] = ("If", ("then_branch", "else_branch")[chosen])
             note = ("an If runs one of its two branches, chosen at run time: the counts take the branch with more "
                     "MACs and leave the other out")
         else:
@@ -484,6 +486,13 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
     return stats
 
 
+def _where(at: tuple, *steps) -> tuple:
+    """Where a node or subgraph is in the model: ``at`` (the main graph: ``()``) and ``steps``, a node's index in
+    its graph or a subgraph's attribute name. A plan's key (:class:`_Unrolled`): a subgraph may reuse a name its
+    sibling uses (an If's two branches each with a node of output ``z``), so names do not say which node it is."""
+    return (*at, *steps)
+
+
 def _loop_output_shapes(node, body, trips: int | None, shapes: _Shapes) -> None:
     """Gives the outputs of a ``Loop`` or ``Scan`` of ``trips`` iterations (None: unknown) that shape inference
     left unknown (a Loop's, whose body declares a symbolic batch) the shapes its body gives them: a loop-carried
@@ -522,8 +531,8 @@ def _loop_output_shapes(node, body, trips: int | None, shapes: _Shapes) -> None:
 class _Unrolled:
     """A graph's nodes ``(op type, inputs, outputs)`` as they run, for the peak-live and saved-for-backward walks:
     each ``Loop`` of constant trip count and ``Scan`` of known length (``plan``: the counting walk's
-    ``(op, trips)`` by the node's outputs) unrolled into a copy of its body per iteration, an ``If`` into the
-    branch the counts took (``("If", "then_branch" or "else_branch")``), at any depth; what the explicitly
+    ``(op, trips)`` by where the node is, :func:`_where`) unrolled into a copy of its body per iteration, an ``If``
+    into the branch the counts took (``("If", "then_branch" or "else_branch")``), at any depth; what the explicitly
     unrolled graph would run:
 
     - each copy's tensors have fresh names (``orig``: fresh name -> the subgraph's name, whose shape it has);
@@ -539,7 +548,7 @@ class _Unrolled:
     computed at run time, a Scan of unknown length), stays one node, its body's tensors not in the walks
     (``left``: what, for a note)."""
 
-    def __init__(self, plan: dict[tuple[str, ...], tuple[str, Any]]) -> None:
+    def __init__(self, plan: dict[tuple, tuple[str, Any]]) -> None:
         self.plan = plan
         self.nodes: list[tuple[str, list[str], list[str]]] = []
         self.orig: dict[str, str] = {}
@@ -552,39 +561,40 @@ class _Unrolled:
     def _subgraphs(node) -> dict[str, Any]:
         return {a.name: a.g for a in node.attribute if a.HasField("g")}
 
-    def size(self, node) -> int | None:
-        """How many nodes ``node`` unrolls into, or None where it stays one."""
-        how = self.plan.get(tuple(node.output)) if node.op_type in CONTROL_FLOW_OPS and node.output else None
+    def size(self, node, at: tuple) -> int | None:
+        """How many nodes ``node`` (at ``at``: :func:`_where`) unrolls into, or None where it stays one."""
+        how = self.plan.get(at) if node.op_type in CONTROL_FLOW_OPS and node.output else None
         if how is None:
             return None
         op, arg = how
         subs = self._subgraphs(node)
         if op == "If":
-            return self._graph_size(subs[arg]) + len(node.output)
-        per = self._graph_size(subs["body"]) + (int(_attr(node, "num_scan_inputs", 0) or 0) if op == "Scan" else 0)
+            return self._graph_size(subs[arg], _where(at, arg)) + len(node.output)
+        per = self._graph_size(subs["body"], _where(at, "body")) + \
+            (int(_attr(node, "num_scan_inputs", 0) or 0) if op == "Scan" else 0)
         return arg * per + len(node.output)
 
-    def _graph_size(self, graph) -> int:
-        return sum(self.size(n) or 1 for n in graph.node)
+    def _graph_size(self, graph, at: tuple) -> int:
+        return sum(self.size(n, _where(at, k)) or 1 for k, n in enumerate(graph.node))
 
     def add_main(self, graph) -> None:
         """Unrolls the main graph ``graph`` (its tensors keep their names)."""
-        self._emit(graph.node, {}, None, within=False)
+        self._emit(graph.node, {}, None, within=False, at=())
 
-    def _emit(self, nodes, scope, tag: str | None, within: bool) -> None:
+    def _emit(self, nodes, scope, tag: str | None, within: bool, at: tuple) -> None:
         """Appends ``nodes``, their inputs named as in ``scope`` (a subgraph's name -> this copy's, the names of
         the graphs around it included), their outputs fresh names of copy ``tag`` added to it (None: kept). ``within``: inside an unrolled subgraph, whose size was
-        counted already."""
-        for node in nodes:
+        counted already. ``at``: where ``nodes`` are (:func:`_where`)."""
+        for k, node in enumerate(nodes):
             ins = [scope.get(x, x) if x else x for x in node.input]
             outs = [self._fresh(o, scope, tag) if o else o for o in node.output]
             if node.op_type not in CONTROL_FLOW_OPS:
                 self.nodes.append((node.op_type, ins, outs))
                 continue
-            n = self.size(node)
+            n = self.size(node, _where(at, k))
             if n is not None and (within or n <= MAX_UNROLLED_NODES - self._copies):
                 self._copies += 0 if within else n
-                self._unroll(node, ins, outs, scope)
+                self._unroll(node, ins, outs, scope, _where(at, k))
                 continue
             self.nodes.append((node.op_type, ins, outs))
             if not self._subgraphs(node):
@@ -610,14 +620,14 @@ class _Unrolled:
         self.const.add(new)
         return new
 
-    def _unroll(self, node, ins: list[str], outs: list[str], scope) -> None:
-        op, arg = self.plan[tuple(node.output)]
+    def _unroll(self, node, ins: list[str], outs: list[str], scope, at: tuple) -> None:
+        op, arg = self.plan[at]
         subs = self._subgraphs(node)
         if op == "If":
             self._n += 1
             inner = dict(scope)  # the names around the branch, and its own as it adds them
             branch = subs[arg]
-            self._emit(branch.node, inner, str(self._n), within=True)
+            self._emit(branch.node, inner, str(self._n), within=True, at=_where(at, arg))
             for x, y in zip(branch.output, outs):
                 self.nodes.append(("Identity", [inner.get(x.name, x.name)], [y]))
             return
@@ -644,7 +654,7 @@ class _Unrolled:
                 for x, b in zip(ins[n_state:], b_in[n_state:]):
                     step = self._constant(f"{b}#step", inner, tag)
                     self.nodes.append(("Gather", [x, step], [self._fresh(b, inner, tag)]))
-            self._emit(body.node, inner, tag, within=True)
+            self._emit(body.node, inner, tag, within=True, at=_where(at, "body"))
             got = [inner.get(x, x) for x in b_out]
             if op == "Loop":
                 cond, got = got[0] if got else "", got[1:]
