@@ -44,3 +44,21 @@ def test_sibling_subgraphs_reusing_a_name_do_not_break_the_unrolled_memory_walks
     assert (same.peak_live_activation_bytes, same.graph_saved_bytes) == \
         (apart.peak_live_activation_bytes, apart.graph_saved_bytes)
     assert same.notes == apart.notes and not any("do not unroll" in n for n in same.notes), same.notes
+
+
+def test_the_simulated_h100_memory_is_read_when_a_horus_cluster_is_built_and_must_be_one_size(tmp_path):
+    """The measured H100's memory is read from the dataset's provenance when a Horus cluster is built, not when
+    the module is imported (every simulation imports it); provenance naming two sizes is refused, not averaged."""
+    import json
+
+    import pytest
+
+    from perfpredict.sim.horus_workload import h100_memory_gb, horus_cluster
+
+    meta = tmp_path / "two.meta.json"
+    meta.write_text(json.dumps({"runs": [{"device_info": {"memory_bytes": 85_017_493_504}},
+                                         {"device_info": {"memory_bytes": 80_000_000_000}}]}))
+    with pytest.raises(ValueError, match="2 device memory sizes"):
+        h100_memory_gb(meta)
+    assert {s.gpu_mem_gb for s in horus_cluster("testbed", gpu_mem_gb=16.0).servers} == {16.0}
+    assert {s.gpu_mem_gb for s in horus_cluster("scale").servers} == {h100_memory_gb()}

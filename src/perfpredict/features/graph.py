@@ -600,7 +600,7 @@ class _Unrolled:
             if not self._subgraphs(node):
                 continue
             if n is not None:
-                self.left[f"a {node.op_type} of more than {MAX_UNROLLED_NODES} node copies"] = None
+                self.left[f"{'an' if node.op_type == 'If' else 'a'} {node.op_type} of more than {MAX_UNROLLED_NODES} node copies"] = None
             elif node.op_type == "Loop":
                 self.left["a Loop whose trip count is computed at run time"] = None
             elif node.op_type == "Scan":

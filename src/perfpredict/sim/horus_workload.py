@@ -79,7 +79,8 @@ MIN_S, MAX_S = 180.0, 7200.0
 HORUS_WORKLOADS: dict[str, tuple[float, float]] = {"small": (0.7, 0.3), "large": (0.3, 0.5), "scale": (0.3, 0.5)}
 
 
-def _measured_gpu_memory_gb(meta: Path) -> float:
+@lru_cache(maxsize=None)
+def h100_memory_gb(meta: Path = REPO / "datasets" / "cuda_h100.meta.json") -> float:
     """The device memory (decimal GB, the unit the simulator's jobs are in) of the GPU a dataset was measured
     on, as its provenance recorded it (torch's total memory: 85.0 GB for the "H100 80GB", 80 GiB less the
     driver's reserve). A constant of 80 GB gave the simulated H100 6% less memory than the one the jobs' memory
@@ -91,7 +92,6 @@ def _measured_gpu_memory_gb(meta: Path) -> float:
     return sizes.pop() / 1e9
 
 
-H100_MEM_GB = _measured_gpu_memory_gb(REPO / "datasets" / "cuda_h100.meta.json")
 MODEL_SEP = "@b"
 #: what the schedulers see: the shipped Predictor (trained on these points), leave-one-family-out refits, or
 #: the paper's testbed mix (§5, l. 319: "50 percent new DL jobs not used in predictor training")
@@ -366,8 +366,10 @@ def horus_sharing(interference: str = "measured", *, oom_delay_s: float = 30.0, 
                    record=record)
 
 
-def horus_cluster(kind: str = "testbed", *, gpu_mem_gb: float = H100_MEM_GB) -> ClusterSpec:
-    """``testbed``: 3 nodes × 4 GPUs, 24 CPUs and 128 GB each; ``scale``: 128 × 8, 128 CPUs and 512 GB."""
+def horus_cluster(kind: str = "testbed", *, gpu_mem_gb: float | None = None) -> ClusterSpec:
+    """``testbed``: 3 nodes × 4 GPUs, 24 CPUs and 128 GB each; ``scale``: 128 × 8, 128 CPUs and 512 GB. Each
+    GPU holds ``gpu_mem_gb``, by default the measured H100's (:func:`h100_memory_gb`)."""
+    gpu_mem_gb = h100_memory_gb() if gpu_mem_gb is None else gpu_mem_gb
     if kind == "testbed":
         srv = ServerSpec(gpus=4, cpus=24, mem_gb=128.0, gpu_type="H100", gpu_mem_gb=gpu_mem_gb)
         return ClusterSpec((srv,) * 3, name="horus-testbed (3x4 H100)")
@@ -471,7 +473,7 @@ def cluster_from_spec(spec: str) -> ClusterSpec:
         raise ValueError(f"unknown option(s) {sorted(set(kv) - allowed)}; use {sorted(allowed)}")
     g = int(kv.get("gpus", 4))
     srv = ServerSpec(gpus=g, cpus=float(kv.get("cpus", 6 * g)), mem_gb=float(kv.get("mem", 32 * g)),
-                     gpu_type="H100", gpu_mem_gb=float(kv.get("gpu_mem", H100_MEM_GB)))
+                     gpu_type="H100", gpu_mem_gb=float(kv["gpu_mem"]) if "gpu_mem" in kv else h100_memory_gb())
     nodes = int(kv.get("nodes", 3))
     if not 1 <= nodes <= MAX_SERVERS:  # before the tuple of servers is built
         raise ValueError(f"nodes must be from 1 to {MAX_SERVERS:,}, got {nodes}")
