@@ -14,7 +14,7 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 
 from perfpredict.estimators.arch import from_onnx_proto
-from tests.test_graph_fixes import BATCH, W, _loop, _model, _unrolled
+from tests.test_graph_fixes import BATCH, W, _if, _loop, _model, _scan, _unrolled
 from tests.test_left_alone44_fixes import _loop_with_body_weights
 
 MEMORY = ("peak_live_bytes_per_sample", "peak_live_bytes_fixed", "graph_saved_bytes_per_sample",
@@ -44,17 +44,8 @@ def test_a_loops_memory_walks_give_what_they_give_on_its_unrolled_graph(trips):
 
 
 def test_a_scans_memory_walks_give_what_they_give_on_its_unrolled_graph():
-    body = h.make_graph([h.make_node("MatMul", ["xs", "W"], ["m"]), h.make_node("Add", ["s_in", "m"], ["s_out"]),
-                         h.make_node("Identity", ["s_out"], ["scan_out"])], "body",
-                        [h.make_tensor_value_info("s_in", T.FLOAT, [BATCH, 16]),
-                         h.make_tensor_value_info("xs", T.FLOAT, [BATCH, 16])],
-                        [h.make_tensor_value_info("s_out", T.FLOAT, [BATCH, 16]),
-                         h.make_tensor_value_info("scan_out", T.FLOAT, [BATCH, 16])])
-    inputs = [h.make_tensor_value_info("s0", T.FLOAT, [BATCH, 16]), h.make_tensor_value_info("x", T.FLOAT, [7, BATCH, 16])]
-    outputs = [h.make_tensor_value_info("s", T.FLOAT, [BATCH, 16]),
-               h.make_tensor_value_info("ys", T.FLOAT, [7, BATCH, 16])]
-    scan = from_onnx_proto(_model([h.make_node("Scan", ["s0", "x"], ["s", "ys"], body=body, num_scan_inputs=1)],
-                                  inputs, outputs, [W]), "scan")
+    proto = _scan()
+    scan = from_onnx_proto(proto, "scan")
     # unrolled: x[k] (a Gather of the step), the body, and the final state and the stacked scan outputs
     nodes, prev, inits = [], "s0", [W, nh.from_array(np.array([0], np.int64), "axes")]
     for k in range(7):
@@ -65,26 +56,19 @@ def test_a_scans_memory_walks_give_what_they_give_on_its_unrolled_graph():
     nodes += [h.make_node("Identity", [prev], ["s"]),
               *(h.make_node("Unsqueeze", [f"o{k}", "axes"], [f"u{k}"]) for k in range(7)),
               h.make_node("Concat", [f"u{k}" for k in range(7)], ["ys"], axis=0)]
-    flat = from_onnx_proto(_model(nodes, inputs, outputs, inits), "flat")
+    flat = from_onnx_proto(_model(nodes, list(proto.graph.input), list(proto.graph.output), inits), "flat")
     assert _memory(scan) == _memory(flat)
     # each step's slice the MatMul keeps, and the loss on s and on ys
     assert scan.graph_saved_bytes_per_sample == (7 + 1 + 7) * 16 * 4
 
 
 def test_an_ifs_memory_walks_read_the_branch_the_counts_took():
-    wa, wb, wb2 = (nh.from_array(np.ones(s, np.float32), n) for n, s in (("Wa", (16, 8)), ("Wb", (16, 8)),
-                                                                       ("Wb2", (8, 8))))
-    small = h.make_graph([h.make_node("MatMul", ["x", "Wa"], ["ya"])], "then", [],
-                         [h.make_tensor_value_info("ya", T.FLOAT, [BATCH, 8])])
-    large = h.make_graph([h.make_node("MatMul", ["x", "Wb"], ["yb1"]), h.make_node("MatMul", ["yb1", "Wb2"], ["yb"])],
-                         "else", [], [h.make_tensor_value_info("yb", T.FLOAT, [BATCH, 8])])
-    inputs = [h.make_tensor_value_info("x", T.FLOAT, [BATCH, 16]), h.make_tensor_value_info("c", T.BOOL, [])]
-    outputs = [h.make_tensor_value_info("y", T.FLOAT, [BATCH, 8])]
-    f = from_onnx_proto(_model([h.make_node("If", ["c"], ["y"], then_branch=small, else_branch=large)], inputs,
-                               outputs, [wa, wb, wb2]), "if")
+    proto = _if()
+    f = from_onnx_proto(proto, "if")
     flat = from_onnx_proto(_model([h.make_node("MatMul", ["x", "Wb"], ["yb1"]),
                                    h.make_node("MatMul", ["yb1", "Wb2"], ["yb"]), h.make_node("Identity", ["yb"], ["y"])],
-                                  inputs, outputs, [wa, wb, wb2]), "flat")
+                                  list(proto.graph.input), list(proto.graph.output), list(proto.graph.initializer)),
+                           "flat")
     assert _memory(f) == _memory(flat)
     assert f.graph_saved_bytes_per_sample == (16 + 8 + 8) * 4  # x, yb1 (the MatMuls' inputs) and the loss on y
     assert not any("do not unroll" in n for n in f.notes), f.notes

@@ -94,16 +94,21 @@ def test_a_loop_of_astronomical_trip_count_is_refused_readably():
         from_onnx_proto(proto, "loop")
 
 
-def test_an_if_counts_one_branch_the_larger_and_says_so():
+def _if():
+    """An If whose then-branch is one MatMul and whose else-branch is two (the larger)."""
     wa, wb, wb2 = (nh.from_array(np.ones(s, np.float32), n) for n, s in (("Wa", (16, 8)), ("Wb", (16, 8)),
                                                                        ("Wb2", (8, 8))))
     small = h.make_graph([h.make_node("MatMul", ["x", "Wa"], ["ya"])], "then", [],
                          [h.make_tensor_value_info("ya", T.FLOAT, [BATCH, 8])])
     large = h.make_graph([h.make_node("MatMul", ["x", "Wb"], ["yb1"]), h.make_node("MatMul", ["yb1", "Wb2"], ["yb"])],
                          "else", [], [h.make_tensor_value_info("yb", T.FLOAT, [BATCH, 8])])
-    proto = _model([h.make_node("If", ["c"], ["y"], then_branch=small, else_branch=large)],
+    return _model([h.make_node("If", ["c"], ["y"], then_branch=small, else_branch=large)],
                    [h.make_tensor_value_info("x", T.FLOAT, [BATCH, 16]), h.make_tensor_value_info("c", T.BOOL, [])],
                    [h.make_tensor_value_info("y", T.FLOAT, [BATCH, 8])], [wa, wb, wb2])
+
+
+def test_an_if_counts_one_branch_the_larger_and_says_so():
+    proto = _if()
     f = from_onnx_proto(proto, "if")
     assert f.forward_macs_per_sample == 16 * 8 + 8 * 8  # the larger branch, not both (16*8 more)
     assert f.op_counts == {"If": 1, "MatMul": 2}
@@ -111,18 +116,23 @@ def test_an_if_counts_one_branch_the_larger_and_says_so():
     assert any("If runs one of its two branches" in n for n in f.notes), f.notes
 
 
-def test_a_scan_counts_its_body_once_per_step_of_the_scanned_input():
+def _scan():
+    """A Scan of 7 steps over x: s <- s + x[k] @ W, each step's state stacked into ys."""
     body = h.make_graph([h.make_node("MatMul", ["xs", "W"], ["m"]), h.make_node("Add", ["s_in", "m"], ["s_out"]),
                          h.make_node("Identity", ["s_out"], ["scan_out"])], "body",
                         [h.make_tensor_value_info("s_in", T.FLOAT, [BATCH, 16]),
                          h.make_tensor_value_info("xs", T.FLOAT, [BATCH, 16])],
                         [h.make_tensor_value_info("s_out", T.FLOAT, [BATCH, 16]),
                          h.make_tensor_value_info("scan_out", T.FLOAT, [BATCH, 16])])
-    proto = _model([h.make_node("Scan", ["s0", "x"], ["s", "ys"], body=body, num_scan_inputs=1)],
+    return _model([h.make_node("Scan", ["s0", "x"], ["s", "ys"], body=body, num_scan_inputs=1)],
                    [h.make_tensor_value_info("s0", T.FLOAT, [BATCH, 16]),
                     h.make_tensor_value_info("x", T.FLOAT, [7, BATCH, 16])],
                    [h.make_tensor_value_info("s", T.FLOAT, [BATCH, 16]),
                     h.make_tensor_value_info("ys", T.FLOAT, [7, BATCH, 16])], [W])
+
+
+def test_a_scan_counts_its_body_once_per_step_of_the_scanned_input():
+    proto = _scan()
     f = from_onnx_proto(proto, "scan")
     assert f.forward_macs_per_sample == 7 * 16 * 16
     assert f.op_counts["MatMul"] == 7
