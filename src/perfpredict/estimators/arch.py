@@ -494,9 +494,7 @@ def frozen_initializers(proto, frozen: Sequence[str], name: str = "onnx") -> tup
     (``requires_grad=False``), which an ONNX file does not record. Read from the initializers' shapes and
     types, nothing executed. A prefix that starts no initializer's name is a :class:`UsageError` naming some
     that exist (a prefix naming nothing would predict a job that trains every weight without a word)."""
-    import numpy as np
-
-    from perfpredict.features.graph import _dtype_size, all_initializers
+    from perfpredict.features.graph import all_initializers, tensor_nbytes
 
     init = all_initializers(proto.graph)  # a Loop's or If's own weights too, as param_count counts them
     for prefix in frozen:
@@ -507,9 +505,7 @@ def frozen_initializers(proto, frozen: Sequence[str], name: str = "onnx") -> tup
                              f"are {shown or 'none'} (the exporter's names: torch.onnx.export keeps module paths "
                              "such as 'backbone.weight', save weights it folded or transposed)", step="predict")
     picked = [t for t in init if t.name.startswith(tuple(frozen))]
-    count = sum(int(np.prod(t.dims)) if len(t.dims) else 1 for t in picked)
-    return (float(sum((int(np.prod(t.dims)) if len(t.dims) else 1) * _dtype_size(t.data_type) for t in picked)),
-            float(count))
+    return float(sum(tensor_nbytes(t) for t in picked)), float(sum(math.prod(t.dims) for t in picked))
 
 
 def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
@@ -522,7 +518,6 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
     ``frozen``: initializer name prefixes of the weights a training job freezes (``["backbone."]``,
     :func:`frozen_initializers`); their bytes and count are the features' ``frozen_param_bytes`` and
     ``frozen_param_count``, as a feature vector gives them."""
-    import numpy as np
 
     from perfpredict.estimators.kernel_nodes import rows_at_fixed_batch
     from perfpredict.features import _from_stats
@@ -536,7 +531,7 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
         raise ArchFeaturesError(str(e), source=name, step="analyse onnx") from None
     notes: list[str] = []
     # every weight, a Loop's or If's own included (counted once: a body's weights are shared by its iterations)
-    param_count = float(sum(int(np.prod(t.dims)) if len(t.dims) else 1 for t in all_initializers(proto.graph)))
+    param_count = float(sum(math.prod(t.dims) for t in all_initializers(proto.graph)))
     frozen_bytes, frozen_count = frozen_initializers(proto, check_frozen(frozen) or (), name)
     proto = _without_weight_data(proto)
     try:

@@ -107,6 +107,11 @@ def _dtype_size(elem_type: int) -> int:
         return 4
 
 
+def tensor_nbytes(t) -> int:
+    """The bytes of an ONNX tensor (an initializer) by its dims and element type."""
+    return prod(t.dims) * _dtype_size(t.data_type)
+
+
 class _Shapes:
     """name → (shape or None, element byte size) for every value in the graph."""
 
@@ -118,17 +123,7 @@ class _Shapes:
         t = vi.type.tensor_type
         if not t.HasField("elem_type"):
             return
-        dims: list[int] | None = []
-        if not t.HasField("shape"):
-            dims = None
-        else:
-            for d in t.shape.dim:
-                if d.HasField("dim_value"):
-                    dims.append(int(d.dim_value))
-                else:
-                    dims = None
-                    break
-        self.info[vi.name] = (dims, _dtype_size(t.elem_type))
+        self.info[vi.name] = (_static_dims(t), _dtype_size(t.elem_type))
         if t.elem_type in _FLOAT_TYPES:
             self.floats.add(vi.name)
 
@@ -276,10 +271,9 @@ def _seed_loop_bodies(model_proto: Any, inferred: Any) -> Any | None:
     shapes are then the first iteration's (a note says when the body changes them)."""
     if not any(n.op_type == "Loop" for n in model_proto.graph.node):
         return None
-    g = inferred.graph
-    known = {vi.name: d for vi in list(g.input) + list(g.value_info) + list(g.output)
-             if (d := _static_dims(vi.type.tensor_type)) is not None}
-    known.update({t.name: list(t.dims) for t in g.initializer})
+    from perfpredict.features.shape_folding import _known_shapes
+
+    known = _known_shapes(inferred.graph)
     m = type(model_proto)()
     m.CopyFrom(model_proto)
     changed = False
@@ -349,7 +343,8 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
         shapes.add_initializer(init)
         init_names.add(init.name)
     # the subgraphs' weights too (their shapes are added as the walk reaches them)
-    stats.initializer_bytes = sum(prod(t.dims) * _dtype_size(t.data_type) for t in all_initializers(g))
+    weights_anywhere = all_initializers(g)
+    stats.initializer_bytes = sum(tensor_nbytes(t) for t in weights_anywhere)
 
     unknown: Counter = Counter()
     top = _Tally()
@@ -454,7 +449,7 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
     consts.update(_folded_trip_counts(g))
     walk(g, top, init_names, main=True)
     lookup_only = gathered - read_whole  # a table tied to an output projection is read whole
-    stats.lookup_param_bytes = int(sum(prod(t.dims) * _dtype_size(t.data_type) for t in g.initializer
+    stats.lookup_param_bytes = int(sum(tensor_nbytes(t) for t in g.initializer
                                        if t.name in lookup_only))
     stats.macs = int(sum(top.macs.values()))
     stats.macs_by_op = {k: int(v) for k, v in sorted(top.macs.items())}
@@ -473,7 +468,7 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
               "in them"] = None
     stats.notes = list(notes)
     nodes = unrolled.nodes
-    weights = init_names | {t.name for t in all_initializers(g)} | unrolled.const
+    weights = {t.name for t in weights_anywhere} | unrolled.const
     orig = unrolled.orig
 
     def nbytes(name: str) -> int | None:  # an iteration's tensor has the shape of the subgraph's that it copies

@@ -60,11 +60,10 @@ def folded_value_infos(model_proto: Any, inferred: Any = None) -> list[Any]:
 
 
 def _known_shapes(graph) -> dict[str, list[int]]:
-    out = {}
-    for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
-        t = vi.type.tensor_type
-        if t.HasField("shape") and all(d.HasField("dim_value") for d in t.shape.dim):
-            out[vi.name] = [int(d.dim_value) for d in t.shape.dim]
+    from perfpredict.features.graph import _static_dims
+
+    out = {vi.name: dims for vi in list(graph.input) + list(graph.value_info) + list(graph.output)
+           if (dims := _static_dims(vi.type.tensor_type)) is not None}
     for init in graph.initializer:
         out[init.name] = list(init.dims)
     return out
