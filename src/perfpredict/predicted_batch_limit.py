@@ -74,9 +74,8 @@ def predicted_largest_batch(predictor: Any, arch: ArchFeatures, memory_limit_byt
                 used = max(med, q90) if quantile == "q90" else med
                 # the figure held to the limit is the one a probe shows: device memory on a CUDA set, else the
                 # peak memory's own quantile (its median was shown beside a "no" the q90 gave)
-                held_peak = target == "peak_memory"
                 probes[b] = BatchProbe(batch_size=b, status="ok" if used <= memory_limit_bytes else "oom",
-                                       peak_bytes=int(used if held_peak else v["peak_memory"]["median"][j]),
+                                       peak_bytes=int(used if target == "peak_memory" else v["peak_memory"]["median"][j]),
                                        device_bytes=int(used) if target == "device_memory" else None,
                                        iter_time_s=float(v["iter_time"]["median"][j]), seconds=0.0)
 

@@ -48,13 +48,18 @@ def conv_out(size: int, kernel: int, stride: int, padding: int) -> int:
     return (size + 2 * padding - kernel) // stride + 1
 
 
+def stage_repeats(n: int, depth_mult: float) -> int:
+    """How many blocks a stage of ``n`` in the base network has at ``depth_mult`` (ceil, at least 1)."""
+    return max(1, math.ceil(n * depth_mult))
+
+
 def block_plan(width_mult: float, depth_mult: float) -> list[tuple[int, int, int, int]]:
     """``(in_channels, out_channels, stride, expansion)`` for every inverted residual block, in order."""
     plan = []
     in_ch = make_divisible(STEM_CHANNELS * width_mult)
     for t, c, n, s in STAGES:
         out_ch = make_divisible(c * width_mult)
-        for i in range(max(1, math.ceil(n * depth_mult))):
+        for i in range(stage_repeats(n, depth_mult)):
             plan.append((in_ch, out_ch, s if i == 0 else 1, t))
             in_ch = out_ch
     return plan
@@ -152,7 +157,7 @@ class MobileNetV2Family(ImageClassifierFamily):
 
     def closed_form_layers(self, cfg: Mapping[str, Any]) -> int:
         """Inverted-residual blocks, stage by stage as block_plan makes them (counted, not listed)."""
-        return sum(max(1, math.ceil(n * cfg["depth_mult"])) for _t, _c, n, _s in STAGES)
+        return sum(stage_repeats(n, cfg["depth_mult"]) for _t, _c, n, _s in STAGES)
 
     def closed_form_macs(self, cfg: Mapping[str, Any]) -> int:
         wm, s = cfg["width_mult"], cfg["image_size"]
@@ -186,7 +191,7 @@ class MobileNetV2Family(ImageClassifierFamily):
         in_ch = stem_ch
         for t, c, n, _s in STAGES:
             out_ch = make_divisible(c * wm)
-            total += block(in_ch, out_ch, t) + (max(1, math.ceil(n * cfg["depth_mult"])) - 1) * block(out_ch, out_ch, t)
+            total += block(in_ch, out_ch, t) + (stage_repeats(n, cfg["depth_mult"]) - 1) * block(out_ch, out_ch, t)
             in_ch = out_ch
         last = last_channels(wm)
         total += last * in_ch + 2 * last
