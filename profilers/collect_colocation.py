@@ -99,8 +99,9 @@ def sample_jobs(rows: list[dict[str, str]], n_jobs: int, seed: int, max_job_mem_
     utilisation (iteration time where there is none), cut into ``n_jobs`` equal strata, one point from each,
     its family drawn uniformly among the families in the stratum (so big families do not crowd out small
     ones). Points above ``max_job_mem_gb`` of NVML process memory (or peak memory) or ``max_iter_s`` per
-    iteration are left out. Deterministic given ``seed``. A dataset without the columns this needs, or with
-    text where a number belongs, is a :class:`~perfpredict.errors.UsageError` naming ``source`` and the row."""
+    iteration are left out (GB: 1e9 bytes). Deterministic given ``seed``. A dataset without the columns this
+    needs, or with text where a number belongs, is a :class:`~perfpredict.errors.UsageError` naming ``source``
+    and the row."""
     import random
 
     from perfpredict.dataset.collect import plan_sweep
@@ -128,7 +129,7 @@ def sample_jobs(rows: list[dict[str, str]], n_jobs: int, seed: int, max_job_mem_
         if r.get("status") != "ok" or r.get("config") not in plans:
             continue
         mem = number(r, "nvml_process_bytes", i) or number(r, "peak_memory_bytes", i)
-        if max_job_mem_gb is not None and mem and mem > max_job_mem_gb * 2**30:
+        if max_job_mem_gb is not None and mem and mem > max_job_mem_gb * 1e9:  # GB, as every *_gb in perfpredict
             continue
         it = number(r, "iter_time_s", i)
         if it is None:
@@ -195,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--self-pairs", action="store_true", help="with --from-dataset: also pair each job with a copy")
     ap.add_argument("--seed", type=int, default=0, help="with --from-dataset: seed of the draw")
     ap.add_argument("--max-job-mem-gb", type=positive_float, default=30.0,
-                    help="with --from-dataset: leave out points whose measured memory is above this")
+                    help="with --from-dataset: leave out points whose measured memory is above this many GB "
+                         "(1e9 bytes)")
     ap.add_argument("--max-iter-s", type=positive_float, help="with --from-dataset: leave out points slower than "
                     "this per iteration (default: a tenth of the window)")
     ap.add_argument("--dry-run", action="store_true", help="print the jobs and pairs, measure nothing")

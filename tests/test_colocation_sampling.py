@@ -40,7 +40,7 @@ def test_sampled_jobs_span_the_measured_utilisation_range_and_are_reproducible(h
     assert us[0] < 0.2 and us[-1] > 0.9
     assert len({j[1] for j in jobs}) >= 6                       # families drawn, not only the biggest one
     mem = {f"{r['config']}-b{r['batch_size']}": float(r["nvml_process_bytes"]) for r in h100_rows if r["status"] == "ok"}
-    assert max(mem[j[0]] for j in jobs) <= 30 * 2**30
+    assert max(mem[j[0]] for j in jobs) <= 30e9
     assert cc.sample_jobs(h100_rows, 24, seed=1, max_job_mem_gb=30.0) == jobs
     assert cc.sample_jobs(h100_rows, 24, seed=2, max_job_mem_gb=30.0) != jobs
     # Each sampled job's parameters rebuild the measured architecture.

@@ -251,6 +251,12 @@ class Horus(_SharingBase):
                     from None
             if not self.overcommit > 0:
                 raise ValueError(f"a utilisation cap must be > 0, got {overcommit}")
+            if self.overcommit > self.max_colocated:
+                # a fraction of the device's time (1.5 = 150 %), as the utilisations it is compared with are: the
+                # paper's GUtil is in percent, and overcommit=150 read as 150 % capped nothing (150 = 15 000 %)
+                raise ValueError(f"the utilisation cap is a fraction of the device's time (1.5 = 150 %); "
+                                 f"{overcommit} is more than {self.max_colocated} co-located jobs "
+                                 f"(max_colocated) can reach and would cap nothing: a percentage?")
 
     def reset(self) -> None:
         super().reset()
