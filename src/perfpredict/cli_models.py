@@ -89,6 +89,23 @@ def train(
         raise typer.Exit(130) from None
 
 
+def frozen_option(values: list[str] | None, option: str, is_onnx: bool) -> list[str]:
+    """A ``--frozen``-style option's initializer name prefixes (repeatable, or comma-separated:
+    :func:`~perfpredict.estimators.arch.parse_frozen`); a UsageError when it is given but names none, or given for
+    a target that is not an ONNX file. (A prefix that starts no initializer's name is refused by the prediction,
+    which reads the graph.)"""
+    from perfpredict.estimators.arch import parse_frozen
+
+    prefixes = parse_frozen(values or ())
+    if values is not None and not prefixes:
+        raise UsageError(f"{option} is empty: give an initializer name prefix, e.g. {option} backbone.",
+                         step="arguments")
+    if prefixes and not is_onnx:
+        raise UsageError(f"{option} only applies to an ONNX file (a model file says which weights are frozen "
+                         "itself, with requires_grad=False, and so does a card)", step="arguments")
+    return prefixes
+
+
 @app.command()
 def predict(
     target: Annotated[str, typer.Argument(help="model.py, zoo:<family> or a .onnx file")],
@@ -133,7 +150,7 @@ def predict(
         raise UsageError("--device-type is empty: give a model set (e.g. cuda_h100) or a kind (cuda, cpu)",
                          step="arguments")
     is_onnx = target.lower().endswith(".onnx")
-    from perfpredict.estimators.arch import DimGivenTwice, parse_dims, parse_frozen
+    from perfpredict.estimators.arch import DimGivenTwice, parse_dims
 
     try:
         dims = parse_dims(dim or (), max_size=10**9)
@@ -145,13 +162,7 @@ def predict(
     if dims and not is_onnx:
         raise UsageError("--dim only applies to an ONNX file (a model file's inputs are its example_inputs)",
                          step="arguments")
-    prefixes = parse_frozen(frozen or ())
-    if frozen is not None and not prefixes:
-        raise UsageError("--frozen is empty: give an initializer name prefix, e.g. --frozen backbone.",
-                         step="arguments")
-    if prefixes and not is_onnx:
-        raise UsageError("--frozen only applies to an ONNX file (a model file's frozen parameters are those it "
-                         "builds with requires_grad=False)", step="arguments")
+    prefixes = frozen_option(frozen, "--frozen", is_onnx)
     if is_onnx:
         if params:
             raise UsageError("--param only applies to zoo models (zoo:<family>), not to an ONNX file", step="arguments")
@@ -258,6 +269,10 @@ def colocate(
                                                                          "(one: both) [a card's first point, else 32]")] = "",
     device_type: Annotated[str | None, typer.Option(help="CUDA model set whose interference model answers "
                                                          "[a CUDA set]")] = None,
+    frozen_a: Annotated[list[str] | None, typer.Option("--frozen-a", help="A an .onnx: PREFIX of the initializer "
+                                                         "names of weights its training freezes (repeatable), as "
+                                                         "`perfpredict predict --frozen`")] = None,
+    frozen_b: Annotated[list[str] | None, typer.Option("--frozen-b", help="the same for B")] = None,
     models: Annotated[Path | None, typer.Option(help="trained_models folder")] = None,
 ) -> None:
     """Predict two jobs sharing one GPU: each one's slowdown (Horus's interference model), the pair's throughput
@@ -273,6 +288,8 @@ def colocate(
             raise UsageError(f"--batch-sizes takes one or two values (A's, B's), got {batch_sizes!r}", step="arguments")
         parsed = [parse_batch_sizes(x, "--batch-sizes")[0] for x in items]
         bs = [parsed[0], parsed[-1]]
+    frozen = [frozen_option(f, o, t.lower().endswith(".onnx"))
+              for f, o, t in ((frozen_a, "--frozen-a", job_a), (frozen_b, "--frozen-b", job_b))]
     for t in (job_a, job_b):
         if t.lower().endswith((".json", ".onnx")):
             if not Path(t).is_file():
@@ -284,11 +301,11 @@ def colocate(
     # a job without a card is predicted on the GPU a given predicted card is for, not on the default set
     predict_on = device_type or pred.cards_set(*given.values()) or "cuda"
     cards = []
-    for t, b in zip((job_a, job_b), bs):
+    for t, b, f in zip((job_a, job_b), bs, frozen):
         if t in given:
             cards.append(given[t])
         elif t.lower().endswith(".onnx"):
-            cards.append(pred.predict(onnx_path=t, batch_sizes=[b or 32], device_type=predict_on))
+            cards.append(pred.predict(onnx_path=t, batch_sizes=[b or 32], device_type=predict_on, frozen=f or None))
         else:
             cards.append(pred.predict(t, batch_sizes=[b or 32], device_type=predict_on))
     r = pred.colocation(*cards, batch_sizes=(bs[0], bs[1]), device_type=device_type)

@@ -210,7 +210,7 @@ class _BodyLimit:
 def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES):
     """The FastAPI application around ``predictor`` (``Predictor.load()`` when None). ``max_upload_bytes``
     must be positive (:class:`UploadLimitError`, a ValueError, otherwise)."""
-    from fastapi import FastAPI, File, Form, HTTPException, Request, UploadFile
+    from fastapi import Depends, FastAPI, File, Form, HTTPException, Request, UploadFile
     from fastapi.encoders import jsonable_encoder
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
@@ -222,7 +222,6 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
         ArchFeaturesError,
         from_onnx_proto,
         load_onnx_bytes,
-        parse_frozen,
     )
     from perfpredict.pair_prediction import PairPrediction
     from perfpredict.predictor import Predictor
@@ -303,6 +302,13 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
                                    quantile=req.quantile, multiple_of=req.multiple_of, max_batch=req.max_batch)
         return limit.model_dump(mode="json")
 
+    async def _frozen_as_sent(request: Request) -> str | None:
+        """The upload's ``frozen`` field as the client sent it (the form FastAPI has already read, so nothing
+        waits): FastAPI hands an empty form field to the route as not sent, and ``frozen=`` would predict a job
+        training every weight."""
+        value = (await request.form()).get("frozen")
+        return value if isinstance(value, str) else None
+
     # A plain def: FastAPI runs it in its thread pool. Parsing and shape-inferring a large graph takes seconds
     # (4.4 s for a 22 MB transformer), and as a coroutine it held the event loop, /health included, that long.
     @app.post("/predict/onnx", responses={200: {"model": PerformanceCard}, **_ERRORS, **_REFUSED})
@@ -319,13 +325,15 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
                      frozen: str | None = Form(None, description="comma-separated initializer name prefixes of the "
                                                                  "weights the training job freezes (requires_grad="
                                                                  "False): backbone.,embed. They get no gradient nor "
-                                                                 "optimizer state; a prefix naming no initializer is "
-                                                                 "a 422"),
+                                                                 "optimizer state; a prefix naming no initializer, or "
+                                                                 "the field sent empty, is a 422"),
                      allow_fallback: bool = Form(True, description="out of distribution, answer from the nearest "
-                                                                   "profiled model (as /predict)")) -> dict[str, Any]:
+                                                                   "profiled model (as /predict)"),
+                     frozen_sent: str | None = Depends(_frozen_as_sent)) -> dict[str, Any]:
         try:
             bs = parse_batch_sizes(batch_sizes)
             sizes = _dims_field(dims)
+            prefixes = _frozen_field(frozen if frozen is not None else frozen_sent)
         except ValueError as e:
             raise HTTPException(422, str(e)) from None
         data = file.file.read(max_upload_bytes + 1)
@@ -335,7 +343,7 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
         try:
             arch = from_onnx_proto(load_onnx_bytes(data, name, external_data=False), name=name.removesuffix(".onnx"),
                                    batch_axis=batch_axis, dims=sizes or None,
-                                   frozen=parse_frozen([frozen or ""]) or None)
+                                   frozen=prefixes or None)
         except ArchFeaturesError as e:
             raise HTTPException(400, str(e)) from None
         card = pred.card_for(arch, bs, device_type=device_type, source=name, mode=mode, precision=precision,
@@ -343,6 +351,19 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
         return card.model_dump(mode="json")
 
     return app
+
+
+def _frozen_field(text: str | None) -> list[str]:
+    """The ``frozen`` form field, ``backbone.,embed.``, as prefixes (none when the field is not sent); a field
+    sent naming no prefix (``frozen=``, ``frozen=,``) is a ValueError (the 422's message), as ``--frozen ""`` is
+    refused by the CLI."""
+    from perfpredict.estimators.arch import parse_frozen
+
+    prefixes = parse_frozen([text or ""])
+    if text is not None and not prefixes:
+        raise ValueError("frozen is empty: give an initializer name prefix, e.g. frozen=backbone. (or leave the "
+                         "field out)")
+    return prefixes
 
 
 def _dims_field(text: str | None) -> dict[str, int]:

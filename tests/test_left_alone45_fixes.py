@@ -1,0 +1,61 @@
+"""Session 45's fixes of items earlier reviews left alone: ``perfpredict colocate`` takes an ONNX file's frozen
+weights (``--frozen-a`` / ``--frozen-b``, as ``predict --frozen``), and the upload route refuses a ``frozen``
+field that names no prefix as the CLI refuses ``--frozen ""``."""
+
+import pytest
+
+from perfpredict import Predictor
+from perfpredict.errors import UsageError
+from tests.test_onnx_frozen import FROZEN, MODELS, files, predictor  # noqa: F401 - fixtures
+
+
+def test_colocate_charges_no_optimizer_state_to_an_onnx_jobs_frozen_weights(files, monkeypatch) -> None:  # noqa: F811
+    from typer.testing import CliRunner
+
+    import perfpredict.cli_models  # noqa: F401 - registers colocate
+    from perfpredict.cli import app
+
+    pairs = []
+    real = Predictor.colocation
+
+    def kept(self, a, b, **kw):  # the real prediction; the cards it is given are kept to be read
+        pairs.append((a, b))
+        return real(self, a, b, **kw)
+
+    monkeypatch.setattr(Predictor, "colocation", kept)
+
+    def run(*args):
+        return CliRunner().invoke(app, ["colocate", *map(str, args), "--models", str(MODELS), "-b", "64",
+                                        "--device-type", "cuda_h100"])
+
+    res = run(files[1], files[1], "--frozen-a", "backbone.")
+    assert res.exit_code == 0, res.output[-2000:]
+    (a, b), = pairs
+    assert a.model.frozen_param_bytes == FROZEN and b.model.frozen_param_bytes == 0
+    assert a.model.trainable_parameters == b.model.trainable_parameters - FROZEN // 4
+    assert a.prediction.points[0].peak_memory_bytes <= b.prediction.points[0].peak_memory_bytes
+    for args, needle in (((files[1], "zoo:mlp", "--frozen-a", "encoder."), "'encoder.' starts no initializer's name"),
+                         ((files[1], "zoo:mlp", "--frozen-a", " "), "--frozen-a is empty"),
+                         ((files[1], "zoo:mlp", "--frozen-b", "backbone."), "--frozen-b only applies to an ONNX file")):
+        res = run(*args)
+        assert isinstance(res.exception, UsageError) and needle in str(res.exception), res.output[-2000:]
+
+
+def test_the_upload_route_refuses_a_frozen_field_naming_no_prefix_as_the_cli_does(predictor, files) -> None:  # noqa: F811
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from perfpredict.service import create_app
+
+    client = TestClient(create_app(predictor), raise_server_exceptions=False)
+    data = files[1].read_bytes()
+
+    def post(**form):
+        return client.post("/predict/onnx", files={"file": ("net.onnx", data)},
+                           data={"batch_sizes": "8", "device_type": "cpu", **form})
+
+    for empty in ("", " ", ","):
+        r = post(frozen=empty)
+        assert r.status_code == 422 and "frozen is empty" in r.text, (empty, r.text)
+    assert post().json()["model"]["frozen_param_bytes"] == 0  # the field left out: every weight trains
+    assert post(frozen="backbone.").json()["model"]["frozen_param_bytes"] == FROZEN
