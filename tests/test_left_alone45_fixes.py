@@ -59,3 +59,22 @@ def test_the_upload_route_refuses_a_frozen_field_naming_no_prefix_as_the_cli_doe
         assert r.status_code == 422 and "frozen is empty" in r.text, (empty, r.text)
     assert post().json()["model"]["frozen_param_bytes"] == 0  # the field left out: every weight trains
     assert post(frozen="backbone.").json()["model"]["frozen_param_bytes"] == FROZEN
+
+
+def test_rigid_shortest_orders_by_the_single_gpu_volume_v_k() -> None:
+    """Seed 002 §V-B sorts by v_k, the task's run time alone on one GPU (§V-A). A 4-GPU job of 100 s whose curve
+    gives S(4) = 2·S(1) has v = 200 s and goes before a 1-GPU job of 300 s; work × GPUs (400 s) put it after."""
+    from perfpredict.sched.cluster import ClusterSpec
+    from perfpredict.sched.job import Job, JobState
+    from perfpredict.sched.mechanisms.moldable import MoldableEquipartition
+    from perfpredict.sched.perf import PerfModel
+    from perfpredict.sched.policies import ShortestFirst
+
+    spec = ClusterSpec.homogeneous(1, gpus=4, cpus=16, mem_gb=200, gpu_mem_gb=32.0)
+    wide = JobState(Job(id="wide", arrival=0.0, gpus=4, work=100.0), PerfModel("m", speedup=lambda g: g ** 0.5))
+    narrow = JobState(Job(id="narrow", arrival=1.0, gpus=1, work=300.0), PerfModel("m", speedup=lambda g: g ** 0.5))
+    assert [j.id for j in ShortestFirst().order([narrow, wide], 0.0, spec)] == ["wide", "narrow"]
+    for j in (wide, narrow):  # the same volume the moldable mechanisms call v
+        assert ShortestFirst().key(j, 0.0, spec, 2) == pytest.approx(MoldableEquipartition.volume(j, 0.0))
+    linear = JobState(Job(id="linear", arrival=0.0, gpus=4, work=100.0), PerfModel("m"))
+    assert ShortestFirst().key(linear, 0.0, spec, 1) == pytest.approx(400.0)  # work × GPUs where S is linear

@@ -69,12 +69,15 @@ class FTF(Policy):
 
 
 class ShortestFirst(Policy):
-    """Rigid Shortest (seed 002): smallest total work first, regardless of progress (non-preemptive use)."""
+    """Rigid Shortest (seed 002 §V-B: tasks "sorted by v_k in an ascending order"): the smallest computational
+    volume first, ``v_k`` being the task's whole run time alone on one GPU (§V-A), regardless of progress
+    (non-preemptive use). From the job's speedup curve: its work at the reference size ``Job.gpus`` over
+    ``S(1) / S(gpus)``, as the moldable mechanisms' ``v_rem`` is (work × GPUs only under a linear curve)."""
 
     name = "shortest"
 
     def key(self, js: JobState, now: float, cluster: ClusterSpec, n_active: int) -> float:
-        return js.job.work * js.job.gpus
+        return js.job.work / js.perf.gpu_factor(1.0, js.job.gpus)
 
 
 class EDF(Policy):
