@@ -78,3 +78,57 @@ def test_rigid_shortest_orders_by_the_single_gpu_volume_v_k() -> None:
         assert ShortestFirst().key(j, 0.0, spec, 2) == pytest.approx(MoldableEquipartition.volume(j, 0.0))
     linear = JobState(Job(id="linear", arrival=0.0, gpus=4, work=100.0), PerfModel("m"))
     assert ShortestFirst().key(linear, 0.0, spec, 1) == pytest.approx(400.0)  # work × GPUs where S is linear
+
+
+def _sequence_models():
+    """Two hand-built graphs whose tensors go through sequences. ``loop``: three iterations each append
+    ``Relu(x)`` (x: [4, 256] floats, 4096 bytes) to a list, which is then concatenated (``z``, 12288 bytes).
+    ``scan``: over x's 4 rows, each step builds a list of ``Relu(row)`` and ``Neg(row)`` (1024 bytes each) and
+    concatenates it (2048 bytes), the scan output stacking the four."""
+    import numpy as np
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    seq = h.make_tensor_sequence_value_info
+    body = h.make_graph(
+        [h.make_node("Relu", ["x"], ["y"]), h.make_node("SequenceInsert", ["s_in", "y"], ["s_out"]),
+         h.make_node("Identity", ["c_in"], ["c_out"])], "body",
+        [h.make_tensor_value_info("i", T.INT64, []), h.make_tensor_value_info("c_in", T.BOOL, []),
+         seq("s_in", T.FLOAT, [4, 256])],
+        [h.make_tensor_value_info("c_out", T.BOOL, []), seq("s_out", T.FLOAT, [4, 256])])
+    loop = h.make_graph(
+        [h.make_node("SequenceEmpty", [], ["s0"], dtype=T.FLOAT), h.make_node("Loop", ["M", "cond", "s0"], ["s"], body=body),
+         h.make_node("ConcatFromSequence", ["s"], ["z"], axis=0)],
+        "loop", [h.make_tensor_value_info("x", T.FLOAT, [4, 256])], [h.make_tensor_value_info("z", T.FLOAT, None)],
+        [nh.from_array(np.array(3, dtype=np.int64), "M"), nh.from_array(np.array(True), "cond")])
+    body = h.make_graph(
+        [h.make_node("Relu", ["xt"], ["a"]), h.make_node("Neg", ["xt"], ["b"]),
+         h.make_node("SequenceEmpty", [], ["e"], dtype=T.FLOAT), h.make_node("SequenceInsert", ["e", "a"], ["s1"]),
+         h.make_node("SequenceInsert", ["s1", "b"], ["s2"]), h.make_node("ConcatFromSequence", ["s2"], ["c"], axis=0),
+         h.make_node("Identity", ["st_in"], ["st_out"])], "body",
+        [h.make_tensor_value_info("st_in", T.FLOAT, [1]), h.make_tensor_value_info("xt", T.FLOAT, [256])],
+        [h.make_tensor_value_info("st_out", T.FLOAT, [1]), h.make_tensor_value_info("c", T.FLOAT, None)])
+    scan = h.make_graph([h.make_node("Scan", ["st", "x"], ["st_f", "ys"], body=body, num_scan_inputs=1)], "scan",
+                        [h.make_tensor_value_info("st", T.FLOAT, [1]), h.make_tensor_value_info("x", T.FLOAT, [4, 256])],
+                        [h.make_tensor_value_info("ys", T.FLOAT, None)])
+    return {name: h.make_model(g, opset_imports=[h.make_opsetid("", 17)]) for name, g in (("loop", loop), ("scan", scan))}
+
+
+@pytest.mark.parametrize("run_for_shapes", [False, True])
+def test_a_sequence_holds_its_tensors_in_the_peak_and_saved_walks(run_for_shapes) -> None:
+    """A list holds its tensors until it ends, and a concatenation of it is as large as they are together.
+    loop: the peak is at z, with the three appended tensors still held (3 x 4096) and z (12288): 24576; x ended
+    in the last iteration. Backward keeps each Relu's output (3 x 4096) and the loss's z: 24576. scan: the peak
+    is at the stacked output (8192) with the four steps' concatenations it stacks (4 x 2048): 16384 (a step's
+    two 1024-byte tensors, held by its list until it is concatenated, are fewer); backward keeps the four Relu
+    outputs (4096) and the loss's output (8192). Run for shapes, these were 12288 / 24576 and 8192 / 12288 (an
+    appended tensor freed as it was inserted, the list itself 0 bytes); without, less (z, c and ys unsized)."""
+    from perfpredict.features.graph import analyze_onnx
+
+    models = _sequence_models()
+    loop = analyze_onnx(models["loop"], run_for_shapes=run_for_shapes)
+    assert (loop.peak_live_activation_bytes, loop.graph_saved_bytes) == (24576, 24576)
+    scan = analyze_onnx(models["scan"], run_for_shapes=run_for_shapes)
+    assert (scan.peak_live_activation_bytes, scan.graph_saved_bytes) == (16384, 12288)
+    assert not loop.notes and not scan.notes  # unrolled, both

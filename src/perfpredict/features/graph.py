@@ -33,7 +33,9 @@ read the graph as it runs too (:class:`_Unrolled`): a Loop of constant trip coun
 unrolled into fresh tensors per iteration (a loop-carried value wired from one iteration to the next, a
 scanned input sliced, a scan output stacked), an If as the branch counted; a Loop or Scan that cannot be
 unrolled (its trip count computed at run time, or past :data:`MAX_UNROLLED_NODES` node copies) stays one node
-there, its body's tensors left out, with a note.
+there, its body's tensors left out, with a note. A sequence value (``SequenceInsert`` and the other
+``Sequence*`` ops) holds its tensors as a list does, and its ``ConcatFromSequence`` is as large as they are
+together (:func:`sequence_sizes`).
 """
 
 from __future__ import annotations
@@ -474,6 +476,8 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
     def nbytes(name: str) -> int | None:  # an iteration's tensor has the shape of the subgraph's that it copies
         return shapes.nbytes(orig.get(name, name))
 
+    nbytes = sequence_sizes(nodes, nbytes)
+
     stats.peak_live_activation_bytes = peak_live_activation_bytes(
         nodes, [vi.name for vi in g.input], [o.name for o in g.output], weights, nbytes)
     float_outputs = [o.name for o in g.output if o.type.tensor_type.elem_type in _FLOAT_TYPES]
@@ -722,6 +726,64 @@ class _Aliases(dict):
         return name
 
 
+def _sequences(nodes: list[tuple[str, list[str], list[str]]]) -> dict[str, tuple[str | None, list[str], bool]]:
+    """Each sequence value of nodes in graph order (their control flow unrolled, so a sequence a Loop appends to
+    once per iteration is one value per iteration) as (the sequence it is made from or None, the tensors it adds,
+    whether it holds exactly its source's tensors and those): ``SequenceEmpty`` adds none, ``SequenceConstruct``
+    its inputs, ``SequenceInsert`` the tensor inserted (wherever it goes), ``SplitToSequence`` its input (the
+    pieces are views of it, as ``torch.split`` gives them), an ``Identity`` none; ``SequenceErase`` holds its
+    source's tensors but one (not exactly: which one is not known). A sequence another op makes (a Loop left
+    rolled, ``SequenceMap``) is not known, nor one made from it. PyTorch holds a list's tensors by reference:
+    a sequence's bytes are its tensors', alive as long as it is."""
+    seqs: dict[str, tuple[str | None, list[str], bool]] = {}
+    for op, ins, outs in nodes:
+        out = outs[0] if outs and outs[0] else None
+        src = ins[0] if ins and ins[0] in seqs else None
+        if out is None:
+            continue
+        if op == "SequenceEmpty":
+            seqs[out] = (None, [], True)
+        elif op == "SequenceConstruct":
+            seqs[out] = (None, [x for x in ins if x], True)
+        elif op == "SplitToSequence" and ins and ins[0]:
+            seqs[out] = (None, [ins[0]], True)
+        elif op == "SequenceInsert" and src is not None:
+            seqs[out] = (src, [x for x in ins[1:2] if x], seqs[src][2])
+        elif op in ("Identity", "SequenceErase") and src is not None:
+            seqs[out] = (src, [], seqs[src][2] and op == "Identity")
+    return seqs
+
+
+def sequence_sizes(nodes: list[tuple[str, list[str], list[str]]], nbytes):
+    """``nbytes`` (a tensor's size, or None) with the sizes static shapes leave out but the parts give: a
+    ``ConcatFromSequence``'s output is as large as the tensors of its sequence (:func:`_sequences`) together,
+    its new axis or not (shape inference cannot say how long a sequence grows), and a ``Concat``'s as its
+    inputs together (a Scan output stacked from such values)."""
+    seqs = _sequences(nodes)
+    held: dict[str, int | None] = {}  # a sequence's tensors' bytes
+    found: dict[str, int] = {}
+    for op, ins, outs in nodes:  # in graph order: a part's size is found before the whole's
+        out = outs[0] if outs and outs[0] else None
+        if out in seqs:
+            src, added, exact = seqs[out]
+            sizes = [held.get(src) if src else 0] + [found.get(x, nbytes(x)) for x in added]
+            held[out] = sum(sizes) if exact and None not in sizes else None  # type: ignore[arg-type]
+        if out is None or op not in ("Concat", "ConcatFromSequence") or nbytes(out) is not None:
+            continue
+        n = (held.get(ins[0]) if ins else None) if op == "ConcatFromSequence" else None
+        if op == "Concat":
+            sizes = [found.get(x, nbytes(x)) for x in ins if x]
+            n = None if None in sizes else sum(sizes)  # type: ignore[arg-type]
+        if n is not None:
+            found[out] = n
+
+    def size(name: str) -> int | None:
+        n = nbytes(name)
+        return found.get(name) if n is None else n
+
+    return size
+
+
 def saved_for_backward_bytes(nodes: list[tuple[str, list[str], list[str]]], init_names: set[str], nbytes,
                              loss_inputs: Sequence[str] = ()) -> int:
     """The activation bytes a training step's backward pass would keep, read off a forward graph by per-op
@@ -823,6 +885,8 @@ def peak_live_activation_bytes(nodes: list[tuple[str, list[str], list[str]]], gr
       so it allocates nothing;
     - a recurrent op holds its gates' pre-activations while it runs: gates (:data:`RECURRENT_GATES`) × its
       output's bytes, freed when it finishes;
+    - a sequence holds its tensors as a Python list does (:func:`_sequences`): they live until it, and every
+      sequence made from it, ends;
     - graph inputs live until their last use and graph outputs to the end.
     """
     const = _weight_derived(nodes, init_names)
@@ -844,6 +908,22 @@ def peak_live_activation_bytes(nodes: list[tuple[str, list[str], list[str]]], gr
             if x and x not in const:
                 last_use[root(x)] = i
     keep = {root(o) for o in graph_outputs}
+    # a sequence holds its tensors (a list's references): they live until it, and every sequence made from it,
+    # has ended (a graph output's to the end)
+    seqs = _sequences(nodes)
+    reach = {s: len(nodes) if root(s) in keep else last_use.get(root(s), -1) for s in seqs}
+    for s in reversed(seqs):  # graph order: a sequence after the one it is made from
+        src = seqs[s][0]
+        if src is not None:
+            reach[src] = max(reach[src], reach[s])
+    held = {root(x) for _, added, _ in seqs.values() for x in added if x not in const}
+    for s, (_, added, _) in seqs.items():
+        for x in added:
+            if x not in const:
+                last_use[root(x)] = max(last_use.get(root(x), -1), reach[s])
+    freed_at: dict[int, set[str]] = {}  # the tensors a sequence held, by the node after which they go
+    for k in held:
+        freed_at.setdefault(last_use[k], set()).add(k)
     alive = {x: nbytes(x) or 0 for x in graph_inputs if x not in const}
     live = peak = sum(alive.values())
     for i, (op, ins, outs) in enumerate(nodes):
@@ -855,8 +935,7 @@ def peak_live_activation_bytes(nodes: list[tuple[str, list[str], list[str]]], gr
                 live += alive[o]
         scratch = RECURRENT_GATES.get(op, 0) * (nbytes(outs[0]) or 0) if outs and outs[0] else 0
         peak = max(peak, live + scratch)
-        for x in {*ins, *outs}:
-            k = root(x) if x else ""
+        for k in {root(x) for x in (*ins, *outs) if x} | freed_at.get(i, set()):
             if k in alive and last_use.get(k, -1) <= i and k not in keep:
                 live -= alive.pop(k)
     return int(peak)
