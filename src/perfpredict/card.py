@@ -493,7 +493,8 @@ class ProfileRun(_Section):
     precision: Literal["fp32", "bf16", "fp16"] = Field(
         "fp32", description="fp32, or mixed precision: forward and loss under torch.autocast with bfloat16 or "
                             "float16 (fp16 with a gradient scaler)")
-    compiled: bool = Field(False, description="the measured steps called torch.compile(model), compiled at the "
+    compiled: bool = Field(False, description="the measured steps called torch.compile(model) (--compile, or a "
+                                              "build_model that returns a compiled module), compiled at the "
                                               "first (warm-up) step of each measuring process")
     batch_sizes: list[int]
     started_at: str

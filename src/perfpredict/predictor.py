@@ -768,7 +768,7 @@ class Predictor:
                     "the GPU time baseline's launch count comes from the per-op-type totals, which count shape "
                     "arithmetic as kernels (up to 7x too many for a recurrent graph)")
             notes.append(f"no kernels given (kernel_nodes): {what}, so iteration time is rougher; send kernel_nodes "
-                         "(an ONNX file or a model file gives them)")
+                         "(an ONNX file or a model file gives them, unless its graph changes with the batch)")
         points = []
         shares = ms.targets["iter_time"].baseline_shares(e.X) if method == "estimator" else None
         for i, b in enumerate(batch_sizes):

@@ -60,9 +60,15 @@ def extract_features(workload: Workload, model: torch.nn.Module | None = None,
     feats = _from_stats(s1, s2, b1, b2)
     if s1.op_counts != s2.op_counts:
         # the per-sample split assumes one graph whose sizes scale with the batch
-        feats.notes.append(f"the exports at batch {b1} and {b2} traced different graphs ({s1.num_nodes} and "
-                           f"{s2.num_nodes} nodes): the forward pass takes another path on each call (random or "
-                           "data-dependent control flow), so the per-sample counts mix two paths and are rough")
+        if _grows_with_batch(model, workload, s1, s2, b1, b2):
+            feats.notes.append(f"the exported graph grows with the batch ({s1.num_nodes} nodes at batch {b1}, "
+                               f"{s2.num_nodes} at {b2}, by as many again at {2 * b2 - b1}: the exporter writes some "
+                               "nodes once per sample, as for EmbeddingBag): the per-sample counts follow it, but "
+                               "its kernels are not listed node by node")
+        else:
+            feats.notes.append(f"the exports at batch {b1} and {b2} traced different graphs ({s1.num_nodes} and "
+                               f"{s2.num_nodes} nodes): the forward pass takes another path on each call (random or "
+                               "data-dependent control flow), so the per-sample counts mix two paths and are rough")
     feats.exporter, feats.opset = first.exporter, first.opset
     feats.onnx_file = Path(onnx_path).name if onnx_path else None
     feats.export_batch_size = b1
@@ -87,6 +93,24 @@ def extract_features(workload: Workload, model: torch.nn.Module | None = None,
                 raise
             feats.fvcore_error = f"{type(e).__name__}: {str(e).strip()[:300]}"
     return feats
+
+
+def _grows_with_batch(model: torch.nn.Module, workload: Workload, s1: GraphStats, s2: GraphStats,
+                      b1: int, b2: int) -> bool:
+    """Whether two exports whose op counts differ belong to one graph that grows with the batch: an export at
+    ``2*b2 - b1`` adds to every op count what the step from ``b1`` to ``b2`` added (a forward that switches
+    between two paths cannot, as that needs a third graph). False where that export fails."""
+    b3 = 2 * b2 - b1
+    try:
+        model3, args3 = as_positional(model, workload.inputs(b3))
+        s3 = analyze_onnx(export_onnx(model3, args3).model_proto)
+    except BaseException as e:  # the user's code runs here
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        return False
+    ops = set(s1.op_counts) | set(s2.op_counts) | set(s3.op_counts)
+    return all(s3.op_counts.get(k, 0) - s2.op_counts.get(k, 0) == s2.op_counts.get(k, 0) - s1.op_counts.get(k, 0)
+               for k in ops)
 
 
 def _forward_runs(model: torch.nn.Module, args: tuple) -> bool:

@@ -145,6 +145,15 @@ def _run_option_notes(workload: Workload, mode: str) -> list[str]:
     return notes
 
 
+def _compiled_by_file(model: Any) -> bool:
+    """Whether ``build_model`` itself returned a ``torch.compile``'d module (an ``OptimizedModule``)."""
+    try:
+        from torch._dynamo.eval_frame import OptimizedModule
+    except Exception:  # noqa: BLE001 - a torch without dynamo compiles nothing
+        return False
+    return isinstance(model, OptimizedModule)
+
+
 def _model_info(workload: Workload) -> tuple[ModelInfo, Any]:
     import torch
 
@@ -199,6 +208,9 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
     batch_sizes = tuple(settings.batch_sizes or workload.batch_sizes)
     listener.stage("building model")
     info, model = _model_info(workload)
+    # a file whose build_model returns torch.compile(...) is measured compiled without --compile: the card said
+    # compiled false, and nothing of the compile time in its first step and ν
+    compiled_by_file = not workload.compile and _compiled_by_file(model)
     # parameter gradients exist only for trainable parameters (Horus eq. 2's parameter term)
     trainable_param_bytes = parameter_bytes(model, trainable=True)
 
@@ -212,11 +224,16 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
     card = PerformanceCard(
         status="partial", model=info,
         device=DeviceInfo(kind="cuda" if device.startswith("cuda") else "cpu", name="(not yet measured)"),
-        run=ProfileRun(mode=settings.mode, precision=workload.precision, compiled=workload.compile,
+        run=ProfileRun(mode=settings.mode, precision=workload.precision,
+                       compiled=workload.compile or compiled_by_file,
                        batch_sizes=list(batch_sizes), started_at=utc_now(),
                        perfpredict_version=__version__, library_versions=library_versions(), command=command,
                        settings={**settings.as_dict(), "device": device, "memory_limit_bytes": mem_limit}),
-        notes=_run_option_notes(workload, settings.mode))
+        notes=_run_option_notes(workload, settings.mode) + ([
+            "compiled: the model file's build_model returned a torch.compile'd module, so every measurement ran "
+            "it compiled, compiling at its first step: the compile time is in startup.first_iter_extra_s and the "
+            "latency's ν, not in the timed iterations; on CPU the peak RSS includes the compiler's own memory"]
+            if compiled_by_file else []))
     energy = EnergyInfo(available=False)
     optimizer_state: list[int] = []
     overheads: list[int] = []

@@ -175,6 +175,16 @@ class Workload:
     def optimizer(self, params: Any) -> torch.optim.Optimizer:
         """``make_optimizer(params)``, checked: a hook that returns something else (e.g. a stub that returns
         None) used to fail later inside the timed step, as an AttributeError at ``zero_grad``."""
+        if self.make_optimizer is default_optimizer:
+            params = list(params)
+            if not any(isinstance(p, torch.Tensor) and p.requires_grad for p in params):
+                # torch's own words blamed a make_optimizer the file may not have ("optimizer got an empty
+                # parameter list" for a quantized model), or failed later at backward (a wholly frozen one)
+                from perfpredict.errors import ModelLoadError
+
+                raise ModelLoadError(f"the model has no parameter that requires grad ({len(params)} parameter tensors, "
+                                     "none trainable: e.g. a quantized or wholly frozen model), so a training step "
+                                     "has nothing to train: measure it with --mode infer", step="make_optimizer")
         opt = self.make_optimizer(params)
         if not (callable(getattr(opt, "step", None)) and callable(getattr(opt, "zero_grad", None))):
             from perfpredict.errors import ModelLoadError
