@@ -747,6 +747,9 @@ class Predictor:
         frozen_note = _frozen_memory_note(arch, ms)
         if frozen_note:
             notes.append(frozen_note)
+        frozen_note = _frozen_time_note(arch, ms)
+        if frozen_note:
+            notes.append(frozen_note)
         if ms.device_kind == "cpu" and not arch.op_counts:
             notes.append("no op types given (op_counts): the CPU memory baseline's code-page term counts only an "
                          "empty model's library code (about 5 MiB, against 13-30 MiB for the zoo's families), so "
@@ -839,7 +842,9 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
                          f"{type(features).__name__}{hint}", step="predict")
     from perfpredict.estimators.feature_schema import check_feature_mapping
 
-    return ArchFeatures.from_dict(_frozen_halves(check_feature_mapping(features)))
+    # the frozen step-work ratio is read off a graph (a model file, an ONNX file), not taken from a caller
+    return ArchFeatures.from_dict({k: v for k, v in _frozen_halves(check_feature_mapping(features)).items()
+                                   if k != "frozen_step_work_ratio"})
 
 
 def _frozen_halves(features: dict[str, Any]) -> dict[str, Any]:
@@ -871,6 +876,37 @@ def _frozen_of(model, graph_param_bytes: float | None = None) -> dict[str, float
     if isinstance(graph_param_bytes, (int, float)) and graph_param_bytes >= 0:
         frozen = min(frozen, graph_param_bytes)
     return {"frozen_param_count": float(count), "frozen_param_bytes": float(frozen)}
+
+
+def frozen_time_factor(arch: ArchFeatures, ms: ModelSet) -> float | None:
+    """What a training step's predicted time is multiplied by for ``arch``'s frozen parameters: its
+    :attr:`~perfpredict.estimators.arch.ArchFeatures.frozen_step_work_ratio` (the step's MAC-weighted work with
+    them frozen over training every weight). The sets were trained on models that train every parameter, so
+    their times charge every layer a weight gradient and an input gradient. None for an inference set, where
+    nothing is frozen, or where nobody walked the graph for the ratio."""
+    r = arch.frozen_step_work_ratio
+    if ms.mode == "infer" or arch.frozen_param_bytes_in_graph <= 0 or r is None or not 0 < r < 1:
+        return None
+    return float(r)
+
+
+def _frozen_time_note(arch: ArchFeatures, ms: ModelSet) -> str | None:
+    """The card's word on how a training step's time takes the frozen parameters (:func:`frozen_time_factor`)."""
+    if ms.mode == "infer" or arch.frozen_param_bytes_in_graph <= 0:
+        return None
+    factor = frozen_time_factor(arch, ms)
+    if factor is None:
+        if arch.frozen_step_work_ratio is not None:
+            return None  # frozen weights that skip no MAC work (biases, norms, an embedding table)
+        return ("the training-step time is not adjusted for the frozen parameters: only a model file's or an "
+                "ONNX file's graph says which layers they are, so every layer is charged its full backward work "
+                "(the slow side)")
+    return (f"training-step times x {factor:.3f} for the frozen parameters: the estimators were trained on steps "
+            "that train every weight, and autograd computes no weight gradient for a frozen weight and no input "
+            "gradient where no trained weight lies upstream; the factor is the step's MAC-weighted work (forward "
+            "MACs F per node, F more per operand needing a gradient) with these weights frozen over the same with "
+            "every weight trained (per-parameter costs, such as the optimizer step, are not separated out, so "
+            "the saving is likely larger than this)")
 
 
 def _frozen_memory_note(arch: ArchFeatures, ms: ModelSet) -> str | None:
@@ -976,6 +1012,9 @@ def _estimate(ms: ModelSet, arch: ArchFeatures, batch_sizes: Sequence[int], esti
         preds = _fallback(ms, near, arch, batch_sizes, preds)
     if "device_memory" in preds and "peak_memory" in preds:
         preds["device_memory"] = _at_least(preds["device_memory"], preds["peak_memory"])
+    factor = frozen_time_factor(arch, ms)
+    if factor is not None and "iter_time" in preds:
+        preds["iter_time"] = tuple(v * factor for v in preds["iter_time"])
     # the median is fitted apart from the quantiles (and the fallback moves both): an interval holds its median
     preds = {k: (y, np.column_stack([np.minimum(q[:, 0], y), q[:, 1:-1], np.maximum(q[:, -1], y)]))
              for k, (y, q) in preds.items()}

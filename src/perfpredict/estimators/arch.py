@@ -63,6 +63,10 @@ class ArchFeatures:
     frozen_param_bytes: float = 0.0
     #: how many parameters those are (part of param_count)
     frozen_param_count: float = 0.0
+    #: the MAC-weighted work of a training step with those parameters frozen over the same step training every
+    #: parameter (:func:`frozen_step_ratio`), which the Predictor multiplies its training-step times by; None
+    #: where nothing is frozen or nobody walked the graph for it (a feature vector, a card). Not a feature.
+    frozen_step_work_ratio: float | None = None
     #: time steps of the recurrent ops per pass, by op type (:attr:`GraphStats.recurrent_steps_by_op`)
     recurrent_steps_by_op: Mapping[str, int] = field(default_factory=dict)
     #: the most activation bytes alive at once in a forward pass, per sample / fixed
@@ -211,6 +215,9 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
             raise
         raise ArchFeaturesError(f"training-mode forward failed while counting saved tensors: {type(e).__name__}: "
                                 f"{str(e)[:200]}", source=target, step="features") from None
+    ratio = ratio_note = None
+    if any(not p.requires_grad for p in model.parameters()):
+        ratio, ratio_note = _frozen_step_ratio_of_model(wl, model)
     # fixed (batch-independent) parts: held at 0 or more by the two-batch splits themselves (extract_features,
     # split_nodes, saved_bytes_split)
     return ArchFeatures(
@@ -226,12 +233,46 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
         lookup_param_bytes=float(feats.lookup_param_bytes or 0), recurrent_steps_by_op=feats.recurrent_steps_by_op,
         frozen_param_bytes=float(parameter_bytes(model, trainable=False)),
         frozen_param_count=float(sum(p.numel() for p in model.parameters() if not p.requires_grad)),
-        peak_live_bytes_per_sample=float(feats.peak_live_bytes_per_sample or 0),
+        frozen_step_work_ratio=ratio, peak_live_bytes_per_sample=float(feats.peak_live_bytes_per_sample or 0),
         peak_live_bytes_fixed=float(feats.peak_live_bytes_fixed or 0),
         graph_saved_bytes_per_sample=float(feats.graph_saved_bytes_per_sample or 0),
         graph_saved_bytes_fixed=float(feats.graph_saved_bytes_fixed or 0),
         kernel_nodes=tuple(tuple(r) for r in feats.kernel_nodes), name=wl.name,
-        notes=tuple(n for n in (feats.error, *feats.notes, _hook_note(wl)) if n), precision=wl.precision)
+        notes=tuple(n for n in (feats.error, *feats.notes, _hook_note(wl), ratio_note) if n), precision=wl.precision)
+
+
+def frozen_step_ratio(stats, trained, weights) -> float | None:
+    """The MAC-weighted work of a training step (:func:`~perfpredict.features.graph.step_work`) of the graph in
+    ``stats`` (a :class:`~perfpredict.features.graph.GraphStats`) when the initializers ``trained(name)`` train,
+    over the same when every initializer ``weights(name)`` trains; None when that step does no MAC work."""
+    from perfpredict.features.graph import step_work
+
+    full = step_work(stats, weights)
+    return step_work(stats, trained) / full if full > 0 else None
+
+
+def _frozen_step_ratio_of_model(wl, model) -> tuple[float | None, str | None]:
+    """For a model with frozen parameters, :func:`frozen_step_ratio` on its graph exported at batch 2, the
+    parameters matched to the initializers by name (the TorchScript exporter keeps module paths); and a note
+    when it cannot be had (the time is then not adjusted)."""
+    from perfpredict.features import analyze_onnx, export_onnx
+    from perfpredict.workload.forward_args import as_positional
+
+    names = {n: p.requires_grad for n, p in model.named_parameters()}
+    why = "its graph's weights are not named as its parameters"
+    try:
+        stats = analyze_onnx(export_onnx(*as_positional(model, wl.inputs(2))).model_proto)
+        if any(n in names for n in stats.float_initializers):
+            ratio = frozen_step_ratio(stats, lambda n: names.get(n, False), lambda n: n in names)
+            if ratio is not None:
+                return ratio, None
+            why = "its graph has no multiply-accumulates"
+    except BaseException as e:  # user code runs in the export
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        why = f"exporting it at batch 2 failed ({type(e).__name__})"
+    return None, (f"the training-step time is not adjusted for the frozen parameters: {why}, so which layers "
+                  "skip their backward work is unknown")
 
 
 def _check_room_for_weights(wl, target: str) -> None:
@@ -545,10 +586,10 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
             live, live_fixed = g.peak_live_bytes_per_sample, g.peak_live_bytes_fixed
             gsaved, gsaved_fixed = g.graph_saved_bytes_per_sample, g.graph_saved_bytes_fixed
             kernels = g.kernel_nodes
-            stats = s1
+            stats, work_stats = s1, s2  # the frozen weights' share of a step's work: at batch 2, as a model file's
         else:
             b = static or 1
-            stats = analyze_onnx(proto, run_for_shapes=False)
+            stats = work_stats = analyze_onnx(proto, run_for_shapes=False)
             macs, macs_fixed = stats.macs / b, 0
             act, act_fixed = stats.activation_bytes / b, 0
             live, live_fixed = stats.peak_live_activation_bytes / b, 0
@@ -578,6 +619,10 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
     if macs <= 0:
         raise ArchFeaturesError("no multiply-accumulate ops with known shapes in the graph", source=name,
                                 step="analyse onnx")
+    ratio = None
+    if frozen_count > 0:
+        prefixes = tuple(frozen)
+        ratio = frozen_step_ratio(work_stats, lambda n: not n.startswith(prefixes), lambda n: True)
     _check_counts_bounded(name, forward_macs_per_sample=macs, forward_macs_fixed=macs_fixed,
                           param_count=param_count, param_bytes=stats.initializer_bytes,
                           activation_bytes_per_sample=act, activation_bytes_fixed=act_fixed,
@@ -598,7 +643,7 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
         peak_live_bytes_per_sample=float(max(live, 0)), peak_live_bytes_fixed=float(live_fixed),
         graph_saved_bytes_per_sample=float(max(gsaved, 0)), graph_saved_bytes_fixed=float(gsaved_fixed),
         kernel_nodes=tuple(tuple(r) for r in kernels), frozen_param_bytes=frozen_bytes,
-        frozen_param_count=frozen_count, name=name, notes=tuple(notes))
+        frozen_param_count=frozen_count, frozen_step_work_ratio=ratio, name=name, notes=tuple(notes))
 
 
 def _at_least_zero(v: Any) -> Any:

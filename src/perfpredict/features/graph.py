@@ -90,6 +90,12 @@ class GraphStats:
     kernel_nodes: list[KernelNode] = field(default_factory=list)
     #: What the counts could not settle without running the graph (a loop's trip count, an If's branch).
     notes: list[str] = field(default_factory=list)
+    #: The main graph's nodes in graph order as a training step's backward pass reads them (:func:`step_work`):
+    #: ``(op type, inputs, floating-point outputs, MACs, runs subgraphs)``; a control-flow node's MACs are its
+    #: subgraphs' as counted in ``macs``.
+    step_nodes: list[tuple[str, tuple[str, ...], tuple[str, ...], int, bool]] = field(default_factory=list)
+    #: The main graph's floating-point initializers: the weights a training step may train.
+    float_initializers: frozenset[str] = frozenset()
 
 
 def unknown_shapes_note(unknown_shape_ops: dict[str, int], how: str = "") -> str:
@@ -379,6 +385,7 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
         weightish = _weight_derived([(n.op_type, list(n.input), list(n.output)) for n in graph.node], weights)
         absorbed, fused_io = _erf_gelus(graph.node, weightish, shapes)
         for idx, node in enumerate(graph.node):
+            macs_before = sum(tally.macs.values())
             tally.ops[node.op_type] += 1
             for i, name in enumerate(node.input):
                 if name in init_names:
@@ -390,6 +397,10 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
                 if a.type == onnx.AttributeProto.GRAPHS:
                     for j, sub in enumerate(a.graphs):
                         walk(sub, tally, weightish, where=_where(where, idx, a.name, j))
+            if main:  # floating-point outputs, or of unknown type: what a gradient can flow through
+                floats = tuple(o for o in node.output if o and (shapes.elem_float(o) or o not in shapes.info))
+                step_nodes.append([node.op_type, tuple(node.input), floats, 0, bool(subgraphs) or any(
+                    a.type == onnx.AttributeProto.GRAPHS for a in node.attribute), macs_before])
             if node.op_type == "Constant":
                 continue
             for o in node.output:
@@ -449,7 +460,12 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
             notes[note] = None
 
     consts.update(_folded_trip_counts(g))
+    step_nodes: list[list] = []  # the main graph's nodes, their MACs filled in below from the running total
     walk(g, top, init_names, main=True)
+    ends = [r[5] for r in step_nodes[1:]] + [sum(top.macs.values())]
+    stats.step_nodes = [(op, ins, outs, int(end - start), sub) for (op, ins, outs, _, sub, start), end
+                        in zip(step_nodes, ends)]
+    stats.float_initializers = frozenset(t.name for t in g.initializer if t.data_type in _FLOAT_TYPES)
     lookup_only = gathered - read_whole  # a table tied to an output projection is read whole
     stats.lookup_param_bytes = int(sum(tensor_nbytes(t) for t in g.initializer
                                        if t.name in lookup_only))
@@ -715,6 +731,44 @@ def _weight_derived(nodes: list[tuple[str, list[str], list[str]]], init_names: s
         if op == "Constant" or all(x in const for x in ins if x):
             const.update(o for o in outs if o)
     return const
+
+
+def _operand_groups(op: str, ins: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The inputs of a MAC node whose gradients each cost about its forward MACs again: the two operands of a
+    product or a convolution (a bias's gradient is a reduction), every operand of an Einsum, a recurrent op's
+    input and its weights together, an Attention's inputs together."""
+    if op in RECURRENT_OPS:
+        return [ins[:1], ins[1:3]]
+    if op == "Einsum":
+        return [(x,) for x in ins]
+    if op == "Attention":
+        return [ins]
+    return [ins[:1], ins[1:2]]
+
+
+def step_work(stats: GraphStats, trained) -> int:
+    """The MAC-weighted work of a training step of the graph analysed in ``stats`` when the main graph's
+    floating-point initializers for which ``trained(name)`` holds are the weights that train: each MAC node costs
+    its forward MACs F, and F again for each operand (:func:`_operand_groups`) that needs a gradient, a trained
+    weight (or a tensor computed from one: a transposed weight) or an activation that a trained weight lies
+    upstream of. Autograd computes no weight gradient for a frozen weight, and no input gradient where there is
+    nothing upstream to send it to, so a frozen backbone under a trained head costs about F(backbone) + 3 F(head)
+    where training every weight costs about 3 F. A node that runs subgraphs (a Loop, an If) is counted 3 F, and
+    its outputs need a gradient wherever any weight trains (its bodies' weights are not followed)."""
+    grad = {n for n in stats.float_initializers if trained(n)}
+    anything_trains = bool(grad)
+    work = 0
+    for op, ins, outs, macs, runs_subgraphs in stats.step_nodes:
+        if runs_subgraphs:
+            work += 3 * macs
+            flows = anything_trains
+        else:
+            if macs:
+                work += macs * (1 + sum(any(x in grad for x in g if x) for g in _operand_groups(op, ins)))
+            flows = any(x in grad for x in ins if x)
+        if flows:
+            grad.update(outs)
+    return work
 
 
 class _Aliases(dict):
