@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, m in s["targets"].items():
             line = (f"  {name:16s} MAPE {m['mape']:6.1%}  median {m['median_ape']:6.1%}  "
                     f"median ratio {s['median_ratio'][name]:.2f}")
-            if "rmsle_fraction" in m:  # Horus' metric; on bytes and seconds log1p is no relative error
+            if "rmsle_fraction" in m:  # Horus reports RMSLE for utilisation only
                 line += f"  RMSLE {m['rmsle']:.3f} on percent, {m['rmsle_fraction']:.3f} on fractions"
             print(line + f"  [{m['n']} points]")
     return 0

@@ -569,8 +569,9 @@ class PredictionInfo(_Section):
     out_of_distribution: bool
     nearest: NearestProfiled | None = None
     points: list[PredictedPoint] = Field(default_factory=list)
-    estimator_scores: dict[str, dict[str, float]] = Field(default_factory=dict,
-                                                          description="grouped-CV scores of the estimators used")
+    estimator_scores: dict[str, dict[str, float]] = Field(
+        default_factory=dict, description="grouped-CV scores of the estimators used (rmsle on percent for "
+                                          "utilisation, milliseconds for iteration time, bytes for memory)")
     notes: list[str] = Field(default_factory=list)
     source: Source = "predicted"
     calibration: CalibrationInfo | None = Field(default=None, description="set when a CPU set measured on another "

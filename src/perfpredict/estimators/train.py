@@ -335,7 +335,7 @@ def render_report(meta: dict[str, Any]) -> str:
              f"{meta['trained_at']}.", "",
              "Leave-one-family-out CV: each prediction comes from a model that never saw that family. Random "
              "5-fold CV (same families in training) for contrast. GPU-utilisation RMSLE is on percent "
-             "(Horus' scale); the fraction-scale RMSLE is beside it.", ""]
+             "(Horus' scale; the fraction-scale RMSLE is beside it), iteration time's on milliseconds.", ""]
     for name, why in meta.get("skipped_targets", {}).items():
         lines += [f"Not trained: **{name}** ({why}); predicted cards of this set leave it out.", ""]
     for run in meta.get("provenance", {}).get("runs", []):
