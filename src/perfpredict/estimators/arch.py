@@ -203,7 +203,8 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
     if not isinstance(model, torch.nn.Module):
         raise ArchFeaturesError(f"build_model() returned {type(model).__name__}, expected a torch.nn.Module",
                                 source=target, step="build_model")
-    feats = extract_features(wl, model=model, use_fvcore=False)
+    graphs: dict = {}  # the exports extract_features analysed, by batch size
+    feats = extract_features(wl, model=model, use_fvcore=False, graphs=graphs)
     if not feats.available:
         raise ArchFeaturesError(f"graph features unavailable: {feats.error}", source=target, step="features")
     try:
@@ -217,7 +218,7 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
                                 f"{str(e)[:200]}", source=target, step="features") from None
     ratio = ratio_note = None
     if any(not p.requires_grad for p in model.parameters()):
-        ratio, ratio_note = _frozen_step_ratio_of_model(wl, model)
+        ratio, ratio_note = _frozen_step_ratio_of_model(wl, model, graphs.get(2))
     # fixed (batch-independent) parts: held at 0 or more by the two-batch splits themselves (extract_features,
     # split_nodes, saved_bytes_split)
     return ArchFeatures(
@@ -251,17 +252,19 @@ def frozen_step_ratio(stats, trained, weights) -> float | None:
     return step_work(stats, trained) / full if full > 0 else None
 
 
-def _frozen_step_ratio_of_model(wl, model) -> tuple[float | None, str | None]:
-    """For a model with frozen parameters, :func:`frozen_step_ratio` on its graph exported at batch 2, the
-    parameters matched to the initializers by name (the TorchScript exporter keeps module paths); and a note
-    when it cannot be had (the time is then not adjusted)."""
+def _frozen_step_ratio_of_model(wl, model, at_2=None) -> tuple[float | None, str | None]:
+    """For a model with frozen parameters, :func:`frozen_step_ratio` on its graph exported at batch 2 (``at_2``,
+    the GraphStats extract_features already made of it, else exported here), the parameters matched to the
+    initializers by name (the TorchScript exporter keeps module paths); and a note when it cannot be had (the
+    time is then not adjusted)."""
     from perfpredict.features import analyze_onnx, export_onnx
     from perfpredict.workload.forward_args import as_positional
 
     names = {n: p.requires_grad for n, p in model.named_parameters()}
     why = "its graph's weights are not named as its parameters"
     try:
-        stats = analyze_onnx(export_onnx(*as_positional(model, wl.inputs(2))).model_proto)
+        stats = at_2 if at_2 is not None else \
+            analyze_onnx(export_onnx(*as_positional(model, wl.inputs(2))).model_proto)
         if any(n in names for n in stats.float_initializers):
             ratio = frozen_step_ratio(stats, lambda n: names.get(n, False), lambda n: n in names)
             if ratio is not None:

@@ -30,8 +30,10 @@ def _split(at1: int, at2: int, b1: int, b2: int) -> tuple[int, int]:
 
 
 def extract_features(workload: Workload, model: torch.nn.Module | None = None,
-                     onnx_path: str | Path | None = None, *, use_fvcore: bool = True) -> GraphFeatures:
-    """Graph features for ``workload`` (built fresh unless ``model`` is given); never raises."""
+                     onnx_path: str | Path | None = None, *, use_fvcore: bool = True,
+                     graphs: dict[int, GraphStats] | None = None) -> GraphFeatures:
+    """Graph features for ``workload`` (built fresh unless ``model`` is given); never raises. ``graphs``, when
+    given, receives the analysed exports by batch size (so a caller need not export them again)."""
     try:
         if model is None:
             torch.manual_seed(0)
@@ -52,6 +54,8 @@ def extract_features(workload: Workload, model: torch.nn.Module | None = None,
         first = export_onnx(model1, args1, onnx_path)
         second = export_onnx(model2, args2)
         s1, s2 = analyze_onnx(first.model_proto), analyze_onnx(second.model_proto)
+        if graphs is not None:
+            graphs.update({b1: s1, b2: s2})
     except BaseException as e:  # the user's code runs here: sys.exit() included
         if isinstance(e, KeyboardInterrupt):
             raise

@@ -96,6 +96,9 @@ class GraphStats:
     step_nodes: list[tuple[str, tuple[str, ...], tuple[str, ...], int, bool]] = field(default_factory=list)
     #: The main graph's floating-point initializers: the weights a training step may train.
     float_initializers: frozenset[str] = frozenset()
+    #: A recurrent op's share of its MACs that its hidden state's recurrence takes (H / (I + H)), by its index in
+    #: ``step_nodes``: its backward runs that through time whenever any gradient is needed (:func:`step_work`).
+    step_recurrent_shares: dict[int, float] = field(default_factory=dict)
 
 
 def unknown_shapes_note(unknown_shape_ops: dict[str, int], how: str = "") -> str:
@@ -401,6 +404,10 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
                 floats = tuple(o for o in node.output if o and (shapes.elem_float(o) or o not in shapes.info))
                 step_nodes.append([node.op_type, tuple(node.input), floats, 0, bool(subgraphs) or any(
                     a.type == onnx.AttributeProto.GRAPHS for a in node.attribute), macs_before])
+                if node.op_type in RECURRENT_OPS and len(node.input) > 2:  # W: [dirs, gates*H, I], R: [.., H]
+                    w, r = shapes.shape(node.input[1]), shapes.shape(node.input[2])
+                    if w and r and len(w) == 3 and len(r) == 3 and w[1] * w[2] + r[1] * r[2] > 0:
+                        recurrent_shares[len(step_nodes) - 1] = r[1] * r[2] / (w[1] * w[2] + r[1] * r[2])
             if node.op_type == "Constant":
                 continue
             for o in node.output:
@@ -461,11 +468,13 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
 
     consts.update(_folded_trip_counts(g))
     step_nodes: list[list] = []  # the main graph's nodes, their MACs filled in below from the running total
+    recurrent_shares: dict[int, float] = {}
     walk(g, top, init_names, main=True)
     ends = [r[5] for r in step_nodes[1:]] + [sum(top.macs.values())]
     stats.step_nodes = [(op, ins, outs, int(end - start), sub) for (op, ins, outs, _, sub, start), end
                         in zip(step_nodes, ends)]
     stats.float_initializers = frozenset(t.name for t in g.initializer if t.data_type in _FLOAT_TYPES)
+    stats.step_recurrent_shares = recurrent_shares
     lookup_only = gathered - read_whole  # a table tied to an output projection is read whole
     stats.lookup_param_bytes = int(sum(tensor_nbytes(t) for t in g.initializer
                                        if t.name in lookup_only))
@@ -746,25 +755,31 @@ def _operand_groups(op: str, ins: tuple[str, ...]) -> list[tuple[str, ...]]:
     return [ins[:1], ins[1:2]]
 
 
-def step_work(stats: GraphStats, trained) -> int:
+def step_work(stats: GraphStats, trained) -> float:
     """The MAC-weighted work of a training step of the graph analysed in ``stats`` when the main graph's
     floating-point initializers for which ``trained(name)`` holds are the weights that train: each MAC node costs
     its forward MACs F, and F again for each operand (:func:`_operand_groups`) that needs a gradient, a trained
     weight (or a tensor computed from one: a transposed weight) or an activation that a trained weight lies
     upstream of. Autograd computes no weight gradient for a frozen weight, and no input gradient where there is
     nothing upstream to send it to, so a frozen backbone under a trained head costs about F(backbone) + 3 F(head)
-    where training every weight costs about 3 F. A node that runs subgraphs (a Loop, an If) is counted 3 F, and
-    its outputs need a gradient wherever any weight trains (its bodies' weights are not followed)."""
+    where training every weight costs about 3 F. A recurrent op whose weights train but whose input needs no
+    gradient costs its recurrence's share of F more (:attr:`GraphStats.step_recurrent_shares`): the gradient
+    still runs back through its hidden state at every step, and only the input's own product is skipped. A node
+    that runs subgraphs (a Loop, an If) is counted 3 F, and its outputs need a gradient wherever any weight
+    trains (its bodies' weights are not followed)."""
     grad = {n for n in stats.float_initializers if trained(n)}
     anything_trains = bool(grad)
     work = 0
-    for op, ins, outs, macs, runs_subgraphs in stats.step_nodes:
+    for i, (op, ins, outs, macs, runs_subgraphs) in enumerate(stats.step_nodes):
         if runs_subgraphs:
             work += 3 * macs
             flows = anything_trains
         else:
             if macs:
-                work += macs * (1 + sum(any(x in grad for x in g if x) for g in _operand_groups(op, ins)))
+                needs = [any(x in grad for x in g if x) for g in _operand_groups(op, ins)]
+                work += macs * (1 + sum(needs))
+                if op in RECURRENT_OPS and needs == [False, True]:  # the recurrence through time, still run
+                    work += macs * stats.step_recurrent_shares.get(i, 0.0)
             flows = any(x in grad for x in ins if x)
         if flows:
             grad.update(outs)

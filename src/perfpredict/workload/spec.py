@@ -175,7 +175,9 @@ class Workload:
     def optimizer(self, params: Any) -> torch.optim.Optimizer:
         """``make_optimizer(params)``, checked: a hook that returns something else (e.g. a stub that returns
         None) used to fail later inside the timed step, as an AttributeError at ``zero_grad``."""
-        if self.make_optimizer is default_optimizer:
+        if self.make_optimizer is default_optimizer and self.train_step is None:
+            # (a train_step hook may train no weight of the model: an adversarial input, a style transfer's
+            # image)
             params = list(params)
             if not any(isinstance(p, torch.Tensor) and p.requires_grad for p in params):
                 # torch's own words blamed a make_optimizer the file may not have ("optimizer got an empty
