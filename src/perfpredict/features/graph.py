@@ -388,7 +388,7 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
         weightish = _weight_derived([(n.op_type, list(n.input), list(n.output)) for n in graph.node], weights)
         absorbed, fused_io = _erf_gelus(graph.node, weightish, shapes)
         for idx, node in enumerate(graph.node):
-            macs_before = sum(tally.macs.values())
+            macs_before = sum(tally.macs.values()) if main else 0  # the main graph's node's start (step_nodes)
             tally.ops[node.op_type] += 1
             for i, name in enumerate(node.input):
                 if name in init_names:
@@ -402,8 +402,8 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
                         walk(sub, tally, weightish, where=_where(where, idx, a.name, j))
             if main:  # floating-point outputs, or of unknown type: what a gradient can flow through
                 floats = tuple(o for o in node.output if o and (shapes.elem_float(o) or o not in shapes.info))
-                step_nodes.append([node.op_type, tuple(node.input), floats, 0, bool(subgraphs) or any(
-                    a.type == onnx.AttributeProto.GRAPHS for a in node.attribute), macs_before])
+                step_nodes.append((node.op_type, tuple(node.input), floats, bool(subgraphs) or any(
+                    a.type == onnx.AttributeProto.GRAPHS for a in node.attribute), macs_before))
                 if node.op_type in RECURRENT_OPS and len(node.input) > 2:  # W: [dirs, gates*H, I], R: [.., H]
                     w, r = shapes.shape(node.input[1]), shapes.shape(node.input[2])
                     if w and r and len(w) == 3 and len(r) == 3 and w[1] * w[2] + r[1] * r[2] > 0:
@@ -467,11 +467,13 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
             notes[note] = None
 
     consts.update(_folded_trip_counts(g))
-    step_nodes: list[list] = []  # the main graph's nodes, their MACs filled in below from the running total
+    # the main graph's nodes with the MAC total at their start: a node's MACs (its subgraphs' with them) are the
+    # step from there to the next node's start
+    step_nodes: list[tuple] = []
     recurrent_shares: dict[int, float] = {}
     walk(g, top, init_names, main=True)
-    ends = [r[5] for r in step_nodes[1:]] + [sum(top.macs.values())]
-    stats.step_nodes = [(op, ins, outs, int(end - start), sub) for (op, ins, outs, _, sub, start), end
+    ends = [r[-1] for r in step_nodes[1:]] + [sum(top.macs.values())]
+    stats.step_nodes = [(op, ins, outs, int(end - start), sub) for (op, ins, outs, sub, start), end
                         in zip(step_nodes, ends)]
     stats.float_initializers = frozenset(t.name for t in g.initializer if t.data_type in _FLOAT_TYPES)
     stats.step_recurrent_shares = recurrent_shares
