@@ -26,7 +26,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, Vali
 
 from perfpredict.errors import PerfPredictError
 
-SCHEMA_VERSION = "1.21"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
+SCHEMA_VERSION = "1.22"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
 #                                             features.activation_bytes_by_op; 1.3: features.lookup_param_bytes;
 #                                             1.4: features.recurrent_steps_by_op;
 #                                             1.5: features.saved_cpu_bytes_per_sample;
@@ -49,6 +49,8 @@ SCHEMA_VERSION = "1.21"  # 1.1: scaling, colocation, speedup_curve, comm_model, 
 #                                             1.20: comm_model.note (failed measurements left out)
 #                                             1.21: model.frozen_param_bytes (a card carries its frozen
 #                                                   parameters to Predictor.predict(features=card))
+#                                             1.22: features.frozen_step_work_ratio (a predicted card of a
+#                                                   frozen model gives its training-step time back)
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -315,6 +317,12 @@ class GraphFeatures(_Section):
     saved_bytes_fixed: int | None = Field(None, description="the batch-independent part of the saved bytes")
     saved_cpu_bytes_fixed: int | None = None
     input_bytes_per_sample: int | None = Field(None, description="bytes of one sample's forward inputs")
+    frozen_step_work_ratio: float | None = Field(None, ge=0, le=1, description="a training step's MAC-weighted "
+                                                 "work with the model's frozen weights over the same training "
+                                                 "every weight (perfpredict.estimators.arch.frozen_step_ratio), "
+                                                 "read off its graph; what a predicted card's step time was "
+                                                 "multiplied by; null where nothing is frozen or nobody walked the "
+                                                 "graph for it")
     notes: list[str] = Field(default_factory=list, description="what makes these counts less than exact (a "
                              "forward pass that takes a different path on each call)")
     source: Source = "analytic"

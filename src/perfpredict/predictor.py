@@ -22,7 +22,7 @@ import math
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -832,9 +832,11 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
                              "file or an ONNX file", step="predict")
         # a measured card carries extract_features' two-batch split as it is: held at 0 as from_workload holds it
         graph = fixed_parts_at_least_zero(features.features.model_dump())
+        ratio = graph.pop("frozen_step_work_ratio", None)  # a predicted card's, read off its graph (schema 1.22)
         features = {**graph, **_frozen_of(features.model, graph.get("param_bytes")),
                     "param_count": features.model.parameters,
                     "name": features.model.name, "family": features.model.family}
+        return replace(_as_arch(features), frozen_step_work_ratio=ratio)
     if not isinstance(features, Mapping):
         hint = (": a card's graph features lack its parameter count, so pass the card itself (features=card)"
                 if type(features).__name__ == "GraphFeatures" else "")
@@ -1163,6 +1165,7 @@ def _assemble_card(arch: ArchFeatures, source: str, ms: ModelSet, info, given: A
                                saved_bytes_fixed=int(arch.saved_bytes_fixed),
                                saved_cpu_bytes_fixed=int(arch.saved_cpu_bytes_fixed),
                                input_bytes_per_sample=int(arch.input_bytes_per_sample),
+                               frozen_step_work_ratio=arch.frozen_step_work_ratio,
                                peak_live_bytes_per_sample=None if given.peak_live_bytes_per_sample is None
                                else int(given.peak_live_bytes_per_sample),
                                peak_live_bytes_fixed=int(arch.peak_live_bytes_fixed),

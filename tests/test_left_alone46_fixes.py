@@ -1,0 +1,60 @@
+"""Items the reviews of session 45 left alone: a predicted card of a frozen model predicts its step time again;
+``perfpredict colocate`` resolves an ONNX job's symbolic dimensions; a dynamically quantised model's packed
+weights are counted; a float64 model's run says fp64; and three rules written twice are written once."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from perfpredict import Predictor
+from perfpredict.card import PerformanceCard
+
+REPO = Path(__file__).resolve().parents[1]
+
+FROZEN_MLP = """
+import torch, torch.nn as nn
+def build_model():
+    model = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+    model[:4].requires_grad_(False)
+    return model
+def example_inputs(batch_size):
+    return torch.randn(batch_size, 64)
+"""
+
+
+@pytest.fixture(scope="module")
+def predictor() -> Predictor:
+    return Predictor.load(REPO / "trained_models")
+
+
+def test_a_saved_predicted_card_of_a_frozen_model_predicts_its_step_time_again(predictor, tmp_path) -> None:
+    """The card carried the frozen parameters but not the step-work ratio its training-step time was multiplied
+    by, so predict(features=card) gave the time of training every weight (2.8x the card's at batch 8)."""
+    f0, f1, f2 = 64 * 512, 512 * 512, 512 * 10
+    ratio = (f0 + f1 + 2 * f2) / (2 * f0 + 3 * f1 + 3 * f2)
+    (tmp_path / "m.py").write_text(FROZEN_MLP)
+    card = predictor.predict(str(tmp_path / "m.py"), batch_sizes=[8, 32], device_type="cpu")
+    assert card.features.frozen_step_work_ratio == pytest.approx(ratio)
+    card.save(tmp_path / "card.json")
+    again = predictor.predict(features=PerformanceCard.load(tmp_path / "card.json"), batch_sizes=[8, 32],
+                              device_type="cpu")
+    for a, b in zip(again.prediction.points, card.prediction.points):
+        assert a.iter_time_s == pytest.approx(b.iter_time_s)
+        assert a.iter_time_interval_s == pytest.approx(b.iter_time_interval_s)
+        assert a.peak_memory_bytes == b.peak_memory_bytes
+    assert any(n.startswith(f"training-step times x {ratio:.3f}") for n in again.prediction.notes)
+    # a card written before schema 1.22 still loads, and is predicted as before (the time not adjusted)
+    raw = json.loads((tmp_path / "card.json").read_text())
+    raw["schema_version"] = "1.21"
+    del raw["features"]["frozen_step_work_ratio"]
+    (tmp_path / "old.json").write_text(json.dumps(raw))
+    old = predictor.predict(features=PerformanceCard.load(tmp_path / "old.json"), batch_sizes=[8], device_type="cpu")
+    assert old.throughput[0].iter_time_s * ratio == pytest.approx(card.throughput[0].iter_time_s)
+    # a ratio outside [0, 1] is not a card's
+    raw["features"]["frozen_step_work_ratio"] = 1.5
+    (tmp_path / "bad.json").write_text(json.dumps(raw))
+    with pytest.raises(Exception, match="frozen_step_work_ratio"):
+        PerformanceCard.load(tmp_path / "bad.json")
