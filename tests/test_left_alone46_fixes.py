@@ -58,3 +58,57 @@ def test_a_saved_predicted_card_of_a_frozen_model_predicts_its_step_time_again(p
     (tmp_path / "bad.json").write_text(json.dumps(raw))
     with pytest.raises(Exception, match="frozen_step_work_ratio"):
         PerformanceCard.load(tmp_path / "bad.json")
+
+
+def test_colocate_resolves_an_onnx_jobs_symbolic_sequence_dimension_as_predict_does(predictor, tmp_path,
+                                                                                     monkeypatch) -> None:
+    """``perfpredict predict X.onnx --dim S=16`` counts a file with a symbolic sequence length; colocate had no such
+    option, so the same file could not be colocated at all (the analysis refuses to guess the length)."""
+    import io
+
+    import torch
+    from typer.testing import CliRunner
+
+    import perfpredict.cli_models  # noqa: F401 - registers colocate
+    from perfpredict.cli import app
+    from perfpredict.errors import PerfPredictError, UsageError
+
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16)).eval()
+    x = torch.randn(2, 16, 16)  # (batch, sequence, features)
+    for name, axes in (("dyn", {0: "B", 1: "S"}), ("fixed", {0: "B"})):
+        buf = io.BytesIO()
+        torch.onnx.export(m, (x,), buf, input_names=["x"], dynamic_axes={"x": axes}, dynamo=False)
+        (tmp_path / f"{name}.onnx").write_bytes(buf.getvalue())
+    dyn, fixed = tmp_path / "dyn.onnx", tmp_path / "fixed.onnx"
+    pairs = []
+    real = Predictor.colocation
+
+    def kept(self, a, b, **kw):  # the real prediction; the cards it is given are kept to be read
+        pairs.append((a, b))
+        return real(self, a, b, **kw)
+
+    monkeypatch.setattr(Predictor, "colocation", kept)
+    monkeypatch.setattr(Predictor, "load", classmethod(lambda cls, models=None: predictor))  # loaded once
+
+    def run(*args):
+        return CliRunner().invoke(app, ["colocate", *map(str, args), "--models", str(REPO / "trained_models"),
+                                        "-b", "8", "--device-type", "cuda_h100"])
+
+    res = run(fixed, dyn, "--dim-b", "S=16")
+    assert res.exit_code == 0, res.output[-2000:]
+    (a, b), = pairs
+    assert b.features.forward_macs_per_sample == a.features.forward_macs_per_sample > 0
+    assert b.prediction.points[0].iter_time_s == pytest.approx(a.prediction.points[0].iter_time_s)
+    assert b.prediction.points[0].peak_memory_bytes == a.prediction.points[0].peak_memory_bytes
+    res = run(dyn, "zoo:mlp", "--batch-axis-a", "0", "--dim-a", "S=16")  # the batch axis passes through as well
+    assert res.exit_code == 0, res.output[-2000:]
+    a.save(tmp_path / "a.json")
+    for args, kind, needle in (
+            ((fixed, dyn), PerfPredictError, "colocate --dim-a / --dim-b"),
+            ((dyn, "zoo:mlp", "--dim-a", "S=16", "--dim-a", "S=8"), UsageError, "--dim-a S is given twice"),
+            ((dyn, "zoo:mlp", "--dim-a", "S"), UsageError, "--dim-a 'S': expected NAME=SIZE"),
+            ((dyn, "zoo:mlp", "--dim-b", "S=16"), UsageError, "--dim-b only applies to an ONNX file"),
+            ((tmp_path / "a.json", dyn, "--batch-axis-a", "0"), UsageError, "--batch-axis-a does not apply to a card")):
+        res = run(*args)
+        assert isinstance(res.exception, kind) and needle in str(res.exception), res.output[-2000:]

@@ -106,6 +106,25 @@ def frozen_option(values: list[str] | None, option: str, is_onnx: bool) -> list[
     return prefixes
 
 
+def dims_option(values: list[str] | None, option: str, is_onnx: bool) -> dict[str, int]:
+    """A ``--dim``-style option's sizes of symbolic input dimensions besides the batch (``NAME=SIZE``,
+    repeatable: :func:`~perfpredict.estimators.arch.parse_dims`); a UsageError for a malformed or repeated one,
+    or for a target that is not an ONNX file."""
+    from perfpredict.estimators.arch import DimGivenTwice, parse_dims
+
+    try:
+        dims = parse_dims(values or (), max_size=10**9)
+    except DimGivenTwice as e:
+        raise UsageError(f"{option} {e.args[0]} is given twice", step="arguments") from None
+    except ValueError as e:
+        raise UsageError(f"{option} {e.args[0]!r}: expected NAME=SIZE with a whole size from 1 to 1e9, e.g. {option} "
+                         "seq=128", step="arguments") from None
+    if dims and not is_onnx:
+        raise UsageError(f"{option} only applies to an ONNX file (a model file's inputs are its example_inputs)",
+                         step="arguments")
+    return dims
+
+
 @app.command()
 def predict(
     target: Annotated[str, typer.Argument(help="model.py, zoo:<family> or a .onnx file")],
@@ -150,18 +169,7 @@ def predict(
         raise UsageError("--device-type is empty: give a model set (e.g. cuda_h100) or a kind (cuda, cpu)",
                          step="arguments")
     is_onnx = target.lower().endswith(".onnx")
-    from perfpredict.estimators.arch import DimGivenTwice, parse_dims
-
-    try:
-        dims = parse_dims(dim or (), max_size=10**9)
-    except DimGivenTwice as e:
-        raise UsageError(f"--dim {e.args[0]} is given twice", step="arguments") from None
-    except ValueError as e:
-        raise UsageError(f"--dim {e.args[0]!r}: expected NAME=SIZE with a whole size from 1 to 1e9, e.g. --dim "
-                         "seq=128", step="arguments") from None
-    if dims and not is_onnx:
-        raise UsageError("--dim only applies to an ONNX file (a model file's inputs are its example_inputs)",
-                         step="arguments")
+    dims = dims_option(dim, "--dim", is_onnx)
     prefixes = frozen_option(frozen, "--frozen", is_onnx)
     if is_onnx:
         if params:
@@ -273,6 +281,14 @@ def colocate(
                                                          "names of weights its training freezes (repeatable), as "
                                                          "`perfpredict predict --frozen`")] = None,
     frozen_b: Annotated[list[str] | None, typer.Option("--frozen-b", help="the same for B")] = None,
+    dim_a: Annotated[list[str] | None, typer.Option("--dim-a", help="A an .onnx: NAME=SIZE for a symbolic input "
+                                                    "dimension besides the batch (repeatable), as `perfpredict "
+                                                    "predict --dim`")] = None,
+    dim_b: Annotated[list[str] | None, typer.Option("--dim-b", help="the same for B")] = None,
+    batch_axis_a: Annotated[int | None, typer.Option(help="A a model file or .onnx: the axis of its first input "
+                                                          "that is the batch, as `perfpredict predict "
+                                                          "--batch-axis`")] = None,
+    batch_axis_b: Annotated[int | None, typer.Option(help="the same for B")] = None,
     models: Annotated[Path | None, typer.Option(help="trained_models folder")] = None,
 ) -> None:
     """Predict two jobs sharing one GPU: each one's slowdown (Horus's interference model), the pair's throughput
@@ -290,6 +306,13 @@ def colocate(
         bs = [parsed[0], parsed[-1]]
     frozen = [frozen_option(f, o, t.lower().endswith(".onnx"))
               for f, o, t in ((frozen_a, "--frozen-a", job_a), (frozen_b, "--frozen-b", job_b))]
+    dims = [dims_option(d, o, t.lower().endswith(".onnx"))
+            for d, o, t in ((dim_a, "--dim-a", job_a), (dim_b, "--dim-b", job_b))]
+    axes = [batch_axis_a, batch_axis_b]
+    for a, o, t in zip(axes, ("--batch-axis-a", "--batch-axis-b"), (job_a, job_b)):
+        if a is not None and t.lower().endswith(".json"):
+            raise UsageError(f"{o} does not apply to a card (its features are counted already): give a model file "
+                             "or an ONNX file", step="arguments")
     for t in (job_a, job_b):
         if t.lower().endswith((".json", ".onnx")):
             if not Path(t).is_file():
@@ -301,13 +324,14 @@ def colocate(
     # a job without a card is predicted on the GPU a given predicted card is for, not on the default set
     predict_on = device_type or pred.cards_set(*given.values()) or "cuda"
     cards = []
-    for t, b, f in zip((job_a, job_b), bs, frozen):
+    for t, b, f, d, a in zip((job_a, job_b), bs, frozen, dims, axes):
         if t in given:
             cards.append(given[t])
         elif t.lower().endswith(".onnx"):
-            cards.append(pred.predict(onnx_path=t, batch_sizes=[b or 32], device_type=predict_on, frozen=f or None))
+            cards.append(pred.predict(onnx_path=t, batch_sizes=[b or 32], device_type=predict_on, frozen=f or None,
+                                      dims=d or None, batch_axis=a))
         else:
-            cards.append(pred.predict(t, batch_sizes=[b or 32], device_type=predict_on))
+            cards.append(pred.predict(t, batch_sizes=[b or 32], device_type=predict_on, batch_axis=a))
     r = pred.colocation(*cards, batch_sizes=(bs[0], bs[1]), device_type=device_type)
     gpus = {c.device.name for c in cards if c.device.kind == "cuda"}
     gpu = gpus.pop() if len(gpus) == 1 else r.device_name  # the GPU the cards are for, not the interference model's

@@ -616,7 +616,7 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
                 f"the inputs' symbolic dimension(s) {', '.join(map(repr, left))} besides the batch leave the shapes "
                 f"of {sum(stats.unknown_shape_ops.values())} op(s) unknown, so the counts would be wrong: give "
                 f"their sizes (Predictor.predict(..., dims={{{left[0]!r}: 128}}), perfpredict predict --dim "
-                f"{left[0]}=128), or export with them fixed{chosen}", source=name, step="analyse onnx")
+                f"{left[0]}=128, colocate --dim-a / --dim-b), or export with them fixed{chosen}", source=name, step="analyse onnx")
         notes.append(unknown_shapes_note(stats.unknown_shape_ops, " without executing the graph"))
     notes.extend(stats.notes)  # what the control flow left uncertain (a loop's trip count, an If's branch)
     if macs <= 0:
