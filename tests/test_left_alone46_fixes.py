@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from perfpredict import Predictor
 from perfpredict.card import PerformanceCard
@@ -112,3 +113,55 @@ def test_colocate_resolves_an_onnx_jobs_symbolic_sequence_dimension_as_predict_d
             ((tmp_path / "a.json", dyn, "--batch-axis-a", "0"), UsageError, "--batch-axis-a does not apply to a card")):
         res = run(*args)
         assert isinstance(res.exception, kind) and needle in str(res.exception), res.output[-2000:]
+
+
+QUANTISED_MLP = """
+import torch, torch.nn as nn
+def build_model():
+    m = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    return torch.ao.quantization.quantize_dynamic(m, {nn.Linear}, dtype=torch.qint8)
+def example_inputs(batch_size):
+    return torch.randn(batch_size, 16)
+"""
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # torch deprecates its eager-mode quantization
+def test_a_dynamically_quantised_models_packed_weights_are_counted_at_their_int8_size(write_model) -> None:
+    """quantize_dynamic's Linear holds its weights packed (no nn.Parameter), so the card said 0 parameters (0 B)."""
+    from perfpredict.profile.profiler import _model_info, _packed_weights_notes
+    from perfpredict.workload import load_model_file
+
+    info, model = _model_info(load_model_file(write_model(QUANTISED_MLP)))
+    weights, biases = 16 * 32 + 32 * 4, 32 + 4  # qint8 weights (1 B each), float32 biases (4 B each)
+    assert info.parameters == weights + biases and info.param_bytes == weights + 4 * biases
+    assert info.trainable_parameters == 0 and info.frozen_param_bytes == info.param_bytes  # no gradient
+    assert any(n.startswith(f"{weights + biases:,} of the model's parameters") for n in _packed_weights_notes(model))
+    # a quantised LSTM's packed weights cannot be unpacked: the card says they are not counted, not a silent 0
+    lstm = torch.ao.quantization.quantize_dynamic(torch.nn.Sequential(torch.nn.LSTM(8, 16)), {torch.nn.LSTM},
+                                                  dtype=torch.qint8)
+    assert any("are not counted in the model's parameters" in n for n in _packed_weights_notes(lstm))
+
+
+def test_a_float64_models_run_says_fp64(write_model, tmp_path) -> None:
+    """run.precision said fp32 for a model built with .double(): every op ran in float64."""
+    from perfpredict.profile import ProfileSettings, profile_workload
+    from perfpredict.workload import load_model_file
+    from tests.conftest import FAST_TIMING
+
+    text = """
+import torch, torch.nn as nn
+def build_model():
+    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).DTYPE
+def example_inputs(batch_size):
+    return torch.randn(batch_size, 16, dtype=torch.DTYPE)
+"""
+    settings = ProfileSettings(batch_sizes=(4,), mode="infer", device="cpu", timing=FAST_TIMING, threads=1,
+                               features=False, measure_energy=False)
+    wl = load_model_file(write_model(text.replace("DTYPE", "double()").replace("torch.double()", "torch.float64")))
+    card = profile_workload(wl, settings).card
+    assert card.run.precision == "fp64" and card.throughput[0].status == "ok"
+    assert PerformanceCard.from_json(card.model_dump_json()).run.precision == "fp64"
+    from perfpredict.workload.spec import weights_precision
+
+    assert weights_precision(torch.nn.Linear(2, 2), "fp32") == "fp32"  # a float32 model is unchanged
+    assert weights_precision(torch.nn.Linear(2, 2).double(), "bf16") == "bf16"

@@ -26,7 +26,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, Vali
 
 from perfpredict.errors import PerfPredictError
 
-SCHEMA_VERSION = "1.22"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
+SCHEMA_VERSION = "1.23"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
 #                                             features.activation_bytes_by_op; 1.3: features.lookup_param_bytes;
 #                                             1.4: features.recurrent_steps_by_op;
 #                                             1.5: features.saved_cpu_bytes_per_sample;
@@ -51,6 +51,7 @@ SCHEMA_VERSION = "1.22"  # 1.1: scaling, colocation, speedup_curve, comm_model, 
 #                                                   parameters to Predictor.predict(features=card))
 #                                             1.22: features.frozen_step_work_ratio (a predicted card of a
 #                                                   frozen model gives its training-step time back)
+#                                             1.23: run.precision "fp64" (a float64 model's measured run)
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -498,9 +499,10 @@ class CardError(_Section):
 
 class ProfileRun(_Section):
     mode: Literal["train", "infer"]
-    precision: Literal["fp32", "bf16", "fp16"] = Field(
+    precision: Literal["fp32", "bf16", "fp16", "fp64"] = Field(
         "fp32", description="fp32, or mixed precision: forward and loss under torch.autocast with bfloat16 or "
-                            "float16 (fp16 with a gradient scaler)")
+                            "float16 (fp16 with a gradient scaler); fp64: a float64 model (every floating-point "
+                            "weight and buffer float64), run without autocast")
     compiled: bool = Field(False, description="the measured steps called torch.compile(model) (--compile, or a "
                                               "build_model that returns a compiled module), compiled at the "
                                               "first (warm-up) step of each measuring process")

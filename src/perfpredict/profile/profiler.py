@@ -43,7 +43,7 @@ from perfpredict.card import (
 from perfpredict.errors import ModelRunError, NonFiniteLossError, PerfPredictError, UsageError, exception_text
 from perfpredict.profile.host_load import competed
 from perfpredict.profile.timing import TimingConfig
-from perfpredict.workload.spec import Workload, parameter_bytes
+from perfpredict.workload.spec import Workload, packed_weights, parameter_bytes, weights_precision
 
 
 @dataclass
@@ -145,6 +145,22 @@ def _run_option_notes(workload: Workload, mode: str) -> list[str]:
     return notes
 
 
+def _packed_weights_notes(model: Any) -> list[str]:
+    """What the card says of weights a quantized module holds packed (no nn.Parameter): counted in the model's
+    parameters and bytes at their stored size, as frozen; or, where they cannot be unpacked, that they are not."""
+    packed = packed_weights(model)
+    notes = []
+    if packed.count:
+        notes.append(f"{packed.count:,} of the model's parameters ({packed.bytes:,} B) are weights its quantized "
+                     "modules hold packed (torch.ao.quantization.quantize_dynamic's Linear), counted at their stored "
+                     "size (one byte a qint8 weight) and as frozen: autograd computes no gradient for them")
+    if packed.uncounted:
+        notes.append("the packed weights of quantized module(s) " + ", ".join(packed.uncounted[:5])
+                     + (f" and {len(packed.uncounted) - 5} more" if len(packed.uncounted) > 5 else "")
+                     + " are not counted in the model's parameters and bytes (they cannot be unpacked here)")
+    return notes
+
+
 def _compiled_by_file(model: Any) -> bool:
     """Whether ``build_model`` itself returned a ``torch.compile``'d module (an ``OptimizedModule``)."""
     try:
@@ -171,14 +187,16 @@ def _model_info(workload: Workload) -> tuple[ModelInfo, Any]:
         raise ModelRunError(f"build_model() returned {type(model).__name__}, expected a torch.nn.Module",
                             source=workload.source, step="build_model")
     params = list(model.parameters())
+    packed = packed_weights(model)  # a quantized module's packed weights: no nn.Parameter, and no gradient
     sha = None
     if workload.ref.kind == "file":
         sha = hashlib.sha256(Path(workload.ref.target).read_bytes()).hexdigest()
     info = ModelInfo(
         name=workload.name, source=workload.source,
-        parameters=sum(p.numel() for p in params),
+        parameters=sum(p.numel() for p in params) + packed.count,
         trainable_parameters=sum(p.numel() for p in params if p.requires_grad),
-        param_bytes=parameter_bytes(model), frozen_param_bytes=parameter_bytes(model, trainable=False),
+        param_bytes=parameter_bytes(model) + packed.bytes,
+        frozen_param_bytes=parameter_bytes(model, trainable=False) + packed.bytes,
         buffer_bytes=sum(b.numel() * b.element_size() for b in model.buffers()),
         family=workload.extra.get("family"), config=workload.extra.get("config"), file_sha256=sha)
     return info, model
@@ -224,12 +242,12 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
     card = PerformanceCard(
         status="partial", model=info,
         device=DeviceInfo(kind="cuda" if device.startswith("cuda") else "cpu", name="(not yet measured)"),
-        run=ProfileRun(mode=settings.mode, precision=workload.precision,
+        run=ProfileRun(mode=settings.mode, precision=weights_precision(model, workload.precision),
                        compiled=workload.compile or compiled_by_file,
                        batch_sizes=list(batch_sizes), started_at=utc_now(),
                        perfpredict_version=__version__, library_versions=library_versions(), command=command,
                        settings={**settings.as_dict(), "device": device, "memory_limit_bytes": mem_limit}),
-        notes=_run_option_notes(workload, settings.mode) + ([
+        notes=_run_option_notes(workload, settings.mode) + _packed_weights_notes(model) + ([
             "compiled: the model file's build_model returned a torch.compile'd module, so every measurement ran "
             "it compiled, compiling at its first step: the compile time is in startup.first_iter_extra_s and the "
             "latency's ν, not in the timed iterations; on CPU the peak RSS includes the compiler's own memory"]

@@ -57,6 +57,48 @@ def parameter_bytes(model: torch.nn.Module, trainable: bool | None = None) -> in
                if trainable is None or p.requires_grad == trainable)
 
 
+@dataclass(frozen=True)
+class PackedWeights:
+    """Weights a quantized module holds packed for its kernels (``quantize_dynamic``'s Linear): no
+    ``nn.Parameter``, so ``model.parameters()`` misses them. ``count`` and ``bytes`` (at their stored size: one
+    byte a qint8 weight, two a float16 one; the float32 bias at four) are of the packed weights that could be
+    unpacked; ``uncounted`` names the modules whose packed weights could not (a quantized LSTM or convolution)."""
+
+    count: int = 0
+    bytes: int = 0
+    uncounted: tuple[str, ...] = ()
+
+
+def packed_weights(model: torch.nn.Module) -> PackedWeights:
+    """The weights ``model``'s quantized modules hold packed (:class:`PackedWeights`)."""
+    try:
+        from torch.ao.nn.quantized.modules.linear import LinearPackedParams
+    except Exception:  # noqa: BLE001 - a torch without the quantized modules packs nothing
+        LinearPackedParams = ()  # noqa: N806
+    count = size = 0
+    uncounted = []
+    for name, module in model.named_modules():
+        if isinstance(module, LinearPackedParams):
+            weight, bias = module._weight_bias()
+            stored = weight.element_size() if weight.is_quantized else torch.empty(0, dtype=module.dtype).element_size()
+            count += weight.numel()
+            size += weight.numel() * stored
+            if bias is not None:
+                count += bias.numel()
+                size += bias.numel() * bias.element_size()
+        elif any(isinstance(v, torch.ScriptObject) for v in vars(module).values()):
+            uncounted.append(name or type(module).__name__)
+    return PackedWeights(count, size, tuple(uncounted))
+
+
+def weights_precision(model: torch.nn.Module, precision: str) -> str:
+    """What a card's ``run.precision`` says of a run at autocast ``precision``: ``fp64`` for a model whose
+    floating-point weights and buffers are all float64 (``model.double()``: no autocast, every op in float64),
+    else ``precision``."""
+    dtypes = {t.dtype for t in (*model.parameters(), *model.buffers()) if t.is_floating_point()}
+    return "fp64" if precision == "fp32" and dtypes == {torch.float64} else precision
+
+
 def default_optimizer(params) -> torch.optim.Optimizer:
     """The documented default ``make_optimizer``: SGD with momentum 0.9 and a learning rate of 0.
 
