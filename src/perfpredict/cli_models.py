@@ -91,15 +91,15 @@ def train(
 
 def frozen_option(values: list[str] | None, option: str, is_onnx: bool) -> list[str]:
     """A ``--frozen``-style option's initializer name prefixes (repeatable, or comma-separated:
-    :func:`~perfpredict.estimators.arch.parse_frozen`); a UsageError when it is given but names none, or given for
+    :func:`~perfpredict.estimators.arch.given_frozen`); a UsageError when it is given but names none, or given for
     a target that is not an ONNX file. (A prefix that starts no initializer's name is refused by the prediction,
     which reads the graph.)"""
-    from perfpredict.estimators.arch import parse_frozen
+    from perfpredict.estimators.arch import given_frozen
 
-    prefixes = parse_frozen(values or ())
-    if values is not None and not prefixes:
-        raise UsageError(f"{option} is empty: give an initializer name prefix, e.g. {option} backbone.",
-                         step="arguments")
+    try:
+        prefixes = given_frozen(values, option, f"{option} backbone.")
+    except ValueError as e:
+        raise UsageError(str(e), step="arguments") from None
     if prefixes and not is_onnx:
         raise UsageError(f"{option} only applies to an ONNX file (a model file says which weights are frozen "
                          "itself, with requires_grad=False, and so does a card)", step="arguments")

@@ -357,13 +357,9 @@ def _frozen_field(text: str | None) -> list[str]:
     """The ``frozen`` form field, ``backbone.,embed.``, as prefixes (none when the field is not sent); a field
     sent naming no prefix (``frozen=``, ``frozen=,``) is a ValueError (the 422's message), as ``--frozen ""`` is
     refused by the CLI."""
-    from perfpredict.estimators.arch import parse_frozen
+    from perfpredict.estimators.arch import given_frozen
 
-    prefixes = parse_frozen([text or ""])
-    if text is not None and not prefixes:
-        raise ValueError("frozen is empty: give an initializer name prefix, e.g. frozen=backbone. (or leave the "
-                         "field out)")
-    return prefixes
+    return given_frozen(None if text is None else [text], "frozen", "frozen=backbone. (or leave the field out)")
 
 
 def _dims_field(text: str | None) -> dict[str, int]:

@@ -516,6 +516,16 @@ def parse_frozen(items: Iterable[str]) -> list[str]:
     return [x.strip() for raw in items for x in raw.split(",") if x.strip()]
 
 
+def given_frozen(values: Iterable[str] | None, name: str, example: str) -> list[str]:
+    """:func:`parse_frozen` of an option or a form field that may be left out (None: no prefix); a ValueError
+    naming ``name`` when it is given but names no prefix (``--frozen ""``, ``frozen=``), which would otherwise
+    read as none: a job training every weight."""
+    prefixes = parse_frozen(values or ())
+    if values is not None and not prefixes:
+        raise ValueError(f"{name} is empty: give an initializer name prefix, e.g. {example}")
+    return prefixes
+
+
 def check_frozen(frozen: Any) -> list[str] | None:
     """``frozen`` (initializer name prefixes) as a list, None for none; a :class:`UsageError` for anything but a
     list of non-empty strings (a bare string would freeze by its characters)."""
@@ -530,6 +540,12 @@ def check_frozen(frozen: Any) -> list[str] | None:
         raise UsageError(f"frozen: each prefix is a non-empty initializer name prefix such as 'backbone.', got "
                          f"{bad[0]!r}"[:200], step="predict")
     return frozen or None
+
+
+def is_frozen_name(name: str, frozen: Sequence[str]) -> bool:
+    """Whether an initializer named ``name`` is frozen by the prefixes ``frozen`` (``--frozen``, ``frozen=``): its
+    name starts with one of them."""
+    return name.startswith(tuple(frozen))
 
 
 def frozen_initializers(proto, frozen: Sequence[str], name: str = "onnx") -> tuple[float, float]:
@@ -548,7 +564,7 @@ def frozen_initializers(proto, frozen: Sequence[str], name: str = "onnx") -> tup
             raise UsageError(f"frozen prefix {prefix[:60]!r} starts no initializer's name in {name}; its initializers "
                              f"are {shown or 'none'} (the exporter's names: torch.onnx.export keeps module paths "
                              "such as 'backbone.weight', save weights it folded or transposed)", step="predict")
-    picked = [t for t in init if t.name.startswith(tuple(frozen))]
+    picked = [t for t in init if is_frozen_name(t.name, frozen)]
     return float(sum(tensor_nbytes(t) for t in picked)), float(sum(math.prod(t.dims) for t in picked))
 
 
@@ -616,7 +632,8 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
                 f"the inputs' symbolic dimension(s) {', '.join(map(repr, left))} besides the batch leave the shapes "
                 f"of {sum(stats.unknown_shape_ops.values())} op(s) unknown, so the counts would be wrong: give "
                 f"their sizes (Predictor.predict(..., dims={{{left[0]!r}: 128}}), perfpredict predict --dim "
-                f"{left[0]}=128, colocate --dim-a / --dim-b), or export with them fixed{chosen}", source=name, step="analyse onnx")
+                f"{left[0]}=128, colocate --dim-a / --dim-b), or export with them fixed{chosen}", source=name,
+                step="analyse onnx")
         notes.append(unknown_shapes_note(stats.unknown_shape_ops, " without executing the graph"))
     notes.extend(stats.notes)  # what the control flow left uncertain (a loop's trip count, an If's branch)
     if macs <= 0:
@@ -624,8 +641,7 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
                                 step="analyse onnx")
     ratio = None
     if frozen_count > 0:
-        prefixes = tuple(frozen)
-        ratio = frozen_step_ratio(work_stats, lambda n: not n.startswith(prefixes), lambda n: True)
+        ratio = frozen_step_ratio(work_stats, lambda n: not is_frozen_name(n, frozen), lambda n: True)
     _check_counts_bounded(name, forward_macs_per_sample=macs, forward_macs_fixed=macs_fixed,
                           param_count=param_count, param_bytes=stats.initializer_bytes,
                           activation_bytes_per_sample=act, activation_bytes_fixed=act_fixed,

@@ -503,10 +503,11 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
     def nbytes(name: str) -> int | None:  # an iteration's tensor has the shape of the subgraph's that it copies
         return shapes.nbytes(orig.get(name, name))
 
-    nbytes = sequence_sizes(nodes, nbytes)
+    seqs = _sequences(nodes)  # what both walks read of the graph's sequences
+    nbytes = sequence_sizes(nodes, nbytes, seqs)
 
     stats.peak_live_activation_bytes = peak_live_activation_bytes(
-        nodes, [vi.name for vi in g.input], [o.name for o in g.output], weights, nbytes)
+        nodes, [vi.name for vi in g.input], [o.name for o in g.output], weights, nbytes, seqs)
     float_outputs = [o.name for o in g.output if o.type.tensor_type.elem_type in _FLOAT_TYPES]
     stats.graph_saved_bytes = saved_for_backward_bytes(nodes, weights, nbytes, float_outputs)
     return stats
@@ -825,12 +826,14 @@ def _sequences(nodes: list[tuple[str, list[str], list[str]]]) -> dict[str, tuple
     return seqs
 
 
-def sequence_sizes(nodes: list[tuple[str, list[str], list[str]]], nbytes):
+def sequence_sizes(nodes: list[tuple[str, list[str], list[str]]], nbytes, seqs: dict | None = None):
     """``nbytes`` (a tensor's size, or None) with the sizes static shapes leave out but the parts give: a
     ``ConcatFromSequence``'s output is as large as the tensors of its sequence (:func:`_sequences`) together,
     its new axis or not (shape inference cannot say how long a sequence grows), and a ``Concat``'s as its
-    inputs together (a Scan output stacked from such values)."""
-    seqs = _sequences(nodes)
+    inputs together (a Scan output stacked from such values). ``seqs``: :func:`_sequences` of ``nodes``, where
+    the caller has it."""
+    if seqs is None:
+        seqs = _sequences(nodes)
     held: dict[str, int | None] = {}  # a sequence's tensors' bytes
     found: dict[str, int] = {}
     for op, ins, outs in nodes:  # in graph order: a part's size is found before the whole's
@@ -942,10 +945,11 @@ def saved_for_backward_bytes(nodes: list[tuple[str, list[str], list[str]]], init
 
 
 def peak_live_activation_bytes(nodes: list[tuple[str, list[str], list[str]]], graph_inputs: list[str],
-                               graph_outputs: list[str], init_names: set[str], nbytes) -> int:
+                               graph_outputs: list[str], init_names: set[str], nbytes, seqs: dict | None = None) -> int:
     """The most activation bytes alive at once when ``nodes`` (op type, inputs, outputs; in graph order) run
     one after another, each tensor freed after its last consumer, as an eager runtime (PyTorch under no_grad)
-    holds them. ``nbytes(name)`` is a tensor's size (None: unknown, counted as 0).
+    holds them. ``nbytes(name)`` is a tensor's size (None: unknown, counted as 0); ``seqs``: :func:`_sequences`
+    of ``nodes``, where the caller has it.
 
     What PyTorch does and the exported graph spells differently is read its way:
 
@@ -981,7 +985,8 @@ def peak_live_activation_bytes(nodes: list[tuple[str, list[str], list[str]]], gr
     keep = {root(o) for o in graph_outputs}
     # a sequence holds its tensors (a list's references): they live until it, and every sequence made from it,
     # has ended (a graph output's to the end)
-    seqs = _sequences(nodes)
+    if seqs is None:
+        seqs = _sequences(nodes)
     reach = {s: len(nodes) if root(s) in keep else last_use.get(root(s), -1) for s in seqs}
     for s in reversed(seqs):  # graph order: a sequence after the one it is made from
         src = seqs[s][0]
