@@ -165,3 +165,27 @@ def example_inputs(batch_size):
 
     assert weights_precision(torch.nn.Linear(2, 2), "fp32") == "fp32"  # a float32 model is unchanged
     assert weights_precision(torch.nn.Linear(2, 2).double(), "bf16") == "bf16"
+
+
+def test_a_half_or_bfloat16_models_run_says_its_dtype(write_model) -> None:
+    """run.precision said fp32 for a model built with .bfloat16() (or .half()), run without autocast: every op
+    ran in that dtype. A model whose weights mix dtypes keeps the autocast setting."""
+    from perfpredict.profile import ProfileSettings, profile_workload
+    from perfpredict.workload import load_model_file
+    from perfpredict.workload.spec import weights_precision
+    from tests.conftest import FAST_TIMING
+
+    text = """
+import torch, torch.nn as nn
+def build_model():
+    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).bfloat16()
+def example_inputs(batch_size):
+    return torch.randn(batch_size, 16, dtype=torch.bfloat16)
+"""
+    settings = ProfileSettings(batch_sizes=(4,), mode="infer", device="cpu", timing=FAST_TIMING, threads=1,
+                               features=False, measure_energy=False)
+    card = profile_workload(load_model_file(write_model(text)), settings).card
+    assert card.run.precision == "bf16" and card.throughput[0].status == "ok"
+    assert weights_precision(torch.nn.Linear(2, 2).half(), "fp32") == "fp16"
+    mixed = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2).half())
+    assert weights_precision(mixed, "fp32") == "fp32"

@@ -51,7 +51,8 @@ SCHEMA_VERSION = "1.23"  # 1.1: scaling, colocation, speedup_curve, comm_model, 
 #                                                   parameters to Predictor.predict(features=card))
 #                                             1.22: features.frozen_step_work_ratio (a predicted card of a
 #                                                   frozen model gives its training-step time back)
-#                                             1.23: run.precision "fp64" (a float64 model's measured run)
+#                                             1.23: run.precision "fp64" (a float64 model's measured run;
+#                                                   fp16/bf16 likewise for a model.half()/.bfloat16() one)
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -501,8 +502,9 @@ class ProfileRun(_Section):
     mode: Literal["train", "infer"]
     precision: Literal["fp32", "bf16", "fp16", "fp64"] = Field(
         "fp32", description="fp32, or mixed precision: forward and loss under torch.autocast with bfloat16 or "
-                            "float16 (fp16 with a gradient scaler); fp64: a float64 model (every floating-point "
-                            "weight and buffer float64), run without autocast")
+                            "float16 (fp16 with a gradient scaler); run without autocast, the dtype of a model whose "
+                            "floating-point weights and buffers all share one (fp64 for model.double(), fp16 "
+                            "for model.half(), bf16 for model.bfloat16())")
     compiled: bool = Field(False, description="the measured steps called torch.compile(model) (--compile, or a "
                                               "build_model that returns a compiled module), compiled at the "
                                               "first (warm-up) step of each measuring process")

@@ -92,11 +92,17 @@ def packed_weights(model: torch.nn.Module) -> PackedWeights:
 
 
 def weights_precision(model: torch.nn.Module, precision: str) -> str:
-    """What a card's ``run.precision`` says of a run at autocast ``precision``: ``fp64`` for a model whose
-    floating-point weights and buffers are all float64 (``model.double()``: no autocast, every op in float64),
+    """What a card's ``run.precision`` says of a run at autocast ``precision``: for a run without autocast,
+    the dtype every floating-point weight and buffer has when they all share one (``fp64`` for
+    ``model.double()``, ``fp16`` for ``model.half()``, ``bf16`` for ``model.bfloat16()``: every op runs in it),
     else ``precision``."""
     dtypes = {t.dtype for t in (*model.parameters(), *model.buffers()) if t.is_floating_point()}
-    return "fp64" if precision == "fp32" and dtypes == {torch.float64} else precision
+    if precision != "fp32" or len(dtypes) != 1:
+        return precision
+    return _PRECISION_OF_DTYPE.get(dtypes.pop(), precision)
+
+
+_PRECISION_OF_DTYPE = {torch.float64: "fp64", torch.float16: "fp16", torch.bfloat16: "bf16"}
 
 
 def default_optimizer(params) -> torch.optim.Optimizer:
