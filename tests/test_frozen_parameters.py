@@ -37,7 +37,7 @@ def test_a_predicted_card_counts_only_the_trained_parameters_as_trainable(frozen
     assert frozen_card.model.trainable_parameters == TRAINED_COUNT
     assert frozen_card.model.frozen_param_bytes == FROZEN
     note = next(n for n in frozen_card.prediction.notes if "frozen" in n)
-    assert f"{FROZEN / 2**20:,.1f} MiB" in note and "over-predicted" in note
+    assert f"{FROZEN / 2**20:,.1f} MiB" in note and "charged 1 (its weight)" in note
 
 
 def test_a_card_carries_its_frozen_parameters_to_the_next_prediction(predictor, frozen_card) -> None:

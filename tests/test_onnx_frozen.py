@@ -66,7 +66,7 @@ def test_an_onnx_file_with_frozen_weights_predicts_as_the_model_file_does(predic
     assert frozen_card.model.parameters == by_file.model.parameters == TOTAL_COUNT
     assert frozen_card.model.trainable_parameters == by_file.model.trainable_parameters == TOTAL_COUNT - FROZEN_COUNT
     note = next(n for n in frozen_card.prediction.notes if "frozen" in n)
-    assert f"{FROZEN / 2**20:,.1f} MiB" in note and "over-predicted" in note
+    assert f"{FROZEN / 2**20:,.1f} MiB" in note and "charged 1 (its weight)" in note
     # the same file with every weight trained: eq. 2 charges the backbone a gradient and optimizer state
     all_trained = predictor.predict(onnx_path=files[1], **KW)
     assert all_trained.model.frozen_param_bytes == 0 and all_trained.model.trainable_parameters == TOTAL_COUNT

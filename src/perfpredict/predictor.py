@@ -912,24 +912,55 @@ def _frozen_time_note(arch: ArchFeatures, ms: ModelSet) -> str | None:
             "times this factor, docs/estimators.md)")
 
 
+def _param_byte_charge(t: _Target, coef: np.ndarray | None) -> float | None:
+    """The bytes a memory target's baseline charges per parameter byte (k_P: weights, gradients, optimizer
+    state and what lives as long as they do), None for a target without a parameter term."""
+    terms = t.terms or LEGACY_MEMORY_TERMS
+    if t.transform != "structured_memory" or coef is None or ("log_param_bytes",) not in terms:
+        return None
+    return float(coef[1 + terms.index(("log_param_bytes",))])
+
+
+def _frozen_memory(ms: ModelSet, arch: ArchFeatures, X: np.ndarray, preds: dict) -> dict:
+    """Training memory with the frozen parameters charged their weights alone. The sets were trained on models
+    that train every parameter, so their memory baselines charge each parameter byte k_P bytes (weights,
+    gradients, optimizer state); a frozen byte needs one, its weight, so each row's baseline (the median's and
+    the quantiles') loses (k_P - 1) x the frozen bytes, and its prediction (the learned correction times the
+    baseline, or a neighbour's ratio times it) the same share. Nothing changes in inference or with nothing
+    frozen."""
+    frozen = arch.frozen_param_bytes_in_graph
+    if ms.mode == "infer" or frozen <= 0:
+        return preds
+    out = dict(preds)
+    for name, (y, q) in preds.items():
+        t = ms.targets[name]
+        kept = []
+        for coef in (t.coef_point, t.coef_quantile):
+            k = _param_byte_charge(t, coef)
+            if k is None:
+                break
+            base = t._base(X, coef, 1.0)
+            kept.append(np.maximum(base - max(k - 1.0, 0.0) * frozen, 1.0) / base)
+        if len(kept) == 2:
+            out[name] = (y * kept[0], q * kept[1][:, None])
+    return out
+
+
 def _frozen_memory_note(arch: ArchFeatures, ms: ModelSet) -> str | None:
-    """For a training step with frozen parameters: what the memory estimate charges them. The sets were trained
-    on models that train every parameter, so their memory baseline charges each parameter byte k_P bytes
-    (weights, gradients, optimizer state); a frozen one needs only its weights."""
+    """For a training step with frozen parameters: what the memory estimate charges them
+    (:func:`_frozen_memory`)."""
     frozen = arch.frozen_param_bytes_in_graph
     if ms.mode == "infer" or frozen <= 0:
         return None
     t = ms.targets.get("peak_memory")
-    terms = (t.terms or LEGACY_MEMORY_TERMS) if t is not None else ()
+    k = _param_byte_charge(t, t.coef_point) if t is not None else None
     share = f"{frozen / 2**20:,.1f} MiB ({frozen / max(arch.param_bytes, 1):.0%} of the parameter bytes) are frozen"
-    if ("log_param_bytes",) not in terms or t.coef_point is None:
+    if k is None:
         return (f"{share}: they need no gradient nor optimizer state, but the memory estimators were trained on "
                 "models that train every parameter, so training memory is over-predicted for them (the safe side)")
-    k = float(t.coef_point[1 + terms.index(("log_param_bytes",))])
-    return (f"{share}: they need no gradient nor optimizer state, but this set's memory baseline, fitted on models "
-            f"that train every parameter, charges {k:.2f} bytes per parameter byte, so training memory is "
-            f"over-predicted by about {max(k - 1, 0):.2f} x their bytes ({max(k - 1, 0) * frozen / 2**20:,.1f} MiB "
-            "before the learned correction; the safe side for placement)")
+    return (f"{share}: they need no gradient nor optimizer state; this set's memory baseline, fitted on models "
+            f"that train every parameter, charges {k:.2f} bytes per parameter byte, and a frozen byte is charged "
+            f"1 (its weight): {max(k - 1, 0) * frozen / 2**20:,.1f} MiB less before the learned correction")
 
 
 def _arch_of(model: str | None, onnx_path: str | Path | None,
@@ -1013,6 +1044,7 @@ def _estimate(ms: ModelSet, arch: ArchFeatures, batch_sizes: Sequence[int], esti
     if allow_fallback and dist > ms.ood_threshold:
         method = "nearest_profiled"
         preds = _fallback(ms, near, arch, batch_sizes, preds)
+    preds = _frozen_memory(ms, arch, X, preds)
     if "device_memory" in preds and "peak_memory" in preds:
         preds["device_memory"] = _at_least(preds["device_memory"], preds["peak_memory"])
     factor = frozen_time_factor(arch, ms)

@@ -594,10 +594,13 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
     param_count = float(sum(math.prod(t.dims) for t in all_initializers(proto.graph)))
     frozen_bytes, frozen_count = frozen_initializers(proto, check_frozen(frozen) or (), name)
     proto = _without_weight_data(proto)
+    # the frozen weights' layers keep no tensors for backward where no trained weight lies upstream
+    prefixes = tuple(check_frozen(frozen) or ())
+    trained = (lambda n: not is_frozen_name(n, prefixes)) if frozen_count > 0 else None
     try:
         if symbolic:
-            s1 = analyze_onnx(_with_batch(proto, 1, batch_param, axis), run_for_shapes=False)
-            s2 = analyze_onnx(_with_batch(proto, 2, batch_param, axis), run_for_shapes=False)
+            s1 = analyze_onnx(_with_batch(proto, 1, batch_param, axis), run_for_shapes=False, trained=trained)
+            s2 = analyze_onnx(_with_batch(proto, 2, batch_param, axis), run_for_shapes=False, trained=trained)
             g = _from_stats(s1, s2, 1, 2)  # the per-sample / fixed split a model file's two exports get
             macs, macs_fixed = g.forward_macs_per_sample, g.forward_macs_fixed
             act, act_fixed = g.activation_bytes_per_sample, g.activation_bytes_fixed
@@ -608,7 +611,7 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
             stats, work_stats = s1, s2  # the frozen weights' share of a step's work: at batch 2, as a model file's
         else:
             b = static or 1
-            stats = work_stats = analyze_onnx(proto, run_for_shapes=False)
+            stats = work_stats = analyze_onnx(proto, run_for_shapes=False, trained=trained)
             macs, macs_fixed = stats.macs / b, 0
             act, act_fixed = stats.activation_bytes / b, 0
             live, live_fixed = stats.peak_live_activation_bytes / b, 0
@@ -641,7 +644,7 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
                                 step="analyse onnx")
     ratio = None
     if frozen_count > 0:
-        ratio = frozen_step_ratio(work_stats, lambda n: not is_frozen_name(n, frozen), lambda n: True)
+        ratio = frozen_step_ratio(work_stats, trained, lambda n: True)
     _check_counts_bounded(name, forward_macs_per_sample=macs, forward_macs_fixed=macs_fixed,
                           param_count=param_count, param_bytes=stats.initializer_bytes,
                           activation_bytes_per_sample=act, activation_bytes_fixed=act_fixed,

@@ -41,7 +41,7 @@ together (:func:`sequence_sizes`).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from math import prod
 from typing import Any
@@ -308,14 +308,17 @@ def _seed_loop_bodies(model_proto: Any, inferred: Any) -> Any | None:
     return m if changed else None
 
 
-def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats:
+def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True,
+                 trained: Callable[[str], bool] | None = None) -> GraphStats:
     """Shape-infer ``model_proto`` and compute :class:`GraphStats` over the whole graph.
 
     ONNX shape inference loses dimensions that flow through computed shapes (e.g. the Reshapes of
     ``nn.MultiheadAttention``). With ``run_for_shapes`` the values it leaves unknown are resolved by executing
     the graph once in onnxruntime on zero-filled inputs of the declared (static) input shapes (exact, and what a
     model file's own export gets); without, by folding the graph's integer shape arithmetic
-    (:mod:`perfpredict.features.shape_folding`, nothing executed: an uploaded file's path).
+    (:mod:`perfpredict.features.shape_folding`, nothing executed: an uploaded file's path). ``trained``: which
+    floating-point initializers train, by name (None: every one), for the saved-for-backward count
+    (:func:`saved_for_backward_bytes`).
     """
     import onnx
     from onnx import shape_inference
@@ -509,7 +512,9 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True) -> GraphStats
     stats.peak_live_activation_bytes = peak_live_activation_bytes(
         nodes, [vi.name for vi in g.input], [o.name for o in g.output], weights, nbytes, seqs)
     float_outputs = [o.name for o in g.output if o.type.tensor_type.elem_type in _FLOAT_TYPES]
-    stats.graph_saved_bytes = saved_for_backward_bytes(nodes, weights, nbytes, float_outputs)
+    floats = {t.name for t in weights_anywhere if t.data_type in _FLOAT_TYPES}
+    seeds = None if trained is None else {n for n in weights if orig.get(n, n) in floats and trained(orig.get(n, n))}
+    stats.graph_saved_bytes = saved_for_backward_bytes(nodes, weights, nbytes, float_outputs, seeds)
     return stats
 
 
@@ -859,7 +864,7 @@ def sequence_sizes(nodes: list[tuple[str, list[str], list[str]]], nbytes, seqs: 
 
 
 def saved_for_backward_bytes(nodes: list[tuple[str, list[str], list[str]]], init_names: set[str], nbytes,
-                             loss_inputs: Sequence[str] = ()) -> int:
+                             loss_inputs: Sequence[str] = (), trained: set[str] | None = None) -> int:
     """The activation bytes a training step's backward pass would keep, read off a forward graph by per-op
     rules (:data:`_SAVES_FIRST_INPUT`, :data:`_SAVES_ACTIVATION_INPUTS`, :data:`_SAVES_OUTPUT`), each tensor
     counted once however many ops keep it, at the size of the storage it shares (a saved view keeps its
@@ -877,8 +882,15 @@ def saved_for_backward_bytes(nodes: list[tuple[str, list[str], list[str]]], init
     model). What the graph cannot show is left out: dropout masks (an eval-mode export has no Dropout),
     attention kernels that keep less than their unfused ops (fused on CUDA), and whether an activation ran
     in place (LeakyReLU and ELU then keep their output instead of their input: one tensor fewer).
+
+    ``trained``: the weights that train (None: every one). Autograd records no node, and so keeps nothing, for
+    an op none of whose inputs needs a gradient (a trained weight, or a tensor a trained weight lies upstream
+    of, as :func:`step_work` follows them): a frozen backbone under a trained head keeps only the head's
+    tensors, and the loss keeps its tensor only when a gradient reaches it. An op that does record (a frozen
+    layer above a trained one) is counted as when every weight trains.
     """
     const = _weight_derived(nodes, init_names)
+    grad = None if trained is None else set(trained)
     alias = _Aliases()
     root = alias.root
     producer = {o: (op, ins) for op, ins, outs in nodes for o in outs if o}
@@ -896,12 +908,17 @@ def saved_for_backward_bytes(nodes: list[tuple[str, list[str], list[str]]], init
 
     for op, ins, outs in nodes:
         real = [x for x in ins if x]
+        records = grad is None or any(x in grad for x in real)
+        if grad is not None and records:
+            grad.update(o for o in outs if o)
         if op == "Constant" or all(x in const for x in real):
             continue
         acts = [x for x in real if x not in const]
         out = outs[0] if outs and outs[0] else None
         if op in _STORAGE_VIEW_OPS and out and ins[0] not in const:
             alias[out] = root(ins[0])
+        if not records:
+            continue
         if op == "Erf" and out:  # the exporter's GELU: x / √2 -> Erf -> + 1 -> × x -> × 0.5
             pop, pins = producer.get(acts[0], ("", [])) if acts else ("", [])
             gelu_in = next((x for x in pins if x and x not in const), None) if pop == "Div" else None
@@ -940,7 +957,8 @@ def saved_for_backward_bytes(nodes: list[tuple[str, list[str], list[str]]], init
                 per_output += LSTM_WORKSPACE_PER_INPUT_RATIO * max(w_bytes / r_bytes - 1.0, 0.0)
             kept[f"{out}#steps"] = int(per_output * (nbytes(out) or 0))
     for y in loss_inputs:
-        kept[f"{y}#loss"] = nbytes(y) or 0
+        if grad is None or y in grad:
+            kept[f"{y}#loss"] = nbytes(y) or 0
     return int(sum(kept.values()))
 
 
