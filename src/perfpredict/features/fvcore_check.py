@@ -105,13 +105,16 @@ def fvcore_counts(model: torch.nn.Module, args: tuple) -> dict[str, Any]:
 def _count(model: torch.nn.Module, args: tuple) -> dict[str, Any]:
     from fvcore.nn import FlopCountAnalysis
 
+    from perfpredict.features.onnx_export import without_fused_attention
+
     was_training = model.training
     model.eval()
     prev = logging.root.manager.disable
     logging.disable(logging.WARNING)
     try:
-        # Grad enabled on purpose (see onnx_export: no_grad switches attention to a fused kernel).
-        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+        # Grad enabled and the fast path off on purpose (see onnx_export: either switches attention to a fused
+        # kernel).
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()), without_fused_attention():
             warnings.simplefilter("ignore")
             fa = FlopCountAnalysis(model, args)
             fa.set_op_handle(**_EXTRA_HANDLES)

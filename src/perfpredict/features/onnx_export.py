@@ -98,6 +98,21 @@ def export_onnx(model: torch.nn.Module, args: tuple, path: str | Path | None = N
         return _export_first_that_works(model, args, path)
 
 
+@contextlib.contextmanager
+def without_fused_attention():
+    """Turn off ``nn.TransformerEncoderLayer``'s / ``nn.MultiheadAttention``'s fused inference fast path while a
+    graph is exported or counted. Eval mode with grad enabled is not enough to keep it off: the layer takes it
+    whenever none of its weights requires a grad, so a frozen encoder's graph hid its attention matmuls (222
+    nodes against the training step's 301 for a 2-layer encoder). The switch is process-wide; callers hold
+    ``EXPORT_LOCK``."""
+    was = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(was)
+
+
 def _export_first_that_works(model: torch.nn.Module, args: tuple, path: str | Path | None) -> ExportResult:
     import onnx
 
@@ -112,9 +127,9 @@ def _export_first_that_works(model: torch.nn.Module, args: tuple, path: str | Pa
             for name, fn in (("torchscript", _export_torchscript), ("dynamo", _export_dynamo)):
                 workdir = os.path.join(tmp, name) if tmp else None
                 try:
-                    # Grad stays enabled: under no_grad, eval-mode nn.TransformerEncoderLayer takes a fused fast
-                    # path that hides its attention matmuls from the exported graph.
-                    with _quiet():
+                    # Grad stays enabled and the fast path off: either way, eval-mode nn.TransformerEncoderLayer
+                    # would take a fused path that hides its attention matmuls from the exported graph.
+                    with _quiet(), without_fused_attention():
                         proto = fn(model, args, workdir)
                 except Exception as e:  # noqa: BLE001 - any exporter failure: record it and try the next one
                     # the exporters' messages run over several lines ("output 1 (3" then "[ CPULongType{} ]) of
