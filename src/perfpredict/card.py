@@ -26,7 +26,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, Vali
 
 from perfpredict.errors import PerfPredictError
 
-SCHEMA_VERSION = "1.23"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
+SCHEMA_VERSION = "1.24"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
 #                                             features.activation_bytes_by_op; 1.3: features.lookup_param_bytes;
 #                                             1.4: features.recurrent_steps_by_op;
 #                                             1.5: features.saved_cpu_bytes_per_sample;
@@ -53,6 +53,8 @@ SCHEMA_VERSION = "1.23"  # 1.1: scaling, colocation, speedup_curve, comm_model, 
 #                                                   frozen model gives its training-step time back)
 #                                             1.23: run.precision "fp64" (a float64 model's measured run;
 #                                                   fp16/bf16 likewise for a model.half()/.bfloat16() one)
+#                                             1.24: features.optimizer_state_copies (a predicted card says the
+#                                                   optimizer state it charged, and predicts again with it)
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -325,6 +327,12 @@ class GraphFeatures(_Section):
                                                  "read off its graph; what a predicted card's step time was "
                                                  "multiplied by; null where nothing is frozen or nobody walked the "
                                                  "graph for it")
+    optimizer_state_copies: float | None = Field(None, ge=0, allow_inf_nan=False, description="copies of each "
+                                                 "trained weight the training job's optimizer keeps as state "
+                                                 "(SGD with momentum 1, plain SGD 0, Adam/AdamW 2) that a "
+                                                 "predicted card's training memory was charged; null where "
+                                                 "nobody said (cards before schema 1.24, measured cards): 1, as "
+                                                 "the training data's SGD with momentum")
     notes: list[str] = Field(default_factory=list, description="what makes these counts less than exact (a "
                              "forward pass that takes a different path on each call)")
     source: Source = "analytic"

@@ -125,6 +125,11 @@ def dims_option(values: list[str] | None, option: str, is_onnx: bool) -> dict[st
     return dims
 
 
+OPTIMIZER_STATES_HELP = ("copies of each trained weight the training job's optimizer keeps as state, charged to "
+                         "training memory: 1 as the training data (SGD with momentum), 0 plain SGD, 2 Adam/AdamW "
+                         "[a model file's make_optimizer, probed; else 1]")
+
+
 @app.command()
 def predict(
     target: Annotated[str, typer.Argument(help="model.py, zoo:<family> or a .onnx file")],
@@ -148,6 +153,7 @@ def predict(
                                                      "of weights the training job freezes (requires_grad=False), "
                                                      "e.g. --frozen backbone. (repeatable): they get no gradient nor "
                                                      "optimizer state; a model file says which are frozen itself")] = None,
+    optimizer_states: Annotated[float | None, typer.Option("--optimizer-states", help=OPTIMIZER_STATES_HELP)] = None,
     mlflow: Annotated[bool, typer.Option("--mlflow", help="also log the prediction as an MLflow run (kind "
                                                           "'prediction'; off by default: a query, not a measurement)")] = False,
     experiment: Annotated[str, typer.Option(help="MLflow experiment name (with --mlflow)")] = "perfpredict-predictions",
@@ -171,6 +177,9 @@ def predict(
     is_onnx = target.lower().endswith(".onnx")
     dims = dims_option(dim, "--dim", is_onnx)
     prefixes = frozen_option(frozen, "--frozen", is_onnx)
+    from perfpredict.predictor import check_optimizer_state_copies
+
+    copies = check_optimizer_state_copies(optimizer_states, "--optimizer-states", step="arguments")
     if is_onnx:
         if params:
             raise UsageError("--param only applies to zoo models (zoo:<family>), not to an ONNX file", step="arguments")
@@ -195,10 +204,11 @@ def predict(
     warn_unusable_calibrations(pred)
     if is_onnx:
         card = pred.predict(onnx_path=target, batch_sizes=bs, device_type=device_type, mode=mode,
-                            batch_axis=batch_axis, precision=precision, dims=dims or None, frozen=prefixes or None)
+                            batch_axis=batch_axis, precision=precision, dims=dims or None, frozen=prefixes or None,
+                            optimizer_state_copies=copies)
     else:
         card = pred.predict(target, batch_sizes=bs, device_type=device_type, params=params or None, mode=mode,
-                            batch_axis=batch_axis, precision=precision)
+                            batch_axis=batch_axis, precision=precision, optimizer_state_copies=copies)
     print_prediction(card)
     if out:
         try:
@@ -289,6 +299,9 @@ def colocate(
                                                           "that is the batch, as `perfpredict predict "
                                                           "--batch-axis`")] = None,
     batch_axis_b: Annotated[int | None, typer.Option(help="the same for B")] = None,
+    optimizer_states_a: Annotated[float | None, typer.Option("--optimizer-states-a", help="A a model file or .onnx: "
+                                                             "as `perfpredict predict --optimizer-states`")] = None,
+    optimizer_states_b: Annotated[float | None, typer.Option("--optimizer-states-b", help="the same for B")] = None,
     models: Annotated[Path | None, typer.Option(help="trained_models folder")] = None,
 ) -> None:
     """Predict two jobs sharing one GPU: each one's slowdown (Horus's interference model), the pair's throughput
@@ -313,6 +326,14 @@ def colocate(
         if a is not None and t.lower().endswith(".json"):
             raise UsageError(f"{o} does not apply to a card (its features are counted already): give a model file "
                              "or an ONNX file", step="arguments")
+    from perfpredict.predictor import check_optimizer_state_copies
+
+    copies = [check_optimizer_state_copies(c, o, step="arguments") for c, o in
+              ((optimizer_states_a, "--optimizer-states-a"), (optimizer_states_b, "--optimizer-states-b"))]
+    for c, o, t in zip(copies, ("--optimizer-states-a", "--optimizer-states-b"), (job_a, job_b)):
+        if c is not None and t.lower().endswith(".json"):
+            raise UsageError(f"{o} does not apply to a card (its memory is predicted or measured already): give a "
+                             "model file or an ONNX file", step="arguments")
     for t in (job_a, job_b):
         if t.lower().endswith((".json", ".onnx")):
             if not Path(t).is_file():
@@ -324,14 +345,15 @@ def colocate(
     # a job without a card is predicted on the GPU a given predicted card is for, not on the default set
     predict_on = device_type or pred.cards_set(*given.values()) or "cuda"
     cards = []
-    for t, b, f, d, a in zip((job_a, job_b), bs, frozen, dims, axes):
+    for t, b, f, d, a, c in zip((job_a, job_b), bs, frozen, dims, axes, copies):
         if t in given:
             cards.append(given[t])
         elif t.lower().endswith(".onnx"):
             cards.append(pred.predict(onnx_path=t, batch_sizes=[b or 32], device_type=predict_on, frozen=f or None,
-                                      dims=d or None, batch_axis=a))
+                                      dims=d or None, batch_axis=a, optimizer_state_copies=c))
         else:
-            cards.append(pred.predict(t, batch_sizes=[b or 32], device_type=predict_on, batch_axis=a))
+            cards.append(pred.predict(t, batch_sizes=[b or 32], device_type=predict_on, batch_axis=a,
+                                      optimizer_state_copies=c))
     r = pred.colocation(*cards, batch_sizes=(bs[0], bs[1]), device_type=device_type)
     gpus = {c.device.name for c in cards if c.device.kind == "cuda"}
     gpu = gpus.pop() if len(gpus) == 1 else r.device_name  # the GPU the cards are for, not the interference model's

@@ -579,11 +579,13 @@ class Predictor:
     # -- predictions --------------------------------------------------------------------------------------
     def predict_values(self, features: ArchFeatures | Mapping[str, Any], batch_sizes: Sequence[int],
                        device_type: str | None = None, mode: str | None = None,
-                       precision: str | None = None, allow_fallback: bool = True) -> dict[str, Any]:
+                       precision: str | None = None, allow_fallback: bool = True,
+                       optimizer_state_copies: float | None = None) -> dict[str, Any]:
         """The predictions as plain numbers (the fast path: no card), with ``method`` as a card's
         ``prediction.method`` says it: the estimators', or out of distribution (and ``allow_fallback``) the
-        nearest profiled model's (:func:`_fallback`)."""
-        arch = _as_arch(features)
+        nearest profiled model's (:func:`_fallback`); ``optimizer_state_copies`` as for :meth:`predict`."""
+        copies = check_optimizer_state_copies(optimizer_state_copies)
+        arch = with_optimizer_state_copies(_as_arch(features), copies)
         bs = _check_batches(batch_sizes)
         ms, _ = self._set_for(arch, device_type, mode, precision)
         estimated = _lacks_counts(arch)
@@ -601,7 +603,7 @@ class Predictor:
                 batch_sizes: Sequence[int] | None = None, device_type: str | None = None,
                 params: Mapping[str, Any] | None = None, allow_fallback: bool = True, mode: str | None = None,
                 batch_axis: int | None = None, precision: str | None = None, dims: Mapping[str, int] | None = None,
-                frozen: Sequence[str] | None = None):
+                frozen: Sequence[str] | None = None, optimizer_state_copies: float | None = None):
         """A :class:`~perfpredict.card.PerformanceCard` predicted for a model file / ``zoo:`` target, an ONNX
         file, or ready graph features (exactly one of them); ``mode`` "train" (default) or "infer" picks the
         model set trained on training steps or on inference passes; ``batch_axis`` (ONNX files only) says which
@@ -612,7 +614,12 @@ class Predictor:
         graph inputs' symbolic dimensions other than the batch (``{"seq": 128}``). ``frozen`` (ONNX files only)
         names the weights a training job freezes (``requires_grad=False``) by initializer name prefix
         (``["backbone."]``): they get no gradient nor optimizer state, as a model file's frozen parameters; a
-        model file says which are frozen itself, and a feature vector by its ``frozen_param_bytes``."""
+        model file says which are frozen itself, and a feature vector by its ``frozen_param_bytes``.
+        ``optimizer_state_copies``: the copies of each trained weight the job's optimizer keeps as state (SGD
+        with momentum 1, plain SGD 0, Adam/AdamW 2); left out, a model file's optimizer is probed for them, a
+        predicted card repeats its own, and anything else is charged 1, as the training data's optimizer (SGD
+        with momentum) keeps; given, it replaces them. Training memory is charged the copies past 1 times the
+        trained parameter bytes on top of its baselines."""
         # The batch sizes are checked first: a model file is run and exported before its features exist.
         if batch_size is not None and batch_sizes is not None:
             raise UsageError("give batch_size or batch_sizes, not both", step="predict")
@@ -622,7 +629,9 @@ class Predictor:
         bs = _check_batches(batch_sizes if batch_sizes is not None else [32 if batch_size is None else batch_size])
         # and that a model set answers (the same condition _set_for ends on), before the model file is run
         self.model_set(device_type, mode, precision)
+        copies = check_optimizer_state_copies(optimizer_state_copies)
         arch, source = _arch_of(model, onnx_path, features, params, batch_axis, dims, frozen)
+        arch = with_optimizer_state_copies(arch, copies)
         return self.card_for(arch, bs, device_type=device_type, source=source, allow_fallback=allow_fallback,
                              mode=mode, precision=precision)
 
@@ -632,17 +641,21 @@ class Predictor:
                       device_type: str | None = None, mode: str | None = None, precision: str | None = None,
                       params: Mapping[str, Any] | None = None, batch_axis: int | None = None,
                       quantile: str = "q90", multiple_of: int = 1, max_batch: int | None = None,
-                      dims: Mapping[str, int] | None = None, frozen: Sequence[str] | None = None):
+                      dims: Mapping[str, int] | None = None, frozen: Sequence[str] | None = None,
+                      optimizer_state_copies: float | None = None):
         """The largest batch size predicted to fit ``memory_limit_bytes`` (a
         :class:`~perfpredict.profile.batch_search.BatchLimit` with ``source="predicted"``): on a CUDA set the q90
         of the GPU memory NVML will see (context included), on a CPU set the q90 of the step's peak RSS
         increase; ``quantile="median"`` holds the median instead. Nothing is run but the export of a model file.
-        :func:`~perfpredict.profile.batch_search.find_largest_batch` measures the same on a device."""
+        :func:`~perfpredict.profile.batch_search.find_largest_batch` measures the same on a device.
+        ``optimizer_state_copies`` as for :meth:`predict`."""
         from perfpredict.predicted_batch_limit import check_limit_args, predicted_largest_batch
 
         check_limit_args(memory_limit_bytes, quantile, multiple_of, max_batch)  # before a model file is run,
         self.model_set(device_type, mode, precision)  # and that a model set answers
+        copies = check_optimizer_state_copies(optimizer_state_copies)
         arch, _ = _arch_of(model, onnx_path, features, params, batch_axis, dims, frozen)
+        arch = with_optimizer_state_copies(arch, copies)
         return predicted_largest_batch(self, arch, memory_limit_bytes, device_type=device_type, mode=mode,
                                        precision=precision, quantile=quantile, multiple_of=multiple_of,
                                        max_batch=max_batch)
@@ -750,6 +763,9 @@ class Predictor:
         frozen_note = _frozen_time_note(arch, ms)
         if frozen_note:
             notes.append(frozen_note)
+        optimizer_note = _optimizer_memory_note(arch, ms)
+        if optimizer_note:
+            notes.append(optimizer_note)
         if ms.device_kind == "cpu" and not arch.op_counts:
             notes.append("no op types given (op_counts): the CPU memory baseline's code-page term counts only an "
                          "empty model's library code (about 5 MiB, against 13-30 MiB for the zoo's families), so "
@@ -833,10 +849,12 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
         # a measured card carries extract_features' two-batch split as it is: held at 0 as from_workload holds it
         graph = fixed_parts_at_least_zero(features.features.model_dump())
         ratio = graph.pop("frozen_step_work_ratio", None)  # a predicted card's, read off its graph (schema 1.22)
+        copies = graph.pop("optimizer_state_copies", None)  # a predicted card's (schema 1.24); None: as the data's
         features = {**graph, **_frozen_of(features.model, graph.get("param_bytes")),
                     "param_count": features.model.parameters,
                     "name": features.model.name, "family": features.model.family}
-        return replace(_as_arch(features), frozen_step_work_ratio=ratio)
+        return replace(_as_arch(features), frozen_step_work_ratio=ratio,
+                       optimizer_state_copies=1.0 if copies is None else float(copies))
     if not isinstance(features, Mapping):
         hint = (": a card's graph features lack its parameter count, so pass the card itself (features=card)"
                 if type(features).__name__ == "GraphFeatures" else "")
@@ -844,9 +862,11 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
                          f"{type(features).__name__}{hint}", step="predict")
     from perfpredict.estimators.feature_schema import check_feature_mapping
 
-    # the frozen step-work ratio is read off a graph (a model file, an ONNX file), not taken from a caller
+    # the frozen step-work ratio is read off a graph (a model file, an ONNX file), not taken from a caller, and
+    # the optimizer's state copies are the predicting call's optimizer_state_copies
     return ArchFeatures.from_dict({k: v for k, v in _frozen_halves(check_feature_mapping(features)).items()
-                                   if k != "frozen_step_work_ratio"})
+                                   if k not in ("frozen_step_work_ratio", "optimizer_state_copies",
+                                                "optimizer_state_note")})
 
 
 def _frozen_halves(features: dict[str, Any]) -> dict[str, Any]:
@@ -921,15 +941,18 @@ def _param_byte_charge(t: _Target, coef: np.ndarray | None) -> float | None:
     return float(coef[1 + terms.index(("log_param_bytes",))])
 
 
-def _frozen_memory(ms: ModelSet, arch: ArchFeatures, X: np.ndarray, preds: dict) -> dict:
-    """Training memory with the frozen parameters charged their weights alone. The sets were trained on models
-    that train every parameter, so their memory baselines charge each parameter byte k_P bytes (weights,
-    gradients, optimizer state); a frozen byte needs one, its weight, so each row's baseline (the median's and
-    the quantiles') loses (k_P - 1) x the frozen bytes, and its prediction (the learned correction times the
-    baseline, or a neighbour's ratio times it) the same share. Nothing changes in inference or with nothing
-    frozen."""
+def _parameter_memory(ms: ModelSet, arch: ArchFeatures, X: np.ndarray, preds: dict) -> dict:
+    """Training memory with the frozen parameters charged their weights alone, and the optimizer's state as the
+    job's optimizer keeps it. The sets were trained on models that train every parameter with SGD with momentum,
+    so their memory baselines charge each parameter byte k_P bytes (weight, gradient, one copy of optimizer
+    state); a frozen byte needs one, its weight, so each row's baseline (the median's and the quantiles') loses
+    (k_P - 1) x the frozen bytes, and an optimizer keeping ``c`` copies of each trained weight (Adam/AdamW 2,
+    plain SGD 0) adds (c - 1) x the trained bytes to it; its prediction (the learned correction times the
+    baseline, or a neighbour's ratio times it) moves by the same share. Nothing changes in inference, or with
+    nothing frozen and one copy."""
     frozen = arch.frozen_param_bytes_in_graph
-    if ms.mode == "infer" or frozen <= 0:
+    extra = (arch.optimizer_state_copies - 1.0) * max(arch.param_bytes - frozen, 0.0)
+    if ms.mode == "infer" or (frozen <= 0 and extra == 0):
         return preds
     out = dict(preds)
     for name, (y, q) in preds.items():
@@ -940,7 +963,7 @@ def _frozen_memory(ms: ModelSet, arch: ArchFeatures, X: np.ndarray, preds: dict)
             if k is None:
                 break
             base = t._base(X, coef, 1.0)
-            kept.append(np.maximum(base - max(k - 1.0, 0.0) * frozen, 1.0) / base)
+            kept.append(np.maximum(base - max(k - 1.0, 0.0) * max(frozen, 0.0) + extra, 1.0) / base)
         if len(kept) == 2:
             out[name] = (y * kept[0], q * kept[1][:, None])
     return out
@@ -948,7 +971,7 @@ def _frozen_memory(ms: ModelSet, arch: ArchFeatures, X: np.ndarray, preds: dict)
 
 def _frozen_memory_note(arch: ArchFeatures, ms: ModelSet) -> str | None:
     """For a training step with frozen parameters: what the memory estimate charges them
-    (:func:`_frozen_memory`)."""
+    (:func:`_parameter_memory`)."""
     frozen = arch.frozen_param_bytes_in_graph
     if ms.mode == "infer" or frozen <= 0:
         return None
@@ -961,6 +984,51 @@ def _frozen_memory_note(arch: ArchFeatures, ms: ModelSet) -> str | None:
     return (f"{share}: they need no gradient nor optimizer state; this set's memory baseline, fitted on models "
             f"that train every parameter, charges {k:.2f} bytes per parameter byte, and a frozen byte is charged "
             f"1 (its weight): {max(k - 1, 0) * frozen / 2**20:,.1f} MiB less before the learned correction")
+
+
+#: The most state copies per trained weight a caller may say an optimizer keeps: far past any optimizer's (Adam
+#: with amsgrad keeps 3), and small enough that the bytes it charges stay finite.
+MAX_OPTIMIZER_STATE_COPIES = 100.0
+
+
+def check_optimizer_state_copies(value: Any, name: str = "optimizer_state_copies",
+                                 step: str = "predict") -> float | None:
+    """A caller's optimizer state copies per trained weight as a float (None: not given); a UsageError naming
+    ``name`` for anything but a finite number from 0 to :data:`MAX_OPTIMIZER_STATE_COPIES`."""
+    if value is None:
+        return None
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+    if not ok or not math.isfinite(float(value)) or not 0 <= float(value) <= MAX_OPTIMIZER_STATE_COPIES:
+        raise UsageError(f"{name} must be a number from 0 to {MAX_OPTIMIZER_STATE_COPIES:g}: the copies of each "
+                         "trained weight the optimizer keeps as state (SGD with momentum 1, the default; plain SGD "
+                         f"0; Adam/AdamW 2), got {value!r}"[:300], step=step)
+    return float(value)
+
+
+def with_optimizer_state_copies(arch: ArchFeatures, copies: float | None) -> ArchFeatures:
+    """``arch`` with the optimizer state copies a caller gave (None: as it says), and no probe's note then."""
+    if copies is None:
+        return arch
+    return replace(arch, optimizer_state_copies=copies, optimizer_state_note=None)
+
+
+def _optimizer_memory_note(arch: ArchFeatures, ms: ModelSet) -> str | None:
+    """For a training step: what the memory estimate charges the optimizer's state (:func:`_parameter_memory`),
+    where the optimizer is not the training data's or a probe could not tell."""
+    c = arch.optimizer_state_copies
+    if ms.mode == "infer" or (c == 1 and arch.optimizer_state_note is None):
+        return None
+    if c == 1:
+        return arch.optimizer_state_note  # why a model file's optimizer was charged as the data's
+    trained = max(arch.param_bytes - arch.frozen_param_bytes_in_graph, 0.0)
+    said = arch.optimizer_state_note or f"the optimizer keeps {c:g} state copies of each trained weight"
+    t = ms.targets.get("peak_memory")
+    if t is None or _param_byte_charge(t, t.coef_point) is None:
+        return (f"{said}, but this set's memory baseline has no parameter term to charge them to: training "
+                "memory is predicted as for SGD with momentum (1 copy)")
+    return (f"{said}; the memory estimators were trained on steps with SGD with momentum (1 copy), so training "
+            f"memory is charged {c - 1:+g} x {trained / 2**20:,.1f} MiB of trained parameters = "
+            f"{(c - 1) * trained / 2**20:+,.1f} MiB on top of its baselines before the learned correction")
 
 
 def _arch_of(model: str | None, onnx_path: str | Path | None,
@@ -1044,7 +1112,7 @@ def _estimate(ms: ModelSet, arch: ArchFeatures, batch_sizes: Sequence[int], esti
     if allow_fallback and dist > ms.ood_threshold:
         method = "nearest_profiled"
         preds = _fallback(ms, near, arch, batch_sizes, preds)
-    preds = _frozen_memory(ms, arch, X, preds)
+    preds = _parameter_memory(ms, arch, X, preds)
     if "device_memory" in preds and "peak_memory" in preds:
         preds["device_memory"] = _at_least(preds["device_memory"], preds["peak_memory"])
     factor = frozen_time_factor(arch, ms)
@@ -1198,6 +1266,7 @@ def _assemble_card(arch: ArchFeatures, source: str, ms: ModelSet, info, given: A
                                saved_cpu_bytes_fixed=int(arch.saved_cpu_bytes_fixed),
                                input_bytes_per_sample=int(arch.input_bytes_per_sample),
                                frozen_step_work_ratio=arch.frozen_step_work_ratio,
+                               optimizer_state_copies=arch.optimizer_state_copies,
                                peak_live_bytes_per_sample=None if given.peak_live_bytes_per_sample is None
                                else int(given.peak_live_bytes_per_sample),
                                peak_live_bytes_fixed=int(arch.peak_live_bytes_fixed),

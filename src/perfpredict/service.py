@@ -31,7 +31,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter,
 
 from perfpredict.errors import PerfPredictError, UsageError
 from perfpredict.estimators.feature_schema import FeatureVector, request_features
-from perfpredict.predictor import MAX_BATCH_SIZE, MAX_BATCH_SIZES
+from perfpredict.predictor import MAX_BATCH_SIZE, MAX_BATCH_SIZES, MAX_OPTIMIZER_STATE_COPIES
 
 DEFAULT_MAX_UPLOAD_BYTES = 256 * 1024 * 1024
 #: what a multipart body may hold beyond the file: the envelope and the other form fields
@@ -57,6 +57,13 @@ Precision = Annotated[Literal["fp32", "bf16", "fp16"], BeforeValidator(_lower)]
 Mode = Annotated[Literal["train", "infer"], BeforeValidator(_lower)]
 
 
+#: the copies of each trained weight a job's optimizer keeps as state (Predictor.predict's optimizer_state_copies)
+OptimizerStateCopies = Annotated[float | None, Field(
+    ge=0, le=MAX_OPTIMIZER_STATE_COPIES, strict=True, allow_inf_nan=False,
+    description="copies of each trained weight the training job's optimizer keeps as state, charged to training "
+                "memory: 1 (as the training data: SGD with momentum; the default), 0 plain SGD, 2 Adam/AdamW")]
+
+
 class _Request(BaseModel):
     """A JSON request body: a key the route does not know is refused (422 naming it), not ignored, since a
     misspelt ``batch_size`` would otherwise be answered for the default batch."""
@@ -75,6 +82,7 @@ class PredictRequest(_Request):
         None, description="training steps (default) or inference passes: picks the model set trained on them")
     precision: Precision | None = Field(
         None, description="the autocast precision the job trains at (default fp32): picks the set trained at it")
+    optimizer_state_copies: OptimizerStateCopies = None
     allow_fallback: bool = True
 
 
@@ -114,6 +122,7 @@ class MaxBatchRequest(_Request):
     quantile: Literal["q90", "median"] = Field("q90", description="which prediction is held to the limit")
     multiple_of: BatchSize = 1
     max_batch: BatchSize | None = Field(None, description=f"largest batch size to consider (default {MAX_BATCH_SIZE})")
+    optimizer_state_copies: OptimizerStateCopies = None
 
 
 class PairJob(_Request):
@@ -121,6 +130,7 @@ class PairJob(_Request):
 
     features: FeatureVector
     batch_size: BatchSize = 32
+    optimizer_state_copies: OptimizerStateCopies = None
 
 
 class ColocationRequest(_Request):
@@ -224,7 +234,7 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
         load_onnx_bytes,
     )
     from perfpredict.pair_prediction import PairPrediction
-    from perfpredict.predictor import Predictor
+    from perfpredict.predictor import Predictor, with_optimizer_state_copies
     from perfpredict.profile.batch_search import BatchLimit
 
     max_upload_bytes = _upload_limit(max_upload_bytes)
@@ -279,7 +289,8 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
 
     @app.post("/predict", responses={200: {"model": PerformanceCard}, **_REFUSED})
     def predict(req: PredictRequest) -> dict[str, Any]:
-        arch = ArchFeatures.from_dict(request_features(req.features))
+        arch = with_optimizer_state_copies(ArchFeatures.from_dict(request_features(req.features)),
+                                           req.optimizer_state_copies)
         card = pred.card_for(arch, req.batch_sizes, device_type=req.device_type, source=arch.name or "features",
                              allow_fallback=req.allow_fallback, mode=req.mode, precision=req.precision)
         return card.model_dump(mode="json")
@@ -288,7 +299,8 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
     def colocation(req: ColocationRequest) -> dict[str, Any]:
         """Two jobs sharing one GPU: each job's predicted card, then the interference model's slowdown at their
         cumulative predicted utilisation (``Predictor.colocation``)."""
-        cards = [pred.card_for(ArchFeatures.from_dict(request_features(j.features)), [j.batch_size],
+        cards = [pred.card_for(with_optimizer_state_copies(ArchFeatures.from_dict(request_features(j.features)),
+                                                           j.optimizer_state_copies), [j.batch_size],
                                device_type=req.device_type or "cuda", source="features",
                                allow_fallback=req.allow_fallback) for j in req.jobs]
         return pred.colocation(*cards, device_type=req.device_type).model_dump(mode="json")
@@ -299,6 +311,7 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
         arch = ArchFeatures.from_dict(request_features(req.features))
         limit = pred.largest_batch(features=arch, memory_limit_bytes=req.memory_limit_bytes,
                                    device_type=req.device_type, mode=req.mode, precision=req.precision,
+                                   optimizer_state_copies=req.optimizer_state_copies,
                                    quantile=req.quantile, multiple_of=req.multiple_of, max_batch=req.max_batch)
         return limit.model_dump(mode="json")
 
@@ -327,6 +340,9 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
                                                                  "False): backbone.,embed. They get no gradient nor "
                                                                  "optimizer state; a prefix naming no initializer, or "
                                                                  "the field sent empty, is a 422"),
+                     optimizer_state_copies: float | None = Form(
+                         None, ge=0, le=MAX_OPTIMIZER_STATE_COPIES, allow_inf_nan=False,
+                         description="copies of each trained weight the optimizer keeps as state, as for /predict"),
                      allow_fallback: bool = Form(True, description="out of distribution, answer from the nearest "
                                                                    "profiled model (as /predict)"),
                      frozen_sent: str | None = Depends(_frozen_as_sent)) -> dict[str, Any]:
@@ -346,8 +362,8 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
                                    frozen=prefixes or None)
         except ArchFeaturesError as e:
             raise HTTPException(400, str(e)) from None
-        card = pred.card_for(arch, bs, device_type=device_type, source=name, mode=mode, precision=precision,
-                             allow_fallback=allow_fallback)
+        card = pred.card_for(with_optimizer_state_copies(arch, optimizer_state_copies), bs, device_type=device_type,
+                             source=name, mode=mode, precision=precision, allow_fallback=allow_fallback)
         return card.model_dump(mode="json")
 
     return app

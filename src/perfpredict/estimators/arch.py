@@ -88,6 +88,14 @@ class ArchFeatures:
     #: the precision the source asks for (a model file's ``PRECISION``); None where it says nothing (an ONNX
     #: file, a feature vector). Not a feature: it picks the model set.
     precision: str | None = None
+    #: copies of a trained weight the training job's optimizer keeps as state (SGD with momentum 1, plain SGD 0,
+    #: Adam/AdamW 2): a model file's optimizer probed (:func:`~perfpredict.workload.spec.optimizer_state_copies`),
+    #: a card's record, or what a caller says; 1 where nobody said, as every training row of the datasets was
+    #: measured (the default optimizer, SGD with momentum). Not a feature: the Predictor charges the copies past
+    #: 1 on top of its memory baselines.
+    optimizer_state_copies: float = 1.0
+    #: the optimizer's name and what the copies rest on (a model file's), or why they could not be found
+    optimizer_state_note: str | None = None
 
     @property
     def frozen_param_bytes_in_graph(self) -> float:
@@ -219,6 +227,7 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
     ratio = ratio_note = None
     if any(not p.requires_grad for p in model.parameters()):
         ratio, ratio_note = _frozen_step_ratio_of_model(wl, model, graphs.get(2))
+    copies, copies_note = _optimizer_state_copies_of(wl, model)
     # fixed (batch-independent) parts: held at 0 or more by the two-batch splits themselves (extract_features,
     # split_nodes, saved_bytes_split)
     return ArchFeatures(
@@ -239,7 +248,29 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
         graph_saved_bytes_per_sample=float(feats.graph_saved_bytes_per_sample or 0),
         graph_saved_bytes_fixed=float(feats.graph_saved_bytes_fixed or 0),
         kernel_nodes=tuple(tuple(r) for r in feats.kernel_nodes), name=wl.name,
-        notes=tuple(n for n in (feats.error, *feats.notes, _hook_note(wl), ratio_note) if n), precision=wl.precision)
+        notes=tuple(n for n in (feats.error, *feats.notes, _hook_note(wl), ratio_note) if n), precision=wl.precision,
+        optimizer_state_copies=copies, optimizer_state_note=copies_note)
+
+
+def _optimizer_state_copies_of(wl, model) -> tuple[float, str | None]:
+    """The state copies per trained weight of the optimizer the model file's ``make_optimizer`` builds over
+    ``model``'s parameters (built, never stepped: its state is allocated at the first step), and what they rest
+    on; 1 (the training data's SGD with momentum) with the reason where the probe cannot tell."""
+    from perfpredict.workload.spec import optimizer_state_copies
+
+    name = "make_optimizer()'s optimizer"
+    try:
+        opt = wl.optimizer(model.parameters())
+        name = type(opt).__name__
+        copies = optimizer_state_copies(opt)
+    except BaseException as e:  # the user's hook or optimizer class (sys.exit() included): the data's optimizer
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        why = str(e.args[0]) if isinstance(e, ValueError) and e.args else f"{type(e).__name__}: {exception_text(e)}"
+        return 1.0, (f"the optimizer state is charged as the training data's SGD with momentum (one copy of each "
+                     f"trained weight): {name}'s could not be probed ({why[:200]})")
+    # the training data's one copy needs no word on the card
+    return copies, None if copies == 1 else f"{name} keeps {copies:g} state copies of each trained weight (probed)"
 
 
 def frozen_step_ratio(stats, trained, weights) -> float | None:

@@ -117,6 +117,36 @@ def default_optimizer(params) -> torch.optim.Optimizer:
     return torch.optim.SGD(params, lr=0.0, momentum=0.9)
 
 
+def optimizer_state_copies(opt: Any) -> float:
+    """How many copies of a trained weight ``opt`` keeps as state (SGD with momentum 1, its momentum buffer;
+    plain SGD 0; Adam/AdamW 2, exp_avg and exp_avg_sq), found without allocating any state of the real model: a
+    probe of the same class and defaults over one small tensor takes one step with a zero gradient, and its state
+    tensors shaped like that tensor are counted, each at its bytes over the tensor's (a bfloat16 state of a
+    float32 weight is half a copy). Scalars such as Adam's ``step`` do not count. A ValueError when no probe can
+    be made or stepped (an object that is not a torch optimizer, such as a wrapper around two; an optimizer
+    whose step needs a closure)."""
+    if not isinstance(opt, torch.optim.Optimizer):
+        raise ValueError(f"make_optimizer() returned {type(opt).__name__}, not a torch.optim.Optimizer")
+    import inspect
+
+    p = torch.zeros(4, 3, requires_grad=True)
+    try:
+        # the defaults the constructor takes: AdamW's hold Adam's decoupled_weight_decay, which AdamW() refuses
+        sig = inspect.signature(type(opt))
+        takes_any = any(a.kind is inspect.Parameter.VAR_KEYWORD for a in sig.parameters.values())
+        defaults = {k: v for k, v in opt.defaults.items() if takes_any or k in sig.parameters}
+        probe = type(opt)([p], **defaults)
+        p.grad = torch.zeros_like(p)
+        probe.step()
+    except Exception as e:  # noqa: BLE001 - a user's optimizer class: any failure means "cannot tell"
+        raise ValueError(f"a probe {type(opt).__name__} over one tensor could not take a step "
+                         f"({type(e).__name__}: {str(e)[:120]})") from None
+    state = probe.state.get(p, {})
+    size = p.numel() * p.element_size()
+    return sum(t.numel() * t.element_size() for t in state.values()
+               if isinstance(t, torch.Tensor) and t.shape == p.shape) / size
+
+
 @dataclass
 class Workload:
     """A runnable training job: the hooks of the ``model.py`` convention, with defaults filled in.
