@@ -236,3 +236,26 @@ def test_with_optimizer_state_copies_leaves_an_arch_alone_without_a_value(F) -> 
     probed = replace(arch, optimizer_state_copies=2.0, optimizer_state_note="AdamW keeps 2")
     said = with_optimizer_state_copies(probed, 0.0)
     assert said.optimizer_state_copies == 0.0 and said.optimizer_state_note is None
+
+
+def test_a_measured_training_card_records_its_optimizers_state(predictor, files) -> None:
+    """A measured card of an AdamW job predicted elsewhere (features=card) is charged AdamW's two copies (one
+    copy of its trained bytes more than one copy), as its model file is; an inference card, and a wrapper no probe can tell, say nothing (one copy)."""
+    from perfpredict.profile import ProfileSettings, profile_workload
+    from perfpredict.workload import load_model_file
+    from tests.conftest import FAST_TIMING
+
+    def measured(name: str, mode: str = "train"):
+        settings = ProfileSettings(batch_sizes=(4,), mode=mode, device="cpu", timing=FAST_TIMING, threads=1,
+                                   fvcore=False, measure_energy=False)
+        return profile_workload(load_model_file(str(files[name])), settings).card
+
+    adamw = measured("adamw")
+    assert adamw.features.optimizer_state_copies == 2.0
+    by_card = predictor.predict(features=adamw, batch_sizes=[8], device_type="cpu")
+    as_sgd = predictor.predict(features=adamw, batch_sizes=[8], device_type="cpu", optimizer_state_copies=1)
+    assert by_card.memory[0].peak_bytes - as_sgd.memory[0].peak_bytes == pytest.approx(adamw.model.param_bytes,
+                                                                                        abs=1)
+    assert measured("default").features.optimizer_state_copies == 1.0
+    assert measured("wrapper").features.optimizer_state_copies is None
+    assert measured("adamw", mode="infer").features.optimizer_state_copies is None

@@ -54,7 +54,8 @@ SCHEMA_VERSION = "1.24"  # 1.1: scaling, colocation, speedup_curve, comm_model, 
 #                                             1.23: run.precision "fp64" (a float64 model's measured run;
 #                                                   fp16/bf16 likewise for a model.half()/.bfloat16() one)
 #                                             1.24: features.optimizer_state_copies (a predicted card says the
-#                                                   optimizer state it charged, and predicts again with it)
+#                                                   optimizer state it charged, a measured training card its
+#                                                   probed optimizer's, and features=card predicts with it)
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -330,9 +331,11 @@ class GraphFeatures(_Section):
     optimizer_state_copies: float | None = Field(None, ge=0, allow_inf_nan=False, description="copies of each "
                                                  "trained weight the training job's optimizer keeps as state "
                                                  "(SGD with momentum 1, plain SGD 0, Adam/AdamW 2) that a "
-                                                 "predicted card's training memory was charged; null where "
-                                                 "nobody said (cards before schema 1.24, measured cards): 1, as "
-                                                 "the training data's SGD with momentum")
+                                                 "predicted card's training memory was charged, or a measured "
+                                                 "training card's make_optimizer keeps (probed); null where "
+                                                 "nobody said (cards before schema 1.24, inference cards, an "
+                                                 "optimizer no probe could tell): 1, as the training data's SGD "
+                                                 "with momentum")
     notes: list[str] = Field(default_factory=list, description="what makes these counts less than exact (a "
                              "forward pass that takes a different path on each call)")
     source: Source = "analytic"

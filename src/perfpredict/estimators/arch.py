@@ -227,7 +227,7 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
     ratio = ratio_note = None
     if any(not p.requires_grad for p in model.parameters()):
         ratio, ratio_note = _frozen_step_ratio_of_model(wl, model, graphs.get(2))
-    copies, copies_note = _optimizer_state_copies_of(wl, model)
+    copies, copies_note = optimizer_state_copies_of(wl, model)
     # fixed (batch-independent) parts: held at 0 or more by the two-batch splits themselves (extract_features,
     # split_nodes, saved_bytes_split)
     return ArchFeatures(
@@ -252,7 +252,7 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
         optimizer_state_copies=copies, optimizer_state_note=copies_note)
 
 
-def _optimizer_state_copies_of(wl, model) -> tuple[float, str | None]:
+def optimizer_state_copies_of(wl, model) -> tuple[float, str | None]:
     """The state copies per trained weight of the optimizer the model file's ``make_optimizer`` builds over
     ``model``'s parameters (built, never stepped: its state is allocated at the first step), and what they rest
     on; 1 (the training data's SGD with momentum) with the reason where the probe cannot tell."""

@@ -275,6 +275,13 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
         if not card.features.available:
             onnx_path = None
             card.errors.append(CardError(step="export_onnx", message=card.features.error or "export failed"))
+        elif settings.mode == "train":
+            # what Predictor.predict(features=card) charges for the optimizer's state on another device
+            from perfpredict.estimators.arch import optimizer_state_copies_of
+
+            copies, note = optimizer_state_copies_of(workload, model)
+            # a note beside one copy: no probe could tell, and null says "as the training data's"
+            card.features.optimizer_state_copies = None if note and copies == 1 else copies
     del model
 
     def close_sweep(interrupted: bool) -> None:
