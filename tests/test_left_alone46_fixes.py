@@ -189,3 +189,27 @@ def example_inputs(batch_size):
     assert weights_precision(torch.nn.Linear(2, 2).half(), "fp32") == "fp16"
     mixed = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2).half())
     assert weights_precision(mixed, "fp32") == "fp32"
+
+
+def test_a_measured_training_card_of_a_frozen_model_carries_its_step_work_ratio(predictor, write_model) -> None:
+    """A measured card of a frozen model predicted on another device (features=card) gave the step time of
+    training every weight: the profiler wrote no step-work ratio. An inference card needs none."""
+    from perfpredict.profile import ProfileSettings, profile_workload
+    from perfpredict.workload import load_model_file
+    from tests.conftest import FAST_TIMING
+
+    f0, f1, f2 = 64 * 512, 512 * 512, 512 * 10
+    path = write_model(FROZEN_MLP)
+
+    def measured(mode: str):
+        settings = ProfileSettings(batch_sizes=(4,), mode=mode, device="cpu", timing=FAST_TIMING, threads=1,
+                                   fvcore=False, measure_energy=False)
+        return profile_workload(load_model_file(path), settings).card
+
+    card = measured("train")
+    assert card.features.frozen_step_work_ratio == pytest.approx((f0 + f1 + 2 * f2) / (2 * f0 + 3 * f1 + 3 * f2))
+    adjusted = predictor.predict(features=card, batch_sizes=[8], device_type="cpu")
+    card.features.frozen_step_work_ratio = None
+    full = predictor.predict(features=card, batch_sizes=[8], device_type="cpu")
+    assert adjusted.prediction.points[0].iter_time_s < 0.5 * full.prediction.points[0].iter_time_s
+    assert measured("infer").features.frozen_step_work_ratio is None

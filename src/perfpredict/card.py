@@ -326,8 +326,9 @@ class GraphFeatures(_Section):
                                                  "work with the model's frozen weights over the same training "
                                                  "every weight (perfpredict.estimators.arch.frozen_step_ratio), "
                                                  "read off its graph; what a predicted card's step time was "
-                                                 "multiplied by; null where nothing is frozen or nobody walked the "
-                                                 "graph for it")
+                                                 "multiplied by, and features=card multiplies by (a measured "
+                                                 "training card's too); null where nothing is frozen or nobody "
+                                                 "walked the graph for it")
     optimizer_state_copies: float | None = Field(None, ge=0, allow_inf_nan=False, description="copies of each "
                                                  "trained weight the training job's optimizer keeps as state "
                                                  "(SGD with momentum 1, plain SGD 0, Adam/AdamW 2) that a "

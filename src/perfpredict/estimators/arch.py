@@ -226,7 +226,7 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
                                 f"{str(e)[:200]}", source=target, step="features") from None
     ratio = ratio_note = None
     if any(not p.requires_grad for p in model.parameters()):
-        ratio, ratio_note = _frozen_step_ratio_of_model(wl, model, graphs.get(2))
+        ratio, ratio_note = frozen_step_ratio_of_model(wl, model, graphs.get(2))
     copies, copies_note = optimizer_state_copies_of(wl, model)
     # fixed (batch-independent) parts: held at 0 or more by the two-batch splits themselves (extract_features,
     # split_nodes, saved_bytes_split)
@@ -283,7 +283,7 @@ def frozen_step_ratio(stats, trained, weights) -> float | None:
     return step_work(stats, trained) / full if full > 0 else None
 
 
-def _frozen_step_ratio_of_model(wl, model, at_2=None) -> tuple[float | None, str | None]:
+def frozen_step_ratio_of_model(wl, model, at_2=None) -> tuple[float | None, str | None]:
     """For a model with frozen parameters, :func:`frozen_step_ratio` on its graph exported at batch 2 (``at_2``,
     the GraphStats extract_features already made of it, else exported here), the parameters matched to the
     initializers by name (the TorchScript exporter keeps module paths); and a note when it cannot be had (the

@@ -271,17 +271,22 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
         from perfpredict.features import extract_features
 
         onnx_path = out / "model.onnx" if out else None
-        card.features = extract_features(workload, model=model, onnx_path=onnx_path, use_fvcore=settings.fvcore)
+        graphs: dict = {}  # the exports extract_features analysed, by batch size
+        card.features = extract_features(workload, model=model, onnx_path=onnx_path, use_fvcore=settings.fvcore,
+                                         graphs=graphs)
         if not card.features.available:
             onnx_path = None
             card.errors.append(CardError(step="export_onnx", message=card.features.error or "export failed"))
         elif settings.mode == "train":
-            # what Predictor.predict(features=card) charges for the optimizer's state on another device
-            from perfpredict.estimators.arch import optimizer_state_copies_of
+            # what Predictor.predict(features=card) needs to predict this job's training step on another device
+            # as predicting its model file does: the optimizer's state, and the step work frozen weights skip
+            from perfpredict.estimators.arch import frozen_step_ratio_of_model, optimizer_state_copies_of
 
             copies, note = optimizer_state_copies_of(workload, model)
             # a note beside one copy: no probe could tell, and null says "as the training data's"
             card.features.optimizer_state_copies = None if note and copies == 1 else copies
+            if any(not p.requires_grad for p in model.parameters()):
+                card.features.frozen_step_work_ratio = frozen_step_ratio_of_model(workload, model, graphs.get(2))[0]
     del model
 
     def close_sweep(interrupted: bool) -> None:
