@@ -295,9 +295,8 @@ def colocate(
                                                     "dimension besides the batch (repeatable), as `perfpredict "
                                                     "predict --dim`")] = None,
     dim_b: Annotated[list[str] | None, typer.Option("--dim-b", help="the same for B")] = None,
-    batch_axis_a: Annotated[int | None, typer.Option(help="A a model file or .onnx: the axis of its first input "
-                                                          "that is the batch, as `perfpredict predict "
-                                                          "--batch-axis`")] = None,
+    batch_axis_a: Annotated[int | None, typer.Option(help="A an .onnx: the axis of its first input that is the "
+                                                          "batch, as `perfpredict predict --batch-axis`")] = None,
     batch_axis_b: Annotated[int | None, typer.Option(help="the same for B")] = None,
     optimizer_states_a: Annotated[float | None, typer.Option("--optimizer-states-a", help="A a model file or .onnx: "
                                                              "as `perfpredict predict --optimizer-states`")] = None,
@@ -324,8 +323,11 @@ def colocate(
     axes = [batch_axis_a, batch_axis_b]
     for a, o, t in zip(axes, ("--batch-axis-a", "--batch-axis-b"), (job_a, job_b)):
         if a is not None and t.lower().endswith(".json"):
-            raise UsageError(f"{o} does not apply to a card (its features are counted already): give a model file "
-                             "or an ONNX file", step="arguments")
+            raise UsageError(f"{o} does not apply to a card (its features are counted already): give an ONNX file",
+                             step="arguments")
+        if a is not None and not t.lower().endswith(".onnx"):
+            raise UsageError(f"{o} only applies to an ONNX file (a model file is exported at batch 1 and 2)",
+                             step="arguments")
     from perfpredict.predictor import check_optimizer_state_copies
 
     copies = [check_optimizer_state_copies(c, o, step="arguments") for c, o in

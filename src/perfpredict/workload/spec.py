@@ -86,7 +86,8 @@ def packed_weights(model: torch.nn.Module) -> PackedWeights:
             if bias is not None:
                 count += bias.numel()
                 size += bias.numel() * bias.element_size()
-        elif any(isinstance(v, torch.ScriptObject) for v in vars(module).values()):
+        elif any(isinstance(v, torch.ScriptObject) and not isinstance(v, torch._C.ScriptModule)
+                 for v in vars(module).values()):  # a TorchScript module's own ``_c`` is a ScriptObject too
             uncounted.append(name or type(module).__name__)
     return PackedWeights(count, size, tuple(uncounted))
 
