@@ -849,7 +849,10 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
         # a measured card carries extract_features' two-batch split as it is: held at 0 as from_workload holds it
         graph = fixed_parts_at_least_zero(features.features.model_dump())
         ratio = graph.pop("frozen_step_work_ratio", None)  # a predicted card's, read off its graph (schema 1.22)
-        copies = graph.pop("optimizer_state_copies", None)  # a predicted card's (schema 1.24); None: as the data's
+        # a predicted or measured training card's (schema 1.24); None: as the data's. Held to the callers' range:
+        # the schema bounds it below only, and 1e300 copies overflowed the card's memory bytes
+        copies = check_optimizer_state_copies(graph.pop("optimizer_state_copies", None),
+                                              "the card's features.optimizer_state_copies")
         features = {**graph, **_frozen_of(features.model, graph.get("param_bytes")),
                     "param_count": features.model.parameters,
                     "name": features.model.name, "family": features.model.family}

@@ -254,11 +254,15 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
 
 def optimizer_state_copies_of(wl, model) -> tuple[float, str | None]:
     """The state copies per trained weight of the optimizer the model file's ``make_optimizer`` builds over
-    ``model``'s parameters (built, never stepped: its state is allocated at the first step), and what they rest
-    on; 1 (the training data's SGD with momentum) with the reason where the probe cannot tell."""
+    ``model``'s parameters (built, never stepped: most optimizers allocate their state at the first step;
+    Adagrad's, filled at construction, is freed when this returns), and what they rest on; 1 (the training
+    data's SGD with momentum) with the reason where the probe cannot tell, and 1 without a word where nothing
+    trains."""
     from perfpredict.workload.spec import optimizer_state_copies
 
     name = "make_optimizer()'s optimizer"
+    if not any(p.requires_grad for p in model.parameters()):
+        return 1.0, None  # nothing trains: no state to charge, and no optimizer to probe (Workload.optimizer refuses)
     try:
         opt = wl.optimizer(model.parameters())
         name = type(opt).__name__

@@ -136,6 +136,8 @@ def optimizer_state_copies(opt: Any) -> float:
         sig = inspect.signature(type(opt))
         takes_any = any(a.kind is inspect.Parameter.VAR_KEYWORD for a in sig.parameters.values())
         defaults = {k: v for k, v in opt.defaults.items() if takes_any or k in sig.parameters}
+        # how the step runs, not what state it keeps: capturable wants CUDA tensors, differentiable a non-leaf
+        defaults.update({k: False for k in ("capturable", "differentiable") if defaults.get(k)})
         probe = type(opt)([p], **defaults)
         p.grad = torch.zeros_like(p)
         probe.step()
