@@ -332,11 +332,12 @@ class GraphFeatures(_Section):
     optimizer_state_copies: float | None = Field(None, ge=0, allow_inf_nan=False, description="copies of each "
                                                  "trained weight the training job's optimizer keeps as state "
                                                  "(SGD with momentum 1, plain SGD 0, Adam/AdamW 2) that a "
-                                                 "predicted card's training memory was charged, or a measured "
-                                                 "training card's make_optimizer keeps (probed); null where "
-                                                 "nobody said (cards before schema 1.24, inference cards, an "
-                                                 "optimizer no probe could tell): 1, as the training data's SGD "
-                                                 "with momentum")
+                                                 "predicted card's training memory was charged (a predicted "
+                                                 "inference card: what a training prediction from it charges), "
+                                                 "or a measured training card's make_optimizer keeps (probed); "
+                                                 "null where nobody said (cards before schema 1.24, measured "
+                                                 "inference cards, an optimizer no probe could tell): 1, as the "
+                                                 "training data's SGD with momentum")
     notes: list[str] = Field(default_factory=list, description="what makes these counts less than exact (a "
                              "forward pass that takes a different path on each call)")
     source: Source = "analytic"
