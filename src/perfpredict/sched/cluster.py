@@ -324,9 +324,13 @@ class Ledger:
     free_whole: list[int] = field(init=False)
     #: shared shares holding each device (a device with sharers has device_free 0 for everyone else)
     device_sharers: list[list[int]] = field(init=False)
+    #: sum(free_whole), kept in step with it: mechanisms ask for it once per queued job, and summing over the
+    #: servers each time made a decision O(queue x servers) on a large cluster
+    _free_total: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.free_whole = [s.gpus for s in self.spec.servers]
+        self._free_total = sum(self.free_whole)
         self.device_sharers = [[0] * s.gpus for s in self.spec.servers]
         self.device_free = [[1.0] * s.gpus for s in self.spec.servers]
         self.device_mem_used = [[0.0] * s.gpus for s in self.spec.servers]
@@ -341,6 +345,7 @@ class Ledger:
         new.free_cpus = list(self.free_cpus)
         new.free_mem = list(self.free_mem)
         new.free_whole = list(self.free_whole)
+        new._free_total = self._free_total
         new.device_sharers = [list(d) for d in self.device_sharers]
         return new
 
@@ -350,14 +355,16 @@ class Ledger:
         return self.free_whole[server]
 
     def _recount(self, server: int) -> None:
-        self.free_whole[server] = sum(1 for f in self.device_free[server] if f >= 1 - EPS)
+        n = sum(1 for f in self.device_free[server] if f >= 1 - EPS)
+        self._free_total += n - self.free_whole[server]
+        self.free_whole[server] = n
 
     def free_devices(self, server: int) -> list[int]:
         return [d for d, f in enumerate(self.device_free[server]) if f >= 1 - EPS]
 
     @property
     def total_free_gpus(self) -> int:
-        return sum(self.free_whole)
+        return self._free_total
 
     def used(self) -> tuple[float, float, float]:
         """(GPUs, CPUs, memory) allocated now, GPUs counting device fractions."""
@@ -478,6 +485,7 @@ class Ledger:
             self.free_cpus[s] -= cpus * k / total
             self.free_mem[s] -= mem_gb * k / total
             self.free_whole[s] -= was_free
+            self._free_total -= was_free
 
     def release_proportional(self, devices: Mapping[int, Sequence[int]], cpus: float, mem_gb: float,
                              device_mem_gb: float = 0.0) -> None:
@@ -504,6 +512,7 @@ class Ledger:
             self.free_cpus[s] = min(float(srv.cpus), self.free_cpus[s] + cpus * k / total)
             self.free_mem[s] = min(float(srv.mem_gb), self.free_mem[s] + mem_gb * k / total)
             self.free_whole[s] += change  # as _recount(s), on the devices that changed
+            self._free_total += change
 
     def take_all(self, allocs: Iterable[Allocation]) -> None:
         """Take several allocations, all or none."""

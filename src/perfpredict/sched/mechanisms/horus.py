@@ -499,7 +499,10 @@ class FifoExclusive(_SharingBase):
                  now: float) -> dict[str, Allocation]:
         out, ledger, pending = self._start(cluster, running, ordered)
         for js in pending:
-            if ledger.total_free_gpus < _lam(js):
+            free = ledger.total_free_gpus
+            if free == 0:
+                break  # every job needs a whole device: none of the rest can start
+            if free < _lam(js):
                 continue
             devices = choose_devices(ledger, _lam(js), device_mem_gb=js.device_mem_request_gb)
             if devices is None:

@@ -101,6 +101,7 @@ jobs too close to completion to preempt), ``unschedulable``, ``gpus_allocated``;
 
 from __future__ import annotations
 
+import bisect
 import functools
 import heapq
 import math
@@ -237,15 +238,29 @@ class DeviceState:
         self.strict = strict_sharing
         self.ledger = Ledger(cluster)
         self.shares: list[list[list[float]]] = [[[] for _ in range(s.gpus)] for s in cluster.servers]
+        #: servers whose lists in ``shares`` this state alone holds: a copy shares the others' lists with the
+        #: state it came from until one of them changes that server (copying every device's list made each
+        #: copy O(GPUs), twice a decision)
+        self._own: set[int] = set(range(cluster.n_servers))
         #: (amount, device memory) requests that found no room: resources only shrink within a decision, so
         #: any request at least as large fails too (keeps long queues on a full cluster O(queue))
         self._failed: list[tuple[float, float]] = []
+        #: vacant devices per server, and the servers by that count (ascending indices; none with 0): a placement
+        #: picks its server from these, where testing every device of the cluster made it O(GPUs)
+        self._vac: list[int] = [s.gpus for s in cluster.servers]  # an empty ledger: every device vacant
+        self._by_vac: dict[int, list[int]] = {}
+        for i, n in enumerate(self._vac):
+            if n:
+                self._by_vac.setdefault(n, []).append(i)
 
     def copy(self) -> DeviceState:
         new = DeviceState.__new__(DeviceState)
         new.cluster, new.strict, new.ledger = self.cluster, self.strict, self.ledger.copy()
-        new.shares = [[list(d) for d in srv] for srv in self.shares]
+        new.shares = list(self.shares)
+        new._own, self._own = set(), set()  # neither may change a server's lists in place now
         new._failed = list(self._failed)
+        new._vac = list(self._vac)
+        new._by_vac = {n: list(v) for n, v in self._by_vac.items()}
         return new
 
     def devices(self) -> Iterable[tuple[int, int]]:
@@ -264,11 +279,26 @@ class DeviceState:
 
     @property
     def n_vacant(self) -> int:
-        return sum(1 for i, d in self.devices() if self.vacant(i, d))
+        return sum(self._vac)
+
+    def _recount(self, i: int) -> None:
+        """Count server ``i``'s vacant devices again (it changed) and move it to its count's list."""
+        old = self._vac[i]
+        new = sum(1 for d in range(self.cluster.servers[i].gpus) if self.vacant(i, d))
+        if new == old:
+            return
+        self._vac[i] = new
+        if old:
+            servers = self._by_vac[old]
+            del servers[bisect.bisect_left(servers, i)]
+            if not servers:
+                del self._by_vac[old]
+        if new:
+            bisect.insort(self._by_vac.setdefault(new, []), i)
 
     @property
     def p_avl(self) -> float:
-        return sum(max(0.0, self.free(i, d)) for i, d in self.devices())
+        return sum(max(0.0, f) for row in self.ledger.device_free for f in row)  # devices() order, without its calls
 
     def sharing_ok(self, i: int, d: int, share: float, joining: int = 1) -> bool:
         """I1: ``joining`` tasks of ``share`` each may join device ``(i, d)`` (always true when not strict)."""
@@ -292,8 +322,13 @@ class DeviceState:
     def take(self, alloc: Allocation) -> None:
         self.ledger.take(alloc)
         for s in alloc.shares:
+            if s.server not in self._own:
+                self.shares[s.server] = [list(d) for d in self.shares[s.server]]
+                self._own.add(s.server)
             for d in s.devices:
                 self.shares[s.server][d].append(min(s.gpus, 1.0))
+        for i in {s.server for s in alloc.shares}:
+            self._recount(i)
 
     # -- placing --------------------------------------------------------------------------------------
     def choose_whole(self, n: int, mem: float, prefer: Allocation | None = None,
@@ -307,9 +342,28 @@ class DeviceState:
                    and self.vacant(i, d) and (i, d) not in exclude
                    and mem <= self.cluster.servers[i].gpu_mem_gb + EPS for i, d in devs):
                 return {s.server: list(s.devices) for s in prefer.shares}
+        if not exclude:  # the same choice from the servers by vacant count, listing the chosen servers' devices only
+            servers = self.cluster.servers
+            counts = sorted(self._by_vac)
+            for f in counts:  # best fit: the fewest vacant devices that hold n, then the first server
+                if f >= n:
+                    for i in self._by_vac[f]:
+                        if mem <= servers[i].gpu_mem_gb + EPS:
+                            return {i: self._vacant_list(i)[:n]}
+            picked: dict[int, list[int]] = {}
+            need = n
+            for f in reversed(counts):  # else the most vacant servers first
+                for i in self._by_vac[f]:
+                    if need <= 0:
+                        return picked
+                    if mem <= servers[i].gpu_mem_gb + EPS:
+                        picked[i] = self._vacant_list(i)[:min(f, need)]
+                        need -= len(picked[i])
+            return picked if need <= 0 else None
+        whole = self.ledger.free_whole
         free: list[tuple[int, int, list[int]]] = []
         for i, srv in enumerate(self.cluster.servers):
-            if mem > srv.gpu_mem_gb + EPS:
+            if mem > srv.gpu_mem_gb + EPS or not whole[i]:  # a vacant device is whole-free: none here
                 continue
             vac = [d for d in range(srv.gpus) if self.vacant(i, d) and (i, d) not in exclude]
             if vac:
@@ -326,6 +380,9 @@ class DeviceState:
             chosen[i] = vac[:min(f, need)]
             need -= len(chosen[i])
         return chosen if need <= 0 else None
+
+    def _vacant_list(self, i: int) -> list[int]:
+        return [d for d in range(self.cluster.servers[i].gpus) if self.vacant(i, d)]
 
     def first_found(self, share: float, mem: float) -> tuple[int, int] | None:
         """The first device (index order) a task of ``share`` and ``mem`` GB may join."""
