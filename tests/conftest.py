@@ -35,6 +35,7 @@ PARALLEL_SAFE_MODULES = frozenset({
     "test_device_calibration_findings", "test_fallback", "test_frozen_parameters", "test_calibration_fixes", "test_zoo_depth_fixes", "test_review43_findings", "test_graph_fixes", "test_left_alone44_fixes", "test_onnx_frozen",
     "test_same_figure_findings",
     "test_left_alone45_fixes",
+    "test_onnx_variety_findings",
     "test_user_models_findings",
     "test_control_flow_memory_fixes",
     "test_docs_truth_findings",

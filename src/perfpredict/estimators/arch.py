@@ -432,8 +432,13 @@ def _with_batch(proto, batch: int, batch_param: str | None = None, axis: int | N
         for i in _batch_axes(dims, batch_param, axis):
             dims[i].Clear()
             dims[i].dim_value = batch
-    # Drop stale intermediate shapes so inference recomputes them for the new batch.
+    # Drop stale intermediate shapes so inference recomputes them for the new batch; an output's dimension
+    # written as -1 or 0 (an exporter's "unknown", as the input's batch was) too, which inference keeps otherwise
     del m.graph.value_info[:]
+    for vi in m.graph.output:
+        for d in vi.type.tensor_type.shape.dim:
+            if d.HasField("dim_value") and d.dim_value <= 0:
+                d.Clear()
     return m
 
 

@@ -9,6 +9,12 @@ inference gives:
 - ``Einsum``: the product of the sizes of every index in the equation (those under ``...`` included)
 - ``LSTM`` / ``GRU`` / ``RNN``: steps × batch × directions × (gates·H·I + gates·H·H)
 - ``Attention`` (opset 23): batch × heads × L × S × (E_qk + E_v)
+- their integer and quantized forms as their float ones (``ConvInteger``, ``QLinearConv``, ``MatMulInteger``,
+  ``QLinearMatMul``), and onnxruntime's ``com.microsoft`` ``FusedMatMul`` and ``Attention``
+  (:data:`CUSTOM_MAC_OPS`); any other op outside ONNX's domains leaves a note that its MACs are not counted
+
+A model's local functions are inlined first (each call is what its function's nodes do); a weight written as a
+``Constant`` node is a weight as an initializer is (:func:`_constant_weights`).
 
 The recurrent ops' time steps (sequence length × directions, summed per op type) are counted too: a step
 depends on the one before it, so each costs a fixed latency however small the batch (``recurrent_steps_by_op``).
@@ -49,7 +55,12 @@ from typing import Any
 from perfpredict.estimators.kernel_nodes import FREE_OPS, KernelNode, kernel_class
 
 RECURRENT_OPS = ("LSTM", "GRU", "RNN")
-MAC_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum", *RECURRENT_OPS, "Attention")
+#: The integer and quantized forms of the products (a quantized model's int8 MatMuls and convolutions)
+INTEGER_MAC_OPS = ("MatMulInteger", "QLinearMatMul", "ConvInteger", "QLinearConv")
+MAC_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum", *RECURRENT_OPS, "Attention", *INTEGER_MAC_OPS)
+#: Ops of other domains whose MACs are counted (onnxruntime's fused forms, as its optimizer writes them): any other
+#: op of a domain besides ONNX's is not counted, with a note
+CUSTOM_MAC_OPS = frozenset({("com.microsoft", "FusedMatMul"), ("com.microsoft", "Attention")})
 #: Ops whose subgraphs run in their place: a loop's body once per iteration, one branch of an If
 CONTROL_FLOW_OPS = ("Loop", "Scan", "If")
 #: The most node copies the peak-live and saved-for-backward walks unroll control flow into (a Loop's trip count
@@ -207,7 +218,7 @@ def all_initializers(graph) -> list:
     counts once whatever the trip count."""
     import onnx
 
-    out = list(graph.initializer)
+    out = list(graph.initializer) + _constant_weights(graph)
     for node in graph.node:
         for a in node.attribute:
             subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else \
@@ -215,6 +226,51 @@ def all_initializers(graph) -> list:
             for sub in subs:
                 out.extend(all_initializers(sub))
     return out
+
+
+#: Ops that read a weight: a ``Constant`` that reaches one of their inputs is a weight (:func:`_constant_weights`)
+_WEIGHT_READERS = frozenset({*MAC_OPS, "BatchNormalization", "LayerNormalization", "InstanceNormalization",
+                             "GroupNormalization", "Gather"})
+
+
+def _constant_weights(graph) -> list:
+    """The weights an exporter wrote as ``Constant`` nodes rather than initializers (tf2onnx, onnxscript, a graph
+    built by hand), as data-less tensors named by the Constant's output: a floating-point Constant of more than one
+    element (or an int8 one, quantized) that reaches an input of a product, a convolution, a normalisation or a
+    lookup's table (:data:`_WEIGHT_READERS`), directly or through ops on constants alone (a Transpose, a
+    DequantizeLinear). A Resize's scales, a scalar or a constant an activation is multiplied by are not weights,
+    as PyTorch's exports of them show."""
+    import onnx
+
+    cands: dict[str, Any] = {}
+    for n in graph.node:
+        if n.op_type != "Constant" or n.domain not in ("", "ai.onnx") or not n.output or not n.output[0]:
+            continue
+        for a in n.attribute:
+            if a.name == "value" and a.t.data_type in _FLOAT_TYPES | {2, 3} and prod(a.t.dims) > 1:  # int8 quantized
+                cands[n.output[0]] = onnx.TensorProto(name=n.output[0], dims=list(a.t.dims), data_type=a.t.data_type)
+            elif a.name == "value_floats" and len(a.floats) > 1:
+                cands[n.output[0]] = onnx.TensorProto(name=n.output[0], dims=[len(a.floats)],
+                                                      data_type=onnx.TensorProto.FLOAT)
+    if not cands:
+        return []
+    inits = {t.name for t in graph.initializer}
+    # a tensor of constants alone -> the candidates it comes from
+    source: dict[str, set[str]] = {o: ({o} if o in cands else set()) for n in graph.node if n.op_type == "Constant"
+                                   for o in n.output[:1] if o}
+    used: set[str] = set()
+    for n in graph.node:
+        ins = [x for x in n.input if x]
+        if n.op_type in _WEIGHT_READERS:
+            for x in (n.input[:1] if n.op_type == "Gather" else ins):  # a Gather's indices are not weights
+                used |= source.get(x, set())
+        elif n.op_type != "Constant" and ins and all(x in source or x in inits for x in ins):
+            came = set().union(*(source.get(x, set()) for x in ins))
+            if came:
+                for o in n.output:
+                    if o:
+                        source[o] = came
+    return [t for k, t in cands.items() if k in used]
 
 
 def _folded_trip_counts(graph) -> dict[str, int]:
@@ -323,6 +379,12 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True,
     import onnx
     from onnx import shape_inference
 
+    if model_proto.functions:
+        # model-local functions (onnxscript, export_modules_as_functions): their nodes are what runs, each call
+        # in place of its node
+        from onnx.inliner import inline_local_functions
+
+        model_proto = inline_local_functions(model_proto)
     try:
         inferred = shape_inference.infer_shapes(model_proto, data_prop=True)
     except Exception:  # noqa: BLE001 - inference is best-effort; unknown shapes are reported, not fatal
@@ -373,6 +435,7 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True,
     consts: dict[str, int] = {}  # scalar integer and boolean constants: a Loop's trip count and condition
     opset = next((o.version for o in inferred.opset_import if o.domain in ("", "ai.onnx")), 0)
     notes: dict[str, None] = {}
+    foreign: dict[str, None] = {}  # ops of other domains than ONNX's whose MACs are not counted
     # how each control-flow node runs, for :class:`_Unrolled`, by where it is (:func:`_where`): sibling subgraphs
     # may reuse a name, so a node's outputs do not say which one it is
     plan: dict[tuple, tuple[str, Any]] = {}
@@ -418,7 +481,9 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True,
                 if o and o not in weightish:
                     tally.act_by_op[node.op_type] += shapes.nbytes(o) or 0
             m = n_steps = None
-            if node.op_type in MAC_OPS:
+            if node.domain not in ("", "ai.onnx") and (node.domain, node.op_type) not in CUSTOM_MAC_OPS:
+                foreign[f"{node.domain}.{node.op_type}"] = None
+            elif node.op_type in MAC_OPS or node.domain not in ("", "ai.onnx"):
                 m = _node_macs(node, shapes)
                 if m is None:
                     unknown[node.op_type] += 1
@@ -498,6 +563,9 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True,
     for what in unrolled.left:
         notes[f"the peak-memory and saved-for-backward walks do not unroll {what}: the tensors inside it are not "
               "in them"] = None
+    if foreign:
+        notes[f"ops outside the ONNX standard ({', '.join(sorted(foreign)[:6])}"
+              f"{', ...' if len(foreign) > 6 else ''}) are not counted: their MACs, if they do any, are missing"] = None
     stats.notes = list(notes)
     nodes = unrolled.nodes
     weights = {t.name for t in weights_anywhere} | unrolled.const
@@ -1126,13 +1194,13 @@ def _erf_gelus(nodes, weightish: set[str], shapes: _Shapes) -> tuple[set[str], d
 
 
 def _kernel_node(node, shapes: _Shapes, weightish: set[str], macs: int, steps: int) -> KernelNode | None:
-    """The kernel ``node`` runs, or None for a view, a no-op, shape arithmetic (no floating-point output) or
+    """The kernel ``node`` runs, or None for a view, a no-op, shape arithmetic (no floating-point output, no MACs) or
     arithmetic on weights and constants alone (``weightish``: folded by the exporter or views in PyTorch)."""
     if node.op_type in FREE_OPS or all(i in weightish for i in node.input if i):
         return None
     outs = [o for o in node.output if o]
-    if all(o in shapes.info for o in outs) and not any(shapes.elem_float(o) for o in outs):
-        return None
+    if not macs and all(o in shapes.info for o in outs) and not any(shapes.elem_float(o) for o in outs):
+        return None  # shape arithmetic; a quantized product's integer output is a kernel's
     weights = [i for i in node.input if i in weightish]
     io = sum(shapes.nbytes(i) or 0 for i in node.input if i and i not in weightish) \
         + sum(shapes.nbytes(o) or 0 for o in outs)
@@ -1170,8 +1238,10 @@ def _recurrent_steps(node, shapes: _Shapes) -> int | None:
 def _node_macs(node, shapes: _Shapes) -> int | None:
     op = node.op_type
     ins = list(node.input)
-    if op == "Conv":
-        w, y = shapes.shape(ins[1]), shapes.shape(node.output[0])
+    if node.domain not in ("", "ai.onnx"):
+        return _custom_macs(node, shapes) if (node.domain, op) in CUSTOM_MAC_OPS else None
+    if op in ("Conv", "ConvInteger", "QLinearConv"):  # W: input 1, QLinearConv's input 3 (after x's scale, zero)
+        w, y = shapes.shape(ins[3 if op == "QLinearConv" else 1]), shapes.shape(node.output[0])
         if w is None or y is None:
             return None
         return prod(y) * w[1] * prod(w[2:])
@@ -1186,7 +1256,7 @@ def _node_macs(node, shapes: _Shapes) -> int | None:
             return None
         k = a[0] if _attr(node, "transA", 0) else a[1]
         return prod(y) * k
-    if op == "MatMul":
+    if op in ("MatMul", "MatMulInteger", "QLinearMatMul"):
         a, y = shapes.shape(ins[0]), shapes.shape(node.output[0])
         if a is None or y is None:
             return None
@@ -1230,3 +1300,32 @@ def _node_macs(node, shapes: _Shapes) -> int | None:
         kvh = int(_attr(node, "kv_num_heads", qh) or qh)
         return q[0] * q[1] * k[1] * (q[2] + v[2] * qh // max(kvh, 1))
     return None
+
+
+def _custom_macs(node, shapes: _Shapes) -> int | None:
+    """MACs of a :data:`CUSTOM_MAC_OPS` node, from its inputs' shapes (ONNX's shape inference does not know these
+    ops, so their outputs' shapes are often unknown): onnxruntime's ``FusedMatMul`` (a MatMul with transposed
+    operands) and ``com.microsoft`` ``Attention`` (input ``[B, S, H_in]`` times the packed QKV weights
+    ``[H_in, H_q + H_k + H_v]``, then B·S·S·(H_q + H_v) for the scores and their weighted sum, heads cancelling)."""
+    ins = list(node.input)
+    shp = [shapes.shape(i) if i else None for i in ins]
+    if node.op_type == "FusedMatMul":
+        a, b = shp[0], shp[1] if len(shp) > 1 else None
+        if a is None or b is None or len(a) < 2 or len(b) < 2 \
+                or _attr(node, "transBatchA", 0) or _attr(node, "transBatchB", 0):
+            return None
+        m, k = (a[-1], a[-2]) if _attr(node, "transA", 0) else (a[-2], a[-1])
+        n = b[-2] if _attr(node, "transB", 0) else b[-1]
+        lead_a, lead_b = a[:-2], b[:-2]
+        width = max(len(lead_a), len(lead_b))
+        lead_a, lead_b = [1] * (width - len(lead_a)) + lead_a, [1] * (width - len(lead_b)) + lead_b
+        return prod(max(x, y) for x, y in zip(lead_a, lead_b)) * m * n * k
+    # com.microsoft Attention
+    x, w = shp[0], shp[1] if len(shp) > 1 else None
+    if x is None or w is None or len(x) != 3 or len(w) != 2:
+        return None
+    sizes = list(_attr(node, "qkv_hidden_sizes", None) or [w[1] // 3] * 3)
+    if len(sizes) != 3:
+        return None
+    b, s, h_in = x
+    return b * s * h_in * w[1] + b * s * s * (sizes[0] + sizes[2])
