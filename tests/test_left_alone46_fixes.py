@@ -12,18 +12,9 @@ import torch
 
 from perfpredict import Predictor
 from perfpredict.card import PerformanceCard
+from tests.test_review45_findings import MLP as FROZEN_MLP  # 64-512-512-10, its first two layers frozen
 
 REPO = Path(__file__).resolve().parents[1]
-
-FROZEN_MLP = """
-import torch, torch.nn as nn
-def build_model():
-    model = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
-    model[:4].requires_grad_(False)
-    return model
-def example_inputs(batch_size):
-    return torch.randn(batch_size, 64)
-"""
 
 
 @pytest.fixture(scope="module")
