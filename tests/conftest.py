@@ -36,6 +36,7 @@ PARALLEL_SAFE_MODULES = frozenset({
     "test_same_figure_findings",
     "test_left_alone45_fixes",
     "test_onnx_variety_findings",
+    "test_review46c_findings",
     "test_user_models_findings",
     "test_control_flow_memory_fixes",
     "test_docs_truth_findings",

@@ -623,6 +623,9 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
     from perfpredict.features import _from_stats
     from perfpredict.features.graph import all_initializers, analyze_onnx, unknown_shapes_note
 
+    from perfpredict.features.graph import inline_functions
+
+    proto = inline_functions(proto)  # a function's Constant weights are weights: param_count counts them too
     if dims:
         proto = _fix_dims(proto, dims, name)
     try:

@@ -228,6 +228,17 @@ def all_initializers(graph) -> list:
     return out
 
 
+def inline_functions(model_proto: Any) -> Any:
+    """``model_proto`` with its model-local functions (onnxscript, export_modules_as_functions) inlined: their
+    nodes are what runs, each call in place of its node, and a ``Constant`` weight inside one is a weight of the
+    graph (:func:`all_initializers`); the proto itself where it has none."""
+    if not model_proto.functions:
+        return model_proto
+    from onnx.inliner import inline_local_functions
+
+    return inline_local_functions(model_proto)
+
+
 #: Ops that read a weight: a ``Constant`` that reaches one of their inputs is a weight (:func:`_constant_weights`)
 _WEIGHT_READERS = frozenset({*MAC_OPS, "BatchNormalization", "LayerNormalization", "InstanceNormalization",
                              "GroupNormalization", "Gather"})
@@ -379,12 +390,7 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True,
     import onnx
     from onnx import shape_inference
 
-    if model_proto.functions:
-        # model-local functions (onnxscript, export_modules_as_functions): their nodes are what runs, each call
-        # in place of its node
-        from onnx.inliner import inline_local_functions
-
-        model_proto = inline_local_functions(model_proto)
+    model_proto = inline_functions(model_proto)
     try:
         inferred = shape_inference.infer_shapes(model_proto, data_prop=True)
     except Exception:  # noqa: BLE001 - inference is best-effort; unknown shapes are reported, not fatal
@@ -420,6 +426,9 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True,
         init_names.add(init.name)
     # the subgraphs' weights too (their shapes are added as the walk reaches them)
     weights_anywhere = all_initializers(g)
+    # the main graph's weights a Gather may read (its Constant-node weights too), for ``lookup_param_bytes``
+    main_weights = list(g.initializer) + _constant_weights(g)
+    table_names = {t.name for t in main_weights}
     stats.initializer_bytes = sum(tensor_nbytes(t) for t in weights_anywhere)
 
     unknown: Counter = Counter()
@@ -457,7 +466,7 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True,
             macs_before = sum(tally.macs.values()) if main else 0  # the main graph's node's start (step_nodes)
             tally.ops[node.op_type] += 1
             for i, name in enumerate(node.input):
-                if name in init_names:
+                if name in table_names:
                     (gathered if node.op_type == "Gather" and i == 0 else read_whole).add(name)
             subgraphs = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
             if subgraphs:
@@ -546,8 +555,7 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True,
     stats.float_initializers = frozenset(t.name for t in g.initializer if t.data_type in _FLOAT_TYPES)
     stats.step_recurrent_shares = recurrent_shares
     lookup_only = gathered - read_whole  # a table tied to an output projection is read whole
-    stats.lookup_param_bytes = int(sum(tensor_nbytes(t) for t in g.initializer
-                                       if t.name in lookup_only))
+    stats.lookup_param_bytes = int(sum(tensor_nbytes(t) for t in main_weights if t.name in lookup_only))
     stats.macs = int(sum(top.macs.values()))
     stats.macs_by_op = {k: int(v) for k, v in sorted(top.macs.items())}
     stats.activation_bytes = int(sum(top.act_by_op.values()))
