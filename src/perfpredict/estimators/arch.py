@@ -621,9 +621,7 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
 
     from perfpredict.estimators.kernel_nodes import rows_at_fixed_batch
     from perfpredict.features import _from_stats
-    from perfpredict.features.graph import all_initializers, analyze_onnx, unknown_shapes_note
-
-    from perfpredict.features.graph import inline_functions
+    from perfpredict.features.graph import all_initializers, analyze_onnx, inline_functions, unknown_shapes_note
 
     proto = inline_functions(proto)  # a function's Constant weights are weights: param_count counts them too
     if dims:

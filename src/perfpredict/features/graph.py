@@ -231,12 +231,16 @@ def all_initializers(graph) -> list:
 def inline_functions(model_proto: Any) -> Any:
     """``model_proto`` with its model-local functions (onnxscript, export_modules_as_functions) inlined: their
     nodes are what runs, each call in place of its node, and a ``Constant`` weight inside one is a weight of the
-    graph (:func:`all_initializers`); the proto itself where it has none."""
+    graph (:func:`all_initializers`); the proto itself where it has none, or where they cannot be inlined (an
+    onnx without ``onnx.inliner``, a function the inliner refuses): their calls then count as unknown ops."""
     if not model_proto.functions:
         return model_proto
-    from onnx.inliner import inline_local_functions
+    try:
+        from onnx.inliner import inline_local_functions
 
-    return inline_local_functions(model_proto)
+        return inline_local_functions(model_proto)
+    except Exception:  # noqa: BLE001 - an older onnx, or a malformed function: count the graph as it is
+        return model_proto
 
 
 #: Ops that read a weight: a ``Constant`` that reaches one of their inputs is a weight (:func:`_constant_weights`)
