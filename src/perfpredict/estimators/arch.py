@@ -224,9 +224,7 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
             raise
         raise ArchFeaturesError(f"training-mode forward failed while counting saved tensors: {type(e).__name__}: "
                                 f"{str(e)[:200]}", source=target, step="features") from None
-    ratio = ratio_note = None
-    if any(not p.requires_grad for p in model.parameters()):
-        ratio, ratio_note = frozen_step_ratio_of_model(wl, model, graphs.get(2))
+    ratio, ratio_note = frozen_step_ratio_of_model(wl, model, graphs.get(2))
     copies, copies_note = optimizer_state_copies_of(wl, model)
     # fixed (batch-independent) parts: held at 0 or more by the two-batch splits themselves (extract_features,
     # split_nodes, saved_bytes_split)
@@ -291,11 +289,13 @@ def frozen_step_ratio_of_model(wl, model, at_2=None) -> tuple[float | None, str 
     """For a model with frozen parameters, :func:`frozen_step_ratio` on its graph exported at batch 2 (``at_2``,
     the GraphStats extract_features already made of it, else exported here), the parameters matched to the
     initializers by name (the TorchScript exporter keeps module paths); and a note when it cannot be had (the
-    time is then not adjusted)."""
+    time is then not adjusted). ``(None, None)`` for a model with nothing frozen."""
     from perfpredict.features import analyze_onnx, export_onnx
     from perfpredict.workload.forward_args import as_positional
 
     names = {n: p.requires_grad for n, p in model.named_parameters()}
+    if all(names.values()):
+        return None, None
     why = "its graph's weights are not named as its parameters"
     try:
         stats = at_2 if at_2 is not None else \
@@ -618,7 +618,6 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
     ``frozen``: initializer name prefixes of the weights a training job freezes (``["backbone."]``,
     :func:`frozen_initializers`); their bytes and count are the features' ``frozen_param_bytes`` and
     ``frozen_param_count``, as a feature vector gives them."""
-
     from perfpredict.estimators.kernel_nodes import rows_at_fixed_batch
     from perfpredict.features import _from_stats
     from perfpredict.features.graph import all_initializers, analyze_onnx, inline_functions, unknown_shapes_note
@@ -633,10 +632,10 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
     notes: list[str] = []
     # every weight, a Loop's or If's own included (counted once: a body's weights are shared by its iterations)
     param_count = float(sum(math.prod(t.dims) for t in all_initializers(proto.graph)))
-    frozen_bytes, frozen_count = frozen_initializers(proto, check_frozen(frozen) or (), name)
+    prefixes = tuple(check_frozen(frozen) or ())
+    frozen_bytes, frozen_count = frozen_initializers(proto, prefixes, name)
     proto = _without_weight_data(proto)
     # the frozen weights' layers keep no tensors for backward where no trained weight lies upstream
-    prefixes = tuple(check_frozen(frozen) or ())
     trained = (lambda n: not is_frozen_name(n, prefixes)) if frozen_count > 0 else None
     try:
         if symbolic:

@@ -285,8 +285,7 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
             copies, note = optimizer_state_copies_of(workload, model)
             # a note beside one copy: no probe could tell, and null says "as the training data's"
             card.features.optimizer_state_copies = None if note and copies == 1 else copies
-            if any(not p.requires_grad for p in model.parameters()):
-                card.features.frozen_step_work_ratio = frozen_step_ratio_of_model(workload, model, graphs.get(2))[0]
+            card.features.frozen_step_work_ratio = frozen_step_ratio_of_model(workload, model, graphs.get(2))[0]
     del model
 
     def close_sweep(interrupted: bool) -> None:

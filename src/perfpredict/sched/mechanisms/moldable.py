@@ -284,7 +284,7 @@ class DeviceState:
     def _recount(self, i: int) -> None:
         """Count server ``i``'s vacant devices again (it changed) and move it to its count's list."""
         old = self._vac[i]
-        new = sum(1 for d in range(self.cluster.servers[i].gpus) if self.vacant(i, d))
+        new = len(self._vacant_list(i))
         if new == old:
             return
         self._vac[i] = new
