@@ -163,6 +163,23 @@ def write_model(tmp_path):
 
 
 @pytest.fixture
+def colocation_pairs(monkeypatch) -> list:
+    """The (card A, card B) pairs ``Predictor.colocation`` is given during the test, appended as it runs (the real
+    prediction answers): what a CLI command passed it, to be read."""
+    from perfpredict import Predictor
+
+    pairs: list = []
+    real = Predictor.colocation
+
+    def kept(self, a, b, **kw):
+        pairs.append((a, b))
+        return real(self, a, b, **kw)
+
+    monkeypatch.setattr(Predictor, "colocation", kept)
+    return pairs
+
+
+@pytest.fixture
 def run_cli(tmp_path):
     """Run the real ``perfpredict`` command in a subprocess, with MLflow pointed into tmp_path."""
 

@@ -4,25 +4,17 @@ field that names no prefix as the CLI refuses ``--frozen ""``."""
 
 import pytest
 
-from perfpredict import Predictor
 from perfpredict.errors import UsageError
 from tests.test_onnx_frozen import FROZEN, MODELS, files, predictor  # noqa: F401 - fixtures
 
 
-def test_colocate_charges_no_optimizer_state_to_an_onnx_jobs_frozen_weights(files, monkeypatch) -> None:  # noqa: F811
+def test_colocate_charges_no_optimizer_state_to_an_onnx_jobs_frozen_weights(files, colocation_pairs) -> None:  # noqa: F811
     from typer.testing import CliRunner
 
     import perfpredict.cli_models  # noqa: F401 - registers colocate
     from perfpredict.cli import app
 
-    pairs = []
-    real = Predictor.colocation
-
-    def kept(self, a, b, **kw):  # the real prediction; the cards it is given are kept to be read
-        pairs.append((a, b))
-        return real(self, a, b, **kw)
-
-    monkeypatch.setattr(Predictor, "colocation", kept)
+    pairs = colocation_pairs
 
     def run(*args):
         return CliRunner().invoke(app, ["colocate", *map(str, args), "--models", str(MODELS), "-b", "64",

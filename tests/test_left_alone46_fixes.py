@@ -52,8 +52,8 @@ def test_a_saved_predicted_card_of_a_frozen_model_predicts_its_step_time_again(p
         PerformanceCard.load(tmp_path / "bad.json")
 
 
-def test_colocate_resolves_an_onnx_jobs_symbolic_sequence_dimension_as_predict_does(predictor, tmp_path,
-                                                                                     monkeypatch) -> None:
+def test_colocate_resolves_an_onnx_jobs_symbolic_sequence_dimension_as_predict_does(predictor, tmp_path, monkeypatch,
+                                                                                     colocation_pairs) -> None:
     """``perfpredict predict X.onnx --dim S=16`` counts a file with a symbolic sequence length; colocate had no such
     option, so the same file could not be colocated at all (the analysis refuses to guess the length)."""
     import io
@@ -73,14 +73,7 @@ def test_colocate_resolves_an_onnx_jobs_symbolic_sequence_dimension_as_predict_d
         torch.onnx.export(m, (x,), buf, input_names=["x"], dynamic_axes={"x": axes}, dynamo=False)
         (tmp_path / f"{name}.onnx").write_bytes(buf.getvalue())
     dyn, fixed = tmp_path / "dyn.onnx", tmp_path / "fixed.onnx"
-    pairs = []
-    real = Predictor.colocation
-
-    def kept(self, a, b, **kw):  # the real prediction; the cards it is given are kept to be read
-        pairs.append((a, b))
-        return real(self, a, b, **kw)
-
-    monkeypatch.setattr(Predictor, "colocation", kept)
+    pairs = colocation_pairs
     monkeypatch.setattr(Predictor, "load", classmethod(lambda cls, models=None: predictor))  # loaded once
 
     def run(*args):
