@@ -43,6 +43,7 @@ PARALLEL_SAFE_MODULES = frozenset({
     "test_review44_findings",
     "test_units_findings",
     "test_frozen_time_fixes",
+    "test_activation_checkpointing",
     "test_rmsle_scale",
     "test_review45_findings",
     "test_left_alone46_fixes",

@@ -26,7 +26,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, Vali
 
 from perfpredict.errors import PerfPredictError
 
-SCHEMA_VERSION = "1.24"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
+SCHEMA_VERSION = "1.25"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
 #                                             features.activation_bytes_by_op; 1.3: features.lookup_param_bytes;
 #                                             1.4: features.recurrent_steps_by_op;
 #                                             1.5: features.saved_cpu_bytes_per_sample;
@@ -56,6 +56,9 @@ SCHEMA_VERSION = "1.24"  # 1.1: scaling, colocation, speedup_curve, comm_model, 
 #                                             1.24: features.optimizer_state_copies (a predicted card says the
 #                                                   optimizer state it charged, a measured training card its
 #                                                   probed optimizer's, and features=card predicts with it)
+#                                             1.25: features.recompute_step_work_ratio (a predicted card of a
+#                                                   model that checkpoints activations gives its training-step
+#                                                   time back)
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -329,6 +332,14 @@ class GraphFeatures(_Section):
                                                  "multiplied by, and features=card multiplies by (a measured "
                                                  "training card's too); null where nothing is frozen or nobody "
                                                  "walked the graph for it")
+    recompute_step_work_ratio: float | None = Field(None, ge=1, allow_inf_nan=False, description="a training "
+                                                    "step's FLOPs with the forward work its backward runs again "
+                                                    "for activation checkpointing (torch.utils.checkpoint) over "
+                                                    "the same without (perfpredict.features.recompute), counted "
+                                                    "on one step of the model; what a predicted card's step time "
+                                                    "was multiplied by, and features=card multiplies by (a "
+                                                    "measured training card's too); null where nothing is "
+                                                    "recomputed or nobody ran a step for it")
     optimizer_state_copies: float | None = Field(None, ge=0, allow_inf_nan=False, description="copies of each "
                                                  "trained weight the training job's optimizer keeps as state "
                                                  "(SGD with momentum 1, plain SGD 0, Adam/AdamW 2) that a "

@@ -763,6 +763,9 @@ class Predictor:
         frozen_note = _frozen_time_note(arch, ms)
         if frozen_note:
             notes.append(frozen_note)
+        recompute_note = _recompute_time_note(arch, ms)
+        if recompute_note:
+            notes.append(recompute_note)
         optimizer_note = _optimizer_memory_note(arch, ms)
         if optimizer_note:
             notes.append(optimizer_note)
@@ -849,6 +852,7 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
         # a measured card carries extract_features' two-batch split as it is: held at 0 as from_workload holds it
         graph = fixed_parts_at_least_zero(features.features.model_dump())
         ratio = graph.pop("frozen_step_work_ratio", None)  # a predicted card's, read off its graph (schema 1.22)
+        recompute = graph.pop("recompute_step_work_ratio", None)  # counted on a step of its model (schema 1.25)
         # a predicted or measured training card's (schema 1.24); None: as the data's. Held to the callers' range:
         # the schema bounds it below only, and 1e300 copies overflowed the card's memory bytes
         copies = check_optimizer_state_copies(graph.pop("optimizer_state_copies", None),
@@ -856,7 +860,7 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
         features = {**graph, **_frozen_of(features.model, graph.get("param_bytes")),
                     "param_count": features.model.parameters,
                     "name": features.model.name, "family": features.model.family}
-        return replace(_as_arch(features), frozen_step_work_ratio=ratio,
+        return replace(_as_arch(features), frozen_step_work_ratio=ratio, recompute_step_work_ratio=recompute,
                        optimizer_state_copies=1.0 if copies is None else float(copies))
     if not isinstance(features, Mapping):
         hint = (": a card's graph features lack its parameter count, so pass the card itself (features=card)"
@@ -865,10 +869,12 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
                          f"{type(features).__name__}{hint}", step="predict")
     from perfpredict.estimators.feature_schema import check_feature_mapping
 
-    # the frozen step-work ratio is read off a graph (a model file, an ONNX file), not taken from a caller, and
+    # the frozen step-work ratio is read off a graph (a model file, an ONNX file), the recompute one counted on a
+    # model file's step, neither taken from a caller, and
     # the optimizer's state copies are the predicting call's optimizer_state_copies
     return ArchFeatures.from_dict({k: v for k, v in _frozen_halves(check_feature_mapping(features)).items()
-                                   if k not in ("frozen_step_work_ratio", "optimizer_state_copies",
+                                   if k not in ("frozen_step_work_ratio", "recompute_step_work_ratio",
+                                                "optimizer_state_copies",
                                                 "optimizer_state_note")})
 
 
@@ -913,6 +919,31 @@ def frozen_time_factor(arch: ArchFeatures, ms: ModelSet) -> float | None:
     if ms.mode == "infer" or arch.frozen_param_bytes_in_graph <= 0 or r is None or not 0 < r < 1:
         return None
     return float(r)
+
+
+def recompute_time_factor(arch: ArchFeatures, ms: ModelSet) -> float | None:
+    """What a training step's predicted time is multiplied by for the activation checkpointing of ``arch``'s model:
+    its :attr:`~perfpredict.estimators.arch.ArchFeatures.recompute_step_work_ratio` (the step's work with the
+    forward work its backward runs again over the same without). The sets were trained on steps that keep every
+    activation. None for an inference set (nothing is recomputed without a backward) and where nothing is."""
+    r = arch.recompute_step_work_ratio
+    if ms.mode == "infer" or r is None or not r > 1:
+        return None
+    return float(r)
+
+
+def _recompute_time_note(arch: ArchFeatures, ms: ModelSet) -> str | None:
+    """The card's word on how a training step's time takes activation checkpointing (:func:`recompute_time_factor`)."""
+    factor = recompute_time_factor(arch, ms)
+    if factor is None:
+        return None
+    return (f"training-step times x {factor:.3f} for activation checkpointing: the model's forward checkpoints "
+            "segments (torch.utils.checkpoint), whose forward the backward runs again, and the estimators were "
+            "trained on steps that keep every activation; the factor is one default training step's FLOPs with the "
+            "recomputation over the same without, counted on the CPU at a small batch (ops without FLOPs, such as "
+            "normalisations and activations, which are recomputed too, are not weighed, so on a CPU the real "
+            "ratio came out higher, docs/estimators.md); the saved-for-backward bytes already keep only the "
+            "segments' inputs")
 
 
 def _frozen_time_note(arch: ArchFeatures, ms: ModelSet) -> str | None:
@@ -1121,6 +1152,9 @@ def _estimate(ms: ModelSet, arch: ArchFeatures, batch_sizes: Sequence[int], esti
     factor = frozen_time_factor(arch, ms)
     if factor is not None and "iter_time" in preds:
         preds["iter_time"] = tuple(v * factor for v in preds["iter_time"])
+    factor = recompute_time_factor(arch, ms)
+    if factor is not None and "iter_time" in preds:
+        preds["iter_time"] = tuple(v * factor for v in preds["iter_time"])
     # the median is fitted apart from the quantiles (and the fallback moves both): an interval holds its median
     preds = {k: (y, np.column_stack([np.minimum(q[:, 0], y), q[:, 1:-1], np.maximum(q[:, -1], y)]))
              for k, (y, q) in preds.items()}
@@ -1269,6 +1303,7 @@ def _assemble_card(arch: ArchFeatures, source: str, ms: ModelSet, info, given: A
                                saved_cpu_bytes_fixed=int(arch.saved_cpu_bytes_fixed),
                                input_bytes_per_sample=int(arch.input_bytes_per_sample),
                                frozen_step_work_ratio=arch.frozen_step_work_ratio,
+                               recompute_step_work_ratio=arch.recompute_step_work_ratio,
                                optimizer_state_copies=arch.optimizer_state_copies,
                                peak_live_bytes_per_sample=None if given.peak_live_bytes_per_sample is None
                                else int(given.peak_live_bytes_per_sample),

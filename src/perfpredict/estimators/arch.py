@@ -67,6 +67,10 @@ class ArchFeatures:
     #: parameter (:func:`frozen_step_ratio`), which the Predictor multiplies its training-step times by; None
     #: where nothing is frozen or nobody walked the graph for it (a feature vector, a card). Not a feature.
     frozen_step_work_ratio: float | None = None
+    #: the work of a training step that recomputes activation-checkpointed segments in its backward over the same
+    #: step keeping their activations (:func:`recompute_step_ratio_of_model`, > 1), which the Predictor multiplies
+    #: its training-step times by; None where nothing is recomputed or nobody ran a step for it. Not a feature.
+    recompute_step_work_ratio: float | None = None
     #: time steps of the recurrent ops per pass, by op type (:attr:`GraphStats.recurrent_steps_by_op`)
     recurrent_steps_by_op: Mapping[str, int] = field(default_factory=dict)
     #: the most activation bytes alive at once in a forward pass, per sample / fixed
@@ -226,6 +230,7 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
                                 f"{str(e)[:200]}", source=target, step="features") from None
     ratio, ratio_note = frozen_step_ratio_of_model(wl, model, graphs.get(2))
     copies, copies_note = optimizer_state_copies_of(wl, model)
+    recompute, recompute_note = recompute_step_ratio_of_model(wl, model)  # last: it runs a backward
     # fixed (batch-independent) parts: held at 0 or more by the two-batch splits themselves (extract_features,
     # split_nodes, saved_bytes_split)
     return ArchFeatures(
@@ -241,12 +246,14 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
         lookup_param_bytes=float(feats.lookup_param_bytes or 0), recurrent_steps_by_op=feats.recurrent_steps_by_op,
         frozen_param_bytes=float(parameter_bytes(model, trainable=False)),
         frozen_param_count=float(sum(p.numel() for p in model.parameters() if not p.requires_grad)),
-        frozen_step_work_ratio=ratio, peak_live_bytes_per_sample=float(feats.peak_live_bytes_per_sample or 0),
+        frozen_step_work_ratio=ratio, recompute_step_work_ratio=recompute,
+        peak_live_bytes_per_sample=float(feats.peak_live_bytes_per_sample or 0),
         peak_live_bytes_fixed=float(feats.peak_live_bytes_fixed or 0),
         graph_saved_bytes_per_sample=float(feats.graph_saved_bytes_per_sample or 0),
         graph_saved_bytes_fixed=float(feats.graph_saved_bytes_fixed or 0),
         kernel_nodes=tuple(tuple(r) for r in feats.kernel_nodes), name=wl.name,
-        notes=tuple(n for n in (feats.error, *feats.notes, _hook_note(wl), ratio_note) if n), precision=wl.precision,
+        notes=tuple(n for n in (feats.error, *feats.notes, _hook_note(wl), ratio_note, recompute_note) if n),
+        precision=wl.precision,
         optimizer_state_copies=copies, optimizer_state_note=copies_note)
 
 
@@ -311,6 +318,30 @@ def frozen_step_ratio_of_model(wl, model, at_2=None) -> tuple[float | None, str 
         why = f"exporting it at batch 2 failed ({type(e).__name__})"
     return None, (f"the training-step time is not adjusted for the frozen parameters: {why}, so which layers "
                   "skip their backward work is unknown")
+
+
+def recompute_step_ratio_of_model(wl, model) -> tuple[float | None, str | None]:
+    """For a model whose forward checkpoints activations (``torch.utils.checkpoint``), its training step's work
+    with the recomputation over the same without (:func:`~perfpredict.features.recompute.recompute_step_ratio`),
+    counted on one default step at batch 2 (4 where the training-mode forward rejects 2); and a note when the
+    step cannot be run (the time is then not adjusted). ``(None, None)`` for a model that recomputes nothing."""
+    from perfpredict.features.recompute import recompute_step_ratio, step_flops
+
+    def run(b: int) -> dict[str, int]:
+        targets = wl.targets(b)
+        return step_flops(model, wl.inputs(b), lambda out: wl.loss(out, targets))
+
+    try:
+        try:
+            flops = run(2)
+        except Exception:  # noqa: BLE001 - as the saved-bytes count, a batch the training-mode forward rejects
+            flops = run(4)
+    except BaseException as e:  # user code runs in the step
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        return None, (f"the training-step time is not adjusted for any activation checkpointing: one training "
+                      f"step, run to count the forward work its backward recomputes, failed ({type(e).__name__}: {exception_text(e)[:200]})")
+    return recompute_step_ratio(flops), None
 
 
 def _check_room_for_weights(wl, target: str) -> None:

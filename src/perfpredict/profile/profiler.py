@@ -279,13 +279,19 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
             card.errors.append(CardError(step="export_onnx", message=card.features.error or "export failed"))
         elif settings.mode == "train":
             # what Predictor.predict(features=card) needs to predict this job's training step on another device
-            # as predicting its model file does: the optimizer's state, and the step work frozen weights skip
-            from perfpredict.estimators.arch import frozen_step_ratio_of_model, optimizer_state_copies_of
+            # as predicting its model file does: the optimizer's state, the step work frozen weights skip and the
+            # forward work activation checkpointing recomputes
+            from perfpredict.estimators.arch import (
+                frozen_step_ratio_of_model,
+                optimizer_state_copies_of,
+                recompute_step_ratio_of_model,
+            )
 
             copies, note = optimizer_state_copies_of(workload, model)
             # a note beside one copy: no probe could tell, and null says "as the training data's"
             card.features.optimizer_state_copies = None if note and copies == 1 else copies
             card.features.frozen_step_work_ratio = frozen_step_ratio_of_model(workload, model, graphs.get(2))[0]
+            card.features.recompute_step_work_ratio = recompute_step_ratio_of_model(workload, model)[0]
     del model
 
     def close_sweep(interrupted: bool) -> None:
