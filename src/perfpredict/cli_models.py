@@ -147,6 +147,9 @@ def predict(
     batch_axis: Annotated[int | None, typer.Option(help=".onnx only: the axis of the first input that is the "
                                                         "batch, negative from the last as in Python (default: the first, or the "
                                                         "symbolic one)")] = None,
+    batch_input: Annotated[str | None, typer.Option(help=".onnx only: the name of the input that carries the batch "
+                                                         "when it is not the first (a static positions or mask "
+                                                         "input first); --batch-axis is then an axis of it")] = None,
     dim: Annotated[list[str] | None, typer.Option("--dim", help=".onnx only: NAME=SIZE for a symbolic input "
                                                    "dimension besides the batch, e.g. --dim seq=128 (repeatable)")] = None,
     frozen: Annotated[list[str] | None, typer.Option("--frozen", help=".onnx only: PREFIX of the initializer names "
@@ -205,10 +208,11 @@ def predict(
     if is_onnx:
         card = pred.predict(onnx_path=target, batch_sizes=bs, device_type=device_type, mode=mode,
                             batch_axis=batch_axis, precision=precision, dims=dims or None, frozen=prefixes or None,
-                            optimizer_state_copies=copies)
+                            optimizer_state_copies=copies, batch_input=batch_input)
     else:
         card = pred.predict(target, batch_sizes=bs, device_type=device_type, params=params or None, mode=mode,
-                            batch_axis=batch_axis, precision=precision, optimizer_state_copies=copies)
+                            batch_axis=batch_axis, precision=precision, optimizer_state_copies=copies,
+                            batch_input=batch_input)
     print_prediction(card)
     if out:
         try:
@@ -298,6 +302,9 @@ def colocate(
     batch_axis_a: Annotated[int | None, typer.Option(help="A an .onnx: the axis of its first input that is the "
                                                           "batch, as `perfpredict predict --batch-axis`")] = None,
     batch_axis_b: Annotated[int | None, typer.Option(help="the same for B")] = None,
+    batch_input_a: Annotated[str | None, typer.Option(help="A an .onnx: the name of its input that carries the "
+                                                           "batch, as `perfpredict predict --batch-input`")] = None,
+    batch_input_b: Annotated[str | None, typer.Option(help="the same for B")] = None,
     optimizer_states_a: Annotated[float | None, typer.Option("--optimizer-states-a", help="A a model file or .onnx: "
                                                              "as `perfpredict predict --optimizer-states`")] = None,
     optimizer_states_b: Annotated[float | None, typer.Option("--optimizer-states-b", help="the same for B")] = None,
@@ -321,7 +328,9 @@ def colocate(
     dims = [dims_option(d, o, t.lower().endswith(".onnx"))
             for d, o, t in ((dim_a, "--dim-a", job_a), (dim_b, "--dim-b", job_b))]
     axes = [batch_axis_a, batch_axis_b]
-    for a, o, t in zip(axes, ("--batch-axis-a", "--batch-axis-b"), (job_a, job_b)):
+    batch_inputs = [batch_input_a, batch_input_b]
+    for a, o, t in zip([*axes, *batch_inputs], ("--batch-axis-a", "--batch-axis-b", "--batch-input-a",
+                                                "--batch-input-b"), (job_a, job_b) * 2):
         if a is not None and t.lower().endswith(".json"):
             raise UsageError(f"{o} does not apply to a card (its features are counted already): give an ONNX file",
                              step="arguments")
@@ -347,15 +356,15 @@ def colocate(
     # a job without a card is predicted on the GPU a given predicted card is for, not on the default set
     predict_on = device_type or pred.cards_set(*given.values()) or "cuda"
     cards = []
-    for t, b, f, d, a, c in zip((job_a, job_b), bs, frozen, dims, axes, copies):
+    for t, b, f, d, a, c, i in zip((job_a, job_b), bs, frozen, dims, axes, copies, batch_inputs):
         if t in given:
             cards.append(given[t])
         elif t.lower().endswith(".onnx"):
             cards.append(pred.predict(onnx_path=t, batch_sizes=[b or 32], device_type=predict_on, frozen=f or None,
-                                      dims=d or None, batch_axis=a, optimizer_state_copies=c))
+                                      dims=d or None, batch_axis=a, optimizer_state_copies=c, batch_input=i))
         else:
             cards.append(pred.predict(t, batch_sizes=[b or 32], device_type=predict_on, batch_axis=a,
-                                      optimizer_state_copies=c))
+                                      optimizer_state_copies=c, batch_input=i))
     r = pred.colocation(*cards, batch_sizes=(bs[0], bs[1]), device_type=device_type)
     gpus = {c.device.name for c in cards if c.device.kind == "cuda"}
     gpu = gpus.pop() if len(gpus) == 1 else r.device_name  # the GPU the cards are for, not the interference model's

@@ -603,12 +603,14 @@ class Predictor:
                 batch_sizes: Sequence[int] | None = None, device_type: str | None = None,
                 params: Mapping[str, Any] | None = None, allow_fallback: bool = True, mode: str | None = None,
                 batch_axis: int | None = None, precision: str | None = None, dims: Mapping[str, int] | None = None,
-                frozen: Sequence[str] | None = None, optimizer_state_copies: float | None = None):
+                frozen: Sequence[str] | None = None, optimizer_state_copies: float | None = None,
+                batch_input: str | None = None):
         """A :class:`~perfpredict.card.PerformanceCard` predicted for a model file / ``zoo:`` target, an ONNX
         file, or ready graph features (exactly one of them); ``mode`` "train" (default) or "infer" picks the
         model set trained on training steps or on inference passes; ``batch_axis`` (ONNX files only) says which
         axis of the graph's first input is the batch where the graph cannot (see
-        :func:`~perfpredict.estimators.arch.from_onnx_proto`); ``precision`` ("fp32", "bf16", "fp16") picks
+        :func:`~perfpredict.estimators.arch.from_onnx_proto`), and ``batch_input`` (ONNX files only) names the
+        input that carries the batch when it is not the first (``batch_axis`` is then an axis of it); ``precision`` ("fp32", "bf16", "fp16") picks
         the set trained at that autocast precision. Left out, it is a model file's ``PRECISION`` where a set was
         trained at it (else fp32, with a note), and fp32 for everything else. ``dims`` (ONNX files only) sizes the
         graph inputs' symbolic dimensions other than the batch (``{"seq": 128}``). ``frozen`` (ONNX files only)
@@ -630,7 +632,7 @@ class Predictor:
         # and that a model set answers (the same condition _set_for ends on), before the model file is run
         self.model_set(device_type, mode, precision)
         copies = check_optimizer_state_copies(optimizer_state_copies)
-        arch, source = _arch_of(model, onnx_path, features, params, batch_axis, dims, frozen)
+        arch, source = _arch_of(model, onnx_path, features, params, batch_axis, dims, frozen, batch_input)
         arch = with_optimizer_state_copies(arch, copies)
         return self.card_for(arch, bs, device_type=device_type, source=source, allow_fallback=allow_fallback,
                              mode=mode, precision=precision)
@@ -642,19 +644,19 @@ class Predictor:
                       params: Mapping[str, Any] | None = None, batch_axis: int | None = None,
                       quantile: str = "q90", multiple_of: int = 1, max_batch: int | None = None,
                       dims: Mapping[str, int] | None = None, frozen: Sequence[str] | None = None,
-                      optimizer_state_copies: float | None = None):
+                      optimizer_state_copies: float | None = None, batch_input: str | None = None):
         """The largest batch size predicted to fit ``memory_limit_bytes`` (a
         :class:`~perfpredict.profile.batch_search.BatchLimit` with ``source="predicted"``): on a CUDA set the q90
         of the GPU memory NVML will see (context included), on a CPU set the q90 of the step's peak RSS
         increase; ``quantile="median"`` holds the median instead. Nothing is run but the export of a model file.
         :func:`~perfpredict.profile.batch_search.find_largest_batch` measures the same on a device.
-        ``optimizer_state_copies`` as for :meth:`predict`."""
+        ``optimizer_state_copies``, ``batch_axis`` and ``batch_input`` as for :meth:`predict`."""
         from perfpredict.predicted_batch_limit import check_limit_args, predicted_largest_batch
 
         check_limit_args(memory_limit_bytes, quantile, multiple_of, max_batch)  # before a model file is run,
         self.model_set(device_type, mode, precision)  # and that a model set answers
         copies = check_optimizer_state_copies(optimizer_state_copies)
-        arch, _ = _arch_of(model, onnx_path, features, params, batch_axis, dims, frozen)
+        arch, _ = _arch_of(model, onnx_path, features, params, batch_axis, dims, frozen, batch_input)
         arch = with_optimizer_state_copies(arch, copies)
         return predicted_largest_batch(self, arch, memory_limit_bytes, device_type=device_type, mode=mode,
                                        precision=precision, quantile=quantile, multiple_of=multiple_of,
@@ -1068,7 +1070,7 @@ def _optimizer_memory_note(arch: ArchFeatures, ms: ModelSet) -> str | None:
 def _arch_of(model: str | None, onnx_path: str | Path | None,
              features: ArchFeatures | Mapping[str, Any] | PerformanceCard | None, params: Mapping[str, Any] | None,
              batch_axis: int | None, dims: Mapping[str, int] | None = None,
-             frozen: Sequence[str] | None = None) -> tuple[ArchFeatures, str]:
+             frozen: Sequence[str] | None = None, batch_input: str | None = None) -> tuple[ArchFeatures, str]:
     """The graph features of exactly one of a model file / ``zoo:`` target, an ONNX file or a feature mapping,
     and the name of where they came from."""
     from perfpredict.estimators import arch as archmod
@@ -1078,6 +1080,12 @@ def _arch_of(model: str | None, onnx_path: str | Path | None,
                          step="predict")
     if batch_axis is not None and onnx_path is None:
         raise UsageError("batch_axis applies to ONNX files only (a model.py is exported at batch 1 and 2)",
+                         step="predict")
+    if batch_input is not None and onnx_path is None:
+        raise UsageError("batch_input applies to ONNX files only (a model.py is exported at batch 1 and 2)",
+                         step="predict")
+    if batch_input is not None and (not isinstance(batch_input, str) or not batch_input):
+        raise UsageError(f"batch_input must be the name of one of the graph's inputs, got {batch_input!r}"[:200],
                          step="predict")
     if params and model is None:
         raise UsageError("params apply to a model file or zoo:<family> only (an ONNX file or a feature vector is one "
@@ -1100,7 +1108,8 @@ def _arch_of(model: str | None, onnx_path: str | Path | None,
             raise UsageError(f"params must be a mapping such as {{'width': 64}}, got {params!r}"[:200], step="predict")
         return archmod.from_workload(str(model), params), str(model)
     if onnx_path is not None:
-        return archmod.from_onnx_file(onnx_path, batch_axis=batch_axis, dims=dims, frozen=frozen), str(onnx_path)
+        return archmod.from_onnx_file(onnx_path, batch_axis=batch_axis, dims=dims, frozen=frozen,
+                                      batch_input=batch_input), str(onnx_path)
     arch = _as_arch(features)
     return arch, arch.name or "features"
 

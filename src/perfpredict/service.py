@@ -8,7 +8,7 @@
 - ``POST /predict`` — JSON ``{"features": {...graph features...}, "batch_sizes": [32], "device_type": ...}``,
   answered with a predicted :class:`~perfpredict.card.PerformanceCard`;
 - ``POST /predict/onnx`` — multipart upload of an ONNX file (``file``) with ``batch_sizes`` (comma-separated)
-  and optional ``device_type`` (and ``mode``, ``precision``, ``batch_axis``, ``dims``, ``frozen``: the
+  and optional ``device_type`` (and ``mode``, ``precision``, ``batch_axis``, ``batch_input``, ``dims``, ``frozen``: the
   weights a training job freezes, by initializer name prefix, comma-separated). The file is parsed and shape-inferred by the ``onnx`` library only: no
   onnxruntime session, no Python from the client, nothing executed. Uploads over ``max_upload_bytes`` are
   refused with 413 before they are parsed, and before their body is read when their Content-Length says so.
@@ -333,6 +333,10 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
                      precision: Annotated[Precision | None, Form()] = None,
                      batch_axis: int | None = Form(None, description="the axis of the first input that is the "
                                                                      "batch (default: the first, or the symbolic one)"),
+                     batch_input: str | None = Form(None, max_length=1000,
+                                                    description="the name of the input that carries the batch when it "
+                                                                "is not the first (a static positions or mask input "
+                                                                "first); batch_axis is then an axis of it"),
                      dims: str | None = Form(None, description="sizes of the inputs' symbolic dimensions "
                                                                "besides the batch: seq=128,t=4"),
                      frozen: str | None = Form(None, description="comma-separated initializer name prefixes of the "
@@ -359,7 +363,7 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
         try:
             arch = from_onnx_proto(load_onnx_bytes(data, name, external_data=False), name=name.removesuffix(".onnx"),
                                    batch_axis=batch_axis, dims=sizes or None,
-                                   frozen=prefixes or None)
+                                   frozen=prefixes or None, batch_input=batch_input)
         except ArchFeaturesError as e:
             raise HTTPException(400, str(e)) from None
         card = pred.card_for(with_optimizer_state_copies(arch, optimizer_state_copies), bs, device_type=device_type,

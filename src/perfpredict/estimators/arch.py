@@ -8,7 +8,8 @@ Three sources give the same :class:`ArchFeatures`, so training and prediction sh
   symbolic batch dimension is fixed to 1 and then 2 and shape inference run on each, which separates the
   per-sample part exactly, as the profiler does; a static batch dimension b is divided out (the fixed part
   is then unknown and taken as 0). The batch is the first input's first dimension, or, when that one is
-  static, the input dimension that is symbolic (a sequence-first ``[T, batch, F]`` input).
+  static, the input dimension that is symbolic (a sequence-first ``[T, batch, F]`` input); ``batch_input`` names
+  another input as the batched one (a static positions input first).
 """
 
 from __future__ import annotations
@@ -441,12 +442,18 @@ def load_onnx_bytes(data: bytes, source: str = "upload", *, external_data: bool 
     return proto
 
 
-def _batch_axes(dims, batch_param: str | None, axis: int | None) -> list[int]:
+def _batch_axes(dims, batch_param: str | None, axis: int | None, static: int | None = None) -> list[int]:
     """The batch dimensions of one input: those named ``batch_param``, at any axis (a sequence-first input
     ``[T, batch, F]`` carries the batch second), or where it has none, the one at ``axis`` (exporters may name
-    each input's batch axis differently)."""
+    each input's batch axis differently) unless the file fixes it at another size than the batch's ``static``
+    one (None: a symbolic batch, which no fixed size is): a positions or lookup-table input ``[64]`` beside a
+    batched ``[batch, 64, d]`` is not batched, and sizing it as the batch broke shape inference."""
     named = [i for i, d in enumerate(dims) if batch_param and d.HasField("dim_param") and d.dim_param == batch_param]
-    return named or ([axis] if axis is not None and len(dims) > axis else [])
+    if named or axis is None or len(dims) <= axis:
+        return named
+    d = dims[axis]
+    fixed = d.HasField("dim_value") and d.dim_value > 0
+    return [axis] if not fixed or d.dim_value == static else []
 
 
 def _with_batch(proto, batch: int, batch_param: str | None = None, axis: int | None = 0):
@@ -491,19 +498,31 @@ def _without_weight_data(proto, keep_bytes: int = 4096):
     return m
 
 
-def _batch_dim(proto, batch_axis: int | None = None) -> tuple[bool, int | None, str | None, int | None]:
+def _batch_dim(proto, batch_axis: int | None = None,
+               batch_input: str | None = None) -> tuple[bool, int | None, str | None, int | None]:
     """(symbolic, static value, name, axis) of the batch dimension.
 
-    ``batch_axis`` given: that axis of the first real input. Otherwise the first input's first dimension,
-    static or symbolic; but when that one is static and another input dimension is symbolic, that named
-    dimension is the batch (a sequence-first RNN input ``[T, batch, F]`` exported with a dynamic batch axis).
+    ``batch_input`` given: the input of that name is the batched one (a positions or mask input may come
+    first), read as the first input is otherwise; a ValueError naming the graph's inputs when none is so named.
+    ``batch_axis`` given: that axis of the batched input (the first real input by default). Otherwise its
+    first dimension, static or symbolic; but when that one is static and another input dimension (of the named
+    input only, when one is named) is symbolic, that named dimension is the batch (a sequence-first RNN input
+    ``[T, batch, F]`` exported with a dynamic batch axis, or a batched input after a static one).
     """
-    init = {i.name for i in proto.graph.initializer}
-    inputs = [vi for vi in proto.graph.input if vi.name not in init]
+    inputs = _real_inputs(proto)
+    which = "the first input"
+    if batch_input is not None:
+        named = [vi for vi in inputs if vi.name == batch_input]
+        if not named:
+            shown = ", ".join(repr(vi.name[:60]) for vi in inputs[:8]) + (f", ... ({len(inputs)} in all)"
+                                                                         if len(inputs) > 8 else "")
+            raise ValueError(f"batch_input {batch_input[:60]!r} is not an input of the graph; its inputs are "
+                             f"{shown or 'none'}")
+        inputs, which = named, f"input {batch_input[:60]!r}"
     dims = inputs[0].type.tensor_type.shape.dim if inputs else []
     if batch_axis is not None:
         if not -len(dims) <= batch_axis < len(dims):
-            raise ValueError(f"batch_axis {batch_axis} is not an axis of the first input ({len(dims)} dimensions)")
+            raise ValueError(f"batch_axis {batch_axis} is not an axis of {which} ({len(dims)} dimensions)")
         axis = batch_axis % len(dims)
         d = dims[axis]
         if d.HasField("dim_value") and d.dim_value > 0:
@@ -521,15 +540,19 @@ def _batch_dim(proto, batch_axis: int | None = None) -> tuple[bool, int | None, 
     return False, int(first.dim_value), None, 0
 
 
+def _real_inputs(proto) -> list:
+    """The graph's inputs that are not initializers (the data a job feeds), in order."""
+    init = {i.name for i in proto.graph.initializer}
+    return [vi for vi in proto.graph.input if vi.name not in init]
+
+
 def _symbolic_dims(proto) -> list[str]:
     """The names of the graph inputs' symbolic dimensions, in order of appearance."""
-    init = {i.name for i in proto.graph.initializer}
     names: list[str] = []
-    for vi in proto.graph.input:
-        if vi.name not in init:
-            for d in vi.type.tensor_type.shape.dim:
-                if d.HasField("dim_param") and d.dim_param and d.dim_param not in names:
-                    names.append(d.dim_param)
+    for vi in _real_inputs(proto):
+        for d in vi.type.tensor_type.shape.dim:
+            if d.HasField("dim_param") and d.dim_param and d.dim_param not in names:
+                names.append(d.dim_param)
     return names
 
 
@@ -640,10 +663,13 @@ def frozen_initializers(proto, frozen: Sequence[str], name: str = "onnx") -> tup
 
 
 def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
-                    dims: Mapping[str, int] | None = None, frozen: Sequence[str] | None = None) -> ArchFeatures:
+                    dims: Mapping[str, int] | None = None, frozen: Sequence[str] | None = None,
+                    batch_input: str | None = None) -> ArchFeatures:
     """Features of an ONNX graph without executing it (shape inference only). ``batch_axis``: which axis of the
     first input is the batch, where the graph cannot say (every dimension fixed, or a sequence-first input);
-    by default the first axis, or the one symbolic dimension when the first is fixed. ``dims``: sizes for the
+    by default the first axis, or the one symbolic dimension when the first is fixed. ``batch_input``: the name
+    of the input that carries the batch when it is not the first (a static positions, mask or table input
+    first, every dimension fixed); ``batch_axis`` is then an axis of that input. ``dims``: sizes for the
     inputs' other symbolic dimensions (``{"seq": 128}``). A symbolic dimension left besides the batch leaves
     the compute ops' shapes unknown, so every count would be wrong: that is an error asking for its size.
     ``frozen``: initializer name prefixes of the weights a training job freezes (``["backbone."]``,
@@ -657,7 +683,7 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
     if dims:
         proto = _fix_dims(proto, dims, name)
     try:
-        symbolic, static, batch_param, axis = _batch_dim(proto, batch_axis)
+        symbolic, static, batch_param, axis = _batch_dim(proto, batch_axis, batch_input)
     except ValueError as e:
         raise ArchFeaturesError(str(e), source=name, step="analyse onnx") from None
     notes: list[str] = []
@@ -690,9 +716,11 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
             by_op = {k: v / b for k, v in stats.macs_by_op.items()}
             act_by_op = {k: v / b for k, v in stats.activation_bytes_by_op.items()}
             kernels = rows_at_fixed_batch(stats.kernel_nodes, b)
-            notes.append(f"the ONNX batch dimension (axis {axis} of the first input) is fixed at {b}: per-sample "
-                         f"values are totals / {b}" + ("" if batch_axis is not None else
-                                                       "; give batch_axis if another axis is the batch"))
+            which = "the first input" if batch_input is None else f"input {batch_input[:60]!r}"
+            notes.append(f"the ONNX batch dimension (axis {axis} of {which}) is fixed at {b}: per-sample values are "
+                         f"totals / {b}" + ("" if batch_axis is not None or batch_input is not None else
+                                            "; give batch_axis if another axis is the batch, batch_input if "
+                                            "another input carries it"))
     except Exception as e:  # noqa: BLE001 - a graph shape inference cannot follow
         raise ArchFeaturesError(f"cannot analyse the graph: {type(e).__name__}: {str(e)[:200]}", source=name,
                                 step="analyse onnx") from None
@@ -724,7 +752,8 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
                           macs_by_op=by_op, activation_bytes_by_op=act_by_op,
                           kernel_nodes=[x for r in kernels for x in r[1:]], num_nodes=stats.num_nodes,
                           op_counts=stats.op_counts,
-                          input_bytes_per_sample=(in_bytes := _input_bytes_per_sample(proto, batch_param, axis)))
+                          input_bytes_per_sample=(in_bytes := _input_bytes_per_sample(proto, batch_param, axis,
+                                                                                          static)))
     return ArchFeatures(
         forward_macs_per_sample=float(macs), forward_macs_fixed=float(max(macs_fixed, 0)), param_count=param_count,
         param_bytes=float(stats.initializer_bytes), lookup_param_bytes=float(stats.lookup_param_bytes),
@@ -780,7 +809,8 @@ def _check_counts_bounded(name: str, **counts: Any) -> None:
                                         step="analyse onnx")
 
 
-def _input_bytes_per_sample(proto, batch_param: str | None = None, axis: int | None = 0) -> int:
+def _input_bytes_per_sample(proto, batch_param: str | None = None, axis: int | None = 0,
+                            static: int | None = None) -> int:
     """Bytes of one sample of the graph inputs: every dimension but the batch ones (:func:`_batch_axes`);
     symbolic dimensions count 1. An exact int: shapes past float range are refused by
     :func:`_check_counts_bounded`, not an OverflowError here."""
@@ -793,7 +823,7 @@ def _input_bytes_per_sample(proto, batch_param: str | None = None, axis: int | N
             continue
         t = vi.type.tensor_type
         dims = list(t.shape.dim)
-        skip = set(_batch_axes(dims, batch_param, axis))
+        skip = set(_batch_axes(dims, batch_param, axis, static))
         n = 1
         for i, d in enumerate(dims):
             if i not in skip:
@@ -803,7 +833,8 @@ def _input_bytes_per_sample(proto, batch_param: str | None = None, axis: int | N
 
 
 def from_onnx_file(path: str | Path, batch_axis: int | None = None,
-                   dims: Mapping[str, int] | None = None, frozen: Sequence[str] | None = None) -> ArchFeatures:
+                   dims: Mapping[str, int] | None = None, frozen: Sequence[str] | None = None,
+                   batch_input: str | None = None) -> ArchFeatures:
     from perfpredict.input_files import ONNX_LIMIT_BYTES, InputTooLarge, read_bounded
 
     p = Path(path)
@@ -814,4 +845,4 @@ def from_onnx_file(path: str | Path, batch_axis: int | None = None,
     except OSError as e:
         raise ArchFeaturesError(f"cannot read: {e.strerror}", source=str(path), step="read onnx") from None
     return from_onnx_proto(load_onnx_bytes(data, str(path), path=p), name=p.stem, batch_axis=batch_axis, dims=dims,
-                           frozen=frozen)
+                           frozen=frozen, batch_input=batch_input)

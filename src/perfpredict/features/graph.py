@@ -105,7 +105,8 @@ class GraphStats:
     #: ``(op type, inputs, floating-point outputs, MACs, runs subgraphs)``; a control-flow node's MACs are its
     #: subgraphs' as counted in ``macs``.
     step_nodes: list[tuple[str, tuple[str, ...], tuple[str, ...], int, bool]] = field(default_factory=list)
-    #: The main graph's floating-point initializers: the weights a training step may train.
+    #: The main graph's floating-point initializers, and its weights written as ``Constant`` nodes
+    #: (:func:`_constant_weights`, counted as parameters too): the weights a training step may train.
     float_initializers: frozenset[str] = frozenset()
     #: A recurrent op's share of its MACs that its hidden state's recurrence takes (H / (I + H)), by its index in
     #: ``step_nodes``: its backward runs that through time whenever any gradient is needed (:func:`step_work`).
@@ -556,7 +557,7 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True,
     ends = [r[-1] for r in step_nodes[1:]] + [sum(top.macs.values())]
     stats.step_nodes = [(op, ins, outs, int(end - start), sub) for (op, ins, outs, sub, start), end
                         in zip(step_nodes, ends)]
-    stats.float_initializers = frozenset(t.name for t in g.initializer if t.data_type in _FLOAT_TYPES)
+    stats.float_initializers = frozenset(t.name for t in main_weights if t.data_type in _FLOAT_TYPES)
     stats.step_recurrent_shares = recurrent_shares
     lookup_only = gathered - read_whole  # a table tied to an output projection is read whole
     stats.lookup_param_bytes = int(sum(tensor_nbytes(t) for t in main_weights if t.name in lookup_only))
