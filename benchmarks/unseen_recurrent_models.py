@@ -7,7 +7,9 @@ a character-level GRU language model, a 2-layer GRU encoder, a bidirectional tan
 Each is profiled on this machine (training steps and inference passes, batch 8 and 32), then predicted by the
 Predictor's estimators for the CPU (``allow_fallback=False``: the estimators' own answer even where the
 default Predictor would hand back its nearest profiled model, which the last column says). Prints measured
-vs predicted iteration time and peak RSS increase, and the MAPE of each per mode.
+vs predicted iteration time and peak RSS increase, the CPUs other processes kept busy while each point was
+timed ("busy": a loaded host times steps slower than the model sets were measured), and the MAPE of each per
+mode.
 
     python benchmarks/unseen_recurrent_models.py [--models trained_models] [--batch-sizes 8,32]
 
@@ -35,19 +37,29 @@ def main(argv: list[str] | None = None) -> None:
     if args.models and not Path(args.models).is_dir():
         ap.error(f"argument --models: {args.models} is not a folder")
 
-    from perfpredict import Predictor, profile
+    from perfpredict import Predictor
 
     pred = Predictor.load(args.models) if args.models else Predictor.load()
+    compare(pred, [HERE / "recurrent_models" / f"{name}.py" for name in MODELS], batches)
+
+
+def compare(pred, paths: list[Path], batches: list[int], **settings) -> None:
+    """Profile each model file here in both modes, predict it with ``pred``'s CPU estimators, and print the
+    table and the MAPE per mode. ``settings``: further ``perfpredict.profile`` settings (``threads``, ``timing``)."""
+    from perfpredict import profile
+
     t0 = time.perf_counter()
     errors: dict[str, list[float]] = {"train": [], "infer": []}
     mem_errors: dict[str, list[float]] = {"train": [], "infer": []}
-    print(f"{'model':11s} {'mode':5s} {'batch':>5s} {'measured':>10s} {'predicted':>10s} {'ratio':>6s}  "
-          f"{'RSS meas.':>10s} {'predicted':>10s} {'ratio':>6s}  default Predictor")
-    for name in MODELS:
-        path = str(HERE / "recurrent_models" / f"{name}.py")
+    width = max(11, *(len(f.stem) for f in paths))
+    print(f"{'model':{width}s} {'mode':5s} {'batch':>5s} {'measured':>10s} {'predicted':>10s} {'ratio':>6s}  "
+          f"{'RSS meas.':>10s} {'predicted':>10s} {'ratio':>6s}  {'busy':>4s}  default Predictor")
+    for file in paths:
+        name, path = file.stem, str(file)
         for mode in ("train", "infer"):
-            card = profile(path, batch_sizes=batches, mode=mode, device="cpu", features=False).card
+            card = profile(path, batch_sizes=batches, mode=mode, device="cpu", features=False, **settings).card
             measured = {t.batch_size: t.iter_time_s for t in card.throughput if t.iter_time_s}
+            busy = {t.batch_size: t.timing.other_cpus for t in card.throughput if t.timing}
             rss = {m.batch_size: m.peak_bytes for m in card.memory if m.peak_bytes}
             estimated = pred.predict(path, batch_sizes=batches, device_type="cpu", mode=mode, allow_fallback=False)
             default = pred.predict(path, batch_sizes=batches[:1], device_type="cpu", mode=mode)
@@ -64,13 +76,19 @@ def main(argv: list[str] | None = None) -> None:
                     mem_errors[mode].append(abs(pm - mm) / mm)
                 mem = (f"{mm / 2**20:7.1f}MiB {pm / 2**20:7.1f}MiB {pm / mm:6.2f}" if mm
                        else f"{'-':>10s} {'-':>10s} {'':6s}")
-                print(f"{name:11s} {mode:5s} {t.batch_size:5d} {m * 1e3:8.1f}ms {p * 1e3:8.1f}ms {p / m:6.2f}  "
-                      f"{mem}  {how}")
+                print(f"{name:{width}s} {mode:5s} {t.batch_size:5d} {m * 1e3:8.1f}ms {p * 1e3:8.1f}ms {p / m:6.2f}  "
+                      f"{mem}  {_cpus(busy.get(t.batch_size))}  {how}")
     for mode, e in errors.items():
         me = mem_errors[mode]
         print(f"{mode}: iteration time MAPE {100 * sum(e) / len(e):.1f}% over {len(e)} points; peak RSS MAPE "
               + (f"{100 * sum(me) / len(me):.1f}% over {len(me)} points" if me else "n/a"))
     print(f"({time.perf_counter() - t0:.0f} s; device: {card.device.name}, {card.device.threads} threads)")
+
+
+
+def _cpus(n: float | None) -> str:
+    """The CPUs other processes kept busy while a point was timed (a loaded host times a step slower)."""
+    return f"{n:4.1f}" if n is not None else f"{'-':>4s}"
 
 
 if __name__ == "__main__":

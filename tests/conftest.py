@@ -34,6 +34,7 @@ PARALLEL_SAFE_MODULES = frozenset({
     "test_collect_bad_input", "test_collect_findings", "test_collect_ray", "test_compare", "test_compare_findings", "test_concurrent_use", "test_compare_ray", "test_compile", "test_estimators", "test_estimators_eval_findings",
     "test_device_calibration_findings", "test_fallback", "test_frozen_parameters", "test_calibration_fixes", "test_zoo_depth_fixes", "test_review43_findings", "test_graph_fixes", "test_left_alone44_fixes", "test_onnx_frozen",
     "test_same_figure_findings",
+    "test_unseen_architectures",
     "test_left_alone45_fixes",
     "test_onnx_variety_findings",
     "test_review46c_findings",

@@ -30,6 +30,8 @@ def _run(script: str, *args: str) -> subprocess.CompletedProcess:
     ("glibc_heap.py", ["--batches", "16,x"], "argument --batches"),
     ("glibc_heap.py", ["--family", "nosuch"], "unknown zoo family 'nosuch'"),
     ("unseen_recurrent_models.py", ["--models", "/nonexistent_dir"], "is not a folder"),
+    ("unseen_architectures.py", ["--threads", "0"], "argument --threads"),
+    ("unseen_architectures.py", ["--min-time", "3", "--max-time", "2"], "must be at least --min-time"),
     ("sensitivity_search.py", ["--replay", "missing.json"], "cannot read missing.json"),
     ("rate_model_accuracy.py", ["--families", "nosuch"], "unknown zoo family 'nosuch'"),
     ("rate_model_accuracy.py", ["--json", "/nonexistent_dir/out.json"], "does not exist"),

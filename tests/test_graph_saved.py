@@ -44,6 +44,16 @@ def test_the_rules_match_autograd_on_a_small_cnn():
     assert rule == exact == (3 * 256 + 16 * 256 + 16 * 256 + 2 * 16 * 64 + 16 * 64 + 10) * 4
 
 
+def test_an_average_pool_keeps_its_input():
+    """avg_pool2d's backward reads its input (a DenseNet transition's pooling: nothing else keeps that conv
+    output); a global average pool is a mean and keeps nothing. Before, the rules kept no AveragePool input."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.AvgPool2d(2), nn.Conv2d(8, 8, 3, padding=1),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10))
+    rule, exact = _rule_vs_autograd(model, lambda b: torch.randn(b, 3, 16, 16))
+    assert rule == exact == (3 * 256 + 8 * 256 + 8 * 64 + 8 + 10) * 4
+
+
 def test_an_exported_gelu_keeps_only_its_input():
     """The exporter spells GELU as x / √2 → Erf → + 1 → × x → × 0.5; PyTorch's GELU keeps x alone, and Tanh its
     output, which the next layer keeps too (counted once)."""

@@ -792,11 +792,13 @@ RECURRENT_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 
 #: What autograd keeps for the backward pass, by ONNX op (PyTorch's derivative formulas): the first
 #: activation input (a convolution's or linear layer's input for the weight gradient, a normalisation's
-#: input, GELU's input, a max-pool's input and its int64 indices, and the input of the piecewise
+#: input, GELU's input, a max-pool's input and its int64 indices, an average pool's input (its backward reads
+#: it for the shape and padding; a global average pool is a mean, which keeps nothing), and the input of the piecewise
 #: activations: ReLU6/Hardtanh (``Clip``), Hardswish and Hardsigmoid keep it even with ``inplace=True``,
 #: LeakyReLU and ELU unless in-place, which a graph does not show) ...
 _SAVES_FIRST_INPUT = frozenset({"Conv", "ConvTranspose", "Gemm", "BatchNormalization", "LayerNormalization",
-                                "InstanceNormalization", "GroupNormalization", "Gelu", "MaxPool", "Pow", "Sqrt",
+                                "InstanceNormalization", "GroupNormalization", "Gelu", "MaxPool", "AveragePool", "Pow",
+                                "Sqrt",
                                 "Clip", "HardSwish", "HardSigmoid", "LeakyRelu", "Elu"})
 #: ... the activation inputs of a product: each, when two activations meet (each is needed for the other's
 #: gradient), or the one activation when the other factor is a weight (its gradient needs the activation);
