@@ -26,7 +26,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, Vali
 
 from perfpredict.errors import PerfPredictError
 
-SCHEMA_VERSION = "1.25"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
+SCHEMA_VERSION = "1.26"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
 #                                             features.activation_bytes_by_op; 1.3: features.lookup_param_bytes;
 #                                             1.4: features.recurrent_steps_by_op;
 #                                             1.5: features.saved_cpu_bytes_per_sample;
@@ -59,6 +59,8 @@ SCHEMA_VERSION = "1.25"  # 1.1: scaling, colocation, speedup_curve, comm_model, 
 #                                             1.25: features.recompute_step_work_ratio (a predicted card of a
 #                                                   model that checkpoints activations gives its training-step
 #                                                   time back)
+#                                             1.26: features.optimizer_step_bytes (the temporaries the
+#                                                   optimizer's step holds, per device kind, charged with it)
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -349,6 +351,16 @@ class GraphFeatures(_Section):
                                                  "null where nobody said (cards before schema 1.24, measured "
                                                  "inference cards, an optimizer no probe could tell): 1, as the "
                                                  "training data's SGD with momentum")
+    optimizer_step_bytes: dict[str, float] | None = Field(None, description="the most bytes of temporaries the "
+                                                           "training job's optimizer step holds at once, by device "
+                                                           "kind (cpu, cuda) as torch runs it there "
+                                                           "(perfpredict.workload.spec.optimizer_step_bytes: Adam "
+                                                           "one tensor at a time about 2-3 x the largest trained "
+                                                           "tensor, foreach 1 x every trained byte), probed from a "
+                                                           "model file's make_optimizer and charged on top of the "
+                                                           "training memory with optimizer_state_copies; null where "
+                                                           "nobody probed (none charged, as the training data's SGD "
+                                                           "with momentum)")
     notes: list[str] = Field(default_factory=list, description="what makes these counts less than exact (a "
                              "forward pass that takes a different path on each call)")
     source: Source = "analytic"

@@ -863,7 +863,8 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
                     "param_count": features.model.parameters,
                     "name": features.model.name, "family": features.model.family}
         return replace(_as_arch(features), frozen_step_work_ratio=ratio, recompute_step_work_ratio=recompute,
-                       optimizer_state_copies=1.0 if copies is None else float(copies))
+                       optimizer_state_copies=1.0 if copies is None else float(copies),
+                       optimizer_step_bytes=_checked_step_bytes(graph.pop("optimizer_step_bytes", None)))
     if not isinstance(features, Mapping):
         hint = (": a card's graph features lack its parameter count, so pass the card itself (features=card)"
                 if type(features).__name__ == "GraphFeatures" else "")
@@ -876,8 +877,18 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
     # the optimizer's state copies are the predicting call's optimizer_state_copies
     return ArchFeatures.from_dict({k: v for k, v in _frozen_halves(check_feature_mapping(features)).items()
                                    if k not in ("frozen_step_work_ratio", "recompute_step_work_ratio",
-                                                "optimizer_state_copies",
-                                                "optimizer_state_note")})
+                                                "optimizer_state_copies", "optimizer_state_note",
+                                                "optimizer_step_bytes")})
+
+
+def _checked_step_bytes(value: Any) -> dict[str, float] | None:
+    """A card's ``features.optimizer_step_bytes`` with the device kinds' finite, non-negative bytes below 1 PiB
+    (the schema bounds neither), None where it holds none."""
+    if not isinstance(value, Mapping):
+        return None
+    kept = {k: float(v) for k, v in value.items() if k in ("cpu", "cuda") and isinstance(v, (int, float))
+            and not isinstance(v, bool) and math.isfinite(v) and 0 <= v < 2**50}
+    return kept or None
 
 
 def _frozen_halves(features: dict[str, Any]) -> dict[str, Any]:
@@ -983,11 +994,13 @@ def _parameter_memory(ms: ModelSet, arch: ArchFeatures, X: np.ndarray, preds: di
     so their memory baselines charge each parameter byte k_P bytes (weight, gradient, one copy of optimizer
     state); a frozen byte needs one, its weight, so each row's baseline (the median's and the quantiles') loses
     (k_P - 1) x the frozen bytes, and an optimizer keeping ``c`` copies of each trained weight (Adam/AdamW 2,
-    plain SGD 0) adds (c - 1) x the trained bytes to it; its prediction (the learned correction times the
-    baseline, or a neighbour's ratio times it) moves by the same share. Nothing changes in inference, or with
-    nothing frozen and one copy."""
+    plain SGD 0) adds (c - 1) x the trained bytes to it, and the temporaries its step holds on this device kind
+    (:func:`optimizer_step_charge`); its prediction (the learned correction times the baseline, or a neighbour's
+    ratio times it) moves by the same share. Nothing changes in inference, or with nothing frozen, one copy and
+    no temporaries (SGD with momentum's step holds none)."""
     frozen = arch.frozen_param_bytes_in_graph
-    extra = (arch.optimizer_state_copies - 1.0) * max(arch.param_bytes - frozen, 0.0)
+    extra = ((arch.optimizer_state_copies - 1.0) * max(arch.param_bytes - frozen, 0.0)
+             + optimizer_step_charge(arch, ms.device_kind))
     if ms.mode == "infer" or (frozen <= 0 and extra == 0):
         return preds
     out = dict(preds)
@@ -1003,6 +1016,14 @@ def _parameter_memory(ms: ModelSet, arch: ArchFeatures, X: np.ndarray, preds: di
         if len(kept) == 2:
             out[name] = (y * kept[0], q * kept[1][:, None])
     return out
+
+
+def optimizer_step_charge(arch: ArchFeatures, device_kind: str) -> float:
+    """The bytes of temporaries the optimizer's step holds at once on ``device_kind`` (0 where nobody probed).
+    Charged whole on top of the baselines: measured on the CPU, a step's temporaries add to the peak RSS even
+    where the backward pass held more (glibc keeps the freed activations' pages but the temporaries do not reuse
+    them), and the SGD-momentum steps the baselines were fitted on hold none."""
+    return float((arch.optimizer_step_bytes or {}).get(device_kind, 0.0))
 
 
 def _frozen_memory_note(arch: ArchFeatures, ms: ModelSet) -> str | None:
@@ -1042,20 +1063,24 @@ def check_optimizer_state_copies(value: Any, name: str = "optimizer_state_copies
 
 
 def with_optimizer_state_copies(arch: ArchFeatures, copies: float | None) -> ArchFeatures:
-    """``arch`` with the optimizer state copies a caller gave (None: as it says), and no probe's note then."""
+    """``arch`` with the optimizer state copies a caller gave (None: as it says), and no probe's note nor step
+    temporaries then (the caller's copies replace the probed optimizer)."""
     if copies is None:
         return arch
-    return replace(arch, optimizer_state_copies=copies, optimizer_state_note=None)
+    return replace(arch, optimizer_state_copies=copies, optimizer_state_note=None, optimizer_step_bytes=None)
 
 
 def _optimizer_memory_note(arch: ArchFeatures, ms: ModelSet) -> str | None:
     """For a training step: what the memory estimate charges the optimizer's state (:func:`_parameter_memory`),
     where the optimizer is not the training data's or a probe could not tell."""
     c = arch.optimizer_state_copies
-    if ms.mode == "infer" or (c == 1 and arch.optimizer_state_note is None):
+    step = optimizer_step_charge(arch, ms.device_kind)
+    if ms.mode == "infer" or (c == 1 and arch.optimizer_state_note is None and step == 0):
         return None
+    temps = (f"; its step holds {step / 2**20:,.1f} MiB of temporaries at once on {ms.device_kind} (probed), "
+             "charged on top" if step else "")
     if c == 1:
-        return arch.optimizer_state_note  # why a model file's optimizer was charged as the data's
+        return (arch.optimizer_state_note or "the optimizer keeps 1 state copy of each trained weight") + temps
     trained = max(arch.param_bytes - arch.frozen_param_bytes_in_graph, 0.0)
     said = arch.optimizer_state_note or f"the optimizer keeps {c:g} state copies of each trained weight"
     t = ms.targets.get("peak_memory")
@@ -1064,7 +1089,7 @@ def _optimizer_memory_note(arch: ArchFeatures, ms: ModelSet) -> str | None:
                 "memory is predicted as for SGD with momentum (1 copy)")
     return (f"{said}; the memory estimators were trained on steps with SGD with momentum (1 copy), so training "
             f"memory is charged {c - 1:+g} x {trained / 2**20:,.1f} MiB of trained parameters = "
-            f"{(c - 1) * trained / 2**20:+,.1f} MiB on top of its baselines before the learned correction")
+            f"{(c - 1) * trained / 2**20:+,.1f} MiB on top of its baselines before the learned correction{temps}")
 
 
 def _arch_of(model: str | None, onnx_path: str | Path | None,
@@ -1314,6 +1339,7 @@ def _assemble_card(arch: ArchFeatures, source: str, ms: ModelSet, info, given: A
                                frozen_step_work_ratio=arch.frozen_step_work_ratio,
                                recompute_step_work_ratio=arch.recompute_step_work_ratio,
                                optimizer_state_copies=arch.optimizer_state_copies,
+                               optimizer_step_bytes=arch.optimizer_step_bytes,
                                peak_live_bytes_per_sample=None if given.peak_live_bytes_per_sample is None
                                else int(given.peak_live_bytes_per_sample),
                                peak_live_bytes_fixed=int(arch.peak_live_bytes_fixed),

@@ -101,6 +101,11 @@ class ArchFeatures:
     optimizer_state_copies: float = 1.0
     #: the optimizer's name and what the copies rest on (a model file's), or why they could not be found
     optimizer_state_note: str | None = None
+    #: the most bytes of temporaries the optimizer's step holds at once, by device kind ("cpu", "cuda"), as torch
+    #: runs it there (:func:`~perfpredict.workload.spec.optimizer_step_bytes`): a model file's optimizer probed or a
+    #: card's record; None where nobody said (the training data's SGD with momentum holds none). Not a feature:
+    #: the Predictor charges it on top of its memory baselines with the state copies.
+    optimizer_step_bytes: dict[str, float] | None = None
 
     @property
     def frozen_param_bytes_in_graph(self) -> float:
@@ -230,7 +235,7 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
         raise ArchFeaturesError(f"training-mode forward failed while counting saved tensors: {type(e).__name__}: "
                                 f"{str(e)[:200]}", source=target, step="features") from None
     ratio, ratio_note = frozen_step_ratio_of_model(wl, model, graphs.get(2))
-    copies, copies_note = optimizer_state_copies_of(wl, model)
+    copies, copies_note, step_bytes = optimizer_state_copies_of(wl, model)
     recompute, recompute_note = recompute_step_ratio_of_model(wl, model)  # last: it runs a backward
     # fixed (batch-independent) parts: held at 0 or more by the two-batch splits themselves (extract_features,
     # split_nodes, saved_bytes_split)
@@ -255,32 +260,35 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
         kernel_nodes=tuple(tuple(r) for r in feats.kernel_nodes), name=wl.name,
         notes=tuple(n for n in (feats.error, *feats.notes, _hook_note(wl), ratio_note, recompute_note) if n),
         precision=wl.precision,
-        optimizer_state_copies=copies, optimizer_state_note=copies_note)
+        optimizer_state_copies=copies, optimizer_state_note=copies_note, optimizer_step_bytes=step_bytes)
 
 
-def optimizer_state_copies_of(wl, model) -> tuple[float, str | None]:
+def optimizer_state_copies_of(wl, model) -> tuple[float, str | None, dict[str, float] | None]:
     """The state copies per trained weight of the optimizer the model file's ``make_optimizer`` builds over
     ``model``'s parameters (built, never stepped: most optimizers allocate their state at the first step;
-    Adagrad's, filled at construction, is freed when this returns), and what they rest on; 1 (the training
-    data's SGD with momentum) with the reason where the probe cannot tell, and 1 without a word where nothing
-    trains."""
-    from perfpredict.workload.spec import optimizer_state_copies
+    Adagrad's, filled at construction, is freed when this returns), what they rest on, and the bytes of
+    temporaries its step holds per device kind (:func:`~perfpredict.workload.spec.optimizer_step_bytes`); 1 (the
+    training data's SGD with momentum) and None with the reason where the probe cannot tell, and 1 without a word
+    where nothing trains."""
+    from perfpredict.workload.spec import optimizer_state_copies, optimizer_step_bytes
 
     name = "make_optimizer()'s optimizer"
     if not any(p.requires_grad for p in model.parameters()):
-        return 1.0, None  # nothing trains: no state to charge, and no optimizer to probe (Workload.optimizer refuses)
+        return 1.0, None, None  # nothing trains: no state to charge, no optimizer to probe (Workload.optimizer refuses)
     try:
         opt = wl.optimizer(model.parameters())
         name = type(opt).__name__
         copies = optimizer_state_copies(opt)
+        step_bytes = optimizer_step_bytes(opt, model.parameters())
     except BaseException as e:  # the user's hook or optimizer class (sys.exit() included): the data's optimizer
         if isinstance(e, KeyboardInterrupt):
             raise
         why = str(e.args[0]) if isinstance(e, ValueError) and e.args else f"{type(e).__name__}: {exception_text(e)}"
         return 1.0, (f"the optimizer state is charged as the training data's SGD with momentum (one copy of each "
-                     f"trained weight): {name}'s could not be probed ({why[:200]})")
+                     f"trained weight): {name}'s could not be probed ({why[:200]})"), None
     # the training data's one copy needs no word on the card
-    return copies, None if copies == 1 else f"{name} keeps {copies:g} state copies of each trained weight (probed)"
+    note = None if copies == 1 else f"{name} keeps {copies:g} state copies of each trained weight (probed)"
+    return copies, note, step_bytes
 
 
 def frozen_step_ratio(stats, trained, weights) -> float | None:

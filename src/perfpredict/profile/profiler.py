@@ -287,9 +287,10 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
                 recompute_step_ratio_of_model,
             )
 
-            copies, note = optimizer_state_copies_of(workload, model)
+            copies, note, step_bytes = optimizer_state_copies_of(workload, model)
             # a note beside one copy: no probe could tell, and null says "as the training data's"
             card.features.optimizer_state_copies = None if note and copies == 1 else copies
+            card.features.optimizer_step_bytes = step_bytes
             card.features.frozen_step_work_ratio = frozen_step_ratio_of_model(workload, model, graphs.get(2))[0]
             card.features.recompute_step_work_ratio = recompute_step_ratio_of_model(workload, model)[0]
     del model

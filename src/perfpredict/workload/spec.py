@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from perfpredict.workload.ref import DEFAULT_BATCH_SIZES, PRECISIONS, WorkloadRef, check_precision  # noqa: F401
 
@@ -128,17 +129,9 @@ def optimizer_state_copies(opt: Any) -> float:
     whose step needs a closure)."""
     if not isinstance(opt, torch.optim.Optimizer):
         raise ValueError(f"make_optimizer() returned {type(opt).__name__}, not a torch.optim.Optimizer")
-    import inspect
-
     p = torch.zeros(4, 3, requires_grad=True)
     try:
-        # the defaults the constructor takes: AdamW's hold Adam's decoupled_weight_decay, which AdamW() refuses
-        sig = inspect.signature(type(opt))
-        takes_any = any(a.kind is inspect.Parameter.VAR_KEYWORD for a in sig.parameters.values())
-        defaults = {k: v for k, v in opt.defaults.items() if takes_any or k in sig.parameters}
-        # how the step runs, not what state it keeps: capturable wants CUDA tensors, differentiable a non-leaf
-        defaults.update({k: False for k in ("capturable", "differentiable") if defaults.get(k)})
-        probe = type(opt)([p], **defaults)
+        probe = type(opt)([p], **_probe_defaults(opt))
         p.grad = torch.zeros_like(p)
         probe.step()
     except Exception as e:  # noqa: BLE001 - a user's optimizer class: any failure means "cannot tell"
@@ -148,6 +141,83 @@ def optimizer_state_copies(opt: Any) -> float:
     size = p.numel() * p.element_size()
     return sum(t.numel() * t.element_size() for t in state.values()
                if isinstance(t, torch.Tensor) and t.shape == p.shape) / size
+
+
+class _NewTensorBytes(TorchDispatchMode):
+    """The bytes of the tensors the ops under it allocate (an output sharing no input's storage), counted until
+    the tensor is freed, and their most at once. Scalars (a step counter's arithmetic) are left out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = 0
+        self.peak = 0
+
+    def _freed(self, n: int) -> None:
+        self.live -= n
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        import weakref
+
+        from torch.utils._pytree import tree_leaves
+
+        out = func(*args, **(kwargs or {}))
+        inputs = {t.untyped_storage()._cdata for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.dim() > 0 and t.untyped_storage()._cdata not in inputs:
+                n = t.untyped_storage().nbytes()
+                self.live += n
+                self.peak = max(self.peak, self.live)
+                weakref.finalize(t, self._freed, n)
+        return out
+
+
+#: The implementation torch runs an optimizer whose ``foreach`` is None (its default) in on each device kind:
+#: one tensor at a time on the CPU (torch has no foreach kernels there), ``torch._foreach_*`` over every weight
+#: at once on CUDA (``torch.optim.optimizer._default_to_fused_or_foreach``).
+DEFAULT_FOREACH = {"cpu": False, "cuda": True}
+
+
+def optimizer_step_bytes(opt: Any, params: Any) -> dict[str, float]:
+    """The most bytes of temporaries ``opt``'s step holds at once over the trained tensors ``params`` (besides
+    the weights, gradients and state), per device kind as torch would run it there (:data:`DEFAULT_FOREACH`
+    where the optimizer leaves ``foreach`` to torch): a copy of the same class and defaults over "meta" tensors
+    shaped like them (nothing allocated) takes two steps, the second counted (:class:`_NewTensorBytes`). Adam
+    one tensor at a time holds ``exp_avg_sq.sqrt()`` and its quotient by the bias correction (2 x the tensor) and
+    the previous tensor's ``denom``; its foreach step holds ``_foreach_sqrt`` of every exp_avg_sq (1 x all
+    trained bytes); SGD with momentum holds none. A ValueError where no such copy can step."""
+    shapes = [(tuple(p.shape), p.dtype) for p in params if p.requires_grad]
+    out = {}
+    for kind, default in DEFAULT_FOREACH.items():
+        kw = _probe_defaults(opt)
+        if "foreach" in kw and kw["foreach"] is None and not kw.get("fused"):
+            kw["foreach"] = default
+        ps = [torch.zeros(s, dtype=d, device="meta", requires_grad=True) for s, d in shapes]
+        try:
+            probe = type(opt)(ps, **kw)
+            for p in ps:
+                p.grad = torch.zeros_like(p)
+            probe.step()  # the first step makes the state (counted as state copies)
+            counter = _NewTensorBytes()
+            with counter:
+                probe.step()
+        except Exception as e:  # noqa: BLE001 - a user's optimizer class: any failure means "cannot tell"
+            raise ValueError(f"a {type(opt).__name__} over meta tensors could not take a step "
+                             f"({type(e).__name__}: {str(e)[:120]})") from None
+        out[kind] = float(counter.peak)
+    return out
+
+
+def _probe_defaults(opt: torch.optim.Optimizer) -> dict[str, Any]:
+    """The defaults ``type(opt)``'s constructor takes (AdamW's hold Adam's decoupled_weight_decay, which AdamW()
+    refuses), with ``capturable`` and ``differentiable`` off: how the step runs, not what state it keeps
+    (capturable wants CUDA tensors, differentiable a non-leaf)."""
+    import inspect
+
+    sig = inspect.signature(type(opt))
+    takes_any = any(a.kind is inspect.Parameter.VAR_KEYWORD for a in sig.parameters.values())
+    defaults = {k: v for k, v in opt.defaults.items() if takes_any or k in sig.parameters}
+    defaults.update({k: False for k in ("capturable", "differentiable") if defaults.get(k)})
+    return defaults
 
 
 @dataclass
