@@ -45,6 +45,7 @@ PARALLEL_SAFE_MODULES = frozenset({
     "test_units_findings",
     "test_frozen_time_fixes",
     "test_activation_checkpointing",
+    "test_checkpointing_memory",
     "test_rmsle_scale",
     "test_review45_findings",
     "test_left_alone46_fixes",

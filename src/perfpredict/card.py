@@ -26,7 +26,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, Vali
 
 from perfpredict.errors import PerfPredictError
 
-SCHEMA_VERSION = "1.26"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
+SCHEMA_VERSION = "1.27"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
 #                                             features.activation_bytes_by_op; 1.3: features.lookup_param_bytes;
 #                                             1.4: features.recurrent_steps_by_op;
 #                                             1.5: features.saved_cpu_bytes_per_sample;
@@ -61,6 +61,9 @@ SCHEMA_VERSION = "1.26"  # 1.1: scaling, colocation, speedup_curve, comm_model, 
 #                                                   time back)
 #                                             1.26: features.optimizer_step_bytes (the temporaries the
 #                                                   optimizer's step holds, per device kind, charged with it)
+#                                             1.27: features.recompute_saved_bytes_per_sample/_fixed and
+#                                                   recompute_saved_cpu_bytes_per_sample/_fixed (a predicted card
+#                                                   of a checkpointing model gives its training memory back)
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -342,6 +345,18 @@ class GraphFeatures(_Section):
                                                     "was multiplied by, and features=card multiplies by (a "
                                                     "measured training card's too); null where nothing is "
                                                     "recomputed or nobody ran a step for it")
+    recompute_saved_bytes_per_sample: int | None = Field(None, ge=0, description="the most bytes the "
+                                                         "recomputation of activation checkpointing saves for the "
+                                                         "backward at once, per sample, as CUDA's kernels save "
+                                                         "them (a segment's activations, alive beside the saved "
+                                                         "bytes until its gradient is done; perfpredict.features."
+                                                         "saved); what a predicted card's training memory charges "
+                                                         "on top of the saved bytes, and features=card charges; "
+                                                         "null where nothing is recomputed or nobody counted")
+    recompute_saved_bytes_fixed: int | None = Field(None, ge=0)
+    recompute_saved_cpu_bytes_per_sample: int | None = Field(None, ge=0, description="the same as the CPU's "
+                                                             "own kernels save them")
+    recompute_saved_cpu_bytes_fixed: int | None = Field(None, ge=0)
     optimizer_state_copies: float | None = Field(None, ge=0, allow_inf_nan=False, description="copies of each "
                                                  "trained weight the training job's optimizer keeps as state "
                                                  "(SGD with momentum 1, plain SGD 0, Adam/AdamW 2) that a "

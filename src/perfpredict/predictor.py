@@ -765,9 +765,9 @@ class Predictor:
         frozen_note = _frozen_time_note(arch, ms)
         if frozen_note:
             notes.append(frozen_note)
-        recompute_note = _recompute_time_note(arch, ms)
-        if recompute_note:
-            notes.append(recompute_note)
+        for recompute_note in (_recompute_time_note(arch, ms), _recompute_memory_note(arch, ms, estimated)):
+            if recompute_note:
+                notes.append(recompute_note)
         optimizer_note = _optimizer_memory_note(arch, ms)
         if optimizer_note:
             notes.append(optimizer_note)
@@ -855,6 +855,7 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
         graph = fixed_parts_at_least_zero(features.features.model_dump())
         ratio = graph.pop("frozen_step_work_ratio", None)  # a predicted card's, read off its graph (schema 1.22)
         recompute = graph.pop("recompute_step_work_ratio", None)  # counted on a step of its model (schema 1.25)
+        recomputed = {k: float(graph.pop(k, None) or 0) for k in RECOMPUTE_SAVED_FIELDS}  # the same (schema 1.26)
         # a predicted or measured training card's (schema 1.24); None: as the data's. Held to the callers' range:
         # the schema bounds it below only, and 1e300 copies overflowed the card's memory bytes
         copies = check_optimizer_state_copies(graph.pop("optimizer_state_copies", None),
@@ -863,7 +864,7 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
                     "param_count": features.model.parameters,
                     "name": features.model.name, "family": features.model.family}
         return replace(_as_arch(features), frozen_step_work_ratio=ratio, recompute_step_work_ratio=recompute,
-                       optimizer_state_copies=1.0 if copies is None else float(copies),
+                       **recomputed, optimizer_state_copies=1.0 if copies is None else float(copies),
                        optimizer_step_bytes=_checked_step_bytes(graph.pop("optimizer_step_bytes", None)))
     if not isinstance(features, Mapping):
         hint = (": a card's graph features lack its parameter count, so pass the card itself (features=card)"
@@ -872,13 +873,13 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
                          f"{type(features).__name__}{hint}", step="predict")
     from perfpredict.estimators.feature_schema import check_feature_mapping
 
-    # the frozen step-work ratio is read off a graph (a model file, an ONNX file), the recompute one counted on a
-    # model file's step, neither taken from a caller, and
+    # the frozen step-work ratio is read off a graph (a model file, an ONNX file), the recompute one and its saved
+    # bytes counted on a model file's steps, none taken from a caller, and
     # the optimizer's state copies are the predicting call's optimizer_state_copies
     return ArchFeatures.from_dict({k: v for k, v in _frozen_halves(check_feature_mapping(features)).items()
                                    if k not in ("frozen_step_work_ratio", "recompute_step_work_ratio",
-                                                "optimizer_state_copies", "optimizer_state_note",
-                                                "optimizer_step_bytes")})
+                                                *RECOMPUTE_SAVED_FIELDS, "optimizer_state_copies",
+                                                "optimizer_state_note", "optimizer_step_bytes")})
 
 
 def _checked_step_bytes(value: Any) -> dict[str, float] | None:
@@ -955,8 +956,31 @@ def _recompute_time_note(arch: ArchFeatures, ms: ModelSet) -> str | None:
             "trained on steps that keep every activation; the factor is one default training step's FLOPs with the "
             "recomputation over the same without, counted on the CPU at a small batch (ops without FLOPs, such as "
             "normalisations and activations, which are recomputed too, are not weighed, so on a CPU the real "
-            "ratio came out higher, docs/estimators.md); the saved-for-backward bytes already keep only the "
-            "segments' inputs")
+            "ratio came out higher, docs/estimators.md)")
+
+
+def _recompute_memory_note(arch: ArchFeatures, ms: ModelSet, estimated: bool) -> str | None:
+    """The card's word on what training memory charges for activation checkpointing (:func:`_training_memory`)."""
+    t = ms.targets.get("peak_memory")
+    if ms.mode == "infer" or t is None:
+        return None
+    term = next((term for term in _RECOMPUTED_BY_TERM if _term_charge(t, t.coef_point, term) is not None), None)
+    fixed, at_one = recomputed_saved_bytes(arch, term, [0, 1], estimated) if term else (0.0, 0.0)
+    per = at_one - fixed
+    if per <= 0 and fixed <= 0:
+        return None
+    return (f"training memory charges activation checkpointing's recomputation: the saved-for-backward bytes keep "
+            f"only the checkpointed segments' inputs, and the segment the backward recomputes holds its "
+            f"activations beside them until its gradient is done, at most {per / 1e6:.3f} MB/sample + "
+            f"{fixed / 2**20:.1f} MiB at once (counted on a step of the model), charged as saved bytes are "
+            f"({_term_charge(t, t.coef_point, term):.2f} bytes each) on the memory baseline before the learned "
+            "correction")
+
+
+def _recompute_saved_fields(arch: ArchFeatures) -> dict[str, int | None]:
+    """A card's :data:`RECOMPUTE_SAVED_FIELDS`: null where nothing is recomputed."""
+    values = {f: getattr(arch, f) for f in RECOMPUTE_SAVED_FIELDS}
+    return {f: int(v) if any(values.values()) else None for f, v in values.items()}
 
 
 def _frozen_time_note(arch: ArchFeatures, ms: ModelSet) -> str | None:
@@ -982,26 +1006,58 @@ def _frozen_time_note(arch: ArchFeatures, ms: ModelSet) -> str | None:
 def _param_byte_charge(t: _Target, coef: np.ndarray | None) -> float | None:
     """The bytes a memory target's baseline charges per parameter byte (k_P: weights, gradients, optimizer
     state and what lives as long as they do), None for a target without a parameter term."""
+    return _term_charge(t, coef, ("log_param_bytes",))
+
+
+def _term_charge(t: _Target, coef: np.ndarray | None, term: tuple[str, ...]) -> float | None:
+    """The bytes a memory target's baseline charges per byte of ``term``, None for a target without it."""
     terms = t.terms or LEGACY_MEMORY_TERMS
-    if t.transform != "structured_memory" or coef is None or ("log_param_bytes",) not in terms:
+    if t.transform != "structured_memory" or coef is None or term not in terms:
         return None
-    return float(coef[1 + terms.index(("log_param_bytes",))])
+    return float(coef[1 + terms.index(term)])
 
 
-def _parameter_memory(ms: ModelSet, arch: ArchFeatures, X: np.ndarray, preds: dict) -> dict:
-    """Training memory with the frozen parameters charged their weights alone, and the optimizer's state as the
-    job's optimizer keeps it. The sets were trained on models that train every parameter with SGD with momentum,
-    so their memory baselines charge each parameter byte k_P bytes (weight, gradient, one copy of optimizer
-    state); a frozen byte needs one, its weight, so each row's baseline (the median's and the quantiles') loses
-    (k_P - 1) x the frozen bytes, and an optimizer keeping ``c`` copies of each trained weight (Adam/AdamW 2,
-    plain SGD 0) adds (c - 1) x the trained bytes to it, and the temporaries its step holds on this device kind
-    (:func:`optimizer_step_charge`); its prediction (the learned correction times the baseline, or a neighbour's
-    ratio times it) moves by the same share. Nothing changes in inference, or with nothing frozen, one copy and
-    no temporaries (SGD with momentum's step holds none)."""
+#: The card's and ArchFeatures' fields of the bytes activation checkpointing's recomputation saves at once
+#: (per sample, fixed; as CUDA's kernels and as the CPU's save them).
+RECOMPUTE_SAVED_FIELDS = ("recompute_saved_bytes_per_sample", "recompute_saved_bytes_fixed",
+                          "recompute_saved_cpu_bytes_per_sample", "recompute_saved_cpu_bytes_fixed")
+#: A memory baseline's saved-bytes term, and the recomputed bytes (per sample, fixed) charged as it charges it.
+_RECOMPUTED_BY_TERM = {("log_saved_bytes_iter",): RECOMPUTE_SAVED_FIELDS[:2],
+                       ("log_saved_cpu_bytes_iter",): RECOMPUTE_SAVED_FIELDS[2:]}
+
+
+def recomputed_saved_bytes(arch: ArchFeatures, term: tuple[str, ...], batch_sizes: Sequence[int],
+                           estimated: bool = False) -> np.ndarray:
+    """Per batch size, the bytes activation checkpointing's recomputation saves at once as the saved-bytes
+    ``term`` counts saved bytes (CUDA's kernels or the CPU's): 0 for a term of another kind, and where the saved
+    bytes were ``estimated`` from the graph, whose count keeps every checkpointed segment's activations already."""
+    fields = _RECOMPUTED_BY_TERM.get(term)
+    if fields is None or estimated:
+        return np.zeros(len(batch_sizes))
+    per, fixed = (getattr(arch, f) for f in fields)
+    return per * np.asarray(batch_sizes, float) + fixed
+
+
+def _training_memory(ms: ModelSet, arch: ArchFeatures, X: np.ndarray, batch_sizes: Sequence[int], preds: dict,
+                     estimated: bool = False) -> dict:
+    """Training memory with the frozen parameters charged their weights alone, the optimizer's state as the
+    job's optimizer keeps it, and activation checkpointing's recomputed activations. The sets were trained on
+    models that train every parameter with SGD with momentum, so their memory baselines charge each parameter
+    byte k_P bytes (weight, gradient, one copy of optimizer state); a frozen byte needs one, its weight, so each
+    row's baseline (the median's and the quantiles') loses (k_P - 1) x the frozen bytes, and an optimizer keeping
+    ``c`` copies of each trained weight (Adam/AdamW 2, plain SGD 0) adds (c - 1) x the trained bytes to it, and
+    the temporaries its step holds on this device kind (:func:`optimizer_step_charge`). They
+    were trained on steps that keep every activation: a checkpointing model's saved bytes keep only its
+    segments' inputs, and the segment its backward recomputes holds its activations beside them until its
+    gradient is done, so the baseline adds those bytes (:func:`recomputed_saved_bytes`) charged k_S each, as
+    it charges a saved byte. Its prediction (the learned correction times the baseline, or a neighbour's ratio
+    times it) moves by the same share. Nothing changes in inference, or with nothing frozen, one copy and
+    no temporaries (SGD with momentum's step holds none), nothing recomputed."""
     frozen = arch.frozen_param_bytes_in_graph
     extra = ((arch.optimizer_state_copies - 1.0) * max(arch.param_bytes - frozen, 0.0)
              + optimizer_step_charge(arch, ms.device_kind))
-    if ms.mode == "infer" or (frozen <= 0 and extra == 0):
+    recomputed = {term: recomputed_saved_bytes(arch, term, batch_sizes, estimated) for term in _RECOMPUTED_BY_TERM}
+    if ms.mode == "infer" or (frozen <= 0 and extra == 0 and not any(r.any() for r in recomputed.values())):
         return preds
     out = dict(preds)
     for name, (y, q) in preds.items():
@@ -1011,8 +1067,9 @@ def _parameter_memory(ms: ModelSet, arch: ArchFeatures, X: np.ndarray, preds: di
             k = _param_byte_charge(t, coef)
             if k is None:
                 break
+            added = extra + sum(r * (_term_charge(t, coef, term) or 0.0) for term, r in recomputed.items())
             base = t._base(X, coef, 1.0)
-            kept.append(np.maximum(base - max(k - 1.0, 0.0) * max(frozen, 0.0) + extra, 1.0) / base)
+            kept.append(np.maximum(base - max(k - 1.0, 0.0) * max(frozen, 0.0) + added, 1.0) / base)
         if len(kept) == 2:
             out[name] = (y * kept[0], q * kept[1][:, None])
     return out
@@ -1028,7 +1085,7 @@ def optimizer_step_charge(arch: ArchFeatures, device_kind: str) -> float:
 
 def _frozen_memory_note(arch: ArchFeatures, ms: ModelSet) -> str | None:
     """For a training step with frozen parameters: what the memory estimate charges them
-    (:func:`_parameter_memory`)."""
+    (:func:`_training_memory`)."""
     frozen = arch.frozen_param_bytes_in_graph
     if ms.mode == "infer" or frozen <= 0:
         return None
@@ -1071,7 +1128,7 @@ def with_optimizer_state_copies(arch: ArchFeatures, copies: float | None) -> Arc
 
 
 def _optimizer_memory_note(arch: ArchFeatures, ms: ModelSet) -> str | None:
-    """For a training step: what the memory estimate charges the optimizer's state (:func:`_parameter_memory`),
+    """For a training step: what the memory estimate charges the optimizer's state (:func:`_training_memory`),
     where the optimizer is not the training data's or a probe could not tell."""
     c = arch.optimizer_state_copies
     step = optimizer_step_charge(arch, ms.device_kind)
@@ -1180,7 +1237,7 @@ def _estimate(ms: ModelSet, arch: ArchFeatures, batch_sizes: Sequence[int], esti
     if allow_fallback and dist > ms.ood_threshold:
         method = "nearest_profiled"
         preds = _fallback(ms, near, arch, batch_sizes, preds)
-    preds = _parameter_memory(ms, arch, X, preds)
+    preds = _training_memory(ms, arch, X, batch_sizes, preds, estimated)
     if "device_memory" in preds and "peak_memory" in preds:
         preds["device_memory"] = _at_least(preds["device_memory"], preds["peak_memory"])
     factor = frozen_time_factor(arch, ms)
@@ -1338,6 +1395,7 @@ def _assemble_card(arch: ArchFeatures, source: str, ms: ModelSet, info, given: A
                                input_bytes_per_sample=int(arch.input_bytes_per_sample),
                                frozen_step_work_ratio=arch.frozen_step_work_ratio,
                                recompute_step_work_ratio=arch.recompute_step_work_ratio,
+                               **_recompute_saved_fields(arch),
                                optimizer_state_copies=arch.optimizer_state_copies,
                                optimizer_step_bytes=arch.optimizer_step_bytes,
                                peak_live_bytes_per_sample=None if given.peak_live_bytes_per_sample is None

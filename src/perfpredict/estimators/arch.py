@@ -72,6 +72,15 @@ class ArchFeatures:
     #: step keeping their activations (:func:`recompute_step_ratio_of_model`, > 1), which the Predictor multiplies
     #: its training-step times by; None where nothing is recomputed or nobody ran a step for it. Not a feature.
     recompute_step_work_ratio: float | None = None
+    #: the most bytes that recomputation saves for the backward at once, per sample / fixed, as CUDA's kernels
+    #: save them and as the CPU's (:func:`~perfpredict.features.saved.saved_and_recomputed_split`): a segment's
+    #: activations, alive beside the segments' inputs (in the saved bytes) until its gradient is done, which the
+    #: Predictor charges on top of the saved bytes; 0 where nothing is recomputed or nobody ran a step for it.
+    #: Not a feature.
+    recompute_saved_bytes_per_sample: float = 0.0
+    recompute_saved_bytes_fixed: float = 0.0
+    recompute_saved_cpu_bytes_per_sample: float = 0.0
+    recompute_saved_cpu_bytes_fixed: float = 0.0
     #: time steps of the recurrent ops per pass, by op type (:attr:`GraphStats.recurrent_steps_by_op`)
     recurrent_steps_by_op: Mapping[str, int] = field(default_factory=dict)
     #: the most activation bytes alive at once in a forward pass, per sample / fixed
@@ -204,7 +213,7 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
     import torch
 
     from perfpredict.features import extract_features
-    from perfpredict.features.saved import saved_bytes_split
+    from perfpredict.features.saved import saved_and_recomputed_split
     from perfpredict.workload import resolve_workload
     from perfpredict.workload.spec import iter_tensors, parameter_bytes
 
@@ -225,18 +234,21 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
     feats = extract_features(wl, model=model, use_fvcore=False, graphs=graphs)
     if not feats.available:
         raise ArchFeaturesError(f"graph features unavailable: {feats.error}", source=target, step="features")
+    # first of the training-mode runs: a model that recomputes has its saved-bytes steps run the backward too
+    recompute, recompute_note = recompute_step_ratio_of_model(wl, model)
     try:
         inputs = wl.inputs(1)
-        saved, saved_fixed = saved_bytes_split(wl, model)
-        saved_cpu, saved_cpu_fixed = saved_bytes_split(wl, model, kernels="cpu")
+        (saved, saved_fixed), recomputed = saved_and_recomputed_split(wl, model, backward=recompute is not None)
+        (saved_cpu, saved_cpu_fixed), recomputed_cpu = saved_and_recomputed_split(wl, model, kernels="cpu",
+                                                                                  backward=recompute is not None)
     except BaseException as e:  # the user's forward failed in train mode (or exited): report, do not guess
         if isinstance(e, KeyboardInterrupt):
             raise
-        raise ArchFeaturesError(f"training-mode forward failed while counting saved tensors: {type(e).__name__}: "
+        raise ArchFeaturesError(f"training-mode forward (or a checkpointing model's backward) failed while counting "
+                                f"saved tensors: {type(e).__name__}: "
                                 f"{str(e)[:200]}", source=target, step="features") from None
     ratio, ratio_note = frozen_step_ratio_of_model(wl, model, graphs.get(2))
     copies, copies_note, step_bytes = optimizer_state_copies_of(wl, model)
-    recompute, recompute_note = recompute_step_ratio_of_model(wl, model)  # last: it runs a backward
     # fixed (batch-independent) parts: held at 0 or more by the two-batch splits themselves (extract_features,
     # split_nodes, saved_bytes_split)
     return ArchFeatures(
@@ -253,6 +265,9 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
         frozen_param_bytes=float(parameter_bytes(model, trainable=False)),
         frozen_param_count=float(sum(p.numel() for p in model.parameters() if not p.requires_grad)),
         frozen_step_work_ratio=ratio, recompute_step_work_ratio=recompute,
+        recompute_saved_bytes_per_sample=float(recomputed[0]), recompute_saved_bytes_fixed=float(recomputed[1]),
+        recompute_saved_cpu_bytes_per_sample=float(recomputed_cpu[0]),
+        recompute_saved_cpu_bytes_fixed=float(recomputed_cpu[1]),
         peak_live_bytes_per_sample=float(feats.peak_live_bytes_per_sample or 0),
         peak_live_bytes_fixed=float(feats.peak_live_bytes_fixed or 0),
         graph_saved_bytes_per_sample=float(feats.graph_saved_bytes_per_sample or 0),
@@ -333,12 +348,16 @@ def recompute_step_ratio_of_model(wl, model) -> tuple[float | None, str | None]:
     """For a model whose forward checkpoints activations (``torch.utils.checkpoint``), its training step's work
     with the recomputation over the same without (:func:`~perfpredict.features.recompute.recompute_step_ratio`),
     counted on one default step at batch 2 (4 where the training-mode forward rejects 2); and a note when the
-    step cannot be run (the time is then not adjusted). ``(None, None)`` for a model that recomputes nothing."""
+    step cannot be run (the time is then not adjusted). ``(None, None)`` for a model that recomputes nothing.
+    The step leaves the random state as it found it, so the counts run after it draw what they drew without."""
+    import torch
+
     from perfpredict.features.recompute import recompute_step_ratio, step_flops
 
     def run(b: int) -> dict[str, int]:
         targets = wl.targets(b)
-        return step_flops(model, wl.inputs(b), lambda out: wl.loss(out, targets))
+        with torch.random.fork_rng(devices=[]):
+            return step_flops(model, wl.inputs(b), lambda out: wl.loss(out, targets))
 
     try:
         try:
@@ -348,8 +367,9 @@ def recompute_step_ratio_of_model(wl, model) -> tuple[float | None, str | None]:
     except BaseException as e:  # user code runs in the step
         if isinstance(e, KeyboardInterrupt):
             raise
-        return None, (f"the training-step time is not adjusted for any activation checkpointing: one training "
-                      f"step, run to count the forward work its backward recomputes, failed ({type(e).__name__}: {exception_text(e)[:200]})")
+        return None, ("the training-step time and memory are not adjusted for any activation checkpointing: one "
+                      "training step, run to count the forward work its backward recomputes, failed "
+                      f"({type(e).__name__}: {exception_text(e)[:200]})")
     return recompute_step_ratio(flops), None
 
 

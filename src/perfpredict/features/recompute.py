@@ -11,15 +11,22 @@ it back on to recompute a segment, so an op run during the backward with gradien
 recomputation. This runs the model (a model file or the zoo, never an uploaded ONNX file), as the saved-bytes
 count (:mod:`perfpredict.features.saved`) already does.
 
-Saved bytes need no correction: the count of :mod:`perfpredict.features.saved` follows the real forward, in
-which a checkpointed segment keeps only its inputs.
+The forward's saved bytes need no correction: the count of :mod:`perfpredict.features.saved` follows the real
+forward, in which a checkpointed segment keeps only its inputs. But the backward holds more: a segment's
+recomputed saved tensors live until its gradient is done, so its peak holds the segments' inputs and one
+segment's activations. :func:`recomputed_saved_bytes` counts those on the saved-bytes count's own steps. No
+``saved_tensors_hooks`` of the counter's sees them: non-reentrant checkpointing packs them with its own hooks
+(innermost wins), so the count follows storages instead (:class:`_RecomputedStorages`).
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
 from perfpredict.workload.forward_args import call_forward
@@ -66,3 +73,61 @@ def recompute_step_ratio(flops: dict[str, int]) -> float | None:
     if flops["recompute"] <= 0 or step <= 0:
         return None
     return (step + flops["recompute"]) / step
+
+
+class _RecomputedStorages(TorchDispatchMode):
+    """The bytes of the storages a backward's recomputation allocates (ops run with gradient recording on, as in
+    :class:`_PhaseFlops`), followed until they are freed: their most alive at once when the backward proper
+    resumes, at the first op after them that runs with recording off and allocates (a checkpoint's pack hooks
+    run with it off too, but only alias what they keep). A segment's recomputed forward is then done and only
+    what it saved for its backward is left (the checkpoint's hooks keep those, non-reentrant; the recomputed
+    graph, reentrant): transients the recomputation freed are not counted, as the saved-bytes count counts no
+    transient either. Segment inputs are no new storages, so they are not counted twice."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.alive: dict[int, int] = {}  # storage address -> bytes, while the storage lives
+        self.most = 0
+        self._recomputed = False  # an op recorded since the last look
+
+    def _freed(self, ptr: int) -> None:
+        self.alive.pop(ptr, None)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        new = _new_storages(out, args, kwargs)
+        if torch.is_grad_enabled():
+            self._recomputed = True
+            for st in new:
+                self._follow(st)
+        elif self._recomputed and new:
+            self._recomputed = False
+            self.most = max(self.most, sum(self.alive.values()))
+        return out
+
+    def _follow(self, st) -> None:
+        ptr = st.data_ptr()
+        if ptr not in self.alive:
+            self.alive[ptr] = st.nbytes()
+            # the storage's Python object lives as long as its C++ storage does (torch keeps it), so its
+            # finalizer runs when the storage is freed
+            weakref.finalize(st, self._freed, ptr)
+
+
+def _new_storages(out, args, kwargs) -> list:
+    """The storages of ``out``'s tensors that none of the op's tensor arguments has (not a view, nor in place)."""
+    given = {t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)}
+    storages = (t.untyped_storage() for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor))
+    return [st for st in storages if st.data_ptr() and st.data_ptr() not in given]
+
+
+def recomputed_saved_bytes(loss: torch.Tensor) -> int:
+    """Run ``loss.backward()`` and return the most bytes its recomputation of activation-checkpointed segments
+    saved for the backward at once (:class:`_RecomputedStorages`); 0 where nothing is recomputed. The gradient
+    seed is made before the count: ``backward`` would make it with gradient recording on."""
+    seed = torch.ones_like(loss)
+    counter = _RecomputedStorages()
+    with counter:
+        loss.backward(seed)
+    return counter.most

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import torch
 
+from perfpredict.features import _split
 from perfpredict.workload.forward_args import call_forward
 
 #: The kernels a count can follow: "cuda" (fused attention, 1-byte dropout masks; the default) or "cpu".
@@ -44,6 +45,15 @@ KERNELS = ("cuda", "cpu")
 def saved_tensor_bytes(model: torch.nn.Module, inputs: tuple, loss_fn=None, kernels: str = "cuda") -> int:
     """Bytes of the distinct storages autograd saves during one training-mode forward (+ loss) on the CPU,
     as the ``kernels`` of :data:`KERNELS` save them (see the module docstring)."""
+    return saved_and_recomputed_bytes(model, inputs, loss_fn, kernels)[0]
+
+
+def saved_and_recomputed_bytes(model: torch.nn.Module, inputs: tuple, loss_fn=None, kernels: str = "cuda",
+                               backward: bool = False) -> tuple[int, int]:
+    """:func:`saved_tensor_bytes`, and with ``backward`` (and a loss that needs a gradient) the most bytes the
+    backward then run recomputes and saves at once for activation checkpointing
+    (:func:`~perfpredict.features.recompute.recomputed_saved_bytes`), its recomputation following the same
+    ``kernels``; 0 without. The gradients it leaves are cleared."""
     if kernels not in KERNELS:
         raise ValueError(f"kernels must be one of {KERNELS}, got {kernels!r}")
     param_ptrs = {p.untyped_storage().data_ptr() for p in model.parameters()}
@@ -75,28 +85,43 @@ def saved_tensor_bytes(model: torch.nn.Module, inputs: tuple, loss_fn=None, kern
     model.train()
     if kernels == "cuda":
         F.scaled_dot_product_attention, F.dropout = fused_sdpa, fused_dropout
+    recomputed = 0
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             out = call_forward(model, inputs)
-            if loss_fn is not None:
-                loss_fn(out)
+            loss = loss_fn(out) if loss_fn is not None else None
+        # the backward after the hooks: a reentrant checkpoint's recomputed saved tensors would reach them
+        if backward and isinstance(loss, torch.Tensor) and loss.requires_grad:
+            from perfpredict.features.recompute import recomputed_saved_bytes
+
+            recomputed = recomputed_saved_bytes(loss)
     finally:
         F.scaled_dot_product_attention, F.dropout = sdpa, dropout
-    return int(sum(seen.values()))
+        if backward:
+            model.zero_grad(set_to_none=True)
+    return int(sum(seen.values())), int(recomputed)
 
 
 def saved_bytes_split(workload, model: torch.nn.Module | None = None, kernels: str = "cuda") -> tuple[int, int]:
     """(per-sample, fixed) saved bytes of ``workload`` as ``kernels`` save them, from forward passes at batch
     sizes 1 and 2 (2 and 4 for a model whose training-mode forward rejects batch 1)."""
+    return saved_and_recomputed_split(workload, model, kernels)[0]
+
+
+def saved_and_recomputed_split(workload, model: torch.nn.Module | None = None, kernels: str = "cuda",
+                               backward: bool = False) -> tuple[tuple[int, int], tuple[int, int]]:
+    """:func:`saved_bytes_split`, and with ``backward`` the (per-sample, fixed) split of the bytes the
+    backward recomputes and saves at once (:func:`saved_and_recomputed_bytes`), from the same steps; (0, 0)
+    without."""
     if model is None:
         torch.manual_seed(0)
         model = workload.build_model()
     model = model.to("cpu")
 
-    def run(b: int) -> int:
+    def run(b: int) -> tuple[int, int]:
         targets = workload.targets(b)
-        return saved_tensor_bytes(model, workload.inputs(b), loss_fn=lambda out: workload.loss(out, targets),
-                                  kernels=kernels)
+        return saved_and_recomputed_bytes(model, workload.inputs(b), loss_fn=lambda out: workload.loss(out, targets),
+                                          kernels=kernels, backward=backward)
 
     b1, b2 = 1, 2
     try:
@@ -106,5 +131,10 @@ def saved_bytes_split(workload, model: torch.nn.Module | None = None, kernels: s
         b1, b2 = 2, 4
         s1 = run(b1)
     s2 = run(b2)
-    per = (s2 - s1) // (b2 - b1)
-    return int(max(per, 0)), int(max(s1 - b1 * per, 0))
+    return _split_at_least_zero(s1[0], s2[0], b1, b2), _split_at_least_zero(s1[1], s2[1], b1, b2)
+
+
+def _split_at_least_zero(at_b1: int, at_b2: int, b1: int, b2: int) -> tuple[int, int]:
+    """(per-sample, fixed) of a count at batch sizes ``b1`` and ``b2``, each held at 0 or more."""
+    per, fixed = _split(at_b1, at_b2, b1, b2)
+    return max(per, 0), max(fixed, 0)

@@ -292,6 +292,8 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
             card.features.optimizer_state_copies = None if note and copies == 1 else copies
             card.features.optimizer_step_bytes = step_bytes
             card.features.frozen_step_work_ratio = frozen_step_ratio_of_model(workload, model, graphs.get(2))[0]
+            # not the bytes its recomputation saves (features.recompute_saved_*): predicting from this card
+            # estimates the saved bytes from the eval-mode graph, which keeps every segment's activations already
             card.features.recompute_step_work_ratio = recompute_step_ratio_of_model(workload, model)[0]
     del model
 
