@@ -963,7 +963,8 @@ def saved_for_backward_bytes(nodes: list[tuple[str, list[str], list[str]]], init
 
     This is the count an ONNX file alone can give (the exact one, :mod:`perfpredict.features.saved`, runs the
     model). What the graph cannot show is left out: dropout masks (an eval-mode export has no Dropout),
-    attention kernels that keep less than their unfused ops (fused on CUDA), and whether an activation ran
+    attention kernels that keep less than their unfused ops (``scaled_dot_product_attention`` fused on CUDA,
+    and on the CPU without attention dropout: a GPT-style decoder's rule count is 1.3x autograd's), and whether an activation ran
     in place (LeakyReLU and ELU then keep their output instead of their input: one tensor fewer).
 
     ``trained``: the weights that train (None: every one). Autograd records no node, and so keeps nothing, for
