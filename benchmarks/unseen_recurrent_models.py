@@ -59,6 +59,7 @@ def compare(pred, paths: list[Path], batches: list[int], **settings) -> None:
         for mode in ("train", "infer"):
             card = profile(path, batch_sizes=batches, mode=mode, device="cpu", features=False, **settings).card
             measured = {t.batch_size: t.iter_time_s for t in card.throughput if t.iter_time_s}
+            failed = {t.batch_size: t.error or t.status for t in card.throughput if not t.iter_time_s}
             busy = {t.batch_size: t.timing.other_cpus for t in card.throughput if t.timing}
             rss = {m.batch_size: m.peak_bytes for m in card.memory if m.peak_bytes}
             estimated = pred.predict(path, batch_sizes=batches, device_type="cpu", mode=mode, allow_fallback=False)
@@ -66,7 +67,9 @@ def compare(pred, paths: list[Path], batches: list[int], **settings) -> None:
             how = ("falls back to " + default.prediction.nearest.name) if default.prediction.method != "estimator" \
                 else "estimator"
             for t in estimated.throughput:
-                if t.batch_size not in measured:
+                if t.batch_size not in measured:  # said, not left out: a run whose points all failed has no MAPE
+                    why = failed.get(t.batch_size, "not measured")
+                    print(f"{name:{width}s} {mode:5s} {t.batch_size:5d} not measured: {why[:100]}")
                     continue
                 m, p = measured[t.batch_size], t.iter_time_s
                 errors[mode].append(abs(p - m) / m)
@@ -80,10 +83,14 @@ def compare(pred, paths: list[Path], batches: list[int], **settings) -> None:
                       f"{mem}  {_cpus(busy.get(t.batch_size))}  {how}")
     for mode, e in errors.items():
         me = mem_errors[mode]
-        print(f"{mode}: iteration time MAPE {100 * sum(e) / len(e):.1f}% over {len(e)} points; peak RSS MAPE "
-              + (f"{100 * sum(me) / len(me):.1f}% over {len(me)} points" if me else "n/a"))
+        print(f"{mode}: iteration time MAPE {_mape(e)}; peak RSS MAPE {_mape(me)}")
     print(f"({time.perf_counter() - t0:.0f} s; device: {card.device.name}, {card.device.threads} threads)")
 
+
+
+def _mape(errors: list[float]) -> str:
+    """The mean of relative errors as a percentage and how many points it is over; n/a for none."""
+    return f"{100 * sum(errors) / len(errors):.1f}% over {len(errors)} points" if errors else "n/a (no point measured)"
 
 
 def _cpus(n: float | None) -> str:

@@ -322,6 +322,12 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
         value = (await request.form()).get("frozen")
         return value if isinstance(value, str) else None
 
+    async def _batch_input_as_sent(request: Request) -> str | None:
+        """The upload's ``batch_input`` field as sent, as :func:`_frozen_as_sent` reads ``frozen``: ``batch_input=``
+        would otherwise split the counts on the first input, which the field was sent to override."""
+        value = (await request.form()).get("batch_input")
+        return value if isinstance(value, str) else None
+
     # A plain def: FastAPI runs it in its thread pool. Parsing and shape-inferring a large graph takes seconds
     # (4.4 s for a 22 MB transformer), and as a coroutine it held the event loop, /health included, that long.
     @app.post("/predict/onnx", responses={200: {"model": PerformanceCard}, **_ERRORS, **_REFUSED})
@@ -336,7 +342,8 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
                      batch_input: str | None = Form(None, max_length=1000,
                                                     description="the name of the input that carries the batch when it "
                                                                 "is not the first (a static positions or mask input "
-                                                                "first); batch_axis is then an axis of it"),
+                                                                "first); batch_axis is then an axis of it. A name no input "
+                                                                "has is a 400, the field sent empty a 422"),
                      dims: str | None = Form(None, description="sizes of the inputs' symbolic dimensions "
                                                                "besides the batch: seq=128,t=4"),
                      frozen: str | None = Form(None, description="comma-separated initializer name prefixes of the "
@@ -349,11 +356,14 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
                          description="copies of each trained weight the optimizer keeps as state, as for /predict"),
                      allow_fallback: bool = Form(True, description="out of distribution, answer from the nearest "
                                                                    "profiled model (as /predict)"),
-                     frozen_sent: str | None = Depends(_frozen_as_sent)) -> dict[str, Any]:
+                     frozen_sent: str | None = Depends(_frozen_as_sent),
+                     batch_input_sent: str | None = Depends(_batch_input_as_sent)) -> dict[str, Any]:
         try:
             bs = parse_batch_sizes(batch_sizes)
             sizes = _dims_field(dims)
             prefixes = _frozen_field(frozen if frozen is not None else frozen_sent)
+            if batch_input is None and batch_input_sent is not None:  # sent empty
+                raise ValueError("batch_input must name one of the graph's inputs, got '' (or leave the field out)")
         except ValueError as e:
             raise HTTPException(422, str(e)) from None
         data = file.file.read(max_upload_bytes + 1)

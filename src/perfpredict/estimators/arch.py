@@ -284,7 +284,8 @@ def optimizer_state_copies_of(wl, model) -> tuple[float, str | None, dict[str, f
     Adagrad's, filled at construction, is freed when this returns), what they rest on, and the bytes of
     temporaries its step holds per device kind (:func:`~perfpredict.workload.spec.optimizer_step_bytes`); 1 (the
     training data's SGD with momentum) and None with the reason where the probe cannot tell, and 1 without a word
-    where nothing trains."""
+    where nothing trains. A step the meta-tensor probe cannot take (``fused=True``, an optimizer that reads a
+    value with ``.item()``: Adafactor, ASGD) leaves the state copies as probed and charges no temporaries, noted."""
     from perfpredict.workload.spec import optimizer_state_copies, optimizer_step_bytes
 
     name = "make_optimizer()'s optimizer"
@@ -294,16 +295,25 @@ def optimizer_state_copies_of(wl, model) -> tuple[float, str | None, dict[str, f
         opt = wl.optimizer(model.parameters())
         name = type(opt).__name__
         copies = optimizer_state_copies(opt)
-        step_bytes = optimizer_step_bytes(opt, model.parameters())
     except BaseException as e:  # the user's hook or optimizer class (sys.exit() included): the data's optimizer
-        if isinstance(e, KeyboardInterrupt):
-            raise
-        why = str(e.args[0]) if isinstance(e, ValueError) and e.args else f"{type(e).__name__}: {exception_text(e)}"
         return 1.0, (f"the optimizer state is charged as the training data's SGD with momentum (one copy of each "
-                     f"trained weight): {name}'s could not be probed ({why[:200]})"), None
+                     f"trained weight): {name}'s could not be probed ({_probe_failure(e)})"), None
     # the training data's one copy needs no word on the card
     note = None if copies == 1 else f"{name} keeps {copies:g} state copies of each trained weight (probed)"
+    try:
+        step_bytes = optimizer_step_bytes(opt, model.parameters())
+    except BaseException as e:  # the same: the copies stand, the step's temporaries are not known
+        told = f"{name}'s step temporaries could not be probed ({_probe_failure(e)}): none charged"
+        return copies, told if note is None else f"{note}; {told}", None
     return copies, note, step_bytes
+
+
+def _probe_failure(e: BaseException) -> str:
+    """Why a probe of a model file's optimizer failed, for its note (a KeyboardInterrupt is raised on)."""
+    if isinstance(e, KeyboardInterrupt):
+        raise e
+    why = str(e.args[0]) if isinstance(e, ValueError) and e.args else f"{type(e).__name__}: {exception_text(e)}"
+    return why[:200]
 
 
 def frozen_step_ratio(stats, trained, weights) -> float | None:
