@@ -46,6 +46,7 @@ PARALLEL_SAFE_MODULES = frozenset({
     "test_frozen_time_fixes",
     "test_activation_checkpointing",
     "test_checkpointing_memory",
+    "test_checkpointing_review",
     "test_rmsle_scale",
     "test_review45_findings",
     "test_left_alone46_fixes",

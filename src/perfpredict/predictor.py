@@ -854,8 +854,8 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
         # a measured card carries extract_features' two-batch split as it is: held at 0 as from_workload holds it
         graph = fixed_parts_at_least_zero(features.features.model_dump())
         ratio = graph.pop("frozen_step_work_ratio", None)  # a predicted card's, read off its graph (schema 1.22)
-        recompute = graph.pop("recompute_step_work_ratio", None)  # counted on a step of its model (schema 1.25)
-        recomputed = {k: float(graph.pop(k, None) or 0) for k in RECOMPUTE_SAVED_FIELDS}  # the same (schema 1.26)
+        # counted on a step of its model (schema 1.25 and 1.27)
+        recompute, recomputed = _checked_recompute(graph)
         # a predicted or measured training card's (schema 1.24); None: as the data's. Held to the callers' range:
         # the schema bounds it below only, and 1e300 copies overflowed the card's memory bytes
         copies = check_optimizer_state_copies(graph.pop("optimizer_state_copies", None),
@@ -880,6 +880,31 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
                                    if k not in ("frozen_step_work_ratio", "recompute_step_work_ratio",
                                                 *RECOMPUTE_SAVED_FIELDS, "optimizer_state_copies",
                                                 "optimizer_state_note", "optimizer_step_bytes")})
+
+
+#: The most a card's ``features.recompute_step_work_ratio`` may say: a step running its whole forward again some
+#: 300 times (nested checkpointing recomputes a segment once per level), far past any real model's.
+MAX_RECOMPUTE_STEP_WORK_RATIO = 100.0
+
+
+def _checked_recompute(graph: dict[str, Any]) -> tuple[float | None, dict[str, float]]:
+    """A card's activation-checkpointing fields, popped off its ``graph`` features: the recompute step-work ratio
+    and :data:`RECOMPUTE_SAVED_FIELDS` (null: 0). The schema bounds them below only, so a hand-edited card's are
+    held here to the range of the card's other features (a :class:`UsageError` naming the field): 10**400
+    recomputed bytes raised OverflowError, 1e20 predicted 1e20 bytes of training memory, and a ratio of 1e300 a
+    step of 1e297 s."""
+    from perfpredict.estimators.feature_schema import MAX_QUANTITY
+
+    ratio = graph.pop("recompute_step_work_ratio", None)
+    if ratio is not None and not ratio <= MAX_RECOMPUTE_STEP_WORK_RATIO:
+        raise UsageError(f"the card's features.recompute_step_work_ratio must be at most "
+                         f"{MAX_RECOMPUTE_STEP_WORK_RATIO:g}, got {ratio!r}"[:300], step="predict")
+    recomputed = {k: graph.pop(k, None) or 0 for k in RECOMPUTE_SAVED_FIELDS}
+    for k, v in recomputed.items():
+        if not 0 <= v <= MAX_QUANTITY:
+            raise UsageError(f"the card's features.{k} must be a byte count from 0 to {MAX_QUANTITY:.0e}, got "
+                             f"{v!r}"[:300], step="predict")
+    return ratio, {k: float(v) for k, v in recomputed.items()}
 
 
 def _checked_step_bytes(value: Any) -> dict[str, float] | None:

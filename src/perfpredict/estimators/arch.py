@@ -365,8 +365,8 @@ def recompute_step_ratio_of_model(wl, model) -> tuple[float | None, str | None]:
     from perfpredict.features.recompute import recompute_step_ratio, step_flops
 
     def run(b: int) -> dict[str, int]:
-        targets = wl.targets(b)
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]):  # the targets too: a file's example_targets may draw labels
+            targets = wl.targets(b)
             return step_flops(model, wl.inputs(b), lambda out: wl.loss(out, targets))
 
     try:
