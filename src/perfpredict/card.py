@@ -26,7 +26,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, Vali
 
 from perfpredict.errors import PerfPredictError
 
-SCHEMA_VERSION = "1.27"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
+SCHEMA_VERSION = "1.28"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
 #                                             features.activation_bytes_by_op; 1.3: features.lookup_param_bytes;
 #                                             1.4: features.recurrent_steps_by_op;
 #                                             1.5: features.saved_cpu_bytes_per_sample;
@@ -64,6 +64,8 @@ SCHEMA_VERSION = "1.27"  # 1.1: scaling, colocation, speedup_curve, comm_model, 
 #                                             1.27: features.recompute_saved_bytes_per_sample/_fixed and
 #                                                   recompute_saved_cpu_bytes_per_sample/_fixed (a predicted card
 #                                                   of a checkpointing model gives its training memory back)
+#                                             1.28: features.unused_param_bytes, unused_frozen_param_bytes (the
+#                                                   parameters a training step never uses, charged their weight)
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -357,6 +359,15 @@ class GraphFeatures(_Section):
     recompute_saved_cpu_bytes_per_sample: int | None = Field(None, ge=0, description="the same as the CPU's "
                                                              "own kernels save them")
     recompute_saved_cpu_bytes_fixed: int | None = Field(None, ge=0)
+    unused_param_bytes: int | None = Field(None, ge=0, description="bytes of the parameters a training step never "
+                                           "uses (no op of its forward takes them: a replaced head kept as an "
+                                           "attribute), frozen ones included, counted on one step of the model: "
+                                           "the exported graph leaves them out, so they are not part of "
+                                           "param_bytes (model.param_bytes holds them); they get no gradient nor "
+                                           "optimizer state, so a predicted card's memory charges their weight "
+                                           "alone, and features=card does; null where none is or nobody counted")
+    unused_frozen_param_bytes: int | None = Field(None, ge=0, description="the frozen ones' among them (part of "
+                                                  "model.frozen_param_bytes too)")
     optimizer_state_copies: float | None = Field(None, ge=0, allow_inf_nan=False, description="copies of each "
                                                  "trained weight the training job's optimizer keeps as state "
                                                  "(SGD with momentum 1, plain SGD 0, Adam/AdamW 2) that a "

@@ -759,9 +759,9 @@ class Predictor:
         elif ood:
             notes.append(f"out of the training distribution (distance {dist:.2f} > {ms.ood_threshold:.2f}); "
                          "the estimators are extrapolating")
-        frozen_note = _frozen_memory_note(arch, ms)
-        if frozen_note:
-            notes.append(frozen_note)
+        for frozen_note in (_unused_memory_note(arch, ms), _frozen_memory_note(arch, ms)):
+            if frozen_note:
+                notes.append(frozen_note)
         frozen_note = _frozen_time_note(arch, ms)
         if frozen_note:
             notes.append(frozen_note)
@@ -860,12 +860,17 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
         # the schema bounds it below only, and 1e300 copies overflowed the card's memory bytes
         copies = check_optimizer_state_copies(graph.pop("optimizer_state_copies", None),
                                               "the card's features.optimizer_state_copies")
-        features = {**graph, **_frozen_of(features.model, graph.get("param_bytes")),
-                    "param_count": features.model.parameters,
+        unused = {k: float(graph.pop(k, None) or 0) for k in UNUSED_FIELDS}  # counted on a step (schema 1.28)
+        frozen = _frozen_of(features.model, graph.get("param_bytes"), unused["unused_frozen_param_bytes"])
+        features = {**graph, "param_count": features.model.parameters,
                     "name": features.model.name, "family": features.model.family}
+        # the frozen parameters after the schema's check: the unused frozen ones' bytes are not the graph's
         return replace(_as_arch(features), frozen_step_work_ratio=ratio, recompute_step_work_ratio=recompute,
                        **recomputed, optimizer_state_copies=1.0 if copies is None else float(copies),
-                       optimizer_step_bytes=_checked_step_bytes(graph.pop("optimizer_step_bytes", None)))
+                       optimizer_step_bytes=_checked_step_bytes(graph.pop("optimizer_step_bytes", None)),
+                       frozen_param_count=frozen["frozen_param_count"],
+                       frozen_param_bytes=frozen["frozen_param_bytes"] + unused["unused_frozen_param_bytes"],
+                       **unused)
     if not isinstance(features, Mapping):
         hint = (": a card's graph features lack its parameter count, so pass the card itself (features=card)"
                 if type(features).__name__ == "GraphFeatures" else "")
@@ -874,11 +879,11 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
     from perfpredict.estimators.feature_schema import check_feature_mapping
 
     # the frozen step-work ratio is read off a graph (a model file, an ONNX file), the recompute one and its saved
-    # bytes counted on a model file's steps, none taken from a caller, and
+    # bytes and the unused parameters counted on a model file's steps, none taken from a caller, and
     # the optimizer's state copies are the predicting call's optimizer_state_copies
     return ArchFeatures.from_dict({k: v for k, v in _frozen_halves(check_feature_mapping(features)).items()
                                    if k not in ("frozen_step_work_ratio", "recompute_step_work_ratio",
-                                                *RECOMPUTE_SAVED_FIELDS, "optimizer_state_copies",
+                                                *RECOMPUTE_SAVED_FIELDS, *UNUSED_FIELDS, "optimizer_state_copies",
                                                 "optimizer_state_note", "optimizer_step_bytes")})
 
 
@@ -930,19 +935,21 @@ def _frozen_halves(features: dict[str, Any]) -> dict[str, Any]:
     return features
 
 
-def _frozen_of(model, graph_param_bytes: float | None = None) -> dict[str, float]:
+def _frozen_of(model, graph_param_bytes: float | None = None, unused_frozen: float = 0.0) -> dict[str, float]:
     """The frozen parameters' count and bytes a card's model section records. A card written before the bytes
     were recorded has the counts only: its frozen bytes are their share of the parameter bytes (exact when every
     parameter has one dtype). At most ``graph_param_bytes``, the card's graph's parameter bytes (what the
     feature vector's ``param_bytes`` is, and its frozen bytes are part of): a measured card counts
     ``model.param_bytes`` on the module, and its exported graph leaves out weights its forward does not use (an
     unused frozen module, a training-only branch), so the module's frozen bytes can exceed the graph's, as
-    :func:`~perfpredict.estimators.design.horus_train_memory` holds them for a model file."""
+    :func:`~perfpredict.estimators.design.horus_train_memory` holds them for a model file. The card's
+    ``unused_frozen`` bytes (features.unused_frozen_param_bytes) are such: they are taken out first, so the bytes
+    are the graph's frozen ones."""
     count = max(model.parameters - model.trainable_parameters, 0)
     frozen = model.frozen_param_bytes
     if frozen is None:
         frozen = model.param_bytes * count / model.parameters if model.parameters else 0.0
-    frozen = min(frozen, model.param_bytes)
+    frozen = max(min(frozen, model.param_bytes) - unused_frozen, 0.0)
     if isinstance(graph_param_bytes, (int, float)) and graph_param_bytes >= 0:
         frozen = min(frozen, graph_param_bytes)
     return {"frozen_param_count": float(count), "frozen_param_bytes": float(frozen)}
@@ -1046,6 +1053,8 @@ def _term_charge(t: _Target, coef: np.ndarray | None, term: tuple[str, ...]) -> 
 #: (per sample, fixed; as CUDA's kernels and as the CPU's save them).
 RECOMPUTE_SAVED_FIELDS = ("recompute_saved_bytes_per_sample", "recompute_saved_bytes_fixed",
                           "recompute_saved_cpu_bytes_per_sample", "recompute_saved_cpu_bytes_fixed")
+#: The card's and ArchFeatures' fields of the parameters a training step never uses (all of them, the frozen ones).
+UNUSED_FIELDS = ("unused_param_bytes", "unused_frozen_param_bytes")
 #: A memory baseline's saved-bytes term, and the recomputed bytes (per sample, fixed) charged as it charges it.
 _RECOMPUTED_BY_TERM = {("log_saved_bytes_iter",): RECOMPUTE_SAVED_FIELDS[:2],
                        ("log_saved_cpu_bytes_iter",): RECOMPUTE_SAVED_FIELDS[2:]}
@@ -1076,13 +1085,17 @@ def _training_memory(ms: ModelSet, arch: ArchFeatures, X: np.ndarray, batch_size
     segments' inputs, and the segment its backward recomputes holds its activations beside them until its
     gradient is done, so the baseline adds those bytes (:func:`recomputed_saved_bytes`) charged k_S each, as
     it charges a saved byte. Its prediction (the learned correction times the baseline, or a neighbour's ratio
-    times it) moves by the same share. Nothing changes in inference, or with nothing frozen, one copy and
-    no temporaries (SGD with momentum's step holds none), nothing recomputed."""
-    frozen = arch.frozen_param_bytes_in_graph
+    times it) moves by the same share. The parameters the step never uses (:attr:`ArchFeatures.unused_param_bytes`,
+    which the graph's ``param_bytes`` leaves out) add their weight alone, in inference too. Nothing changes in
+    inference without them, or with nothing frozen nor unused, one copy and no temporaries (SGD with momentum's
+    step holds none), nothing recomputed."""
+    train = ms.mode != "infer"
+    frozen = arch.frozen_param_bytes_in_graph if train else 0.0
     extra = ((arch.optimizer_state_copies - 1.0) * max(arch.param_bytes - frozen, 0.0)
-             + optimizer_step_charge(arch, ms.device_kind))
-    recomputed = {term: recomputed_saved_bytes(arch, term, batch_sizes, estimated) for term in _RECOMPUTED_BY_TERM}
-    if ms.mode == "infer" or (frozen <= 0 and extra == 0 and not any(r.any() for r in recomputed.values())):
+             + optimizer_step_charge(arch, ms.device_kind) if train else 0.0) + arch.unused_param_bytes
+    recomputed = {term: recomputed_saved_bytes(arch, term, batch_sizes, estimated if train else True)
+                  for term in _RECOMPUTED_BY_TERM}
+    if frozen <= 0 and extra == 0 and not any(r.any() for r in recomputed.values()):
         return preds
     out = dict(preds)
     for name, (y, q) in preds.items():
@@ -1106,6 +1119,22 @@ def optimizer_step_charge(arch: ArchFeatures, device_kind: str) -> float:
     where the backward pass held more (glibc keeps the freed activations' pages but the temporaries do not reuse
     them), and the SGD-momentum steps the baselines were fitted on hold none."""
     return float((arch.optimizer_step_bytes or {}).get(device_kind, 0.0))
+
+
+def _unused_memory_note(arch: ArchFeatures, ms: ModelSet) -> str | None:
+    """For a model with parameters a training step never uses: what the memory estimate charges them
+    (:func:`_training_memory`)."""
+    unused = arch.unused_param_bytes
+    if unused <= 0:
+        return None
+    frozen = (f", {arch.unused_frozen_param_bytes / 2**20:,.1f} MiB of them frozen"
+              if arch.unused_frozen_param_bytes > 0 else "")
+    return (f"{unused / 2**20:,.1f} MiB of parameters ({unused:,.0f} bytes{frozen}) are never used by a training "
+            "step (no op of its forward takes them, counted on one step of the model): the exported graph leaves "
+            "them out, so its param_bytes and MACs hold none of them, but the module holds their weights; they "
+            "get no gradient nor optimizer state, so memory is charged their weight alone on "
+            "top of its baselines before the learned correction" + (", in inference too" if ms.mode == "infer"
+                                                                     else ""))
 
 
 def _frozen_memory_note(arch: ArchFeatures, ms: ModelSet) -> str | None:
@@ -1384,9 +1413,11 @@ def _assemble_card(arch: ArchFeatures, source: str, ms: ModelSet, info, given: A
     dev = ms.device_kind
     bs = [p.batch_size for p in info.points]
     card = PerformanceCard(
+        # the module's parameters, as a measured card counts them: the graph's and those no step uses
         model=ModelInfo(name=arch.name or Path(source).stem, source=source, parameters=int(arch.param_count),
                         trainable_parameters=int(arch.param_count - arch.frozen_param_count),
-                        param_bytes=int(arch.param_bytes), frozen_param_bytes=int(arch.frozen_param_bytes_in_graph),
+                        param_bytes=int(arch.param_bytes + arch.unused_param_bytes),
+                        frozen_param_bytes=int(arch.frozen_param_bytes_in_graph + arch.unused_frozen_param_bytes),
                         family=arch.family),
         # the measuring GPU's memory: what a pair of predicted cards is checked against (perfpredict colocate)
         device=DeviceInfo(kind=dev, name=ms.device_name, cpu_id=ms.cpu_id if dev == "cpu" else None,
@@ -1421,6 +1452,7 @@ def _assemble_card(arch: ArchFeatures, source: str, ms: ModelSet, info, given: A
                                frozen_step_work_ratio=arch.frozen_step_work_ratio,
                                recompute_step_work_ratio=arch.recompute_step_work_ratio,
                                **_recompute_saved_fields(arch),
+                               **{f: int(getattr(arch, f)) if arch.unused_param_bytes else None for f in UNUSED_FIELDS},
                                optimizer_state_copies=arch.optimizer_state_copies,
                                optimizer_step_bytes=arch.optimizer_step_bytes,
                                peak_live_bytes_per_sample=None if given.peak_live_bytes_per_sample is None

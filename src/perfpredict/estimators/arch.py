@@ -64,12 +64,20 @@ class ArchFeatures:
     frozen_param_bytes: float = 0.0
     #: how many parameters those are (part of param_count)
     frozen_param_count: float = 0.0
+    #: bytes of the parameters a training step never uses (no op of its forward takes them: a replaced head kept
+    #: as an attribute, an auxiliary classifier behind a flag), frozen ones included, counted on a model file's
+    #: step (:func:`step_probe_of_model`): the exported graph leaves them out, so they are *not* part of
+    #: param_bytes, but the module holds them; they get no gradient nor optimizer state, so the Predictor charges
+    #: their weight alone. 0 where nobody counted (an ONNX file, a feature vector). Not a feature.
+    unused_param_bytes: float = 0.0
+    #: the frozen ones' among them (part of frozen_param_bytes too, as a model file counts it)
+    unused_frozen_param_bytes: float = 0.0
     #: the MAC-weighted work of a training step with those parameters frozen over the same step training every
     #: parameter (:func:`frozen_step_ratio`), which the Predictor multiplies its training-step times by; None
     #: where nothing is frozen or nobody walked the graph for it (a feature vector, a card). Not a feature.
     frozen_step_work_ratio: float | None = None
     #: the work of a training step that recomputes activation-checkpointed segments in its backward over the same
-    #: step keeping their activations (:func:`recompute_step_ratio_of_model`, > 1), which the Predictor multiplies
+    #: step keeping their activations (:func:`step_probe_of_model`, > 1), which the Predictor multiplies
     #: its training-step times by; None where nothing is recomputed or nobody ran a step for it. Not a feature.
     recompute_step_work_ratio: float | None = None
     #: the most bytes that recomputation saves for the backward at once, per sample / fixed, as CUDA's kernels
@@ -119,8 +127,9 @@ class ArchFeatures:
     @property
     def frozen_param_bytes_in_graph(self) -> float:
         """The frozen bytes as part of ``param_bytes`` (the graph's): a model file's module counts frozen weights
-        its exported forward leaves out (an unused frozen module), which the graph's bytes do not hold."""
-        return min(self.frozen_param_bytes, self.param_bytes)
+        its exported forward leaves out (an unused frozen module, :attr:`unused_frozen_param_bytes`), which the
+        graph's bytes do not hold."""
+        return max(min(self.frozen_param_bytes - self.unused_frozen_param_bytes, self.param_bytes), 0.0)
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "family": self.family, "forward_macs_per_sample": self.forward_macs_per_sample,
@@ -235,7 +244,8 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
     if not feats.available:
         raise ArchFeaturesError(f"graph features unavailable: {feats.error}", source=target, step="features")
     # first of the training-mode runs: a model that recomputes has its saved-bytes steps run the backward too
-    recompute, recompute_note = recompute_step_ratio_of_model(wl, model)
+    step = step_probe_of_model(wl, model)
+    recompute = step.recompute_ratio
     try:
         inputs = wl.inputs(1)
         (saved, saved_fixed), recomputed = saved_and_recomputed_split(wl, model, backward=recompute is not None)
@@ -248,7 +258,8 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
                                 f"saved tensors: {type(e).__name__}: "
                                 f"{str(e)[:200]}", source=target, step="features") from None
     ratio, ratio_note = frozen_step_ratio_of_model(wl, model, graphs.get(2))
-    copies, copies_note, step_bytes = optimizer_state_copies_of(wl, model)
+    copies, copies_note, step_bytes = optimizer_state_copies_of(wl, model, step.unused)
+    unused, unused_frozen = unused_param_bytes_of(model, step.unused, graphs.get(2))
     # fixed (batch-independent) parts: held at 0 or more by the two-batch splits themselves (extract_features,
     # split_nodes, saved_bytes_split)
     return ArchFeatures(
@@ -264,6 +275,7 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
         lookup_param_bytes=float(feats.lookup_param_bytes or 0), recurrent_steps_by_op=feats.recurrent_steps_by_op,
         frozen_param_bytes=float(parameter_bytes(model, trainable=False)),
         frozen_param_count=float(sum(p.numel() for p in model.parameters() if not p.requires_grad)),
+        unused_param_bytes=unused, unused_frozen_param_bytes=unused_frozen,
         frozen_step_work_ratio=ratio, recompute_step_work_ratio=recompute,
         recompute_saved_bytes_per_sample=float(recomputed[0]), recompute_saved_bytes_fixed=float(recomputed[1]),
         recompute_saved_cpu_bytes_per_sample=float(recomputed_cpu[0]),
@@ -273,19 +285,22 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
         graph_saved_bytes_per_sample=float(feats.graph_saved_bytes_per_sample or 0),
         graph_saved_bytes_fixed=float(feats.graph_saved_bytes_fixed or 0),
         kernel_nodes=tuple(tuple(r) for r in feats.kernel_nodes), name=wl.name,
-        notes=tuple(n for n in (feats.error, *feats.notes, _hook_note(wl), ratio_note, recompute_note) if n),
+        notes=tuple(n for n in (feats.error, *feats.notes, _hook_note(wl), ratio_note, step.note) if n),
         precision=wl.precision,
         optimizer_state_copies=copies, optimizer_state_note=copies_note, optimizer_step_bytes=step_bytes)
 
 
-def optimizer_state_copies_of(wl, model) -> tuple[float, str | None, dict[str, float] | None]:
+def optimizer_state_copies_of(wl, model, unused: Iterable[str] = ()) -> tuple[float, str | None,
+                                                                              dict[str, float] | None]:
     """The state copies per trained weight of the optimizer the model file's ``make_optimizer`` builds over
     ``model``'s parameters (built, never stepped: most optimizers allocate their state at the first step;
     Adagrad's, filled at construction, is freed when this returns), what they rest on, and the bytes of
-    temporaries its step holds per device kind (:func:`~perfpredict.workload.spec.optimizer_step_bytes`); 1 (the
-    training data's SGD with momentum) and None with the reason where the probe cannot tell, and 1 without a word
-    where nothing trains. A step the meta-tensor probe cannot take (``fused=True``, an optimizer that reads a
-    value with ``.item()``: Adafactor, ASGD) leaves the state copies as probed and charges no temporaries, noted."""
+    temporaries its step holds per device kind (:func:`~perfpredict.workload.spec.optimizer_step_bytes`) over the
+    parameters but those named ``unused`` (a step never uses them, :class:`StepProbe`: they get no gradient, which
+    the step skips); 1 (the training data's SGD with momentum) and None with the reason where the probe cannot
+    tell, and 1 without a word where nothing trains. A step the meta-tensor probe cannot take (``fused=True``, an
+    optimizer that reads a value with ``.item()``: Adafactor, ASGD) leaves the state copies as probed and charges
+    no temporaries, noted."""
     from perfpredict.workload.spec import optimizer_state_copies, optimizer_step_bytes
 
     name = "make_optimizer()'s optimizer"
@@ -301,7 +316,8 @@ def optimizer_state_copies_of(wl, model) -> tuple[float, str | None, dict[str, f
     # the training data's one copy needs no word on the card
     note = None if copies == 1 else f"{name} keeps {copies:g} state copies of each trained weight (probed)"
     try:
-        step_bytes = optimizer_step_bytes(opt, model.parameters())
+        skipped = set(unused)
+        step_bytes = optimizer_step_bytes(opt, [p for n, p in model.named_parameters() if n not in skipped])
     except BaseException as e:  # the same: the copies stand, the step's temporaries are not known
         told = f"{name}'s step temporaries could not be probed ({_probe_failure(e)}): none charged"
         return copies, told if note is None else f"{note}; {told}", None
@@ -354,33 +370,59 @@ def frozen_step_ratio_of_model(wl, model, at_2=None) -> tuple[float | None, str 
                   "skip their backward work is unknown")
 
 
-def recompute_step_ratio_of_model(wl, model) -> tuple[float | None, str | None]:
-    """For a model whose forward checkpoints activations (``torch.utils.checkpoint``), its training step's work
-    with the recomputation over the same without (:func:`~perfpredict.features.recompute.recompute_step_ratio`),
-    counted on one default step at batch 2 (4 where the training-mode forward rejects 2); and a note when the
-    step cannot be run (the time is then not adjusted). ``(None, None)`` for a model that recomputes nothing.
-    The step leaves the random state as it found it, so the counts run after it draw what they drew without."""
+@dataclass(frozen=True)
+class StepProbe:
+    """What one default training step of a model file showed (:func:`step_probe_of_model`)."""
+
+    #: its work with activation checkpointing's recomputation over the same without; None where nothing is
+    #: recomputed or the step failed
+    recompute_ratio: float | None = None
+    #: why the step could not be run (its time and memory are then not adjusted)
+    note: str | None = None
+    #: the names of the parameters the step never used (:attr:`~perfpredict.features.recompute.StepCount.unused`)
+    unused: tuple[str, ...] = ()
+
+
+def step_probe_of_model(wl, model) -> StepProbe:
+    """One default training step of ``model`` at batch 2 (4 where the training-mode forward rejects 2), counted
+    (:func:`~perfpredict.features.recompute.step_count`): for a model whose forward checkpoints activations
+    (``torch.utils.checkpoint``), its work with the recomputation over the same without
+    (:func:`~perfpredict.features.recompute.recompute_step_ratio`), and the parameters it never uses; a note when
+    the step cannot be run (the time is then not adjusted, nothing taken as unused). The step leaves the random
+    state as it found it, so the counts run after it draw what they drew without."""
     import torch
 
-    from perfpredict.features.recompute import recompute_step_ratio, step_flops
+    from perfpredict.features.recompute import StepCount, recompute_step_ratio, step_count
 
-    def run(b: int) -> dict[str, int]:
+    def run(b: int) -> StepCount:
         with torch.random.fork_rng(devices=[]):  # the targets too: a file's example_targets may draw labels
             targets = wl.targets(b)
-            return step_flops(model, wl.inputs(b), lambda out: wl.loss(out, targets))
+            return step_count(model, wl.inputs(b), lambda out: wl.loss(out, targets))
 
     try:
         try:
-            flops = run(2)
+            count = run(2)
         except Exception:  # noqa: BLE001 - as the saved-bytes count, a batch the training-mode forward rejects
-            flops = run(4)
+            count = run(4)
     except BaseException as e:  # user code runs in the step
         if isinstance(e, KeyboardInterrupt):
             raise
-        return None, ("the training-step time and memory are not adjusted for any activation checkpointing: one "
-                      "training step, run to count the forward work its backward recomputes, failed "
-                      f"({type(e).__name__}: {exception_text(e)[:200]})")
-    return recompute_step_ratio(flops), None
+        return StepProbe(note="the training-step time and memory are not adjusted for any activation "
+                              "checkpointing nor unused parameters: one training step, run to count the forward "
+                              "work its backward recomputes and the parameters it uses, failed "
+                              f"({type(e).__name__}: {exception_text(e)[:200]})")
+    return StepProbe(recompute_ratio=recompute_step_ratio(count.flops), unused=count.unused)
+
+
+def unused_param_bytes_of(model, unused: Iterable[str], at_2=None) -> tuple[float, float]:
+    """The bytes of ``model``'s parameters named in ``unused`` (a step never used them, :class:`StepProbe`) and
+    the frozen ones' among them; one the graph exported at batch 2 (``at_2``, a GraphStats) holds under its name
+    is left out, as ``param_bytes`` counts it already (an eval-mode forward may read what the training step
+    does not)."""
+    names = set(unused) - (at_2.float_initializers if at_2 is not None else frozenset())
+    picked = [p for n, p in model.named_parameters() if n in names]
+    return (float(sum(p.numel() * p.element_size() for p in picked)),
+            float(sum(p.numel() * p.element_size() for p in picked if not p.requires_grad)))
 
 
 def _check_room_for_weights(wl, target: str) -> None:

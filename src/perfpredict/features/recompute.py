@@ -17,12 +17,17 @@ recomputed saved tensors live until its gradient is done, so its peak holds the 
 segment's activations. :func:`recomputed_saved_bytes` counts those on the saved-bytes count's own steps. No
 ``saved_tensors_hooks`` of the counter's sees them: non-reentrant checkpointing packs them with its own hooks
 (innermost wins), so the count follows storages instead (:class:`_RecomputedStorages`).
+
+The same step says which parameters it never uses (:func:`step_count`): those whose storage no op of its forward
+takes. The exporter drops such a layer (a replaced head kept as an attribute, an auxiliary classifier behind a
+flag), so its weights are missing from the graph's bytes although the module holds them.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -39,8 +44,11 @@ class _PhaseFlops(FlopCounterMode):
         super().__init__(display=False)
         self.backward = False
         self.by_phase = {"forward": 0, "backward": 0, "recompute": 0}
+        self.read: set[int] = set()  # the storages the forward's ops took as arguments
 
-    def _count_flops(self, func_packet, out, args, kwargs):  # FlopCounterMode's one counting hook
+    def _count_flops(self, func_packet, out, args, kwargs):  # FlopCounterMode's one counting hook, every op's
+        if not self.backward:
+            self.read |= _storage_ptrs((args, kwargs))
         count = self.flop_registry.get(func_packet)
         if count is not None:
             phase = "forward" if not self.backward else "recompute" if torch.is_grad_enabled() else "backward"
@@ -48,22 +56,42 @@ class _PhaseFlops(FlopCounterMode):
         return out
 
 
-def step_flops(model: torch.nn.Module, inputs: tuple, loss_fn: Callable) -> dict[str, int]:
-    """FLOPs of one default training step of ``model`` on ``inputs`` (train mode; ``loss_fn(outputs)`` the
-    loss), by phase: ``forward`` (and the loss), ``backward`` (the gradients) and ``recompute`` (forward work
-    the backward ran again). The gradients it leaves are cleared; nothing trains: every phase is 0."""
+@dataclass(frozen=True)
+class StepCount:
+    """What one default training step showed (:func:`step_count`)."""
+
+    #: FLOPs by phase: ``forward`` (and the loss), ``backward`` (the gradients) and ``recompute`` (forward work
+    #: the backward ran again); every phase 0 where nothing trains
+    flops: dict[str, int]
+    #: the names of the parameters no op of the forward (nor the loss) took: they get no gradient, so no
+    #: optimizer state, and hold their weight only
+    unused: tuple[str, ...] = ()
+
+
+def step_count(model: torch.nn.Module, inputs: tuple, loss_fn: Callable) -> StepCount:
+    """One default training step of ``model`` on ``inputs`` (train mode; ``loss_fn(outputs)`` the loss): its
+    FLOPs by phase and the parameters it never uses (:class:`StepCount`). The gradients it leaves are cleared."""
     counter = _PhaseFlops()
     model.train()
     try:
         with counter:
             loss = loss_fn(call_forward(model, inputs))
-            if not (isinstance(loss, torch.Tensor) and loss.requires_grad):
-                return dict.fromkeys(counter.by_phase, 0)
-            counter.backward = True
-            loss.backward()
+            if isinstance(loss, torch.Tensor) and loss.requires_grad:
+                counter.backward = True
+                loss.backward()
+            else:
+                counter.by_phase = dict.fromkeys(counter.by_phase, 0)
     finally:
         model.zero_grad(set_to_none=True)
-    return dict(counter.by_phase)
+    # a parameter of no bytes has no storage to follow: it costs nothing either way
+    unused = tuple(n for n, p in model.named_parameters()
+                   if p.numel() and p.untyped_storage().data_ptr() not in counter.read)
+    return StepCount(flops=dict(counter.by_phase), unused=unused)
+
+
+def step_flops(model: torch.nn.Module, inputs: tuple, loss_fn: Callable) -> dict[str, int]:
+    """FLOPs of one default training step of ``model`` on ``inputs`` by phase (:attr:`StepCount.flops`)."""
+    return step_count(model, inputs, loss_fn).flops
 
 
 def recompute_step_ratio(flops: dict[str, int]) -> float | None:
@@ -115,9 +143,22 @@ class _RecomputedStorages(TorchDispatchMode):
             weakref.finalize(st, self._freed, ptr)
 
 
+def _storage_ptrs(tree) -> set[int]:
+    """The storage addresses of the tensors in ``tree`` (an op's arguments); a tensor without a plain storage (a
+    sparse or nested one) has none."""
+    ptrs = set()
+    for t in tree_flatten(tree)[0]:
+        if isinstance(t, torch.Tensor):
+            try:
+                ptrs.add(t.untyped_storage().data_ptr())
+            except (RuntimeError, NotImplementedError):
+                pass
+    return ptrs
+
+
 def _new_storages(out, args, kwargs) -> list:
     """The storages of ``out``'s tensors that none of the op's tensor arguments has (not a view, nor in place)."""
-    given = {t.untyped_storage().data_ptr() for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)}
+    given = _storage_ptrs((args, kwargs))
     storages = (t.untyped_storage() for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor))
     return [st for st in storages if st.data_ptr() and st.data_ptr() not in given]
 

@@ -279,22 +279,28 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
             card.errors.append(CardError(step="export_onnx", message=card.features.error or "export failed"))
         elif settings.mode == "train":
             # what Predictor.predict(features=card) needs to predict this job's training step on another device
-            # as predicting its model file does: the optimizer's state, the step work frozen weights skip and the
-            # forward work activation checkpointing recomputes
+            # as predicting its model file does: the optimizer's state, the step work frozen weights skip, the
+            # forward work activation checkpointing recomputes and the parameters the step never uses
             from perfpredict.estimators.arch import (
                 frozen_step_ratio_of_model,
                 optimizer_state_copies_of,
-                recompute_step_ratio_of_model,
+                step_probe_of_model,
+                unused_param_bytes_of,
             )
 
-            copies, note, step_bytes = optimizer_state_copies_of(workload, model)
+            step = step_probe_of_model(workload, model)
+            copies, note, step_bytes = optimizer_state_copies_of(workload, model, step.unused)
             # a note beside one copy: no probe could tell, and null says "as the training data's"
             card.features.optimizer_state_copies = None if note and copies == 1 else copies
             card.features.optimizer_step_bytes = step_bytes
             card.features.frozen_step_work_ratio = frozen_step_ratio_of_model(workload, model, graphs.get(2))[0]
             # not the bytes its recomputation saves (features.recompute_saved_*): predicting from this card
             # estimates the saved bytes from the eval-mode graph, which keeps every segment's activations already
-            card.features.recompute_step_work_ratio = recompute_step_ratio_of_model(workload, model)[0]
+            card.features.recompute_step_work_ratio = step.recompute_ratio
+            unused, unused_frozen = unused_param_bytes_of(model, step.unused, graphs.get(2))
+            if unused:  # null where none is, as the predicted card writes it
+                card.features.unused_param_bytes = int(unused)
+                card.features.unused_frozen_param_bytes = int(unused_frozen)
     del model
 
     def close_sweep(interrupted: bool) -> None:
