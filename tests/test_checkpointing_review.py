@@ -13,7 +13,7 @@ import torch
 from perfpredict import Predictor
 from perfpredict.card import PerformanceCard
 from perfpredict.errors import UsageError
-from perfpredict.estimators.arch import from_workload, recompute_step_ratio_of_model
+from perfpredict.estimators.arch import from_workload, step_probe_of_model
 from perfpredict.workload import resolve_workload
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,7 +39,8 @@ def test_the_recompute_step_leaves_the_random_state_with_random_targets(tmp_path
     torch.manual_seed(0)
     model = wl.build_model()
     state = torch.random.get_rng_state()
-    assert recompute_step_ratio_of_model(wl, model) == (None, None)
+    probe = step_probe_of_model(wl, model)
+    assert probe.recompute_ratio is None and probe.note is None
     # the saved-bytes counts after it draw what they drew without it
     assert torch.equal(torch.random.get_rng_state(), state)
 
