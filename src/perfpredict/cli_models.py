@@ -128,6 +128,22 @@ def dims_option(values: list[str] | None, option: str, is_onnx: bool) -> dict[st
 OPTIMIZER_STATES_HELP = ("copies of each trained weight the training job's optimizer keeps as state, charged to "
                          "training memory: 1 as the training data (SGD with momentum), 0 plain SGD, 2 Adam/AdamW "
                          "[a model file's make_optimizer, probed; else 1]")
+OPTIMIZER_HELP = ("the training job's optimizer, one of torch.optim's own by name (case-insensitive; sgd, "
+                  "sgd-momentum, adam, adamw, adagrad, rmsprop, ...), optionally with options: adamw:foreach=true. "
+                  "Its state copies and its step's temporaries are probed over the trained weights' shapes; for a "
+                  "model file it replaces make_optimizer. Not with --optimizer-states")
+
+
+def optimizer_option(value: str | None, copies: float | None, option: str, copies_option: str):
+    """``--optimizer`` (or ``--optimizer-a``/``-b``) checked (:func:`~perfpredict.estimators.arch.check_optimizer`),
+    and refused beside its ``--optimizer-states``."""
+    from perfpredict.estimators.arch import check_optimizer
+
+    named = check_optimizer(value, option, step="arguments")
+    if named is not None and copies is not None:
+        raise UsageError(f"give {option} or {copies_option}, not both: the optimizer named is probed for its state "
+                         "copies", step="arguments")
+    return named
 
 
 @app.command()
@@ -157,6 +173,7 @@ def predict(
                                                      "e.g. --frozen backbone. (repeatable): they get no gradient nor "
                                                      "optimizer state; a model file says which are frozen itself")] = None,
     optimizer_states: Annotated[float | None, typer.Option("--optimizer-states", help=OPTIMIZER_STATES_HELP)] = None,
+    optimizer: Annotated[str | None, typer.Option("--optimizer", help=OPTIMIZER_HELP)] = None,
     mlflow: Annotated[bool, typer.Option("--mlflow", help="also log the prediction as an MLflow run (kind "
                                                           "'prediction'; off by default: a query, not a measurement)")] = False,
     experiment: Annotated[str, typer.Option(help="MLflow experiment name (with --mlflow)")] = "perfpredict-predictions",
@@ -183,6 +200,7 @@ def predict(
     from perfpredict.predictor import check_optimizer_state_copies
 
     copies = check_optimizer_state_copies(optimizer_states, "--optimizer-states", step="arguments")
+    named = optimizer_option(optimizer, copies, "--optimizer", "--optimizer-states")
     if is_onnx:
         if params:
             raise UsageError("--param only applies to zoo models (zoo:<family>), not to an ONNX file", step="arguments")
@@ -208,11 +226,11 @@ def predict(
     if is_onnx:
         card = pred.predict(onnx_path=target, batch_sizes=bs, device_type=device_type, mode=mode,
                             batch_axis=batch_axis, precision=precision, dims=dims or None, frozen=prefixes or None,
-                            optimizer_state_copies=copies, batch_input=batch_input)
+                            optimizer_state_copies=copies, batch_input=batch_input, optimizer=named)
     else:
         card = pred.predict(target, batch_sizes=bs, device_type=device_type, params=params or None, mode=mode,
                             batch_axis=batch_axis, precision=precision, optimizer_state_copies=copies,
-                            batch_input=batch_input)
+                            batch_input=batch_input, optimizer=named)
     print_prediction(card)
     if out:
         try:
@@ -308,6 +326,9 @@ def colocate(
     optimizer_states_a: Annotated[float | None, typer.Option("--optimizer-states-a", help="A a model file or .onnx: "
                                                              "as `perfpredict predict --optimizer-states`")] = None,
     optimizer_states_b: Annotated[float | None, typer.Option("--optimizer-states-b", help="the same for B")] = None,
+    optimizer_a: Annotated[str | None, typer.Option("--optimizer-a", help="A a model file or .onnx: as `perfpredict "
+                                                    "predict --optimizer` (adamw, sgd-momentum, ...)")] = None,
+    optimizer_b: Annotated[str | None, typer.Option("--optimizer-b", help="the same for B")] = None,
     models: Annotated[Path | None, typer.Option(help="trained_models folder")] = None,
 ) -> None:
     """Predict two jobs sharing one GPU: each one's slowdown (Horus's interference model), the pair's throughput
@@ -341,7 +362,11 @@ def colocate(
 
     copies = [check_optimizer_state_copies(c, o, step="arguments") for c, o in
               ((optimizer_states_a, "--optimizer-states-a"), (optimizer_states_b, "--optimizer-states-b"))]
-    for c, o, t in zip(copies, ("--optimizer-states-a", "--optimizer-states-b"), (job_a, job_b)):
+    named = [optimizer_option(n, c, o, co) for n, c, o, co in
+             ((optimizer_a, copies[0], "--optimizer-a", "--optimizer-states-a"),
+              (optimizer_b, copies[1], "--optimizer-b", "--optimizer-states-b"))]
+    for c, o, t in zip([*copies, *named], ("--optimizer-states-a", "--optimizer-states-b", "--optimizer-a",
+                                           "--optimizer-b"), (job_a, job_b) * 2):
         if c is not None and t.lower().endswith(".json"):
             raise UsageError(f"{o} does not apply to a card (its memory is predicted or measured already): give a "
                              "model file or an ONNX file", step="arguments")
@@ -356,15 +381,16 @@ def colocate(
     # a job without a card is predicted on the GPU a given predicted card is for, not on the default set
     predict_on = device_type or pred.cards_set(*given.values()) or "cuda"
     cards = []
-    for t, b, f, d, a, c, i in zip((job_a, job_b), bs, frozen, dims, axes, copies, batch_inputs):
+    for t, b, f, d, a, c, i, o in zip((job_a, job_b), bs, frozen, dims, axes, copies, batch_inputs, named):
         if t in given:
             cards.append(given[t])
         elif t.lower().endswith(".onnx"):
             cards.append(pred.predict(onnx_path=t, batch_sizes=[b or 32], device_type=predict_on, frozen=f or None,
-                                      dims=d or None, batch_axis=a, optimizer_state_copies=c, batch_input=i))
+                                      dims=d or None, batch_axis=a, optimizer_state_copies=c, batch_input=i,
+                                      optimizer=o))
         else:
             cards.append(pred.predict(t, batch_sizes=[b or 32], device_type=predict_on, batch_axis=a,
-                                      optimizer_state_copies=c, batch_input=i))
+                                      optimizer_state_copies=c, batch_input=i, optimizer=o))
     r = pred.colocation(*cards, batch_sizes=(bs[0], bs[1]), device_type=device_type)
     gpus = {c.device.name for c in cards if c.device.kind == "cuda"}
     gpu = gpus.pop() if len(gpus) == 1 else r.device_name  # the GPU the cards are for, not the interference model's

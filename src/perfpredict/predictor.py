@@ -604,7 +604,7 @@ class Predictor:
                 params: Mapping[str, Any] | None = None, allow_fallback: bool = True, mode: str | None = None,
                 batch_axis: int | None = None, precision: str | None = None, dims: Mapping[str, int] | None = None,
                 frozen: Sequence[str] | None = None, optimizer_state_copies: float | None = None,
-                batch_input: str | None = None):
+                batch_input: str | None = None, optimizer: str | None = None):
         """A :class:`~perfpredict.card.PerformanceCard` predicted for a model file / ``zoo:`` target, an ONNX
         file, or ready graph features (exactly one of them); ``mode`` "train" (default) or "infer" picks the
         model set trained on training steps or on inference passes; ``batch_axis`` (ONNX files only) says which
@@ -621,7 +621,12 @@ class Predictor:
         with momentum 1, plain SGD 0, Adam/AdamW 2); left out, a model file's optimizer is probed for them, a
         predicted card repeats its own, and anything else is charged 1, as the training data's optimizer (SGD
         with momentum) keeps; given, it replaces them. Training memory is charged the copies past 1 times the
-        trained parameter bytes on top of its baselines."""
+        trained parameter bytes on top of its baselines. ``optimizer`` (an ONNX file or a model file): the job's
+        optimizer by the name of one of torch.optim's own classes, ``NAME[:KEY=VALUE,...]`` (``"adamw"``,
+        ``"sgd-momentum"``, ``"adam:amsgrad=true,foreach=true"``;
+        :func:`~perfpredict.workload.spec.parse_optimizer`), probed for its state copies and the temporaries its step holds over "meta" tensors
+        shaped like the trained weights (an ONNX file's float initializers less ``frozen``); for a model file it
+        replaces ``make_optimizer``. Not with ``optimizer_state_copies``."""
         # The batch sizes are checked first: a model file is run and exported before its features exist.
         if batch_size is not None and batch_sizes is not None:
             raise UsageError("give batch_size or batch_sizes, not both", step="predict")
@@ -632,7 +637,8 @@ class Predictor:
         # and that a model set answers (the same condition _set_for ends on), before the model file is run
         self.model_set(device_type, mode, precision)
         copies = check_optimizer_state_copies(optimizer_state_copies)
-        arch, source = _arch_of(model, onnx_path, features, params, batch_axis, dims, frozen, batch_input)
+        named = _check_optimizer_given(optimizer, copies, features)
+        arch, source = _arch_of(model, onnx_path, features, params, batch_axis, dims, frozen, batch_input, named)
         arch = with_optimizer_state_copies(arch, copies)
         return self.card_for(arch, bs, device_type=device_type, source=source, allow_fallback=allow_fallback,
                              mode=mode, precision=precision)
@@ -644,19 +650,21 @@ class Predictor:
                       params: Mapping[str, Any] | None = None, batch_axis: int | None = None,
                       quantile: str = "q90", multiple_of: int = 1, max_batch: int | None = None,
                       dims: Mapping[str, int] | None = None, frozen: Sequence[str] | None = None,
-                      optimizer_state_copies: float | None = None, batch_input: str | None = None):
+                      optimizer_state_copies: float | None = None, batch_input: str | None = None,
+                      optimizer: str | None = None):
         """The largest batch size predicted to fit ``memory_limit_bytes`` (a
         :class:`~perfpredict.profile.batch_search.BatchLimit` with ``source="predicted"``): on a CUDA set the q90
         of the GPU memory NVML will see (context included), on a CPU set the q90 of the step's peak RSS
         increase; ``quantile="median"`` holds the median instead. Nothing is run but the export of a model file.
         :func:`~perfpredict.profile.batch_search.find_largest_batch` measures the same on a device.
-        ``optimizer_state_copies``, ``batch_axis`` and ``batch_input`` as for :meth:`predict`."""
+        ``optimizer_state_copies``, ``optimizer``, ``batch_axis`` and ``batch_input`` as for :meth:`predict`."""
         from perfpredict.predicted_batch_limit import check_limit_args, predicted_largest_batch
 
         check_limit_args(memory_limit_bytes, quantile, multiple_of, max_batch)  # before a model file is run,
         self.model_set(device_type, mode, precision)  # and that a model set answers
         copies = check_optimizer_state_copies(optimizer_state_copies)
-        arch, _ = _arch_of(model, onnx_path, features, params, batch_axis, dims, frozen, batch_input)
+        named = _check_optimizer_given(optimizer, copies, features)
+        arch, _ = _arch_of(model, onnx_path, features, params, batch_axis, dims, frozen, batch_input, named)
         arch = with_optimizer_state_copies(arch, copies)
         return predicted_largest_batch(self, arch, memory_limit_bytes, device_type=device_type, mode=mode,
                                        precision=precision, quantile=quantile, multiple_of=multiple_of,
@@ -1173,6 +1181,22 @@ def check_optimizer_state_copies(value: Any, name: str = "optimizer_state_copies
     return float(value)
 
 
+def _check_optimizer_given(optimizer: Any, copies: float | None, features: Any):
+    """A caller's ``optimizer`` as :func:`~perfpredict.estimators.arch.check_optimizer` reads it; a
+    :class:`UsageError` beside ``optimizer_state_copies`` (each says the optimizer's state) or for ready features
+    (no weights to build it over)."""
+    from perfpredict.estimators.arch import check_optimizer
+
+    named = check_optimizer(optimizer)
+    if named is not None and copies is not None:
+        raise UsageError("give optimizer or optimizer_state_copies, not both: the optimizer named is probed for its "
+                         "state copies (and its step's temporaries)", step="predict")
+    if named is not None and features is not None:
+        raise UsageError("optimizer applies to an ONNX file or a model file (it is built over their weights); for "
+                         "features give optimizer_state_copies", step="predict")
+    return named
+
+
 def with_optimizer_state_copies(arch: ArchFeatures, copies: float | None) -> ArchFeatures:
     """``arch`` with the optimizer state copies a caller gave (None: as it says), and no probe's note nor step
     temporaries then (the caller's copies replace the probed optimizer)."""
@@ -1206,9 +1230,11 @@ def _optimizer_memory_note(arch: ArchFeatures, ms: ModelSet) -> str | None:
 def _arch_of(model: str | None, onnx_path: str | Path | None,
              features: ArchFeatures | Mapping[str, Any] | PerformanceCard | None, params: Mapping[str, Any] | None,
              batch_axis: int | None, dims: Mapping[str, int] | None = None,
-             frozen: Sequence[str] | None = None, batch_input: str | None = None) -> tuple[ArchFeatures, str]:
+             frozen: Sequence[str] | None = None, batch_input: str | None = None,
+             optimizer: Any = None) -> tuple[ArchFeatures, str]:
     """The graph features of exactly one of a model file / ``zoo:`` target, an ONNX file or a feature mapping,
-    and the name of where they came from."""
+    and the name of where they came from; ``optimizer`` (a model file's or an ONNX file's) as checked by
+    :func:`_check_optimizer_given`."""
     from perfpredict.estimators import arch as archmod
 
     if sum(x is not None for x in (model, onnx_path, features)) != 1:
@@ -1242,10 +1268,10 @@ def _arch_of(model: str | None, onnx_path: str | Path | None,
                              step="predict")
         if params is not None and not isinstance(params, Mapping):
             raise UsageError(f"params must be a mapping such as {{'width': 64}}, got {params!r}"[:200], step="predict")
-        return archmod.from_workload(str(model), params), str(model)
+        return archmod.from_workload(str(model), params, optimizer), str(model)
     if onnx_path is not None:
         return archmod.from_onnx_file(onnx_path, batch_axis=batch_axis, dims=dims, frozen=frozen,
-                                      batch_input=batch_input), str(onnx_path)
+                                      batch_input=batch_input, optimizer=optimizer), str(onnx_path)
     arch = _as_arch(features)
     return arch, arch.name or "features"
 

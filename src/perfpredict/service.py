@@ -328,6 +328,12 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
         value = (await request.form()).get("batch_input")
         return value if isinstance(value, str) else None
 
+    async def _optimizer_as_sent(request: Request) -> str | None:
+        """The upload's ``optimizer`` field as sent, as :func:`_frozen_as_sent` reads ``frozen``: ``optimizer=``
+        would otherwise predict the training data's SGD with momentum, not the optimizer the client meant to name."""
+        value = (await request.form()).get("optimizer")
+        return value if isinstance(value, str) else None
+
     # A plain def: FastAPI runs it in its thread pool. Parsing and shape-inferring a large graph takes seconds
     # (4.4 s for a 22 MB transformer), and as a coroutine it held the event loop, /health included, that long.
     @app.post("/predict/onnx", responses={200: {"model": PerformanceCard}, **_ERRORS, **_REFUSED})
@@ -354,16 +360,26 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
                      optimizer_state_copies: float | None = Form(
                          None, ge=0, le=MAX_OPTIMIZER_STATE_COPIES, allow_inf_nan=False,
                          description="copies of each trained weight the optimizer keeps as state, as for /predict"),
+                     optimizer: str | None = Form(None, max_length=200,
+                                                  description="the training job's optimizer, one of torch.optim's own "
+                                                              "classes by name (adamw, sgd, sgd-momentum, adam, "
+                                                              "adagrad, rmsprop, ...; case-insensitive), optionally "
+                                                              "with options: adamw:foreach=true. Probed for its state "
+                                                              "copies and step temporaries over the trained weights' "
+                                                              "shapes; no client code runs. An unknown name, the field "
+                                                              "sent empty, or beside optimizer_state_copies is a 422"),
                      allow_fallback: bool = Form(True, description="out of distribution, answer from the nearest "
                                                                    "profiled model (as /predict)"),
                      frozen_sent: str | None = Depends(_frozen_as_sent),
-                     batch_input_sent: str | None = Depends(_batch_input_as_sent)) -> dict[str, Any]:
+                     batch_input_sent: str | None = Depends(_batch_input_as_sent),
+                     optimizer_sent: str | None = Depends(_optimizer_as_sent)) -> dict[str, Any]:
         try:
             bs = parse_batch_sizes(batch_sizes)
             sizes = _dims_field(dims)
             prefixes = _frozen_field(frozen if frozen is not None else frozen_sent)
             if batch_input is None and batch_input_sent is not None:  # sent empty
                 raise ValueError("batch_input must name one of the graph's inputs, got '' (or leave the field out)")
+            named = _optimizer_field(optimizer if optimizer is not None else optimizer_sent, optimizer_state_copies)
         except ValueError as e:
             raise HTTPException(422, str(e)) from None
         data = file.file.read(max_upload_bytes + 1)
@@ -373,7 +389,7 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
         try:
             arch = from_onnx_proto(load_onnx_bytes(data, name, external_data=False), name=name.removesuffix(".onnx"),
                                    batch_axis=batch_axis, dims=sizes or None,
-                                   frozen=prefixes or None, batch_input=batch_input)
+                                   frozen=prefixes or None, batch_input=batch_input, optimizer=named)
         except ArchFeaturesError as e:
             raise HTTPException(400, str(e)) from None
         card = pred.card_for(with_optimizer_state_copies(arch, optimizer_state_copies), bs, device_type=device_type,
@@ -381,6 +397,20 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
         return card.model_dump(mode="json")
 
     return app
+
+
+def _optimizer_field(text: str | None, copies: float | None):
+    """The ``optimizer`` form field as the :class:`~perfpredict.workload.spec.NamedOptimizer` it names (None: not
+    sent); a ValueError (the 422's message) for an unknown name or option, the field sent empty, or the field
+    beside ``optimizer_state_copies``."""
+    from perfpredict.workload.spec import parse_optimizer
+
+    if text is None:
+        return None
+    if copies is not None:
+        raise ValueError("give optimizer or optimizer_state_copies, not both: the optimizer named is probed for its "
+                         "state copies")
+    return parse_optimizer(text)
 
 
 def _frozen_field(text: str | None) -> list[str]:

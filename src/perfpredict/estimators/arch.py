@@ -217,8 +217,9 @@ def _json_dict(v: Any) -> dict[str, Any]:
     return json.loads(v) if isinstance(v, str) else dict(v)
 
 
-def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchFeatures:
-    """Export a ``model.py`` / ``zoo:<family>`` to ONNX on the CPU (runs the user's code: not for the service)."""
+def from_workload(target: str, params: Mapping[str, Any] | None = None, optimizer: Any = None) -> ArchFeatures:
+    """Export a ``model.py`` / ``zoo:<family>`` to ONNX on the CPU (runs the user's code: not for the service).
+    ``optimizer`` (:func:`check_optimizer`) replaces the file's ``make_optimizer`` for the optimizer's memory."""
     import torch
 
     from perfpredict.features import extract_features
@@ -258,7 +259,7 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
                                 f"saved tensors: {type(e).__name__}: "
                                 f"{str(e)[:200]}", source=target, step="features") from None
     ratio, ratio_note = frozen_step_ratio_of_model(wl, model, graphs.get(2))
-    copies, copies_note, step_bytes = optimizer_state_copies_of(wl, model, step.unused)
+    copies, copies_note, step_bytes = optimizer_state_copies_of(wl, model, optimizer, step.unused)
     unused, unused_frozen = unused_param_bytes_of(model, step.unused, graphs.get(2))
     # fixed (batch-independent) parts: held at 0 or more by the two-batch splits themselves (extract_features,
     # split_nodes, saved_bytes_split)
@@ -287,37 +288,60 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None) -> ArchF
         kernel_nodes=tuple(tuple(r) for r in feats.kernel_nodes), name=wl.name,
         notes=tuple(n for n in (feats.error, *feats.notes, _hook_note(wl), ratio_note, step.note) if n),
         precision=wl.precision,
-        optimizer_state_copies=copies, optimizer_state_note=copies_note, optimizer_step_bytes=step_bytes)
+        optimizer_state_copies=1.0 if copies is None else copies, optimizer_state_note=copies_note,
+        optimizer_step_bytes=step_bytes)
 
 
-def optimizer_state_copies_of(wl, model, unused: Iterable[str] = ()) -> tuple[float, str | None,
-                                                                              dict[str, float] | None]:
+def optimizer_state_copies_of(wl, model, optimizer: Any = None, unused: Iterable[str] = ()
+                              ) -> tuple[float | None, str | None, dict[str, float] | None]:
     """The state copies per trained weight of the optimizer the model file's ``make_optimizer`` builds over
     ``model``'s parameters (built, never stepped: most optimizers allocate their state at the first step;
     Adagrad's, filled at construction, is freed when this returns), what they rest on, and the bytes of
-    temporaries its step holds per device kind (:func:`~perfpredict.workload.spec.optimizer_step_bytes`) over the
-    parameters but those named ``unused`` (a step never uses them, :class:`StepProbe`: they get no gradient, which
-    the step skips); 1 (the training data's SGD with momentum) and None with the reason where the probe cannot
-    tell, and 1 without a word where nothing trains. A step the meta-tensor probe cannot take (``fused=True``, an
-    optimizer that reads a value with ``.item()``: Adafactor, ASGD) leaves the state copies as probed and charges
-    no temporaries, noted."""
+    temporaries its step holds per device kind (:func:`probe_optimizer`) over the parameters but those named
+    ``unused`` (a step never uses them, :class:`StepProbe`: they get no gradient, which the step skips);
+    ``optimizer`` (a :class:`~perfpredict.workload.spec.NamedOptimizer`) replaces ``make_optimizer``, built over
+    "meta" tensors shaped like the trained parameters the step uses."""
+    skipped = set(unused)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    stepped = [p for n, p in model.named_parameters() if p.requires_grad and n not in skipped]
+    if optimizer is not None:
+        return named_optimizer_probe(optimizer, [(tuple(p.shape), p.dtype) for p in stepped])
+    if not trained:
+        return 1.0, None, None  # nothing trains: no state to charge, no optimizer to probe (Workload.optimizer refuses)
+    return probe_optimizer(lambda: wl.optimizer(model.parameters()), stepped, "make_optimizer()'s optimizer")
+
+
+def named_optimizer_probe(optimizer, shapes) -> tuple[float | None, str | None, dict[str, float] | None]:
+    """:func:`probe_optimizer` of a :class:`~perfpredict.workload.spec.NamedOptimizer` built over "meta" tensors
+    of the trained weights' ``(shape, dtype)`` (nothing allocated); 1 without a word where nothing trains."""
+    import torch
+
+    if not shapes:
+        return 1.0, None, None
+    weights = [torch.empty(s, dtype=d, device="meta", requires_grad=True) for s, d in shapes]
+    return probe_optimizer(lambda: optimizer.build(weights), weights, optimizer.label)
+
+
+def probe_optimizer(make, params, name: str) -> tuple[float | None, str | None, dict[str, float] | None]:
+    """The state copies per trained weight of the optimizer ``make()`` builds (over ``params``), what they rest
+    on, and the bytes of temporaries its step holds per device kind
+    (:func:`~perfpredict.workload.spec.optimizer_step_bytes`); None for the copies, and the reason, where the
+    probe cannot tell (the caller charges 1, the training data's SGD with momentum). A step the meta-tensor probe
+    cannot take (``fused=True``, an optimizer that reads a value with ``.item()``: Adafactor, ASGD) leaves the
+    state copies as probed and charges no temporaries, noted."""
     from perfpredict.workload.spec import optimizer_state_copies, optimizer_step_bytes
 
-    name = "make_optimizer()'s optimizer"
-    if not any(p.requires_grad for p in model.parameters()):
-        return 1.0, None, None  # nothing trains: no state to charge, no optimizer to probe (Workload.optimizer refuses)
     try:
-        opt = wl.optimizer(model.parameters())
+        opt = make()
         name = type(opt).__name__
         copies = optimizer_state_copies(opt)
     except BaseException as e:  # the user's hook or optimizer class (sys.exit() included): the data's optimizer
-        return 1.0, (f"the optimizer state is charged as the training data's SGD with momentum (one copy of each "
-                     f"trained weight): {name}'s could not be probed ({_probe_failure(e)})"), None
+        return None, (f"the optimizer state is charged as the training data's SGD with momentum (one copy of each "
+                      f"trained weight): {name}'s could not be probed ({_probe_failure(e)})"), None
     # the training data's one copy needs no word on the card
     note = None if copies == 1 else f"{name} keeps {copies:g} state copies of each trained weight (probed)"
     try:
-        skipped = set(unused)
-        step_bytes = optimizer_step_bytes(opt, [p for n, p in model.named_parameters() if n not in skipped])
+        step_bytes = optimizer_step_bytes(opt, params)
     except BaseException as e:  # the same: the copies stand, the step's temporaries are not known
         told = f"{name}'s step temporaries could not be probed ({_probe_failure(e)}): none charged"
         return copies, told if note is None else f"{note}; {told}", None
@@ -700,6 +724,37 @@ def given_frozen(values: Iterable[str] | None, name: str, example: str) -> list[
     return prefixes
 
 
+def check_optimizer(value: Any, name: str = "optimizer", step: str = "predict"):
+    """A caller's optimizer, ``NAME[:KEY=VALUE,...]`` naming one of torch.optim's own classes, as the
+    :class:`~perfpredict.workload.spec.NamedOptimizer` it names (None: not given); a :class:`UsageError` naming
+    ``name`` for an unknown name (listing the known ones) or option
+    (:func:`~perfpredict.workload.spec.parse_optimizer`)."""
+    from perfpredict.workload.spec import NamedOptimizer, parse_optimizer
+
+    if value is None or isinstance(value, NamedOptimizer):
+        return value
+    try:
+        return parse_optimizer(value)
+    except ValueError as e:
+        raise UsageError(f"{name}: {e}", step=step) from None
+
+
+#: ONNX element types of the weights an optimizer steps (float initializers), as torch's dtypes
+_ONNX_FLOAT_DTYPES = {1: "float32", 10: "float16", 11: "float64", 16: "bfloat16"}
+
+
+def onnx_trained_weights(proto, frozen: Sequence[str]) -> list[tuple[tuple[int, ...], Any]]:
+    """The ``(shape, dtype)`` of the weights a training job of the graph steps: its floating-point initializers
+    (:func:`~perfpredict.features.graph.all_initializers`, Constant weights too) less the ``frozen`` prefixes'
+    (:func:`is_frozen_name`), what a :class:`~perfpredict.workload.spec.NamedOptimizer` is probed over."""
+    import torch
+
+    from perfpredict.features.graph import all_initializers
+
+    return [(tuple(t.dims), getattr(torch, _ONNX_FLOAT_DTYPES[t.data_type])) for t in all_initializers(proto.graph)
+            if t.data_type in _ONNX_FLOAT_DTYPES and not is_frozen_name(t.name, frozen)]
+
+
 def check_frozen(frozen: Any) -> list[str] | None:
     """``frozen`` (initializer name prefixes) as a list, None for none; a :class:`UsageError` for anything but a
     list of non-empty strings (a bare string would freeze by its characters)."""
@@ -744,7 +799,7 @@ def frozen_initializers(proto, frozen: Sequence[str], name: str = "onnx") -> tup
 
 def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
                     dims: Mapping[str, int] | None = None, frozen: Sequence[str] | None = None,
-                    batch_input: str | None = None) -> ArchFeatures:
+                    batch_input: str | None = None, optimizer: Any = None) -> ArchFeatures:
     """Features of an ONNX graph without executing it (shape inference only). ``batch_axis``: which axis of the
     first input is the batch, where the graph cannot say (every dimension fixed, or a sequence-first input);
     by default the first axis, or the one symbolic dimension when the first is fixed. ``batch_input``: the name
@@ -754,7 +809,9 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
     the compute ops' shapes unknown, so every count would be wrong: that is an error asking for its size.
     ``frozen``: initializer name prefixes of the weights a training job freezes (``["backbone."]``,
     :func:`frozen_initializers`); their bytes and count are the features' ``frozen_param_bytes`` and
-    ``frozen_param_count``, as a feature vector gives them."""
+    ``frozen_param_count``, as a feature vector gives them. ``optimizer``: the training job's, one of torch.optim's
+    own classes by name (:func:`check_optimizer`), probed for its state copies and step temporaries over "meta"
+    tensors shaped like the trained weights (:func:`onnx_trained_weights`); None leaves them to the caller."""
     from perfpredict.estimators.kernel_nodes import rows_at_fixed_batch
     from perfpredict.features import _from_stats
     from perfpredict.features.graph import all_initializers, analyze_onnx, inline_functions, unknown_shapes_note
@@ -771,6 +828,9 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
     param_count = float(sum(math.prod(t.dims) for t in all_initializers(proto.graph)))
     prefixes = tuple(check_frozen(frozen) or ())
     frozen_bytes, frozen_count = frozen_initializers(proto, prefixes, name)
+    named = check_optimizer(optimizer)
+    copies, copies_note, step_bytes = (1.0, None, None) if named is None else \
+        named_optimizer_probe(named, onnx_trained_weights(proto, prefixes))
     proto = _without_weight_data(proto)
     # the frozen weights' layers keep no tensors for backward where no trained weight lies upstream
     trained = (lambda n: not is_frozen_name(n, prefixes)) if frozen_count > 0 else None
@@ -845,7 +905,9 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
         peak_live_bytes_per_sample=float(max(live, 0)), peak_live_bytes_fixed=float(live_fixed),
         graph_saved_bytes_per_sample=float(max(gsaved, 0)), graph_saved_bytes_fixed=float(gsaved_fixed),
         kernel_nodes=tuple(tuple(r) for r in kernels), frozen_param_bytes=frozen_bytes,
-        frozen_param_count=frozen_count, frozen_step_work_ratio=ratio, name=name, notes=tuple(notes))
+        frozen_param_count=frozen_count, frozen_step_work_ratio=ratio, name=name, notes=tuple(notes),
+        optimizer_state_copies=1.0 if copies is None else copies, optimizer_state_note=copies_note,
+        optimizer_step_bytes=step_bytes)
 
 
 def _at_least_zero(v: Any) -> Any:
@@ -914,7 +976,7 @@ def _input_bytes_per_sample(proto, batch_param: str | None = None, axis: int | N
 
 def from_onnx_file(path: str | Path, batch_axis: int | None = None,
                    dims: Mapping[str, int] | None = None, frozen: Sequence[str] | None = None,
-                   batch_input: str | None = None) -> ArchFeatures:
+                   batch_input: str | None = None, optimizer: Any = None) -> ArchFeatures:
     from perfpredict.input_files import ONNX_LIMIT_BYTES, InputTooLarge, read_bounded
 
     p = Path(path)
@@ -925,4 +987,4 @@ def from_onnx_file(path: str | Path, batch_axis: int | None = None,
     except OSError as e:
         raise ArchFeaturesError(f"cannot read: {e.strerror}", source=str(path), step="read onnx") from None
     return from_onnx_proto(load_onnx_bytes(data, str(path), path=p), name=p.stem, batch_axis=batch_axis, dims=dims,
-                           frozen=frozen, batch_input=batch_input)
+                           frozen=frozen, batch_input=batch_input, optimizer=optimizer)

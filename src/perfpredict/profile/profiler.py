@@ -289,9 +289,10 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
             )
 
             step = step_probe_of_model(workload, model)
-            copies, note, step_bytes = optimizer_state_copies_of(workload, model, step.unused)
-            # a note beside one copy: no probe could tell, and null says "as the training data's"
-            card.features.optimizer_state_copies = None if note and copies == 1 else copies
+            copies, _, step_bytes = optimizer_state_copies_of(workload, model, unused=step.unused)
+            # None where no probe could tell the copies (null says "as the training data's"); copies probed but a
+            # step the meta probe could not take keep them
+            card.features.optimizer_state_copies = copies
             card.features.optimizer_step_bytes = step_bytes
             card.features.frozen_step_work_ratio = frozen_step_ratio_of_model(workload, model, graphs.get(2))[0]
             # not the bytes its recomputation saves (features.recompute_saved_*): predicting from this card

@@ -124,14 +124,28 @@ def optimizer_state_copies(opt: Any) -> float:
     plain SGD 0; Adam/AdamW 2, exp_avg and exp_avg_sq), found without allocating any state of the real model: a
     probe of the same class and defaults over one small tensor takes one step with a zero gradient, and its state
     tensors shaped like that tensor are counted, each at its bytes over the tensor's (a bfloat16 state of a
-    float32 weight is half a copy). Scalars such as Adam's ``step`` do not count. A ValueError when no probe can
-    be made or stepped (an object that is not a torch optimizer, such as a wrapper around two; an optimizer
-    whose step needs a closure)."""
+    float32 weight is half a copy). Scalars such as Adam's ``step`` do not count. Param groups of their own
+    options (``amsgrad`` in one group only) are probed each with them, and their copies weighed by the group's
+    trained bytes. A ValueError when no probe can be made or stepped (an object that is not a torch optimizer,
+    such as a wrapper around two; an optimizer whose step needs a closure)."""
     if not isinstance(opt, torch.optim.Optimizer):
         raise ValueError(f"make_optimizer() returned {type(opt).__name__}, not a torch.optim.Optimizer")
+    weighed = [(_group_options(g), sum(p.numel() * p.element_size() for p in g["params"] if p.requires_grad))
+               for g in opt.param_groups]
+    if not any(w for _, w in weighed):
+        weighed = [({}, 1)]
+    found: dict[str, float] = {}  # by the group's options: groups told apart by weight decay alone probe once
+    for options, _ in weighed:
+        found.setdefault(repr(options), _state_copies_of_group(opt, options))
+    return sum(found[repr(o)] * w for o, w in weighed) / sum(w for _, w in weighed)
+
+
+def _state_copies_of_group(opt: torch.optim.Optimizer, options: dict[str, Any]) -> float:
+    """:func:`optimizer_state_copies` of one param group's ``options``: the state a probe over one small tensor
+    keeps after a step."""
     p = torch.zeros(4, 3, requires_grad=True)
     try:
-        probe = type(opt)([p], **_probe_defaults(opt))
+        probe = type(opt)([{"params": [p], **options}], **_probe_defaults(opt))
         p.grad = torch.zeros_like(p)
         probe.step()
     except Exception as e:  # noqa: BLE001 - a user's optimizer class: any failure means "cannot tell"
@@ -180,22 +194,31 @@ DEFAULT_FOREACH = {"cpu": False, "cuda": True}
 def optimizer_step_bytes(opt: Any, params: Any) -> dict[str, float]:
     """The most bytes of temporaries ``opt``'s step holds at once over the trained tensors ``params`` (besides
     the weights, gradients and state), per device kind as torch would run it there (:data:`DEFAULT_FOREACH`
-    where the optimizer leaves ``foreach`` to torch): a copy of the same class and defaults over "meta" tensors
-    shaped like them (nothing allocated) takes two steps, the second counted (:class:`_NewTensorBytes`). Adam
-    one tensor at a time holds ``exp_avg_sq.sqrt()`` and its quotient by the bias correction (2 x the tensor) and
-    the previous tensor's ``denom``; its foreach step holds ``_foreach_sqrt`` of every exp_avg_sq (1 x all
-    trained bytes); SGD with momentum holds none. A ValueError where no such copy can step."""
-    shapes = [(tuple(p.shape), p.dtype) for p in params if p.requires_grad]
+    where a param group leaves ``foreach`` to torch, single-tensor for a ``differentiable`` one:
+    :func:`_default_foreach`): a copy of the same class, param groups and options over "meta" tensors shaped like
+    the group's trained tensors (nothing allocated) takes two steps, the second counted
+    (:class:`_NewTensorBytes`); a tensor of ``params`` in none of ``opt``'s groups is not stepped. Adam one tensor
+    at a time holds ``exp_avg_sq.sqrt()`` and its quotient by the bias correction (2 x the tensor) and the
+    previous tensor's ``denom``; its foreach step holds ``_foreach_sqrt`` of every exp_avg_sq (1 x all trained
+    bytes); SGD with momentum holds none. A ValueError where no such copy can step."""
+    trained = {id(p) for p in params if p.requires_grad}
+    groups = [(g, [(tuple(p.shape), p.dtype) for p in g["params"] if id(p) in trained]) for g in opt.param_groups]
+    groups = [(g, shapes) for g, shapes in groups if shapes]
     out = {}
     for kind, default in DEFAULT_FOREACH.items():
-        kw = _probe_defaults(opt)
-        if "foreach" in kw and kw["foreach"] is None and not kw.get("fused"):
-            kw["foreach"] = default
-        ps = [torch.zeros(s, dtype=d, device="meta", requires_grad=True) for s, d in shapes]
+        kw = [{**_group_options(g), "params": [torch.zeros(s, dtype=d, device="meta", requires_grad=True)
+                                               for s, d in shapes]} for g, shapes in groups]
+        for g, options in zip((g for g, _ in groups), kw):
+            if "foreach" in options and options["foreach"] is None and not options.get("fused"):
+                options["foreach"] = _default_foreach(opt, g, default)
+        if not kw:
+            out[kind] = 0.0
+            continue
         try:
-            probe = type(opt)(ps, **kw)
-            for p in ps:
-                p.grad = torch.zeros_like(p)
+            probe = type(opt)(kw, **_probe_defaults(opt))
+            for group in kw:
+                for p in group["params"]:
+                    p.grad = torch.zeros_like(p)
             probe.step()  # the first step makes the state (counted as state copies)
             counter = _NewTensorBytes()
             with counter:
@@ -205,6 +228,21 @@ def optimizer_step_bytes(opt: Any, params: Any) -> dict[str, float]:
                              f"({type(e).__name__}: {str(e)[:120]})") from None
         out[kind] = float(counter.peak)
     return out
+
+
+def _default_foreach(opt: torch.optim.Optimizer, group: dict[str, Any], on_device: bool) -> bool:
+    """Whether torch runs ``group`` of ``opt`` (its ``foreach`` None) with its foreach kernels where the device
+    has them (``on_device``): not for a ``differentiable`` group (``_default_to_fused_or_foreach`` answers
+    single-tensor), save SGD's, which asks it with ``differentiable=False`` whatever the group says."""
+    return on_device and not (group.get("differentiable") and not isinstance(opt, torch.optim.SGD))
+
+
+def _group_options(group: dict[str, Any]) -> dict[str, Any]:
+    """A param group's options (all but its params) as a probe takes them: ``capturable`` and ``differentiable``
+    off, as :func:`_probe_defaults` turns them off."""
+    options = {k: v for k, v in group.items() if k != "params"}
+    options.update({k: False for k in ("capturable", "differentiable") if options.get(k)})
+    return options
 
 
 def _probe_defaults(opt: torch.optim.Optimizer) -> dict[str, Any]:
@@ -218,6 +256,89 @@ def _probe_defaults(opt: torch.optim.Optimizer) -> dict[str, Any]:
     defaults = {k: v for k, v in opt.defaults.items() if takes_any or k in sig.parameters}
     defaults.update({k: False for k in ("capturable", "differentiable") if defaults.get(k)})
     return defaults
+
+
+#: torch.optim's optimizers that cannot be named (:func:`parse_optimizer`), and why: no probe can step them as a
+#: training job of dense weights would
+UNNAMEABLE_OPTIMIZERS = {"lbfgs": "its step needs a closure", "sparseadam": "it takes sparse gradients only",
+                         "muon": "it takes 2-D weights only"}
+#: names besides torch's classes' own: (class name, options)
+OPTIMIZER_ALIASES = {"sgd-momentum": ("sgd", {"momentum": 0.9})}
+
+
+def torch_optimizers() -> dict[str, type]:
+    """torch.optim's own optimizer classes by lower-case name, less :data:`UNNAMEABLE_OPTIMIZERS`: all a caller
+    may name (:func:`parse_optimizer`), never code of its own."""
+    return {n.lower(): c for n, c in sorted(vars(torch.optim).items())
+            if isinstance(c, type) and issubclass(c, torch.optim.Optimizer) and c is not torch.optim.Optimizer
+            and n.lower() not in UNNAMEABLE_OPTIMIZERS}
+
+
+def optimizer_names() -> list[str]:
+    """What :func:`parse_optimizer` takes before a ``:``, for an error's list."""
+    return sorted([*torch_optimizers(), *OPTIMIZER_ALIASES])
+
+
+@dataclass(frozen=True)
+class NamedOptimizer:
+    """One of torch.optim's own optimizers and constructor options a caller named (:func:`parse_optimizer`)."""
+
+    cls: type
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return f"{self.cls.__name__}({', '.join(f'{k}={v!r}' for k, v in self.options.items())})"
+
+    def build(self, params: Any) -> torch.optim.Optimizer:
+        return self.cls(params, **self.options)
+
+
+def parse_optimizer(text: str) -> NamedOptimizer:
+    """``NAME[:KEY=VALUE,...]`` as the optimizer it names: NAME one of torch.optim's classes, case-insensitive
+    (:func:`optimizer_names`: ``adamw``, ``sgd``; ``sgd-momentum`` is ``sgd:momentum=0.9``), KEY one of its
+    constructor's options, VALUE a number, true, false or none (``adamw:foreach=true``,
+    ``adam:amsgrad=true``). Only torch's classes are built, so nothing of the caller's runs. A ValueError
+    naming what is wrong (an unknown name lists the known ones)."""
+    import inspect
+
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"give an optimizer name, one of {', '.join(optimizer_names())}; got {text!r}"[:300])
+    name, _, rest = text.strip().partition(":")
+    name = name.strip().lower()
+    cls_name, options = OPTIMIZER_ALIASES.get(name, (name, {}))
+    cls = torch_optimizers().get(cls_name)
+    if cls is None:
+        why = f" ({UNNAMEABLE_OPTIMIZERS[name]})" if name in UNNAMEABLE_OPTIMIZERS else ""
+        raise ValueError(f"unknown optimizer {name[:60]!r}{why}: give one of torch.optim's "
+                         f"{', '.join(optimizer_names())}, optionally with options as adamw:foreach=true")
+    takes = [k for k in inspect.signature(cls).parameters if k != "params"]
+    options = dict(options)
+    for item in (x.strip() for x in rest.split(",") if x.strip()):
+        key, eq, value = (s.strip() for s in item.partition("="))
+        if not eq or key not in takes:
+            raise ValueError(f"{cls.__name__} option {item[:60]!r} is not KEY=VALUE with KEY one of "
+                             f"{', '.join(takes)}")
+        options[key] = _option_value(value, key)
+    named = NamedOptimizer(cls, options)
+    try:
+        named.build([torch.zeros(1, requires_grad=True)])
+    except Exception as e:  # noqa: BLE001 - torch's own check of the options (a negative momentum)
+        raise ValueError(f"{named.label[:200]} is refused by torch: {type(e).__name__}: {str(e)[:160]}") from None
+    return named
+
+
+def _option_value(text: str, key: str) -> bool | int | float | None:
+    """An optimizer option's VALUE (:func:`parse_optimizer`): true, false, none or a number."""
+    words = {"true": True, "false": False, "none": None}
+    if text.lower() in words:
+        return words[text.lower()]
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    raise ValueError(f"optimizer option {key}={text[:40]!r}: the value is a number, true, false or none")
 
 
 @dataclass
