@@ -6,11 +6,14 @@ parameters beside 1.6 MB of parameter bytes. One training step (the one the reco
 parameters no op takes; they are charged their weight alone (no gradient, no optimizer state), frozen or not, and
 the card's model.param_bytes is the module's."""
 
+import json
 from pathlib import Path
 
 import pytest
 
 from perfpredict import Predictor
+from perfpredict.card import PerformanceCard
+from perfpredict.errors import UsageError
 from perfpredict.estimators.arch import from_workload
 
 REPO = Path(__file__).resolve().parents[1]
@@ -106,6 +109,17 @@ def test_adamws_step_holds_no_temporaries_for_an_unused_head(predictor, archs, f
     assert b - a["peak_memory"]["median"][0] == pytest.approx(HEAD_BYTES, rel=1e-6)  # the shipped CPU set's baseline: the weight alone
 
 
+def test_an_unused_heads_param_group_does_not_weigh_in_the_state_copies(tmp_path) -> None:
+    """The head in its own param group (amsgrad: 3 copies) gets no gradient, so no state: the copies are the body's
+    group's, Adam's 2 (2.98 before, weighed by the head's bytes, charged to every trained byte of the body)."""
+    path = tmp_path / "groups.py"
+    path.write_text(BODY.format(extra=HEAD) + "\ndef make_optimizer(params):\n    params = list(params)\n"
+                    "    return torch.optim.Adam([{'params': params[:-2]}, {'params': params[-2:], 'amsgrad': True}])\n")
+    arch = from_workload(str(path))
+    assert arch.unused_param_bytes == HEAD_BYTES
+    assert arch.optimizer_state_copies == 2
+
+
 def test_the_cards_parameter_bytes_are_the_modules(predictor, files) -> None:
     card = predictor.predict(model=str(files["unused"]), batch_sizes=[32], device_type="cpu")
     assert card.model.parameters * 4 == card.model.param_bytes == BODY_BYTES + HEAD_BYTES
@@ -115,6 +129,23 @@ def test_the_cards_parameter_bytes_are_the_modules(predictor, files) -> None:
     again = predictor.predict(features=card, batch_sizes=[32], device_type="cpu")  # the card gives it back
     assert again.memory[0].peak_bytes == card.memory[0].peak_bytes
     assert again.model.param_bytes == card.model.param_bytes
+
+
+@pytest.mark.parametrize(("field", "value"), [("unused_param_bytes", 10**400), ("unused_param_bytes", 10**20),
+                                              ("unused_param_bytes", BODY_BYTES + HEAD_BYTES + 1),
+                                              ("unused_frozen_param_bytes", HEAD_BYTES + 1)])
+def test_a_hand_edited_cards_unused_bytes_are_bounded(predictor, files, tmp_path, field, value) -> None:
+    """The schema bounds them below only: 10**400 raised OverflowError, 1e20 predicted 1e20 bytes of memory, and
+    frozen unused bytes past the unused ones (or unused bytes past the module's) were taken as they were."""
+    path = tmp_path / "card.json"
+    predictor.predict(model=str(files["unused"]), batch_sizes=[32], device_type="cpu").save(path)
+    edited = json.loads(path.read_text())
+    edited["features"][field] = value
+    with pytest.raises(UsageError, match=f"features.{field}"):
+        predictor.predict(features=PerformanceCard.model_validate(edited), batch_sizes=[32], device_type="cpu")
+    card = PerformanceCard.load(path)  # the card as written predicts its own numbers back
+    again = predictor.predict(features=card, batch_sizes=[32], device_type="cpu")
+    assert again.memory[0].peak_bytes == card.memory[0].peak_bytes
 
 
 def test_an_unused_frozen_head_is_counted_once(predictor, archs, files) -> None:

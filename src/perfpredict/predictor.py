@@ -868,7 +868,7 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
         # the schema bounds it below only, and 1e300 copies overflowed the card's memory bytes
         copies = check_optimizer_state_copies(graph.pop("optimizer_state_copies", None),
                                               "the card's features.optimizer_state_copies")
-        unused = {k: float(graph.pop(k, None) or 0) for k in UNUSED_FIELDS}  # counted on a step (schema 1.28)
+        unused = _checked_unused(graph, features.model)  # counted on a step (schema 1.28)
         frozen = _frozen_of(features.model, graph.get("param_bytes"), unused["unused_frozen_param_bytes"])
         features = {**graph, "param_count": features.model.parameters,
                     "name": features.model.name, "family": features.model.family}
@@ -918,6 +918,23 @@ def _checked_recompute(graph: dict[str, Any]) -> tuple[float | None, dict[str, f
             raise UsageError(f"the card's features.{k} must be a byte count from 0 to {MAX_QUANTITY:.0e}, got "
                              f"{v!r}"[:300], step="predict")
     return ratio, {k: float(v) for k, v in recomputed.items()}
+
+
+def _checked_unused(graph: dict[str, Any], model) -> dict[str, float]:
+    """A card's :data:`UNUSED_FIELDS` popped off its ``graph`` features (null: 0), held to what the card's
+    ``model`` section can hold: the schema bounds them below only, so a hand-edited card's 10**400 raised
+    OverflowError and 1e20 predicted 1e20 bytes of memory. The unused bytes are part of ``model.param_bytes``
+    (the module's) and the frozen ones part of them; anything else is a :class:`UsageError` naming the field."""
+    from perfpredict.estimators.feature_schema import MAX_QUANTITY
+
+    unused = {k: graph.pop(k, None) or 0 for k in UNUSED_FIELDS}
+    bounds = {"unused_param_bytes": (min(model.param_bytes, MAX_QUANTITY), "model.param_bytes"),
+              "unused_frozen_param_bytes": (unused["unused_param_bytes"], "features.unused_param_bytes")}
+    for k, (most, what) in bounds.items():
+        if unused[k] and not 0 <= unused[k] <= most:  # none given: nothing to hold (a card before 1.28)
+            raise UsageError(f"the card's features.{k} must be a byte count from 0 to {what} ({most:,}), got "
+                             f"{unused[k]!r}"[:300], step="predict")
+    return {k: float(v) for k, v in unused.items()}
 
 
 def _checked_step_bytes(value: Any) -> dict[str, float] | None:

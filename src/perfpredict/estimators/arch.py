@@ -323,8 +323,8 @@ def named_optimizer_probe(optimizer, shapes) -> tuple[float | None, str | None, 
 
 
 def probe_optimizer(make, params, name: str) -> tuple[float | None, str | None, dict[str, float] | None]:
-    """The state copies per trained weight of the optimizer ``make()`` builds (over ``params``), what they rest
-    on, and the bytes of temporaries its step holds per device kind
+    """The state copies per trained weight of the optimizer ``make()`` builds, weighed over ``params`` (the
+    trained tensors its step updates), what they rest on, and the bytes of temporaries its step holds per device kind
     (:func:`~perfpredict.workload.spec.optimizer_step_bytes`); None for the copies, and the reason, where the
     probe cannot tell (the caller charges 1, the training data's SGD with momentum). A step the meta-tensor probe
     cannot take (``fused=True``, an optimizer that reads a value with ``.item()``: Adafactor, ASGD) leaves the
@@ -334,7 +334,7 @@ def probe_optimizer(make, params, name: str) -> tuple[float | None, str | None, 
     try:
         opt = make()
         name = type(opt).__name__
-        copies = optimizer_state_copies(opt)
+        copies = optimizer_state_copies(opt, params)
     except BaseException as e:  # the user's hook or optimizer class (sys.exit() included): the data's optimizer
         return None, (f"the optimizer state is charged as the training data's SGD with momentum (one copy of each "
                       f"trained weight): {name}'s could not be probed ({_probe_failure(e)})"), None

@@ -119,18 +119,22 @@ def default_optimizer(params) -> torch.optim.Optimizer:
     return torch.optim.SGD(params, lr=0.0, momentum=0.9)
 
 
-def optimizer_state_copies(opt: Any) -> float:
+def optimizer_state_copies(opt: Any, params: Any = None) -> float:
     """How many copies of a trained weight ``opt`` keeps as state (SGD with momentum 1, its momentum buffer;
     plain SGD 0; Adam/AdamW 2, exp_avg and exp_avg_sq), found without allocating any state of the real model: a
     probe of the same class and defaults over one small tensor takes one step with a zero gradient, and its state
     tensors shaped like that tensor are counted, each at its bytes over the tensor's (a bfloat16 state of a
     float32 weight is half a copy). Scalars such as Adam's ``step`` do not count. Param groups of their own
     options (``amsgrad`` in one group only) are probed each with them, and their copies weighed by the group's
-    trained bytes. A ValueError when no probe can be made or stepped (an object that is not a torch optimizer,
-    such as a wrapper around two; an optimizer whose step needs a closure)."""
+    trained bytes among ``params`` (the tensors a step updates; None: all): a parameter no step uses gets no
+    gradient, so no state, and its group's options do not weigh. A ValueError when no probe can be made or
+    stepped (an object that is not a torch optimizer, such as a wrapper around two; an optimizer whose step needs
+    a closure)."""
     if not isinstance(opt, torch.optim.Optimizer):
         raise ValueError(f"make_optimizer() returned {type(opt).__name__}, not a torch.optim.Optimizer")
-    weighed = [(_group_options(g), sum(p.numel() * p.element_size() for p in g["params"] if p.requires_grad))
+    stepped = None if params is None else {id(p) for p in params}
+    weighed = [(_group_options(g), sum(p.numel() * p.element_size() for p in g["params"]
+                                       if p.requires_grad and (stepped is None or id(p) in stepped)))
                for g in opt.param_groups]
     if not any(w for _, w in weighed):
         weighed = [({}, 1)]
