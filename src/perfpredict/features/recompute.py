@@ -89,11 +89,6 @@ def step_count(model: torch.nn.Module, inputs: tuple, loss_fn: Callable) -> Step
     return StepCount(flops=dict(counter.by_phase), unused=unused)
 
 
-def step_flops(model: torch.nn.Module, inputs: tuple, loss_fn: Callable) -> dict[str, int]:
-    """FLOPs of one default training step of ``model`` on ``inputs`` by phase (:attr:`StepCount.flops`)."""
-    return step_count(model, inputs, loss_fn).flops
-
-
 def recompute_step_ratio(flops: dict[str, int]) -> float | None:
     """A step's work with its recomputation over the same without (forward + backward FLOPs); None where
     nothing is recomputed or the step does no counted work."""
