@@ -50,6 +50,7 @@ PARALLEL_SAFE_MODULES = frozenset({
     "test_rmsle_scale",
     "test_review45_findings",
     "test_left_alone46_fixes",
+    "test_left_alone47_fixes",
     "test_batch_input_fixes",
     "test_frozen_memory_fixes",
     "test_export_fastpath_fixes",

@@ -870,7 +870,10 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
                                               "the card's features.optimizer_state_copies")
         unused = _checked_unused(graph, features.model)  # counted on a step (schema 1.28)
         frozen = _frozen_of(features.model, graph.get("param_bytes"), unused["unused_frozen_param_bytes"])
-        features = {**graph, "param_count": features.model.parameters,
+        # the estimators' parameter count is the graph's, as its param_bytes: the card's model section is the module's
+        unused_count = _unused_count_of(features.model, unused["unused_param_bytes"])
+        precision = _card_precision(features.run)  # the set its run's precision picks, as a model file's PRECISION
+        features = {**graph, "param_count": features.model.parameters - unused_count,
                     "name": features.model.name, "family": features.model.family}
         # the frozen parameters after the schema's check: the unused frozen ones' bytes are not the graph's
         return replace(_as_arch(features), frozen_step_work_ratio=ratio, recompute_step_work_ratio=recompute,
@@ -878,7 +881,7 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
                        optimizer_step_bytes=_checked_step_bytes(graph.pop("optimizer_step_bytes", None)),
                        frozen_param_count=frozen["frozen_param_count"],
                        frozen_param_bytes=frozen["frozen_param_bytes"] + unused["unused_frozen_param_bytes"],
-                       **unused)
+                       **unused, unused_param_count=unused_count, precision=precision)
     if not isinstance(features, Mapping):
         hint = (": a card's graph features lack its parameter count, so pass the card itself (features=card)"
                 if type(features).__name__ == "GraphFeatures" else "")
@@ -958,6 +961,24 @@ def _frozen_halves(features: dict[str, Any]) -> dict[str, Any]:
     if frozen > 0 and count == 0 and param_bytes > 0:
         return {**features, "frozen_param_count": float(round(params * frozen / param_bytes))}
     return features
+
+
+def _unused_count_of(model, unused_bytes: float) -> float:
+    """How many of a card's ``model.parameters`` its ``unused_bytes`` (features.unused_param_bytes) are: their
+    share of ``model.param_bytes``, as :func:`_frozen_halves` shares (exact when every parameter has one dtype),
+    at most all of them."""
+    if unused_bytes <= 0 or not model.param_bytes:
+        return 0.0
+    return float(min(round(model.parameters * unused_bytes / model.param_bytes), model.parameters))
+
+
+def _card_precision(run) -> str | None:
+    """The autocast precision a card's run says (``run.precision``), which picks the model set as a model file's
+    ``PRECISION`` does; None for fp64 (a float64 model's measured run: no set is trained at it, and its model
+    file predicts at fp32)."""
+    from perfpredict.workload.ref import PRECISIONS
+
+    return run.precision if run.precision in PRECISIONS else None
 
 
 def _frozen_of(model, graph_param_bytes: float | None = None, unused_frozen: float = 0.0) -> dict[str, float]:
@@ -1457,8 +1478,9 @@ def _assemble_card(arch: ArchFeatures, source: str, ms: ModelSet, info, given: A
     bs = [p.batch_size for p in info.points]
     card = PerformanceCard(
         # the module's parameters, as a measured card counts them: the graph's and those no step uses
-        model=ModelInfo(name=arch.name or Path(source).stem, source=source, parameters=int(arch.param_count),
-                        trainable_parameters=int(arch.param_count - arch.frozen_param_count),
+        model=ModelInfo(name=arch.name or Path(source).stem, source=source,
+                        parameters=int(arch.param_count + arch.unused_param_count),
+                        trainable_parameters=int(arch.param_count + arch.unused_param_count - arch.frozen_param_count),
                         param_bytes=int(arch.param_bytes + arch.unused_param_bytes),
                         frozen_param_bytes=int(arch.frozen_param_bytes_in_graph + arch.unused_frozen_param_bytes),
                         family=arch.family),

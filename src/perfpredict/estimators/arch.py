@@ -62,7 +62,7 @@ class ArchFeatures:
     #: ONNX file does not say which weights train), or given by a card's model section or a feature vector; 0
     #: where nobody said: all trained, as every zoo model is
     frozen_param_bytes: float = 0.0
-    #: how many parameters those are (part of param_count)
+    #: how many parameters those are (part of param_count, or of unused_param_count for those a step never uses)
     frozen_param_count: float = 0.0
     #: bytes of the parameters a training step never uses (no op of its forward takes them: a replaced head kept
     #: as an attribute, an auxiliary classifier behind a flag), frozen ones included, counted on a model file's
@@ -72,6 +72,10 @@ class ArchFeatures:
     unused_param_bytes: float = 0.0
     #: the frozen ones' among them (part of frozen_param_bytes too, as a model file counts it)
     unused_frozen_param_bytes: float = 0.0
+    #: how many parameters those are: *not* part of param_count, which counts the graph's parameters as
+    #: param_bytes holds their bytes (the estimators' parameter-count input is the graph's, as the training data's
+    #: zoo models, which have none unused, give it); a card's model.parameters is the sum. Not a feature.
+    unused_param_count: float = 0.0
     #: the MAC-weighted work of a training step with those parameters frozen over the same step training every
     #: parameter (:func:`frozen_step_ratio`), which the Predictor multiplies its training-step times by; None
     #: where nothing is frozen or nobody walked the graph for it (a feature vector, a card). Not a feature.
@@ -261,12 +265,14 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None, optimize
     ratio, ratio_note = frozen_step_ratio_of_model(wl, model, graphs.get(2))
     copies, copies_note, step_bytes = optimizer_state_copies_of(wl, model, optimizer, step.unused)
     unused, unused_frozen = unused_param_bytes_of(model, step.unused, graphs.get(2))
+    unused_count = float(sum(p.numel() for p in unused_params_of(model, step.unused, graphs.get(2))))
     # fixed (batch-independent) parts: held at 0 or more by the two-batch splits themselves (extract_features,
     # split_nodes, saved_bytes_split)
     return ArchFeatures(
         forward_macs_per_sample=float(feats.forward_macs_per_sample or 0),
         forward_macs_fixed=float(feats.forward_macs_fixed or 0),
-        param_count=float(sum(p.numel() for p in model.parameters())), param_bytes=float(feats.param_bytes or 0),
+        param_count=float(sum(p.numel() for p in model.parameters())) - unused_count,
+        param_bytes=float(feats.param_bytes or 0),
         activation_bytes_per_sample=float(feats.activation_bytes_per_sample or 0),
         activation_bytes_fixed=float(feats.activation_bytes_fixed or 0), num_nodes=float(feats.num_nodes or 0),
         input_bytes_per_sample=float(sum(t.numel() * t.element_size() for t in iter_tensors(inputs))),
@@ -276,7 +282,7 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None, optimize
         lookup_param_bytes=float(feats.lookup_param_bytes or 0), recurrent_steps_by_op=feats.recurrent_steps_by_op,
         frozen_param_bytes=float(parameter_bytes(model, trainable=False)),
         frozen_param_count=float(sum(p.numel() for p in model.parameters() if not p.requires_grad)),
-        unused_param_bytes=unused, unused_frozen_param_bytes=unused_frozen,
+        unused_param_bytes=unused, unused_frozen_param_bytes=unused_frozen, unused_param_count=unused_count,
         frozen_step_work_ratio=ratio, recompute_step_work_ratio=recompute,
         recompute_saved_bytes_per_sample=float(recomputed[0]), recompute_saved_bytes_fixed=float(recomputed[1]),
         recompute_saved_cpu_bytes_per_sample=float(recomputed_cpu[0]),
@@ -438,13 +444,17 @@ def step_probe_of_model(wl, model) -> StepProbe:
     return StepProbe(recompute_ratio=recompute_step_ratio(count.flops), unused=count.unused)
 
 
-def unused_param_bytes_of(model, unused: Iterable[str], at_2=None) -> tuple[float, float]:
-    """The bytes of ``model``'s parameters named in ``unused`` (a step never used them, :class:`StepProbe`) and
-    the frozen ones' among them; one the graph exported at batch 2 (``at_2``, a GraphStats) holds under its name
-    is left out, as ``param_bytes`` counts it already (an eval-mode forward may read what the training step
-    does not)."""
+def unused_params_of(model, unused: Iterable[str], at_2=None) -> list:
+    """``model``'s parameters named in ``unused`` (a step never used them, :class:`StepProbe`) but those the graph
+    exported at batch 2 (``at_2``, a GraphStats) holds under their name, as ``param_bytes`` and ``param_count``
+    count them already (an eval-mode forward may read what the training step does not)."""
     names = set(unused) - (at_2.float_initializers if at_2 is not None else frozenset())
-    picked = [p for n, p in model.named_parameters() if n in names]
+    return [p for n, p in model.named_parameters() if n in names]
+
+
+def unused_param_bytes_of(model, unused: Iterable[str], at_2=None) -> tuple[float, float]:
+    """The bytes of :func:`unused_params_of` and the frozen ones' among them."""
+    picked = unused_params_of(model, unused, at_2)
     return (float(sum(p.numel() * p.element_size() for p in picked)),
             float(sum(p.numel() * p.element_size() for p in picked if not p.requires_grad)))
 

@@ -298,6 +298,10 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
             # not the bytes its recomputation saves (features.recompute_saved_*): predicting from this card
             # estimates the saved bytes from the eval-mode graph, which keeps every segment's activations already
             card.features.recompute_step_work_ratio = step.recompute_ratio
+            # a step that failed leaves both unadjusted: the card says so, as a model file's prediction notes it
+            # (and features=card repeats the note)
+            if step.note:
+                card.features.notes.append(step.note)
             unused, unused_frozen = unused_param_bytes_of(model, step.unused, graphs.get(2))
             if unused:  # null where none is, as the predicted card writes it
                 card.features.unused_param_bytes = int(unused)
