@@ -175,3 +175,37 @@ def test_a_zoo_models_parameter_count_is_its_modules(family) -> None:
     wl = load_zoo_workload(family, {})
     arch = from_workload(f"zoo:{family}")
     assert arch.param_count == sum(p.numel() for p in wl.build_model().parameters())
+
+
+#: a frozen scale and a trained shift, elementwise only: a graph without multiply-accumulates, whose frozen
+#: step work cannot be weighed
+FROZEN_ELEMENTWISE = """
+import torch
+import torch.nn as nn
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.randn(256), requires_grad=False)
+        self.shift = nn.Parameter(torch.zeros(256))
+
+    def forward(self, x):
+        return torch.tanh(x * self.scale + self.shift)
+
+def build_model():
+    return M()
+
+def example_inputs(batch_size):
+    return (torch.randn(batch_size, 256),)
+"""
+
+
+def test_a_measured_card_says_its_frozen_step_work_could_not_be_weighed(write_model) -> None:
+    """The profiler kept the frozen step-work ratio (None here) and dropped the note saying why, so the card of a
+    frozen model whose step work could not be weighed read like one that had nothing to weigh; the note, which
+    the model file's prediction carries, is now in its features' notes."""
+    path = write_model(FROZEN_ELEMENTWISE)
+    said = [n for n in from_workload(str(path)).notes if n.startswith("the training-step time is not adjusted")]
+    assert len(said) == 1
+    card = _measured(path)
+    assert card.features.frozen_step_work_ratio is None and said[0] in card.features.notes

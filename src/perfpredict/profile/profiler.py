@@ -294,14 +294,15 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
             # step the meta probe could not take keep them
             card.features.optimizer_state_copies = copies
             card.features.optimizer_step_bytes = step_bytes
-            card.features.frozen_step_work_ratio = frozen_step_ratio_of_model(workload, model, graphs.get(2))[0]
+            card.features.frozen_step_work_ratio, frozen_note = frozen_step_ratio_of_model(workload, model,
+                                                                                            graphs.get(2))
             # not the bytes its recomputation saves (features.recompute_saved_*): predicting from this card
             # estimates the saved bytes from the eval-mode graph, which keeps every segment's activations already
             card.features.recompute_step_work_ratio = step.recompute_ratio
             # a step that failed leaves both unadjusted: the card says so, as a model file's prediction notes it
             # (and features=card repeats the note)
-            if step.note:
-                card.features.notes.append(step.note)
+            # (and a frozen model whose step work could not be weighed, likewise)
+            card.features.notes.extend(n for n in (step.note, frozen_note) if n)
             unused, unused_frozen = unused_param_bytes_of(model, step.unused, graphs.get(2))
             if unused:  # null where none is, as the predicted card writes it
                 card.features.unused_param_bytes = int(unused)
