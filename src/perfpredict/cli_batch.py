@@ -26,6 +26,7 @@ from perfpredict.cli import (
     progress_bar,
     save_result,
 )
+from perfpredict.cli_models import OPTIMIZER_HELP, OPTIMIZER_STATES_HELP, optimizer_option
 from perfpredict.errors import PerfPredictError, UsageError
 
 
@@ -47,6 +48,9 @@ def max_batch(
     predicted: Annotated[bool, typer.Option("--predicted", help="answer from the trained estimators; nothing runs")] = False,
     device_type: Annotated[str | None, typer.Option(help="--predicted: model set or kind (cuda_h100, cpu) [cuda]")] = None,
     quantile: Annotated[str, typer.Option(help="--predicted: q90 (safe) or median of the predicted memory")] = "q90",
+    optimizer_states: Annotated[float | None, typer.Option("--optimizer-states",
+                                                           help=f"--predicted: {OPTIMIZER_STATES_HELP}")] = None,
+    optimizer: Annotated[str | None, typer.Option("--optimizer", help=f"--predicted: {OPTIMIZER_HELP}")] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="output dir [./perfpredict-out/<model>/]")] = None,
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="do not log to MLflow")] = False,
     experiment: Annotated[str, typer.Option(help="MLflow experiment name")] = "perfpredict-profiles",
@@ -78,6 +82,13 @@ def max_batch(
                          "named by --device-type", step="arguments")
     if not predicted and (device_type is not None or quantile != "q90"):
         raise UsageError("--device-type and --quantile apply to --predicted only", step="arguments")
+    if not predicted and (optimizer is not None or optimizer_states is not None):
+        raise UsageError("--optimizer and --optimizer-states apply to --predicted only: a measured max-batch trains "
+                         "with the file's own make_optimizer", step="arguments")
+    from perfpredict.predictor import check_optimizer_state_copies
+
+    copies = check_optimizer_state_copies(optimizer_states, "--optimizer-states", step="arguments")
+    named = optimizer_option(optimizer, copies, "--optimizer", "--optimizer-states")
     check_target(target, params)  # before batch_search imports torch: a typo in model.py is answered at once
     from perfpredict.predicted_batch_limit import check_limit_args
     from perfpredict.profile.batch_search import DEFAULT_MAX_BATCH, check_search_args
@@ -99,7 +110,7 @@ def max_batch(
     path = output_file(out, workload.name, "max_batch_predicted.json" if predicted else "max_batch.json")
     if predicted:
         result = _predicted(target, params, limit, device_type, mode.value, precision, quantile, multiple_of,
-                            max_batch_size)
+                            max_batch_size, copies, named)
     else:
         result = _measured(workload, limit, device, mode.value, multiple_of,
                            DEFAULT_MAX_BATCH if max_batch_size is None else max_batch_size, threads, timeout)
@@ -135,14 +146,16 @@ def _measured(workload, limit, device, mode, multiple_of, max_batch, threads, ti
                                   on_start=started, on_probe=finished, return_on_interrupt=True)
 
 
-def _predicted(target, params, limit, device_type, mode, precision, quantile, multiple_of, max_batch):
+def _predicted(target, params, limit, device_type, mode, precision, quantile, multiple_of, max_batch, copies,
+               optimizer):
     from perfpredict.predictor import Predictor
 
     predictor = Predictor.load()
     with err_console.status("exporting the model and predicting"):
         return predictor.largest_batch(target, params=params or None, memory_limit_bytes=limit,
                                        device_type=device_type, mode=mode, precision=precision, quantile=quantile,
-                                       multiple_of=multiple_of, max_batch=max_batch)
+                                       multiple_of=multiple_of, max_batch=max_batch,
+                                       optimizer_state_copies=copies, optimizer=optimizer)
 
 
 def print_batch_limit(result, console=out_console) -> None:
