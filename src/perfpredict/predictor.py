@@ -872,7 +872,7 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
         frozen = _frozen_of(features.model, graph.get("param_bytes"), unused["unused_frozen_param_bytes"])
         # the estimators' parameter count is the graph's, as its param_bytes: the card's model section is the module's
         unused_count = _unused_count_of(features.model, unused["unused_param_bytes"])
-        precision = _card_precision(features.run)  # the set its run's precision picks, as a model file's PRECISION
+        precision = _card_precision(features)  # the set its run's precision picks, as a model file's PRECISION
         features = {**graph, "param_count": features.model.parameters - unused_count,
                     "name": features.model.name, "family": features.model.family}
         # the frozen parameters after the schema's check: the unused frozen ones' bytes are not the graph's
@@ -972,13 +972,20 @@ def _unused_count_of(model, unused_bytes: float) -> float:
     return float(min(round(model.parameters * unused_bytes / model.param_bytes), model.parameters))
 
 
-def _card_precision(run) -> str | None:
-    """The autocast precision a card's run says (``run.precision``), which picks the model set as a model file's
-    ``PRECISION`` does; None for fp64 (a float64 model's measured run: no set is trained at it, and its model
-    file predicts at fp32)."""
-    from perfpredict.workload.ref import PRECISIONS
+def _card_precision(card) -> str | None:
+    """The autocast precision a card's job trained at, which picks the model set as a model file's ``PRECISION``
+    does: a predicted card's ``run.precision`` (its set's), a measured card's where its steps ran under autocast
+    (:func:`~perfpredict.workload.ref.autocast_note`). None for fp32 and for a measured run without autocast,
+    whose ``run.precision`` is its weights' dtype (fp64 for ``model.double()``, fp16 / bf16 for ``model.half()`` /
+    ``.bfloat16()``): its model file, which asks for no autocast precision, predicts at fp32."""
+    from perfpredict.workload.ref import PRECISIONS, autocast_note
 
-    return run.precision if run.precision in PRECISIONS else None
+    precision = card.run.precision
+    if precision not in PRECISIONS or precision == "fp32":
+        return None
+    if card.prediction is not None or any(n.startswith(autocast_note(precision)) for n in card.notes):
+        return precision
+    return None
 
 
 def _frozen_of(model, graph_param_bytes: float | None = None, unused_frozen: float = 0.0) -> dict[str, float]:

@@ -40,7 +40,8 @@ class FeatureVector(BaseModel):
 
     forward_macs_per_sample: _Quantity
     param_count: _Quantity = Field(description="the model's parameter count (a card's features section has none: "
-                                               "it is the card's model.parameters)")
+                                               "it is the card's model.parameters, less those a step never "
+                                               "uses: features.unused_param_bytes' share of model.param_bytes)")
     param_bytes: _Quantity
     activation_bytes_per_sample: _Quantity
     num_nodes: Annotated[float, Field(ge=1, le=MAX_QUANTITY, allow_inf_nan=False)]

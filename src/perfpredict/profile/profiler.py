@@ -120,6 +120,7 @@ def library_versions() -> dict[str, str]:
 
 def _run_option_notes(workload: Workload, mode: str) -> list[str]:
     """What the card says about how its steps ran: mixed precision, a ``train_step`` hook, ``torch.compile``."""
+    from perfpredict.workload.ref import autocast_note
     from perfpredict.workload.spec import AUTOCAST_DTYPES
 
     notes = []
@@ -127,8 +128,7 @@ def _run_option_notes(workload: Workload, mode: str) -> list[str]:
     if workload.precision != "fp32":
         dtype = str(AUTOCAST_DTYPES[workload.precision]).removeprefix("torch.")
         notes.append(
-            f"precision {workload.precision}: every measurement ran the forward pass and the loss under "
-            f"torch.autocast({dtype})"
+            f"{autocast_note(workload.precision)}({dtype})"
             + (" with a gradient scaler" if workload.precision == "fp16" and mode == "train" and not hook else "")
             + "; the graph features and the Horus eq. 2 memory estimate describe the fp32 graph")
     if hook:

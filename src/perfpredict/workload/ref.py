@@ -21,6 +21,13 @@ DEFAULT_BATCH_SIZES: tuple[int, ...] = (4, 8, 16, 32, 64)
 PRECISIONS: tuple[str, ...] = ("fp32", "bf16", "fp16")
 
 
+def autocast_note(precision: str) -> str:
+    """How the note a measured card carries for steps run under ``torch.autocast`` at ``precision`` begins (the
+    profiler writes it): what tells such a run's ``run.precision`` from one its model's own weight dtype gave
+    (``model.half()`` runs every op in float16 without autocast, and its model file predicts with the fp32 set)."""
+    return f"precision {precision}: every measurement ran the forward pass and the loss under torch.autocast"
+
+
 def check_precision(value: Any, what: str = "precision") -> str:
     """``value`` as one of :data:`PRECISIONS`, or a :class:`UsageError` naming them."""
     from perfpredict.errors import UsageError
