@@ -89,7 +89,7 @@ def train(
         raise typer.Exit(130) from None
 
 
-def frozen_option(values: list[str] | None, option: str, is_onnx: bool) -> list[str]:
+def frozen_option(values: list[str] | None, option: str, is_onnx: bool, example: str = "backbone.") -> list[str]:
     """A ``--frozen``-style option's initializer name prefixes (repeatable, or comma-separated:
     :func:`~perfpredict.estimators.arch.given_frozen`); a UsageError when it is given but names none, or given for
     a target that is not an ONNX file. (A prefix that starts no initializer's name is refused by the prediction,
@@ -97,12 +97,24 @@ def frozen_option(values: list[str] | None, option: str, is_onnx: bool) -> list[
     from perfpredict.estimators.arch import given_frozen
 
     try:
-        prefixes = given_frozen(values, option, f"{option} backbone.")
+        prefixes = given_frozen(values, option, f"{option} {example}")
     except ValueError as e:
         raise UsageError(str(e), step="arguments") from None
     if prefixes and not is_onnx:
         raise UsageError(f"{option} only applies to an ONNX file (a model file says which weights are frozen "
                          "itself, with requires_grad=False, and so does a card)", step="arguments")
+    return prefixes
+
+
+def frozen_or_trained_options(frozen: list[str] | None, trained: list[str] | None, options: tuple[str, str],
+                              is_onnx: bool) -> tuple[list[str], list[str]]:
+    """``--frozen``'s and ``--trained``'s prefixes (``options``: their names), each as :func:`frozen_option`
+    reads it; a UsageError when both name some (:func:`~perfpredict.estimators.arch.check_frozen_or_trained`)."""
+    from perfpredict.estimators.arch import PREFIX_EXAMPLES, check_frozen_or_trained
+
+    prefixes = (frozen_option(frozen, options[0], is_onnx),
+                frozen_option(trained, options[1], is_onnx, PREFIX_EXAMPLES["trained"]))
+    check_frozen_or_trained(*prefixes, names=options, step="arguments")
     return prefixes
 
 
@@ -172,6 +184,10 @@ def predict(
                                                      "of weights the training job freezes (requires_grad=False), "
                                                      "e.g. --frozen backbone. (repeatable): they get no gradient nor "
                                                      "optimizer state; a model file says which are frozen itself")] = None,
+    trained: Annotated[list[str] | None, typer.Option("--trained", help=".onnx only, instead of --frozen: PREFIX of "
+                                                      "the initializer names of the weights that train, every "
+                                                      "other floating-point weight frozen, e.g. --trained "
+                                                      "blocks.0.q.lora_ (repeatable): LoRA, adapters, BitFit")] = None,
     optimizer_states: Annotated[float | None, typer.Option("--optimizer-states", help=OPTIMIZER_STATES_HELP)] = None,
     optimizer: Annotated[str | None, typer.Option("--optimizer", help=OPTIMIZER_HELP)] = None,
     mlflow: Annotated[bool, typer.Option("--mlflow", help="also log the prediction as an MLflow run (kind "
@@ -196,7 +212,7 @@ def predict(
                          step="arguments")
     is_onnx = target.lower().endswith(".onnx")
     dims = dims_option(dim, "--dim", is_onnx)
-    prefixes = frozen_option(frozen, "--frozen", is_onnx)
+    prefixes, trained_prefixes = frozen_or_trained_options(frozen, trained, ("--frozen", "--trained"), is_onnx)
     from perfpredict.predictor import check_optimizer_state_copies
 
     copies = check_optimizer_state_copies(optimizer_states, "--optimizer-states", step="arguments")
@@ -226,7 +242,8 @@ def predict(
     if is_onnx:
         card = pred.predict(onnx_path=target, batch_sizes=bs, device_type=device_type, mode=mode,
                             batch_axis=batch_axis, precision=precision, dims=dims or None, frozen=prefixes or None,
-                            optimizer_state_copies=copies, batch_input=batch_input, optimizer=named)
+                            optimizer_state_copies=copies, batch_input=batch_input, optimizer=named,
+                            trained=trained_prefixes or None)
     else:
         card = pred.predict(target, batch_sizes=bs, device_type=device_type, params=params or None, mode=mode,
                             batch_axis=batch_axis, precision=precision, optimizer_state_copies=copies,
@@ -313,6 +330,11 @@ def colocate(
                                                          "names of weights its training freezes (repeatable), as "
                                                          "`perfpredict predict --frozen`")] = None,
     frozen_b: Annotated[list[str] | None, typer.Option("--frozen-b", help="the same for B")] = None,
+    trained_a: Annotated[list[str] | None, typer.Option("--trained-a", help="A an .onnx, instead of --frozen-a: "
+                                                        "PREFIX of the initializer names of the weights that train, "
+                                                        "every other floating-point weight frozen (repeatable), as "
+                                                        "`perfpredict predict --trained`")] = None,
+    trained_b: Annotated[list[str] | None, typer.Option("--trained-b", help="the same for B")] = None,
     dim_a: Annotated[list[str] | None, typer.Option("--dim-a", help="A an .onnx: NAME=SIZE for a symbolic input "
                                                     "dimension besides the batch (repeatable), as `perfpredict "
                                                     "predict --dim`")] = None,
@@ -344,8 +366,9 @@ def colocate(
             raise UsageError(f"--batch-sizes takes one or two values (A's, B's), got {batch_sizes!r}", step="arguments")
         parsed = [parse_batch_sizes(x, "--batch-sizes")[0] for x in items]
         bs = [parsed[0], parsed[-1]]
-    frozen = [frozen_option(f, o, t.lower().endswith(".onnx"))
-              for f, o, t in ((frozen_a, "--frozen-a", job_a), (frozen_b, "--frozen-b", job_b))]
+    frozen = [frozen_or_trained_options(f, tr, o, t.lower().endswith(".onnx"))
+              for f, tr, o, t in ((frozen_a, trained_a, ("--frozen-a", "--trained-a"), job_a),
+                                  (frozen_b, trained_b, ("--frozen-b", "--trained-b"), job_b))]
     dims = [dims_option(d, o, t.lower().endswith(".onnx"))
             for d, o, t in ((dim_a, "--dim-a", job_a), (dim_b, "--dim-b", job_b))]
     axes = [batch_axis_a, batch_axis_b]
@@ -385,9 +408,9 @@ def colocate(
         if t in given:
             cards.append(given[t])
         elif t.lower().endswith(".onnx"):
-            cards.append(pred.predict(onnx_path=t, batch_sizes=[b or 32], device_type=predict_on, frozen=f or None,
-                                      dims=d or None, batch_axis=a, optimizer_state_copies=c, batch_input=i,
-                                      optimizer=o))
+            cards.append(pred.predict(onnx_path=t, batch_sizes=[b or 32], device_type=predict_on,
+                                      frozen=f[0] or None, trained=f[1] or None, dims=d or None, batch_axis=a,
+                                      optimizer_state_copies=c, batch_input=i, optimizer=o))
         else:
             cards.append(pred.predict(t, batch_sizes=[b or 32], device_type=predict_on, batch_axis=a,
                                       optimizer_state_copies=c, batch_input=i, optimizer=o))

@@ -604,7 +604,7 @@ class Predictor:
                 params: Mapping[str, Any] | None = None, allow_fallback: bool = True, mode: str | None = None,
                 batch_axis: int | None = None, precision: str | None = None, dims: Mapping[str, int] | None = None,
                 frozen: Sequence[str] | None = None, optimizer_state_copies: float | None = None,
-                batch_input: str | None = None, optimizer: str | None = None):
+                batch_input: str | None = None, optimizer: str | None = None, trained: Sequence[str] | None = None):
         """A :class:`~perfpredict.card.PerformanceCard` predicted for a model file / ``zoo:`` target, an ONNX
         file, or ready graph features (exactly one of them); ``mode`` "train" (default) or "infer" picks the
         model set trained on training steps or on inference passes; ``batch_axis`` (ONNX files only) says which
@@ -616,7 +616,9 @@ class Predictor:
         graph inputs' symbolic dimensions other than the batch (``{"seq": 128}``). ``frozen`` (ONNX files only)
         names the weights a training job freezes (``requires_grad=False``) by initializer name prefix
         (``["backbone."]``): they get no gradient nor optimizer state, as a model file's frozen parameters; a
-        model file says which are frozen itself, and a feature vector by its ``frozen_param_bytes``.
+        model file says which are frozen itself, and a feature vector by its ``frozen_param_bytes``. ``trained``
+        (ONNX files only), instead of ``frozen``: the prefixes of the weights that train (``["blocks.0.q.lora_"]``),
+        every other floating-point initializer frozen, for a LoRA's, an adapter's or BitFit's few trained weights.
         ``optimizer_state_copies``: the copies of each trained weight the job's optimizer keeps as state (SGD
         with momentum 1, plain SGD 0, Adam/AdamW 2); left out, a model file's optimizer is probed for them, a
         predicted card repeats its own, and anything else is charged 1, as the training data's optimizer (SGD
@@ -625,7 +627,7 @@ class Predictor:
         optimizer by the name of one of torch.optim's own classes, ``NAME[:KEY=VALUE,...]`` (``"adamw"``,
         ``"sgd-momentum"``, ``"adam:amsgrad=true,foreach=true"``;
         :func:`~perfpredict.workload.spec.parse_optimizer`), probed for its state copies and the temporaries its step holds over "meta" tensors
-        shaped like the trained weights (an ONNX file's float initializers less ``frozen``); for a model file it
+        shaped like the trained weights (an ONNX file's float initializers less the frozen ones); for a model file it
         replaces ``make_optimizer``. Not with ``optimizer_state_copies``."""
         # The batch sizes are checked first: a model file is run and exported before its features exist.
         if batch_size is not None and batch_sizes is not None:
@@ -638,7 +640,8 @@ class Predictor:
         self.model_set(device_type, mode, precision)
         copies = check_optimizer_state_copies(optimizer_state_copies)
         named = _check_optimizer_given(optimizer, copies, features)
-        arch, source = _arch_of(model, onnx_path, features, params, batch_axis, dims, frozen, batch_input, named)
+        arch, source = _arch_of(model, onnx_path, features, params, batch_axis, dims, frozen, batch_input, named,
+                                trained)
         arch = with_optimizer_state_copies(arch, copies)
         return self.card_for(arch, bs, device_type=device_type, source=source, allow_fallback=allow_fallback,
                              mode=mode, precision=precision)
@@ -651,20 +654,21 @@ class Predictor:
                       quantile: str = "q90", multiple_of: int = 1, max_batch: int | None = None,
                       dims: Mapping[str, int] | None = None, frozen: Sequence[str] | None = None,
                       optimizer_state_copies: float | None = None, batch_input: str | None = None,
-                      optimizer: str | None = None):
+                      optimizer: str | None = None, trained: Sequence[str] | None = None):
         """The largest batch size predicted to fit ``memory_limit_bytes`` (a
         :class:`~perfpredict.profile.batch_search.BatchLimit` with ``source="predicted"``): on a CUDA set the q90
         of the GPU memory NVML will see (context included), on a CPU set the q90 of the step's peak RSS
         increase; ``quantile="median"`` holds the median instead. Nothing is run but the export of a model file.
         :func:`~perfpredict.profile.batch_search.find_largest_batch` measures the same on a device.
-        ``optimizer_state_copies``, ``optimizer``, ``batch_axis`` and ``batch_input`` as for :meth:`predict`."""
+        ``optimizer_state_copies``, ``optimizer``, ``batch_axis``, ``batch_input``, ``frozen`` and ``trained`` as
+        for :meth:`predict`."""
         from perfpredict.predicted_batch_limit import check_limit_args, predicted_largest_batch
 
         check_limit_args(memory_limit_bytes, quantile, multiple_of, max_batch)  # before a model file is run,
         self.model_set(device_type, mode, precision)  # and that a model set answers
         copies = check_optimizer_state_copies(optimizer_state_copies)
         named = _check_optimizer_given(optimizer, copies, features)
-        arch, _ = _arch_of(model, onnx_path, features, params, batch_axis, dims, frozen, batch_input, named)
+        arch, _ = _arch_of(model, onnx_path, features, params, batch_axis, dims, frozen, batch_input, named, trained)
         arch = with_optimizer_state_copies(arch, copies)
         return predicted_largest_batch(self, arch, memory_limit_bytes, device_type=device_type, mode=mode,
                                        precision=precision, quantile=quantile, multiple_of=multiple_of,
@@ -1276,7 +1280,7 @@ def _arch_of(model: str | None, onnx_path: str | Path | None,
              features: ArchFeatures | Mapping[str, Any] | PerformanceCard | None, params: Mapping[str, Any] | None,
              batch_axis: int | None, dims: Mapping[str, int] | None = None,
              frozen: Sequence[str] | None = None, batch_input: str | None = None,
-             optimizer: Any = None) -> tuple[ArchFeatures, str]:
+             optimizer: Any = None, trained: Sequence[str] | None = None) -> tuple[ArchFeatures, str]:
     """The graph features of exactly one of a model file / ``zoo:`` target, an ONNX file or a feature mapping,
     and the name of where they came from; ``optimizer`` (a model file's or an ONNX file's) as checked by
     :func:`_check_optimizer_given`."""
@@ -1299,11 +1303,11 @@ def _arch_of(model: str | None, onnx_path: str | Path | None,
                          "fixed architecture)", step="predict")
     if dims and onnx_path is None:
         raise UsageError("dims applies to ONNX files only (a model.py's inputs are its example_inputs)", step="predict")
-    frozen = archmod.check_frozen(frozen)
-    if frozen and onnx_path is None:
-        raise UsageError("frozen applies to ONNX files only: a model file's frozen parameters are those it builds "
-                         "with requires_grad=False, and a feature vector gives frozen_param_bytes / "
-                         "frozen_param_count", step="predict")
+    frozen, trained = archmod.check_frozen_or_trained(frozen, trained)
+    if (frozen or trained) and onnx_path is None:
+        raise UsageError(f"{'frozen' if frozen else 'trained'} applies to ONNX files only: a model file's frozen "
+                         "parameters are those it builds with requires_grad=False, and a feature vector gives "
+                         "frozen_param_bytes / frozen_param_count", step="predict")
     if dims is not None and not isinstance(dims, Mapping):
         raise UsageError(f"dims must map dimension names to sizes, e.g. {{'seq': 128}}, got {dims!r}"[:200],
                          step="predict")
@@ -1316,7 +1320,7 @@ def _arch_of(model: str | None, onnx_path: str | Path | None,
         return archmod.from_workload(str(model), params, optimizer), str(model)
     if onnx_path is not None:
         return archmod.from_onnx_file(onnx_path, batch_axis=batch_axis, dims=dims, frozen=frozen,
-                                      batch_input=batch_input, optimizer=optimizer), str(onnx_path)
+                                      batch_input=batch_input, optimizer=optimizer, trained=trained), str(onnx_path)
     arch = _as_arch(features)
     return arch, arch.name or "features"
 

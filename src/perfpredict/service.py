@@ -9,7 +9,8 @@
   answered with a predicted :class:`~perfpredict.card.PerformanceCard`;
 - ``POST /predict/onnx`` — multipart upload of an ONNX file (``file``) with ``batch_sizes`` (comma-separated)
   and optional ``device_type`` (and ``mode``, ``precision``, ``batch_axis``, ``batch_input``, ``dims``, ``frozen``: the
-  weights a training job freezes, by initializer name prefix, comma-separated). The file is parsed and shape-inferred by the ``onnx`` library only: no
+  weights a training job freezes, by initializer name prefix, comma-separated, or ``trained``: the weights that
+  train, every other floating-point one frozen). The file is parsed and shape-inferred by the ``onnx`` library only: no
   onnxruntime session, no Python from the client, nothing executed. Uploads over ``max_upload_bytes`` are
   refused with 413 before they are parsed, and before their body is read when their Content-Length says so.
 
@@ -322,6 +323,11 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
         value = (await request.form()).get("frozen")
         return value if isinstance(value, str) else None
 
+    async def _trained_as_sent(request: Request) -> str | None:
+        """The upload's ``trained`` field as sent, as :func:`_frozen_as_sent` reads ``frozen``."""
+        value = (await request.form()).get("trained")
+        return value if isinstance(value, str) else None
+
     async def _batch_input_as_sent(request: Request) -> str | None:
         """The upload's ``batch_input`` field as sent, as :func:`_frozen_as_sent` reads ``frozen``: ``batch_input=``
         would otherwise split the counts on the first input, which the field was sent to override."""
@@ -357,6 +363,12 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
                                                                  "False): backbone.,embed. They get no gradient nor "
                                                                  "optimizer state; a prefix naming no initializer, or "
                                                                  "the field sent empty, is a 422"),
+                     trained: str | None = Form(None, description="instead of frozen: comma-separated initializer "
+                                                                  "name prefixes of the weights that train, every "
+                                                                  "other floating-point weight frozen (LoRA, "
+                                                                  "adapters, BitFit): blocks.0.q.lora_. A prefix "
+                                                                  "naming no floating-point initializer, the field "
+                                                                  "sent empty, or beside frozen is a 422"),
                      optimizer_state_copies: float | None = Form(
                          None, ge=0, le=MAX_OPTIMIZER_STATE_COPIES, allow_inf_nan=False,
                          description="copies of each trained weight the optimizer keeps as state, as for /predict"),
@@ -371,12 +383,14 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
                      allow_fallback: bool = Form(True, description="out of distribution, answer from the nearest "
                                                                    "profiled model (as /predict)"),
                      frozen_sent: str | None = Depends(_frozen_as_sent),
+                     trained_sent: str | None = Depends(_trained_as_sent),
                      batch_input_sent: str | None = Depends(_batch_input_as_sent),
                      optimizer_sent: str | None = Depends(_optimizer_as_sent)) -> dict[str, Any]:
         try:
             bs = parse_batch_sizes(batch_sizes)
             sizes = _dims_field(dims)
             prefixes = _frozen_field(frozen if frozen is not None else frozen_sent)
+            trained_prefixes = _frozen_field(trained if trained is not None else trained_sent, "trained")
             if batch_input is None and batch_input_sent is not None:  # sent empty
                 raise ValueError("batch_input must name one of the graph's inputs, got '' (or leave the field out)")
             named = _optimizer_field(optimizer if optimizer is not None else optimizer_sent, optimizer_state_copies)
@@ -389,7 +403,8 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
         try:
             arch = from_onnx_proto(load_onnx_bytes(data, name, external_data=False), name=name.removesuffix(".onnx"),
                                    batch_axis=batch_axis, dims=sizes or None,
-                                   frozen=prefixes or None, batch_input=batch_input, optimizer=named)
+                                   frozen=prefixes or None, batch_input=batch_input, optimizer=named,
+                                   trained=trained_prefixes or None)
         except ArchFeaturesError as e:
             raise HTTPException(400, str(e)) from None
         card = pred.card_for(with_optimizer_state_copies(arch, optimizer_state_copies), bs, device_type=device_type,
@@ -413,13 +428,14 @@ def _optimizer_field(text: str | None, copies: float | None):
     return parse_optimizer(text)
 
 
-def _frozen_field(text: str | None) -> list[str]:
-    """The ``frozen`` form field, ``backbone.,embed.``, as prefixes (none when the field is not sent); a field
-    sent naming no prefix (``frozen=``, ``frozen=,``) is a ValueError (the 422's message), as ``--frozen ""`` is
-    refused by the CLI."""
-    from perfpredict.estimators.arch import given_frozen
+def _frozen_field(text: str | None, field: str = "frozen") -> list[str]:
+    """The ``frozen`` form field, ``backbone.,embed.``, as prefixes (none when the field is not sent), or the
+    ``trained`` one's (``field``); a field sent naming no prefix (``frozen=``, ``frozen=,``) is a ValueError (the
+    422's message), as ``--frozen ""`` is refused by the CLI."""
+    from perfpredict.estimators.arch import PREFIX_EXAMPLES, given_frozen
 
-    return given_frozen(None if text is None else [text], "frozen", "frozen=backbone. (or leave the field out)")
+    return given_frozen(None if text is None else [text], field,
+                        f"{field}={PREFIX_EXAMPLES[field]} (or leave the field out)")
 
 
 def _dims_field(text: str | None) -> dict[str, int]:

@@ -753,63 +753,107 @@ def check_optimizer(value: Any, name: str = "optimizer", step: str = "predict"):
 _ONNX_FLOAT_DTYPES = {1: "float32", 10: "float16", 11: "float64", 16: "bfloat16"}
 
 
-def onnx_trained_weights(proto, frozen: Sequence[str]) -> list[tuple[tuple[int, ...], Any]]:
+def onnx_trained_weights(proto, frozen: frozenset[str]) -> list[tuple[tuple[int, ...], Any]]:
     """The ``(shape, dtype)`` of the weights a training job of the graph steps: its floating-point initializers
-    (:func:`~perfpredict.features.graph.all_initializers`, Constant weights too) less the ``frozen`` prefixes'
-    (:func:`is_frozen_name`), what a :class:`~perfpredict.workload.spec.NamedOptimizer` is probed over."""
+    (:func:`~perfpredict.features.graph.all_initializers`, Constant weights too) less the ``frozen`` ones
+    (:func:`frozen_names`), what a :class:`~perfpredict.workload.spec.NamedOptimizer` is probed over."""
     import torch
 
     from perfpredict.features.graph import all_initializers
 
     return [(tuple(t.dims), getattr(torch, _ONNX_FLOAT_DTYPES[t.data_type])) for t in all_initializers(proto.graph)
-            if t.data_type in _ONNX_FLOAT_DTYPES and not is_frozen_name(t.name, frozen)]
+            if t.data_type in _ONNX_FLOAT_DTYPES and t.name not in frozen]
 
 
-def check_frozen(frozen: Any) -> list[str] | None:
-    """``frozen`` (initializer name prefixes) as a list, None for none; a :class:`UsageError` for anything but a
-    list of non-empty strings (a bare string would freeze by its characters)."""
+#: a prefix to show in the messages about each way of naming the frozen weights
+PREFIX_EXAMPLES = {"frozen": "backbone.", "trained": "head."}
+
+
+def check_frozen(frozen: Any, name: str = "frozen") -> list[str] | None:
+    """``frozen`` (initializer name prefixes; ``trained``'s too, ``name`` saying which) as a list, None for none; a
+    :class:`UsageError` for anything but a list of non-empty strings (a bare string would freeze by its
+    characters)."""
+    example = PREFIX_EXAMPLES.get(name, "backbone.")
     if frozen is None:
         return None
     if isinstance(frozen, (str, bytes)) or not isinstance(frozen, Iterable):
-        raise UsageError(f"frozen must be a list of initializer name prefixes such as ['backbone.'], got "
+        raise UsageError(f"{name} must be a list of initializer name prefixes such as [{example!r}], got "
                          f"{frozen!r}"[:200], step="predict")
     frozen = list(frozen)
     bad = [p for p in frozen if not isinstance(p, str) or not p.strip()]
     if bad:
-        raise UsageError(f"frozen: each prefix is a non-empty initializer name prefix such as 'backbone.', got "
+        raise UsageError(f"{name}: each prefix is a non-empty initializer name prefix such as {example!r}, got "
                          f"{bad[0]!r}"[:200], step="predict")
     return frozen or None
 
 
-def is_frozen_name(name: str, frozen: Sequence[str]) -> bool:
-    """Whether an initializer named ``name`` is frozen by the prefixes ``frozen`` (``--frozen``, ``frozen=``): its
-    name starts with one of them."""
-    return name.startswith(tuple(frozen))
+def check_frozen_or_trained(frozen: Any, trained: Any, names: tuple[str, str] = ("frozen", "trained"),
+                            step: str = "predict") -> tuple[list[str] | None, list[str] | None]:
+    """:func:`check_frozen` of ``frozen`` and ``trained`` (the prefixes of the weights that train, every other
+    floating-point weight frozen); a :class:`UsageError` naming ``names`` when both name prefixes, as each says
+    what the other's complement is."""
+    frozen, trained = check_frozen(frozen, names[0]), check_frozen(trained, names[1])
+    if frozen and trained:
+        raise UsageError(f"give {names[0]} or {names[1]}, not both: {names[0]} names the weights that are frozen, "
+                         f"{names[1]} the ones that train (every other floating-point weight frozen)", step=step)
+    return frozen, trained
 
 
-def frozen_initializers(proto, frozen: Sequence[str], name: str = "onnx") -> tuple[float, float]:
-    """The bytes and count of the graph's weights (its initializers, what ``param_bytes`` and ``param_count``
-    count) whose names start with one of the prefixes ``frozen``: the parameters a training job freezes
-    (``requires_grad=False``), which an ONNX file does not record. Read from the initializers' shapes and
-    types, nothing executed. A prefix that starts no initializer's name is a :class:`UsageError` naming some
-    that exist (a prefix naming nothing would predict a job that trains every weight without a word)."""
-    from perfpredict.features.graph import all_initializers, tensor_nbytes
+def is_frozen_name(name: str, frozen: Sequence[str], trained: Sequence[str] = ()) -> bool:
+    """Whether a weight named ``name`` is frozen by the prefixes ``frozen`` (``--frozen``, ``frozen=``): its
+    name starts with one of them; or, ``trained`` given (``--trained``, ``trained=``), it starts with none of
+    those."""
+    return not name.startswith(tuple(trained)) if trained else name.startswith(tuple(frozen))
+
+
+def _refuse_unmatched(prefixes: Sequence[str], tensors: list, option: str, what: str, name: str) -> None:
+    """A :class:`UsageError` for the first of ``prefixes`` (``option``'s) that starts none of ``tensors``' names
+    (``what`` they are), naming some that exist, those it lies inside first (``lora_`` inside
+    ``blocks.0.q.lora_A``): a prefix naming nothing would predict another job without a word."""
+    for prefix in prefixes:
+        if not any(t.name.startswith(prefix) for t in tensors):
+            inside = [t.name for t in tensors if prefix in t.name]
+            names = inside or [t.name for t in tensors]
+            shown = ", ".join(repr(n[:60]) for n in names[:6]) + (f", ... ({len(names)} in all)"
+                                                                   if len(names) > 6 else "")
+            where = (f"it lies inside {shown}: a prefix starts a name" if inside else
+                     f"its {what}s are {shown or 'none'}")
+            raise UsageError(f"{option} prefix {prefix[:60]!r} starts no {what}'s name in {name}; {where} (the "
+                             "exporter's names: torch.onnx.export keeps module paths such as 'backbone.weight', "
+                             "save weights it folded or transposed)", step="predict")
+
+
+def frozen_names(proto, frozen: Sequence[str] = (), trained: Sequence[str] = (),
+                 name: str = "onnx") -> frozenset[str]:
+    """The names of the graph's weights (its initializers, what ``param_count`` counts) a training job freezes
+    (``requires_grad=False``), which an ONNX file does not record: those the prefixes ``frozen`` start, or, with
+    ``trained`` (a LoRA's or an adapter's few weights), every floating-point one none of ``trained`` starts
+    (:func:`is_frozen_name`). Read from the names, nothing executed. A prefix that starts no initializer's name
+    (``trained``: no floating-point one's) is a :class:`UsageError` naming some that exist."""
+    from perfpredict.features.graph import all_initializers
 
     init = all_initializers(proto.graph)  # a Loop's or If's own weights too, as param_count counts them
-    for prefix in frozen:
-        if not any(t.name.startswith(prefix) for t in init):
-            shown = ", ".join(repr(t.name[:60]) for t in init[:6]) + (f", ... ({len(init)} in all)"
-                                                                       if len(init) > 6 else "")
-            raise UsageError(f"frozen prefix {prefix[:60]!r} starts no initializer's name in {name}; its initializers "
-                             f"are {shown or 'none'} (the exporter's names: torch.onnx.export keeps module paths "
-                             "such as 'backbone.weight', save weights it folded or transposed)", step="predict")
-    picked = [t for t in init if is_frozen_name(t.name, frozen)]
+    if trained:
+        init = [t for t in init if t.data_type in _ONNX_FLOAT_DTYPES]
+        _refuse_unmatched(trained, init, "trained", "floating-point initializer", name)
+    else:
+        _refuse_unmatched(frozen, init, "frozen", "initializer", name)
+    return frozenset(t.name for t in init if is_frozen_name(t.name, frozen, trained))
+
+
+def frozen_initializers(proto, frozen: frozenset[str]) -> tuple[float, float]:
+    """The bytes and count of the graph's initializers named in ``frozen`` (:func:`frozen_names`), summed from
+    their shapes and types."""
+    from perfpredict.features.graph import all_initializers, tensor_nbytes
+
+    picked = [t for t in all_initializers(proto.graph) if t.name in frozen]
     return float(sum(tensor_nbytes(t) for t in picked)), float(sum(math.prod(t.dims) for t in picked))
 
 
 def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
                     dims: Mapping[str, int] | None = None, frozen: Sequence[str] | None = None,
-                    batch_input: str | None = None, optimizer: Any = None) -> ArchFeatures:
+                    batch_input: str | None = None, optimizer: Any = None,
+                    trained: Sequence[str] | None = None) -> ArchFeatures:
     """Features of an ONNX graph without executing it (shape inference only). ``batch_axis``: which axis of the
     first input is the batch, where the graph cannot say (every dimension fixed, or a sequence-first input);
     by default the first axis, or the one symbolic dimension when the first is fixed. ``batch_input``: the name
@@ -818,10 +862,11 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
     inputs' other symbolic dimensions (``{"seq": 128}``). A symbolic dimension left besides the batch leaves
     the compute ops' shapes unknown, so every count would be wrong: that is an error asking for its size.
     ``frozen``: initializer name prefixes of the weights a training job freezes (``["backbone."]``,
-    :func:`frozen_initializers`); their bytes and count are the features' ``frozen_param_bytes`` and
-    ``frozen_param_count``, as a feature vector gives them. ``optimizer``: the training job's, one of torch.optim's
-    own classes by name (:func:`check_optimizer`), probed for its state copies and step temporaries over "meta"
-    tensors shaped like the trained weights (:func:`onnx_trained_weights`); None leaves them to the caller."""
+    :func:`frozen_names`); their bytes and count are the features' ``frozen_param_bytes`` and
+    ``frozen_param_count``, as a feature vector gives them. ``trained``, instead of ``frozen``: the prefixes of the
+    weights that train, every other floating-point weight frozen (parameter-efficient fine-tuning: LoRA, adapters,
+    BitFit). ``optimizer``: the training job's, one of torch.optim's own classes by name (:func:`check_optimizer`),
+    probed for its state copies and step temporaries over "meta" tensors shaped like the trained weights (:func:`onnx_trained_weights`); None leaves them to the caller."""
     from perfpredict.estimators.kernel_nodes import rows_at_fixed_batch
     from perfpredict.features import _from_stats
     from perfpredict.features.graph import all_initializers, analyze_onnx, inline_functions, unknown_shapes_note
@@ -836,18 +881,19 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
     notes: list[str] = []
     # every weight, a Loop's or If's own included (counted once: a body's weights are shared by its iterations)
     param_count = float(sum(math.prod(t.dims) for t in all_initializers(proto.graph)))
-    prefixes = tuple(check_frozen(frozen) or ())
-    frozen_bytes, frozen_count = frozen_initializers(proto, prefixes, name)
+    frozen, trained = check_frozen_or_trained(frozen, trained)
+    frozen_set = frozen_names(proto, frozen or (), trained or (), name)
+    frozen_bytes, frozen_count = frozen_initializers(proto, frozen_set)
     named = check_optimizer(optimizer)
     copies, copies_note, step_bytes = (1.0, None, None) if named is None else \
-        named_optimizer_probe(named, onnx_trained_weights(proto, prefixes))
+        named_optimizer_probe(named, onnx_trained_weights(proto, frozen_set))
     proto = _without_weight_data(proto)
     # the frozen weights' layers keep no tensors for backward where no trained weight lies upstream
-    trained = (lambda n: not is_frozen_name(n, prefixes)) if frozen_count > 0 else None
+    trains = (lambda n: n not in frozen_set) if frozen_count > 0 else None
     try:
         if symbolic:
-            s1 = analyze_onnx(_with_batch(proto, 1, batch_param, axis), run_for_shapes=False, trained=trained)
-            s2 = analyze_onnx(_with_batch(proto, 2, batch_param, axis), run_for_shapes=False, trained=trained)
+            s1 = analyze_onnx(_with_batch(proto, 1, batch_param, axis), run_for_shapes=False, trained=trains)
+            s2 = analyze_onnx(_with_batch(proto, 2, batch_param, axis), run_for_shapes=False, trained=trains)
             g = _from_stats(s1, s2, 1, 2)  # the per-sample / fixed split a model file's two exports get
             macs, macs_fixed = g.forward_macs_per_sample, g.forward_macs_fixed
             act, act_fixed = g.activation_bytes_per_sample, g.activation_bytes_fixed
@@ -858,7 +904,7 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
             stats, work_stats = s1, s2  # the frozen weights' share of a step's work: at batch 2, as a model file's
         else:
             b = static or 1
-            stats = work_stats = analyze_onnx(proto, run_for_shapes=False, trained=trained)
+            stats = work_stats = analyze_onnx(proto, run_for_shapes=False, trained=trains)
             macs, macs_fixed = stats.macs / b, 0
             act, act_fixed = stats.activation_bytes / b, 0
             live, live_fixed = stats.peak_live_activation_bytes / b, 0
@@ -893,7 +939,7 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
                                 step="analyse onnx")
     ratio = None
     if frozen_count > 0:
-        ratio = frozen_step_ratio(work_stats, trained, lambda n: True)
+        ratio = frozen_step_ratio(work_stats, trains, lambda n: True)
     _check_counts_bounded(name, forward_macs_per_sample=macs, forward_macs_fixed=macs_fixed,
                           param_count=param_count, param_bytes=stats.initializer_bytes,
                           activation_bytes_per_sample=act, activation_bytes_fixed=act_fixed,
@@ -986,7 +1032,8 @@ def _input_bytes_per_sample(proto, batch_param: str | None = None, axis: int | N
 
 def from_onnx_file(path: str | Path, batch_axis: int | None = None,
                    dims: Mapping[str, int] | None = None, frozen: Sequence[str] | None = None,
-                   batch_input: str | None = None, optimizer: Any = None) -> ArchFeatures:
+                   batch_input: str | None = None, optimizer: Any = None,
+                   trained: Sequence[str] | None = None) -> ArchFeatures:
     from perfpredict.input_files import ONNX_LIMIT_BYTES, InputTooLarge, read_bounded
 
     p = Path(path)
@@ -997,4 +1044,4 @@ def from_onnx_file(path: str | Path, batch_axis: int | None = None,
     except OSError as e:
         raise ArchFeaturesError(f"cannot read: {e.strerror}", source=str(path), step="read onnx") from None
     return from_onnx_proto(load_onnx_bytes(data, str(path), path=p), name=p.stem, batch_axis=batch_axis, dims=dims,
-                           frozen=frozen, batch_input=batch_input, optimizer=optimizer)
+                           frozen=frozen, batch_input=batch_input, optimizer=optimizer, trained=trained)
