@@ -326,7 +326,10 @@ class GraphFeatures(_Section):
                                           "(perfpredict.estimators.kernel_nodes)")
     saved_bytes_per_sample: int | None = Field(None, description="bytes autograd saves for backward per sample, "
                                                                  "as CUDA's kernels keep them (perfpredict."
-                                                                 "features.saved)")
+                                                                 "features.saved), counted on the model's "
+                                                                 "training-mode forward (a predicted card's, a "
+                                                                 "measured training card's); null where nobody "
+                                                                 "counted (features=card then estimates it)")
     saved_cpu_bytes_per_sample: int | None = Field(None, description="the same as the CPU's own kernels keep them "
                                                                      "(unfused attention, float dropout noise)")
     saved_bytes_fixed: int | None = Field(None, description="the batch-independent part of the saved bytes")

@@ -425,9 +425,10 @@ def is_calibrated(ms) -> bool:
     return isinstance(ms, CalibratedModelSet)
 
 
-def _lacks_counts(arch: ArchFeatures) -> bool:
-    """Whether the Predictor will estimate ``arch``'s saved-tensor counts (an ONNX file, a bare feature vector)."""
-    return any(getattr(arch, attr) is None for attr in SAVED_ATTRS)
+def _estimated_counts(arch: ArchFeatures) -> frozenset[str]:
+    """The saved-tensor counts (:data:`SAVED_ATTRS`) the Predictor will estimate for ``arch``: an ONNX file's, a
+    bare feature vector's, a card's without them; none for a model file's or a measured training card's."""
+    return frozenset(attr for attr in SAVED_ATTRS if getattr(arch, attr) is None)
 
 
 def _load_sets(path: str | Path | None,
@@ -588,7 +589,7 @@ class Predictor:
         arch = with_optimizer_state_copies(_as_arch(features), copies)
         bs = _check_batches(batch_sizes)
         ms, _ = self._set_for(arch, device_type, mode, precision)
-        estimated = _lacks_counts(arch)
+        estimated = _estimated_counts(arch)
         arch = ms.with_graph_counts(arch)
         e = _estimate(ms, arch, bs, estimated, allow_fallback)
         out: dict[str, Any] = {"batch_sizes": bs, "model_set": ms.name, "mode": ms.mode, "precision": ms.precision,
@@ -730,7 +731,7 @@ class Predictor:
         # a card has one point per batch size, in order, as a measured card does ([8, 8] would be two rows)
         batch_sizes = sorted(set(_check_batches(batch_sizes)))
         ms, precision_note = self._set_for(arch, device_type, mode, precision)
-        estimated = _lacks_counts(arch)
+        estimated = _estimated_counts(arch)
         given, arch = arch, ms.with_graph_counts(arch)
         e = _estimate(ms, arch, batch_sizes, estimated, allow_fallback)
         near_name, dist, reach, preds, method = e.near, e.dist, e.reach, e.preds, e.method
@@ -1048,7 +1049,7 @@ def _recompute_time_note(arch: ArchFeatures, ms: ModelSet) -> str | None:
             "ratio came out higher, docs/estimators.md)")
 
 
-def _recompute_memory_note(arch: ArchFeatures, ms: ModelSet, estimated: bool) -> str | None:
+def _recompute_memory_note(arch: ArchFeatures, ms: ModelSet, estimated: frozenset[str]) -> str | None:
     """The card's word on what training memory charges for activation checkpointing (:func:`_training_memory`)."""
     t = ms.targets.get("peak_memory")
     if ms.mode == "infer" or t is None:
@@ -1115,22 +1116,27 @@ UNUSED_FIELDS = ("unused_param_bytes", "unused_frozen_param_bytes")
 #: A memory baseline's saved-bytes term, and the recomputed bytes (per sample, fixed) charged as it charges it.
 _RECOMPUTED_BY_TERM = {("log_saved_bytes_iter",): RECOMPUTE_SAVED_FIELDS[:2],
                        ("log_saved_cpu_bytes_iter",): RECOMPUTE_SAVED_FIELDS[2:]}
+#: The saved-tensor count (:data:`SAVED_ATTRS`) each of those terms charges.
+_SAVED_BY_TERM = {("log_saved_bytes_iter",): "saved_bytes_per_sample",
+                  ("log_saved_cpu_bytes_iter",): "saved_cpu_bytes_per_sample"}
 
 
 def recomputed_saved_bytes(arch: ArchFeatures, term: tuple[str, ...], batch_sizes: Sequence[int],
-                           estimated: bool = False) -> np.ndarray:
+                           estimated: frozenset[str] = frozenset()) -> np.ndarray:
     """Per batch size, the bytes activation checkpointing's recomputation saves at once as the saved-bytes
-    ``term`` counts saved bytes (CUDA's kernels or the CPU's): 0 for a term of another kind, and where the saved
-    bytes were ``estimated`` from the graph, whose count keeps every checkpointed segment's activations already."""
+    ``term`` counts saved bytes (CUDA's kernels or the CPU's): 0 for a term of another kind, and where that
+    term's saved count is among the ``estimated`` (:func:`_estimated_counts`): an estimate from the graph keeps
+    every checkpointed segment's activations already. Each kind on its own: a card with the CUDA count but not
+    the CPU one is charged its recomputed bytes on a GPU."""
     fields = _RECOMPUTED_BY_TERM.get(term)
-    if fields is None or estimated:
+    if fields is None or _SAVED_BY_TERM[term] in estimated:
         return np.zeros(len(batch_sizes))
     per, fixed = (getattr(arch, f) for f in fields)
     return per * np.asarray(batch_sizes, float) + fixed
 
 
 def _training_memory(ms: ModelSet, arch: ArchFeatures, X: np.ndarray, batch_sizes: Sequence[int], preds: dict,
-                     estimated: bool = False) -> dict:
+                     estimated: frozenset[str] = frozenset()) -> dict:
     """Training memory with the frozen parameters charged their weights alone, the optimizer's state as the
     job's optimizer keeps it, and activation checkpointing's recomputed activations. The sets were trained on
     models that train every parameter with SGD with momentum, so their memory baselines charge each parameter
@@ -1150,8 +1156,8 @@ def _training_memory(ms: ModelSet, arch: ArchFeatures, X: np.ndarray, batch_size
     frozen = arch.frozen_param_bytes_in_graph if train else 0.0
     extra = ((arch.optimizer_state_copies - 1.0) * max(arch.param_bytes - frozen, 0.0)
              + optimizer_step_charge(arch, ms.device_kind) if train else 0.0) + arch.unused_param_bytes
-    recomputed = {term: recomputed_saved_bytes(arch, term, batch_sizes, estimated if train else True)
-                  for term in _RECOMPUTED_BY_TERM}
+    recomputed = {term: recomputed_saved_bytes(arch, term, batch_sizes, estimated)
+                  for term in _RECOMPUTED_BY_TERM} if train else {}
     if frozen <= 0 and extra == 0 and not any(r.any() for r in recomputed.values()):
         return preds
     out = dict(preds)
@@ -1348,11 +1354,12 @@ class _Estimate:
     method: str  # "estimator", or "nearest_profiled" when the fallback answered
 
 
-def _estimate(ms: ModelSet, arch: ArchFeatures, batch_sizes: Sequence[int], estimated: bool,
+def _estimate(ms: ModelSet, arch: ArchFeatures, batch_sizes: Sequence[int], estimated: frozenset[str],
               allow_fallback: bool) -> _Estimate:
     """What ``card_for`` and ``predict_values`` both predict: the estimators, or out of distribution (and
     ``allow_fallback``) the nearest profiled model carried over (:func:`_fallback`). ``arch`` has its graph
-    counts (:meth:`ModelSet.with_graph_counts`); ``estimated``: they were estimated."""
+    counts (:meth:`ModelSet.with_graph_counts`); ``estimated``: those of them that were estimated
+    (:func:`_estimated_counts`)."""
     if arch.forward_macs_per_sample + arch.forward_macs_fixed <= 0 and arch.param_count <= 0:
         raise UsageError("the graph features describe no computation (no multiply-accumulates and no parameters), "
                          "so there is nothing to predict; send the features of a real model (an ONNX file or a "
@@ -1361,7 +1368,8 @@ def _estimate(ms: ModelSet, arch: ArchFeatures, batch_sizes: Sequence[int], esti
     near, dist = ms.nearest(arch)
     reach = ms.largest_measured_batch[near]
     past = ms.doublings_past(batch_sizes, reach)
-    preds = {name: t.predict(X, estimated_counts=estimated, doublings_past=past) for name, t in ms.targets.items()}
+    preds = {name: t.predict(X, estimated_counts=bool(estimated), doublings_past=past)
+             for name, t in ms.targets.items()}
     method = "estimator"
     if allow_fallback and dist > ms.ood_threshold:
         method = "nearest_profiled"

@@ -227,7 +227,6 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None, optimize
     import torch
 
     from perfpredict.features import extract_features
-    from perfpredict.features.saved import saved_and_recomputed_split
     from perfpredict.workload import resolve_workload
     from perfpredict.workload.spec import iter_tensors, parameter_bytes
 
@@ -251,17 +250,12 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None, optimize
     # first of the training-mode runs: a model that recomputes has its saved-bytes steps run the backward too
     step = step_probe_of_model(wl, model)
     recompute = step.recompute_ratio
-    try:
-        inputs = wl.inputs(1)
-        (saved, saved_fixed), recomputed = saved_and_recomputed_split(wl, model, backward=recompute is not None)
-        (saved_cpu, saved_cpu_fixed), recomputed_cpu = saved_and_recomputed_split(wl, model, kernels="cpu",
-                                                                                  backward=recompute is not None)
-    except BaseException as e:  # the user's forward failed in train mode (or exited): report, do not guess
-        if isinstance(e, KeyboardInterrupt):
-            raise
-        raise ArchFeaturesError(f"training-mode forward (or a checkpointing model's backward) failed while counting "
-                                f"saved tensors: {type(e).__name__}: "
-                                f"{str(e)[:200]}", source=target, step="features") from None
+    inputs = wl.inputs(1)
+    counts = saved_counts_of_model(wl, model, step)
+    if counts.failure is not None:  # the user's forward failed in train mode (or exited): report, do not guess
+        raise ArchFeaturesError(counts.failure, source=target, step="features")
+    (saved, saved_fixed), (saved_cpu, saved_cpu_fixed) = counts.saved, counts.saved_cpu
+    recomputed, recomputed_cpu = counts.recomputed, counts.recomputed_cpu
     ratio, ratio_note = frozen_step_ratio_of_model(wl, model, graphs.get(2))
     copies, copies_note, step_bytes = optimizer_state_copies_of(wl, model, optimizer, step.unused)
     unused, unused_frozen = unused_param_bytes_of(model, step.unused, graphs.get(2))
@@ -442,6 +436,41 @@ def step_probe_of_model(wl, model) -> StepProbe:
                               "work its backward recomputes and the parameters it uses, failed "
                               f"({type(e).__name__}: {exception_text(e)[:200]})")
     return StepProbe(recompute_ratio=recompute_step_ratio(count.flops), unused=count.unused)
+
+
+@dataclass(frozen=True)
+class SavedCounts:
+    """The bytes autograd saves for a model file's training step (:func:`saved_counts_of_model`), each as
+    (per sample, fixed): as CUDA's kernels save them and as the CPU's, and the most bytes activation
+    checkpointing's recomputation saves at once, likewise ((0, 0) where nothing is recomputed); all None, and
+    ``failure`` saying why, where the count could not be made."""
+
+    saved: tuple[int, int] | None = None
+    saved_cpu: tuple[int, int] | None = None
+    recomputed: tuple[int, int] | None = None
+    recomputed_cpu: tuple[int, int] | None = None
+    #: why the training-mode forward (or a checkpointing model's backward) could not be counted
+    failure: str | None = None
+
+
+def saved_counts_of_model(wl, model, step: StepProbe) -> SavedCounts:
+    """The saved-tensor counts of ``model``'s training step (:func:`~perfpredict.features.saved.
+    saved_and_recomputed_split`, both kernels), run after its ``step`` (:func:`step_probe_of_model`): a model that
+    recomputes (``step.recompute_ratio``) has its counting steps run the backward too, for the bytes the
+    recomputation saves. What a model file's features (:func:`from_workload`) and a measured training card
+    (the profiler) carry; a failure is returned, not raised, as the two handle it apart."""
+    from perfpredict.features.saved import saved_and_recomputed_split
+
+    backward = step.recompute_ratio is not None
+    try:
+        saved, recomputed = saved_and_recomputed_split(wl, model, backward=backward)
+        saved_cpu, recomputed_cpu = saved_and_recomputed_split(wl, model, kernels="cpu", backward=backward)
+    except BaseException as e:  # user code runs in the forward (sys.exit() included)
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        return SavedCounts(failure=f"training-mode forward (or a checkpointing model's backward) failed while "
+                                   f"counting saved tensors: {type(e).__name__}: {str(e)[:200]}")
+    return SavedCounts(saved=saved, saved_cpu=saved_cpu, recomputed=recomputed, recomputed_cpu=recomputed_cpu)
 
 
 def unused_params_of(model, unused: Iterable[str], at_2=None) -> list:

@@ -21,7 +21,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfpredict import __version__
 from perfpredict.card import (
@@ -44,6 +44,9 @@ from perfpredict.errors import ModelRunError, NonFiniteLossError, PerfPredictErr
 from perfpredict.profile.host_load import competed
 from perfpredict.profile.timing import TimingConfig
 from perfpredict.workload.spec import Workload, packed_weights, parameter_bytes, weights_precision
+
+if TYPE_CHECKING:
+    from perfpredict.estimators.arch import SavedCounts
 
 
 @dataclass
@@ -202,6 +205,22 @@ def _model_info(workload: Workload) -> tuple[ModelInfo, Any]:
     return info, model
 
 
+def _put_saved_counts(features: GraphFeatures, counts: SavedCounts) -> None:
+    """A measured training card's saved-tensor counts (:func:`~perfpredict.estimators.arch.saved_counts_of_model`),
+    and the bytes a checkpointing model's recomputation saves at once (null where nothing is recomputed, as a
+    predicted card writes them: with exact saved bytes, which keep only the segments' inputs, they are charged on
+    top). A count that failed leaves them null, said in the features' notes, and the profile goes on."""
+    if counts.failure is not None:
+        features.notes.append(f"{counts.failure}; the saved-tensor counts are left out, so predicting from this card "
+                              "estimates them from the graph (with the wider intervals of estimated counts)")
+        return
+    features.saved_bytes_per_sample, features.saved_bytes_fixed = counts.saved
+    features.saved_cpu_bytes_per_sample, features.saved_cpu_bytes_fixed = counts.saved_cpu
+    if any(counts.recomputed + counts.recomputed_cpu):
+        features.recompute_saved_bytes_per_sample, features.recompute_saved_bytes_fixed = counts.recomputed
+        features.recompute_saved_cpu_bytes_per_sample, features.recompute_saved_cpu_bytes_fixed = counts.recomputed_cpu
+
+
 def profile_workload(workload: Workload, settings: ProfileSettings | None = None, *,
                      out_dir: str | Path | None = None, listener: ProfileListener | None = None,
                      command: str | None = None, extended=None) -> ProfileOutcome:
@@ -284,11 +303,16 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
             from perfpredict.estimators.arch import (
                 frozen_step_ratio_of_model,
                 optimizer_state_copies_of,
+                saved_counts_of_model,
                 step_probe_of_model,
                 unused_param_bytes_of,
             )
 
             step = step_probe_of_model(workload, model)
+            # the saved-tensor counts of the training forward, as predicting the model file counts them (the same
+            # runs, in the same order after the step): features=card then charges them, not an estimate from the
+            # eval-mode graph with the wider intervals of estimated counts
+            _put_saved_counts(card.features, saved_counts_of_model(workload, model, step))
             copies, _, step_bytes = optimizer_state_copies_of(workload, model, unused=step.unused)
             # None where no probe could tell the copies (null says "as the training data's"); copies probed but a
             # step the meta probe could not take keep them
@@ -296,8 +320,6 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
             card.features.optimizer_step_bytes = step_bytes
             card.features.frozen_step_work_ratio, frozen_note = frozen_step_ratio_of_model(workload, model,
                                                                                             graphs.get(2))
-            # not the bytes its recomputation saves (features.recompute_saved_*): predicting from this card
-            # estimates the saved bytes from the eval-mode graph, which keeps every segment's activations already
             card.features.recompute_step_work_ratio = step.recompute_ratio
             # a step that failed leaves both unadjusted: the card says so, as a model file's prediction notes it
             # (and features=card repeats the note)
