@@ -39,6 +39,7 @@ def arch_features_row(family: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
 
     from perfpredict.features import extract_features
     from perfpredict.features.saved import saved_bytes_split
+    from perfpredict.workload.spec import sample_input_bytes
     from perfpredict.workload.zoo import get_family, load_zoo_workload
 
     fam = get_family(family)
@@ -47,8 +48,7 @@ def arch_features_row(family: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
     torch.manual_seed(0)
     model = workload.build_model()
     params = sum(p.numel() for p in model.parameters())
-    inputs = workload.inputs(1)
-    input_bytes = sum(t.numel() * t.element_size() for t in inputs if isinstance(t, torch.Tensor))
+    input_bytes = sample_input_bytes(workload)
     feats = extract_features(workload, model=model, use_fvcore=False)
     saved, saved_fixed = saved_bytes_split(workload, model)
     saved_cpu, saved_cpu_fixed = saved_bytes_split(workload, model, kernels="cpu")

@@ -228,7 +228,7 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None, optimize
 
     from perfpredict.features import extract_features
     from perfpredict.workload import resolve_workload
-    from perfpredict.workload.spec import iter_tensors, parameter_bytes
+    from perfpredict.workload.spec import parameter_bytes, sample_input_bytes
 
     wl = resolve_workload(target, params)
     _check_room_for_weights(wl, target)
@@ -250,7 +250,7 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None, optimize
     # first of the training-mode runs: a model that recomputes has its saved-bytes steps run the backward too
     step = step_probe_of_model(wl, model)
     recompute = step.recompute_ratio
-    inputs = wl.inputs(1)
+    in_bytes = sample_input_bytes(wl)  # here, where its draw of the random state always was
     counts = saved_counts_of_model(wl, model, step)
     if counts.failure is not None:  # the user's forward failed in train mode (or exited): report, do not guess
         raise ArchFeaturesError(counts.failure, source=target, step="features")
@@ -269,7 +269,7 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None, optimize
         param_bytes=float(feats.param_bytes or 0),
         activation_bytes_per_sample=float(feats.activation_bytes_per_sample or 0),
         activation_bytes_fixed=float(feats.activation_bytes_fixed or 0), num_nodes=float(feats.num_nodes or 0),
-        input_bytes_per_sample=float(sum(t.numel() * t.element_size() for t in iter_tensors(inputs))),
+        input_bytes_per_sample=float(in_bytes),
         op_counts=feats.op_counts, macs_by_op=feats.macs_by_op, activation_bytes_by_op=feats.activation_bytes_by_op,
         saved_bytes_per_sample=float(saved), saved_bytes_fixed=float(saved_fixed),
         saved_cpu_bytes_per_sample=float(saved_cpu), saved_cpu_bytes_fixed=float(saved_cpu_fixed),

@@ -51,6 +51,12 @@ def iter_tensors(obj: Any):
             yield from iter_tensors(v)
 
 
+def sample_input_bytes(wl: Any) -> int:
+    """The bytes of one sample's forward inputs: every tensor of ``wl.inputs(1)`` (the features' and the
+    card's ``input_bytes_per_sample``)."""
+    return sum(t.numel() * t.element_size() for t in iter_tensors(wl.inputs(1)))
+
+
 def parameter_bytes(model: torch.nn.Module, trainable: bool | None = None) -> int:
     """Bytes of ``model``'s parameters: all of them, or only those that get gradients (``trainable=True``) or
     only the frozen ones (``trainable=False``, ``requires_grad=False``)."""
