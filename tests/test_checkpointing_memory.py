@@ -16,37 +16,20 @@ from perfpredict.estimators.arch import from_workload
 from perfpredict.features.saved import saved_bytes_split
 from perfpredict.predictor import RECOMPUTE_SAVED_FIELDS
 from perfpredict.workload import resolve_workload
+from tests.test_activation_checkpointing import MLP as CHECKPOINTING_MLP
+from tests.test_activation_checkpointing import VARIANTS as CHECKPOINTING_VARIANTS
 
 REPO = Path(__file__).resolve().parents[1]
 
-MLP = (
-    "import torch\nimport torch.nn as nn\nfrom torch.utils.checkpoint import checkpoint, checkpoint_sequential\n\n"
-    "class Net(nn.Module):\n"
-    "    def __init__(self):\n"
-    "        super().__init__()\n"
-    "        self.blocks = nn.Sequential(*[nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 64),\n"
-    "                                                    nn.ReLU()) for _ in range(4)])\n"
-    "        self.head = nn.Linear(64, 10)\n\n"
-    "    def forward(self, x):\n"
-    "        if self.training:\n"
-    "            x = BLOCKS\n"
-    "        else:\n"
-    "            x = self.blocks(x)\n"
-    "        return self.head(x)\n\n"
-    "def build_model():\n    return Net()\n\n"
-    "def example_inputs(batch_size):\n    return torch.randn(batch_size, 64)\n")
+#: the checkpointing tests' MLP, its blocks ending in a ReLU
+MLP = CHECKPOINTING_MLP.replace("LAST", ", nn.ReLU()")
 #: what one block saves for its backward per sample beside its input (the first Linear's): both ReLUs' outputs
 #: (fp32; the second Linear's input is the first ReLU's output)
 BLOCK = 4 * (256 + 64)
 VARIANTS = {
-    "plain": "self.blocks(x)",
-    "each": "x\n            for b in self.blocks:\n                x = checkpoint(b, x, use_reentrant=False)",
+    **CHECKPOINTING_VARIANTS,
     # one of the four blocks: its recomputation holds as much at once as that of every block, one at a time
     "one": "checkpoint(self.blocks[0], x, use_reentrant=False)\n            x = self.blocks[1:](x)",
-    # the first two blocks as one segment, the last two kept
-    "sequential": "checkpoint_sequential(self.blocks, 2, x, use_reentrant=False)",
-    "reentrant": "x.requires_grad_()\n            for b in self.blocks:\n"
-                 "                x = checkpoint(b, x, use_reentrant=True)",
 }
 BATCHES = [64, 4096]
 

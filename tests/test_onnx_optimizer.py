@@ -22,13 +22,10 @@ from torch import nn
 
 from perfpredict import Predictor
 from perfpredict.errors import UsageError
+from tests.test_optimizer_state_fixes import MLP
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = REPO / "trained_models"
-MLP = ("import torch\nimport torch.nn as nn\n\n"
-       "def build_model():\n"
-       "    return nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 10))\n\n"
-       "def example_inputs(batch_size):\n    return torch.randn(batch_size, 256)\n")
 TRAINED = (256 * 1024 + 1024 + 1024 * 10 + 10) * 4
 LARGEST = 256 * 1024 * 4  # the first Linear's weight, float32
 
