@@ -26,7 +26,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, Vali
 
 from perfpredict.errors import PerfPredictError
 
-SCHEMA_VERSION = "1.28"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
+SCHEMA_VERSION = "1.29"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
 #                                             features.activation_bytes_by_op; 1.3: features.lookup_param_bytes;
 #                                             1.4: features.recurrent_steps_by_op;
 #                                             1.5: features.saved_cpu_bytes_per_sample;
@@ -66,6 +66,8 @@ SCHEMA_VERSION = "1.28"  # 1.1: scaling, colocation, speedup_curve, comm_model, 
 #                                                   of a checkpointing model gives its training memory back)
 #                                             1.28: features.unused_param_bytes, unused_frozen_param_bytes (the
 #                                                   parameters a training step never uses, charged their weight)
+#                                             1.29: prediction.asked_precision (a job whose precision had no set
+#                                                   on its device: predicting from its card asks for it again)
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -653,6 +655,10 @@ class PredictionInfo(_Section):
     source: Source = "predicted"
     calibration: CalibrationInfo | None = Field(default=None, description="set when a CPU set measured on another "
                                                 "CPU was calibrated to this one")
+    asked_precision: Literal["bf16", "fp16"] | None = Field(
+        default=None, description="the autocast precision the job asks for (its model file's PRECISION, or the card "
+                                  "it was predicted from) where no set of it was trained for this device, so "
+                                  "run.precision is the set's it fell back to; features=card asks for it again")
 
     @model_validator(mode="after")
     def _one_point_per_batch(self) -> PredictionInfo:

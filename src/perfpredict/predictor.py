@@ -308,6 +308,17 @@ class ModelSet:
         doubling."""
         return {n: t.q90_growth_per_doubling for n, t in self.targets.items() if t.upper_extrapolation_margin}
 
+    def _estimated_counts_margin_note(self) -> str:
+        """How the intervals of a prediction with estimated saved-tensor counts differ, for
+        :meth:`with_graph_counts`' note: the targets whose margin for estimated counts is wider than for exact
+        ones (a training set's memory); nothing where none is (the shipped inference sets' margins are equal)."""
+        wider = [n.replace("_", " ") for n, t in self.targets.items()
+                 if t.interval_log_margin_estimated_counts is not None
+                 and t.interval_log_margin_estimated_counts > t.interval_log_margin]
+        if not wider:
+            return ""
+        return f", so the {', '.join(wider)} intervals are the wider ones calibrated for estimated counts"
+
     def with_graph_counts(self, arch: ArchFeatures) -> ArchFeatures:
         """``arch`` with saved-tensor bytes (both counts, :data:`~perfpredict.estimators.saved_estimate.
         SAVED_ATTRS`): its own count when it has one, else an estimate fitted on the training architectures
@@ -325,8 +336,7 @@ class ModelSet:
             notes.append("saved-tensor bytes estimated from the graph's activation bytes ("
                          + ", ".join(f"{est[a] / 1e6:.2f} MB/sample as {k} kernels keep them"
                                      for a, k in missing.items())
-                         + "): only a model file gives the exact count, so the intervals are the wider ones "
-                         "calibrated for estimated counts")
+                         + "): only a model file gives the exact count" + self._estimated_counts_margin_note())
         if arch.peak_live_bytes_per_sample is None:
             live = max(float(self._saved_models["peak_live_bytes_per_sample"].predict([arch])[0]), 0.0)
             est["peak_live_bytes_per_sample"] = live
@@ -677,8 +687,8 @@ class Predictor:
 
     def _set_for(self, arch: ArchFeatures, device_type: str | None, mode: str | None,
                  precision: str | None) -> tuple[ModelSet, str | None]:
-        """The model set for a prediction, and a note when a model file's own ``PRECISION`` had no set of its
-        precision here (an explicit ``precision`` without one is an error instead)."""
+        """The model set for a prediction, and a note when a model file's own ``PRECISION`` (or a card's) had no
+        set of its precision here (an explicit ``precision`` without one is an error instead)."""
         asked = arch.precision if precision is None and arch.precision not in (None, "fp32") else None
         if asked is None:
             return self.model_set(device_type, mode, precision), None
@@ -686,7 +696,7 @@ class Predictor:
             return self.model_set(device_type, mode, asked), None
         except UsageError:
             ms = self.model_set(device_type, mode, None)
-            return ms, (f"the model file asks for {asked} mixed precision, but no {asked} set was trained for this "
+            return ms, (f"{arch.precision_source} asks for {asked} mixed precision, but no {asked} set was trained for this "
                         f"device; these predict a {ms.precision} step with {ms.name} (profile it with "
                         f"--precision {asked} to measure)")
 
@@ -842,7 +852,8 @@ class Predictor:
         info = PredictionInfo(method=method, model_set=ms.name, dataset_sha256=ms.meta["dataset_sha256"],
                               device_type=ms.name, out_of_distribution=ood, nearest=nearest, points=points,
                               estimator_scores={k: t.scores for k, t in ms.targets.items()}, notes=notes,
-                              calibration=ms.calibration_info())
+                              calibration=ms.calibration_info(),
+                              asked_precision=arch.precision if precision_note else None)
         return _assemble_card(arch, source, ms, info, given)
 
 
@@ -886,7 +897,7 @@ def _as_arch(features: ArchFeatures | Mapping[str, Any]) -> ArchFeatures:
                        optimizer_step_bytes=_checked_step_bytes(graph.pop("optimizer_step_bytes", None)),
                        frozen_param_count=frozen["frozen_param_count"],
                        frozen_param_bytes=frozen["frozen_param_bytes"] + unused["unused_frozen_param_bytes"],
-                       **unused, unused_param_count=unused_count, precision=precision)
+                       **unused, unused_param_count=unused_count, precision=precision, precision_source="the card")
     if not isinstance(features, Mapping):
         hint = (": a card's graph features lack its parameter count, so pass the card itself (features=card)"
                 if type(features).__name__ == "GraphFeatures" else "")
@@ -979,12 +990,16 @@ def _unused_count_of(model, unused_bytes: float) -> float:
 
 def _card_precision(card) -> str | None:
     """The autocast precision a card's job trained at, which picks the model set as a model file's ``PRECISION``
-    does: a predicted card's ``run.precision`` (its set's), a measured card's where its steps ran under autocast
+    does: a predicted card's ``prediction.asked_precision`` where its job's precision had no set on its device
+    (``run.precision`` is then the set's it fell back to), else its ``run.precision`` (its set's); a measured
+    card's where its steps ran under autocast
     (:func:`~perfpredict.workload.ref.autocast_note`). None for fp32 and for a measured run without autocast,
     whose ``run.precision`` is its weights' dtype (fp64 for ``model.double()``, fp16 / bf16 for ``model.half()`` /
     ``.bfloat16()``): its model file, which asks for no autocast precision, predicts at fp32."""
     from perfpredict.workload.ref import PRECISIONS, autocast_note
 
+    if card.prediction is not None and card.prediction.asked_precision is not None:
+        return card.prediction.asked_precision
     precision = card.run.precision
     if precision not in PRECISIONS or precision == "fp32":
         return None

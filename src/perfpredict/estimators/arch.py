@@ -114,6 +114,9 @@ class ArchFeatures:
     #: the precision the source asks for (a model file's ``PRECISION``); None where it says nothing (an ONNX
     #: file, a feature vector). Not a feature: it picks the model set.
     precision: str | None = None
+    #: who asks for ``precision``, as the Predictor's note names it where no set of that precision answers: "the
+    #: model file", or "the card" a prediction from a card reads it off (:func:`perfpredict.predictor._as_arch`)
+    precision_source: str = "the model file"
     #: copies of a trained weight the training job's optimizer keeps as state (SGD with momentum 1, plain SGD 0,
     #: Adam/AdamW 2): a model file's optimizer probed (:func:`~perfpredict.workload.spec.optimizer_state_copies`),
     #: a card's record, or what a caller says; 1 where nobody said, as every training row of the datasets was
