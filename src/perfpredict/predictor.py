@@ -336,7 +336,7 @@ class ModelSet:
             notes.append("saved-tensor bytes estimated from the graph's activation bytes ("
                          + ", ".join(f"{est[a] / 1e6:.2f} MB/sample as {k} kernels keep them"
                                      for a, k in missing.items())
-                         + "): only a model file gives the exact count" + self._estimated_counts_margin_note())
+                         + "): only a model file or a measured training card gives the exact count" + self._estimated_counts_margin_note())
         if arch.peak_live_bytes_per_sample is None:
             live = max(float(self._saved_models["peak_live_bytes_per_sample"].predict([arch])[0]), 0.0)
             est["peak_live_bytes_per_sample"] = live
