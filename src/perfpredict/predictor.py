@@ -336,7 +336,8 @@ class ModelSet:
             notes.append("saved-tensor bytes estimated from the graph's activation bytes ("
                          + ", ".join(f"{est[a] / 1e6:.2f} MB/sample as {k} kernels keep them"
                                      for a, k in missing.items())
-                         + "): only a model file or a measured training card gives the exact count" + self._estimated_counts_margin_note())
+                         + "): only a model file or a measured training card gives the exact count"
+                         + self._estimated_counts_margin_note())
         if arch.peak_live_bytes_per_sample is None:
             live = max(float(self._saved_models["peak_live_bytes_per_sample"].predict([arch])[0]), 0.0)
             est["peak_live_bytes_per_sample"] = live
@@ -616,30 +617,29 @@ class Predictor:
                 batch_axis: int | None = None, precision: str | None = None, dims: Mapping[str, int] | None = None,
                 frozen: Sequence[str] | None = None, optimizer_state_copies: float | None = None,
                 batch_input: str | None = None, optimizer: str | None = None, trained: Sequence[str] | None = None):
-        """A :class:`~perfpredict.card.PerformanceCard` predicted for a model file / ``zoo:`` target, an ONNX
-        file, or ready graph features (exactly one of them); ``mode`` "train" (default) or "infer" picks the
-        model set trained on training steps or on inference passes; ``batch_axis`` (ONNX files only) says which
-        axis of the graph's first input is the batch where the graph cannot (see
-        :func:`~perfpredict.estimators.arch.from_onnx_proto`), and ``batch_input`` (ONNX files only) names the
-        input that carries the batch when it is not the first (``batch_axis`` is then an axis of it); ``precision`` ("fp32", "bf16", "fp16") picks
-        the set trained at that autocast precision. Left out, it is a model file's ``PRECISION`` where a set was
-        trained at it (else fp32, with a note), and fp32 for everything else. ``dims`` (ONNX files only) sizes the
-        graph inputs' symbolic dimensions other than the batch (``{"seq": 128}``). ``frozen`` (ONNX files only)
-        names the weights a training job freezes (``requires_grad=False``) by initializer name prefix
-        (``["backbone."]``): they get no gradient nor optimizer state, as a model file's frozen parameters; a
-        model file says which are frozen itself, and a feature vector by its ``frozen_param_bytes``. ``trained``
-        (ONNX files only), instead of ``frozen``: the prefixes of the weights that train (``["blocks.0.q.lora_"]``),
-        every other floating-point initializer frozen, for a LoRA's, an adapter's or BitFit's few trained weights.
-        ``optimizer_state_copies``: the copies of each trained weight the job's optimizer keeps as state (SGD
-        with momentum 1, plain SGD 0, Adam/AdamW 2); left out, a model file's optimizer is probed for them, a
-        predicted card repeats its own, and anything else is charged 1, as the training data's optimizer (SGD
-        with momentum) keeps; given, it replaces them. Training memory is charged the copies past 1 times the
-        trained parameter bytes on top of its baselines. ``optimizer`` (an ONNX file or a model file): the job's
-        optimizer by the name of one of torch.optim's own classes, ``NAME[:KEY=VALUE,...]`` (``"adamw"``,
-        ``"sgd-momentum"``, ``"adam:amsgrad=true,foreach=true"``;
-        :func:`~perfpredict.workload.spec.parse_optimizer`), probed for its state copies and the temporaries its step holds over "meta" tensors
-        shaped like the trained weights (an ONNX file's float initializers less the frozen ones); for a model file it
-        replaces ``make_optimizer``. Not with ``optimizer_state_copies``."""
+        """A :class:`~perfpredict.card.PerformanceCard` predicted for a model file / ``zoo:`` target, an ONNX file, or
+        ready graph features (exactly one of them); ``mode`` "train" (default) or "infer" picks the model set trained
+        on training steps or on inference passes; ``batch_axis`` (ONNX files only) says which axis of the graph's
+        first input is the batch where the graph cannot (see :func:`~perfpredict.estimators.arch.from_onnx_proto`),
+        and ``batch_input`` (ONNX files only) names the input that carries the batch when it is not the first
+        (``batch_axis`` is then an axis of it); ``precision`` ("fp32", "bf16", "fp16") picks the set trained at that
+        autocast precision. Left out, it is a model file's ``PRECISION`` where a set was trained at it (else fp32,
+        with a note), and fp32 for everything else. ``dims`` (ONNX files only) sizes the graph inputs' symbolic
+        dimensions other than the batch (``{"seq": 128}``). ``frozen`` (ONNX files only) names the weights a training
+        job freezes (``requires_grad=False``) by initializer name prefix (``["backbone."]``): they get no gradient nor
+        optimizer state, as a model file's frozen parameters; a model file says which are frozen itself, and a feature
+        vector by its ``frozen_param_bytes``. ``trained`` (ONNX files only), instead of ``frozen``: the prefixes of
+        the weights that train (``["blocks.0.q.lora_"]``), every other floating-point initializer frozen, for a
+        LoRA's, an adapter's or BitFit's few trained weights. ``optimizer_state_copies``: the copies of each trained
+        weight the job's optimizer keeps as state (SGD with momentum 1, plain SGD 0, Adam/AdamW 2); left out, a model
+        file's optimizer is probed for them, a predicted card repeats its own, and anything else is charged 1, as the
+        training data's optimizer (SGD with momentum) keeps; given, it replaces them. Training memory is charged the
+        copies past 1 times the trained parameter bytes on top of its baselines. ``optimizer`` (an ONNX file or a
+        model file): the job's optimizer by the name of one of torch.optim's own classes, ``NAME[:KEY=VALUE,...]``
+        (``"adamw"``, ``"sgd-momentum"``, ``"adam:amsgrad=true,foreach=true"``;
+        :func:`~perfpredict.workload.spec.parse_optimizer`), probed for its state copies and the temporaries its step
+        holds over "meta" tensors shaped like the trained weights (an ONNX file's float initializers less the frozen
+        ones); for a model file it replaces ``make_optimizer``. Not with ``optimizer_state_copies``."""
         # The batch sizes are checked first: a model file is run and exported before its features exist.
         if batch_size is not None and batch_sizes is not None:
             raise UsageError("give batch_size or batch_sizes, not both", step="predict")
@@ -696,8 +696,8 @@ class Predictor:
             return self.model_set(device_type, mode, asked), None
         except UsageError:
             ms = self.model_set(device_type, mode, None)
-            return ms, (f"{arch.precision_source} asks for {asked} mixed precision, but no {asked} set was trained for this "
-                        f"device; these predict a {ms.precision} step with {ms.name} (profile it with "
+            return ms, (f"{arch.precision_source} asks for {asked} mixed precision, but no {asked} set was trained "
+                        f"for this device; these predict a {ms.precision} step with {ms.name} (profile it with "
                         f"--precision {asked} to measure)")
 
     def colocation(self, job_a, job_b, *, batch_sizes: tuple[int | None, int | None] = (None, None),

@@ -354,8 +354,8 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
                      batch_input: str | None = Form(None, max_length=1000,
                                                     description="the name of the input that carries the batch when it "
                                                                 "is not the first (a static positions or mask input "
-                                                                "first); batch_axis is then an axis of it. A name no input "
-                                                                "has is a 400, the field sent empty a 422"),
+                                                                "first); batch_axis is then an axis of it. A name no "
+                                                                "input has is a 400, the field sent empty a 422"),
                      dims: str | None = Form(None, description="sizes of the inputs' symbolic dimensions "
                                                                "besides the batch: seq=128,t=4"),
                      frozen: str | None = Form(None, description="comma-separated initializer name prefixes of the "

@@ -894,11 +894,12 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
     inputs' other symbolic dimensions (``{"seq": 128}``). A symbolic dimension left besides the batch leaves
     the compute ops' shapes unknown, so every count would be wrong: that is an error asking for its size.
     ``frozen``: initializer name prefixes of the weights a training job freezes (``["backbone."]``,
-    :func:`frozen_names`); their bytes and count are the features' ``frozen_param_bytes`` and
-    ``frozen_param_count``, as a feature vector gives them. ``trained``, instead of ``frozen``: the prefixes of the
-    weights that train, every other floating-point weight frozen (parameter-efficient fine-tuning: LoRA, adapters,
-    BitFit). ``optimizer``: the training job's, one of torch.optim's own classes by name (:func:`check_optimizer`),
-    probed for its state copies and step temporaries over "meta" tensors shaped like the trained weights (:func:`onnx_trained_weights`); None leaves them to the caller."""
+    :func:`frozen_names`); their bytes and count are the features' ``frozen_param_bytes`` and ``frozen_param_count``,
+    as a feature vector gives them. ``trained``, instead of ``frozen``: the prefixes of the weights that train, every
+    other floating-point weight frozen (parameter-efficient fine-tuning: LoRA, adapters, BitFit). ``optimizer``: the
+    training job's, one of torch.optim's own classes by name (:func:`check_optimizer`), probed for its state copies
+    and step temporaries over "meta" tensors shaped like the trained weights (:func:`onnx_trained_weights`); None
+    leaves them to the caller."""
     from perfpredict.estimators.kernel_nodes import rows_at_fixed_batch
     from perfpredict.features import _from_stats
     from perfpredict.features.graph import all_initializers, analyze_onnx, inline_functions, unknown_shapes_note

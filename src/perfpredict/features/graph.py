@@ -961,11 +961,11 @@ def saved_for_backward_bytes(nodes: list[tuple[str, list[str], list[str]]], init
     log-softmax, a squared error the difference), which a language model's logits make large. Weights are
     not counted (the parameter term has them).
 
-    This is the count an ONNX file alone can give (the exact one, :mod:`perfpredict.features.saved`, runs the
-    model). What the graph cannot show is left out: dropout masks (an eval-mode export has no Dropout),
-    attention kernels that keep less than their unfused ops (``scaled_dot_product_attention`` fused on CUDA,
-    and on the CPU without attention dropout: a GPT-style decoder's rule count is 1.3x autograd's), and whether an activation ran
-    in place (LeakyReLU and ELU then keep their output instead of their input: one tensor fewer).
+    This is the count an ONNX file alone can give (the exact one, :mod:`perfpredict.features.saved`, runs the model).
+    What the graph cannot show is left out: dropout masks (an eval-mode export has no Dropout), attention kernels that
+    keep less than their unfused ops (``scaled_dot_product_attention`` fused on CUDA, and on the CPU without attention
+    dropout: a GPT-style decoder's rule count is 1.3x autograd's), and whether an activation ran in place (LeakyReLU
+    and ELU then keep their output instead of their input: one tensor fewer).
 
     ``trained``: the weights that train (None: every one). Autograd records no node, and so keeps nothing, for
     an op none of whose inputs needs a gradient (a trained weight, or a tensor a trained weight lies upstream
