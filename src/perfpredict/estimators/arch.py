@@ -804,7 +804,7 @@ PREFIX_EXAMPLES = {"frozen": "backbone.", "trained": "head."}
 def check_frozen(frozen: Any, name: str = "frozen") -> list[str] | None:
     """``frozen`` (initializer name prefixes; ``trained``'s too, ``name`` saying which) as a list, None for none; a
     :class:`UsageError` for anything but a list of non-empty strings (a bare string would freeze by its
-    characters)."""
+    characters), and for ``trained=[]`` (no weight trains: read as none given, it would train every one)."""
     example = PREFIX_EXAMPLES.get(name, "backbone.")
     if frozen is None:
         return None
@@ -816,6 +816,9 @@ def check_frozen(frozen: Any, name: str = "frozen") -> list[str] | None:
     if bad:
         raise UsageError(f"{name}: each prefix is a non-empty initializer name prefix such as {example!r}, got "
                          f"{bad[0]!r}"[:200], step="predict")
+    if not frozen and name == "trained":  # read as none given, it would train every weight: the opposite
+        raise UsageError(f"trained=[] names no weight that trains: give the prefixes of those that do, such as "
+                         f"[{example!r}], or leave trained out (None) to train every weight", step="predict")
     return frozen or None
 
 
@@ -859,18 +862,20 @@ def frozen_names(proto, frozen: Sequence[str] = (), trained: Sequence[str] = (),
                  name: str = "onnx") -> frozenset[str]:
     """The names of the graph's weights (its initializers, what ``param_count`` counts) a training job freezes
     (``requires_grad=False``), which an ONNX file does not record: those the prefixes ``frozen`` start, or, with
-    ``trained`` (a LoRA's or an adapter's few weights), every floating-point one none of ``trained`` starts
-    (:func:`is_frozen_name`). Read from the names, nothing executed. A prefix that starts no initializer's name
+    ``trained`` (a LoRA's or an adapter's few weights), every one but the floating-point ones a prefix of
+    ``trained`` starts (:func:`is_frozen_name`): an integer weight (a quantized base's int8 matrices) never
+    trains, whatever its name. Read from the names, nothing executed. A prefix that starts no initializer's name
     (``trained``: no floating-point one's) is a :class:`UsageError` naming some that exist."""
     from perfpredict.features.graph import all_initializers
 
     init = all_initializers(proto.graph)  # a Loop's or If's own weights too, as param_count counts them
     if trained:
-        init = [t for t in init if t.data_type in _ONNX_FLOAT_DTYPES]
-        _refuse_unmatched(trained, init, "trained", "floating-point initializer", name)
-    else:
-        _refuse_unmatched(frozen, init, "frozen", "initializer", name)
-    return frozenset(t.name for t in init if is_frozen_name(t.name, frozen, trained))
+        floats = [t for t in init if t.data_type in _ONNX_FLOAT_DTYPES]
+        _refuse_unmatched(trained, floats, "trained", "floating-point initializer", name)
+        return frozenset(t.name for t in init if t.data_type not in _ONNX_FLOAT_DTYPES
+                         or is_frozen_name(t.name, frozen, trained))
+    _refuse_unmatched(frozen, init, "frozen", "initializer", name)
+    return frozenset(t.name for t in init if is_frozen_name(t.name, frozen))
 
 
 def frozen_initializers(proto, frozen: frozenset[str]) -> tuple[float, float]:
