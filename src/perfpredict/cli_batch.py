@@ -85,11 +85,11 @@ def max_batch(
     if not predicted and (optimizer is not None or optimizer_states is not None):
         raise UsageError("--optimizer and --optimizer-states apply to --predicted only: a measured max-batch trains "
                          "with the file's own make_optimizer", step="arguments")
-    from perfpredict.predictor import check_optimizer_state_copies
+    check_target(target, params)  # before batch_search imports torch: a typo in model.py is answered at once
+    from perfpredict.predictor import check_optimizer_state_copies  # imports torch: after the file's check
 
     copies = check_optimizer_state_copies(optimizer_states, "--optimizer-states", step="arguments")
     named = optimizer_option(optimizer, copies, "--optimizer", "--optimizer-states")
-    check_target(target, params)  # before batch_search imports torch: a typo in model.py is answered at once
     from perfpredict.predicted_batch_limit import check_limit_args
     from perfpredict.profile.batch_search import DEFAULT_MAX_BATCH, check_search_args
 
