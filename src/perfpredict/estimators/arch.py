@@ -250,19 +250,15 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None, optimize
     feats = extract_features(wl, model=model, use_fvcore=False, graphs=graphs)
     if not feats.available:
         raise ArchFeaturesError(f"graph features unavailable: {feats.error}", source=target, step="features")
-    # first of the training-mode runs: a model that recomputes has its saved-bytes steps run the backward too
-    step = step_probe_of_model(wl, model)
-    recompute = step.recompute_ratio
-    in_bytes = sample_input_bytes(wl)  # here, where its draw of the random state always was
-    counts = saved_counts_of_model(wl, model, step)
+    # before the training-mode runs, as the profiler takes it (the step probe leaves the random state as it was)
+    in_bytes = sample_input_bytes(wl)
+    probes = training_probes_of_model(wl, model, graphs.get(2), optimizer)
+    counts = probes.counts
     if counts.failure is not None:  # the user's forward failed in train mode (or exited): report, do not guess
         raise ArchFeaturesError(counts.failure, source=target, step="features")
     (saved, saved_fixed), (saved_cpu, saved_cpu_fixed) = counts.saved, counts.saved_cpu
     recomputed, recomputed_cpu = counts.recomputed, counts.recomputed_cpu
-    ratio, ratio_note = frozen_step_ratio_of_model(wl, model, graphs.get(2))
-    copies, copies_note, step_bytes = optimizer_state_copies_of(wl, model, optimizer, step.unused)
-    unused, unused_frozen = unused_param_bytes_of(model, step.unused, graphs.get(2))
-    unused_count = float(sum(p.numel() for p in unused_params_of(model, step.unused, graphs.get(2))))
+    unused_count = probes.unused_count
     # fixed (batch-independent) parts: held at 0 or more by the two-batch splits themselves (extract_features,
     # split_nodes, saved_bytes_split)
     return ArchFeatures(
@@ -279,8 +275,9 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None, optimize
         lookup_param_bytes=float(feats.lookup_param_bytes or 0), recurrent_steps_by_op=feats.recurrent_steps_by_op,
         frozen_param_bytes=float(parameter_bytes(model, trainable=False)),
         frozen_param_count=float(sum(p.numel() for p in model.parameters() if not p.requires_grad)),
-        unused_param_bytes=unused, unused_frozen_param_bytes=unused_frozen, unused_param_count=unused_count,
-        frozen_step_work_ratio=ratio, recompute_step_work_ratio=recompute,
+        unused_param_bytes=probes.unused_bytes, unused_frozen_param_bytes=probes.unused_frozen_bytes,
+        unused_param_count=unused_count, frozen_step_work_ratio=probes.frozen_ratio,
+        recompute_step_work_ratio=probes.step.recompute_ratio,
         recompute_saved_bytes_per_sample=float(recomputed[0]), recompute_saved_bytes_fixed=float(recomputed[1]),
         recompute_saved_cpu_bytes_per_sample=float(recomputed_cpu[0]),
         recompute_saved_cpu_bytes_fixed=float(recomputed_cpu[1]),
@@ -289,10 +286,10 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None, optimize
         graph_saved_bytes_per_sample=float(feats.graph_saved_bytes_per_sample or 0),
         graph_saved_bytes_fixed=float(feats.graph_saved_bytes_fixed or 0),
         kernel_nodes=tuple(tuple(r) for r in feats.kernel_nodes), name=wl.name,
-        notes=tuple(n for n in (feats.error, *feats.notes, _hook_note(wl), ratio_note, step.note) if n),
+        notes=tuple(n for n in (feats.error, *feats.notes, _hook_note(wl)) if n) + probes.notes,
         precision=wl.precision,
-        optimizer_state_copies=1.0 if copies is None else copies, optimizer_state_note=copies_note,
-        optimizer_step_bytes=step_bytes)
+        optimizer_state_copies=1.0 if probes.copies is None else probes.copies,
+        optimizer_state_note=probes.copies_note, optimizer_step_bytes=probes.step_bytes)
 
 
 def optimizer_state_copies_of(wl, model, optimizer: Any = None, unused: Iterable[str] = ()
@@ -484,11 +481,49 @@ def unused_params_of(model, unused: Iterable[str], at_2=None) -> list:
     return [p for n, p in model.named_parameters() if n in names]
 
 
-def unused_param_bytes_of(model, unused: Iterable[str], at_2=None) -> tuple[float, float]:
-    """The bytes of :func:`unused_params_of` and the frozen ones' among them."""
-    picked = unused_params_of(model, unused, at_2)
-    return (float(sum(p.numel() * p.element_size() for p in picked)),
-            float(sum(p.numel() * p.element_size() for p in picked if not p.requires_grad)))
+@dataclass(frozen=True)
+class TrainingProbes:
+    """What the runs of a model file's training step count beside its exported graph
+    (:func:`training_probes_of_model`), as a model file's features (:func:`from_workload`) and a measured training
+    card (the profiler) both carry them."""
+
+    step: StepProbe
+    counts: SavedCounts
+    #: :func:`frozen_step_ratio_of_model`
+    frozen_ratio: float | None
+    frozen_note: str | None
+    #: :func:`optimizer_state_copies_of`
+    copies: float | None
+    copies_note: str | None
+    step_bytes: dict[str, float] | None
+    #: the bytes and count of :func:`unused_params_of`, and the frozen ones' bytes among them
+    unused_bytes: float
+    unused_frozen_bytes: float
+    unused_count: float
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """Why the step work of frozen weights could not be weighed, or the step probe could not run."""
+        return tuple(n for n in (self.frozen_note, self.step.note) if n)
+
+
+def training_probes_of_model(wl, model, at_2=None, optimizer: Any = None) -> TrainingProbes:
+    """:class:`TrainingProbes` of ``model``: one default training step (:func:`step_probe_of_model`; the first of the
+    training-mode runs, as a model that recomputes has its saved-bytes steps run the backward too), the saved-tensor
+    counts (:func:`saved_counts_of_model`, a failure returned), the frozen weights' step work on the graph exported at
+    batch 2 (``at_2``), the optimizer's state (``optimizer`` replacing ``make_optimizer``) and the parameters the
+    step never uses."""
+    step = step_probe_of_model(wl, model)
+    counts = saved_counts_of_model(wl, model, step)
+    ratio, ratio_note = frozen_step_ratio_of_model(wl, model, at_2)
+    copies, copies_note, step_bytes = optimizer_state_copies_of(wl, model, optimizer, step.unused)
+    picked = unused_params_of(model, step.unused, at_2)
+    return TrainingProbes(step=step, counts=counts, frozen_ratio=ratio, frozen_note=ratio_note, copies=copies,
+                          copies_note=copies_note, step_bytes=step_bytes,
+                          unused_bytes=float(sum(p.numel() * p.element_size() for p in picked)),
+                          unused_frozen_bytes=float(sum(p.numel() * p.element_size() for p in picked
+                                                        if not p.requires_grad)),
+                          unused_count=float(sum(p.numel() for p in picked)))
 
 
 def _check_room_for_weights(wl, target: str) -> None:

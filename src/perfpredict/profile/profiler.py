@@ -311,35 +311,25 @@ def profile_workload(workload: Workload, settings: ProfileSettings | None = None
             # what Predictor.predict(features=card) needs to predict this job's training step on another device
             # as predicting its model file does: the optimizer's state, the step work frozen weights skip, the
             # forward work activation checkpointing recomputes and the parameters the step never uses
-            from perfpredict.estimators.arch import (
-                frozen_step_ratio_of_model,
-                optimizer_state_copies_of,
-                saved_counts_of_model,
-                step_probe_of_model,
-                unused_param_bytes_of,
-            )
+            from perfpredict.estimators.arch import training_probes_of_model
 
-            step = step_probe_of_model(workload, model)
-            # the saved-tensor counts of the training forward, as predicting the model file counts them (the same
-            # runs, in the same order after the step): features=card then charges them, not an estimate from the
-            # eval-mode graph with the wider intervals of estimated counts
-            _put_saved_counts(card.features, saved_counts_of_model(workload, model, step))
-            copies, _, step_bytes = optimizer_state_copies_of(workload, model, unused=step.unused)
+            # the same runs, in the same order, as predicting the model file makes them
+            probes = training_probes_of_model(workload, model, graphs.get(2))
+            # the saved-tensor counts of the training forward: features=card then charges them, not an estimate
+            # from the eval-mode graph with the wider intervals of estimated counts
+            _put_saved_counts(card.features, probes.counts)
             # None where no probe could tell the copies (null says "as the training data's"); copies probed but a
             # step the meta probe could not take keep them
-            card.features.optimizer_state_copies = copies
-            card.features.optimizer_step_bytes = step_bytes
-            card.features.frozen_step_work_ratio, frozen_note = frozen_step_ratio_of_model(workload, model,
-                                                                                            graphs.get(2))
-            card.features.recompute_step_work_ratio = step.recompute_ratio
-            # a step that failed leaves both unadjusted: the card says so, as a model file's prediction notes it
-            # (and features=card repeats the note)
-            # (and a frozen model whose step work could not be weighed, likewise)
-            card.features.notes.extend(n for n in (step.note, frozen_note) if n)
-            unused, unused_frozen = unused_param_bytes_of(model, step.unused, graphs.get(2))
-            if unused:  # null where none is, as the predicted card writes it
-                card.features.unused_param_bytes = int(unused)
-                card.features.unused_frozen_param_bytes = int(unused_frozen)
+            card.features.optimizer_state_copies = probes.copies
+            card.features.optimizer_step_bytes = probes.step_bytes
+            card.features.frozen_step_work_ratio = probes.frozen_ratio
+            card.features.recompute_step_work_ratio = probes.step.recompute_ratio
+            # a step that failed, or frozen weights whose step work could not be weighed, leave the time unadjusted:
+            # the card says so, as a model file's prediction notes it (and features=card repeats the notes)
+            card.features.notes.extend(probes.notes)
+            if probes.unused_bytes:  # null where none is, as the predicted card writes it
+                card.features.unused_param_bytes = int(probes.unused_bytes)
+                card.features.unused_frozen_param_bytes = int(probes.unused_frozen_bytes)
     del model
 
     def close_sweep(interrupted: bool) -> None:
