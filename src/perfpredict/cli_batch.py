@@ -26,7 +26,7 @@ from perfpredict.cli import (
     progress_bar,
     save_result,
 )
-from perfpredict.cli_models import OPTIMIZER_HELP, OPTIMIZER_STATES_HELP, optimizer_option
+from perfpredict.cli_models import OPTIMIZER_HELP, OPTIMIZER_STATES_HELP, optimizer_options
 from perfpredict.errors import PerfPredictError, UsageError
 
 
@@ -86,10 +86,7 @@ def max_batch(
         raise UsageError("--optimizer and --optimizer-states apply to --predicted only: a measured max-batch trains "
                          "with the file's own make_optimizer", step="arguments")
     check_target(target, params)  # before batch_search imports torch: a typo in model.py is answered at once
-    from perfpredict.predictor import check_optimizer_state_copies  # imports torch: after the file's check
-
-    copies = check_optimizer_state_copies(optimizer_states, "--optimizer-states", step="arguments")
-    named = optimizer_option(optimizer, copies, "--optimizer", "--optimizer-states")
+    copies, named = optimizer_options(optimizer, optimizer_states)  # imports torch: after the file's check
     from perfpredict.predicted_batch_limit import check_limit_args
     from perfpredict.profile.batch_search import DEFAULT_MAX_BATCH, check_search_args
 

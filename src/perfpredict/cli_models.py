@@ -146,16 +146,16 @@ OPTIMIZER_HELP = ("the training job's optimizer, one of torch.optim's own by nam
                   "model file it replaces make_optimizer. Not with --optimizer-states")
 
 
-def optimizer_option(value: str | None, copies: float | None, option: str, copies_option: str):
-    """``--optimizer`` (or ``--optimizer-a``/``-b``) checked (:func:`~perfpredict.estimators.arch.check_optimizer`),
-    and refused beside its ``--optimizer-states``."""
-    from perfpredict.estimators.arch import check_optimizer
+def optimizer_options(optimizer: str | None, states: float | None, option: str = "--optimizer",
+                      states_option: str = "--optimizer-states"):
+    """``--optimizer-states`` (or ``-a``/``-b``'s, ``states_option``) checked
+    (:func:`~perfpredict.predictor.check_optimizer_state_copies`) and ``--optimizer`` (``option``)
+    (:func:`~perfpredict.predictor.check_optimizer_given`: refused beside it): the copies and the named optimizer.
+    Imports torch: call it after the checks that must answer before."""
+    from perfpredict.predictor import check_optimizer_given, check_optimizer_state_copies
 
-    named = check_optimizer(value, option, step="arguments")
-    if named is not None and copies is not None:
-        raise UsageError(f"give {option} or {copies_option}, not both: the optimizer named is probed for its state "
-                         "copies", step="arguments")
-    return named
+    copies = check_optimizer_state_copies(states, states_option, step="arguments")
+    return copies, check_optimizer_given(optimizer, copies, names=(option, states_option), step="arguments")
 
 
 @app.command()
@@ -213,10 +213,7 @@ def predict(
     is_onnx = target.lower().endswith(".onnx")
     dims = dims_option(dim, "--dim", is_onnx)
     prefixes, trained_prefixes = frozen_or_trained_options(frozen, trained, ("--frozen", "--trained"), is_onnx)
-    from perfpredict.predictor import check_optimizer_state_copies
-
-    copies = check_optimizer_state_copies(optimizer_states, "--optimizer-states", step="arguments")
-    named = optimizer_option(optimizer, copies, "--optimizer", "--optimizer-states")
+    copies, named = optimizer_options(optimizer, optimizer_states)
     if is_onnx:
         if params:
             raise UsageError("--param only applies to zoo models (zoo:<family>), not to an ONNX file", step="arguments")
@@ -381,13 +378,8 @@ def colocate(
         if a is not None and not t.lower().endswith(".onnx"):
             raise UsageError(f"{o} only applies to an ONNX file (a model file is exported at batch 1 and 2)",
                              step="arguments")
-    from perfpredict.predictor import check_optimizer_state_copies
-
-    copies = [check_optimizer_state_copies(c, o, step="arguments") for c, o in
-              ((optimizer_states_a, "--optimizer-states-a"), (optimizer_states_b, "--optimizer-states-b"))]
-    named = [optimizer_option(n, c, o, co) for n, c, o, co in
-             ((optimizer_a, copies[0], "--optimizer-a", "--optimizer-states-a"),
-              (optimizer_b, copies[1], "--optimizer-b", "--optimizer-states-b"))]
+    copies, named = zip(optimizer_options(optimizer_a, optimizer_states_a, "--optimizer-a", "--optimizer-states-a"),
+                        optimizer_options(optimizer_b, optimizer_states_b, "--optimizer-b", "--optimizer-states-b"))
     for c, o, t in zip([*copies, *named], ("--optimizer-states-a", "--optimizer-states-b", "--optimizer-a",
                                            "--optimizer-b"), (job_a, job_b) * 2):
         if c is not None and t.lower().endswith(".json"):

@@ -649,11 +649,8 @@ class Predictor:
         bs = _check_batches(batch_sizes if batch_sizes is not None else [32 if batch_size is None else batch_size])
         # and that a model set answers (the same condition _set_for ends on), before the model file is run
         self.model_set(device_type, mode, precision)
-        copies = check_optimizer_state_copies(optimizer_state_copies)
-        named = _check_optimizer_given(optimizer, copies, features)
-        arch, source = _arch_of(model, onnx_path, features, params, batch_axis, dims, frozen, batch_input, named,
-                                trained)
-        arch = with_optimizer_state_copies(arch, copies)
+        arch, source = _arch_of(model, onnx_path, features, params, batch_axis, dims, frozen, batch_input, optimizer,
+                                trained, optimizer_state_copies)
         return self.card_for(arch, bs, device_type=device_type, source=source, allow_fallback=allow_fallback,
                              mode=mode, precision=precision)
 
@@ -677,10 +674,8 @@ class Predictor:
 
         check_limit_args(memory_limit_bytes, quantile, multiple_of, max_batch)  # before a model file is run,
         self.model_set(device_type, mode, precision)  # and that a model set answers
-        copies = check_optimizer_state_copies(optimizer_state_copies)
-        named = _check_optimizer_given(optimizer, copies, features)
-        arch, _ = _arch_of(model, onnx_path, features, params, batch_axis, dims, frozen, batch_input, named, trained)
-        arch = with_optimizer_state_copies(arch, copies)
+        arch, _ = _arch_of(model, onnx_path, features, params, batch_axis, dims, frozen, batch_input, optimizer,
+                           trained, optimizer_state_copies)
         return predicted_largest_batch(self, arch, memory_limit_bytes, device_type=device_type, mode=mode,
                                        precision=precision, quantile=quantile, multiple_of=multiple_of,
                                        max_batch=max_batch)
@@ -782,18 +777,10 @@ class Predictor:
         elif ood:
             notes.append(f"out of the training distribution (distance {dist:.2f} > {ms.ood_threshold:.2f}); "
                          "the estimators are extrapolating")
-        for frozen_note in (_unused_memory_note(arch, ms), _frozen_memory_note(arch, ms)):
-            if frozen_note:
-                notes.append(frozen_note)
-        frozen_note = _frozen_time_note(arch, ms)
-        if frozen_note:
-            notes.append(frozen_note)
-        for recompute_note in (_recompute_time_note(arch, ms), _recompute_memory_note(arch, ms, estimated)):
-            if recompute_note:
-                notes.append(recompute_note)
-        optimizer_note = _optimizer_memory_note(arch, ms)
-        if optimizer_note:
-            notes.append(optimizer_note)
+        # what the time and memory charge the frozen and unused weights, checkpointing and the optimizer
+        notes.extend(n for n in (_unused_memory_note(arch, ms), _frozen_memory_note(arch, ms),
+                                 _frozen_time_note(arch, ms), _recompute_time_note(arch, ms),
+                                 _recompute_memory_note(arch, ms, estimated), _optimizer_memory_note(arch, ms)) if n)
         if ms.device_kind == "cpu" and not arch.op_counts:
             notes.append("no op types given (op_counts): the CPU memory baseline's code-page term counts only an "
                          "empty model's library code (about 5 MiB, against 13-30 MiB for the zoo's families), so "
@@ -1251,19 +1238,22 @@ def check_optimizer_state_copies(value: Any, name: str = "optimizer_state_copies
     return float(value)
 
 
-def _check_optimizer_given(optimizer: Any, copies: float | None, features: Any):
+def check_optimizer_given(optimizer: Any, copies: float | None, features: Any = None,
+                          names: tuple[str, str] = ("optimizer", "optimizer_state_copies"),
+                          step: str = "predict"):
     """A caller's ``optimizer`` as :func:`~perfpredict.estimators.arch.check_optimizer` reads it; a
-    :class:`UsageError` beside ``optimizer_state_copies`` (each says the optimizer's state) or for ready features
-    (no weights to build it over)."""
+    :class:`UsageError` beside its state ``copies`` (each says the optimizer's state; ``names``: how the caller
+    calls the two, ``--optimizer`` / ``--optimizer-states`` on the command line) or for ready ``features`` (no
+    weights to build it over)."""
     from perfpredict.estimators.arch import check_optimizer
 
-    named = check_optimizer(optimizer)
+    named = check_optimizer(optimizer, names[0], step)
     if named is not None and copies is not None:
-        raise UsageError("give optimizer or optimizer_state_copies, not both: the optimizer named is probed for its "
-                         "state copies (and its step's temporaries)", step="predict")
+        raise UsageError(f"give {names[0]} or {names[1]}, not both: the optimizer named is probed for its state "
+                         "copies (and its step's temporaries)", step=step)
     if named is not None and features is not None:
         raise UsageError("optimizer applies to an ONNX file or a model file (it is built over their weights); for "
-                         "features give optimizer_state_copies", step="predict")
+                         "features give optimizer_state_copies", step=step)
     return named
 
 
@@ -1301,10 +1291,27 @@ def _arch_of(model: str | None, onnx_path: str | Path | None,
              features: ArchFeatures | Mapping[str, Any] | PerformanceCard | None, params: Mapping[str, Any] | None,
              batch_axis: int | None, dims: Mapping[str, int] | None = None,
              frozen: Sequence[str] | None = None, batch_input: str | None = None,
-             optimizer: Any = None, trained: Sequence[str] | None = None) -> tuple[ArchFeatures, str]:
+             optimizer: Any = None, trained: Sequence[str] | None = None,
+             optimizer_state_copies: Any = None) -> tuple[ArchFeatures, str]:
+    """:func:`_graph_features_of`, with the job's optimizer as :meth:`Predictor.predict` takes it: ``optimizer``
+    and ``optimizer_state_copies`` checked first (:func:`check_optimizer_given`), before a model file is run,
+    and the caller's copies put on the features (:func:`with_optimizer_state_copies`)."""
+    copies = check_optimizer_state_copies(optimizer_state_copies)
+    named = check_optimizer_given(optimizer, copies, features)
+    arch, source = _graph_features_of(model, onnx_path, features, params, batch_axis, dims, frozen, batch_input,
+                                      named, trained)
+    return with_optimizer_state_copies(arch, copies), source
+
+
+def _graph_features_of(model: str | None, onnx_path: str | Path | None,
+                       features: ArchFeatures | Mapping[str, Any] | PerformanceCard | None,
+                       params: Mapping[str, Any] | None, batch_axis: int | None,
+                       dims: Mapping[str, int] | None = None, frozen: Sequence[str] | None = None,
+                       batch_input: str | None = None, optimizer: Any = None,
+                       trained: Sequence[str] | None = None) -> tuple[ArchFeatures, str]:
     """The graph features of exactly one of a model file / ``zoo:`` target, an ONNX file or a feature mapping,
     and the name of where they came from; ``optimizer`` (a model file's or an ONNX file's) as checked by
-    :func:`_check_optimizer_given`."""
+    :func:`check_optimizer_given`."""
     from perfpredict.estimators import arch as archmod
 
     if sum(x is not None for x in (model, onnx_path, features)) != 1:
@@ -1392,12 +1399,9 @@ def _estimate(ms: ModelSet, arch: ArchFeatures, batch_sizes: Sequence[int], esti
     preds = _training_memory(ms, arch, X, batch_sizes, preds, estimated)
     if "device_memory" in preds and "peak_memory" in preds:
         preds["device_memory"] = _at_least(preds["device_memory"], preds["peak_memory"])
-    factor = frozen_time_factor(arch, ms)
-    if factor is not None and "iter_time" in preds:
-        preds["iter_time"] = tuple(v * factor for v in preds["iter_time"])
-    factor = recompute_time_factor(arch, ms)
-    if factor is not None and "iter_time" in preds:
-        preds["iter_time"] = tuple(v * factor for v in preds["iter_time"])
+    for factor in (frozen_time_factor(arch, ms), recompute_time_factor(arch, ms)):
+        if factor is not None and "iter_time" in preds:
+            preds["iter_time"] = tuple(v * factor for v in preds["iter_time"])
     # the median is fitted apart from the quantiles (and the fallback moves both): an interval holds its median
     preds = {k: (y, np.column_stack([np.minimum(q[:, 0], y), q[:, 1:-1], np.maximum(q[:, -1], y)]))
              for k, (y, q) in preds.items()}

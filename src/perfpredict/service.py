@@ -417,15 +417,13 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
 def _optimizer_field(text: str | None, copies: float | None):
     """The ``optimizer`` form field as the :class:`~perfpredict.workload.spec.NamedOptimizer` it names (None: not
     sent); a ValueError (the 422's message) for an unknown name or option, the field sent empty, or the field
-    beside ``optimizer_state_copies``."""
-    from perfpredict.workload.spec import parse_optimizer
+    beside ``optimizer_state_copies`` (:func:`~perfpredict.predictor.check_optimizer_given`)."""
+    from perfpredict.predictor import check_optimizer_given
 
-    if text is None:
-        return None
-    if copies is not None:
-        raise ValueError("give optimizer or optimizer_state_copies, not both: the optimizer named is probed for its "
-                         "state copies")
-    return parse_optimizer(text)
+    try:
+        return check_optimizer_given(text, copies)
+    except UsageError as e:
+        raise ValueError(e.message) from None
 
 
 def _frozen_field(text: str | None, field: str = "frozen") -> list[str]:
