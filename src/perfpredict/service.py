@@ -316,29 +316,14 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
                                    quantile=req.quantile, multiple_of=req.multiple_of, max_batch=req.max_batch)
         return limit.model_dump(mode="json")
 
-    async def _frozen_as_sent(request: Request) -> str | None:
-        """The upload's ``frozen`` field as the client sent it (the form FastAPI has already read, so nothing
-        waits): FastAPI hands an empty form field to the route as not sent, and ``frozen=`` would predict a job
-        training every weight."""
-        value = (await request.form()).get("frozen")
-        return value if isinstance(value, str) else None
-
-    async def _trained_as_sent(request: Request) -> str | None:
-        """The upload's ``trained`` field as sent, as :func:`_frozen_as_sent` reads ``frozen``."""
-        value = (await request.form()).get("trained")
-        return value if isinstance(value, str) else None
-
-    async def _batch_input_as_sent(request: Request) -> str | None:
-        """The upload's ``batch_input`` field as sent, as :func:`_frozen_as_sent` reads ``frozen``: ``batch_input=``
-        would otherwise split the counts on the first input, which the field was sent to override."""
-        value = (await request.form()).get("batch_input")
-        return value if isinstance(value, str) else None
-
-    async def _optimizer_as_sent(request: Request) -> str | None:
-        """The upload's ``optimizer`` field as sent, as :func:`_frozen_as_sent` reads ``frozen``: ``optimizer=``
-        would otherwise predict the training data's SGD with momentum, not the optimizer the client meant to name."""
-        value = (await request.form()).get("optimizer")
-        return value if isinstance(value, str) else None
+    async def _fields_as_sent(request: Request) -> dict[str, str]:
+        """The upload's ``frozen``, ``trained``, ``batch_input`` and ``optimizer`` fields as the client sent them
+        (the form FastAPI has already read, so nothing waits): FastAPI hands an empty form field to the route as
+        not sent, and each read so would predict another job than the client meant: ``frozen=`` one training
+        every weight, ``batch_input=`` the counts split on the first input, ``optimizer=`` the training data's
+        SGD with momentum."""
+        form = await request.form()
+        return {k: v for k in ("frozen", "trained", "batch_input", "optimizer") if isinstance(v := form.get(k), str)}
 
     # A plain def: FastAPI runs it in its thread pool. Parsing and shape-inferring a large graph takes seconds
     # (4.4 s for a 22 MB transformer), and as a coroutine it held the event loop, /health included, that long.
@@ -382,18 +367,16 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
                                                               "sent empty, or beside optimizer_state_copies is a 422"),
                      allow_fallback: bool = Form(True, description="out of distribution, answer from the nearest "
                                                                    "profiled model (as /predict)"),
-                     frozen_sent: str | None = Depends(_frozen_as_sent),
-                     trained_sent: str | None = Depends(_trained_as_sent),
-                     batch_input_sent: str | None = Depends(_batch_input_as_sent),
-                     optimizer_sent: str | None = Depends(_optimizer_as_sent)) -> dict[str, Any]:
+                     sent: dict[str, str] = Depends(_fields_as_sent)) -> dict[str, Any]:
         try:
             bs = parse_batch_sizes(batch_sizes)
             sizes = _dims_field(dims)
-            prefixes = _frozen_field(frozen if frozen is not None else frozen_sent)
-            trained_prefixes = _frozen_field(trained if trained is not None else trained_sent, "trained")
-            if batch_input is None and batch_input_sent is not None:  # sent empty
+            prefixes = _frozen_field(frozen if frozen is not None else sent.get("frozen"))
+            trained_prefixes = _frozen_field(trained if trained is not None else sent.get("trained"), "trained")
+            if batch_input is None and "batch_input" in sent:  # sent empty
                 raise ValueError("batch_input must name one of the graph's inputs, got '' (or leave the field out)")
-            named = _optimizer_field(optimizer if optimizer is not None else optimizer_sent, optimizer_state_copies)
+            named = _optimizer_field(optimizer if optimizer is not None else sent.get("optimizer"),
+                                     optimizer_state_copies)
         except ValueError as e:
             raise HTTPException(422, str(e)) from None
         data = file.file.read(max_upload_bytes + 1)
