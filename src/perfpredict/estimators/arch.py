@@ -820,15 +820,14 @@ def check_optimizer(value: Any, name: str = "optimizer", step: str = "predict"):
 _ONNX_FLOAT_DTYPES = {1: "float32", 10: "float16", 11: "float64", 16: "bfloat16"}
 
 
-def onnx_trained_weights(proto, frozen: frozenset[str]) -> list[tuple[tuple[int, ...], Any]]:
-    """The ``(shape, dtype)`` of the weights a training job of the graph steps: its floating-point initializers
-    (:func:`~perfpredict.features.graph.all_initializers`, Constant weights too) less the ``frozen`` ones
-    (:func:`frozen_names`), what a :class:`~perfpredict.workload.spec.NamedOptimizer` is probed over."""
+def onnx_trained_weights(init: list, frozen: frozenset[str]) -> list[tuple[tuple[int, ...], Any]]:
+    """The ``(shape, dtype)`` of the weights a training job of the graph steps: the floating-point ones of its
+    initializers ``init`` (:func:`~perfpredict.features.graph.all_initializers`, Constant weights too) less the
+    ``frozen`` ones (:func:`frozen_names`), what a :class:`~perfpredict.workload.spec.NamedOptimizer` is probed
+    over."""
     import torch
 
-    from perfpredict.features.graph import all_initializers
-
-    return [(tuple(t.dims), getattr(torch, _ONNX_FLOAT_DTYPES[t.data_type])) for t in all_initializers(proto.graph)
+    return [(tuple(t.dims), getattr(torch, _ONNX_FLOAT_DTYPES[t.data_type])) for t in init
             if t.data_type in _ONNX_FLOAT_DTYPES and t.name not in frozen]
 
 
@@ -893,17 +892,15 @@ def _refuse_unmatched(prefixes: Sequence[str], tensors: list, option: str, what:
                              "save weights it folded or transposed)", step="predict")
 
 
-def frozen_names(proto, frozen: Sequence[str] = (), trained: Sequence[str] = (),
+def frozen_names(init: list, frozen: Sequence[str] = (), trained: Sequence[str] = (),
                  name: str = "onnx") -> frozenset[str]:
-    """The names of the graph's weights (its initializers, what ``param_count`` counts) a training job freezes
+    """The names of the graph's weights (its initializers ``init``, :func:`~perfpredict.features.graph.
+    all_initializers`: a Loop's or If's own too, as ``param_count`` counts them) a training job freezes
     (``requires_grad=False``), which an ONNX file does not record: those the prefixes ``frozen`` start, or, with
     ``trained`` (a LoRA's or an adapter's few weights), every one but the floating-point ones a prefix of
     ``trained`` starts (:func:`is_frozen_name`): an integer weight (a quantized base's int8 matrices) never
     trains, whatever its name. Read from the names, nothing executed. A prefix that starts no initializer's name
     (``trained``: no floating-point one's) is a :class:`UsageError` naming some that exist."""
-    from perfpredict.features.graph import all_initializers
-
-    init = all_initializers(proto.graph)  # a Loop's or If's own weights too, as param_count counts them
     if trained:
         floats = [t for t in init if t.data_type in _ONNX_FLOAT_DTYPES]
         _refuse_unmatched(trained, floats, "trained", "floating-point initializer", name)
@@ -913,12 +910,12 @@ def frozen_names(proto, frozen: Sequence[str] = (), trained: Sequence[str] = (),
     return frozenset(t.name for t in init if is_frozen_name(t.name, frozen))
 
 
-def frozen_initializers(proto, frozen: frozenset[str]) -> tuple[float, float]:
-    """The bytes and count of the graph's initializers named in ``frozen`` (:func:`frozen_names`), summed from
+def frozen_initializers(init: list, frozen: frozenset[str]) -> tuple[float, float]:
+    """The bytes and count of the initializers ``init`` named in ``frozen`` (:func:`frozen_names`), summed from
     their shapes and types."""
-    from perfpredict.features.graph import all_initializers, tensor_nbytes
+    from perfpredict.features.graph import tensor_nbytes
 
-    picked = [t for t in all_initializers(proto.graph) if t.name in frozen]
+    picked = [t for t in init if t.name in frozen]
     return float(sum(tensor_nbytes(t) for t in picked)), float(sum(math.prod(t.dims) for t in picked))
 
 
@@ -953,13 +950,14 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
         raise ArchFeaturesError(str(e), source=name, step="analyse onnx") from None
     notes: list[str] = []
     # every weight, a Loop's or If's own included (counted once: a body's weights are shared by its iterations)
-    param_count = float(sum(math.prod(t.dims) for t in all_initializers(proto.graph)))
+    init = all_initializers(proto.graph)
+    param_count = float(sum(math.prod(t.dims) for t in init))
     frozen, trained = check_frozen_or_trained(frozen, trained)
-    frozen_set = frozen_names(proto, frozen or (), trained or (), name)
-    frozen_bytes, frozen_count = frozen_initializers(proto, frozen_set)
+    frozen_set = frozen_names(init, frozen or (), trained or (), name)
+    frozen_bytes, frozen_count = frozen_initializers(init, frozen_set)
     named = check_optimizer(optimizer)
     copies, copies_note, step_bytes = (1.0, None, None) if named is None else \
-        named_optimizer_probe(named, onnx_trained_weights(proto, frozen_set))
+        named_optimizer_probe(named, onnx_trained_weights(init, frozen_set))
     proto = _without_weight_data(proto)
     # the frozen weights' layers keep no tensors for backward where no trained weight lies upstream
     trains = (lambda n: n not in frozen_set) if frozen_count > 0 else None
