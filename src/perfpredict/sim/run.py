@@ -11,6 +11,10 @@ Spec formats:
 * trace: a ``.csv`` or ``.swf`` file, or a generator: ``synergy:n=1000,load=9,split=20/70/10,multi=0``
   (load in jobs/hour; omit it for a static trace where every job arrives at 0), or seed 002's synthetic DL
   bag-of-tasks workload: ``dlbags:n=2000,bags_per_day=12,median=1800,opennmt=0.2``.
+* trace: a public DL-cluster trace with its reader's options after the file,
+  ``philly:cluster_job_log[,status=Pass,vc=,attempts=sum|last,start=,end=,max_jobs=,model=]``,
+  ``helios:cluster_log.csv[,...]`` or ``pai:pai_task_table.csv,jobs=pai_job_table.csv[,gpu_type=V100,...]``
+  (:mod:`perfpredict.sim.public_traces`); a Philly log or a Helios log given as a plain file is recognised.
 * ANDREAS (seed 000): cluster ``andreas:nodes=N,case=1|2`` or ``armida``, trace
   ``andreas:nodes=N[,case=,jobs=,load=,phase_h=,seed=]`` or ``andreas-table5``
   (:mod:`perfpredict.sim.andreas_workload`).
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import math
 import numbers
 import re
@@ -52,6 +57,8 @@ from perfpredict.sched.perf import PerfModel
 from perfpredict.sched.policies import make_policy
 from perfpredict.sim.job_records import job_records, jobs_table, write_jobs_csv, write_jobs_parquet
 from perfpredict.sim.simulator import SimConfig, SimResult, SimulationError, simulate
+
+log = logging.getLogger(__name__)
 
 __all__ = ["SimRun", "load_perf_models", "parse_cluster", "parse_trace", "run_simulation", "trace_seed", "write_outputs"]
 
@@ -238,6 +245,8 @@ def parse_trace(text: str | Path | list[Job], seed: int = 0, notes: list[str] | 
                                        seed=a.get("seed", seed))
         except ValueError as e:
             raise UsageError(f"trace {s!r}: {e}", step="trace") from None
+    if s.partition(":")[0] in _PUBLIC_TRACE_OPTIONS and ":" in s and not Path(s).is_file():
+        return _public_trace(s, notes)
     p = Path(s)
     swf = _SWF_WITH_OPTIONS.match(s)
     if swf and not p.is_file():
@@ -253,6 +262,16 @@ def parse_trace(text: str | Path | list[Job], seed: int = 0, notes: list[str] | 
                          step="trace")
     if notes is not None and _SWF_FILE.search(s):
         return _read_swf(p, {}, notes)
+    if not _SWF_FILE.search(s):
+        from perfpredict.sim import public_traces
+
+        kind = public_traces.sniff_format(p)
+        if kind in ("philly", "helios"):
+            return _read_public(kind, p, {}, notes)
+        if kind == "pai":
+            raise UsageError(f"trace {s} looks like Alibaba PAI's pai_task_table.csv (no header, its 10 columns): "
+                             f"give pai:{s},jobs=pai_job_table.csv (the job table holds the submission times)",
+                             step="trace")
     try:
         return traces.load_trace(p)
     except traces.TraceError as e:
@@ -281,7 +300,8 @@ def trace_seed(trace: str | Path | list[Job], seed: int) -> int | None:
     if isinstance(trace, list):
         return None
     text = str(trace)
-    if Path(text).is_file() or Path(text.partition(":")[0]).is_file() or text == "andreas-table5":
+    if Path(text).is_file() or Path(text.partition(":")[0]).is_file() or text == "andreas-table5" \
+            or text.partition(":")[0] in _PUBLIC_TRACE_OPTIONS:
         return None
     own = re.search(r"(?:^|[:,])seed=(\d+)", text)
     return int(own.group(1)) if own else seed
@@ -308,6 +328,65 @@ def _swf_with_options(path: str, opts: str, notes: list[str] | None = None) -> l
     if unknown:
         raise UsageError(f"trace {spec!r}: unknown SWF option(s) {unknown}; use {', '.join(kinds)}", step="trace")
     return _read_swf(path, _typed_options(spec, kv, kinds), notes)
+
+
+def _names(text: str) -> tuple[str, ...]:
+    """``Pass/Killed`` -> ("Pass", "Killed"): a filter's values, slash-separated."""
+    names = tuple(x.strip() for x in text.split("/") if x.strip())
+    if not names:
+        raise ValueError(f"no name in {text!r}")
+    return names
+
+
+#: the public DL-cluster traces by spec prefix, and the options each takes (:mod:`perfpredict.sim.public_traces`)
+_PUBLIC_TRACE_OPTIONS: dict[str, dict[str, Callable[[str], Any]]] = {
+    "philly": {"attempts": str, "status": _names, "vc": _names, "start": str, "end": str, "max_jobs": int,
+               "model": str},
+    "helios": {"status": _names, "vc": _names, "start": str, "end": str, "max_jobs": int, "model": str},
+    "pai": {"jobs": str, "status": _names, "gpu_type": _names, "start": float, "end": float, "fractional": str,
+            "max_jobs": int, "model": str},
+}
+
+
+def _public_trace(spec: str, notes: list[str] | None) -> list[Job]:
+    """``philly:PATH[,key=value...]``, ``helios:PATH[,...]`` or ``pai:TASKS[,jobs=JOBS,...]``: a public trace file
+    with its reader's options (the path first; it holds no comma)."""
+    kind, _, rest = spec.partition(":")
+    path, _, opts = rest.partition(",")
+    if not path.strip() or "=" in path:
+        raise UsageError(f"trace {spec!r}: give the file first: {kind}:PATH[,option=value,...]", step="trace")
+    kinds = _PUBLIC_TRACE_OPTIONS[kind]
+    kv = _kv(opts)
+    unknown = sorted(set(kv) - set(kinds))
+    if unknown:
+        raise UsageError(f"trace {spec!r}: unknown {kind} option(s) {unknown}; use {', '.join(kinds)}", step="trace")
+    options = _typed_options(spec, kv, kinds)
+    for name in ("jobs", "start", "end", "attempts", "fractional", "model"):
+        if options.get(name) == "":
+            raise UsageError(f"trace {spec!r}: {name}= is blank", step="trace")
+    for p in (path, options.get("jobs")):
+        if p is not None and not Path(p).is_file():
+            raise UsageError(f"trace {spec!r}: {p} is not a file", step="trace")
+    return _read_public(kind, Path(path), options, notes)
+
+
+def _read_public(kind: str, path: Path, options: dict[str, Any], notes: list[str] | None) -> list[Job]:
+    """A public trace's jobs; its skipped records go to ``notes`` (then kept in metrics.json), else to the log."""
+    from perfpredict.sim import public_traces, traces
+
+    renamed = {{"status": "statuses", "jobs": "job_table"}.get(k, k): v for k, v in options.items()}
+    reader = {"philly": public_traces.read_philly, "helios": public_traces.read_helios,
+              "pai": public_traces.read_pai}[kind]
+    try:
+        rep = reader(path, **renamed)
+    except traces.TraceError as e:
+        raise UsageError(str(e), step="trace") from None
+    if rep.skipped:
+        if notes is None:
+            log.warning("%s", rep.skip_summary(path))
+        else:
+            notes.append(rep.skip_summary(path))
+    return rep.jobs
 
 
 def _typed_options(spec: str, kv: Mapping[str, str], kinds: Mapping[str, Callable[[str], Any]]) -> dict[str, Any]:

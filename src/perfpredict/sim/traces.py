@@ -64,7 +64,7 @@ from perfpredict.sched.job import Job
 from perfpredict.sched.paper_cards import SYNERGY_TASK_MODELS
 
 __all__ = [
-    "CSV_COLUMNS", "DL_MAX_CONCURRENCY", "DL_MEAN_CONCURRENCY", "PHILLY_LIKE_GPU_DEMAND", "SwfReport", "TraceError", "load_trace", "read_csv_trace", "read_swf",
+    "CSV_COLUMNS", "DL_MAX_CONCURRENCY", "DL_MEAN_CONCURRENCY", "PHILLY_LIKE_GPU_DEMAND", "SwfReport", "TraceError", "TraceReport", "load_trace", "read_csv_trace", "read_swf",
     "dl_bag_trace", "read_swf_report", "synergy_trace", "write_csv_trace",
 ]
 
@@ -306,8 +306,9 @@ _SWF_FIELDS = ("job number", "submit time", "wait time", "run time", "allocated 
 
 
 @dataclass
-class SwfReport:
-    """What :func:`read_swf_report` read: the jobs, how many records it skipped and why, the header pairs."""
+class TraceReport:
+    """What a trace reader read: the jobs, how many records it skipped and why, the header pairs (SWF's
+    ``; Key: value`` lines; :func:`read_swf_report` and the readers of :mod:`perfpredict.sim.public_traces`)."""
 
     jobs: list[Job]
     skipped: int = 0
@@ -324,8 +325,12 @@ class SwfReport:
                 + ", ".join(f"{k}: {c}" for k, c in sorted(self.skip_reasons.items())) + ")")
 
 
+#: the name :func:`read_swf_report`'s report had before the other readers shared it
+SwfReport = TraceReport
+
+
 def read_swf_report(path: str | Path, *, gpus_per_proc: float = 1.0, max_jobs: int | None = None,
-                    model: str = "linear", min_gpus: float | None = None, max_gpus: float | None = None) -> SwfReport:
+                    model: str = "linear", min_gpus: float | None = None, max_gpus: float | None = None) -> TraceReport:
     """Read a Standard Workload Format file (``.swf`` or ``.swf.gz``); see the module docstring for the mapping.
 
     ``max_jobs``: stop after that many kept jobs. ``model``: the perf-model key every job gets (default
@@ -340,7 +345,7 @@ def read_swf_report(path: str | Path, *, gpus_per_proc: float = 1.0, max_jobs: i
         raise TraceError(f"gpus_per_proc must be a positive number, got {gpus_per_proc!r}", path=path)
     if max_jobs is not None and (isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 0):
         raise TraceError(f"max_jobs must be a whole number >= 0, got {max_jobs!r}", path=path)
-    rep = SwfReport(jobs=[])
+    rep = TraceReport(jobs=[])
     raw: list[tuple[str, float, float, float, str, int]] = []  # id, submit, run, gpus, user, line
     seen: dict[str, int] = {}
 

@@ -1,0 +1,547 @@
+"""Readers for the public GPU-cluster traces deep-learning scheduler studies replay: Philly, Helios and Alibaba PAI.
+
+Each reader returns a :class:`~perfpredict.sim.traces.TraceReport`: the jobs (``arrival`` in seconds from the
+first kept submission, ``work`` the recorded run time in seconds, ``gpus`` the recorded demand, ``model`` the
+perf-model key every job gets, default ``"linear"``), and the records it passed over, counted by reason. A
+replay takes each job to need its recorded run time at its recorded GPUs (the traces hold no per-job speedup
+curve: a moldable mechanism scales that run time by the job's perf model, perfect speedup for ``"linear"``).
+Filters (``statuses``, ``vc``, ``gpu_type``, the ``start``/``end`` window) count what they leave out as skipped
+too, so the summary always adds up to the records read. ``max_jobs`` keeps the first jobs *by submission* after
+the filters. Malformed input is a :class:`~perfpredict.sim.traces.TraceError` naming the file and the line
+(or the JSON record), never an exception from inside a parser.
+
+Microsoft Philly (``cluster_job_log`` of github.com/msr-fiddle/philly-traces, Jeon et al., ATC '19), :func:`read_philly`
+    A JSON list of jobs: ``jobid``, ``user``, ``vc``, ``status`` (Pass / Killed / Failed), ``submitted_time``
+    and ``attempts``, each with ``start_time``, ``end_time`` and ``detail`` (the servers and their GPUs). Times
+    are ``YYYY-MM-DD HH:MM:SS`` local clock times, read as written. The demand is the GPUs of the job's last
+    attempt. The work is, by default (``attempts="sum"``), the GPU time of every attempt (what the cluster ran:
+    it keeps the trace's offered load; an attempt that failed and was retried ran on the cluster too);
+    ``attempts="last"`` takes the last attempt alone (a retry that restarted from scratch). A job with no
+    attempt, with an attempt missing a time, or still running when the log was taken (its last ``end_time`` is
+    null, the README's notes) is skipped and counted.
+
+SenseTime Helios (``cluster_log.csv`` of github.com/S-Lab-System-Group/HeliosData, Hu et al., SC '21), :func:`read_helios`
+    A CSV with a header: ``job_id``, ``user``, ``vc``, ``gpu_num``, ``cpu_num``, ``node_num``, ``state``,
+    ``submit_time``, ``start_time``, ``end_time``, ``duration`` (seconds, end - start), ``queue``. The demand is
+    ``gpu_num``, the work ``duration``. Helios logs every Slurm job: CPU-only jobs (``gpu_num`` 0, about half
+    the records) are skipped and counted.
+
+Alibaba PAI (``pai_task_table.csv`` and ``pai_job_table.csv`` of github.com/alibaba/clusterdata, cluster-trace-gpu-v2020, Weng et al., NSDI '22), :func:`read_pai`
+    Headerless CSVs (a header row, as the ``.header`` files give it, is accepted too). A job is the tasks of
+    one ``job_name`` (e.g. a parameter server and its workers); its demand is the sum over its tasks of
+    ``inst_num x plan_gpu / 100`` (``plan_gpu`` is percent of one GPU: PAI shares GPUs), its work the span from
+    its first task's start to its last task's end. A fractional demand is rounded up to whole GPUs by default
+    (``fractional="ceil"``): the recorded run time is what the job took on its share, and a mechanism that
+    gives whole devices would otherwise read a 50% job's run time as work at half a GPU, finishing it twice as
+    fast on a whole one under a linear perf model. ``fractional="keep"`` keeps the share for the mechanisms
+    that pack shares onto devices (``horus``, ``obp``, ``pab``). Tasks are
+    launched after the job waited, so the arrival is the job table's ``start_time`` (the submission) when the
+    job table is given, else the first task's start (no queueing in the record). Times are seconds on the
+    trace's own clock. A job with no GPU task, or a task without its times, is skipped and counted;
+    ``gpu_type`` keeps the jobs whose GPU tasks ran on that type (PAI is heterogeneous: MISC, P100, T4, V100,
+    V100M32).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import zlib
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from perfpredict.sched.cluster import MAX_TRACE_JOBS
+from perfpredict.sched.job import Job
+from perfpredict.sim.traces import TraceError, TraceReport, _lines, _number, _open_text
+
+__all__ = ["HELIOS_COLUMNS", "PAI_JOB_COLUMNS", "PAI_TASK_COLUMNS", "read_helios", "read_pai", "read_philly",
+           "sniff_format"]
+
+#: Helios' ``cluster_log.csv`` columns (the reader needs ``job_id``, ``gpu_num``, ``submit_time``, ``duration``)
+HELIOS_COLUMNS = ("job_id", "user", "vc", "gpu_num", "cpu_num", "node_num", "state", "submit_time", "start_time",
+                  "end_time", "duration", "queue")
+_HELIOS_REQUIRED = ("job_id", "gpu_num", "submit_time", "duration")
+#: the columns of PAI's headerless ``pai_task_table.csv`` and ``pai_job_table.csv``, in order
+PAI_TASK_COLUMNS = ("job_name", "task_name", "inst_num", "status", "start_time", "end_time", "plan_cpu", "plan_mem",
+                    "plan_gpu", "gpu_type")
+PAI_JOB_COLUMNS = ("job_name", "inst_id", "user", "status", "start_time", "end_time")
+_EPOCH = datetime(1970, 1, 1)
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """A record that passed the filters, before the clock is shifted to the first submission."""
+
+    id: str
+    submit: float
+    gpus: float
+    work: float
+    user: str
+    where: int  # line (CSV) or record (JSON) number, for a Job's own validation error
+
+
+class _Tally:
+    """The report being built: skips by reason and the kept records."""
+
+    def __init__(self) -> None:
+        self.report = TraceReport(jobs=[])
+        self.kept: list[_Kept] = []
+
+    def skip(self, reason: str) -> None:
+        self.report.skipped += 1
+        self.report.skip_reasons[reason] = self.report.skip_reasons.get(reason, 0) + 1
+
+    def finish(self, path: Path, *, model: str, max_jobs: int | None, record_lines: bool) -> TraceReport:
+        """Jobs in submission order (file order on ties), the clock starting at the first kept submission."""
+        kept = sorted(self.kept, key=lambda k: k.submit)
+        if max_jobs is not None and len(kept) > max_jobs:
+            for _ in kept[max_jobs:]:
+                self.skip(f"past max_jobs={max_jobs}")
+            kept = kept[:max_jobs]
+        origin = kept[0].submit if kept else 0.0
+        rep = self.report
+        rep.time_origin = origin
+        rep.records = rep.skipped + len(kept)
+        for k in kept:
+            try:
+                rep.jobs.append(Job(id=k.id, arrival=k.submit - origin, gpus=k.gpus, work=k.work, model=model,
+                                    user=k.user))
+            except ValueError as e:
+                if record_lines:
+                    raise TraceError(str(e), path=path, line=k.where) from None
+                raise TraceError(f"record {k.where}: {e}", path=path) from None
+        return rep
+
+
+def _check_common(path: Path, max_jobs: int | None, model: str, statuses: Collection[str] | None) -> None:
+    if max_jobs is not None and (isinstance(max_jobs, bool) or not isinstance(max_jobs, int)
+                                 or not 0 <= max_jobs <= MAX_TRACE_JOBS):
+        raise TraceError(f"max_jobs must be a whole number from 0 to {MAX_TRACE_JOBS:,}, got {max_jobs!r}", path=path)
+    if not isinstance(model, str) or not model:
+        raise TraceError(f"model must be a perf-model name, got {model!r}", path=path)
+    if statuses is not None and (isinstance(statuses, str) or not statuses):
+        raise TraceError(f"statuses must be a non-empty collection of status names, got {statuses!r}", path=path)
+
+
+def _window(path: Path, start: str | float | None, end: str | float | None,
+            parse: Callable[[str], float]) -> tuple[float, float]:
+    """The ``[start, end)`` submission window on the trace's clock (-inf, inf when not given)."""
+    def bound(value: str | float | None, default: float, name: str) -> float:
+        if value is None:
+            return default
+        if isinstance(value, bool):
+            raise TraceError(f"{name} must be a time, got {value!r}", path=path)
+        if isinstance(value, (int, float)):
+            if not math.isfinite(value):
+                raise TraceError(f"{name} must be finite, got {value!r}", path=path)
+            return float(value)
+        try:
+            return parse(str(value))
+        except ValueError as e:
+            raise TraceError(f"{name}={value!r}: {e}", path=path) from None
+
+    lo, hi = bound(start, -math.inf, "start"), bound(end, math.inf, "end")
+    if not lo < hi:
+        raise TraceError(f"the window start={start!r} .. end={end!r} is empty", path=path)
+    return lo, hi
+
+
+def _clock_seconds(text: str) -> float:
+    """A ``YYYY-MM-DD[ HH:MM:SS]`` local clock time as seconds on one fixed scale (its UTC reading: the traces'
+    times carry no zone, and only differences between them are used)."""
+    try:
+        t = datetime.fromisoformat(text)  # reads "2017-10-07 01:11:39" 5x faster than strptime
+    except ValueError:
+        raise ValueError(f"not a time like 2017-10-07 01:11:39: {text!r}") from None
+    return (t.replace(tzinfo=None) - _EPOCH).total_seconds()
+
+
+def _filters(status: str, vc: str, statuses: Collection[str] | None, want_vc: Collection[str] | None) -> str | None:
+    """The reason a record is filtered out, or None."""
+    if statuses is not None and status not in statuses:
+        return f"status {status or '(blank)'}"
+    if want_vc is not None and vc not in want_vc:
+        return "another virtual cluster"
+    return None
+
+
+def _as_set(value: str | Collection[str] | None) -> frozenset[str] | None:
+    if value is None:
+        return None
+    return frozenset([value] if isinstance(value, str) else value)
+
+
+# -- Philly ---------------------------------------------------------------------------------------------------
+def read_philly(path: str | Path, *, attempts: str = "sum", statuses: Collection[str] | None = None,
+                vc: str | Collection[str] | None = None, start: str | None = None, end: str | None = None,
+                max_jobs: int | None = None, model: str = "linear") -> TraceReport:
+    """Read Philly's ``cluster_job_log`` (JSON, optionally ``.gz``); see the module docstring for the mapping.
+
+    ``attempts``: ``"sum"`` (work = every attempt's run time) or ``"last"``. ``statuses``: keep only these
+    (e.g. ``{"Pass"}``). ``vc``: keep only this virtual cluster (or these). ``start``/``end``: keep jobs
+    submitted in ``[start, end)`` (``"2017-10-01"`` or ``"2017-10-01 08:00:00"``).
+    """
+    p = Path(path)
+    _check_common(p, max_jobs, model, statuses)
+    if attempts not in ("sum", "last"):
+        raise TraceError(f"attempts must be 'sum' or 'last', got {attempts!r}", path=p)
+    lo, hi = _window(p, start, end, _clock_seconds)
+    want_status, want_vc = _as_set(statuses), _as_set(vc)
+    records = _philly_records(p)
+    tally = _Tally()
+    seen: dict[str, int] = {}
+    for i, rec in enumerate(records, start=1):
+        where = f"record {i}"
+        if not isinstance(rec, dict):
+            raise TraceError(f"{where} is a JSON {type(rec).__name__}, not a job object", path=p)
+        job_id = _text_field(rec, "jobid", where, p, required=True)
+        where = f"record {i} (jobid {job_id})"
+        if job_id in seen:
+            raise TraceError(f"{where}: jobid already used by record {seen[job_id]}", path=p)
+        seen[job_id] = i
+        reason = _filters(_text_field(rec, "status", where, p), _text_field(rec, "vc", where, p), want_status,
+                          want_vc)
+        if reason:
+            tally.skip(reason)
+            continue
+        submitted = rec.get("submitted_time")
+        if submitted is None:
+            tally.skip("unknown submit time")
+            continue
+        submit = _philly_time(submitted, f"{where}: submitted_time", p)
+        if not lo <= submit < hi:
+            tally.skip("submitted outside the window")
+            continue
+        tries = rec.get("attempts")
+        if not isinstance(tries, list):
+            raise TraceError(f"{where}: attempts is {type(tries).__name__}, not a list", path=p)
+        if not tries:
+            tally.skip("no attempt recorded")
+            continue
+        spans = [_attempt_span(a, f"{where}: attempt {k}", p) for k, a in enumerate(tries, start=1)]
+        if spans[-1][1] is None and spans[-1][0] is not None:
+            tally.skip("still running when the log was taken")
+            continue
+        if any(s is None or e is None for s, e in spans):
+            tally.skip("an attempt without its start or end time")
+            continue
+        runs = [e - s for s, e in spans]  # type: ignore[operator]
+        if any(r < 0 for r in runs):
+            tally.skip("an attempt ending before it started")
+            continue
+        work = sum(runs) if attempts == "sum" else runs[-1]
+        gpus = _attempt_gpus(tries[-1], f"{where}: attempt {len(tries)}", p)
+        if gpus <= 0:
+            tally.skip("no GPU recorded")
+            continue
+        if work <= 0:
+            tally.skip("non-positive run time")
+            continue
+        tally.kept.append(_Kept(job_id, submit, float(gpus), work, _text_field(rec, "user", where, p), i))
+    return tally.finish(p, model=model, max_jobs=max_jobs, record_lines=False)
+
+
+def _philly_records(p: Path) -> list[Any]:
+    with _open_text(p) as f:
+        try:
+            data = json.load(f)
+        except json.JSONDecodeError as e:
+            raise TraceError(f"not JSON: {e.msg} (column {e.colno}); Philly's cluster_job_log is a JSON list",
+                             path=p, line=e.lineno) from None
+        except UnicodeDecodeError:
+            raise TraceError("not a UTF-8 text file", path=p) from None
+        except (OSError, EOFError) as e:
+            raise TraceError(f"cannot read: {e}", path=p) from None
+        except RecursionError:
+            raise TraceError("JSON nested too deeply: not a cluster_job_log", path=p) from None
+    if not isinstance(data, list):
+        raise TraceError(f"the top level is a JSON {type(data).__name__}: Philly's cluster_job_log is a list of "
+                         "jobs", path=p)
+    return data
+
+
+def _text_field(rec: dict, key: str, where: str, p: Path, *, required: bool = False) -> str:
+    value = rec.get(key)
+    if value is None:
+        if required:
+            raise TraceError(f"{where}: no {key!r}", path=p)
+        return ""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise TraceError(f"{where}: {key} is {type(value).__name__}, not text", path=p)
+    value = str(value)
+    if required and not value.strip():
+        raise TraceError(f"{where}: {key} is blank", path=p)
+    return value
+
+
+def _philly_time(value: Any, what: str, p: Path) -> float:
+    if not isinstance(value, str):
+        raise TraceError(f"{what} is {type(value).__name__}, not a time", path=p)
+    try:
+        return _clock_seconds(value.strip())
+    except ValueError as e:
+        raise TraceError(f"{what}: {e}", path=p) from None
+
+
+def _attempt_span(attempt: Any, where: str, p: Path) -> tuple[float | None, float | None]:
+    if not isinstance(attempt, dict):
+        raise TraceError(f"{where} is a JSON {type(attempt).__name__}, not an object", path=p)
+    return tuple(None if attempt.get(k) is None else _philly_time(attempt[k], f"{where}: {k}", p)
+                 for k in ("start_time", "end_time"))  # type: ignore[return-value]
+
+
+def _attempt_gpus(attempt: dict, where: str, p: Path) -> int:
+    detail = attempt.get("detail") or []
+    if not isinstance(detail, list):
+        raise TraceError(f"{where}: detail is {type(detail).__name__}, not a list", path=p)
+    total = 0
+    for server in detail:
+        gpus = server.get("gpus") if isinstance(server, dict) else None
+        if not isinstance(gpus, list):
+            raise TraceError(f"{where}: a detail entry without a list of gpus", path=p)
+        total += len(gpus)
+    return total
+
+
+# -- CSV readers (Helios, PAI) --------------------------------------------------------------------------------
+def _csv_rows(p: Path) -> Iterator[tuple[int, list[str]]]:
+    """(line, fields) of a CSV file's non-blank lines; a field holding a line break is an error."""
+    line = [0]  # the file line of the last text handed to csv.reader
+
+    def tracked() -> Iterator[str]:
+        for n, text in _lines(p):
+            line[0] = n
+            yield text.removeprefix("\ufeff") if n == 1 else text
+
+    try:
+        for row in csv.reader(tracked()):
+            if not any(c.strip() for c in row):
+                continue
+            if any("\n" in c or "\r" in c for c in row):
+                raise TraceError("a field spans lines: a quote left open?", path=p, line=line[0])
+            yield line[0], row
+    except csv.Error as e:
+        raise TraceError(f"bad CSV: {e}", path=p, line=line[0] or None) from None
+
+
+def _optional_number(cell: str, what: str, p: Path, n: int) -> float | None:
+    """A number, or None for the blank / ``nan`` cells pandas writes for a missing value."""
+    cell = cell.strip()
+    if not cell or cell.lower() in ("nan", "null", "none"):
+        return None
+    return _number(cell, what, p, n)
+
+
+# -- Helios ---------------------------------------------------------------------------------------------------
+def read_helios(path: str | Path, *, statuses: Collection[str] | None = None, vc: str | Collection[str] | None = None,
+                start: str | None = None, end: str | None = None, max_jobs: int | None = None,
+                model: str = "linear") -> TraceReport:
+    """Read a Helios ``cluster_log.csv`` (optionally ``.gz``); see the module docstring for the mapping.
+
+    ``statuses``: keep only these states (e.g. ``{"COMPLETED"}``); ``vc``, ``start``/``end``, ``max_jobs``,
+    ``model`` as for :func:`read_philly`.
+    """
+    p = Path(path)
+    _check_common(p, max_jobs, model, statuses)
+    lo, hi = _window(p, start, end, _clock_seconds)
+    want_status, want_vc = _as_set(statuses), _as_set(vc)
+    rows = _csv_rows(p)
+    try:
+        header_line, header = next(rows)
+    except StopIteration:
+        raise TraceError("empty: no header row", path=p) from None
+    cols = [h.strip() for h in header]
+    missing = [c for c in _HELIOS_REQUIRED if c not in cols]
+    if missing:
+        raise TraceError(f"not a Helios cluster_log.csv: no column(s) {', '.join(missing)} in the header "
+                         f"(expected {', '.join(HELIOS_COLUMNS)})", path=p, line=header_line)
+    if len(set(cols)) != len(cols):
+        raise TraceError("a column appears twice in the header", path=p, line=header_line)
+    tally = _Tally()
+    seen: dict[str, int] = {}
+    for n, row in rows:
+        if len(row) != len(cols):
+            raise TraceError(f"expected {len(cols)} fields (as the header), got {len(row)}", path=p, line=n)
+        cell = {c: v.strip() for c, v in zip(cols, row, strict=True)}
+        job_id = cell["job_id"]
+        if not job_id:
+            raise TraceError("job_id is blank", path=p, line=n)
+        if job_id in seen:
+            raise TraceError(f"job_id {job_id!r} already used on line {seen[job_id]}", path=p, line=n)
+        seen[job_id] = n
+        reason = _filters(cell.get("state", ""), cell.get("vc", ""), want_status, want_vc)
+        if reason:
+            tally.skip(reason)
+            continue
+        gpus = _optional_number(cell["gpu_num"], "gpu_num", p, n)
+        if gpus is None or gpus <= 0:
+            tally.skip("CPU-only job (gpu_num 0)" if gpus == 0 else "unknown GPU count")
+            continue
+        if not cell["submit_time"]:
+            tally.skip("unknown submit time")
+            continue
+        try:
+            submit = _clock_seconds(cell["submit_time"])
+        except ValueError as e:
+            raise TraceError(f"submit_time: {e}", path=p, line=n) from None
+        if not lo <= submit < hi:
+            tally.skip("submitted outside the window")
+            continue
+        work = _optional_number(cell["duration"], "duration", p, n)
+        if work is None:
+            tally.skip("unknown run time")
+            continue
+        if work <= 0:
+            tally.skip("non-positive run time")
+            continue
+        tally.kept.append(_Kept(job_id, submit, gpus, work, cell.get("user", ""), n))
+    return tally.finish(p, model=model, max_jobs=max_jobs, record_lines=True)
+
+
+# -- Alibaba PAI ----------------------------------------------------------------------------------------------
+@dataclass
+class _PaiJob:
+    first_line: int
+    gpus: float = 0.0
+    start: float = math.inf
+    end: float = -math.inf
+    gpu_types: set[str] | None = None
+    missing_time: bool = False
+    statuses: set[str] | None = None
+
+
+def read_pai(path: str | Path, *, job_table: str | Path | None = None, statuses: Collection[str] | None = None,
+             gpu_type: str | Collection[str] | None = None, start: float | None = None, end: float | None = None,
+             fractional: str = "ceil", max_jobs: int | None = None, model: str = "linear") -> TraceReport:
+    """Read PAI's ``pai_task_table.csv`` (and, for arrivals and users, ``pai_job_table.csv``); see the module
+    docstring for the mapping.
+
+    ``statuses``: keep jobs whose every task has one of these statuses (e.g. ``{"Terminated"}``, PAI's
+    successful end). ``gpu_type``: keep jobs whose GPU tasks all ran on this type (or these). ``start``/``end``:
+    submission window in the trace's seconds. ``fractional``: ``"ceil"`` (a demand below or between whole GPUs
+    is rounded up) or ``"keep"``.
+    """
+    p = Path(path)
+    _check_common(p, max_jobs, model, statuses)
+    if fractional not in ("ceil", "keep"):
+        raise TraceError(f"fractional must be 'ceil' or 'keep', got {fractional!r}", path=p)
+    lo, hi = _window(p, start, end, float)
+    want_status, want_type = _as_set(statuses), _as_set(gpu_type)
+    jobs: dict[str, _PaiJob] = {}
+    for n, c in _pai_rows(p, PAI_TASK_COLUMNS):
+        job = jobs.setdefault(c["job_name"], _PaiJob(first_line=n, gpu_types=set(), statuses=set()))
+        job.statuses.add(c["status"])  # type: ignore[union-attr]
+        inst = _optional_number(c["inst_num"], "inst_num", p, n)
+        plan = _optional_number(c["plan_gpu"], "plan_gpu", p, n)
+        if (inst is not None and inst < 0) or (plan is not None and plan < 0):
+            raise TraceError("inst_num and plan_gpu must be >= 0", path=p, line=n)
+        if inst and plan:
+            job.gpus += inst * plan / 100.0
+            job.gpu_types.add(c["gpu_type"])  # type: ignore[union-attr]
+        t0 = _optional_number(c["start_time"], "start_time", p, n)
+        t1 = _optional_number(c["end_time"], "end_time", p, n)
+        if t0 is None or t1 is None:
+            job.missing_time = True
+        else:
+            job.start, job.end = min(job.start, t0), max(job.end, t1)
+    submitted = _pai_job_table(Path(job_table)) if job_table is not None else {}
+    tally = _Tally()
+    for name, job in jobs.items():
+        if want_status is not None and not job.statuses <= want_status:  # type: ignore[operator]
+            tally.skip("status " + "/".join(sorted(job.statuses - want_status)))  # type: ignore[operator]
+            continue
+        if job.gpus <= 0:
+            tally.skip("no GPU task")
+            continue
+        if want_type is not None and not job.gpu_types <= want_type:  # type: ignore[operator]
+            tally.skip("another GPU type")
+            continue
+        if job.missing_time:
+            tally.skip("a task without its start or end time")
+            continue
+        if job_table is not None and name not in submitted:
+            tally.skip("not in the job table")
+            continue
+        submit, user = submitted.get(name, (job.start, ""))
+        if submit is None:
+            tally.skip("unknown submit time")
+            continue
+        if not lo <= submit < hi:
+            tally.skip("submitted outside the window")
+            continue
+        work = job.end - job.start
+        if work <= 0:
+            tally.skip("non-positive run time")
+            continue
+        if submit > job.start:
+            raise TraceError(f"job {name}: submitted at {submit:g} s, after its first task started "
+                             f"({job.start:g} s): are the task and job tables of the same trace?", path=p,
+                             line=job.first_line)
+        gpus = math.ceil(job.gpus - 1e-9) if fractional == "ceil" else job.gpus  # 3 x 33.3% is one GPU
+        tally.kept.append(_Kept(name, submit, float(gpus), work, user, job.first_line))
+    return tally.finish(p, model=model, max_jobs=max_jobs, record_lines=True)
+
+
+def _pai_rows(p: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
+    """Rows of a headerless PAI table as column -> cell (a first row naming the columns is skipped)."""
+    for n, row in _csv_rows(p):
+        if len(row) != len(columns):
+            raise TraceError(f"expected the {len(columns)} columns of {p.name.split('.')[0] or 'a PAI table'} "
+                             f"({', '.join(columns)}), got {len(row)}", path=p, line=n)
+        cells = [v.strip() for v in row]
+        if n == 1 and cells[0] == columns[0]:
+            if cells != list(columns):
+                raise TraceError(f"the header names {', '.join(cells)}; expected {', '.join(columns)}", path=p,
+                                 line=n)
+            continue
+        yield n, dict(zip(columns, cells, strict=True))
+
+
+def _pai_job_table(p: Path) -> dict[str, tuple[float | None, str]]:
+    """job_name -> (submission time, user) from ``pai_job_table.csv``."""
+    out: dict[str, tuple[float | None, str]] = {}
+    lines: dict[str, int] = {}
+    for n, c in _pai_rows(p, PAI_JOB_COLUMNS):
+        name = c["job_name"]
+        if name in lines:
+            raise TraceError(f"job_name {name!r} already used on line {lines[name]}", path=p, line=n)
+        lines[name] = n
+        out[name] = (_optional_number(c["start_time"], "start_time", p, n), c["user"])
+    return out
+
+
+# -- which one --------------------------------------------------------------------------------------------------
+def sniff_format(path: str | Path) -> str | None:
+    """``"philly"``, ``"helios"`` or ``"pai"`` when a file's first bytes look like that trace (a JSON list; a
+    header naming Helios' columns; a headerless row of PAI's task table), else None (unreadable files too:
+    the reader that is then tried says why)."""
+    p = Path(path)
+    try:
+        with _open_text(p) as f:
+            head = f.read(4096)
+    except (TraceError, OSError, EOFError, UnicodeDecodeError, zlib.error):
+        return None  # the reader tried next says what is wrong
+    text = head.lstrip("\ufeff \t\r\n")
+    if text.startswith("["):
+        return "philly"
+    first = text.splitlines()[0] if text else ""
+    cells = [c.strip() for c in first.split(",")]
+    if all(c in cells for c in _HELIOS_REQUIRED):
+        return "helios"
+    if len(cells) == len(PAI_TASK_COLUMNS) and (cells == list(PAI_TASK_COLUMNS) or _looks_numeric(cells, (2, 4, 5, 8))):
+        return "pai"
+    return None
+
+
+def _looks_numeric(cells: list[str], positions: tuple[int, ...]) -> bool:
+    for i in positions:
+        if cells[i] and cells[i].lower() != "nan":
+            try:
+                float(cells[i])
+            except ValueError:
+                return False
+    return True

@@ -1,0 +1,336 @@
+"""The public DL-cluster trace readers (Philly, Helios, Alibaba PAI 2020) and their specs in ``perfpredict simulate``.
+
+The fixture rows are the example entries of each trace's own README (msr-fiddle/philly-traces,
+S-Lab-System-Group/HeliosData, alibaba/clusterdata cluster-trace-gpu-v2020), plus records built to hit each
+rule; the expected jobs are worked out by hand from the timestamps.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from perfpredict.sim.public_traces import read_helios, read_pai, read_philly, sniff_format
+from perfpredict.sim.traces import TraceError
+
+GPUS8 = [f"gpu{i}" for i in range(8)]
+
+#: Philly's README example (two attempts of 8 GPUs on one server), then jobs the README's notes describe
+PHILLY = [
+    {"status": "Pass", "vc": "ee9e8c", "jobid": "application_1506638472019_14199",
+     "attempts": [{"start_time": "2017-10-07 01:12:09", "end_time": "2017-10-07 01:13:23",
+                   "detail": [{"ip": "m47", "gpus": GPUS8}]},
+                  {"start_time": "2017-10-07 01:13:30", "end_time": "2017-10-09 06:53:12",
+                   "detail": [{"ip": "m412", "gpus": GPUS8}]}],
+     "submitted_time": "2017-10-07 01:11:39", "user": "ce2f4c"},
+    # two servers, one GPU each: a 2-GPU job, submitted first
+    {"status": "Killed", "vc": "ee9e8c", "jobid": "j2",
+     "attempts": [{"start_time": "2017-10-07 02:00:00", "end_time": "2017-10-07 03:00:00",
+                   "detail": [{"ip": "m1", "gpus": ["gpu0"]}, {"ip": "m2", "gpus": ["gpu3"]}]}],
+     "submitted_time": "2017-10-07 01:00:00", "user": "u2"},
+    {"status": "Pass", "vc": "b436b2", "jobid": "j3", "attempts": [], "submitted_time": "2017-10-07 01:30:00",
+     "user": "u3"},
+    {"status": "Failed", "vc": "b436b2", "jobid": "j4",
+     "attempts": [{"start_time": "2017-10-08 00:00:00", "end_time": None, "detail": [{"ip": "m1", "gpus": ["gpu0"]}]}],
+     "submitted_time": "2017-10-08 00:00:00", "user": "u4"},
+    {"status": "Pass", "vc": "b436b2", "jobid": "j5",
+     "attempts": [{"start_time": None, "end_time": "2017-10-08 01:00:00", "detail": [{"ip": "m1", "gpus": ["gpu0"]}]},
+                  {"start_time": "2017-10-08 02:00:00", "end_time": "2017-10-08 02:30:00",
+                   "detail": [{"ip": "m1", "gpus": ["gpu0"]}]}],
+     "submitted_time": "2017-10-08 00:10:00", "user": "u5"},
+]
+
+HELIOS = """job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,duration,queue
+1425511,uXBbc,vcJkd,1,1,1,COMPLETED,2020-06-09 18:41:01,2020-06-09 18:41:01,2020-06-10 04:55:09,36848,0
+1425512,uVMrF,vchbv,4,16,1,FAILED,2020-06-09 18:41:27,2020-06-09 18:41:27,2020-06-09 18:45:36,249,0
+1425513,uzqls,vcpDC,1,1,1,CANCELLED,2020-06-09 18:41:28,2020-06-09 18:41:28,2020-06-17 14:15:21,675233,0
+1425514,uzqls,vcpDC,0,4,1,COMPLETED,2020-06-09 18:42:00,2020-06-09 18:42:00,2020-06-09 18:50:00,480,0
+1425515,uzqls,vcJkd,16,64,2,COMPLETED,2020-06-09 18:40:00,2020-06-09 19:00:00,2020-06-09 20:00:00,3600,1200
+"""
+
+#: PAI's README example task (half a GPU), a PS + 2 workers of half a GPU, a task without times, a CPU-only job
+PAI_TASKS = """4f057009a5d481acec67b088,tensorflow,1.0,Terminated,1739162.0,1739200.0,600.0,29.296875,50.0,MISC
+aaa,ps,1.0,Terminated,1000.0,2000.0,600.0,10.0,0.0,
+aaa,worker,2.0,Terminated,1010.0,2100.0,400.0,10.0,50.0,V100
+bbb,worker,1.0,Failed,,,400.0,10.0,100.0,T4
+ccc,ps,1.0,Terminated,500.0,600.0,600.0,10.0,,
+ddd,worker,8.0,Failed,3000.0,3500.0,800.0,60.0,100.0,V100
+"""
+PAI_JOBS = """4f057009a5d481acec67b088,8cb3bec23d14,58540f191766,Terminated,1739100.0,1739200.0
+aaa,x1,u1,Terminated,900.0,2100.0
+bbb,x2,u2,Failed,800.0,
+ccc,x3,u3,Terminated,400.0,600.0
+ddd,x4,u4,Failed,2500.0,3500.0
+"""
+
+
+@pytest.fixture
+def philly(tmp_path):
+    p = tmp_path / "cluster_job_log"
+    p.write_text(json.dumps(PHILLY, indent=1))
+    return p
+
+
+@pytest.fixture
+def helios(tmp_path):
+    p = tmp_path / "cluster_log.csv"
+    p.write_text(HELIOS)
+    return p
+
+
+@pytest.fixture
+def pai(tmp_path):
+    tasks, jobs = tmp_path / "pai_task_table.csv", tmp_path / "pai_job_table.csv"
+    tasks.write_text(PAI_TASKS)
+    jobs.write_text(PAI_JOBS)
+    return tasks, jobs
+
+
+# -- Philly ---------------------------------------------------------------------------------------------------
+def test_philly_jobs_by_submission_with_every_attempts_gpu_time(philly):
+    rep = read_philly(philly)
+    assert [(j.id, j.arrival, j.gpus, j.work, j.user, j.model) for j in rep.jobs] == [
+        ("j2", 0.0, 2.0, 3600.0, "u2", "linear"),
+        # 01:11:39 is 699 s after j2's 01:00:00; 74 s + 2 d 5 h 39 min 42 s of attempts
+        ("application_1506638472019_14199", 699.0, 8.0, 74.0 + 193182.0, "ce2f4c", "linear")]
+    assert rep.records == 5 and rep.skipped == 3
+    assert rep.skip_reasons == {"no attempt recorded": 1, "still running when the log was taken": 1,
+                                "an attempt without its start or end time": 1}
+
+
+def test_philly_last_attempt_status_and_vc_filters(philly):
+    rep = read_philly(philly, attempts="last", statuses={"Pass"})
+    assert [(j.id, j.work) for j in rep.jobs] == [("application_1506638472019_14199", 193182.0)]
+    assert rep.skip_reasons["status Killed"] == 1 and rep.skip_reasons["status Failed"] == 1
+    assert rep.skipped + len(rep.jobs) == rep.records == 5
+    assert [j.id for j in read_philly(philly, vc="b436b2").jobs] == []
+    assert [j.id for j in read_philly(philly, vc=("ee9e8c",)).jobs] == ["j2", "application_1506638472019_14199"]
+
+
+def test_philly_window_and_max_jobs_keep_the_first_submissions(philly):
+    rep = read_philly(philly, start="2017-10-07 01:05:00", end="2017-10-08")
+    assert [j.id for j in rep.jobs] == ["application_1506638472019_14199"]
+    # j2 (01:00) before it, j4 and j5 (10-08 00:00 and 00:10) at or after its end
+    assert rep.jobs[0].arrival == 0.0 and rep.skip_reasons["submitted outside the window"] == 3
+    rep = read_philly(philly, max_jobs=1)
+    assert [j.id for j in rep.jobs] == ["j2"] and rep.skip_reasons["past max_jobs=1"] == 1
+    assert rep.records == 5
+
+
+def test_philly_gz_reads_as_the_plain_file(philly, tmp_path):
+    gz = tmp_path / "cluster_job_log.gz"
+    gz.write_bytes(gzip.compress(philly.read_bytes()))
+    assert read_philly(gz).jobs == read_philly(philly).jobs
+
+
+@pytest.mark.parametrize(("content", "match"), [
+    ('[{"jobid": "a",', "not JSON"),
+    ('{"jobid": "a"}', "top level is a JSON dict"),
+    ('[3]', "record 1 is a JSON int"),
+    ('[{"status": "Pass"}]', "record 1: no 'jobid'"),
+    ('[{"jobid": "a", "submitted_time": "07/10/2017", "attempts": []}]', r"submitted_time: not a time"),
+    ('[{"jobid": "a", "submitted_time": "2017-10-07 01:00:00", "attempts": {}}]', "attempts is dict"),
+    ('[{"jobid": "a", "submitted_time": "2017-10-07 01:00:00", "attempts": []}, {"jobid": "a"}]',
+     "already used by record 1"),
+    ('[{"jobid": "a", "submitted_time": "2017-10-07 01:00:00", "attempts": [{"start_time": "2017-10-07 01:00:00", '
+     '"end_time": "2017-10-07 02:00:00", "detail": [{"ip": "m1"}]}]}]', "without a list of gpus"),
+])
+def test_a_malformed_philly_log_is_one_trace_error(tmp_path, content, match):
+    p = tmp_path / "cluster_job_log"
+    p.write_text(content)
+    with pytest.raises(TraceError, match=match) as e:
+        read_philly(p)
+    assert str(p) in str(e.value)
+
+
+def test_philly_options_are_checked(philly):
+    with pytest.raises(TraceError, match="attempts must be"):
+        read_philly(philly, attempts="first")
+    with pytest.raises(TraceError, match="window .* is empty"):
+        read_philly(philly, start="2017-10-08", end="2017-10-07")
+    with pytest.raises(TraceError, match="statuses must be"):
+        read_philly(philly, statuses="Pass")
+    with pytest.raises(TraceError, match="max_jobs"):
+        read_philly(philly, max_jobs=-1)
+
+
+# -- Helios ---------------------------------------------------------------------------------------------------
+def test_helios_gpu_jobs_with_their_duration(helios):
+    rep = read_helios(helios)
+    # 1425515 was submitted first (18:40:00), the README's three 61, 87 and 88 s after it
+    assert [(j.id, j.arrival, j.gpus, j.work, j.user) for j in rep.jobs] == [
+        ("1425515", 0.0, 16.0, 3600.0, "uzqls"), ("1425511", 61.0, 1.0, 36848.0, "uXBbc"),
+        ("1425512", 87.0, 4.0, 249.0, "uVMrF"), ("1425513", 88.0, 1.0, 675233.0, "uzqls")]
+    assert rep.skip_reasons == {"CPU-only job (gpu_num 0)": 1} and rep.records == 5
+
+
+def test_helios_filters(helios):
+    assert [j.id for j in read_helios(helios, statuses={"COMPLETED"}).jobs] == ["1425515", "1425511"]
+    assert [j.id for j in read_helios(helios, vc="vcJkd").jobs] == ["1425515", "1425511"]
+    rep = read_helios(helios, start="2020-06-09 18:41:00", max_jobs=2)
+    assert [j.id for j in rep.jobs] == ["1425511", "1425512"]
+    assert rep.skip_reasons == {"CPU-only job (gpu_num 0)": 1, "submitted outside the window": 1,
+                                "past max_jobs=2": 1}
+
+
+@pytest.mark.parametrize(("content", "match", "line"), [
+    ("job_id,user,gpus\n1,u,1\n", "no column.*gpu_num, submit_time, duration", 1),
+    (HELIOS.replace("2020-06-09 18:41:27,2020", "9 June,2020"), "submit_time: not a time", 3),
+    (HELIOS.replace(",249,0", ",249"), "expected 12 fields", 3),
+    (HELIOS.replace(",249,0", ",-249,0").replace("COMPLETED,2020-06-09 18:42", "X,2020-06-09 18:42"), None, None),
+    (HELIOS + "1425511,u,vc,1,1,1,COMPLETED,2020-06-09 18:41:01,,,10,0\n", "already used on line 2", 7),
+    (HELIOS.replace(",36848,", ",inf,"), "duration is not finite", 2),
+])
+def test_a_malformed_helios_log_is_one_trace_error(tmp_path, content, match, line):
+    p = tmp_path / "cluster_log.csv"
+    p.write_text(content)
+    if match is None:  # a negative duration is a record to skip, not a malformed file
+        rep = read_helios(p)
+        assert rep.skip_reasons["non-positive run time"] == 1
+        return
+    with pytest.raises(TraceError, match=match) as e:
+        read_helios(p)
+    assert e.value.line == line
+
+
+# -- PAI ------------------------------------------------------------------------------------------------------
+def test_pai_jobs_sum_their_tasks_gpus_and_span(pai):
+    tasks, jobs = pai
+    rep = read_pai(tasks, job_table=jobs)
+    assert [(j.id, j.arrival, j.gpus, j.work, j.user) for j in rep.jobs] == [
+        # submitted at 900: the PS holds no GPU, the two workers half a GPU each; tasks span 1000..2100
+        ("aaa", 0.0, 1.0, 1100.0, "u1"),
+        ("ddd", 1600.0, 8.0, 500.0, "u4"),
+        # the README's task: half a GPU (rounded up to one) for 38 s, submitted 62 s before it started
+        ("4f057009a5d481acec67b088", 1739100.0 - 900.0, 1.0, 38.0, "58540f191766")]
+    assert rep.skip_reasons == {"a task without its start or end time": 1, "no GPU task": 1}
+    assert rep.records == 5
+
+
+def test_pai_keeps_a_fractional_share_when_asked(pai, tmp_path):
+    tasks, jobs = pai
+    kept = {j.id: j.gpus for j in read_pai(tasks, job_table=jobs, fractional="keep").jobs}
+    assert kept == {"aaa": 1.0, "ddd": 8.0, "4f057009a5d481acec67b088": 0.5}
+    thirds = tmp_path / "thirds.csv"  # three instances of 33.3%: one GPU, not two
+    thirds.write_text("t,worker,3.0,Terminated,0.0,10.0,100.0,1.0,33.3,T4\n")
+    assert read_pai(thirds).jobs[0].gpus == 1.0
+    with pytest.raises(TraceError, match="fractional must be"):
+        read_pai(tasks, fractional="floor")
+
+
+def test_pai_without_the_job_table_arrives_at_the_first_task(pai):
+    rep = read_pai(pai[0])
+    assert [(j.id, j.arrival, j.user) for j in rep.jobs] == [("aaa", 0.0, ""), ("ddd", 2000.0, ""),
+                                                              ("4f057009a5d481acec67b088", 1738162.0, "")]
+
+
+def test_pai_filters(pai):
+    tasks, jobs = pai
+    assert [j.id for j in read_pai(tasks, job_table=jobs, statuses={"Terminated"}).jobs] == \
+        ["aaa", "4f057009a5d481acec67b088"]
+    assert [j.id for j in read_pai(tasks, job_table=jobs, gpu_type="V100").jobs] == ["aaa", "ddd"]
+    assert [j.id for j in read_pai(tasks, job_table=jobs, start=2000, end=3000).jobs] == ["ddd"]
+
+
+def test_pai_accepts_the_header_rows_of_its_header_files(pai, tmp_path):
+    tasks, jobs = pai
+    t2, j2 = tmp_path / "t2.csv", tmp_path / "j2.csv"
+    t2.write_text("job_name,task_name,inst_num,status,start_time,end_time,plan_cpu,plan_mem,plan_gpu,gpu_type\n"
+                  + tasks.read_text())
+    j2.write_text("job_name,inst_id,user,status,start_time,end_time\n" + jobs.read_text())
+    assert read_pai(t2, job_table=j2).jobs == read_pai(tasks, job_table=jobs).jobs
+
+
+def test_malformed_pai_tables_are_one_trace_error(pai, tmp_path):
+    tasks, jobs = pai
+    bad = tmp_path / "bad.csv"
+    bad.write_text(PAI_TASKS.replace(",600.0,29.296875", ",600.0"))
+    with pytest.raises(TraceError, match="expected the 10 columns") as e:
+        read_pai(bad)
+    assert e.value.line == 1
+    late = tmp_path / "late.csv"
+    late.write_text(PAI_JOBS.replace("aaa,x1,u1,Terminated,900.0", "aaa,x1,u1,Terminated,1005.0"))
+    with pytest.raises(TraceError, match="job aaa: submitted at 1005 s, after its first task started"):
+        read_pai(tasks, job_table=late)
+    dup = tmp_path / "dup.csv"
+    dup.write_text(PAI_JOBS + "aaa,x9,u9,Terminated,1.0,2.0\n")
+    with pytest.raises(TraceError, match="already used on line 2"):
+        read_pai(tasks, job_table=dup)
+    neg = tmp_path / "neg.csv"
+    neg.write_text(PAI_TASKS.replace("2.0,Terminated", "-2.0,Terminated"))
+    with pytest.raises(TraceError, match="must be >= 0"):
+        read_pai(neg)
+
+
+def test_sniff_format(philly, helios, pai, tmp_path):
+    assert sniff_format(philly) == "philly" and sniff_format(helios) == "helios" and sniff_format(pai[0]) == "pai"
+    ours = tmp_path / "t.csv"
+    ours.write_text("id,arrival_s,gpus,work_s\na,0,1,60\n")
+    assert sniff_format(ours) is None and sniff_format(pai[1]) is None
+    assert sniff_format(tmp_path / "missing") is None
+
+
+# -- through perfpredict simulate -----------------------------------------------------------------------------
+def _simulate(tmp_path, trace: str, name: str = "out"):
+    from typer.testing import CliRunner
+
+    from perfpredict.cli import app
+
+    out = tmp_path / name
+    res = CliRunner().invoke(app, ["simulate", "--cluster", "2x8", "--trace", trace, "--policy", "fifo",
+                                   "--mechanism", "proportional", "--no-mlflow", "-o", str(out)])
+    return res, out
+
+
+def test_simulate_replays_each_public_trace_and_keeps_what_it_skipped(philly, helios, pai, tmp_path):
+    tasks, jobs = pai
+    for trace, n, skipped in [(f"philly:{philly},status=Pass/Killed", 2, "skipped 3 of 5"),
+                              (str(philly), 2, "skipped 3 of 5"),
+                              (str(helios), 4, "skipped 1 of 5"),
+                              (f"helios:{helios},vc=vcJkd/vchbv,max_jobs=2", 2, "skipped 3 of 5"),
+                              (f"pai:{tasks},jobs={jobs},gpu_type=V100", 2, "skipped 3 of 5")]:
+        res, out = _simulate(tmp_path, trace)
+        assert res.exit_code == 0, (trace, res.output)
+        doc = json.loads((out / "metrics.json").read_text())
+        assert doc["metrics"]["n_finished"] == n, trace
+        assert any(skipped in note for note in doc["notes"]), (trace, doc["notes"])
+
+
+def test_simulate_work_is_the_recorded_run_time(helios, tmp_path):
+    """A job alone on its GPUs (FIFO, exclusive, linear model) runs exactly its recorded duration."""
+    import csv
+
+    res, out = _simulate(tmp_path, f"helios:{helios},vc=vcJkd")
+    assert res.exit_code == 0, res.output
+    with open(out / "jobs.csv") as f:
+        rows = {r["id"]: r for r in csv.DictReader(f)}
+    assert set(rows) == {"1425515", "1425511"}
+    for job_id, duration in (("1425515", 3600.0), ("1425511", 36848.0)):
+        r = rows[job_id]
+        assert float(r["finish_s"]) - float(r["first_start_s"]) == pytest.approx(duration, rel=1e-9)
+
+
+@pytest.mark.parametrize(("trace", "said"), [
+    ("helios:{helios},bogus=1", "unknown helios option(s) ['bogus']"),
+    ("pai:jobs={tasks}", "give the file first"),
+    ("{tasks}", "looks like Alibaba PAI's pai_task_table.csv"),
+    ("philly:{tmp}/nothing", "is not a file"),
+    ("philly:{philly},max_jobs=two", "max_jobs='two' is not a whole number"),
+    ("philly:{philly},attempts=first", "attempts must be 'sum' or 'last'"),
+])
+def test_simulate_refuses_a_bad_public_trace_spec_in_one_line(philly, helios, pai, tmp_path, trace, said):
+    from perfpredict.errors import UsageError
+
+    res, _ = _simulate(tmp_path, trace.format(helios=helios, tasks=pai[0], philly=philly, tmp=tmp_path))
+    assert res.exit_code != 0 and isinstance(res.exception, UsageError)
+    assert said in str(res.exception)
+
+
+def test_the_command_says_a_malformed_public_trace_in_one_line(run_cli, tmp_path):
+    bad = tmp_path / "cluster_job_log"
+    bad.write_text('[{"jobid": "a", "submitted_time": "yesterday", "attempts": []}]')
+    res = run_cli("simulate", "--cluster", "2x8", "--trace", f"philly:{bad}", "--no-mlflow", "-o", tmp_path / "o")
+    assert res.returncode != 0 and "Traceback" not in res.stderr + res.stdout
+    assert "record 1 (jobid a): submitted_time: not a time like 2017-10-07 01:11:39: 'yesterday'" in res.stderr
