@@ -7,6 +7,7 @@ rule; the expected jobs are worked out by hand from the timestamps.
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 
@@ -334,3 +335,42 @@ def test_the_command_says_a_malformed_public_trace_in_one_line(run_cli, tmp_path
     res = run_cli("simulate", "--cluster", "2x8", "--trace", f"philly:{bad}", "--no-mlflow", "-o", tmp_path / "o")
     assert res.returncode != 0 and "Traceback" not in res.stderr + res.stdout
     assert "record 1 (jobid a): submitted_time: not a time like 2017-10-07 01:11:39: 'yesterday'" in res.stderr
+
+
+# -- Synergy models on a public trace -------------------------------------------------------------------------
+def test_with_synergy_models_keeps_the_jobs_and_follows_the_split(helios, tmp_path):
+    from collections import Counter
+
+    from perfpredict.sched.paper_cards import SYNERGY_TASK_MODELS
+    from perfpredict.sim.traces import synergy_trace, with_synergy_models
+
+    jobs = read_helios(helios).jobs
+    a = with_synergy_models(jobs, (50, 0, 50), seed=4)
+    assert a == with_synergy_models(jobs, (50, 0, 50), seed=4)
+    assert [(j.id, j.arrival, j.gpus, j.work, j.user) for j in a] == [(j.id, j.arrival, j.gpus, j.work, j.user)
+                                                                      for j in jobs]
+    assert Counter(j.task for j in a) == {"image": 2, "speech": 2}
+    assert all(j.model in SYNERGY_TASK_MODELS[j.task] for j in a)
+    # the same draw as the generator's: a 1000-job trace's models, given back to its own jobs
+    gen = synergy_trace(1000, load_jobs_per_hour=9, seed=0)
+    stripped = [dataclasses.replace(j, model="linear", task="") for j in gen]
+    assert Counter(j.task for j in with_synergy_models(stripped, (20, 70, 10), seed=5)) == \
+        {"image": 200, "language": 700, "speech": 100}
+    with pytest.raises(ValueError, match="split must be three"):
+        with_synergy_models(jobs, (1, 2))
+
+
+def test_a_public_trace_spec_with_a_split_draws_synergy_models_by_its_seed(philly, tmp_path):
+    from perfpredict.errors import UsageError
+    from perfpredict.sim.run import parse_trace, trace_seed
+
+    spec = f"philly:{philly},split=20/70/10"
+    a, b = parse_trace(spec, seed=1), parse_trace(spec, seed=1)
+    assert a == b and all(j.model != "linear" and j.task for j in a)
+    assert parse_trace(spec + ",seed=1", seed=9) == a
+    assert trace_seed(spec, 1) == 1 and trace_seed(spec + ",seed=7", 1) == 7 and trace_seed(f"philly:{philly}", 1) is None
+    assert [j.model for j in parse_trace(f"philly:{philly}", seed=1)] == ["linear", "linear"]
+    for bad, said in [(",seed=3", "give split= too"), (",split=20/70/10,model=resnet50", "give one"),
+                      (",split=1/2", "split must be three")]:
+        with pytest.raises(UsageError, match=said):
+            parse_trace(f"philly:{philly}{bad}", seed=0)

@@ -246,7 +246,7 @@ def parse_trace(text: str | Path | list[Job], seed: int = 0, notes: list[str] | 
         except ValueError as e:
             raise UsageError(f"trace {s!r}: {e}", step="trace") from None
     if s.partition(":")[0] in _PUBLIC_TRACE_OPTIONS and ":" in s and not Path(s).is_file():
-        return _public_trace(s, notes)
+        return _public_trace(s, seed, notes)
     p = Path(s)
     swf = _SWF_WITH_OPTIONS.match(s)
     if swf and not p.is_file():
@@ -300,8 +300,11 @@ def trace_seed(trace: str | Path | list[Job], seed: int) -> int | None:
     if isinstance(trace, list):
         return None
     text = str(trace)
-    if Path(text).is_file() or Path(text.partition(":")[0]).is_file() or text == "andreas-table5" \
-            or text.partition(":")[0] in _PUBLIC_TRACE_OPTIONS:
+    public = text.partition(":")[0] in _PUBLIC_TRACE_OPTIONS and not Path(text).is_file()
+    if public and re.search(r",split=", text):  # the Synergy models it assigns are drawn with a seed
+        own = re.search(r",seed=(\d+)", text)
+        return int(own.group(1)) if own else seed
+    if Path(text).is_file() or Path(text.partition(":")[0]).is_file() or text == "andreas-table5" or public:
         return None
     own = re.search(r"(?:^|[:,])seed=(\d+)", text)
     return int(own.group(1)) if own else seed
@@ -348,26 +351,51 @@ _PUBLIC_TRACE_OPTIONS: dict[str, dict[str, Callable[[str], Any]]] = {
 }
 
 
-def _public_trace(spec: str, notes: list[str] | None) -> list[Job]:
+def _split(text: str) -> tuple[float, ...]:
+    return tuple(float(x) for x in text.split("/"))
+
+
+#: options every public trace takes besides its reader's: Synergy models by a workload split, and their seed
+_MODEL_OPTIONS: dict[str, Callable[[str], Any]] = {"split": _split, "seed": int}
+
+
+def _public_trace(spec: str, seed: int, notes: list[str] | None) -> list[Job]:
     """``philly:PATH[,key=value...]``, ``helios:PATH[,...]`` or ``pai:TASKS[,jobs=JOBS,...]``: a public trace file
-    with its reader's options (the path first; it holds no comma)."""
+    with its reader's options (the path first; it holds no comma). ``split=20/70/10[,seed=]`` gives each job a
+    Synergy model by that workload split (:func:`perfpredict.sim.traces.with_synergy_models`)."""
+    from perfpredict.sim import traces
+
     kind, _, rest = spec.partition(":")
     path, _, opts = rest.partition(",")
     if not path.strip() or "=" in path:
         raise UsageError(f"trace {spec!r}: give the file first: {kind}:PATH[,option=value,...]", step="trace")
-    kinds = _PUBLIC_TRACE_OPTIONS[kind]
+    kinds = {**_PUBLIC_TRACE_OPTIONS[kind], **_MODEL_OPTIONS}
     kv = _kv(opts)
     unknown = sorted(set(kv) - set(kinds))
     if unknown:
         raise UsageError(f"trace {spec!r}: unknown {kind} option(s) {unknown}; use {', '.join(kinds)}", step="trace")
     options = _typed_options(spec, kv, kinds)
+    split, own_seed = options.pop("split", None), options.pop("seed", seed)
+    if own_seed < 0:
+        raise UsageError(f"trace {spec!r}: seed must be >= 0", step="trace")
+    if "seed" in kv and split is None:
+        raise UsageError(f"trace {spec!r}: seed= draws the models of split=; give split= too", step="trace")
+    if split is not None and "model" in options:
+        raise UsageError(f"trace {spec!r}: model= gives every job one model, split= draws Synergy's: give one",
+                         step="trace")
     for name in ("jobs", "start", "end", "attempts", "fractional", "model"):
         if options.get(name) == "":
             raise UsageError(f"trace {spec!r}: {name}= is blank", step="trace")
     for p in (path, options.get("jobs")):
         if p is not None and not Path(p).is_file():
             raise UsageError(f"trace {spec!r}: {p} is not a file", step="trace")
-    return _read_public(kind, Path(path), options, notes)
+    jobs = _read_public(kind, Path(path), options, notes)
+    if split is None:
+        return jobs
+    try:
+        return traces.with_synergy_models(jobs, split, seed=own_seed)
+    except ValueError as e:
+        raise UsageError(f"trace {spec!r}: {e}", step="trace") from None
 
 
 def _read_public(kind: str, path: Path, options: dict[str, Any], notes: list[str] | None) -> list[Job]:

@@ -46,6 +46,7 @@ CSV (perfpredict's own), :func:`read_csv_trace` / :func:`write_csv_trace`
 from __future__ import annotations
 
 import csv
+import dataclasses
 import gzip
 import heapq
 import io
@@ -65,7 +66,7 @@ from perfpredict.sched.paper_cards import SYNERGY_TASK_MODELS
 
 __all__ = [
     "CSV_COLUMNS", "DL_MAX_CONCURRENCY", "DL_MEAN_CONCURRENCY", "PHILLY_LIKE_GPU_DEMAND", "SwfReport", "TraceError", "TraceReport", "load_trace", "read_csv_trace", "read_swf",
-    "dl_bag_trace", "read_swf_report", "synergy_trace", "write_csv_trace",
+    "dl_bag_trace", "read_swf_report", "synergy_trace", "with_synergy_models", "write_csv_trace",
 ]
 
 log = logging.getLogger(__name__)
@@ -102,9 +103,7 @@ def synergy_trace(n_jobs: int, *, load_jobs_per_hour: float | None = None,
         raise ValueError(f"n_jobs must be from 0 to {MAX_TRACE_JOBS:,}, got {n_jobs}")
     if load_jobs_per_hour is not None and not (load_jobs_per_hour > 0 and math.isfinite(load_jobs_per_hour)):
         raise ValueError(f"load_jobs_per_hour must be a positive number or None, got {load_jobs_per_hour}")
-    weights = np.asarray(split, dtype=float)
-    if weights.shape != (3,) or np.any(weights < 0) or not np.all(np.isfinite(weights)) or weights.sum() <= 0:
-        raise ValueError(f"split must be three non-negative percentages (image, language, speech), got {split}")
+    weights = _split_weights(split)
     demand = dict(gpu_demand) if gpu_demand is not None else PHILLY_LIKE_GPU_DEMAND
     if not demand or any(not (0 < g < math.inf and 0 <= p < math.inf) for g, p in demand.items()) \
             or sum(demand.values()) <= 0:
@@ -121,10 +120,7 @@ def synergy_trace(n_jobs: int, *, load_jobs_per_hour: float | None = None,
     x = np.where(long, dur_rng.uniform(3.0, 4.0, n_jobs), dur_rng.uniform(1.5, 3.0, n_jobs))
     work = 60.0 * 10.0 ** x
 
-    counts = _exact_counts(weights / weights.sum(), n_jobs)
-    tasks = np.repeat(np.arange(3), counts)
-    task_rng.shuffle(tasks)
-    model_pick = task_rng.random(n_jobs)
+    picked = _synergy_models(n_jobs, weights, task_rng)
 
     if multi_gpu:
         keys = sorted(demand)  # demand[int(size)] was a KeyError for a fractional size such as 0.5
@@ -134,14 +130,42 @@ def synergy_trace(n_jobs: int, *, load_jobs_per_hour: float | None = None,
     else:
         gpus = np.ones(n_jobs)
 
-    jobs = []
-    for i in range(n_jobs):
+    return [Job(id=str(i), arrival=float(arrivals[i]), gpus=float(gpus[i]), work=float(work[i]), model=model,
+                task=task) for i, (task, model) in enumerate(picked)]
+
+
+def _split_weights(split: Sequence[float]) -> np.ndarray:
+    weights = np.asarray(split, dtype=float)
+    if weights.shape != (3,) or np.any(weights < 0) or not np.all(np.isfinite(weights)) or weights.sum() <= 0:
+        raise ValueError(f"split must be three non-negative percentages (image, language, speech), got {split}")
+    return weights
+
+
+def _synergy_models(n: int, weights: np.ndarray, rng: np.random.Generator) -> list[tuple[str, str]]:
+    """(task, model) for ``n`` jobs: exact split counts shuffled, then a Table 4 model of the task uniformly."""
+    counts = _exact_counts(weights / weights.sum(), n)
+    tasks = np.repeat(np.arange(3), counts)
+    rng.shuffle(tasks)
+    model_pick = rng.random(n)
+    out = []
+    for i in range(n):
         task = _TASKS[int(tasks[i])]
         names = SYNERGY_TASK_MODELS[task]
-        model = names[min(int(model_pick[i] * len(names)), len(names) - 1)]
-        jobs.append(Job(id=str(i), arrival=float(arrivals[i]), gpus=float(gpus[i]), work=float(work[i]),
-                        model=model, task=task))
-    return jobs
+        out.append((task, names[min(int(model_pick[i] * len(names)), len(names) - 1)]))
+    return out
+
+
+def with_synergy_models(jobs: Sequence[Job], split: Sequence[float] = (20, 70, 10), *, seed: int = 0) -> list[Job]:
+    """``jobs`` with a Synergy model each, as :func:`synergy_trace` assigns them (seed 001 §5.1: exact workload
+    split counts of image / language / speech jobs, shuffled, then a Table 4 model of the task uniformly).
+
+    The paper builds its traces from Philly's arrivals, durations and GPU demands and gives each job a model by
+    the split; this does that for a trace read from a file (e.g. :func:`~perfpredict.sim.public_traces.read_philly`),
+    so Synergy's mechanisms have CPU and memory sensitivities to act on. Deterministic for ``seed``; arrivals,
+    demands and work are kept.
+    """
+    picked = _synergy_models(len(jobs), _split_weights(split), np.random.default_rng(seed))
+    return [dataclasses.replace(j, model=model, task=task) for j, (task, model) in zip(jobs, picked, strict=True)]
 
 
 #: Seed 002 §V-A: processes observed on a GPU together with a task, on average over the tasks, and at most.
