@@ -82,6 +82,7 @@ PARALLEL_SAFE_MODULES = frozenset({
     "test_zoo", "test_zoo_findings", "test_simulator_fixes", "test_profiling_fixes", "test_zoo_card_fixes",
     "test_weight_derived_activations",
     "test_public_traces",
+    "test_card_step_bytes_bounds",
     # graph counts, committed data and memory/page measurements (no timing compared: a microbenchmark's seconds
     # are only checked to be positive)
     "test_code_pages", "test_cpu_memory_model", "test_gpu_launch_term", "test_kernel_time", "test_noise_floor",

@@ -944,13 +944,18 @@ def _checked_unused(graph: dict[str, Any], model) -> dict[str, float]:
 
 
 def _checked_step_bytes(value: Any) -> dict[str, float] | None:
-    """A card's ``features.optimizer_step_bytes`` with the device kinds' finite, non-negative bytes below 1 PiB
-    (the schema bounds neither), None where it holds none."""
-    if not isinstance(value, Mapping):
+    """A card's ``features.optimizer_step_bytes``: the device kinds' (cpu, cuda) bytes, each a byte count from 0
+    to 1 PiB (the schema bounds neither), or a :class:`UsageError` naming the field, as the card's other bounds
+    are held; a hand-edited -5 or 1e300 used to be dropped without a word, so the card predicted as if its
+    optimizer held no temporaries. None where it holds none; other device kinds' entries are not read."""
+    if value is None:
         return None
-    kept = {k: float(v) for k, v in value.items() if k in ("cpu", "cuda") and isinstance(v, (int, float))
-            and not isinstance(v, bool) and math.isfinite(v) and 0 <= v < 2**50}
-    return kept or None
+    kept = {k: v for k, v in value.items() if k in ("cpu", "cuda")}
+    for k, v in kept.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 2**50:
+            raise UsageError(f"the card's features.optimizer_step_bytes[{k!r}] must be a byte count from 0 to "
+                             f"{2**50:,} (1 PiB), got {v!r}"[:300], step="predict")
+    return {k: float(v) for k, v in kept.items()} or None
 
 
 def _frozen_halves(features: dict[str, Any]) -> dict[str, Any]:
