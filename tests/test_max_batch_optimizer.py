@@ -64,8 +64,8 @@ def test_adamw_leaves_room_for_a_smaller_batch_than_sgd(model_file, tmp_path) ->
 
 
 def test_the_files_frozen_layer_keeps_no_adamw_state(model_file, tmp_path) -> None:
-    """A model file freezes weights itself (``requires_grad=False``; ``max-batch`` takes no ONNX file, so no
-    ``--frozen``): with its 4096 x 4096 layer frozen, ``--optimizer adamw`` charges state and step temporaries
+    """A model file freezes weights itself (``requires_grad=False``; ``--frozen`` is an ONNX file's,
+    ``tests/test_max_batch_onnx.py``): with its 4096 x 4096 layer frozen, ``--optimizer adamw`` charges state and step temporaries
     for the small layers only, so the batch that fits is far larger than with every weight trained."""
     frozen = model_file.with_name("wide_mlp_frozen.py")
     frozen.write_text(WIDE_MLP + "\n_all_trained = build_model\n\n"

@@ -26,13 +26,26 @@ from perfpredict.cli import (
     progress_bar,
     save_result,
 )
-from perfpredict.cli_models import OPTIMIZER_HELP, OPTIMIZER_STATES_HELP, optimizer_options
+from perfpredict.cli_models import (
+    BATCH_AXIS_HELP,
+    BATCH_INPUT_HELP,
+    DIM_HELP,
+    FROZEN_HELP,
+    OPTIMIZER_HELP,
+    OPTIMIZER_STATES_HELP,
+    TRAINED_HELP,
+    check_onnx_target,
+    dims_option,
+    frozen_or_trained_options,
+    optimizer_options,
+)
 from perfpredict.errors import PerfPredictError, UsageError
 
 
 @app.command("max-batch")
 def max_batch(
-    target: Annotated[str, typer.Argument(help="path to a model.py, or zoo:<family> (see `perfpredict zoo`)")],
+    target: Annotated[str, typer.Argument(help="path to a model.py, zoo:<family> (see `perfpredict zoo`), or a .onnx "
+                                               "file (--predicted only: a graph is parsed, never run)")],
     param: Annotated[list[str] | None, typer.Option("--param", "-p", help="zoo parameter name=value (repeatable)")] = None,
     memory_limit: Annotated[str | None, typer.Option(help="the budget, e.g. 16GB (measured: default the whole GPU, or "
                                                           "90% of the free memory on CPU; --predicted: required)")] = None,
@@ -51,15 +64,26 @@ def max_batch(
     optimizer_states: Annotated[float | None, typer.Option("--optimizer-states",
                                                            help=f"--predicted: {OPTIMIZER_STATES_HELP}")] = None,
     optimizer: Annotated[str | None, typer.Option("--optimizer", help=f"--predicted: {OPTIMIZER_HELP}")] = None,
+    batch_axis: Annotated[int | None, typer.Option(help=BATCH_AXIS_HELP)] = None,
+    batch_input: Annotated[str | None, typer.Option(help=BATCH_INPUT_HELP)] = None,
+    dim: Annotated[list[str] | None, typer.Option("--dim", help=DIM_HELP)] = None,
+    frozen: Annotated[list[str] | None, typer.Option("--frozen", help=FROZEN_HELP)] = None,
+    trained: Annotated[list[str] | None, typer.Option("--trained", help=TRAINED_HELP)] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="output dir [./perfpredict-out/<model>/]")] = None,
     no_mlflow: Annotated[bool, typer.Option("--no-mlflow", help="do not log to MLflow")] = False,
     experiment: Annotated[str, typer.Option(help="MLflow experiment name")] = "perfpredict-profiles",
     debug: Annotated[bool, typer.Option("--debug", help="show tracebacks")] = False,
 ) -> None:
     """The largest batch size whose training (or inference) step fits the memory: measured by running steps
-    (doubling until one runs out of memory, then bisection), or predicted with --predicted."""
+    (doubling until one runs out of memory, then bisection), or predicted with --predicted (a model file, a zoo
+    family or an ONNX file)."""
     from perfpredict.workload_args import check_target, parse_params
 
+    is_onnx = target.lower().endswith(".onnx")
+    if is_onnx and not predicted:  # before any other check: whatever else is wrong, this is the first thing to fix
+        raise UsageError(f"{target} is an ONNX file: a graph is parsed, never run, so its largest batch cannot be "
+                         "measured; add --predicted (with --memory-limit, e.g. --predicted --memory-limit 16GB "
+                         "--device-type cuda_h100) to predict it", step="arguments")
     check_experiment(no_mlflow, experiment)
     params = parse_params(param)
     limit = _bytes(memory_limit)
@@ -85,7 +109,16 @@ def max_batch(
     if not predicted and (optimizer is not None or optimizer_states is not None):
         raise UsageError("--optimizer and --optimizer-states apply to --predicted only: a measured max-batch trains "
                          "with the file's own make_optimizer", step="arguments")
-    check_target(target, params)  # before batch_search imports torch: a typo in model.py is answered at once
+    dims = dims_option(dim, "--dim", is_onnx)
+    frozen_prefixes, trained_prefixes = frozen_or_trained_options(frozen, trained, ("--frozen", "--trained"), is_onnx)
+    for value, option in ((batch_axis, "--batch-axis"), (batch_input, "--batch-input")):
+        if value is not None and not is_onnx:
+            raise UsageError(f"{option} only applies to an ONNX file (a model file is exported at batch 1 and 2)",
+                             step="arguments")
+    if is_onnx:
+        check_onnx_target(target, params)
+    else:
+        check_target(target, params)  # before batch_search imports torch: a typo in model.py is answered at once
     copies, named = optimizer_options(optimizer, optimizer_states)  # imports torch: after the file's check
     from perfpredict.predicted_batch_limit import check_limit_args
     from perfpredict.profile.batch_search import DEFAULT_MAX_BATCH, check_search_args
@@ -101,12 +134,18 @@ def max_batch(
         from perfpredict.profile import runner
 
         runner.warm_up()  # the fork server imports torch while this process loads the model file
-    from perfpredict.workload import resolve_workload
+    if is_onnx:  # parsed by the prediction; named as the Predictor names it
+        workload, name = None, Path(target).stem
+        source = {"onnx_path": target, "batch_axis": batch_axis, "batch_input": batch_input, "dims": dims or None,
+                  "frozen": frozen_prefixes or None, "trained": trained_prefixes or None}
+    else:
+        from perfpredict.workload import resolve_workload
 
-    workload = resolve_workload(target, params, precision, compile_ or None)
-    path = output_file(out, workload.name, "max_batch_predicted.json" if predicted else "max_batch.json")
+        workload = resolve_workload(target, params, precision, compile_ or None)
+        name, source = workload.name, {"model": target, "params": params or None}
+    path = output_file(out, name, "max_batch_predicted.json" if predicted else "max_batch.json")
     if predicted:
-        result = _predicted(target, params, limit, device_type, mode.value, precision, quantile, multiple_of,
+        result = _predicted(source, limit, device_type, mode.value, precision, quantile, multiple_of,
                             max_batch_size, copies, named)
     else:
         result = _measured(workload, limit, device, mode.value, multiple_of,
@@ -143,13 +182,15 @@ def _measured(workload, limit, device, mode, multiple_of, max_batch, threads, ti
                                   on_start=started, on_probe=finished, return_on_interrupt=True)
 
 
-def _predicted(target, params, limit, device_type, mode, precision, quantile, multiple_of, max_batch, copies,
-               optimizer):
+def _predicted(source, limit, device_type, mode, precision, quantile, multiple_of, max_batch, copies, optimizer):
+    """``source``: the target as :meth:`~perfpredict.predictor.Predictor.largest_batch` takes it (``model`` and
+    ``params``, or ``onnx_path`` and the ONNX file's options)."""
     from perfpredict.predictor import Predictor
 
     predictor = Predictor.load()
-    with err_console.status("exporting the model and predicting"):
-        return predictor.largest_batch(target, params=params or None, memory_limit_bytes=limit,
+    doing = "reading the ONNX graph" if "onnx_path" in source else "exporting the model"
+    with err_console.status(f"{doing} and predicting"):
+        return predictor.largest_batch(**source, memory_limit_bytes=limit,
                                        device_type=device_type, mode=mode, precision=precision, quantile=quantile,
                                        multiple_of=multiple_of, max_batch=max_batch,
                                        optimizer_state_copies=copies, optimizer=optimizer)

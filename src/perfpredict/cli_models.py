@@ -146,6 +146,29 @@ OPTIMIZER_HELP = ("the training job's optimizer, one of torch.optim's own by nam
                   "model file it replaces make_optimizer. Not with --optimizer-states")
 
 
+#: ``perfpredict predict``'s and ``perfpredict max-batch --predicted``'s options for an ONNX file.
+BATCH_AXIS_HELP = (".onnx only: the axis of the first input that is the batch, negative from the last as in Python "
+                   "(default: the first, or the symbolic one)")
+BATCH_INPUT_HELP = (".onnx only: the name of the input that carries the batch when it is not the first (a static "
+                    "positions or mask input first); --batch-axis is then an axis of it")
+DIM_HELP = ".onnx only: NAME=SIZE for a symbolic input dimension besides the batch, e.g. --dim seq=128 (repeatable)"
+FROZEN_HELP = (".onnx only: PREFIX of the initializer names of weights the training job freezes (requires_grad=False), "
+               "e.g. --frozen backbone. (repeatable): they get no gradient nor optimizer state; a model file says "
+               "which are frozen itself")
+TRAINED_HELP = (".onnx only, instead of --frozen: PREFIX of the initializer names of the weights that train, every "
+                "other floating-point weight frozen, e.g. --trained blocks.0.q.lora_ (repeatable): LoRA, adapters, "
+                "BitFit")
+
+
+def check_onnx_target(target: str, params: dict | None) -> None:
+    """The checks on an ONNX file target that need no parsing: no ``--param`` (one fixed architecture), and a
+    file there. (A file that is not an ONNX graph is refused by the prediction, which parses it.)"""
+    if params:
+        raise UsageError("--param only applies to zoo models (zoo:<family>), not to an ONNX file", step="arguments")
+    if not Path(target).is_file():
+        raise UsageError(f"no ONNX file at {target}", step="arguments")
+
+
 def optimizer_options(optimizer: str | None, states: float | None, option: str = "--optimizer",
                       states_option: str = "--optimizer-states"):
     """``--optimizer-states`` (or ``-a``/``-b``'s, ``states_option``) checked
@@ -172,22 +195,11 @@ def predict(
     param: Annotated[list[str] | None, typer.Option("--param", "-p", help="zoo parameter name=value (repeatable)")] = None,
     models: Annotated[Path | None, typer.Option(help="trained_models folder")] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="write the predicted card here")] = None,
-    batch_axis: Annotated[int | None, typer.Option(help=".onnx only: the axis of the first input that is the "
-                                                        "batch, negative from the last as in Python (default: the first, or the "
-                                                        "symbolic one)")] = None,
-    batch_input: Annotated[str | None, typer.Option(help=".onnx only: the name of the input that carries the batch "
-                                                         "when it is not the first (a static positions or mask "
-                                                         "input first); --batch-axis is then an axis of it")] = None,
-    dim: Annotated[list[str] | None, typer.Option("--dim", help=".onnx only: NAME=SIZE for a symbolic input "
-                                                   "dimension besides the batch, e.g. --dim seq=128 (repeatable)")] = None,
-    frozen: Annotated[list[str] | None, typer.Option("--frozen", help=".onnx only: PREFIX of the initializer names "
-                                                     "of weights the training job freezes (requires_grad=False), "
-                                                     "e.g. --frozen backbone. (repeatable): they get no gradient nor "
-                                                     "optimizer state; a model file says which are frozen itself")] = None,
-    trained: Annotated[list[str] | None, typer.Option("--trained", help=".onnx only, instead of --frozen: PREFIX of "
-                                                      "the initializer names of the weights that train, every "
-                                                      "other floating-point weight frozen, e.g. --trained "
-                                                      "blocks.0.q.lora_ (repeatable): LoRA, adapters, BitFit")] = None,
+    batch_axis: Annotated[int | None, typer.Option(help=BATCH_AXIS_HELP)] = None,
+    batch_input: Annotated[str | None, typer.Option(help=BATCH_INPUT_HELP)] = None,
+    dim: Annotated[list[str] | None, typer.Option("--dim", help=DIM_HELP)] = None,
+    frozen: Annotated[list[str] | None, typer.Option("--frozen", help=FROZEN_HELP)] = None,
+    trained: Annotated[list[str] | None, typer.Option("--trained", help=TRAINED_HELP)] = None,
     optimizer_states: Annotated[float | None, typer.Option("--optimizer-states", help=OPTIMIZER_STATES_HELP)] = None,
     optimizer: Annotated[str | None, typer.Option("--optimizer", help=OPTIMIZER_HELP)] = None,
     mlflow: Annotated[bool, typer.Option("--mlflow", help="also log the prediction as an MLflow run (kind "
@@ -215,10 +227,7 @@ def predict(
     prefixes, trained_prefixes = frozen_or_trained_options(frozen, trained, ("--frozen", "--trained"), is_onnx)
     copies, named = optimizer_options(optimizer, optimizer_states)
     if is_onnx:
-        if params:
-            raise UsageError("--param only applies to zoo models (zoo:<family>), not to an ONNX file", step="arguments")
-        if not Path(target).is_file():
-            raise UsageError(f"no ONNX file at {target}", step="arguments")
+        check_onnx_target(target, params)
     else:
         check_target(target, params)
     if out is not None:
