@@ -26,7 +26,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, Vali
 
 from perfpredict.errors import PerfPredictError
 
-SCHEMA_VERSION = "1.29"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
+SCHEMA_VERSION = "1.30"  # 1.1: scaling, colocation, speedup_curve, comm_model, sensitivity; 1.2: prediction,
 #                                             features.activation_bytes_by_op; 1.3: features.lookup_param_bytes;
 #                                             1.4: features.recurrent_steps_by_op;
 #                                             1.5: features.saved_cpu_bytes_per_sample;
@@ -68,6 +68,8 @@ SCHEMA_VERSION = "1.29"  # 1.1: scaling, colocation, speedup_curve, comm_model, 
 #                                                   parameters a training step never uses, charged their weight)
 #                                             1.29: prediction.asked_precision (a job whose precision had no set
 #                                                   on its device: predicting from its card asks for it again)
+#                                             1.30: features.buffer_bytes (a BatchNormalization's running
+#                                                   statistics: held, never trained, charged their weight alone)
 
 Source = Literal["measured", "fitted", "analytic", "predicted", "paper"]
 
@@ -305,6 +307,10 @@ class GraphFeatures(_Section):
     lookup_param_bytes: int | None = Field(None, description="bytes of weights only indexed (Gather's data: "
                                                              "embedding tables); a forward pass reads just the "
                                                              "rows it looks up")
+    buffer_bytes: int | None = Field(None, ge=0, description="bytes of the graph's weights that are buffers (a "
+                                     "BatchNormalization's running mean and variance; part of param_bytes): held "
+                                     "in memory but never trained, so training memory charges them no gradient "
+                                     "nor optimizer state; null on cards written before it was recorded")
     recurrent_steps_by_op: dict[str, int] = Field(default_factory=dict, description="time steps of the recurrent "
                                                   "ops per pass (sequence length × directions, summed per op type: "
                                                   "LSTM, GRU, RNN); independent of the batch size")

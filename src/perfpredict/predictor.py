@@ -1147,8 +1147,9 @@ def _training_memory(ms: ModelSet, arch: ArchFeatures, X: np.ndarray, batch_size
     """Training memory with the frozen parameters charged their weights alone, the optimizer's state as the
     job's optimizer keeps it, and activation checkpointing's recomputed activations. The sets were trained on
     models that train every parameter with SGD with momentum, so their memory baselines charge each parameter
-    byte k_P bytes (weight, gradient, one copy of optimizer state); a frozen byte needs one, its weight, so each
-    row's baseline (the median's and the quantiles') loses (k_P - 1) x the frozen bytes, and an optimizer keeping
+    byte k_P bytes (weight, gradient, one copy of optimizer state); a frozen byte needs one, its weight, as does a
+    buffer's (:attr:`ArchFeatures.buffer_bytes`: a BatchNormalization's running statistics), so each row's
+    baseline (the median's and the quantiles') loses (k_P - 1) x those bytes, and an optimizer keeping
     ``c`` copies of each trained weight (Adam/AdamW 2, plain SGD 0) adds (c - 1) x the trained bytes to it, and
     the temporaries its step holds on this device kind (:func:`optimizer_step_charge`). They
     were trained on steps that keep every activation: a checkpointing model's saved bytes keep only its
@@ -1160,7 +1161,7 @@ def _training_memory(ms: ModelSet, arch: ArchFeatures, X: np.ndarray, batch_size
     inference without them, or with nothing frozen nor unused, one copy and no temporaries (SGD with momentum's
     step holds none), nothing recomputed."""
     train = ms.mode != "infer"
-    frozen = arch.frozen_param_bytes_in_graph if train else 0.0
+    frozen = arch.untrained_param_bytes_in_graph if train else 0.0  # the buffers are charged as frozen weights
     extra = ((arch.optimizer_state_copies - 1.0) * max(arch.param_bytes - frozen, 0.0)
              + optimizer_step_charge(arch, ms.device_kind) if train else 0.0) + arch.unused_param_bytes
     recomputed = {term: recomputed_saved_bytes(arch, term, batch_sizes, estimated)
@@ -1281,7 +1282,7 @@ def _optimizer_memory_note(arch: ArchFeatures, ms: ModelSet) -> str | None:
              "charged on top" if step else "")
     if c == 1:
         return (arch.optimizer_state_note or "the optimizer keeps 1 state copy of each trained weight") + temps
-    trained = max(arch.param_bytes - arch.frozen_param_bytes_in_graph, 0.0)
+    trained = max(arch.param_bytes - arch.untrained_param_bytes_in_graph, 0.0)
     said = arch.optimizer_state_note or f"the optimizer keeps {c:g} state copies of each trained weight"
     t = ms.targets.get("peak_memory")
     if t is None or _param_byte_charge(t, t.coef_point) is None:
@@ -1544,6 +1545,7 @@ def _assemble_card(arch: ArchFeatures, source: str, ms: ModelSet, info, given: A
                                forward_macs_fixed=int(arch.forward_macs_fixed),
                                macs_by_op={k: round(v) for k, v in arch.macs_by_op.items()},  # a client's 1e6+0.5
                                param_bytes=int(arch.param_bytes), lookup_param_bytes=int(arch.lookup_param_bytes),
+                               buffer_bytes=int(arch.buffer_bytes),
                                recurrent_steps_by_op={k: int(v) for k, v in arch.recurrent_steps_by_op.items()},
                                activation_bytes_per_sample=int(arch.activation_bytes_per_sample),
                                activation_bytes_fixed=int(arch.activation_bytes_fixed),

@@ -57,6 +57,10 @@ class ArchFeatures:
     saved_cpu_bytes_fixed: float = 0.0
     #: bytes of weights only ever indexed (embedding tables; :attr:`GraphStats.lookup_param_bytes`)
     lookup_param_bytes: float = 0.0
+    #: bytes of the graph's weights that are buffers (a BatchNormalization's running statistics,
+    #: :func:`~perfpredict.features.graph.buffer_names`; part of param_bytes): held, never trained, so they get no
+    #: gradient nor optimizer state, as torch's optimizer never sees a module's buffers. Not a feature.
+    buffer_bytes: float = 0.0
     #: bytes of the parameters that get no gradient (``requires_grad=False``; part of param_bytes), counted on a
     #: built model (:func:`from_workload`), on an ONNX graph's initializers named by prefix (``frozen``, as an
     #: ONNX file does not say which weights train), or given by a card's model section or a feature vector; 0
@@ -138,6 +142,12 @@ class ArchFeatures:
         graph's bytes do not hold."""
         return max(min(self.frozen_param_bytes - self.unused_frozen_param_bytes, self.param_bytes), 0.0)
 
+    @property
+    def untrained_param_bytes_in_graph(self) -> float:
+        """The bytes of ``param_bytes`` no training step updates, charged their weight alone: the frozen
+        parameters' (:attr:`frozen_param_bytes_in_graph`) and the buffers' (:attr:`buffer_bytes`)."""
+        return min(self.frozen_param_bytes_in_graph + max(self.buffer_bytes, 0.0), self.param_bytes)
+
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "family": self.family, "forward_macs_per_sample": self.forward_macs_per_sample,
                 "forward_macs_fixed": self.forward_macs_fixed, "param_count": self.param_count,
@@ -148,7 +158,8 @@ class ArchFeatures:
                 "saved_bytes_per_sample": self.saved_bytes_per_sample, "saved_bytes_fixed": self.saved_bytes_fixed,
                 "saved_cpu_bytes_per_sample": self.saved_cpu_bytes_per_sample,
                 "saved_cpu_bytes_fixed": self.saved_cpu_bytes_fixed,
-                "lookup_param_bytes": self.lookup_param_bytes, "frozen_param_bytes": self.frozen_param_bytes,
+                "lookup_param_bytes": self.lookup_param_bytes, "buffer_bytes": self.buffer_bytes,
+                "frozen_param_bytes": self.frozen_param_bytes,
                 "frozen_param_count": self.frozen_param_count,
                 "recurrent_steps_by_op": dict(self.recurrent_steps_by_op),
                 "peak_live_bytes_per_sample": self.peak_live_bytes_per_sample,
@@ -272,7 +283,8 @@ def from_workload(target: str, params: Mapping[str, Any] | None = None, optimize
         op_counts=feats.op_counts, macs_by_op=feats.macs_by_op, activation_bytes_by_op=feats.activation_bytes_by_op,
         saved_bytes_per_sample=float(saved), saved_bytes_fixed=float(saved_fixed),
         saved_cpu_bytes_per_sample=float(saved_cpu), saved_cpu_bytes_fixed=float(saved_cpu_fixed),
-        lookup_param_bytes=float(feats.lookup_param_bytes or 0), recurrent_steps_by_op=feats.recurrent_steps_by_op,
+        lookup_param_bytes=float(feats.lookup_param_bytes or 0), buffer_bytes=float(feats.buffer_bytes or 0),
+        recurrent_steps_by_op=feats.recurrent_steps_by_op,
         frozen_param_bytes=float(parameter_bytes(model, trainable=False)),
         frozen_param_count=float(sum(p.numel() for p in model.parameters() if not p.requires_grad)),
         unused_param_bytes=probes.unused_bytes, unused_frozen_param_bytes=probes.unused_frozen_bytes,
@@ -823,7 +835,7 @@ _ONNX_FLOAT_DTYPES = {1: "float32", 10: "float16", 11: "float64", 16: "bfloat16"
 def onnx_trained_weights(init: list, frozen: frozenset[str]) -> list[tuple[tuple[int, ...], Any]]:
     """The ``(shape, dtype)`` of the weights a training job of the graph steps: the floating-point ones of its
     initializers ``init`` (:func:`~perfpredict.features.graph.all_initializers`, Constant weights too) less the
-    ``frozen`` ones (:func:`frozen_names`), what a :class:`~perfpredict.workload.spec.NamedOptimizer` is probed
+    ``frozen`` ones (:func:`frozen_names`, and the buffers: :func:`~perfpredict.features.graph.buffer_names`), what a :class:`~perfpredict.workload.spec.NamedOptimizer` is probed
     over."""
     import torch
 
@@ -939,7 +951,13 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
     leaves them to the caller."""
     from perfpredict.estimators.kernel_nodes import rows_at_fixed_batch
     from perfpredict.features import _from_stats
-    from perfpredict.features.graph import all_initializers, analyze_onnx, inline_functions, unknown_shapes_note
+    from perfpredict.features.graph import (
+        all_initializers,
+        analyze_onnx,
+        buffer_names,
+        inline_functions,
+        unknown_shapes_note,
+    )
 
     proto = inline_functions(proto)  # a function's Constant weights are weights: param_count counts them too
     if dims:
@@ -951,16 +969,18 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
     notes: list[str] = []
     # every weight, a Loop's or If's own included (counted once: a body's weights are shared by its iterations)
     init = all_initializers(proto.graph)
-    param_count = float(sum(math.prod(t.dims) for t in init))
+    # the buffers (a BatchNormalization's running statistics) are no parameters: a model file's count has none
+    buffers = buffer_names(proto.graph, init)
+    param_count = float(sum(math.prod(t.dims) for t in init if t.name not in buffers))
     frozen, trained = check_frozen_or_trained(frozen, trained)
-    frozen_set = frozen_names(init, frozen or (), trained or (), name)
+    frozen_set = frozen_names(init, frozen or (), trained or (), name) - buffers
     frozen_bytes, frozen_count = frozen_initializers(init, frozen_set)
     named = check_optimizer(optimizer)
     copies, copies_note, step_bytes = (1.0, None, None) if named is None else \
-        named_optimizer_probe(named, onnx_trained_weights(init, frozen_set))
+        named_optimizer_probe(named, onnx_trained_weights(init, frozen_set | buffers))
     proto = _without_weight_data(proto)
     # the frozen weights' layers keep no tensors for backward where no trained weight lies upstream
-    trains = (lambda n: n not in frozen_set) if frozen_count > 0 else None
+    trains = (lambda n: n not in frozen_set and n not in buffers) if frozen_count > 0 else None
     try:
         if symbolic:
             s1 = analyze_onnx(_with_batch(proto, 1, batch_param, axis), run_for_shapes=False, trained=trains)
@@ -1010,7 +1030,7 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
                                 step="analyse onnx")
     ratio = None
     if frozen_count > 0:
-        ratio = frozen_step_ratio(work_stats, trains, lambda n: True)
+        ratio = frozen_step_ratio(work_stats, trains, lambda n: n not in buffers)
     _check_counts_bounded(name, forward_macs_per_sample=macs, forward_macs_fixed=macs_fixed,
                           param_count=param_count, param_bytes=stats.initializer_bytes,
                           activation_bytes_per_sample=act, activation_bytes_fixed=act_fixed,
@@ -1024,7 +1044,7 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
     return ArchFeatures(
         forward_macs_per_sample=float(macs), forward_macs_fixed=float(max(macs_fixed, 0)), param_count=param_count,
         param_bytes=float(stats.initializer_bytes), lookup_param_bytes=float(stats.lookup_param_bytes),
-        recurrent_steps_by_op=stats.recurrent_steps_by_op, activation_bytes_per_sample=float(max(act, 0)),
+        buffer_bytes=float(stats.buffer_bytes), recurrent_steps_by_op=stats.recurrent_steps_by_op, activation_bytes_per_sample=float(max(act, 0)),
         activation_bytes_fixed=float(max(act_fixed, 0)), num_nodes=float(stats.num_nodes),
         input_bytes_per_sample=float(in_bytes), op_counts=stats.op_counts,
         macs_by_op={k: int(v) for k, v in by_op.items()},

@@ -50,6 +50,9 @@ class FeatureVector(BaseModel):
     input_bytes_per_sample: _Quantity = 0.0
     lookup_param_bytes: _Quantity = Field(0.0, description="bytes of weights only indexed (embedding tables); "
                                                             "part of param_bytes")
+    buffer_bytes: _Quantity = Field(0.0, description="bytes of the weights that are buffers (a BatchNormalization's "
+                                                      "running mean and variance); part of param_bytes. Training "
+                                                      "memory charges them no gradient nor optimizer state")
     frozen_param_bytes: _Quantity = Field(
         0.0, description="bytes of the parameters that get no gradient (requires_grad=False, e.g. a frozen "
                          "backbone); part of param_bytes. Training memory's Horus eq. 2 charges them no gradient "
@@ -104,7 +107,8 @@ class FeatureVector(BaseModel):
 
     @model_validator(mode="after")
     def _parts_within_wholes(self) -> "FeatureVector":
-        for part, whole in (("lookup_param_bytes", "param_bytes"), ("frozen_param_bytes", "param_bytes"),
+        for part, whole in (("lookup_param_bytes", "param_bytes"), ("buffer_bytes", "param_bytes"),
+                            ("frozen_param_bytes", "param_bytes"),
                             ("frozen_param_count", "param_count")):
             if getattr(self, part) > getattr(self, whole):
                 raise ValueError(f"{part} is part of {whole}, so it cannot exceed it")

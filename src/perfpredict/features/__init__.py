@@ -143,7 +143,7 @@ def features_from_onnx(model_proto, batch_size: int = 1) -> GraphFeatures:
         available=True, export_batch_size=batch_size,
         forward_macs_per_sample=s.macs // batch_size,
         macs_by_op={k: v // batch_size for k, v in s.macs_by_op.items()},
-        param_bytes=s.initializer_bytes, lookup_param_bytes=s.lookup_param_bytes,
+        param_bytes=s.initializer_bytes, lookup_param_bytes=s.lookup_param_bytes, buffer_bytes=s.buffer_bytes,
         recurrent_steps_by_op=s.recurrent_steps_by_op,
         activation_bytes_per_sample=s.activation_bytes // batch_size,
         activation_bytes_by_op={k: v // batch_size for k, v in s.activation_bytes_by_op.items()},
@@ -170,7 +170,7 @@ def _from_stats(s1: GraphStats, s2: GraphStats, b1: int, b2: int) -> GraphFeatur
     return GraphFeatures(
         available=True, error=err,
         forward_macs_per_sample=max(macs, 0), forward_macs_fixed=max(macs_fixed, 0), macs_by_op=by_op,
-        param_bytes=s1.initializer_bytes, lookup_param_bytes=s1.lookup_param_bytes,
+        param_bytes=s1.initializer_bytes, lookup_param_bytes=s1.lookup_param_bytes, buffer_bytes=s1.buffer_bytes,
         recurrent_steps_by_op=s1.recurrent_steps_by_op,
         activation_bytes_per_sample=max(act, 0), activation_bytes_fixed=max(act_fixed, 0),
         activation_bytes_by_op={k: v for k, v in act_by_op.items() if v > 0},

@@ -82,6 +82,9 @@ class GraphStats:
     #: cost model of an inference pass must not charge these bytes as read in full (an optimizer step with
     #: dense gradients does touch every row).
     lookup_param_bytes: int = 0
+    #: Bytes of the weights that are buffers (:func:`buffer_names`: a BatchNormalization's running statistics),
+    #: part of ``initializer_bytes``: held, never trained.
+    buffer_bytes: int = 0
     #: Time steps of the recurrent ops (``LSTM``/``GRU``/``RNN``), sequence length × directions summed per op
     #: type, for one pass of the graph (independent of the batch size). Runtimes that loop over steps pay a
     #: fixed cost per step: PyTorch on the CPU runs GRU and plain RNN step by step in ATen ops (only LSTM has a
@@ -242,6 +245,39 @@ def inline_functions(model_proto: Any) -> Any:
         return inline_local_functions(model_proto)
     except Exception:  # noqa: BLE001 - an older onnx, or a malformed function: count the graph as it is
         return model_proto
+
+
+#: The input positions of ops that take a weight no training step updates: a BatchNormalization's running mean and
+#: variance (torch's buffers, updated by the forward pass, never by the optimizer), a Resize's or Upsample's scales,
+#: a Clip's bounds, a Pad's pads and value. InstanceNormalization, LayerNormalization and GroupNormalization have
+#: none: their scale and bias are parameters.
+BUFFER_INPUTS: dict[str, tuple[int, ...]] = {"BatchNormalization": (3, 4), "Resize": (1, 2, 3), "Upsample": (1,),
+                                             "Clip": (1, 2), "Pad": (1, 2, 3)}
+
+
+def buffer_names(graph, weights: list) -> frozenset[str]:
+    """The names of the ``weights`` (:func:`all_initializers` of ``graph``) that are buffers: every node that takes
+    one, in ``graph`` or any subgraph of it, takes it at a position :data:`BUFFER_INPUTS` names (a BatchNormalization's
+    running statistics). They are held in memory, as torch's ``model.buffers()`` are, but get no gradient nor
+    optimizer state; a weight that feeds a trainable position anywhere (a tied one) is not a buffer."""
+    import onnx
+
+    names = {t.name for t in weights}
+    kept, trained = set(), set()
+
+    def walk(g) -> None:
+        for node in g.node:
+            fixed = BUFFER_INPUTS.get(node.op_type, ()) if node.domain in ("", "ai.onnx") else ()
+            for i, x in enumerate(node.input):
+                if x in names:
+                    (kept if i in fixed else trained).add(x)
+            for a in node.attribute:
+                for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
+                            list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []):
+                    walk(sub)
+
+    walk(graph)
+    return frozenset(kept - trained)
 
 
 #: Ops that read a weight: a ``Constant`` that reaches one of their inputs is a weight (:func:`_constant_weights`)
@@ -435,6 +471,8 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True,
     main_weights = list(g.initializer) + _constant_weights(g)
     table_names = {t.name for t in main_weights}
     stats.initializer_bytes = sum(tensor_nbytes(t) for t in weights_anywhere)
+    buffers = buffer_names(g, weights_anywhere)
+    stats.buffer_bytes = sum(tensor_nbytes(t) for t in weights_anywhere if t.name in buffers)
 
     unknown: Counter = Counter()
     top = _Tally()
