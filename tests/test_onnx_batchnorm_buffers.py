@@ -6,7 +6,8 @@ trainable_parameters), probed as trained weights for the optimizer's step tempor
 CUDA, foreach: a copy of every trained byte), and both an ONNX file's and a model file's training memory charged them
 a gradient and the optimizer's state copies through the graph's param_bytes. Torch's optimizer sees parameters
 only. Now the graph's buffers (:func:`~perfpredict.features.graph.buffer_names`) are ``features.buffer_bytes``, part
-of param_bytes and charged their weight alone, as a frozen weight is.
+of param_bytes; the memory baselines keep charging them as they were fitted (on zoo models whose param_bytes hold
+them), and an optimizer's copies beyond the data's one leave them out.
 """
 
 from __future__ import annotations
@@ -74,11 +75,14 @@ def test_the_running_statistics_are_no_trained_weights(predictor, files) -> None
     assert any(trained in n for n in card.prediction.notes), card.prediction.notes
 
 
-def test_a_buffer_is_charged_as_a_frozen_weight(predictor, files) -> None:
-    """Training memory charges a buffer byte its weight alone: the ONNX file's prediction is the one its feature
-    vector gets with the buffers' bytes given as frozen parameters instead, with SGD with momentum and with AdamW's
-    state copies; and the predicted card gives it back (features=card)."""
+def test_a_buffer_gets_no_extra_optimizer_state_and_the_baseline_stays_as_fitted(predictor, files) -> None:
+    """The shipped estimators were fitted on zoo rows whose graphs' param_bytes hold the BatchNorm statistics as
+    trainable (their memory baseline and the log_horus_memory feature charge them k_P bytes each): a feature must be
+    computed as it was fitted, so with SGD with momentum (the data's optimizer) the buffers change nothing. What is
+    not fitted, an optimizer's copies beyond the data's one, leaves them out: with AdamW's two copies a buffer byte
+    costs one copy less than a trained byte. The predicted card gives its peak back (features=card)."""
     _, onnx_path = files
+    peaks = {}
     for copies in (None, 2.0):
         card = predictor.predict(onnx_path=onnx_path, batch_size=16, device_type="cpu",
                                  optimizer_state_copies=copies)
@@ -87,17 +91,16 @@ def test_a_buffer_is_charged_as_a_frozen_weight(predictor, files) -> None:
                            "op_counts", "macs_by_op", "activation_bytes_by_op", "kernel_nodes",
                            "peak_live_bytes_per_sample", "graph_saved_bytes_per_sample", "input_bytes_per_sample",
                            "lookup_param_bytes")}
-        as_frozen = predictor.predict(features={**vector, "param_count": PARAMETERS + BUFFERS / 4,
-                                                "frozen_param_bytes": BUFFERS, "frozen_param_count": BUFFERS / 4},
-                                      batch_size=16, device_type="cpu", optimizer_state_copies=copies)
         as_buffers = predictor.predict(features={**vector, "param_count": PARAMETERS + BUFFERS / 4,
                                                  "buffer_bytes": BUFFERS},
                                        batch_size=16, device_type="cpu", optimizer_state_copies=copies)
-        assert _peak(as_buffers) == _peak(as_frozen)
         unbuffered = predictor.predict(features={**vector, "param_count": PARAMETERS + BUFFERS / 4},
                                        batch_size=16, device_type="cpu", optimizer_state_copies=copies)
-        assert _peak(unbuffered) - _peak(as_buffers) >= BUFFERS * (0.5 if copies is None else 1.5)
+        peaks[copies] = (_peak(unbuffered), _peak(as_buffers))
         assert _peak(predictor.predict(features=card, batch_size=16, device_type="cpu")) == _peak(card)
+    assert peaks[None][0] == peaks[None][1]
+    # the copy, moved by the estimator's learned correction of the baseline (prediction / baseline, near 1)
+    assert peaks[2.0][0] - peaks[2.0][1] == pytest.approx(BUFFERS, rel=0.1)
 
 
 def test_which_weights_are_buffers() -> None:

@@ -1147,10 +1147,12 @@ def _training_memory(ms: ModelSet, arch: ArchFeatures, X: np.ndarray, batch_size
     """Training memory with the frozen parameters charged their weights alone, the optimizer's state as the
     job's optimizer keeps it, and activation checkpointing's recomputed activations. The sets were trained on
     models that train every parameter with SGD with momentum, so their memory baselines charge each parameter
-    byte k_P bytes (weight, gradient, one copy of optimizer state); a frozen byte needs one, its weight, as does a
-    buffer's (:attr:`ArchFeatures.buffer_bytes`: a BatchNormalization's running statistics), so each row's
-    baseline (the median's and the quantiles') loses (k_P - 1) x those bytes, and an optimizer keeping
-    ``c`` copies of each trained weight (Adam/AdamW 2, plain SGD 0) adds (c - 1) x the trained bytes to it, and
+    byte k_P bytes (weight, gradient, one copy of optimizer state); a frozen byte needs one, its weight, so each
+    row's baseline (the median's and the quantiles') loses (k_P - 1) x the frozen bytes, and an optimizer keeping
+    ``c`` copies of each trained weight (Adam/AdamW 2, plain SGD 0) adds (c - 1) x the trained bytes to it (the
+    buffers, :attr:`ArchFeatures.buffer_bytes`, a BatchNormalization's running statistics, are not trained: the
+    baselines, fitted on zoo models whose graphs' param_bytes hold them, keep charging them as they were fitted,
+    while the copies beyond the data's one leave them out), and
     the temporaries its step holds on this device kind (:func:`optimizer_step_charge`). They
     were trained on steps that keep every activation: a checkpointing model's saved bytes keep only its
     segments' inputs, and the segment its backward recomputes holds its activations beside them until its
@@ -1161,8 +1163,9 @@ def _training_memory(ms: ModelSet, arch: ArchFeatures, X: np.ndarray, batch_size
     inference without them, or with nothing frozen nor unused, one copy and no temporaries (SGD with momentum's
     step holds none), nothing recomputed."""
     train = ms.mode != "infer"
-    frozen = arch.untrained_param_bytes_in_graph if train else 0.0  # the buffers are charged as frozen weights
-    extra = ((arch.optimizer_state_copies - 1.0) * max(arch.param_bytes - frozen, 0.0)
+    frozen = arch.frozen_param_bytes_in_graph if train else 0.0  # the baselines' own charge (see above)
+    trained = max(arch.param_bytes - arch.untrained_param_bytes_in_graph, 0.0)
+    extra = ((arch.optimizer_state_copies - 1.0) * trained
              + optimizer_step_charge(arch, ms.device_kind) if train else 0.0) + arch.unused_param_bytes
     recomputed = {term: recomputed_saved_bytes(arch, term, batch_sizes, estimated)
                   for term in _RECOMPUTED_BY_TERM} if train else {}

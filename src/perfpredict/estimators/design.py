@@ -132,7 +132,9 @@ def horus_train_memory(arch: ArchFeatures, batch_size: int, optimizer_state_copi
     charges them: a frozen parameter gets neither. The CUDA context (δ) is left out: the datasets' memory target
     is torch's peak allocated, which does not include it."""
     acts = batch_size * arch.activation_bytes_per_sample + arch.activation_bytes_fixed
-    trainable = arch.param_bytes - arch.untrained_param_bytes_in_graph
+    # the buffers (BatchNorm statistics) stay in: this is a feature of the shipped estimators, fitted on zoo
+    # rows whose param_bytes hold them as trainable, and a feature must be computed as it was fitted
+    trainable = arch.param_bytes - arch.frozen_param_bytes_in_graph
     return 2.0 * acts + (arch.param_bytes + (1.0 + optimizer_state_copies) * trainable)
 
 
