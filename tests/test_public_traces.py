@@ -7,9 +7,13 @@ rule; the expected jobs are worked out by hand from the timestamps.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gzip
 import json
+import os
+import threading
+import time
 
 import pytest
 
@@ -157,6 +161,41 @@ def test_philly_options_are_checked(philly):
         read_philly(philly, max_jobs=-1)
 
 
+def test_philly_reads_the_logs_none_strings_as_missing_times(tmp_path):
+    """The log writes a missing time as the string "None" (the README's notebook and Synergy's parser test for it):
+    the job is skipped and counted, as for null, instead of the whole log being refused."""
+    p = tmp_path / "cluster_job_log"
+    still = [{**PHILLY[0]["attempts"][0]}, {**PHILLY[0]["attempts"][1], "end_time": "None"}]
+    p.write_text(json.dumps([
+        PHILLY[1],
+        {**PHILLY[0], "jobid": "running", "attempts": still},
+        {**PHILLY[0], "jobid": "unlogged", "attempts": [{**PHILLY[0]["attempts"][0], "start_time": "None"}]},
+        {**PHILLY[0], "jobid": "unsubmitted", "submitted_time": "None"}]))
+    rep = read_philly(p)
+    assert [j.id for j in rep.jobs] == ["j2"]
+    assert rep.skip_reasons == {"still running when the log was taken": 1,
+                                "an attempt without its start or end time": 1, "unknown submit time": 1}
+    assert rep.skipped + len(rep.jobs) == rep.records == 4
+
+
+def test_philly_log_with_a_bom_reads_as_without(philly, tmp_path):
+    bom = tmp_path / "bom_log"
+    bom.write_bytes(b"\xef\xbb\xbf" + philly.read_bytes())
+    assert sniff_format(bom) == "philly" and read_philly(bom).jobs == read_philly(philly).jobs
+
+
+def test_philly_corrupt_gz_and_a_huge_number_are_one_trace_error(philly, tmp_path):
+    raw = gzip.compress(philly.read_bytes())
+    bad = tmp_path / "cluster_job_log.gz"  # the header and the trailer kept, the deflate stream garbled
+    bad.write_bytes(raw[:20] + bytes(b ^ 0x55 for b in raw[20:-8]) + raw[-8:])
+    with pytest.raises(TraceError, match="cannot read"):
+        read_philly(bad)
+    huge = tmp_path / "huge"
+    huge.write_text('[{"jobid": ' + "9" * 5000 + "}]")  # past Python's 4,300-digit int limit
+    with pytest.raises(TraceError, match="not a cluster_job_log"):
+        read_philly(huge)
+
+
 # -- Helios ---------------------------------------------------------------------------------------------------
 def test_helios_gpu_jobs_with_their_duration(helios):
     rep = read_helios(helios)
@@ -215,7 +254,7 @@ def test_pai_keeps_a_fractional_share_when_asked(pai, tmp_path):
     kept = {j.id: j.gpus for j in read_pai(tasks, job_table=jobs, fractional="keep").jobs}
     assert kept == {"aaa": 1.0, "ddd": 8.0, "4f057009a5d481acec67b088": 0.5}
     thirds = tmp_path / "thirds.csv"  # three instances of 33.3%: one GPU, not two
-    thirds.write_text("t,worker,3.0,Terminated,0.0,10.0,100.0,1.0,33.3,T4\n")
+    thirds.write_text("t,worker,3.0,Terminated,1.0,10.0,100.0,1.0,33.3,T4\n")  # (a time of 0 is a missing one)
     assert read_pai(thirds).jobs[0].gpus == 1.0
     with pytest.raises(TraceError, match="fractional must be"):
         read_pai(tasks, fractional="floor")
@@ -265,6 +304,31 @@ def test_malformed_pai_tables_are_one_trace_error(pai, tmp_path):
         read_pai(neg)
 
 
+def test_pai_time_zero_is_a_missing_time(pai, tmp_path):
+    """0 is what the task table holds for a task that never started (the trace's analysis/utils.py reads it as
+    NaN): the job is skipped as one with a task missing its times, not read as started at 0 s."""
+    tasks, jobs = pai
+    t = tmp_path / "t.csv"
+    t.write_text(PAI_TASKS + "aaa,evaluator,1.0,Failed,0.0,0.0,100.0,1.0,,\n")
+    rep = read_pai(t, job_table=jobs)  # it was an error: aaa "submitted at 900 s, after its first task started"
+    assert [j.id for j in rep.jobs] == ["ddd", "4f057009a5d481acec67b088"]
+    assert rep.skip_reasons["a task without its start or end time"] == 2
+    alone = read_pai(t)  # without the job table aaa arrived first with 2100 s of work (0 .. 2100)
+    assert "aaa" not in [j.id for j in alone.jobs] and alone.skipped + len(alone.jobs) == alone.records == 5
+    j = tmp_path / "j.csv"
+    j.write_text(PAI_JOBS.replace("ddd,x4,u4,Failed,2500.0", "ddd,x4,u4,Failed,0.0"))
+    assert read_pai(tasks, job_table=j).skip_reasons["unknown submit time"] == 1
+
+
+def test_pai_demand_that_overflows_is_one_trace_error(tmp_path):
+    t = tmp_path / "t.csv"
+    t.write_text("a,worker,1e200,Terminated,1.0,10.0,100.0,1.0,1e200,T4\n")
+    for fractional in ("ceil", "keep"):  # ceil was an OverflowError from math.ceil
+        with pytest.raises(TraceError, match="gpus must be a finite number") as e:
+            read_pai(t, fractional=fractional)
+        assert e.value.line == 1
+
+
 def test_sniff_format(philly, helios, pai, tmp_path):
     assert sniff_format(philly) == "philly" and sniff_format(helios) == "helios" and sniff_format(pai[0]) == "pai"
     ours = tmp_path / "t.csv"
@@ -274,6 +338,26 @@ def test_sniff_format(philly, helios, pai, tmp_path):
 
 
 # -- through perfpredict simulate -----------------------------------------------------------------------------
+def test_a_csv_trace_from_a_named_pipe_is_read_once(tmp_path):
+    """Looking for a public trace read a pipe's bytes before the CSV reader opened it again, which then waited for
+    a writer that had gone: ``simulate --trace`` hung on a named pipe (``mkfifo t.csv``) that it read before."""
+    from perfpredict.sim.run import parse_trace
+
+    fifo = tmp_path / "t.csv"
+    os.mkfifo(fifo)
+
+    def feed() -> None:
+        with open(fifo, "w") as f:
+            f.write("id,arrival_s,gpus,work_s,model\na,0,1,60,linear\nb,5,1,60,linear\n")
+        time.sleep(5)  # then end a second reader's wait with an empty stream, rather than hang the test
+        with contextlib.suppress(OSError):  # ENXIO: no reader waits (read once, as it should be)
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+    threading.Thread(target=feed, daemon=True).start()
+    assert [j.id for j in parse_trace(str(fifo))] == ["a", "b"]
+    assert sniff_format(fifo) is None
+
+
 def _simulate(tmp_path, trace: str, name: str = "out"):
     from typer.testing import CliRunner
 

@@ -18,7 +18,9 @@ Microsoft Philly (``cluster_job_log`` of github.com/msr-fiddle/philly-traces, Je
     it keeps the trace's offered load; an attempt that failed and was retried ran on the cluster too);
     ``attempts="last"`` takes the last attempt alone (a retry that restarted from scratch). A job with no
     attempt, with an attempt missing a time, or still running when the log was taken (its last ``end_time`` is
-    null, the README's notes) is skipped and counted.
+    ``None``, the README's notes) is skipped and counted. A missing time is the string ``"None"`` in the log
+    (Python's ``None`` printed: the README's notebook and Synergy's parser test for it); ``null`` and ``""``
+    are read as missing too.
 
 SenseTime Helios (``cluster_log.csv`` of github.com/S-Lab-System-Group/HeliosData, Hu et al., SC '21), :func:`read_helios`
     A CSV with a header: ``job_id``, ``user``, ``vc``, ``gpu_num``, ``cpu_num``, ``node_num``, ``state``,
@@ -37,7 +39,8 @@ Alibaba PAI (``pai_task_table.csv`` and ``pai_job_table.csv`` of github.com/alib
     that pack shares onto devices (``horus``, ``obp``, ``pab``). Tasks are
     launched after the job waited, so the arrival is the job table's ``start_time`` (the submission) when the
     job table is given, else the first task's start (no queueing in the record). Times are seconds on the
-    trace's own clock. A job with no GPU task, or a task without its times, is skipped and counted;
+    trace's own clock; a time of 0 is a missing one (a task that never started, as the trace's own
+    ``analysis/utils.py`` reads it). A job with no GPU task, or a task without its times, is skipped and counted;
     ``gpu_type`` keeps the jobs whose GPU tasks ran on that type (PAI is heterogeneous: MISC, P100, T4, V100,
     V100M32).
 """
@@ -209,7 +212,7 @@ def read_philly(path: str | Path, *, attempts: str = "sum", statuses: Collection
             tally.skip(reason)
             continue
         submitted = rec.get("submitted_time")
-        if submitted is None:
+        if _no_philly_time(submitted):
             tally.skip("unknown submit time")
             continue
         submit = _philly_time(submitted, f"{where}: submitted_time", p)
@@ -248,13 +251,15 @@ def read_philly(path: str | Path, *, attempts: str = "sum", statuses: Collection
 def _philly_records(p: Path) -> list[Any]:
     with _open_text(p) as f:
         try:
-            data = json.load(f)
+            data = json.loads(f.read().removeprefix("\ufeff"))  # a BOM, as the CSV readers and sniff_format take it
         except json.JSONDecodeError as e:
             raise TraceError(f"not JSON: {e.msg} (column {e.colno}); Philly's cluster_job_log is a JSON list",
                              path=p, line=e.lineno) from None
         except UnicodeDecodeError:
             raise TraceError("not a UTF-8 text file", path=p) from None
-        except (OSError, EOFError) as e:
+        except ValueError as e:  # an integer of more than 4,300 digits (sys.get_int_max_str_digits)
+            raise TraceError(f"not a cluster_job_log: {e}", path=p) from None
+        except (OSError, EOFError, zlib.error) as e:  # zlib.error: a corrupt .gz (not an OSError)
             raise TraceError(f"cannot read: {e}", path=p) from None
         except RecursionError:
             raise TraceError("JSON nested too deeply: not a cluster_job_log", path=p) from None
@@ -290,8 +295,13 @@ def _philly_time(value: Any, what: str, p: Path) -> float:
 def _attempt_span(attempt: Any, where: str, p: Path) -> tuple[float | None, float | None]:
     if not isinstance(attempt, dict):
         raise TraceError(f"{where} is a JSON {type(attempt).__name__}, not an object", path=p)
-    return tuple(None if attempt.get(k) is None else _philly_time(attempt[k], f"{where}: {k}", p)
+    return tuple(None if _no_philly_time(attempt.get(k)) else _philly_time(attempt[k], f"{where}: {k}", p)
                  for k in ("start_time", "end_time"))  # type: ignore[return-value]
+
+
+def _no_philly_time(value: Any) -> bool:
+    """Whether a Philly time is a missing one: the log writes ``"None"``; ``null`` and blank read so too."""
+    return value is None or (isinstance(value, str) and value.strip() in ("", "None"))
 
 
 def _attempt_gpus(attempt: dict, where: str, p: Path) -> int:
@@ -442,8 +452,8 @@ def read_pai(path: str | Path, *, job_table: str | Path | None = None, statuses:
         if inst and plan:
             job.gpus += inst * plan / 100.0
             job.gpu_types.add(c["gpu_type"])  # type: ignore[union-attr]
-        t0 = _optional_number(c["start_time"], "start_time", p, n)
-        t1 = _optional_number(c["end_time"], "end_time", p, n)
+        t0 = _pai_time(c["start_time"], "start_time", p, n)
+        t1 = _pai_time(c["end_time"], "end_time", p, n)
         if t0 is None or t1 is None:
             job.missing_time = True
         else:
@@ -481,9 +491,17 @@ def read_pai(path: str | Path, *, job_table: str | Path | None = None, statuses:
             raise TraceError(f"job {name}: submitted at {submit:g} s, after its first task started "
                              f"({job.start:g} s): are the task and job tables of the same trace?", path=p,
                              line=job.first_line)
-        gpus = math.ceil(job.gpus - 1e-9) if fractional == "ceil" else job.gpus  # 3 x 33.3% is one GPU
+        # 3 x 33.3% is one GPU; a sum that overflowed to inf is left for Job to refuse (math.ceil would raise)
+        gpus = math.ceil(job.gpus - 1e-9) if fractional == "ceil" and math.isfinite(job.gpus) else job.gpus
         tally.kept.append(_Kept(name, submit, float(gpus), work, user, job.first_line))
     return tally.finish(p, model=model, max_jobs=max_jobs, record_lines=True)
+
+
+def _pai_time(cell: str, what: str, p: Path, n: int) -> float | None:
+    """A PAI time in seconds, or None when missing: blank, ``nan``, or 0 (what the trace holds for a task that
+    never started or ended, as its own ``analysis/utils.py`` reads it)."""
+    t = _optional_number(cell, what, p, n)
+    return None if t == 0 else t
 
 
 def _pai_rows(p: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
@@ -510,7 +528,7 @@ def _pai_job_table(p: Path) -> dict[str, tuple[float | None, str]]:
         if name in lines:
             raise TraceError(f"job_name {name!r} already used on line {lines[name]}", path=p, line=n)
         lines[name] = n
-        out[name] = (_optional_number(c["start_time"], "start_time", p, n), c["user"])
+        out[name] = (_pai_time(c["start_time"], "start_time", p, n), c["user"])
     return out
 
 
@@ -518,8 +536,10 @@ def _pai_job_table(p: Path) -> dict[str, tuple[float | None, str]]:
 def sniff_format(path: str | Path) -> str | None:
     """``"philly"``, ``"helios"`` or ``"pai"`` when a file's first bytes look like that trace (a JSON list; a
     header naming Helios' columns; a headerless row of PAI's task table), else None (unreadable files too:
-    the reader that is then tried says why)."""
+    the reader that is then tried says why; and a pipe, whose bytes a look would use up)."""
     p = Path(path)
+    if not p.is_file():  # a named pipe: the reader opening it next would wait for a writer that has gone
+        return None
     try:
         with _open_text(p) as f:
             head = f.read(4096)
