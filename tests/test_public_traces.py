@@ -137,8 +137,6 @@ def test_philly_gz_reads_as_the_plain_file(philly, tmp_path):
     ('[{"status": "Pass"}]', "record 1: no 'jobid'"),
     ('[{"jobid": "a", "submitted_time": "07/10/2017", "attempts": []}]', r"submitted_time: not a time"),
     ('[{"jobid": "a", "submitted_time": "2017-10-07 01:00:00", "attempts": {}}]', "attempts is dict"),
-    ('[{"jobid": "a", "submitted_time": "2017-10-07 01:00:00", "attempts": []}, {"jobid": "a"}]',
-     "already used by record 1"),
     ('[{"jobid": "a", "submitted_time": "2017-10-07 01:00:00", "attempts": [{"start_time": "2017-10-07 01:00:00", '
      '"end_time": "2017-10-07 02:00:00", "detail": [{"ip": "m1"}]}]}]', "without a list of gpus"),
 ])
@@ -220,7 +218,6 @@ def test_helios_filters(helios):
     (HELIOS.replace("2020-06-09 18:41:27,2020", "9 June,2020"), "submit_time: not a time", 3),
     (HELIOS.replace(",249,0", ",249"), "expected 12 fields", 3),
     (HELIOS.replace(",249,0", ",-249,0").replace("COMPLETED,2020-06-09 18:42", "X,2020-06-09 18:42"), None, None),
-    (HELIOS + "1425511,u,vc,1,1,1,COMPLETED,2020-06-09 18:41:01,,,10,0\n", "already used on line 2", 7),
     (HELIOS.replace(",36848,", ",inf,"), "duration is not finite", 2),
 ])
 def test_a_malformed_helios_log_is_one_trace_error(tmp_path, content, match, line):
@@ -403,7 +400,7 @@ def test_simulate_work_is_the_recorded_run_time(helios, tmp_path):
     ("{tasks}", "looks like Alibaba PAI's pai_task_table.csv"),
     ("philly:{tmp}/nothing", "is not a file"),
     ("philly:{philly},max_jobs=two", "max_jobs='two' is not a whole number"),
-    ("philly:{philly},attempts=first", "attempts must be 'sum' or 'last'"),
+    ("philly:{philly},attempts=first", "attempts must be 'sum', 'last' or 'span'"),
 ])
 def test_simulate_refuses_a_bad_public_trace_spec_in_one_line(philly, helios, pai, tmp_path, trace, said):
     from perfpredict.errors import UsageError
@@ -458,3 +455,92 @@ def test_a_public_trace_spec_with_a_split_draws_synergy_models_by_its_seed(phill
                       (",split=1/2", "split must be three")]:
         with pytest.raises(UsageError, match=said):
             parse_trace(f"philly:{philly}{bad}", seed=0)
+
+
+def test_a_repeated_id_is_skipped_and_counted_the_first_record_kept(philly, helios, tmp_path):
+    again = tmp_path / "again_log"
+    again.write_text(json.dumps(PHILLY + [{**PHILLY[1], "user": "someone else"}]))
+    rep = read_philly(again)
+    assert [(j.id, j.user) for j in rep.jobs] == [("j2", "u2"), ("application_1506638472019_14199", "ce2f4c")]
+    assert rep.skip_reasons["a jobid repeated (the first record kept)"] == 1 and rep.records == 6
+    twice = tmp_path / "twice.csv"
+    twice.write_text(HELIOS + "1425511,u,vc,1,1,1,COMPLETED,2020-06-09 18:41:01,,,10,0\n")
+    rep = read_helios(twice)
+    assert [j.work for j in rep.jobs if j.id == "1425511"] == [36848.0]
+    assert rep.skip_reasons["a job_id repeated (the first record kept)"] == 1 and rep.records == 6
+
+
+def test_philly_span_and_the_first_attempts_gpus(tmp_path):
+    """The trace notebook's definitions: num_gpus from the first attempt, run time from the first attempt's start
+    to the last one's end (the 7 s between the README example's attempts included)."""
+    p = tmp_path / "cluster_job_log"
+    grown = {**PHILLY[0], "jobid": "grown", "attempts": [
+        PHILLY[0]["attempts"][0], {**PHILLY[0]["attempts"][1], "detail": [{"ip": "m1", "gpus": GPUS8},
+                                                                           {"ip": "m2", "gpus": GPUS8}]}]}
+    p.write_text(json.dumps([grown]))
+    (job,) = read_philly(p, attempts="span").jobs
+    assert job.gpus == 8.0 and job.work == 74.0 + 7.0 + 193182.0
+    assert read_philly(p, attempts="last").jobs[0].work == 193182.0
+
+
+# -- the clusters the traces ran on ---------------------------------------------------------------------------
+def test_philly_and_pai_machine_lists_as_clusters(tmp_path):
+    from perfpredict.sim.public_traces import read_pai_machines, read_philly_machines
+
+    ml = tmp_path / "cluster_machine_list"  # the header as the trace writes it: spaces after the commas
+    ml.write_text("machineId, number of GPUs, single GPU mem\nm31,8, 24GB\nm32,2, 12GB\nm33,0, 12GB\n")
+    c = read_philly_machines(ml)
+    assert [(s.gpus, s.cpus, s.mem_gb, s.gpu_type, s.gpu_mem_gb) for s in c.servers] == [
+        (8, 24.0, 500.0, "philly-24GB", 24.0), (2, 6.0, 125.0, "philly-12GB", 12.0)]
+    c = read_philly_machines(ml, cpus_per_gpu=4, mem_per_gpu_gb=32)
+    assert (c.servers[0].cpus, c.servers[0].mem_gb) == (32.0, 256.0)
+    spec = tmp_path / "pai_machine_spec.csv"  # the README's example row, a V100M32 server, a CPU-only one
+    spec.write_text("82e5af3cd5c4af3f56c62c54,T4,96,512,2\nm2,V100M32,96,512,8\nm3,CPU,64,256,0\n")
+    c = read_pai_machines(spec)
+    assert [(s.gpus, s.cpus, s.mem_gb, s.gpu_type, s.gpu_mem_gb) for s in c.servers] == [
+        (2, 96.0, 512.0, "T4", 16.0), (8, 96.0, 512.0, "V100M32", 32.0)]
+    assert [s.gpu_type for s in read_pai_machines(spec, gpu_type="V100M32").servers] == ["V100M32"]
+    assert read_pai_machines(spec, gpu_mem_gb={"T4": 15.0}).servers[0].gpu_mem_gb == 15.0
+
+
+@pytest.mark.parametrize(("name", "content", "match"), [
+    ("cluster_machine_list", "m31,8\n", "expected 3 fields"),
+    ("cluster_machine_list", "m31,8, 24GB\nm31,2, 12GB\n", "machine 'm31' already listed on line 1"),
+    ("cluster_machine_list", "m31,2.5, 24GB\n", "whole number"),
+    ("cluster_machine_list", "m31,8, lots\n", "single GPU mem is not a number"),
+    ("cluster_machine_list", "m31,0, 24GB\n", "no server with GPUs"),
+    ("cluster_machine_list", "m31,100000, 24GB\n", "more than the 1024"),
+    ("pai_machine_spec.csv", "m1,A100,96,512,8\n", "GPU type 'A100' has no device memory"),
+    ("pai_machine_spec.csv", "m1,T4,96,512\n", "expected the 5 columns"),
+])
+def test_a_malformed_machine_list_is_one_trace_error(tmp_path, name, content, match):
+    from perfpredict.sim.public_traces import read_pai_machines, read_philly_machines
+
+    p = tmp_path / name
+    p.write_text(content)
+    reader = read_philly_machines if name == "cluster_machine_list" else read_pai_machines
+    with pytest.raises(TraceError, match=match):
+        reader(p)
+
+
+def test_simulate_replays_a_philly_log_on_its_own_machines(philly, tmp_path):
+    from typer.testing import CliRunner
+
+    from perfpredict.cli import app
+    from perfpredict.errors import UsageError
+
+    ml = tmp_path / "cluster_machine_list"
+    ml.write_text("machineId, number of GPUs, single GPU mem\nm31,8, 24GB\nm32,2, 12GB\n")
+    out = tmp_path / "o"
+    res = CliRunner().invoke(app, ["simulate", "--cluster", f"philly:{ml},cpus_per_gpu=4", "--trace", str(philly),
+                                   "--mechanism", "proportional", "--no-mlflow", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((out / "metrics.json").read_text())
+    assert doc["metrics"]["n_finished"] == 2 and doc["params"]["cluster"].startswith("philly:")
+    for spec, said in [(f"philly:{ml},cpus=4", "unknown philly option(s) ['cpus']"),
+                       (f"pai:{tmp_path}/none.csv", "is not a file"),
+                       (f"philly:{ml},cpus_per_gpu=-1", "cpus_per_gpu must be a positive number")]:
+        res = CliRunner().invoke(app, ["simulate", "--cluster", spec, "--trace", str(philly), "--no-mlflow",
+                                       "-o", str(tmp_path / "bad")])
+        assert res.exit_code != 0 and isinstance(res.exception, UsageError), (spec, res.output)
+        assert said in str(res.exception), (spec, str(res.exception))

@@ -13,10 +13,12 @@ the filters. Malformed input is a :class:`~perfpredict.sim.traces.TraceError` na
 Microsoft Philly (``cluster_job_log`` of github.com/msr-fiddle/philly-traces, Jeon et al., ATC '19), :func:`read_philly`
     A JSON list of jobs: ``jobid``, ``user``, ``vc``, ``status`` (Pass / Killed / Failed), ``submitted_time``
     and ``attempts``, each with ``start_time``, ``end_time`` and ``detail`` (the servers and their GPUs). Times
-    are ``YYYY-MM-DD HH:MM:SS`` local clock times, read as written. The demand is the GPUs of the job's last
-    attempt. The work is, by default (``attempts="sum"``), the GPU time of every attempt (what the cluster ran:
-    it keeps the trace's offered load; an attempt that failed and was retried ran on the cluster too);
-    ``attempts="last"`` takes the last attempt alone (a retry that restarted from scratch). A job with no
+    are ``YYYY-MM-DD HH:MM:SS`` local clock times, read as written. The demand is the GPUs of the job's first
+    attempt (the trace's analysis notebook's ``num_gpus``). The work is, by default (``attempts="sum"``), the run
+    time of every attempt (what the cluster ran: it keeps the trace's offered load; an attempt that failed and
+    was retried ran on the cluster too); ``attempts="last"`` takes the last attempt alone (a retry that
+    restarted from scratch), ``attempts="span"`` the notebook's run time, from the first attempt's start to the
+    last one's end (the waits between attempts included). A jobid seen again is skipped and counted. A job with no
     attempt, with an attempt missing a time, or still running when the log was taken (its last ``end_time`` is
     ``None``, the README's notes) is skipped and counted. A missing time is the string ``"None"`` in the log
     (Python's ``None`` printed: the README's notebook and Synergy's parser test for it); ``null`` and ``""``
@@ -26,7 +28,7 @@ SenseTime Helios (``cluster_log.csv`` of github.com/S-Lab-System-Group/HeliosDat
     A CSV with a header: ``job_id``, ``user``, ``vc``, ``gpu_num``, ``cpu_num``, ``node_num``, ``state``,
     ``submit_time``, ``start_time``, ``end_time``, ``duration`` (seconds, end - start), ``queue``. The demand is
     ``gpu_num``, the work ``duration``. Helios logs every Slurm job: CPU-only jobs (``gpu_num`` 0, about half
-    the records) are skipped and counted.
+    the records) are skipped and counted, as is a job_id seen again.
 
 Alibaba PAI (``pai_task_table.csv`` and ``pai_job_table.csv`` of github.com/alibaba/clusterdata, cluster-trace-gpu-v2020, Weng et al., NSDI '22), :func:`read_pai`
     Headerless CSVs (a header row, as the ``.header`` files give it, is accepted too). A job is the tasks of
@@ -51,18 +53,18 @@ import csv
 import json
 import math
 import zlib
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from perfpredict.sched.cluster import MAX_TRACE_JOBS
+from perfpredict.sched.cluster import MAX_TRACE_JOBS, ClusterSpec, ServerSpec
 from perfpredict.sched.job import Job
 from perfpredict.sim.traces import TraceError, TraceReport, _lines, _number, _open_text
 
-__all__ = ["HELIOS_COLUMNS", "PAI_JOB_COLUMNS", "PAI_TASK_COLUMNS", "read_helios", "read_pai", "read_philly",
-           "sniff_format"]
+__all__ = ["HELIOS_COLUMNS", "PAI_GPU_MEM_GB", "PAI_JOB_COLUMNS", "PAI_MACHINE_COLUMNS", "PAI_TASK_COLUMNS",
+           "read_helios", "read_pai", "read_pai_machines", "read_philly", "read_philly_machines", "sniff_format"]
 
 #: Helios' ``cluster_log.csv`` columns (the reader needs ``job_id``, ``gpu_num``, ``submit_time``, ``duration``)
 HELIOS_COLUMNS = ("job_id", "user", "vc", "gpu_num", "cpu_num", "node_num", "state", "submit_time", "start_time",
@@ -184,14 +186,14 @@ def read_philly(path: str | Path, *, attempts: str = "sum", statuses: Collection
                 max_jobs: int | None = None, model: str = "linear") -> TraceReport:
     """Read Philly's ``cluster_job_log`` (JSON, optionally ``.gz``); see the module docstring for the mapping.
 
-    ``attempts``: ``"sum"`` (work = every attempt's run time) or ``"last"``. ``statuses``: keep only these
+    ``attempts``: ``"sum"`` (work = every attempt's run time), ``"last"`` or ``"span"``. ``statuses``: keep only these
     (e.g. ``{"Pass"}``). ``vc``: keep only this virtual cluster (or these). ``start``/``end``: keep jobs
     submitted in ``[start, end)`` (``"2017-10-01"`` or ``"2017-10-01 08:00:00"``).
     """
     p = Path(path)
     _check_common(p, max_jobs, model, statuses)
-    if attempts not in ("sum", "last"):
-        raise TraceError(f"attempts must be 'sum' or 'last', got {attempts!r}", path=p)
+    if attempts not in ("sum", "last", "span"):
+        raise TraceError(f"attempts must be 'sum', 'last' or 'span', got {attempts!r}", path=p)
     lo, hi = _window(p, start, end, _clock_seconds)
     want_status, want_vc = _as_set(statuses), _as_set(vc)
     records = _philly_records(p)
@@ -203,8 +205,9 @@ def read_philly(path: str | Path, *, attempts: str = "sum", statuses: Collection
             raise TraceError(f"{where} is a JSON {type(rec).__name__}, not a job object", path=p)
         job_id = _text_field(rec, "jobid", where, p, required=True)
         where = f"record {i} (jobid {job_id})"
-        if job_id in seen:
-            raise TraceError(f"{where}: jobid already used by record {seen[job_id]}", path=p)
+        if job_id in seen:  # a public log's repeated record: the first one is the job (counted, not refused)
+            tally.skip("a jobid repeated (the first record kept)")
+            continue
         seen[job_id] = i
         reason = _filters(_text_field(rec, "status", where, p), _text_field(rec, "vc", where, p), want_status,
                           want_vc)
@@ -236,8 +239,8 @@ def read_philly(path: str | Path, *, attempts: str = "sum", statuses: Collection
         if any(r < 0 for r in runs):
             tally.skip("an attempt ending before it started")
             continue
-        work = sum(runs) if attempts == "sum" else runs[-1]
-        gpus = _attempt_gpus(tries[-1], f"{where}: attempt {len(tries)}", p)
+        work = {"sum": sum(runs), "last": runs[-1], "span": spans[-1][1] - spans[0][0]}[attempts]  # type: ignore[operator]
+        gpus = _attempt_gpus(tries[0], f"{where}: attempt 1", p)  # the trace notebook's num_gpus
         if gpus <= 0:
             tally.skip("no GPU recorded")
             continue
@@ -380,8 +383,9 @@ def read_helios(path: str | Path, *, statuses: Collection[str] | None = None, vc
         job_id = cell["job_id"]
         if not job_id:
             raise TraceError("job_id is blank", path=p, line=n)
-        if job_id in seen:
-            raise TraceError(f"job_id {job_id!r} already used on line {seen[job_id]}", path=p, line=n)
+        if job_id in seen:  # a public log's repeated record: the first one is the job (counted, not refused)
+            tally.skip("a job_id repeated (the first record kept)")
+            continue
         seen[job_id] = n
         reason = _filters(cell.get("state", ""), cell.get("vc", ""), want_status, want_vc)
         if reason:
@@ -565,3 +569,93 @@ def _looks_numeric(cells: list[str], positions: tuple[int, ...]) -> bool:
             except ValueError:
                 return False
     return True
+
+
+# -- the clusters the traces ran on -------------------------------------------------------------------------------
+#: device memory (GB) of PAI's GPU types; MISC is "older generations, e.g. K40m, K80, M60" (12, 12 per die and 8
+#: per die): its smallest, 8, so that co-location is never allowed more memory than the oldest card has
+PAI_GPU_MEM_GB: dict[str, float] = {"V100M32": 32.0, "V100": 16.0, "P100": 16.0, "T4": 16.0, "MISC": 8.0}
+PAI_MACHINE_COLUMNS = ("machine", "gpu_type", "cap_cpu", "cap_mem", "cap_gpu")
+
+
+def read_philly_machines(path: str | Path, *, cpus_per_gpu: float = 3.0, mem_per_gpu_gb: float = 62.5) -> ClusterSpec:
+    """The servers of Philly's ``cluster_machine_list`` (``machineId, number of GPUs, single GPU mem``, e.g.
+    ``m31,8, 24GB``) as a :class:`~perfpredict.sched.cluster.ClusterSpec`, in file order.
+
+    The list gives no CPUs, host memory or GPU model: each server gets ``cpus_per_gpu`` CPUs and
+    ``mem_per_gpu_gb`` GB per GPU (default Synergy's 24 CPUs and 500 GB per 8-GPU server, seed 001 §5.1), and the
+    GPU type ``philly-<mem>GB`` (the trace says only 12 GB and 24 GB devices). Servers without GPUs are left out.
+    """
+    p = Path(path)
+    for name, v in (("cpus_per_gpu", cpus_per_gpu), ("mem_per_gpu_gb", mem_per_gpu_gb)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0 and math.isfinite(v)):
+            raise TraceError(f"{name} must be a positive number, got {v!r}", path=p)
+    servers: list[ServerSpec] = []
+    seen: dict[str, int] = {}
+    for n, row in _csv_rows(p):
+        cells = [c.strip() for c in row]
+        if n == 1 and cells and cells[0] == "machineId":
+            continue
+        if len(cells) != 3:
+            raise TraceError(f"expected 3 fields (machineId, number of GPUs, single GPU mem), got {len(cells)}",
+                             path=p, line=n)
+        machine, count, mem = cells
+        if machine in seen:
+            raise TraceError(f"machine {machine!r} already listed on line {seen[machine]}", path=p, line=n)
+        seen[machine] = n
+        gpus = _number(count, "number of GPUs", p, n)
+        if gpus < 0 or not gpus.is_integer():
+            raise TraceError(f"number of GPUs must be a whole number >= 0, got {count!r}", path=p, line=n)
+        if gpus == 0:
+            continue
+        gb = mem.upper().removesuffix("GB").strip()
+        gpu_mem = _number(gb, "single GPU mem", p, n)
+        try:
+            servers.append(ServerSpec(gpus=int(gpus), cpus=cpus_per_gpu * gpus, mem_gb=mem_per_gpu_gb * gpus,
+                                      gpu_type=f"philly-{gpu_mem:g}GB", gpu_mem_gb=gpu_mem))
+        except ValueError as e:
+            raise TraceError(str(e), path=p, line=n) from None
+    return _cluster(p, servers, "philly")
+
+
+def read_pai_machines(path: str | Path, *, gpu_type: str | Collection[str] | None = None,
+                      gpu_mem_gb: Mapping[str, float] | None = None) -> ClusterSpec:
+    """The GPU servers of PAI's ``pai_machine_spec.csv`` (``machine, gpu_type, cap_cpu, cap_mem, cap_gpu``:
+    CPU cores, GB of memory, GPUs) as a :class:`~perfpredict.sched.cluster.ClusterSpec`, in file order.
+
+    ``gpu_type``: keep the servers of this type (or these), as :func:`read_pai`'s filter keeps their jobs.
+    ``gpu_mem_gb``: device memory by type, over :data:`PAI_GPU_MEM_GB` (the trace does not give it).
+    """
+    p = Path(path)
+    want = _as_set(gpu_type)
+    mem_of = {**PAI_GPU_MEM_GB, **(gpu_mem_gb or {})}
+    servers: list[ServerSpec] = []
+    seen: dict[str, int] = {}
+    for n, c in _pai_rows(p, PAI_MACHINE_COLUMNS):
+        if c["machine"] in seen:
+            raise TraceError(f"machine {c['machine']!r} already listed on line {seen[c['machine']]}", path=p, line=n)
+        seen[c["machine"]] = n
+        gpus = _optional_number(c["cap_gpu"], "cap_gpu", p, n) or 0.0
+        if gpus < 0 or not gpus.is_integer():
+            raise TraceError(f"cap_gpu must be a whole number >= 0, got {c['cap_gpu']!r}", path=p, line=n)
+        if gpus == 0 or (want is not None and c["gpu_type"] not in want):
+            continue
+        if c["gpu_type"] not in mem_of:
+            raise TraceError(f"GPU type {c['gpu_type']!r} has no device memory in PAI_GPU_MEM_GB "
+                             f"({', '.join(mem_of)}): give it (gpu_mem_gb=)", path=p, line=n)
+        try:
+            servers.append(ServerSpec(gpus=int(gpus), cpus=_number(c["cap_cpu"], "cap_cpu", p, n),
+                                      mem_gb=_number(c["cap_mem"], "cap_mem", p, n), gpu_type=c["gpu_type"],
+                                      gpu_mem_gb=mem_of[c["gpu_type"]]))
+        except ValueError as e:
+            raise TraceError(str(e), path=p, line=n) from None
+    return _cluster(p, servers, "pai")
+
+
+def _cluster(p: Path, servers: list[ServerSpec], kind: str) -> ClusterSpec:
+    if not servers:
+        raise TraceError("no server with GPUs", path=p)
+    try:
+        return ClusterSpec(servers=tuple(servers), name=f"{kind}:{p.name}")
+    except ValueError as e:
+        raise TraceError(str(e), path=p) from None

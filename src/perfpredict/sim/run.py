@@ -7,7 +7,9 @@ records (CSV), the metrics (JSON) and plots to an output directory.
 Spec formats:
 
 * cluster: a JSON file (see :meth:`perfpredict.sched.cluster.ClusterSpec.from_dict`) or ``SxG`` for S servers
-  of G GPUs, optionally with per-server resources: ``16x8:cpus=24,mem=500,gpu_mem=32,type=V100``.
+  of G GPUs, optionally with per-server resources: ``16x8:cpus=24,mem=500,gpu_mem=32,type=V100``; or the servers
+  a public trace ran on: ``philly:cluster_machine_list[,cpus_per_gpu=3,mem_per_gpu=62.5]``,
+  ``pai:pai_machine_spec.csv[,gpu_type=V100/V100M32]``.
 * trace: a ``.csv`` or ``.swf`` file, or a generator: ``synergy:n=1000,load=9,split=20/70/10,multi=0``
   (load in jobs/hour; omit it for a static trace where every job arrives at 0), or seed 002's synthetic DL
   bag-of-tasks workload: ``dlbags:n=2000,bags_per_day=12,median=1800,opennmt=0.2``.
@@ -110,6 +112,8 @@ def _parse_cluster(s: str) -> ClusterSpec:
             return genie_workload.cluster_from_spec(s)
         except ValueError as e:
             raise UsageError(f"cluster {s!r}: {e}", step="cluster") from None
+    if s.partition(":")[0] in _PUBLIC_CLUSTER_OPTIONS and ":" in s and not Path(s).is_file():
+        return _public_cluster(s)
     if s in ("horus", "horus-testbed", "horus-scale") or s.startswith("horus:"):
         from perfpredict.sim import horus_workload
 
@@ -164,6 +168,46 @@ def _parse_cluster(s: str) -> ClusterSpec:
         raise UsageError(f"cluster {s!r}: {e}", step="cluster") from None
     # the name records the options (runs.csv, metrics.json and MLflow tell a CPU:GPU sweep's clusters apart)
     return replace(spec, name=f"{spec.name}:{','.join(typed)}") if typed else spec
+
+
+#: the clusters the public traces ran on, by spec prefix, and their options (:mod:`perfpredict.sim.public_traces`)
+_PUBLIC_CLUSTER_OPTIONS: dict[str, dict[str, Callable[[str], Any]]] = {
+    "philly": {"cpus_per_gpu": float, "mem_per_gpu": float},
+    "pai": {"gpu_type": lambda v: tuple(x.strip() for x in v.split("/") if x.strip())},
+}
+
+
+def _public_cluster(spec: str) -> ClusterSpec:
+    """``philly:cluster_machine_list[,cpus_per_gpu=3,mem_per_gpu=62.5]`` or ``pai:pai_machine_spec.csv[,gpu_type=
+    V100/V100M32]``: the servers a public trace ran on."""
+    from perfpredict.sim import public_traces, traces
+
+    kind, _, rest = spec.partition(":")
+    path, _, opts = rest.partition(",")
+    if not path.strip() or "=" in path:
+        raise UsageError(f"cluster {spec!r}: give the file first: {kind}:PATH[,option=value,...]", step="cluster")
+    if not Path(path).is_file():
+        raise UsageError(f"cluster {spec!r}: {path} is not a file", step="cluster")
+    kinds = _PUBLIC_CLUSTER_OPTIONS[kind]
+    try:
+        kv = _kv(opts)
+    except UsageError as e:
+        raise UsageError(f"cluster {spec!r}: {e.message}", step="cluster") from None
+    unknown = sorted(set(kv) - set(kinds))
+    if unknown:
+        raise UsageError(f"cluster {spec!r}: unknown {kind} option(s) {unknown}; use {', '.join(kinds)}",
+                         step="cluster")
+    try:
+        options = {k: kinds[k](v) for k, v in kv.items()}
+    except ValueError as e:
+        raise UsageError(f"cluster {spec!r}: {e}", step="cluster") from None
+    try:
+        if kind == "philly":
+            return public_traces.read_philly_machines(
+                path, **{{"mem_per_gpu": "mem_per_gpu_gb"}.get(k, k): v for k, v in options.items()})
+        return public_traces.read_pai_machines(path, **options)
+    except traces.TraceError as e:
+        raise UsageError(str(e), step="cluster") from None
 
 
 def _kv(spec: str) -> dict[str, str]:
