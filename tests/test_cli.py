@@ -429,7 +429,7 @@ def test_no_help_text_is_cut_off_or_eaten_as_markup(tmp_path):
     assert "EATEN" not in proc.stdout, [line for line in proc.stdout.splitlines() if "EATEN" in line]
     assert all(line.endswith("[]") for line in proc.stdout.splitlines() if line.startswith("UNKNOWN")), proc.stdout
     helps = proc.stdout.split("@@HELP@@ ")[1:]
-    assert len(helps) == 16 and all("Usage: perfpredict" in h for h in helps), proc.stdout[-2000:]
+    assert len(helps) == 17 and all("Usage: perfpredict" in h for h in helps), proc.stdout[-2000:]
     cut = [line for h in helps for line in h.splitlines() if "…" in line]
     assert not cut, "\n".join(cut)
     flat = " ".join(" ".join(line.strip("│ ") for line in h.splitlines()) for h in helps)

@@ -861,7 +861,7 @@ def _ctrl_c_typer_swallowed(exit_: SystemExit) -> bool:
 COMMAND_PANELS: dict[str, tuple[str, ...]] = {
     "Measure on this machine": ("profile", "ab", "max-batch", "calibrate", "zoo"),
     "Predict without running the job": ("predict", "colocate", "latency", "show", "models", "train", "serve"),
-    "Schedule a cluster": ("simulate", "compare"),
+    "Schedule a cluster": ("simulate", "compare", "trace"),
     "About": ("version",),
 }
 
@@ -961,6 +961,7 @@ def build_command():
     import perfpredict.cli_calibrate  # noqa: F401 - registers calibrate on `app`
     import perfpredict.cli_compare  # noqa: F401 - registers compare on `app`
     import perfpredict.cli_models  # noqa: F401 - registers train / predict / serve on `app`
+    import perfpredict.cli_trace  # noqa: F401 - registers trace on `app`
 
     group_commands(app)
     group = typer.main.get_command(app)
