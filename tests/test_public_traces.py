@@ -544,3 +544,27 @@ def test_simulate_replays_a_philly_log_on_its_own_machines(philly, tmp_path):
                                        "-o", str(tmp_path / "bad")])
         assert res.exit_code != 0 and isinstance(res.exception, UsageError), (spec, res.output)
         assert said in str(res.exception), (spec, str(res.exception))
+
+
+def test_a_helios_day_as_a_cluster_of_8_gpu_servers(tmp_path):
+    from perfpredict.sim.public_traces import read_helios_gpus
+    from perfpredict.sim.run import parse_cluster
+
+    p = tmp_path / "cluster_gpu_number.csv"  # the file's layout: a date, the GPUs of each virtual cluster, total
+    p.write_text("date,vcA,vcB,vcC,total\n2020-04-01,72,64,0,136\n2020-04-02,72,60,8,140\n")
+    first = read_helios_gpus(p)
+    assert first.total_gpus == 136 and [s.gpus for s in first.servers] == [8] * 17
+    assert first.name == "helios:cluster_gpu_number.csv@2020-04-01"
+    day2 = read_helios_gpus(p, date="2020-04-02", vc=("vcB", "vcC"))
+    assert [s.gpus for s in day2.servers] == [8] * 8 + [4] and day2.name.endswith("@2020-04-02:vcB/vcC")
+    assert (day2.servers[0].cpus, day2.servers[0].mem_gb, day2.servers[0].gpu_mem_gb) == (24.0, 500.0, 32.0)
+    spec = parse_cluster(f"helios:{p},date=2020-04-02,gpus_per_server=4,gpu_mem=16")
+    assert spec.total_gpus == 140 and {s.gpus for s in spec.servers} == {4} and spec.servers[0].gpu_mem_gb == 16.0
+    for kw, said in [({"date": "2021-01-01"}, "no row for the date"), ({"vc": "vcZ"}, "no virtual cluster vcZ"),
+                     ({"gpus_per_server": 2.5}, "whole number")]:
+        with pytest.raises(TraceError, match=said):
+            read_helios_gpus(p, **kw)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("day,vcA\n2020-04-01,8\n")
+    with pytest.raises(TraceError, match="not a Helios cluster_gpu_number.csv"):
+        read_helios_gpus(bad)

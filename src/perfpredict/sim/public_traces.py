@@ -50,6 +50,7 @@ Alibaba PAI (``pai_task_table.csv`` and ``pai_job_table.csv`` of github.com/alib
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 import zlib
@@ -64,7 +65,7 @@ from perfpredict.sched.job import Job
 from perfpredict.sim.traces import TraceError, TraceReport, _lines, _number, _open_text
 
 __all__ = ["HELIOS_COLUMNS", "PAI_GPU_MEM_GB", "PAI_JOB_COLUMNS", "PAI_MACHINE_COLUMNS", "PAI_TASK_COLUMNS",
-           "read_helios", "read_pai", "read_pai_machines", "read_philly", "read_philly_machines", "sniff_format"]
+           "read_helios", "read_helios_gpus", "read_pai", "read_pai_machines", "read_philly", "read_philly_machines", "sniff_format"]
 
 #: Helios' ``cluster_log.csv`` columns (the reader needs ``job_id``, ``gpu_num``, ``submit_time``, ``duration``)
 HELIOS_COLUMNS = ("job_id", "user", "vc", "gpu_num", "cpu_num", "node_num", "state", "submit_time", "start_time",
@@ -650,6 +651,68 @@ def read_pai_machines(path: str | Path, *, gpu_type: str | Collection[str] | Non
         except ValueError as e:
             raise TraceError(str(e), path=p, line=n) from None
     return _cluster(p, servers, "pai")
+
+
+def read_helios_gpus(path: str | Path, *, date: str | None = None, vc: str | Collection[str] | None = None,
+                     gpus_per_server: int = 8, cpus_per_gpu: float = 3.0, mem_per_gpu_gb: float = 62.5,
+                     gpu_mem_gb: float = 32.0) -> ClusterSpec:
+    """A cluster of the size Helios' ``cluster_gpu_number.csv`` gives for one day: that file lists the GPUs of
+    each virtual cluster per day (``date, vc..., total``), not its servers, so the GPUs (the ``total`` column,
+    or the sum of the ``vc`` columns named) are split into servers of ``gpus_per_server`` (Helios' nodes have 8;
+    a remainder is one smaller server). ``date``: the day (``YYYY-MM-DD``; default the file's first). CPUs, host
+    memory and device memory are not in the trace: Synergy's 3 CPUs and 62.5 GB per GPU, and 32 GB devices, by
+    default.
+    """
+    p = Path(path)
+    for name, v in (("cpus_per_gpu", cpus_per_gpu), ("mem_per_gpu_gb", mem_per_gpu_gb), ("gpu_mem_gb", gpu_mem_gb),
+                    ("gpus_per_server", gpus_per_server)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0 and math.isfinite(v)):
+            raise TraceError(f"{name} must be a positive number, got {v!r}", path=p)
+    if gpus_per_server != int(gpus_per_server):
+        raise TraceError(f"gpus_per_server must be a whole number, got {gpus_per_server!r}", path=p)
+    rows = _csv_rows(p)
+    try:
+        header_line, header = next(rows)
+    except StopIteration:
+        raise TraceError("empty: no header row", path=p) from None
+    cols = [c.strip() for c in header]
+    if not cols or cols[0] != "date" or "total" not in cols:
+        raise TraceError("not a Helios cluster_gpu_number.csv: the header is date, the virtual clusters, total",
+                         path=p, line=header_line)
+    wanted = _as_set(vc)
+    unknown = sorted((wanted or set()) - set(cols[1:-1]) - {"total"}) if wanted else []
+    if unknown:
+        raise TraceError(f"no virtual cluster {', '.join(unknown)} in the header", path=p, line=header_line)
+    picked = None
+    for n, row in rows:
+        if len(row) != len(cols):
+            raise TraceError(f"expected {len(cols)} fields (as the header), got {len(row)}", path=p, line=n)
+        cell = dict(zip(cols, (c.strip() for c in row), strict=True))
+        if date is None or cell["date"] == date:
+            picked = (n, cell)
+            break
+    if picked is None:
+        raise TraceError(f"no row for the date {date!r}", path=p)
+    n, cell = picked
+    names = sorted(wanted) if wanted else ["total"]
+    counts = [_number(cell[c], c, p, n) for c in names]
+    if any(g < 0 or not g.is_integer() for g in counts):
+        raise TraceError(f"GPU counts must be whole numbers >= 0, got {', '.join(cell[c] for c in names)}", path=p,
+                         line=n)
+    full, rest = divmod(int(sum(counts)), int(gpus_per_server))
+
+    def server(gpus: int) -> ServerSpec:
+        return ServerSpec(gpus=gpus, cpus=cpus_per_gpu * gpus, mem_gb=mem_per_gpu_gb * gpus, gpu_type="helios",
+                          gpu_mem_gb=gpu_mem_gb)
+
+    try:
+        servers = [server(int(gpus_per_server))] * full + ([server(rest)] if rest else [])
+    except ValueError as e:
+        raise TraceError(str(e), path=p, line=n) from None
+    cluster = _cluster(p, servers, "helios")
+    # the day and the virtual clusters it was sized from, in the name runs.csv and metrics.json keep
+    return dataclasses.replace(cluster, name=f"{cluster.name}@{cell['date']}" + (f":{'/'.join(names)}" if wanted
+                                                                                  else ""))
 
 
 def _cluster(p: Path, servers: list[ServerSpec], kind: str) -> ClusterSpec:

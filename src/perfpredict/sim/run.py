@@ -9,7 +9,7 @@ Spec formats:
 * cluster: a JSON file (see :meth:`perfpredict.sched.cluster.ClusterSpec.from_dict`) or ``SxG`` for S servers
   of G GPUs, optionally with per-server resources: ``16x8:cpus=24,mem=500,gpu_mem=32,type=V100``; or the servers
   a public trace ran on: ``philly:cluster_machine_list[,cpus_per_gpu=3,mem_per_gpu=62.5]``,
-  ``pai:pai_machine_spec.csv[,gpu_type=V100/V100M32]``.
+  ``pai:pai_machine_spec.csv[,gpu_type=V100/V100M32]``, ``helios:cluster_gpu_number.csv[,date=,vc=]``.
 * trace: a ``.csv`` or ``.swf`` file, or a generator: ``synergy:n=1000,load=9,split=20/70/10,multi=0``
   (load in jobs/hour; omit it for a static trace where every job arrives at 0), or seed 002's synthetic DL
   bag-of-tasks workload: ``dlbags:n=2000,bags_per_day=12,median=1800,opennmt=0.2``.
@@ -170,10 +170,20 @@ def _parse_cluster(s: str) -> ClusterSpec:
     return replace(spec, name=f"{spec.name}:{','.join(typed)}") if typed else spec
 
 
+def _names(text: str) -> tuple[str, ...]:
+    """``Pass/Killed`` -> ("Pass", "Killed"): a filter's values, slash-separated."""
+    names = tuple(x.strip() for x in text.split("/") if x.strip())
+    if not names:
+        raise ValueError(f"no name in {text!r}")
+    return names
+
+
 #: the clusters the public traces ran on, by spec prefix, and their options (:mod:`perfpredict.sim.public_traces`)
 _PUBLIC_CLUSTER_OPTIONS: dict[str, dict[str, Callable[[str], Any]]] = {
     "philly": {"cpus_per_gpu": float, "mem_per_gpu": float},
-    "pai": {"gpu_type": lambda v: tuple(x.strip() for x in v.split("/") if x.strip())},
+    "pai": {"gpu_type": _names},
+    "helios": {"date": str, "vc": _names, "gpus_per_server": int, "cpus_per_gpu": float, "mem_per_gpu": float,
+               "gpu_mem": float},
 }
 
 
@@ -202,10 +212,10 @@ def _public_cluster(spec: str) -> ClusterSpec:
     except ValueError as e:
         raise UsageError(f"cluster {spec!r}: {e}", step="cluster") from None
     try:
-        if kind == "philly":
-            return public_traces.read_philly_machines(
-                path, **{{"mem_per_gpu": "mem_per_gpu_gb"}.get(k, k): v for k, v in options.items()})
-        return public_traces.read_pai_machines(path, **options)
+        renamed = {{"mem_per_gpu": "mem_per_gpu_gb", "gpu_mem": "gpu_mem_gb"}.get(k, k): v for k, v in options.items()}
+        reader = {"philly": public_traces.read_philly_machines, "pai": public_traces.read_pai_machines,
+                  "helios": public_traces.read_helios_gpus}[kind]
+        return reader(path, **renamed)
     except traces.TraceError as e:
         raise UsageError(str(e), step="cluster") from None
 
@@ -375,14 +385,6 @@ def _swf_with_options(path: str, opts: str, notes: list[str] | None = None) -> l
     if unknown:
         raise UsageError(f"trace {spec!r}: unknown SWF option(s) {unknown}; use {', '.join(kinds)}", step="trace")
     return _read_swf(path, _typed_options(spec, kv, kinds), notes)
-
-
-def _names(text: str) -> tuple[str, ...]:
-    """``Pass/Killed`` -> ("Pass", "Killed"): a filter's values, slash-separated."""
-    names = tuple(x.strip() for x in text.split("/") if x.strip())
-    if not names:
-        raise ValueError(f"no name in {text!r}")
-    return names
 
 
 #: the public DL-cluster traces by spec prefix, and the options each takes (:mod:`perfpredict.sim.public_traces`)
