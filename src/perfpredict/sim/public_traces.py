@@ -342,6 +342,22 @@ def _csv_rows(p: Path) -> Iterator[tuple[int, list[str]]]:
         raise TraceError(f"bad CSV: {e}", path=p, line=line[0] or None) from None
 
 
+def _header(p: Path, rows: Iterator[tuple[int, list[str]]]) -> tuple[int, list[str]]:
+    """The line and the stripped names of a CSV's header row (the first of ``rows``)."""
+    try:
+        line, header = next(rows)
+    except StopIteration:
+        raise TraceError("empty: no header row", path=p) from None
+    return line, [h.strip() for h in header]
+
+
+def _check_positive(p: Path, **values: Any) -> None:
+    """Each named option a finite number above 0, else a :class:`TraceError` naming it."""
+    for name, v in values.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0 and math.isfinite(v)):
+            raise TraceError(f"{name} must be a positive number, got {v!r}", path=p)
+
+
 def _optional_number(cell: str, what: str, p: Path, n: int) -> float | None:
     """A number, or None for the blank / ``nan`` cells pandas writes for a missing value."""
     cell = cell.strip()
@@ -364,11 +380,7 @@ def read_helios(path: str | Path, *, statuses: Collection[str] | None = None, vc
     lo, hi = _window(p, start, end, _clock_seconds)
     want_status, want_vc = _as_set(statuses), _as_set(vc)
     rows = _csv_rows(p)
-    try:
-        header_line, header = next(rows)
-    except StopIteration:
-        raise TraceError("empty: no header row", path=p) from None
-    cols = [h.strip() for h in header]
+    header_line, cols = _header(p, rows)
     missing = [c for c in _HELIOS_REQUIRED if c not in cols]
     if missing:
         raise TraceError(f"not a Helios cluster_log.csv: no column(s) {', '.join(missing)} in the header "
@@ -588,9 +600,7 @@ def read_philly_machines(path: str | Path, *, cpus_per_gpu: float = 3.0, mem_per
     GPU type ``philly-<mem>GB`` (the trace says only 12 GB and 24 GB devices). Servers without GPUs are left out.
     """
     p = Path(path)
-    for name, v in (("cpus_per_gpu", cpus_per_gpu), ("mem_per_gpu_gb", mem_per_gpu_gb)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0 and math.isfinite(v)):
-            raise TraceError(f"{name} must be a positive number, got {v!r}", path=p)
+    _check_positive(p, cpus_per_gpu=cpus_per_gpu, mem_per_gpu_gb=mem_per_gpu_gb)
     servers: list[ServerSpec] = []
     seen: dict[str, int] = {}
     for n, row in _csv_rows(p):
@@ -664,18 +674,12 @@ def read_helios_gpus(path: str | Path, *, date: str | None = None, vc: str | Col
     default.
     """
     p = Path(path)
-    for name, v in (("cpus_per_gpu", cpus_per_gpu), ("mem_per_gpu_gb", mem_per_gpu_gb), ("gpu_mem_gb", gpu_mem_gb),
-                    ("gpus_per_server", gpus_per_server)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0 and math.isfinite(v)):
-            raise TraceError(f"{name} must be a positive number, got {v!r}", path=p)
+    _check_positive(p, cpus_per_gpu=cpus_per_gpu, mem_per_gpu_gb=mem_per_gpu_gb, gpu_mem_gb=gpu_mem_gb,
+                    gpus_per_server=gpus_per_server)
     if gpus_per_server != int(gpus_per_server):
         raise TraceError(f"gpus_per_server must be a whole number, got {gpus_per_server!r}", path=p)
     rows = _csv_rows(p)
-    try:
-        header_line, header = next(rows)
-    except StopIteration:
-        raise TraceError("empty: no header row", path=p) from None
-    cols = [c.strip() for c in header]
+    header_line, cols = _header(p, rows)
     if not cols or cols[0] != "date" or "total" not in cols:
         raise TraceError("not a Helios cluster_gpu_number.csv: the header is date, the virtual clusters, total",
                          path=p, line=header_line)
