@@ -554,9 +554,9 @@ def test_a_helios_day_as_a_cluster_of_8_gpu_servers(tmp_path):
     p.write_text("date,vcA,vcB,vcC,total\n2020-04-01,72,64,0,136\n2020-04-02,72,60,8,140\n")
     first = read_helios_gpus(p)
     assert first.total_gpus == 136 and [s.gpus for s in first.servers] == [8] * 17
-    assert first.name == "helios:cluster_gpu_number.csv@2020-04-01"
+    assert first.name == "helios:cluster_gpu_number.csv,date=2020-04-01"
     day2 = read_helios_gpus(p, date="2020-04-02", vc=("vcB", "vcC"))
-    assert [s.gpus for s in day2.servers] == [8] * 8 + [4] and day2.name.endswith("@2020-04-02:vcB/vcC")
+    assert [s.gpus for s in day2.servers] == [8] * 8 + [4] and day2.name.endswith(",date=2020-04-02,vc=vcB/vcC")
     assert (day2.servers[0].cpus, day2.servers[0].mem_gb, day2.servers[0].gpu_mem_gb) == (24.0, 500.0, 32.0)
     spec = parse_cluster(f"helios:{p},date=2020-04-02,gpus_per_server=4,gpu_mem=16")
     assert spec.total_gpus == 140 and {s.gpus for s in spec.servers} == {4} and spec.servers[0].gpu_mem_gb == 16.0

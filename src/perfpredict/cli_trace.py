@@ -52,7 +52,8 @@ def trace_command(
                                        + (f", ... ({len(top)} in all)" if len(top) > 8 else "")))
     if spec is not None:
         table.add_row("cluster", escape(f"{s.cluster}: {s.cluster_gpus:,} GPUs"))
-        table.add_row("offered load", "n/a (every job arrives at once)" if s.offered_load is None
+        idle = "n/a (no job)" if not s.jobs else "n/a (every job arrives at once)"
+        table.add_row("offered load", idle if s.offered_load is None
                       else f"{s.offered_load:.3f}" + (" (the queue grows: above 1)" if s.offered_load > 1 else ""))
         table.add_row("jobs wider than a server", f"{s.jobs_wider_than_a_server:,}")
         table.add_row("jobs larger than the cluster", f"{s.jobs_larger_than_the_cluster:,}"

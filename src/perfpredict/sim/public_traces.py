@@ -50,11 +50,10 @@ Alibaba PAI (``pai_task_table.csv`` and ``pai_job_table.csv`` of github.com/alib
 from __future__ import annotations
 
 import csv
-import dataclasses
 import json
 import math
 import zlib
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -626,7 +625,8 @@ def read_philly_machines(path: str | Path, *, cpus_per_gpu: float = 3.0, mem_per
                                       gpu_type=f"philly-{gpu_mem:g}GB", gpu_mem_gb=gpu_mem))
         except ValueError as e:
             raise TraceError(str(e), path=p, line=n) from None
-    return _cluster(p, servers, "philly")
+    given = {"cpus_per_gpu": (cpus_per_gpu, 3.0), "mem_per_gpu": (mem_per_gpu_gb, 62.5)}
+    return _cluster(p, servers, "philly", [f"{k}={v:g}" for k, (v, default) in given.items() if v != default])
 
 
 def read_pai_machines(path: str | Path, *, gpu_type: str | Collection[str] | None = None,
@@ -642,6 +642,7 @@ def read_pai_machines(path: str | Path, *, gpu_type: str | Collection[str] | Non
     mem_of = {**PAI_GPU_MEM_GB, **(gpu_mem_gb or {})}
     servers: list[ServerSpec] = []
     seen: dict[str, int] = {}
+    types: set[str] = set()  # of the servers with GPUs, kept or not
     for n, c in _pai_rows(p, PAI_MACHINE_COLUMNS):
         if c["machine"] in seen:
             raise TraceError(f"machine {c['machine']!r} already listed on line {seen[c['machine']]}", path=p, line=n)
@@ -649,18 +650,26 @@ def read_pai_machines(path: str | Path, *, gpu_type: str | Collection[str] | Non
         gpus = _optional_number(c["cap_gpu"], "cap_gpu", p, n) or 0.0
         if gpus < 0 or not gpus.is_integer():
             raise TraceError(f"cap_gpu must be a whole number >= 0, got {c['cap_gpu']!r}", path=p, line=n)
+        if gpus > 0:
+            types.add(c["gpu_type"])
         if gpus == 0 or (want is not None and c["gpu_type"] not in want):
             continue
         if c["gpu_type"] not in mem_of:
             raise TraceError(f"GPU type {c['gpu_type']!r} has no device memory in PAI_GPU_MEM_GB "
                              f"({', '.join(mem_of)}): give it (gpu_mem_gb=)", path=p, line=n)
+        # read before the try: their TraceError already names the file and line (a ValueError, re-wrapped twice)
+        cpus, mem = _number(c["cap_cpu"], "cap_cpu", p, n), _number(c["cap_mem"], "cap_mem", p, n)
         try:
-            servers.append(ServerSpec(gpus=int(gpus), cpus=_number(c["cap_cpu"], "cap_cpu", p, n),
-                                      mem_gb=_number(c["cap_mem"], "cap_mem", p, n), gpu_type=c["gpu_type"],
+            servers.append(ServerSpec(gpus=int(gpus), cpus=cpus, mem_gb=mem, gpu_type=c["gpu_type"],
                                       gpu_mem_gb=mem_of[c["gpu_type"]]))
         except ValueError as e:
             raise TraceError(str(e), path=p, line=n) from None
-    return _cluster(p, servers, "pai")
+    if want is not None and types and not servers:
+        raise TraceError(f"no server with GPUs of type {'/'.join(sorted(want))}; the file has "
+                         f"{'/'.join(sorted(types))}", path=p)
+    options = ([f"gpu_type={'/'.join(sorted(want))}"] if want is not None else []) + [
+        f"gpu_mem_gb={t}:{gb:g}" for t, gb in (gpu_mem_gb or {}).items()]
+    return _cluster(p, servers, "pai", options)
 
 
 def read_helios_gpus(path: str | Path, *, date: str | None = None, vc: str | Collection[str] | None = None,
@@ -713,16 +722,19 @@ def read_helios_gpus(path: str | Path, *, date: str | None = None, vc: str | Col
         servers = [server(int(gpus_per_server))] * full + ([server(rest)] if rest else [])
     except ValueError as e:
         raise TraceError(str(e), path=p, line=n) from None
-    cluster = _cluster(p, servers, "helios")
-    # the day and the virtual clusters it was sized from, in the name runs.csv and metrics.json keep
-    return dataclasses.replace(cluster, name=f"{cluster.name}@{cell['date']}" + (f":{'/'.join(names)}" if wanted
-                                                                                  else ""))
+    given = {"gpus_per_server": (gpus_per_server, 8), "cpus_per_gpu": (cpus_per_gpu, 3.0),
+             "mem_per_gpu": (mem_per_gpu_gb, 62.5), "gpu_mem": (gpu_mem_gb, 32.0)}
+    # the day and the virtual clusters it was sized from, and the options that changed it, in its name
+    return _cluster(p, servers, "helios", [f"date={cell['date']}", *([f"vc={'/'.join(names)}"] if wanted else []),
+                                           *(f"{k}={v:g}" for k, (v, default) in given.items() if v != default)])
 
 
-def _cluster(p: Path, servers: list[ServerSpec], kind: str) -> ClusterSpec:
+def _cluster(p: Path, servers: list[ServerSpec], kind: str, options: Sequence[str] = ()) -> ClusterSpec:
+    """The servers as a cluster named ``kind:FILE[,options]``: the options that changed it are in the name, which
+    runs.csv and metrics.json record (a sweep over ``cpus_per_gpu=`` or ``gpu_type=`` tells its clusters apart)."""
     if not servers:
         raise TraceError("no server with GPUs", path=p)
     try:
-        return ClusterSpec(servers=tuple(servers), name=f"{kind}:{p.name}")
+        return ClusterSpec(servers=tuple(servers), name=",".join([f"{kind}:{p.name}", *options]))
     except ValueError as e:
         raise TraceError(str(e), path=p) from None

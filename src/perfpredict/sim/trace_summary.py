@@ -56,6 +56,7 @@ def summarize_trace(jobs: Sequence[Job], *, trace: str = "", cluster: ClusterSpe
     s = TraceSummary(trace=trace, jobs=len(jobs), notes=list(notes))
     if cluster is not None:
         s.cluster, s.cluster_gpus = cluster.name, cluster.total_gpus
+        s.jobs_wider_than_a_server = s.jobs_larger_than_the_cluster = 0
     if not jobs:
         return s
     arrivals = np.array([j.arrival for j in jobs])
@@ -63,7 +64,9 @@ def summarize_trace(jobs: Sequence[Job], *, trace: str = "", cluster: ClusterSpe
     work = np.array([j.work for j in jobs])
     s.first_arrival_s, s.last_arrival_s = float(arrivals.min()), float(arrivals.max())
     s.arrival_window_s = s.last_arrival_s - s.first_arrival_s
-    s.gpu_demand = {_size(g): n for g, n in sorted(Counter(gpus.tolist()).items())}
+    # counted by the printed size: sizes that print alike (0.1 + 0.2 and 0.3) are one bar, not one overwritten
+    by_size = Counter(_size(g) for g in gpus.tolist())
+    s.gpu_demand = dict(sorted(by_size.items(), key=lambda kv: float(kv[0])))
     p50, p90, p99 = np.percentile(work, [50, 90, 99])
     s.work_s = {"min": float(work.min()), "p50": float(p50), "p90": float(p90), "p99": float(p99),
                 "max": float(work.max()), "mean": float(work.mean())}
