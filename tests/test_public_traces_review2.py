@@ -80,3 +80,15 @@ def test_a_pai_machine_spec_without_a_usable_server_says_why(tmp_path):
         read_pai_machines(spec, gpu_type="A100")
     with pytest.raises(UsageError, match="no name in ''"):
         parse_cluster(f"pai:{spec},gpu_type=")
+
+
+def test_a_machine_list_header_after_blank_lines_or_spelt_otherwise_is_still_the_header(tmp_path):
+    from perfpredict.sim.public_traces import read_pai, read_philly_machines
+
+    ml = tmp_path / "cluster_machine_list"
+    ml.write_text("\n\nmachineid, number of GPUs, single GPU mem\nm31,8, 24GB\n")
+    assert read_philly_machines(ml).total_gpus == 8
+    tasks = tmp_path / "tasks.csv"
+    tasks.write_text("\nJOB_NAME,task_name,inst_num,status,start_time,end_time,plan_cpu,plan_mem,plan_gpu,gpu_type\n"
+                     "a,worker,1.0,Terminated,10.0,20.0,600.0,1.0,100.0,T4\n")
+    assert [j.id for j in read_pai(tasks).jobs] == ["a"]

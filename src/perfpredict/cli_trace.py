@@ -57,7 +57,7 @@ def trace_command(
                       else f"{s.offered_load:.3f}" + (" (the queue grows: above 1)" if s.offered_load > 1 else ""))
         table.add_row("jobs wider than a server", f"{s.jobs_wider_than_a_server:,}")
         table.add_row("jobs larger than the cluster", f"{s.jobs_larger_than_the_cluster:,}"
-                      + (" (a rigid mechanism never runs them: simulate --drop-oversized)"
+                      + (" (simulate refuses them unless --drop-oversized, or a mechanism that resizes jobs shrinks them)"
                          if s.jobs_larger_than_the_cluster else ""))
     out_console.print(table)
     for note in s.notes:

@@ -522,13 +522,13 @@ def _pai_time(cell: str, what: str, p: Path, n: int) -> float | None:
 
 def _pai_rows(p: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
     """Rows of a headerless PAI table as column -> cell (a first row naming the columns is skipped)."""
-    for n, row in _csv_rows(p):
+    for k, (n, row) in enumerate(_csv_rows(p)):
         if len(row) != len(columns):
             raise TraceError(f"expected the {len(columns)} columns of {p.name.split('.')[0] or 'a PAI table'} "
                              f"({', '.join(columns)}), got {len(row)}", path=p, line=n)
         cells = [v.strip() for v in row]
-        if n == 1 and cells[0] == columns[0]:
-            if cells != list(columns):
+        if k == 0 and cells[0].lower() == columns[0]:  # the first row read (blank lines before it skipped)
+            if [c.lower() for c in cells] != list(columns):
                 raise TraceError(f"the header names {', '.join(cells)}; expected {', '.join(columns)}", path=p,
                                  line=n)
             continue
@@ -602,9 +602,9 @@ def read_philly_machines(path: str | Path, *, cpus_per_gpu: float = 3.0, mem_per
     _check_positive(p, cpus_per_gpu=cpus_per_gpu, mem_per_gpu_gb=mem_per_gpu_gb)
     servers: list[ServerSpec] = []
     seen: dict[str, int] = {}
-    for n, row in _csv_rows(p):
+    for k, (n, row) in enumerate(_csv_rows(p)):
         cells = [c.strip() for c in row]
-        if n == 1 and cells and cells[0] == "machineId":
+        if k == 0 and cells and cells[0].lower() == "machineid":  # the header, however spelt, after blank lines
             continue
         if len(cells) != 3:
             raise TraceError(f"expected 3 fields (machineId, number of GPUs, single GPU mem), got {len(cells)}",

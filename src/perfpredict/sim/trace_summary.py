@@ -43,7 +43,7 @@ class TraceSummary(BaseModel):
     jobs_wider_than_a_server: int | None = Field(None, description="jobs asking more GPUs than the cluster's "
                                                  "largest server has (a gang spread over servers)")
     jobs_larger_than_the_cluster: int | None = Field(None, description="jobs asking more GPUs than the cluster "
-                                                     "has: a rigid mechanism can never run them")
+                                                     "has: simulate refuses them unless --drop-oversized or a mechanism resizes them")
 
 
 def _size(g: float) -> str:
