@@ -568,3 +568,20 @@ def test_a_helios_day_as_a_cluster_of_8_gpu_servers(tmp_path):
     bad.write_text("day,vcA\n2020-04-01,8\n")
     with pytest.raises(TraceError, match="not a Helios cluster_gpu_number.csv"):
         read_helios_gpus(bad)
+
+
+def test_the_readmes_public_trace_example_runs(philly, tmp_path):
+    """README's Python example, with its two paths pointed at this module's Philly fixtures."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "read_philly(" in b]
+    ml = tmp_path / "cluster_machine_list"
+    ml.write_text("machineId, number of GPUs, single GPU mem\nm31,8, 24GB\nm32,2, 12GB\n")
+    code = block.replace("trace-data/cluster_job_log", str(philly)).replace("trace-data/cluster_machine_list",
+                                                                           str(ml))
+    scope: dict = {}
+    exec(compile(code, "README.md", "exec"), scope)  # noqa: S102 - the repository's own documentation
+    assert [j.id for j in scope["rep"].jobs] == ["application_1506638472019_14199"]
+    assert scope["run"].metrics.n_finished == 1
