@@ -887,39 +887,54 @@ def is_frozen_name(name: str, frozen: Sequence[str], trained: Sequence[str] = ()
     return not name.startswith(tuple(trained)) if trained else name.startswith(tuple(frozen))
 
 
-def _refuse_unmatched(prefixes: Sequence[str], tensors: list, option: str, what: str, name: str) -> None:
+def _shown_names(names: Sequence[str]) -> str:
+    """Up to six of ``names``, quoted and cut to 60 characters, and how many there are in all past six."""
+    return ", ".join(repr(n[:60]) for n in names[:6]) + (f", ... ({len(names)} in all)" if len(names) > 6 else "")
+
+
+def _refuse_unmatched(prefixes: Sequence[str], tensors: list, option: str, what: str, name: str,
+                      buffers: frozenset[str] = frozenset()) -> None:
     """A :class:`UsageError` for the first of ``prefixes`` (``option``'s) that starts none of ``tensors``' names
     (``what`` they are), naming some that exist, those it lies inside first (``lora_`` inside
-    ``blocks.0.q.lora_A``): a prefix naming nothing would predict another job without a word."""
+    ``blocks.0.q.lora_A``): a prefix naming nothing would predict another job without a word. A prefix that
+    starts only ``buffers``' names (a BatchNormalization's running statistics) names nothing a prefix freezes or
+    trains either, and is refused saying so."""
     for prefix in prefixes:
-        if not any(t.name.startswith(prefix) for t in tensors):
+        if not any(t.name.startswith(prefix) and t.name not in buffers for t in tensors):
+            held = [t.name for t in tensors if t.name in buffers and t.name.startswith(prefix)]
+            if held:
+                params = [t.name for t in tensors if t.name not in buffers]
+                raise UsageError(f"{option} prefix {prefix[:60]!r} starts only buffers' names in {name} "
+                                 f"({_shown_names(held)}: a BatchNormalization's running statistics and the like, "
+                                 "which no training step updates, so no prefix freezes or trains them); its "
+                                 f"parameters are {_shown_names(params) or 'none'}", step="predict")
             inside = [t.name for t in tensors if prefix in t.name]
             names = inside or [t.name for t in tensors]
-            shown = ", ".join(repr(n[:60]) for n in names[:6]) + (f", ... ({len(names)} in all)"
-                                                                   if len(names) > 6 else "")
-            where = (f"it lies inside {shown}: a prefix starts a name" if inside else
-                     f"its {what}s are {shown or 'none'}")
+            where = (f"it lies inside {_shown_names(names)}: a prefix starts a name" if inside else
+                     f"its {what}s are {_shown_names(names) or 'none'}")
             raise UsageError(f"{option} prefix {prefix[:60]!r} starts no {what}'s name in {name}; {where} (the "
                              "exporter's names: torch.onnx.export keeps module paths such as 'backbone.weight', "
                              "save weights it folded or transposed)", step="predict")
 
 
 def frozen_names(init: list, frozen: Sequence[str] = (), trained: Sequence[str] = (),
-                 name: str = "onnx") -> frozenset[str]:
+                 name: str = "onnx", buffers: frozenset[str] = frozenset()) -> frozenset[str]:
     """The names of the graph's weights (its initializers ``init``, :func:`~perfpredict.features.graph.
     all_initializers`: a Loop's or If's own too, as ``param_count`` counts them) a training job freezes
     (``requires_grad=False``), which an ONNX file does not record: those the prefixes ``frozen`` start, or, with
     ``trained`` (a LoRA's or an adapter's few weights), every one but the floating-point ones a prefix of
     ``trained`` starts (:func:`is_frozen_name`): an integer weight (a quantized base's int8 matrices) never
     trains, whatever its name. Read from the names, nothing executed. A prefix that starts no initializer's name
-    (``trained``: no floating-point one's) is a :class:`UsageError` naming some that exist."""
+    (``trained``: no floating-point one's) is a :class:`UsageError` naming some that exist. The ``buffers``
+    (:func:`~perfpredict.features.graph.buffer_names`) are neither frozen nor trained, so a prefix that starts
+    only theirs is a :class:`UsageError` too: it froze nothing (``frozen``), or every parameter (``trained``)."""
     if trained:
         floats = [t for t in init if t.data_type in _ONNX_FLOAT_DTYPES]
-        _refuse_unmatched(trained, floats, "trained", "floating-point initializer", name)
-        return frozenset(t.name for t in init if t.data_type not in _ONNX_FLOAT_DTYPES
-                         or is_frozen_name(t.name, frozen, trained))
-    _refuse_unmatched(frozen, init, "frozen", "initializer", name)
-    return frozenset(t.name for t in init if is_frozen_name(t.name, frozen))
+        _refuse_unmatched(trained, floats, "trained", "floating-point initializer", name, buffers)
+        return frozenset(t.name for t in init if t.name not in buffers and (
+            t.data_type not in _ONNX_FLOAT_DTYPES or is_frozen_name(t.name, frozen, trained)))
+    _refuse_unmatched(frozen, init, "frozen", "initializer", name, buffers)
+    return frozenset(t.name for t in init if t.name not in buffers and is_frozen_name(t.name, frozen))
 
 
 def frozen_initializers(init: list, frozen: frozenset[str]) -> tuple[float, float]:
@@ -973,7 +988,7 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
     buffers = buffer_names(proto.graph, init)
     param_count = float(sum(math.prod(t.dims) for t in init if t.name not in buffers))
     frozen, trained = check_frozen_or_trained(frozen, trained)
-    frozen_set = frozen_names(init, frozen or (), trained or (), name) - buffers
+    frozen_set = frozen_names(init, frozen or (), trained or (), name, buffers)
     frozen_bytes, frozen_count = frozen_initializers(init, frozen_set)
     named = check_optimizer(optimizer)
     copies, copies_note, step_bytes = (1.0, None, None) if named is None else \
