@@ -45,6 +45,11 @@ Alibaba PAI (``pai_task_table.csv`` and ``pai_job_table.csv`` of github.com/alib
     ``analysis/utils.py`` reads it). A job with no GPU task, or a task without its times, is skipped and counted;
     ``gpu_type`` keeps the jobs whose GPU tasks ran on that type (PAI is heterogeneous: MISC, P100, T4, V100,
     V100M32).
+
+The clusters they ran on, as :class:`~perfpredict.sched.cluster.ClusterSpec` s: Philly's ``cluster_machine_list``
+(:func:`read_philly_machines`), PAI's ``pai_machine_spec.csv`` (:func:`read_pai_machines`) and a day of Helios'
+``cluster_gpu_number.csv`` (:func:`read_helios_gpus`); what the files do not say (Philly's CPUs and memory,
+PAI's and Helios' device memory, Helios' servers) is a stated default each function documents.
 """
 
 from __future__ import annotations
@@ -64,7 +69,8 @@ from perfpredict.sched.job import Job
 from perfpredict.sim.traces import TraceError, TraceReport, _lines, _number, _open_text
 
 __all__ = ["HELIOS_COLUMNS", "PAI_GPU_MEM_GB", "PAI_JOB_COLUMNS", "PAI_MACHINE_COLUMNS", "PAI_TASK_COLUMNS",
-           "read_helios", "read_helios_gpus", "read_pai", "read_pai_machines", "read_philly", "read_philly_machines", "sniff_format"]
+           "read_helios", "read_helios_gpus", "read_pai", "read_pai_machines", "read_philly", "read_philly_machines",
+           "sniff_format"]
 
 #: Helios' ``cluster_log.csv`` columns (the reader needs ``job_id``, ``gpu_num``, ``submit_time``, ``duration``)
 HELIOS_COLUMNS = ("job_id", "user", "vc", "gpu_num", "cpu_num", "node_num", "state", "submit_time", "start_time",
