@@ -184,7 +184,9 @@ def test_the_step_probe_reads_each_param_group() -> None:
 
 def test_a_training_card_keeps_copies_probed_beside_a_step_the_probe_cannot_take(tmp_path) -> None:
     """ASGD keeps one copy (its ax) and reads a value with .item(), which a meta tensor has not: the card says 1
-    copy (it said null, "nobody could tell")."""
+    copy (it said null, "nobody could tell"), and its step's temporaries as real CPU tensors count them: none one
+    tensor at a time (the CPU's), 1 x the trained bytes foreach (CUDA's; they were null,
+    ``tests/test_optimizer_step_fused.py``)."""
     from perfpredict.profile import ProfileSettings, profile_workload
     from perfpredict.workload import load_model_file
     from tests.conftest import FAST_TIMING
@@ -193,6 +195,8 @@ def test_a_training_card_keeps_copies_probed_beside_a_step_the_probe_cannot_take
     py.write_text(MLP + "\ndef make_optimizer(params):\n    return torch.optim.ASGD(params, lr=1e-3)\n")
     settings = ProfileSettings(batch_sizes=(4,), mode="train", device="cpu", timing=FAST_TIMING, threads=1,
                                fvcore=False, measure_energy=False)
-    card = profile_workload(load_model_file(str(py)), settings).card
+    workload = load_model_file(str(py))
+    card = profile_workload(workload, settings).card
     assert card.features.optimizer_state_copies == 1.0
-    assert card.features.optimizer_step_bytes is None
+    trained = sum(p.numel() * p.element_size() for p in workload.build_model().parameters())
+    assert card.features.optimizer_step_bytes == {"cpu": 0.0, "cuda": float(trained)}

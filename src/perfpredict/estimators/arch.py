@@ -338,9 +338,8 @@ def probe_optimizer(make, params, name: str) -> tuple[float | None, str | None, 
     """The state copies per trained weight of the optimizer ``make()`` builds, weighed over ``params`` (the
     trained tensors its step updates), what they rest on, and the bytes of temporaries its step holds per device kind
     (:func:`~perfpredict.workload.spec.optimizer_step_bytes`); None for the copies, and the reason, where the
-    probe cannot tell (the caller charges 1, the training data's SGD with momentum). A step the meta-tensor probe
-    cannot take (``fused=True``, an optimizer that reads a value with ``.item()``: Adafactor, ASGD) leaves the
-    state copies as probed and charges no temporaries, noted."""
+    probe cannot tell (the caller charges 1, the training data's SGD with momentum). A step no probe can take
+    (over meta tensors nor small CPU ones) leaves the state copies as probed and charges no temporaries, noted."""
     from perfpredict.workload.spec import optimizer_state_copies, optimizer_step_bytes
 
     try:

@@ -10,6 +10,7 @@ callables in whatever process needs them.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -204,47 +205,108 @@ DEFAULT_FOREACH = {"cpu": False, "cuda": True}
 def optimizer_step_bytes(opt: Any, params: Any) -> dict[str, float]:
     """The most bytes of temporaries ``opt``'s step holds at once over the trained tensors ``params`` (besides
     the weights, gradients and state), per device kind as torch would run it there (:data:`DEFAULT_FOREACH`
-    where a param group leaves ``foreach`` to torch, single-tensor for a ``differentiable`` one:
-    :func:`_default_foreach`): a copy of the same class, param groups and options over "meta" tensors shaped like
-    the group's trained tensors (nothing allocated) takes two steps, the second counted
-    (:class:`_NewTensorBytes`); a tensor of ``params`` in none of ``opt``'s groups is not stepped. Adam one tensor
+    where a param group leaves ``foreach`` to torch, single-tensor for a ``differentiable`` one and for
+    Adafactor: :func:`_default_foreach`): a copy of the same class, param groups and options over "meta" tensors
+    shaped like the group's trained tensors (nothing allocated) takes two steps, the second counted
+    (:class:`_NewTensorBytes`); a tensor of ``params`` in none of ``opt``'s groups is not stepped. A step meta
+    tensors cannot take is counted over real CPU tensors instead (:func:`_real_step_peak`). Adam one tensor
     at a time holds ``exp_avg_sq.sqrt()`` and its quotient by the bias correction (2 x the tensor) and the
     previous tensor's ``denom``; its foreach step holds ``_foreach_sqrt`` of every exp_avg_sq (1 x all trained
-    bytes); SGD with momentum holds none. A ValueError where no such copy can step."""
+    bytes); fused AdamW and SGD with momentum hold none. A ValueError where no such copy can step."""
     trained = {id(p) for p in params if p.requires_grad}
     groups = [(g, [(tuple(p.shape), p.dtype) for p in g["params"] if id(p) in trained]) for g in opt.param_groups]
     groups = [(g, shapes) for g, shapes in groups if shapes]
+    shapes = [s for _, s in groups]
     out = {}
     for kind, default in DEFAULT_FOREACH.items():
-        kw = [{**_group_options(g), "params": [torch.zeros(s, dtype=d, device="meta", requires_grad=True)
-                                               for s, d in shapes]} for g, shapes in groups]
-        for g, options in zip((g for g, _ in groups), kw):
-            if "foreach" in options and options["foreach"] is None and not options.get("fused"):
-                options["foreach"] = _default_foreach(opt, g, default)
-        if not kw:
+        options = [_group_options(g) for g, _ in groups]
+        for g, o in zip((g for g, _ in groups), options):
+            if "foreach" in o and o["foreach"] is None and not o.get("fused"):
+                o["foreach"] = _default_foreach(opt, g, default)
+        if not options:
             out[kind] = 0.0
             continue
         try:
-            probe = type(opt)(kw, **_probe_defaults(opt))
-            for group in kw:
-                for p in group["params"]:
-                    p.grad = torch.zeros_like(p)
-            probe.step()  # the first step makes the state (counted as state copies)
-            counter = _NewTensorBytes()
-            with counter:
-                probe.step()
-        except Exception as e:  # noqa: BLE001 - a user's optimizer class: any failure means "cannot tell"
-            raise ValueError(f"a {type(opt).__name__} over meta tensors could not take a step "
-                             f"({type(e).__name__}: {str(e)[:120]})") from None
-        out[kind] = float(counter.peak)
+            out[kind] = _step_peak(opt, options, shapes, lambda s, d: torch.zeros(s, dtype=d, device="meta"))
+        except Exception:  # noqa: BLE001 - fused=True refuses meta tensors, .item() has no value on them
+            out[kind] = _real_step_peak(opt, options, shapes)
     return out
+
+
+#: The most trained bytes :func:`_real_step_peak` steps real tensors of: larger weights are scaled down to it
+REAL_PROBE_BYTES = 4 * 2 ** 20
+
+
+def _step_peak(opt: torch.optim.Optimizer, options: list[dict[str, Any]],
+               shapes: list[list[tuple[tuple[int, ...], torch.dtype]]],
+               tensor: Callable[[tuple[int, ...], torch.dtype], torch.Tensor]) -> float:
+    """The most bytes of new tensors a copy of ``opt`` (param groups ``options`` over tensors ``tensor(shape,
+    dtype)`` of ``shapes``, gradients made alike) holds at once in its second step (the first makes the state)."""
+    kw = [{**o, "params": [tensor(s, d).requires_grad_() for s, d in sh]} for o, sh in zip(options, shapes)]
+    probe = type(opt)(kw, **_probe_defaults(opt))
+    for group in kw:
+        for p in group["params"]:
+            p.grad = tensor(tuple(p.shape), p.dtype)
+    probe.step()
+    counter = _NewTensorBytes()
+    with counter:
+        probe.step()
+    return float(counter.peak)
+
+
+def _real_step_peak(opt: torch.optim.Optimizer, options: list[dict[str, Any]],
+                    shapes: list[list[tuple[tuple[int, ...], torch.dtype]]]) -> float:
+    """:func:`_step_peak` over real CPU tensors (seeded normal values, the global generator left alone), for a step
+    meta tensors cannot take: ``fused=True`` (torch refuses meta tensors) or one that reads a value with
+    ``.item()`` (Adafactor, ASGD, LAMB-style trust ratios). Weights of more than :data:`REAL_PROBE_BYTES` in all are
+    scaled down to about it (:func:`_scaled_shape`) and the count scaled back up by their bytes' ratio: a step's
+    large temporaries are whole tensors' sizes. Measured on a 64 MiB Linear(4096, 4096) on the CPU (new-tensor
+    count, torch.profiler's allocator events and peak RSS alike): fused AdamW 0 (an in-place kernel), Adafactor
+    64 MiB (``row_var @ col_var``, 1 x the weight), ASGD one tensor at a time 0 (``ax.copy_(param)`` while its
+    ``mu`` is 1, before ``t0`` steps), ASGD or Adafactor foreach 64 (1 x all trained bytes)."""
+    total = sum(_shape_bytes(s, d) for sh in shapes for s, d in sh)
+    share = min(1.0, REAL_PROBE_BYTES / total) if total else 1.0
+    small = [[(_scaled_shape(s, share), d) for s, d in sh] for sh in shapes]
+    gen = torch.Generator().manual_seed(0)
+    try:
+        peak = _step_peak(opt, options, small, lambda s, d: torch.randn(s, dtype=d, generator=gen))
+    except Exception as e:  # noqa: BLE001 - a user's optimizer class: any failure means "cannot tell"
+        raise ValueError(f"a {type(opt).__name__} could not take a step over meta tensors nor small CPU ones "
+                         f"({type(e).__name__}: {str(e)[:120]})") from None
+    return peak if share == 1.0 else peak * total / sum(_shape_bytes(s, d) for sh in small for s, d in sh)
+
+
+def _shape_bytes(shape: tuple[int, ...], dtype: torch.dtype) -> int:
+    """The bytes of a tensor of ``shape`` and ``dtype``."""
+    return math.prod(shape) * dtype.itemsize
+
+
+def _scaled_shape(shape: tuple[int, ...], share: float) -> tuple[int, ...]:
+    """``shape`` with about ``share`` of its elements, taken off its largest dims first ((4096, 4096) at 1/16 is
+    (256, 4096)): a small dim (a kernel's 3) rounded up would keep more than the share."""
+    dims, left = list(shape), share
+    for i in sorted(range(len(dims)), key=lambda i: -dims[i]):
+        if left >= 1 or dims[i] == 0:
+            break
+        new = max(1, math.ceil(dims[i] * left))
+        left *= dims[i] / new
+        dims[i] = new
+    return tuple(dims)
 
 
 def _default_foreach(opt: torch.optim.Optimizer, group: dict[str, Any], on_device: bool) -> bool:
     """Whether torch runs ``group`` of ``opt`` (its ``foreach`` None) with its foreach kernels where the device
     has them (``on_device``): not for a ``differentiable`` group (``_default_to_fused_or_foreach`` answers
-    single-tensor), save SGD's, which asks it with ``differentiable=False`` whatever the group says."""
+    single-tensor), save SGD's, which asks it with ``differentiable=False`` whatever the group says; never for
+    Adafactor, which runs foreach only when told (``foreach=True``), on CUDA too."""
+    if isinstance(opt, _SINGLE_TENSOR_UNLESS_TOLD):
+        return False
     return on_device and not (group.get("differentiable") and not isinstance(opt, torch.optim.SGD))
+
+
+#: torch's optimizers whose ``foreach=None`` means one tensor at a time on every device (torch/optim/_adafactor.py:
+#: ``if foreach: _multi_tensor_adafactor``, no ``_default_to_fused_or_foreach``)
+_SINGLE_TENSOR_UNLESS_TOLD = tuple(c for c in (getattr(torch.optim, "Adafactor", None),) if c is not None)
 
 
 def _group_options(group: dict[str, Any]) -> dict[str, Any]:
