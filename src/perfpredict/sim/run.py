@@ -14,7 +14,7 @@ Spec formats:
   (load in jobs/hour; omit it for a static trace where every job arrives at 0), or seed 002's synthetic DL
   bag-of-tasks workload: ``dlbags:n=2000,bags_per_day=12,median=1800,opennmt=0.2``.
 * trace: a public DL-cluster trace with its reader's options after the file,
-  ``philly:cluster_job_log[,status=Pass,vc=,attempts=sum|last,start=,end=,max_jobs=,model=]``,
+  ``philly:cluster_job_log[,status=Pass,vc=,attempts=sum|last|span,start=,end=,max_jobs=,model=,split=]``,
   ``helios:cluster_log.csv[,...]`` or ``pai:pai_task_table.csv,jobs=pai_job_table.csv[,gpu_type=V100,...]``
   (:mod:`perfpredict.sim.public_traces`); a Philly log or a Helios log given as a plain file is recognised.
 * ANDREAS (seed 000): cluster ``andreas:nodes=N,case=1|2`` or ``armida``, trace
@@ -187,26 +187,33 @@ _PUBLIC_CLUSTER_OPTIONS: dict[str, dict[str, Callable[[str], Any]]] = {
 }
 
 
-def _public_cluster(spec: str) -> ClusterSpec:
-    """``philly:cluster_machine_list[,cpus_per_gpu=3,mem_per_gpu=62.5]`` or ``pai:pai_machine_spec.csv[,gpu_type=
-    V100/V100M32]``: the servers a public trace ran on."""
-    from perfpredict.sim import public_traces, traces
-
+def _file_and_options(spec: str, tables: Mapping[str, Mapping[str, Any]], step: str) -> tuple[str, str, dict[str, str]]:
+    """``KIND:PATH[,key=value,...]`` -> (kind, path, options): the path first (it holds no comma), each option one
+    ``tables[kind]`` names, else a :class:`UsageError` for ``step`` (``trace`` or ``cluster``) quoting the spec."""
     kind, _, rest = spec.partition(":")
     path, _, opts = rest.partition(",")
     if not path.strip() or "=" in path:
-        raise UsageError(f"cluster {spec!r}: give the file first: {kind}:PATH[,option=value,...]", step="cluster")
-    if not Path(path).is_file():
-        raise UsageError(f"cluster {spec!r}: {path} is not a file", step="cluster")
-    kinds = _PUBLIC_CLUSTER_OPTIONS[kind]
+        raise UsageError(f"{step} {spec!r}: give the file first: {kind}:PATH[,option=value,...]", step=step)
     try:
         kv = _kv(opts)
     except UsageError as e:
-        raise UsageError(f"cluster {spec!r}: {e.message}", step="cluster") from None
-    unknown = sorted(set(kv) - set(kinds))
+        raise UsageError(f"{step} {spec!r}: {e.message}", step=step) from None
+    unknown = sorted(set(kv) - set(tables[kind]))
     if unknown:
-        raise UsageError(f"cluster {spec!r}: unknown {kind} option(s) {unknown}; use {', '.join(kinds)}",
-                         step="cluster")
+        raise UsageError(f"{step} {spec!r}: unknown {kind} option(s) {unknown}; use {', '.join(tables[kind])}",
+                         step=step)
+    return kind, path, kv
+
+
+def _public_cluster(spec: str) -> ClusterSpec:
+    """``philly:cluster_machine_list[,cpus_per_gpu=3,mem_per_gpu=62.5]``, ``pai:pai_machine_spec.csv[,gpu_type=
+    V100/V100M32]`` or ``helios:cluster_gpu_number.csv[,date=,vc=]``: the servers a public trace ran on."""
+    from perfpredict.sim import public_traces, traces
+
+    kind, path, kv = _file_and_options(spec, _PUBLIC_CLUSTER_OPTIONS, "cluster")
+    if not Path(path).is_file():
+        raise UsageError(f"cluster {spec!r}: {path} is not a file", step="cluster")
+    kinds = _PUBLIC_CLUSTER_OPTIONS[kind]
     try:
         options = {k: kinds[k](v) for k, v in kv.items()}
     except ValueError as e:
@@ -411,16 +418,9 @@ def _public_trace(spec: str, seed: int, notes: list[str] | None) -> list[Job]:
     Synergy model by that workload split (:func:`perfpredict.sim.traces.with_synergy_models`)."""
     from perfpredict.sim import traces
 
-    kind, _, rest = spec.partition(":")
-    path, _, opts = rest.partition(",")
-    if not path.strip() or "=" in path:
-        raise UsageError(f"trace {spec!r}: give the file first: {kind}:PATH[,option=value,...]", step="trace")
-    kinds = {**_PUBLIC_TRACE_OPTIONS[kind], **_MODEL_OPTIONS}
-    kv = _kv(opts)
-    unknown = sorted(set(kv) - set(kinds))
-    if unknown:
-        raise UsageError(f"trace {spec!r}: unknown {kind} option(s) {unknown}; use {', '.join(kinds)}", step="trace")
-    options = _typed_options(spec, kv, kinds)
+    tables = {name: {**options, **_MODEL_OPTIONS} for name, options in _PUBLIC_TRACE_OPTIONS.items()}
+    kind, path, kv = _file_and_options(spec, tables, "trace")
+    options = _typed_options(spec, kv, tables[kind])
     split, own_seed = options.pop("split", None), options.pop("seed", seed)
     if own_seed < 0:
         raise UsageError(f"trace {spec!r}: seed must be >= 0", step="trace")
