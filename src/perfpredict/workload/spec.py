@@ -156,9 +156,10 @@ def _state_copies_of_group(opt: torch.optim.Optimizer, options: dict[str, Any]) 
     keeps after a step."""
     p = torch.zeros(4, 3, requires_grad=True)
     try:
-        probe = type(opt)([{"params": [p], **options}], **_probe_defaults(opt))
-        p.grad = torch.zeros_like(p)
-        probe.step()
+        with _global_rngs_kept():
+            probe = type(opt)([{"params": [p], **options}], **_probe_defaults(opt))
+            p.grad = torch.zeros_like(p)
+            probe.step()
     except Exception as e:  # noqa: BLE001 - a user's optimizer class: any failure means "cannot tell"
         raise ValueError(f"a probe {type(opt).__name__} over one tensor could not take a step "
                          f"({type(e).__name__}: {str(e)[:120]})") from None
@@ -209,10 +210,10 @@ def optimizer_step_bytes(opt: Any, params: Any) -> dict[str, float]:
     Adafactor: :func:`_default_foreach`): a copy of the same class, param groups and options over "meta" tensors
     shaped like the group's trained tensors (nothing allocated) takes two steps, the second counted
     (:class:`_NewTensorBytes`); a tensor of ``params`` in none of ``opt``'s groups is not stepped. A step meta
-    tensors cannot take is counted over real CPU tensors instead (:func:`_real_step_peak`). Adam one tensor
-    at a time holds ``exp_avg_sq.sqrt()`` and its quotient by the bias correction (2 x the tensor) and the
-    previous tensor's ``denom``; its foreach step holds ``_foreach_sqrt`` of every exp_avg_sq (1 x all trained
-    bytes); fused AdamW and SGD with momentum hold none. A ValueError where no such copy can step."""
+    tensors cannot take is counted over real CPU tensors instead (:func:`_real_step_peak`), its second and third
+    steps. Adam one tensor at a time holds ``exp_avg_sq.sqrt()`` and its quotient by the bias correction (2 x the
+    tensor) and the previous tensor's ``denom``; its foreach step holds ``_foreach_sqrt`` of every exp_avg_sq (1 x
+    all trained bytes); fused AdamW and SGD with momentum hold none. A ValueError where no such copy can step."""
     trained = {id(p) for p in params if p.requires_grad}
     groups = [(g, [(tuple(p.shape), p.dtype) for p in g["params"] if id(p) in trained]) for g in opt.param_groups]
     groups = [(g, shapes) for g, shapes in groups if shapes]
@@ -239,37 +240,60 @@ REAL_PROBE_BYTES = 4 * 2 ** 20
 
 def _step_peak(opt: torch.optim.Optimizer, options: list[dict[str, Any]],
                shapes: list[list[tuple[tuple[int, ...], torch.dtype]]],
-               tensor: Callable[[tuple[int, ...], torch.dtype], torch.Tensor]) -> float:
+               tensor: Callable[[tuple[int, ...], torch.dtype], torch.Tensor], counted: int = 1) -> float:
     """The most bytes of new tensors a copy of ``opt`` (param groups ``options`` over tensors ``tensor(shape,
-    dtype)`` of ``shapes``, gradients made alike) holds at once in its second step (the first makes the state)."""
+    dtype)`` of ``shapes``, gradients made alike) holds at once in the ``counted`` steps after its first (which makes
+    the state). The caller's random generators are left as found (:func:`_global_rngs_kept`)."""
     kw = [{**o, "params": [tensor(s, d).requires_grad_() for s, d in sh]} for o, sh in zip(options, shapes)]
-    probe = type(opt)(kw, **_probe_defaults(opt))
-    for group in kw:
-        for p in group["params"]:
-            p.grad = tensor(tuple(p.shape), p.dtype)
-    probe.step()
-    counter = _NewTensorBytes()
-    with counter:
+    with _global_rngs_kept():
+        probe = type(opt)(kw, **_probe_defaults(opt))
+        for group in kw:
+            for p in group["params"]:
+                p.grad = tensor(tuple(p.shape), p.dtype)
         probe.step()
+        counter = _NewTensorBytes()
+        with counter:
+            for _ in range(counted):
+                probe.step()
     return float(counter.peak)
+
+
+@contextlib.contextmanager
+def _global_rngs_kept():
+    """torch's CPU, numpy's and Python's global random states restored on leaving: a probe steps the user's
+    optimizer, whose step may draw from them (noise, a random skip), and must not move a seeded caller's streams."""
+    import random
+
+    import numpy as np
+
+    states = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            yield
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
 
 
 def _real_step_peak(opt: torch.optim.Optimizer, options: list[dict[str, Any]],
                     shapes: list[list[tuple[tuple[int, ...], torch.dtype]]]) -> float:
     """:func:`_step_peak` over real CPU tensors (seeded normal values, the global generator left alone), for a step
     meta tensors cannot take: ``fused=True`` (torch refuses meta tensors) or one that reads a value with
-    ``.item()`` (Adafactor, ASGD, LAMB-style trust ratios). Weights of more than :data:`REAL_PROBE_BYTES` in all are
-    scaled down to about it (:func:`_scaled_shape`) and the count scaled back up by their bytes' ratio: a step's
-    large temporaries are whole tensors' sizes. Measured on a 64 MiB Linear(4096, 4096) on the CPU (new-tensor
-    count, torch.profiler's allocator events and peak RSS alike): fused AdamW 0 (an in-place kernel), Adafactor
-    64 MiB (``row_var @ col_var``, 1 x the weight), ASGD one tensor at a time 0 (``ax.copy_(param)`` while its
-    ``mu`` is 1, before ``t0`` steps), ASGD or Adafactor foreach 64 (1 x all trained bytes)."""
+    ``.item()`` (Adafactor, ASGD, LAMB-style trust ratios). Such a step can branch on values, so its second and third
+    steps are counted: ASGD with ``t0=0`` (NT-ASGD's) copies its average in the second and averages from the third
+    on, holding ``param.sub(ax)`` (1 x the weight); a meta step cannot branch on a value. Weights of more than
+    :data:`REAL_PROBE_BYTES` in all are scaled down to about it (:func:`_scaled_shape`) and the count scaled back up
+    by their bytes' ratio: a step's large temporaries are whole tensors' sizes. Measured on a 64 MiB
+    Linear(4096, 4096) on the CPU (new-tensor count, torch.profiler's allocator events and peak RSS alike): fused
+    AdamW 0 (an in-place kernel), Adafactor 64 MiB (``row_var @ col_var``, 1 x the weight), ASGD one tensor at a
+    time 0 (``ax.copy_(param)`` while its ``mu`` is 1, before ``t0`` steps), ASGD or Adafactor foreach 64 (1 x all
+    trained bytes)."""
     total = sum(_shape_bytes(s, d) for sh in shapes for s, d in sh)
     share = min(1.0, REAL_PROBE_BYTES / total) if total else 1.0
     small = [[(_scaled_shape(s, share), d) for s, d in sh] for sh in shapes]
     gen = torch.Generator().manual_seed(0)
     try:
-        peak = _step_peak(opt, options, small, lambda s, d: torch.randn(s, dtype=d, generator=gen))
+        peak = _step_peak(opt, options, small, lambda s, d: torch.randn(s, dtype=d, generator=gen), counted=2)
     except Exception as e:  # noqa: BLE001 - a user's optimizer class: any failure means "cannot tell"
         raise ValueError(f"a {type(opt).__name__} could not take a step over meta tensors nor small CPU ones "
                          f"({type(e).__name__}: {str(e)[:120]})") from None
