@@ -242,3 +242,29 @@ class RecordingMechanism(Mechanism):
         self.waiting.append([js for js in ordered if js.id not in running])
         self.queues.append(list(getattr(self.inner, "last_queue", [])))
         return out
+
+
+def allocator_peak_of_step(opt) -> int:
+    """The most bytes torch's allocator holds at once beyond its start during one real ``opt.step()``, from
+    torch.profiler's memory events (what an optimizer step's temporaries take, measured)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        opt.step()
+    live = peak = 0
+    for e in sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
+                    key=lambda e: e.start_ns()):
+        live += e.nbytes()
+        peak = max(peak, live)
+    return peak
+
+
+def fused_adamw_on_cpu() -> bool:
+    """Whether this torch builds ``AdamW(fused=True)`` over CPU tensors (torch 2.4 and later)."""
+    import torch
+
+    try:
+        torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], fused=True)
+    except RuntimeError:
+        return False
+    return True

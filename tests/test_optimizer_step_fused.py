@@ -18,17 +18,9 @@ import torch
 from torch import nn
 
 from perfpredict.workload.spec import optimizer_step_bytes
+from tests.conftest import allocator_peak_of_step, fused_adamw_on_cpu
 
-
-def _fused_on_cpu() -> bool:
-    try:
-        torch.optim.AdamW([nn.Parameter(torch.zeros(2))], fused=True)
-    except RuntimeError:
-        return False
-    return True
-
-
-FUSED = pytest.mark.skipif(not _fused_on_cpu(), reason="this torch has no fused AdamW on the CPU")
+FUSED = pytest.mark.skipif(not fused_adamw_on_cpu(), reason="this torch has no fused AdamW on the CPU")
 #: name: (the optimizer as a model file makes it, its options as torch runs it on the CPU, on CUDA)
 OPTIMIZERS: dict[str, tuple[Callable, dict, dict]] = {
     "adamw": (lambda p: torch.optim.AdamW(p), {"foreach": False}, {"foreach": True}),
@@ -45,22 +37,13 @@ MODELS = {"small": lambda: nn.Sequential(nn.Linear(64, 128), nn.Linear(128, 128)
 def _profiled_step_peak(cls: type, options: dict, model: nn.Module) -> int:
     """The most bytes torch's allocator holds at once beyond its start in a real step (the second: the first
     makes the state) of ``cls(**options)`` over ``model``'s weights, by torch.profiler's memory events."""
-    from torch.profiler import ProfilerActivity, profile
-
     torch.manual_seed(0)
     params = list(model.parameters())
     for p in params:
         p.grad = torch.randn_like(p)
     opt = cls(params, **options)
     opt.step()
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        opt.step()
-    live = peak = 0
-    for e in sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
-                    key=lambda e: e.start_ns()):
-        live += e.nbytes()
-        peak = max(peak, live)
-    return peak
+    return allocator_peak_of_step(opt)
 
 
 @pytest.mark.parametrize("model", list(MODELS))
@@ -92,5 +75,5 @@ def test_the_measured_temporaries_of_a_large_weight() -> None:
     asgd = optimizer_step_bytes(torch.optim.ASGD(params), params)
     assert adafactor["cpu"] == adafactor["cuda"] == pytest.approx(weight, rel=0.02)
     assert asgd["cpu"] == 0 and asgd["cuda"] == pytest.approx(weight, rel=0.01)
-    if _fused_on_cpu():
+    if fused_adamw_on_cpu():
         assert optimizer_step_bytes(torch.optim.AdamW(params, fused=True), params) == {"cpu": 0.0, "cuda": 0.0}

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from perfpredict import Predictor
+from tests.conftest import fused_adamw_on_cpu
 
 REPO = Path(__file__).resolve().parents[1]
 MLP = ("import torch\nimport torch.nn as nn\n\n"
@@ -63,16 +64,8 @@ def predictor() -> Predictor:
     return Predictor.load(REPO / "trained_models")
 
 
-def _fused_on_cpu() -> bool:
-    try:
-        torch.optim.AdamW([nn.Parameter(torch.zeros(2))], fused=True)
-    except RuntimeError:
-        return False
-    return True
-
-
 @pytest.mark.parametrize("tail", [ITEM_ADAM, pytest.param(FUSED, marks=pytest.mark.skipif(
-    not _fused_on_cpu(), reason="this torch has no fused AdamW on the CPU")), MATRIX_ADAM],
+    not fused_adamw_on_cpu(), reason="this torch has no fused AdamW on the CPU")), MATRIX_ADAM],
     ids=["item", "fused", "no-probe"])
 def test_a_step_the_meta_probe_cannot_take_keeps_the_probed_state_copies(predictor, tmp_path, tail) -> None:
     """Two state copies are probed (one tensor, a real step); the step's temporaries cannot be over meta

@@ -20,21 +20,7 @@ import torch
 from torch import nn
 
 from perfpredict.workload.spec import optimizer_state_copies, optimizer_step_bytes
-
-
-def _allocator_peak(opt: torch.optim.Optimizer) -> int:
-    """The most bytes torch's allocator holds at once beyond its start in one real ``opt.step()``
-    (torch.profiler's memory events)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        opt.step()
-    live = peak = 0
-    for e in sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
-                    key=lambda e: e.start_ns()):
-        live += e.nbytes()
-        peak = max(peak, live)
-    return peak
+from tests.conftest import allocator_peak_of_step
 
 
 def test_asgd_averaging_from_the_start_is_charged_what_its_steps_hold() -> None:
@@ -47,7 +33,7 @@ def test_asgd_averaging_from_the_start_is_charged_what_its_steps_hold() -> None:
     for p in params:
         p.grad = torch.randn_like(p)
     opt = torch.optim.ASGD(params, t0=0, foreach=False)
-    peaks = [_allocator_peak(opt) for _ in range(5)]
+    peaks = [allocator_peak_of_step(opt) for _ in range(5)]
     assert peaks[1] < 4096 and min(peaks[2:]) >= net.weight.numel() * 4, peaks
     assert charged["cpu"] == pytest.approx(max(peaks[2:]), rel=0.02), (charged, peaks)
 
