@@ -219,6 +219,7 @@ def optimizer_step_bytes(opt: Any, params: Any) -> dict[str, float]:
     groups = [(g, shapes) for g, shapes in groups if shapes]
     shapes = [s for _, s in groups]
     out = {}
+    probed: dict[str, float] = {}  # by the groups' options: a kind run as another (foreach told, fused) steps once
     for kind, default in DEFAULT_FOREACH.items():
         options = [_group_options(g) for g, _ in groups]
         for g, o in zip((g for g, _ in groups), options):
@@ -227,10 +228,13 @@ def optimizer_step_bytes(opt: Any, params: Any) -> dict[str, float]:
         if not options:
             out[kind] = 0.0
             continue
-        try:
-            out[kind] = _step_peak(opt, options, shapes, lambda s, d: torch.zeros(s, dtype=d, device="meta"))
-        except Exception:  # noqa: BLE001 - fused=True refuses meta tensors, .item() has no value on them
-            out[kind] = _real_step_peak(opt, options, shapes)
+        if repr(options) not in probed:
+            try:
+                peak = _step_peak(opt, options, shapes, lambda s, d: torch.zeros(s, dtype=d, device="meta"))
+            except Exception:  # noqa: BLE001 - fused=True refuses meta tensors, .item() has no value on them
+                peak = _real_step_peak(opt, options, shapes)
+            probed[repr(options)] = peak
+        out[kind] = probed[repr(options)]
     return out
 
 
