@@ -102,16 +102,15 @@ class _Tally:
         self.report = TraceReport(jobs=[])
         self.kept: list[_Kept] = []
 
-    def skip(self, reason: str) -> None:
-        self.report.skipped += 1
-        self.report.skip_reasons[reason] = self.report.skip_reasons.get(reason, 0) + 1
+    def skip(self, reason: str, count: int = 1) -> None:
+        self.report.skipped += count
+        self.report.skip_reasons[reason] = self.report.skip_reasons.get(reason, 0) + count
 
     def finish(self, path: Path, *, model: str, max_jobs: int | None, record_lines: bool) -> TraceReport:
         """Jobs in submission order (file order on ties), the clock starting at the first kept submission."""
         kept = sorted(self.kept, key=lambda k: k.submit)
         if max_jobs is not None and len(kept) > max_jobs:
-            for _ in kept[max_jobs:]:
-                self.skip(f"past max_jobs={max_jobs}")
+            self.skip(f"past max_jobs={max_jobs}", len(kept) - max_jobs)
             kept = kept[:max_jobs]
         origin = kept[0].submit if kept else 0.0
         rep = self.report
