@@ -601,13 +601,50 @@ def _uses_external_data(proto) -> bool:
     return any(t.data_location == onnx.TensorProto.EXTERNAL for t in _tensors(proto.graph))
 
 
+def _external_weights_as_shapes(proto, source: str):
+    """(the model with its main graph's externally stored initializers kept as shapes without values, the model
+    the checker reads: those initializers as graph inputs of their shape). The features read weights' shapes
+    only, so a model whose weights lie in a file beside it (what ``torch.onnx.export`` writes by default since
+    torch 2.9, however small the model) is analysed without them, and no file is looked up. Any other tensor in
+    an external file (a node's constant, a subgraph's, integer values) may be a value the shapes depend on (a
+    Reshape's target): refused."""
+    import onnx
+    from onnx import helper
+
+    main = [t for t in proto.graph.initializer
+            if t.data_location == onnx.TensorProto.EXTERNAL and t.data_type in _ONNX_FLOAT_DTYPES]
+    if sum(t.data_location == onnx.TensorProto.EXTERNAL for t in _tensors(proto.graph)) > len(main):
+        raise ArchFeaturesError("the model holds a tensor other than its floating-point weights (a node's constant, "
+                                "integer values such as a shape) in an external file, which this service does not "
+                                "read; upload a model with it inside (onnx.save_model's default size_threshold keeps "
+                                "small tensors in the model) or send its feature vector to /predict", source=source,
+                                step="parse onnx")
+    m = onnx.ModelProto()
+    m.CopyFrom(proto)
+    names = {t.name for t in main}
+    for t in m.graph.initializer:
+        if t.name in names:
+            t.ClearField("external_data")
+            t.data_location = onnx.TensorProto.DEFAULT
+    checked = onnx.ModelProto()
+    checked.CopyFrom(m)
+    kept = [t for t in checked.graph.initializer if t.name not in names]
+    del checked.graph.initializer[:]
+    checked.graph.initializer.extend(kept)
+    inputs = {i.name for i in checked.graph.input}
+    checked.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                               for t in main if t.name not in inputs)
+    return m, checked
+
+
 def load_onnx_bytes(data: bytes, source: str = "upload", *, external_data: bool = True,
                     path: str | Path | None = None):
     """Parse ONNX bytes into a ModelProto and check it; raises :class:`ArchFeaturesError` with one line.
 
-    ``external_data=False`` (the HTTP service) refuses tensors stored as references to other files, weights
-    or a node's constant alike: ONNX's checker looks such files up relative to the working directory, so an
-    upload could probe the server's disk (its error said whether a file of that name exists there). With
+    ``external_data=False`` (the HTTP service) never looks up tensors stored as references to other files: ONNX's
+    checker looks such files up relative to the working directory, so an upload could probe the server's disk
+    (its error said whether a file of that name exists there). Weights so stored are read as shapes
+    (:func:`_external_weights_as_shapes`), any other such tensor refused. With
     ``path`` (the file ``data`` was read from), external data is looked up beside it, where exporters put it,
     whatever the working directory."""
     import onnx
@@ -619,15 +656,15 @@ def load_onnx_bytes(data: bytes, source: str = "upload", *, external_data: bool 
     if not proto.graph.node:
         raise ArchFeaturesError("ONNX model has an empty graph", source=source, step="parse onnx")
     external = _uses_external_data(proto)
+    checked = proto
     if not external_data and external:
-        raise ArchFeaturesError("the model's weights are references to external files, which this service does not "
-                                "read; upload a model with its weights inside (under the size limit) or send its "
-                                "feature vector to /predict", source=source, step="parse onnx")
+        proto, checked = _external_weights_as_shapes(proto, source)
+        external = False
     try:
         # the checker resolves external data against the model file's folder only when given the file's path;
         # full_check adds strict shape inference, so a graph whose shapes contradict each other (a MatMul of
         # [1,16] by [3,8]) is refused rather than counted as if it ran
-        onnx.checker.check_model(str(path) if external and path is not None else proto, full_check=True)
+        onnx.checker.check_model(str(path) if external and path is not None else checked, full_check=True)
     except Exception as e:  # noqa: BLE001
         msg = first_line(e) or type(e).__name__
         raise ArchFeaturesError(f"invalid ONNX model: {msg[:300]}", source=source, step="check onnx") from None
@@ -687,6 +724,68 @@ def _without_weight_data(proto, keep_bytes: int = 4096):
         if t.ByteSize() > keep_bytes:
             for f in ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data"):
                 t.ClearField(f)
+    return m
+
+
+def _tied_transposes_as_nodes(proto):
+    """``proto`` with each initializer that holds another's transpose written as a ``Transpose`` of it (a copy).
+
+    The TorchScript exporter (``torch.onnx.export(..., dynamo=False)``, the default before torch 2.9) folds the
+    transpose of a weight a ``MatMul`` reads into a new initializer (``onnx::MatMul_16``); a weight tied to an
+    embedding table (a language model's output projection) is then stored twice, as the table and as its
+    transpose, and its parameters were counted twice (132,160 for a 68,160-parameter model: weights, gradients
+    and optimizer state all charged twice). The dynamo exporter keeps one initializer and a ``Transpose`` node,
+    which is what this writes. A pair is tied when its shapes are each other's transpose (not square) and its
+    values are too; a constant-valued tensor (zeros) is never taken for a copy. Data held in external files is
+    not read: such pairs stay as they are."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    def candidate(t) -> bool:
+        holds = len(t.raw_data) or len(t.float_data) or len(t.double_data) or len(t.int32_data)  # fp16: int32
+        return (len(t.dims) == 2 and min(t.dims) > 0 and t.dims[0] != t.dims[1]
+                and t.data_type in _ONNX_FLOAT_DTYPES and t.data_location != onnx.TensorProto.EXTERNAL and bool(holds))
+
+    by_shape: dict[tuple, list] = {}
+    for t in proto.graph.initializer:
+        if candidate(t):
+            by_shape.setdefault((t.data_type, tuple(t.dims)), []).append(t)
+    copies: dict[str, str] = {}  # copy -> the initializer it transposes
+    for (dtype, (rows, cols)), group in by_shape.items():
+        others = by_shape.get((dtype, (cols, rows)), [])
+        if rows > cols or not others:  # each pair of shapes once
+            continue
+        # a transposed copy's first column is the first row: only those pairs are compared whole
+        by_column: dict[bytes, list] = {}
+        for u in others:
+            b = numpy_helper.to_array(u)
+            by_column.setdefault(b[:, 0].tobytes(), []).append((u, b))
+        for t in group:
+            a = numpy_helper.to_array(t)
+            if (a == a.flat[0]).all():
+                continue
+            for u, b in by_column.get(a[0].tobytes(), []):
+                if u.name not in copies and np.array_equal(b, a.T):
+                    # the exporter's folded constant is the copy; a parameter's own name is kept
+                    copy, kept = (t, u) if t.name.startswith("onnx::") and not u.name.startswith("onnx::") else (u, t)
+                    copies[copy.name] = kept.name
+                    break
+    if not copies:
+        return proto
+    m = onnx.ModelProto()
+    m.CopyFrom(proto)
+    g = m.graph
+    kept_inits = [t for t in g.initializer if t.name not in copies]
+    del g.initializer[:]
+    g.initializer.extend(kept_inits)
+    kept_inputs = [i for i in g.input if i.name not in copies]  # an older exporter lists initializers as inputs
+    del g.input[:]
+    g.input.extend(kept_inputs)
+    nodes = [helper.make_node("Transpose", [src], [copy], name=f"tied_transpose_{copy}")
+             for copy, src in copies.items()] + list(g.node)
+    del g.node[:]
+    g.node.extend(nodes)
     return m
 
 
@@ -974,6 +1073,7 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
     )
 
     proto = inline_functions(proto)  # a function's Constant weights are weights: param_count counts them too
+    proto = _tied_transposes_as_nodes(proto)  # a tied weight's folded transpose is no second weight
     if dims:
         proto = _fix_dims(proto, dims, name)
     try:
