@@ -13,7 +13,10 @@ the filters. Malformed input is a :class:`~perfpredict.sim.traces.TraceError` na
 Microsoft Philly (``cluster_job_log`` of github.com/msr-fiddle/philly-traces, Jeon et al., ATC '19), :func:`read_philly`
     A JSON list of jobs: ``jobid``, ``user``, ``vc``, ``status`` (Pass / Killed / Failed), ``submitted_time``
     and ``attempts``, each with ``start_time``, ``end_time`` and ``detail`` (the servers and their GPUs). Times
-    are ``YYYY-MM-DD HH:MM:SS`` local clock times, read as written. The demand is the GPUs of the job's first
+    are ``YYYY-MM-DD HH:MM:SS`` clock times without a zone, read as US Pacific (``tz=`` :data:`PHILLY_TZ`: the
+    trace's utilisation logs mark theirs PDT / PST), so a job that spans the end of daylight saving (5 Nov
+    2017) runs an hour longer than the written times say; the repeated 1-2 AM hour is read as its first pass
+    (daylight time); ``tz="UTC"`` reads the times as written. The demand is the GPUs of the job's first
     attempt (the trace's analysis notebook's ``num_gpus``). The work is, by default (``attempts="sum"``), the run
     time of every attempt (what the cluster ran: it keeps the trace's offered load; an attempt that failed and
     was retried ran on the cluster too); ``attempts="last"`` takes the last attempt alone (a retry that
@@ -27,8 +30,8 @@ Microsoft Philly (``cluster_job_log`` of github.com/msr-fiddle/philly-traces, Je
 SenseTime Helios (``cluster_log.csv`` of github.com/S-Lab-System-Group/HeliosData, Hu et al., SC '21), :func:`read_helios`
     A CSV with a header: ``job_id``, ``user``, ``vc``, ``gpu_num``, ``cpu_num``, ``node_num``, ``state``,
     ``submit_time``, ``start_time``, ``end_time``, ``duration`` (seconds, end - start), ``queue``. The demand is
-    ``gpu_num``, the work ``duration``. Helios logs every Slurm job: CPU-only jobs (``gpu_num`` 0, about half
-    the records) are skipped and counted, as is a job_id seen again.
+    ``gpu_num``, the work ``duration``; the times are read as written (no zone). Helios logs every Slurm job:
+    CPU-only jobs (``gpu_num`` 0, about half the records) are skipped and counted, as is a job_id seen again.
 
 Alibaba PAI (``pai_task_table.csv`` and ``pai_job_table.csv`` of github.com/alibaba/clusterdata, cluster-trace-gpu-v2020, Weng et al., NSDI '22), :func:`read_pai`
     Headerless CSVs (a header row, as the ``.header`` files give it, is accepted too). A job is the tasks of
@@ -43,6 +46,9 @@ Alibaba PAI (``pai_task_table.csv`` and ``pai_job_table.csv`` of github.com/alib
     job table is given, else the first task's start (no queueing in the record). Times are seconds on the
     trace's own clock; a time of 0 is a missing one (a task that never started, as the trace's own
     ``analysis/utils.py`` reads it). A job with no GPU task, or a task without its times, is skipped and counted;
+    so is a job the job table says was submitted after its first task started (the README reads the gap
+    between them as the job's wait: the two tables disagree), and a ``job_name`` repeated in the job table (the
+    README gives each job_name one ``inst_id``: the first row is the job's, each repeat a skipped record).
     ``gpu_type`` keeps the jobs whose GPU tasks ran on that type (PAI is heterogeneous: MISC, P100, T4, V100,
     V100M32).
 
@@ -60,17 +66,18 @@ import math
 import zlib
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone, tzinfo
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from perfpredict.sched.cluster import MAX_TRACE_JOBS, ClusterSpec, ServerSpec
 from perfpredict.sched.job import Job
 from perfpredict.sim.traces import TraceError, TraceReport, _lines, _number, _open_text
 
 __all__ = ["HELIOS_COLUMNS", "PAI_GPU_MEM_GB", "PAI_JOB_COLUMNS", "PAI_MACHINE_COLUMNS", "PAI_TASK_COLUMNS",
-           "read_helios", "read_helios_gpus", "read_pai", "read_pai_machines", "read_philly", "read_philly_machines",
-           "sniff_format"]
+           "PHILLY_TZ", "read_helios", "read_helios_gpus", "read_pai", "read_pai_machines", "read_philly",
+           "read_philly_machines", "sniff_format"]
 
 #: Helios' ``cluster_log.csv`` columns (the reader needs ``job_id``, ``gpu_num``, ``submit_time``, ``duration``)
 HELIOS_COLUMNS = ("job_id", "user", "vc", "gpu_num", "cpu_num", "node_num", "state", "submit_time", "start_time",
@@ -80,7 +87,8 @@ _HELIOS_REQUIRED = ("job_id", "gpu_num", "submit_time", "duration")
 PAI_TASK_COLUMNS = ("job_name", "task_name", "inst_num", "status", "start_time", "end_time", "plan_cpu", "plan_mem",
                     "plan_gpu", "gpu_type")
 PAI_JOB_COLUMNS = ("job_name", "inst_id", "user", "status", "start_time", "end_time")
-_EPOCH = datetime(1970, 1, 1)
+#: the zone of Philly's clock times: the trace's utilisation logs mark theirs PDT / PST (its README's examples)
+PHILLY_TZ = "America/Los_Angeles"
 
 
 @dataclass(frozen=True)
@@ -160,14 +168,27 @@ def _window(path: Path, start: str | float | None, end: str | float | None,
     return lo, hi
 
 
-def _clock_seconds(text: str) -> float:
-    """A ``YYYY-MM-DD[ HH:MM:SS]`` local clock time as seconds on one fixed scale (its UTC reading: the traces'
-    times carry no zone, and only differences between them are used)."""
+def _clock_seconds(text: str, zone: tzinfo = timezone.utc) -> float:
+    """A ``YYYY-MM-DD[ HH:MM:SS]`` clock time in ``zone`` as Unix seconds (the traces' times carry no zone; an
+    offset written in the text is replaced by ``zone``). Only differences between times are used, so for a
+    clock without daylight saving the default UTC reading is as good as any. The hour repeated when daylight
+    saving ends is read as its first pass (``fold=0``: daylight time); a time in the hour skipped when it
+    starts, at the offset before the change."""
     try:
         t = datetime.fromisoformat(text)  # reads "2017-10-07 01:11:39" 5x faster than strptime
     except ValueError:
         raise ValueError(f"not a time like 2017-10-07 01:11:39: {text!r}") from None
-    return (t.replace(tzinfo=None) - _EPOCH).total_seconds()
+    return t.replace(tzinfo=zone, fold=0).timestamp()
+
+
+def _zone(name: Any, p: Path) -> tzinfo:
+    """The zone an IANA name (``America/Los_Angeles``, ``UTC``) gives, else a :class:`TraceError` saying so."""
+    if isinstance(name, str) and name.strip():
+        try:
+            return ZoneInfo(name.strip())
+        except (ZoneInfoNotFoundError, ValueError):  # ValueError: not a zone key at all ("../etc", "/abs")
+            pass
+    raise TraceError(f"tz={name!r} is not a time zone name (an IANA name such as {PHILLY_TZ} or UTC)", path=p)
 
 
 def _filters(status: str, vc: str, statuses: Collection[str] | None, want_vc: Collection[str] | None) -> str | None:
@@ -188,18 +209,20 @@ def _as_set(value: str | Collection[str] | None) -> frozenset[str] | None:
 # -- Philly ---------------------------------------------------------------------------------------------------
 def read_philly(path: str | Path, *, attempts: str = "sum", statuses: Collection[str] | None = None,
                 vc: str | Collection[str] | None = None, start: str | None = None, end: str | None = None,
-                max_jobs: int | None = None, model: str = "linear") -> TraceReport:
+                max_jobs: int | None = None, model: str = "linear", tz: str = PHILLY_TZ) -> TraceReport:
     """Read Philly's ``cluster_job_log`` (JSON, optionally ``.gz``); see the module docstring for the mapping.
 
     ``attempts``: ``"sum"`` (work = every attempt's run time), ``"last"`` or ``"span"``. ``statuses``: keep only these
     (e.g. ``{"Pass"}``). ``vc``: keep only this virtual cluster (or these). ``start``/``end``: keep jobs
-    submitted in ``[start, end)`` (``"2017-10-01"`` or ``"2017-10-01 08:00:00"``).
+    submitted in ``[start, end)`` (``"2017-10-01"`` or ``"2017-10-01 08:00:00"``, clock times in ``tz``; a
+    number is Unix seconds). ``tz``: the zone of the log's clock times (``"UTC"`` reads them as written).
     """
     p = Path(path)
     _check_common(p, max_jobs, model, statuses)
     if attempts not in ("sum", "last", "span"):
         raise TraceError(f"attempts must be 'sum', 'last' or 'span', got {attempts!r}", path=p)
-    lo, hi = _window(p, start, end, _clock_seconds)
+    zone = _zone(tz, p)
+    lo, hi = _window(p, start, end, lambda text: _clock_seconds(text, zone))
     want_status, want_vc = _as_set(statuses), _as_set(vc)
     records = _philly_records(p)
     tally = _Tally()
@@ -223,7 +246,7 @@ def read_philly(path: str | Path, *, attempts: str = "sum", statuses: Collection
         if _no_philly_time(submitted):
             tally.skip("unknown submit time")
             continue
-        submit = _philly_time(submitted, f"{where}: submitted_time", p)
+        submit = _philly_time(submitted, f"{where}: submitted_time", p, zone)
         if not lo <= submit < hi:
             tally.skip("submitted outside the window")
             continue
@@ -233,7 +256,7 @@ def read_philly(path: str | Path, *, attempts: str = "sum", statuses: Collection
         if not tries:
             tally.skip("no attempt recorded")
             continue
-        spans = [_attempt_span(a, f"{where}: attempt {k}", p) for k, a in enumerate(tries, start=1)]
+        spans = [_attempt_span(a, f"{where}: attempt {k}", p, zone) for k, a in enumerate(tries, start=1)]
         if spans[-1][1] is None and spans[-1][0] is not None:
             tally.skip("still running when the log was taken")
             continue
@@ -291,19 +314,19 @@ def _text_field(rec: dict, key: str, where: str, p: Path, *, required: bool = Fa
     return value
 
 
-def _philly_time(value: Any, what: str, p: Path) -> float:
+def _philly_time(value: Any, what: str, p: Path, zone: tzinfo) -> float:
     if not isinstance(value, str):
         raise TraceError(f"{what} is {type(value).__name__}, not a time", path=p)
     try:
-        return _clock_seconds(value.strip())
+        return _clock_seconds(value.strip(), zone)
     except ValueError as e:
         raise TraceError(f"{what}: {e}", path=p) from None
 
 
-def _attempt_span(attempt: Any, where: str, p: Path) -> tuple[float | None, float | None]:
+def _attempt_span(attempt: Any, where: str, p: Path, zone: tzinfo) -> tuple[float | None, float | None]:
     if not isinstance(attempt, dict):
         raise TraceError(f"{where} is a JSON {type(attempt).__name__}, not an object", path=p)
-    return tuple(None if _no_philly_time(attempt.get(k)) else _philly_time(attempt[k], f"{where}: {k}", p)
+    return tuple(None if _no_philly_time(attempt.get(k)) else _philly_time(attempt[k], f"{where}: {k}", p, zone)
                  for k in ("start_time", "end_time"))  # type: ignore[return-value]
 
 
@@ -479,8 +502,8 @@ def read_pai(path: str | Path, *, job_table: str | Path | None = None, statuses:
             job.missing_time = True
         else:
             job.start, job.end = min(job.start, t0), max(job.end, t1)
-    submitted = _pai_job_table(Path(job_table)) if job_table is not None else {}
     tally = _Tally()
+    submitted = _pai_job_table(Path(job_table), tally) if job_table is not None else {}
     for name, job in jobs.items():
         if want_status is not None and not job.statuses <= want_status:  # type: ignore[operator]
             tally.skip("status " + "/".join(sorted(job.statuses - want_status)))  # type: ignore[operator]
@@ -508,10 +531,9 @@ def read_pai(path: str | Path, *, job_table: str | Path | None = None, statuses:
         if work <= 0:
             tally.skip("non-positive run time")
             continue
-        if submit > job.start:
-            raise TraceError(f"job {name}: submitted at {submit:g} s, after its first task started "
-                             f"({job.start:g} s): are the task and job tables of the same trace?", path=p,
-                             line=job.first_line)
+        if submit > job.start:  # a negative wait (the README reads the gap to the first task as the queueing)
+            tally.skip("submitted after its first task started (the job and task tables disagree)")
+            continue
         # 3 x 33.3% is one GPU; a sum that overflowed to inf is left for Job to refuse (math.ceil would raise)
         gpus = math.ceil(job.gpus - 1e-9) if fractional == "ceil" and math.isfinite(job.gpus) else job.gpus
         tally.kept.append(_Kept(name, submit, float(gpus), work, user, job.first_line))
@@ -540,15 +562,16 @@ def _pai_rows(p: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, dict[str
         yield n, dict(zip(columns, cells, strict=True))
 
 
-def _pai_job_table(p: Path) -> dict[str, tuple[float | None, str]]:
-    """job_name -> (submission time, user) from ``pai_job_table.csv``."""
+def _pai_job_table(p: Path, tally: _Tally) -> dict[str, tuple[float | None, str]]:
+    """job_name -> (submission time, user) from ``pai_job_table.csv``. A job_name seen again is a repeated row
+    (the README: each job_name has one inst_id): the first row is the job's, the others are counted in ``tally``
+    as Philly's and Helios' repeated ids are."""
     out: dict[str, tuple[float | None, str]] = {}
-    lines: dict[str, int] = {}
     for n, c in _pai_rows(p, PAI_JOB_COLUMNS):
         name = c["job_name"]
-        if name in lines:
-            raise TraceError(f"job_name {name!r} already used on line {lines[name]}", path=p, line=n)
-        lines[name] = n
+        if name in out:
+            tally.skip("a job_name repeated in the job table (the first row kept)")
+            continue
         out[name] = (_pai_time(c["start_time"], "start_time", p, n), c["user"])
     return out
 

@@ -14,7 +14,7 @@ Spec formats:
   (load in jobs/hour; omit it for a static trace where every job arrives at 0), or seed 002's synthetic DL
   bag-of-tasks workload: ``dlbags:n=2000,bags_per_day=12,median=1800,opennmt=0.2``.
 * trace: a public DL-cluster trace with its reader's options after the file,
-  ``philly:cluster_job_log[,status=Pass,vc=,attempts=sum|last|span,start=,end=,max_jobs=,model=,split=]``,
+  ``philly:cluster_job_log[,status=Pass,vc=,attempts=sum|last|span,start=,end=,tz=,max_jobs=,model=,split=]``,
   ``helios:cluster_log.csv[,...]`` or ``pai:pai_task_table.csv,jobs=pai_job_table.csv[,gpu_type=V100,...]``
   (:mod:`perfpredict.sim.public_traces`); a Philly log or a Helios log given as a plain file is recognised.
 * ANDREAS (seed 000): cluster ``andreas:nodes=N,case=1|2`` or ``armida``, trace
@@ -213,11 +213,7 @@ def _public_cluster(spec: str) -> ClusterSpec:
     kind, path, kv = _file_and_options(spec, _PUBLIC_CLUSTER_OPTIONS, "cluster")
     if not Path(path).is_file():
         raise UsageError(f"cluster {spec!r}: {path} is not a file", step="cluster")
-    kinds = _PUBLIC_CLUSTER_OPTIONS[kind]
-    try:
-        options = {k: kinds[k](v) for k, v in kv.items()}
-    except ValueError as e:
-        raise UsageError(f"cluster {spec!r}: {e}", step="cluster") from None
+    options = _typed_options(spec, kv, _PUBLIC_CLUSTER_OPTIONS[kind], step="cluster")
     try:
         renamed = {{"mem_per_gpu": "mem_per_gpu_gb", "gpu_mem": "gpu_mem_gb"}.get(k, k): v for k, v in options.items()}
         reader = {"philly": public_traces.read_philly_machines, "pai": public_traces.read_pai_machines,
@@ -397,7 +393,7 @@ def _swf_with_options(path: str, opts: str, notes: list[str] | None = None) -> l
 #: the public DL-cluster traces by spec prefix, and the options each takes (:mod:`perfpredict.sim.public_traces`)
 _PUBLIC_TRACE_OPTIONS: dict[str, dict[str, Callable[[str], Any]]] = {
     "philly": {"attempts": str, "status": _names, "vc": _names, "start": str, "end": str, "max_jobs": int,
-               "model": str},
+               "model": str, "tz": str},
     "helios": {"status": _names, "vc": _names, "start": str, "end": str, "max_jobs": int, "model": str},
     "pai": {"jobs": str, "status": _names, "gpu_type": _names, "start": float, "end": float, "fractional": str,
             "max_jobs": int, "model": str},
@@ -429,7 +425,7 @@ def _public_trace(spec: str, seed: int, notes: list[str] | None) -> list[Job]:
     if split is not None and "model" in options:
         raise UsageError(f"trace {spec!r}: model= gives every job one model, split= draws Synergy's: give one",
                          step="trace")
-    for name in ("jobs", "start", "end", "attempts", "fractional", "model"):
+    for name in ("jobs", "start", "end", "attempts", "fractional", "model", "tz"):
         if options.get(name) == "":
             raise UsageError(f"trace {spec!r}: {name}= is blank", step="trace")
     for p in (path, options.get("jobs")):
@@ -463,16 +459,18 @@ def _read_public(kind: str, path: Path, options: dict[str, Any], notes: list[str
     return rep.jobs
 
 
-def _typed_options(spec: str, kv: Mapping[str, str], kinds: Mapping[str, Callable[[str], Any]]) -> dict[str, Any]:
+def _typed_options(spec: str, kv: Mapping[str, str], kinds: Mapping[str, Callable[[str], Any]],
+                   step: str = "trace") -> dict[str, Any]:
     """A generator's or file's ``key=value`` options converted by ``kinds``; a value that does not convert is a
-    usage error naming it."""
+    usage error for ``step`` (``trace`` or ``cluster``) naming it (and, for a converter of our own, why)."""
     out: dict[str, Any] = {}
     for k, v in kv.items():
         try:
             out[k] = kinds[k](v)
-        except (ValueError, ZeroDivisionError):
-            what = {int: "a whole number", float: "a number"}.get(kinds[k], "a valid value")
-            raise UsageError(f"trace {spec!r}: {k}={v!r} is not {what}", step="trace") from None
+        except (ValueError, ZeroDivisionError) as e:
+            what = {int: "a whole number", float: "a number"}.get(kinds[k])
+            raise UsageError(f"{step} {spec!r}: {k}={v!r} is not {what or f'a valid value ({e})'}",
+                             step=step) from None
     return out
 
 
