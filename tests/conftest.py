@@ -92,6 +92,7 @@ PARALLEL_SAFE_MODULES = frozenset({
     "test_trace_summary",
     "test_public_traces_review2",
     "test_public_traces_review3",
+    "test_hetero_sim_findings",
     # graph counts, committed data and memory/page measurements (no timing compared: a microbenchmark's seconds
     # are only checked to be positive)
     "test_code_pages", "test_cpu_memory_model", "test_gpu_launch_term", "test_kernel_time", "test_noise_floor",

@@ -41,7 +41,9 @@ Alibaba PAI (``pai_task_table.csv`` and ``pai_job_table.csv`` of github.com/alib
     (``fractional="ceil"``): the recorded run time is what the job took on its share, and a mechanism that
     gives whole devices would otherwise read a 50% job's run time as work at half a GPU, finishing it twice as
     fast on a whole one under a linear perf model. ``fractional="keep"`` keeps the share for the mechanisms
-    that pack shares onto devices (``horus``, ``obp``, ``pab``). Tasks are
+    that place a share of a device (``rigid``, ``moldable-*``, ``malleable-*``); those that place whole GPUs
+    only (Synergy's, ``horus``, ``obp``, ``pab``, which share whole devices) round it up again, with that
+    speed-up (the run's notes say so). Tasks are
     launched after the job waited, so the arrival is the job table's ``start_time`` (the submission) when the
     job table is given, else the first task's start (no queueing in the record). Times are seconds on the
     trace's own clock; a time of 0 is a missing one (a task that never started, as the trace's own

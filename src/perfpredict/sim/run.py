@@ -682,7 +682,8 @@ def run_simulation(trace: str | Path | list[Job], cluster: str | Path | ClusterS
               "start_overhead_s": cfg.start_overhead_s, "restart_overhead_s": cfg.restart_overhead_s, "seed": trace_seed(trace, seed), "cards": str(cards) if not isinstance(cards, dict) else "custom"}
     used = list(dict.fromkeys(n for j in jobs for n in said.get(j.model, ())))
     run = SimRun(result=result, metrics=metrics, params=params, steady=steady,
-                 notes=trace_notes + policy_notes(pol.name, jobs) + used + cut_short_notes(result, cfg, len(jobs))
+                 notes=trace_notes + policy_notes(pol.name, jobs) + fractional_notes(mech, jobs) + used
+                 + cut_short_notes(result, cfg, len(jobs))
                  + sharing_notes(result, cfg) + steady_notes(result, steady))
     from perfpredict.sched.genie import GeniePerfModel
 
@@ -745,6 +746,24 @@ def policy_notes(policy: str, jobs: list[Job]) -> list[str]:
         return ["every job in the trace has the same weight and priority (CSV columns weight, priority), so "
                 "priority ordered them as fifo"]
     return []
+
+
+def fractional_notes(mech: Mechanism, jobs: list[Job]) -> list[str]:
+    """A mechanism that places whole GPUs only (``whole_gpus``: Synergy's, ``horus``, ``obp``, ``pab``,
+    ``fifo-exclusive``) gives a demand of part of a GPU (PAI's ``fractional=keep``) a whole device, on which the
+    job's perf model runs it faster than the share its work was recorded on (a 50% job twice as fast under
+    ``linear``): say so, with the way to avoid it."""
+    if not getattr(mech, "whole_gpus", False):
+        return []
+    parts = [j for j in jobs if abs(j.gpus - round(j.gpus)) > 1e-9]
+    if not parts:
+        return []
+    j = parts[0]
+    return [f"{len(parts)} job(s) ask for part of a GPU (e.g. {j.id}: {j.gpus:g}), and {mech.name} places whole "
+            f"GPUs: each got its demand rounded up, and its perf model runs it faster on that than on the share its "
+            f"work was recorded on (under linear, a 50% job twice as fast); to keep the recorded run times, read "
+            f"the trace with fractional=ceil, or use a mechanism that places a share below one GPU (rigid, "
+            f"moldable-*, malleable-*)"]
 
 
 def _finite(x: Any) -> Any:

@@ -462,13 +462,24 @@ class _Sim:
             return f"{short}, and it needs {need:g} GB (js.perf.device_mem_gb{raised})"
         return None
 
+    def _gpus_in_use(self, alloc: Allocation) -> float:
+        """The GPUs ``alloc`` adds to the usage series (just taken) or takes from it (about to be released): its
+        GPUs, but of its shared devices only those it holds alone (the first sharer in, the last out). A device is
+        one GPU in use however many jobs share it; adding each sharer's GPU made two jobs on one device 2 GPUs
+        (gpu_util 2.0) without ``SimConfig.sharing``, whose usage series counts devices (:meth:`_record_usage`)."""
+        if not alloc.is_shared:
+            return alloc.gpus
+        sharers = self.ledger.device_sharers
+        return sum(sh.gpus if not sh.shared else sum(1 for d in sh.devices if sharers[sh.server][d] == 1)
+                   for sh in alloc.shares)
+
     def _set_allocation(self, js: JobState, alloc: Allocation | None, t: float, overhead: float) -> None:
         old = js.allocation
         if old is not None:
             if self.sharing is not None:
                 self._occupy(js, old, -1)
+            self.used[0] -= self._gpus_in_use(old)
             self.ledger.release(old)
-            self.used[0] -= old.gpus
             self.used[1] -= old.cpus
             self.used[2] -= old.mem_gb
         js.allocation = alloc
@@ -482,7 +493,7 @@ class _Sim:
             self.ledger.take(alloc)
         except CapacityError as e:  # the simulator's ledger holds every allocation that stays: this is the check
             raise SimulationError(f"{self.mech.name} over-committed the cluster with job {js.id}: {e}") from None
-        self.used[0] += alloc.gpus
+        self.used[0] += self._gpus_in_use(alloc)
         self.used[1] += alloc.cpus
         self.used[2] += alloc.mem_gb
         self.running[js.id] = alloc
