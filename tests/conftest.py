@@ -59,6 +59,7 @@ PARALLEL_SAFE_MODULES = frozenset({
     "test_review46b_findings",
     "test_optimizer_step_memory",
     "test_onnx_input_findings",
+    "test_weightless_features",
     "test_optimizer_step_fused",
     "test_onnx_optimizer",
     "test_max_batch_optimizer",

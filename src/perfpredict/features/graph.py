@@ -429,18 +429,19 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True,
     (:func:`saved_for_backward_bytes`).
     """
     import onnx
-    from onnx import shape_inference
+
+    from perfpredict.features.weightless import infer_shapes
 
     model_proto = inline_functions(model_proto)
     try:
-        inferred = shape_inference.infer_shapes(model_proto, data_prop=True)
+        inferred = infer_shapes(model_proto)
     except Exception:  # noqa: BLE001 - inference is best-effort; unknown shapes are reported, not fatal
         inferred = model_proto
     else:
         seeded = _seed_loop_bodies(model_proto, inferred)
         try:
             if seeded is not None:
-                model_proto, inferred = seeded, shape_inference.infer_shapes(seeded, data_prop=True)
+                model_proto, inferred = seeded, infer_shapes(seeded)
         except Exception:  # noqa: BLE001 - as above: the bodies keep the shapes they declare
             pass
     g = inferred.graph
@@ -1168,7 +1169,9 @@ def _runtime_shapes(model_proto: Any, names: list[str]) -> dict[str, tuple[list[
 
     Weights held as external-data references without their data (a model over 2 GiB, see
     :mod:`perfpredict.features.onnx_export`) are fed as zero-filled inputs instead: shapes do not depend on
-    weight values, and zero pages cost no memory until written.
+    weight values, and zero pages cost no memory until written. The bulk weights the proto holds reach
+    onnxruntime from memory, as the same constant initializers (:mod:`perfpredict.features.weightless`): the
+    proto it is given, serialised, does not carry them.
     """
     try:
         import numpy as np
@@ -1176,11 +1179,15 @@ def _runtime_shapes(model_proto: Any, names: list[str]) -> dict[str, tuple[list[
         import onnxruntime as ort
         from onnx import helper
 
-        m = type(model_proto)()
-        m.CopyFrom(model_proto)
-        external = [t for t in m.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+        from perfpredict.features.weightless import without_bulk_data
+
+        m, bulk = without_bulk_data(model_proto)
+        given = {t.name for _, t in bulk}
+        external = [t for t in m.graph.initializer
+                    if t.data_location == onnx.TensorProto.EXTERNAL and t.name not in given]
         if external:
-            kept = [t for t in m.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL]
+            kept = [t for t in m.graph.initializer
+                    if t.data_location != onnx.TensorProto.EXTERNAL or t.name in given]
             del m.graph.initializer[:]
             m.graph.initializer.extend(kept)
             inputs = {i.name for i in m.graph.input}
@@ -1193,7 +1200,11 @@ def _runtime_shapes(model_proto: Any, names: list[str]) -> dict[str, tuple[list[
         opts = ort.SessionOptions()
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         opts.log_severity_level = 3
+        values = [_ort_value(t) for _, t in bulk]  # over numpy arrays, which live until the session has copied them
+        if values:
+            opts.add_external_initializers([t.name for _, t in bulk], values)
         sess = ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        del m, opts, values
         feeds = {}
         for i in sess.get_inputs():
             if any(not isinstance(d, int) for d in i.shape):
@@ -1204,6 +1215,15 @@ def _runtime_shapes(model_proto: Any, names: list[str]) -> dict[str, tuple[list[
         return {}
     return {n: (list(o.shape), o.dtype.itemsize, o.dtype.kind == "f") for n, o in zip(names, outs)
             if hasattr(o, "shape")}
+
+
+def _ort_value(tensor: Any) -> Any:
+    """``tensor``'s data as an onnxruntime value of its ONNX type (bfloat16, which numpy lacks, included)."""
+    import onnxruntime as ort
+    from onnx import numpy_helper
+
+    arr = numpy_helper.to_array(tensor)
+    return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(arr.view(f"u{arr.itemsize}"), tensor.data_type)
 
 
 def _erf_gelus(nodes, weightish: set[str], shapes: _Shapes) -> tuple[set[str], dict[str, int]]:

@@ -35,11 +35,12 @@ def folded_value_infos(model_proto: Any, inferred: Any = None) -> list[Any]:
     (:mod:`module docstring <perfpredict.features.shape_folding>`); an empty list where nothing folds or
     inference fails. ``inferred``: ``model_proto`` as shape inference (``data_prop=True``) already gave it, so
     the first round does not infer it again."""
-    import onnx
     from onnx import shape_inference
 
-    m = onnx.ModelProto()
-    m.CopyFrom(model_proto)
+    from perfpredict.features.weightless import without_bulk_data
+
+    # what is folded reads integer values and the initializers' dimensions, never a bulk weight's data
+    m, _ = without_bulk_data(model_proto)
     folded: dict[str, np.ndarray] = {}
     for _ in range(MAX_ROUNDS):
         if inferred is None:
