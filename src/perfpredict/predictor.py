@@ -33,7 +33,12 @@ from perfpredict.estimators.arch import TRAIN_STEP_NOTE, ArchFeatures, fixed_par
 from perfpredict.estimators.design import FEATURE_NAMES, design_matrix, feature_names, needs_bare_kernels
 from perfpredict.estimators.evaluate import calibrated
 from perfpredict.estimators.forest import compile_model_file
-from perfpredict.estimators.models import LEGACY_MEMORY_TERMS, baseline_components, with_utilization_prior
+from perfpredict.estimators.models import (
+    LEGACY_MEMORY_TERMS,
+    baseline_components,
+    rowwise_dot,
+    with_utilization_prior,
+)
 from perfpredict.estimators.saved_estimate import ESTIMABLE_ATTRS, SAVED_ATTRS, SavedBytesEstimator
 from perfpredict.hostinfo import cpu_id, cpu_model_name, gpu_names
 
@@ -97,7 +102,7 @@ class _Target:
         return math.exp(self.upper_extrapolation_margin)
 
     def _base(self, X: np.ndarray, coef: np.ndarray, floor: float = 1.0) -> np.ndarray:
-        return np.maximum(baseline_components(X, self.terms or LEGACY_MEMORY_TERMS) @ coef, floor)
+        return np.maximum(rowwise_dot(baseline_components(X, self.terms or LEGACY_MEMORY_TERMS), coef), floor)
 
     def baseline_shares(self, X: np.ndarray) -> list[dict[str, float]] | None:
         """Per row, each term's share of the physical baseline (median model, before its learned correction),
@@ -355,10 +360,16 @@ class ModelSet:
         return (design_matrix([(a, 32) for a in archs])[:, _ARCH_COLUMNS] - self._mu) / self._sd
 
     def nearest(self, arch: ArchFeatures) -> tuple[str, float]:
-        a = self.standardized([arch])
-        d = np.linalg.norm(self._ref - a, axis=1)
-        i = int(np.argmin(d))
-        return self.profiled_names[i], float(d[i])
+        return self.nearest_each([arch])[0]
+
+    def nearest_each(self, archs: Sequence[ArchFeatures]) -> list[tuple[str, float]]:
+        """Per architecture, the nearest profiled one and its distance (one design matrix for them all)."""
+        out = []
+        for a in self.standardized(archs):
+            d = np.linalg.norm(self._ref - a, axis=1)
+            i = int(np.argmin(d))
+            out.append((self.profiled_names[i], float(d[i])))
+        return out
 
 
 def _measured_on_this_cpu(ms: ModelSet) -> bool:
@@ -477,6 +488,53 @@ def _load_sets(path: str | Path | None,
 
     calibrated, unusable = load_calibrations(root, sets)
     return {**sets, **calibrated}, unusable, broken
+
+
+@dataclass(frozen=True)
+class CardRequest:
+    """One job of :meth:`Predictor.cards_for`: its graph features (an :class:`ArchFeatures`, a feature mapping or
+    a card, as :meth:`Predictor.predict`'s ``features``), its batch sizes and the options ``predict`` takes for
+    them; ``source`` names it on its card (default: its name, else "features")."""
+
+    features: ArchFeatures | Mapping[str, Any] | PerformanceCard
+    batch_sizes: Sequence[int] = (32,)
+    device_type: str | None = None
+    mode: str | None = None
+    precision: str | None = None
+    optimizer_state_copies: float | None = None
+    allow_fallback: bool = True
+    source: str | None = None
+
+    @classmethod
+    def of(cls, job: CardRequest | Mapping[str, Any]) -> CardRequest:
+        """``job`` as a request: a mapping's keys are the fields (an unknown one is a :class:`UsageError`)."""
+        if isinstance(job, CardRequest):
+            return job
+        if not isinstance(job, Mapping):
+            raise UsageError(f"a job must be a CardRequest or a mapping of its fields, got {type(job).__name__}",
+                             step="predict")
+        fields = cls.__dataclass_fields__
+        unknown = sorted(str(k) for k in job if k not in fields)
+        if unknown or "features" not in job:
+            why = f"unknown key(s) {', '.join(unknown)[:200]}" if unknown else "no features"
+            raise UsageError(f"{why}; a job's keys are {', '.join(fields)}", step="predict")
+        return cls(**job)
+
+
+@dataclass(frozen=True)
+class CardError:
+    """The place of a job :meth:`Predictor.cards_for` could not predict: its index in the jobs, and the error
+    :meth:`Predictor.predict` would have raised for it."""
+
+    index: int
+    error: PerfPredictError
+
+    @property
+    def message(self) -> str:
+        return f"job {self.index}: {self.error}"
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class Predictor:
@@ -731,14 +789,60 @@ class Predictor:
     def card_for(self, arch: ArchFeatures, batch_sizes: Sequence[int], *, device_type: str | None = None,
                  source: str = "features", allow_fallback: bool = True, mode: str | None = None,
                  precision: str | None = None):
-        from perfpredict.card import NearestProfiled, PredictedPoint, PredictionInfo
+        job = self._job(arch, batch_sizes, device_type, mode, precision, allow_fallback)
+        return self._card(job, _estimates(job.ms, [job])[0], device_type, source)
 
+    def cards_for(self, jobs: Sequence[CardRequest | Mapping[str, Any]]) -> list[PerformanceCard | CardError]:
+        """One predicted card per job of ``jobs``, in order, each the card :meth:`predict` gives for its features
+        (a :class:`CardRequest`, or a mapping of its fields), the same to the last bit: a scheduler asking for a
+        round's queued jobs at once. The jobs of each model set share one design matrix, so each estimator
+        runs once for all of them, not once per job. A job that cannot be predicted (a bad feature vector,
+        batch size or option) does not stop the others: its place holds a :class:`CardError` naming its index
+        and why (``str(r)``; ``r.error`` is the exception ``predict`` raises for it), so check each result with
+        ``isinstance(r, CardError)``. Only ``jobs`` that is not a list at all raises."""
+        if isinstance(jobs, (str, bytes, Mapping)) or not isinstance(jobs, Sequence):
+            raise UsageError(f"jobs must be a list of CardRequests (or mappings of their fields), got "
+                             f"{type(jobs).__name__}", step="predict")
+        out: list[PerformanceCard | CardError | None] = [None] * len(jobs)
+        ready: dict[int, tuple[CardRequest, _Job]] = {}
+        for i, given in enumerate(jobs):
+            try:
+                req = CardRequest.of(given)
+                arch = with_optimizer_state_copies(_as_arch(req.features),
+                                                   check_optimizer_state_copies(req.optimizer_state_copies))
+                ready[i] = req, self._job(arch, req.batch_sizes, req.device_type, req.mode, req.precision,
+                                          req.allow_fallback)
+            except PerfPredictError as e:
+                out[i] = CardError(i, e)
+        by_set: dict[int, list[int]] = {}
+        for i, (_, job) in ready.items():
+            by_set.setdefault(id(job.ms), []).append(i)
+        for idx in by_set.values():
+            estimates = _estimates(ready[idx[0]][1].ms, [ready[i][1] for i in idx])
+            for i, e in zip(idx, estimates, strict=True):
+                req, job = ready[i]
+                try:
+                    out[i] = self._card(job, e, req.device_type, req.source or job.given.name or "features")
+                except PerfPredictError as err:
+                    out[i] = CardError(i, err)
+        return out  # type: ignore[return-value]  # every place is filled
+
+    def _job(self, arch: ArchFeatures, batch_sizes: Sequence[int], device_type: str | None, mode: str | None,
+             precision: str | None, allow_fallback: bool) -> _Job:
+        """What a card is predicted from, checked: its batch sizes, model set and graph counts."""
         # a card has one point per batch size, in order, as a measured card does ([8, 8] would be two rows)
         batch_sizes = sorted(set(_check_batches(batch_sizes)))
         ms, precision_note = self._set_for(arch, device_type, mode, precision)
-        estimated = _estimated_counts(arch)
-        given, arch = arch, ms.with_graph_counts(arch)
-        e = _estimate(ms, arch, batch_sizes, estimated, allow_fallback)
+        counted = ms.with_graph_counts(arch)
+        _check_computes(counted)
+        return _Job(ms, arch, counted, batch_sizes, _estimated_counts(arch), allow_fallback, precision_note)
+
+    def _card(self, job: _Job, e: _Estimate, device_type: str | None, source: str):
+        """The card for ``job`` from its estimate ``e``: the predictions, and the notes on what they rest on."""
+        from perfpredict.card import NearestProfiled, PredictedPoint, PredictionInfo
+
+        ms, precision_note, given, arch = job.ms, job.precision_note, job.given, job.arch
+        batch_sizes, estimated = job.batch_sizes, job.estimated
         near_name, dist, reach, preds, method = e.near, e.dist, e.reach, e.preds, e.method
         ood = dist > ms.ood_threshold
         nearest = NearestProfiled(name=near_name, family=ms.profiled[near_name]["family"], distance=dist,
@@ -1385,22 +1489,85 @@ class _Estimate:
     method: str  # "estimator", or "nearest_profiled" when the fallback answered
 
 
+@dataclass(frozen=True)
+class _Job:
+    """One card to predict, checked (:meth:`Predictor._job`)."""
+
+    ms: ModelSet
+    given: ArchFeatures  # as the caller gave it, its optimizer state copies applied
+    arch: ArchFeatures  # with its graph counts (:meth:`ModelSet.with_graph_counts`)
+    batch_sizes: list[int]  # sorted, unique
+    estimated: frozenset[str]  # the graph counts that were estimated (:func:`_estimated_counts`)
+    allow_fallback: bool
+    precision_note: str | None
+
+
+def _check_computes(arch: ArchFeatures) -> None:
+    if arch.forward_macs_per_sample + arch.forward_macs_fixed <= 0 and arch.param_count <= 0:
+        raise UsageError("the graph features describe no computation (no multiply-accumulates and no parameters), "
+                         "so there is nothing to predict; send the features of a real model (an ONNX file or a "
+                         "model file gives them)", step="predict")
+
+
 def _estimate(ms: ModelSet, arch: ArchFeatures, batch_sizes: Sequence[int], estimated: frozenset[str],
               allow_fallback: bool) -> _Estimate:
     """What ``card_for`` and ``predict_values`` both predict: the estimators, or out of distribution (and
     ``allow_fallback``) the nearest profiled model carried over (:func:`_fallback`). ``arch`` has its graph
     counts (:meth:`ModelSet.with_graph_counts`); ``estimated``: those of them that were estimated
     (:func:`_estimated_counts`)."""
-    if arch.forward_macs_per_sample + arch.forward_macs_fixed <= 0 and arch.param_count <= 0:
-        raise UsageError("the graph features describe no computation (no multiply-accumulates and no parameters), "
-                         "so there is nothing to predict; send the features of a real model (an ONNX file or a "
-                         "model file gives them)", step="predict")
-    X = design_matrix([(arch, b) for b in batch_sizes], device_kind=ms.device_kind)
-    near, dist = ms.nearest(arch)
-    reach = ms.largest_measured_batch[near]
-    past = ms.doublings_past(batch_sizes, reach)
-    preds = {name: t.predict(X, estimated_counts=bool(estimated), doublings_past=past)
-             for name, t in ms.targets.items()}
+    _check_computes(arch)
+    return _estimates(ms, [_Job(ms, arch, arch, list(batch_sizes), estimated, allow_fallback, None)])[0]
+
+
+#: The most rows one estimator call takes in :func:`_estimates` (a forest holds rows x trees node indices at once:
+#: 1,024 x 1,200 trees is 10 MB); the rows are independent, so how they are split changes no bit.
+_ROWS_PER_CALL = 1024
+
+
+def _estimates(ms: ModelSet, jobs: Sequence[_Job]) -> list[_Estimate]:
+    """:func:`_estimate` for each of ``jobs`` (all of model set ``ms``, their features checked): one design matrix
+    for every job's batch sizes, and each estimator called once per block of :data:`_ROWS_PER_CALL` rows of the
+    jobs whose interval margin is the same (estimated counts or not). Every step of a prediction is row by row
+    (:func:`~perfpredict.estimators.models.rowwise_dot`, the forest's sums), so each job's numbers are those it
+    gets alone, to the last bit; what is per job in Python (the design rows, the fallback, the training memory)
+    stays per job."""
+    X = design_matrix([(j.arch, b) for j in jobs for b in j.batch_sizes], device_kind=ms.device_kind)
+    ends = np.cumsum([len(j.batch_sizes) for j in jobs])
+    spans = [slice(e - len(j.batch_sizes), e) for j, e in zip(jobs, ends, strict=True)]
+    nearest = ms.nearest_each([j.arch for j in jobs])
+    reach = [ms.largest_measured_batch[near] for near, _ in nearest]
+    past = np.concatenate([ms.doublings_past(j.batch_sizes, r) for j, r in zip(jobs, reach, strict=True)])
+    raw: list[dict[str, tuple[np.ndarray, np.ndarray]]] = [{} for _ in jobs]
+    for flag in sorted({bool(j.estimated) for j in jobs}):
+        members = [k for k, j in enumerate(jobs) if bool(j.estimated) == flag]
+        rows = (slice(None) if len(members) == len(jobs)
+                else np.concatenate([np.arange(len(X))[spans[k]] for k in members]))
+        for name, t in ms.targets.items():
+            y, q = _in_blocks(t, X[rows], flag, past[rows])
+            at = 0
+            for k in members:
+                n = len(jobs[k].batch_sizes)
+                raw[k][name] = y[at:at + n], q[at:at + n]
+                at += n
+    return [_finished(ms, j.arch, j.batch_sizes, j.estimated, j.allow_fallback, X[span], near, dist, r,
+                      past[span], preds)
+            for j, span, (near, dist), r, preds in zip(jobs, spans, nearest, reach, raw, strict=True)]
+
+
+def _in_blocks(t: _Target, X: np.ndarray, estimated: bool, past: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``t.predict`` on ``X``, :data:`_ROWS_PER_CALL` rows at a time."""
+    if len(X) <= _ROWS_PER_CALL:
+        return t.predict(X, estimated_counts=estimated, doublings_past=past)
+    parts = [t.predict(X[a:a + _ROWS_PER_CALL], estimated_counts=estimated, doublings_past=past[a:a + _ROWS_PER_CALL])
+             for a in range(0, len(X), _ROWS_PER_CALL)]
+    return np.concatenate([y for y, _ in parts]), np.concatenate([q for _, q in parts])
+
+
+def _finished(ms: ModelSet, arch: ArchFeatures, batch_sizes: Sequence[int], estimated: frozenset[str],
+              allow_fallback: bool, X: np.ndarray, near: str, dist: float, reach: int, past: np.ndarray,
+              preds: dict[str, tuple[np.ndarray, np.ndarray]]) -> _Estimate:
+    """One job's estimate from its estimators' predictions ``preds`` (its rows ``X``): the fallback out of
+    distribution, training memory's charges, and the intervals made to hold their medians."""
     method = "estimator"
     if allow_fallback and dist > ms.ood_threshold:
         method = "nearest_profiled"

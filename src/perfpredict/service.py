@@ -7,6 +7,10 @@
   its memory q90 grows per doubling past the trained batch sizes;
 - ``POST /predict`` — JSON ``{"features": {...graph features...}, "batch_sizes": [32], "device_type": ...}``,
   answered with a predicted :class:`~perfpredict.card.PerformanceCard`;
+- ``POST /predict/batch`` — JSON ``{"jobs": [<a /predict body>, ...]}`` (1 to 1,000 jobs): a scheduler's round
+  in one request, answered with ``{"results": [...], "errors": <count>}``, one result per job in order: ``{"status":
+  200, "card": {...}}``, the card /predict gives for it, or ``{"status": 422, "detail": ...}``, the error /predict
+  gives for it (a bad job does not fail the others);
 - ``POST /predict/onnx`` — multipart upload of an ONNX file (``file``) with ``batch_sizes`` (comma-separated)
   and optional ``device_type`` (and ``mode``, ``precision``, ``batch_axis``, ``batch_input``, ``dims``, ``frozen``: the
   weights a training job freezes, by initializer name prefix, comma-separated, or ``trained``: the weights that
@@ -33,6 +37,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter,
 from perfpredict.errors import PerfPredictError, UsageError
 from perfpredict.estimators.feature_schema import FeatureVector, request_features
 from perfpredict.predictor import MAX_BATCH_SIZE, MAX_BATCH_SIZES, MAX_OPTIMIZER_STATE_COPIES
+
+#: The most jobs one POST /predict/batch may hold (its body is held to the upload limit besides, as every route's)
+MAX_BATCH_JOBS = 1000
 
 DEFAULT_MAX_UPLOAD_BYTES = 256 * 1024 * 1024
 #: what a multipart body may hold beyond the file: the envelope and the other form fields
@@ -85,6 +92,27 @@ class PredictRequest(_Request):
         None, description="the autocast precision the job trains at (default fp32): picks the set trained at it")
     optimizer_state_copies: OptimizerStateCopies = None
     allow_fallback: bool = True
+
+
+class BatchPredictRequest(_Request):
+    jobs: list[Any] = Field(min_length=1, max_length=MAX_BATCH_JOBS,
+                            description=f"1 to {MAX_BATCH_JOBS} jobs, each a /predict request body; one that is not "
+                                        "valid gets its own 422 in the results, the others their cards")
+
+
+class BatchResult(BaseModel):
+    """One job's answer in POST /predict/batch: the card /predict gives for it, or the error it gives."""
+
+    status: Literal[200, 422]
+    card: dict[str, Any] | None = Field(None, description="the predicted PerformanceCard (status 200)")
+    detail: str | list[dict[str, Any]] | None = Field(None, description="why the job was refused (status 422), "
+                                                      "as /predict says it: the schema's errors as a list, their "
+                                                      "loc starting [\"body\", \"jobs\", <index>], or one line")
+
+
+class BatchPredictResponse(BaseModel):
+    results: list[BatchResult]
+    errors: int = Field(description="how many jobs were refused")
 
 
 def parse_batch_sizes(text: str) -> list[int]:
@@ -155,6 +183,11 @@ _REFUSED = {422: {"description": "the schema's errors as a list (`{\"detail\": [
 
 #: a validation error's ``input`` is echoed only this short (a whole feature vector or an upload's bytes were)
 _ECHO_CHARS = 200
+
+
+def _bounded(detail: str) -> str:
+    """A one-line error, which may quote the client's input, bounded as a validation error's echo is."""
+    return detail if len(detail) <= 2000 else f"{detail[:2000]}... ({len(detail) - 2000:,} more characters)"
 
 
 def _short_inputs(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -235,7 +268,7 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
         load_onnx_bytes,
     )
     from perfpredict.pair_prediction import PairPrediction
-    from perfpredict.predictor import Predictor, with_optimizer_state_copies
+    from perfpredict.predictor import CardError, CardRequest, Predictor, with_optimizer_state_copies
     from perfpredict.profile.batch_search import BatchLimit
 
     max_upload_bytes = _upload_limit(max_upload_bytes)
@@ -245,15 +278,15 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
 
     @app.exception_handler(PerfPredictError)
     async def _pp_error(request: Request, exc: PerfPredictError):  # noqa: ARG001
-        detail = str(exc)  # it may quote the client's input: bounded, as a validation error's is
-        return JSONResponse(status_code=422, content={"detail": detail if len(detail) <= 2000 else
-                                                      f"{detail[:2000]}... ({len(detail) - 2000:,} more characters)"})
+        return JSONResponse(status_code=422, content={"detail": _bounded(str(exc))})
+
+    def _schema_errors(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        # FastAPI's own rendering, save that it cannot render a NaN the client sent back to it (a 500)
+        return _json_safe(jsonable_encoder(_short_inputs(errors)))
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):  # noqa: ARG001
-        # FastAPI's own handler, save that it cannot render a NaN the client sent back to it (a 500)
-        return JSONResponse(status_code=422, content={"detail": _json_safe(jsonable_encoder(
-            _short_inputs(list(exc.errors()))))})
+        return JSONResponse(status_code=422, content={"detail": _schema_errors(list(exc.errors()))})
 
     app.add_middleware(_BodyLimit, limit=max_upload_bytes + _FORM_MARGIN_BYTES, shown=max_upload_bytes)
 
@@ -295,6 +328,34 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
         card = pred.card_for(arch, req.batch_sizes, device_type=req.device_type, source=arch.name or "features",
                              allow_fallback=req.allow_fallback, mode=req.mode, precision=req.precision)
         return card.model_dump(mode="json")
+
+    @app.post("/predict/batch", responses={200: {"model": BatchPredictResponse}, **_REFUSED})
+    def predict_batch(req: BatchPredictRequest) -> dict[str, Any]:
+        """Many /predict requests in one (``Predictor.cards_for``): each job's card as /predict answers it, to the
+        last bit, or the 422 /predict gives it, in order. The jobs of each model set share one design matrix, so
+        each estimator runs once for all of them."""
+        results: list[dict[str, Any] | None] = [None] * len(req.jobs)
+        valid, jobs = [], []
+        for i, body in enumerate(req.jobs):
+            try:
+                one = PredictRequest.model_validate(body)
+                arch = with_optimizer_state_copies(ArchFeatures.from_dict(request_features(one.features)),
+                                                   one.optimizer_state_copies)
+            except ValidationError as e:
+                errors = [{**err, "loc": ("body", "jobs", i, *err["loc"])} for err in e.errors(include_url=False)]
+                results[i] = {"status": 422, "detail": _schema_errors(errors)}
+                continue
+            except PerfPredictError as e:
+                results[i] = {"status": 422, "detail": _bounded(str(e))}
+                continue
+            valid.append(i)
+            jobs.append(CardRequest(arch, one.batch_sizes, device_type=one.device_type, mode=one.mode,
+                                    precision=one.precision, allow_fallback=one.allow_fallback,
+                                    source=arch.name or "features"))
+        for i, r in zip(valid, pred.cards_for(jobs), strict=True):
+            results[i] = ({"status": 422, "detail": _bounded(str(r.error))} if isinstance(r, CardError)
+                          else {"status": 200, "card": r.model_dump(mode="json")})
+        return {"results": results, "errors": sum(r["status"] != 200 for r in results if r is not None)}
 
     @app.post("/colocation", responses={200: {"model": PairPrediction}, **_REFUSED})
     def colocation(req: ColocationRequest) -> dict[str, Any]:

@@ -42,9 +42,12 @@ class CompiledForest:
         #: both children of node j: ``children[2 j + go_left]``, so a level costs one gather, not two and a select
         self.children = np.stack([right, left], axis=1).ravel()
         self.num_outputs = len(base_score)
-        #: trees x outputs indicator: one matrix product sums each output's trees
-        self._to_output = np.zeros((len(roots), self.num_outputs))
-        self._to_output[np.arange(len(roots)), tree_output] = 1.0
+        #: each output's trees, summed row by row (a matrix product's sum depends on the number of rows: a job's
+        #: prediction alone and among other jobs differed in the last bits)
+        #: (a strided view where they take turns, as XGBoost's multi-quantile rounds do: no copy)
+        turns = np.array_equal(tree_output, np.arange(len(roots)) % self.num_outputs)
+        self._output_trees = [slice(o, None, self.num_outputs) if turns else np.flatnonzero(tree_output == o)
+                              for o in range(self.num_outputs)]
 
     @property
     def left(self) -> np.ndarray:
@@ -79,8 +82,10 @@ class CompiledForest:
 
     def inplace_predict(self, X: Any) -> np.ndarray:
         """XGBoost's ``inplace_predict`` for a dense 2-D array: shape (n,) for one output, else (n, outputs)."""
-        out = self.value.take(self._leaf_nodes(X)) @ self._to_output + self.base_score
-        return out[:, 0] if self.num_outputs == 1 else out
+        leaves = self.value.take(self._leaf_nodes(X))
+        if self.num_outputs == 1:
+            return leaves.sum(axis=1) + self.base_score[0]
+        return np.column_stack([leaves[:, trees].sum(axis=1) for trees in self._output_trees]) + self.base_score
 
 
 def _base_scores(param: dict[str, Any]) -> np.ndarray:

@@ -234,6 +234,17 @@ def baseline_components(X: np.ndarray, terms: tuple[tuple[str, ...], ...] = MEMO
     return np.column_stack(cols)
 
 
+def rowwise_dot(C: np.ndarray, coef: np.ndarray) -> np.ndarray:
+    """``C @ coef``, summed one column after another, so that each row's value depends on that row alone. BLAS's
+    matrix-vector product sums in an order that depends on how many rows it is given: a job's baseline came out
+    some ulps apart predicted alone and among other jobs (:meth:`~perfpredict.predictor.Predictor.cards_for`
+    answers exactly as one ``card_for`` per job)."""
+    terms = np.asarray(C, float) * np.asarray(coef, float)
+    if terms.shape[1] == 0:
+        return np.zeros(len(terms))
+    return np.add.accumulate(terms, axis=1)[:, -1]  # a running sum: in column order, by definition
+
+
 def fit_baseline(C: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Non-negative coefficients of ``C @ coef ≈ y`` on *relative* residuals (small and large jobs weigh alike),
     so the coefficients stay physical (no negative bytes per parameter, no negative seconds per MAC)."""
@@ -367,13 +378,13 @@ def with_utilization_prior(X: np.ndarray, busy_coef: np.ndarray, idle_coef: np.n
 
 
 def _busy_seconds(X: np.ndarray, busy_coef: np.ndarray) -> np.ndarray:
-    return np.maximum(baseline_components(X, BUSY_TERMS)[:, 1:] @ busy_coef, 1e-9)
+    return np.maximum(rowwise_dot(baseline_components(X, BUSY_TERMS)[:, 1:], busy_coef), 1e-9)
 
 
 def utilization_prior(X: np.ndarray, busy_coef: np.ndarray, idle_coef: np.ndarray) -> np.ndarray:
     """``log(B / I)`` per row: the physical model's busy over idle seconds per iteration (``logit`` of its
     utilisation ``B / (B + I)``)."""
-    idle = baseline_components(X, IDLE_TERMS) @ idle_coef
+    idle = rowwise_dot(baseline_components(X, IDLE_TERMS), idle_coef)
     return np.log(_busy_seconds(X, busy_coef)) - np.log(np.maximum(idle, 1e-9))
 
 
@@ -382,7 +393,7 @@ def busy_share_prior(X: np.ndarray, busy_coef: np.ndarray, time_coef: np.ndarray
     """``log(B / t̂)`` per row: the busy seconds over the iteration time the GPU's time baseline predicts
     (roofline + a cost per kernel launched + per recurrent step, :func:`time_terms`), NVML's ``u = B / t``
     read with the time model that knows what a step's launches cost."""
-    t = np.maximum(baseline_components(X, terms) @ time_coef, 1e-9)
+    t = np.maximum(rowwise_dot(baseline_components(X, terms), time_coef), 1e-9)
     return np.log(_busy_seconds(X, busy_coef)) - np.log(t)
 
 
