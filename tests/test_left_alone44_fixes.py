@@ -85,7 +85,7 @@ def test_the_weights_inside_a_loop_body_and_its_if_branches_are_counted_once(tri
     share them), and both of an If's branches count (both are stored, whichever runs)."""
     f = from_onnx_proto(_loop_with_body_weights(trips), "loop")
     assert f.forward_macs_per_sample == trips * 2 * 16 * 16  # the body runs `trips` times, one branch each
-    assert f.param_count == 3 * 16 * 16 + 2  # Wl, Wt, We and the two scalars c, M
+    assert f.param_count == 3 * 16 * 16  # Wl, Wt, We; the Loop's scalars c (bool) and M (int64) are no parameters
     assert f.param_bytes == 3 * 16 * 16 * 4 + 1 + 8
     assert f.lookup_param_bytes <= f.param_bytes
 

@@ -580,6 +580,11 @@ def _tensors(graph):
     """Every TensorProto a graph holds: initializers (sparse ones too) and node attributes' tensors, in
     subgraphs as well (an If's branches, a Loop's body)."""
     yield from graph.initializer
+    yield from _tensors_besides_initializers(graph)
+
+
+def _tensors_besides_initializers(graph):
+    """:func:`_tensors` but the graph's own (dense) initializers."""
     for sparse in graph.sparse_initializer:
         yield sparse.values
         yield sparse.indices
@@ -601,6 +606,87 @@ def _uses_external_data(proto) -> bool:
     return any(t.data_location == onnx.TensorProto.EXTERNAL for t in _tensors(proto.graph))
 
 
+#: the most bytes of a model file's externally stored tensors other than its weights (shapes, indices, constants)
+#: read from beside it: shape inference needs their values, where a weight's shape alone is enough
+EXTERNAL_VALUES_LIMIT_BYTES = 256 * 2**20
+
+
+def _external_tensors(proto) -> tuple[list, list]:
+    """(the main graph's floating-point initializers stored in external files: its weights, every other tensor so
+    stored: a node's constant, a subgraph's, integer values such as a Reshape's target, which shapes may depend
+    on)."""
+    import onnx
+
+    def external(t) -> bool:
+        return t.data_location == onnx.TensorProto.EXTERNAL
+
+    main = [t for t in proto.graph.initializer if external(t)]
+    weights = [t for t in main if t.data_type in _ONNX_FLOAT_DTYPES]
+    others = [t for t in main if t.data_type not in _ONNX_FLOAT_DTYPES]
+    return weights, others + [t for t in _tensors_besides_initializers(proto.graph) if external(t)]
+
+
+def _external_extent(tensor, folder: Path, source: str) -> int:
+    """The bytes ``tensor``'s external data takes in its file, which must lie inside ``folder`` (the model's,
+    resolved): a relative location without ``..`` that no link leads out of, a regular file holding the range."""
+    from pathlib import PurePosixPath, PureWindowsPath
+
+    from onnx.external_data_helper import ExternalDataInfo
+
+    def refuse(why: str) -> ArchFeaturesError:
+        return ArchFeaturesError(f"tensor {tensor.name[:60]!r} is stored in an external file {why}", source=source,
+                                 step="read onnx")
+
+    try:
+        info = ExternalDataInfo(tensor)
+    except ValueError as e:
+        raise refuse(f"at a malformed place ({first_line(e)[:100]})") from None
+    loc = str(info.location)
+    shown = repr(loc[:80])
+    inside = ("external data must lie in files in the model's folder or below it (a relative location "
+              "without '..')")
+    if not loc or any(p.is_absolute() or ".." in p.parts for p in (PurePosixPath(loc), PureWindowsPath(loc))):
+        raise refuse(f"at {shown}, outside the model's folder: {inside}")
+    f = (folder / loc).resolve()
+    if not f.is_relative_to(folder):
+        raise refuse(f"at {shown}, a link out of the model's folder: {inside}")
+    if not f.is_file():
+        raise refuse(f"{shown} that is not in the model's folder ({str(folder)[:120]})")
+    size = f.stat().st_size
+    offset = info.offset or 0
+    length = size - offset if info.length is None else info.length
+    if offset + length > size:
+        raise refuse(f"{shown} at bytes {offset}-{offset + length}, past the file's end ({size} bytes)")
+    return length
+
+
+def _external_values_loaded(proto, path: Path, source: str):
+    """A copy of ``proto`` with its externally stored tensors other than its weights (:func:`_external_tensors`:
+    a Reshape's target, a constant) read from the files beside ``path``: ONNX's checker and shape inference read
+    no external data (a Reshape whose target lies in a file was refused: "Cannot parse data from external
+    tensors"). Every external location, the weights' too, must be a file in the model's folder
+    (:func:`_external_extent`); at most :data:`EXTERNAL_VALUES_LIMIT_BYTES` are read. The weights stay references
+    (their shapes are what the features read)."""
+    import onnx
+    from onnx.external_data_helper import load_external_data_for_tensor
+
+    m = onnx.ModelProto()
+    m.CopyFrom(proto)
+    folder = path.parent.resolve()
+    weights, others = _external_tensors(m)
+    for t in weights:
+        _external_extent(t, folder, source)
+    total = sum(_external_extent(t, folder, source) for t in others)
+    if total > EXTERNAL_VALUES_LIMIT_BYTES:
+        raise ArchFeaturesError(f"the model's externally stored tensors besides its floating-point weights (shapes, "
+                                f"indices, constants) hold {total / 2**20:.0f} MiB, more than the "
+                                f"{EXTERNAL_VALUES_LIMIT_BYTES // 2**20} MiB read from beside a model", source=source,
+                                step="read onnx")
+    for t in others:
+        load_external_data_for_tensor(t, str(folder))
+    return m
+
+
 def _external_weights_as_shapes(proto, source: str):
     """(the model with its main graph's externally stored initializers kept as shapes without values, the model
     the checker reads: those initializers as graph inputs of their shape). The features read weights' shapes
@@ -611,9 +697,8 @@ def _external_weights_as_shapes(proto, source: str):
     import onnx
     from onnx import helper
 
-    main = [t for t in proto.graph.initializer
-            if t.data_location == onnx.TensorProto.EXTERNAL and t.data_type in _ONNX_FLOAT_DTYPES]
-    if sum(t.data_location == onnx.TensorProto.EXTERNAL for t in _tensors(proto.graph)) > len(main):
+    main, others = _external_tensors(proto)
+    if others:
         raise ArchFeaturesError("the model holds a tensor other than its floating-point weights (a node's constant, "
                                 "integer values such as a shape) in an external file, which this service does not "
                                 "read; upload a model with it inside (onnx.save_model's default size_threshold keeps "
@@ -646,7 +731,9 @@ def load_onnx_bytes(data: bytes, source: str = "upload", *, external_data: bool 
     (its error said whether a file of that name exists there). Weights so stored are read as shapes
     (:func:`_external_weights_as_shapes`), any other such tensor refused. With
     ``path`` (the file ``data`` was read from), external data is looked up beside it, where exporters put it,
-    whatever the working directory."""
+    whatever the working directory: the tensors shapes may depend on (a Reshape's target, a constant) read
+    (:func:`_external_values_loaded`), the weights checked as shapes. Without either (the Python API given
+    bytes), ONNX's checker looks such files up itself."""
     import onnx
 
     try:
@@ -659,12 +746,13 @@ def load_onnx_bytes(data: bytes, source: str = "upload", *, external_data: bool 
     checked = proto
     if not external_data and external:
         proto, checked = _external_weights_as_shapes(proto, source)
-        external = False
+    elif external and path is not None:
+        proto = _external_values_loaded(proto, Path(path), source)
+        checked = _external_weights_as_shapes(proto, source)[1]
     try:
-        # the checker resolves external data against the model file's folder only when given the file's path;
         # full_check adds strict shape inference, so a graph whose shapes contradict each other (a MatMul of
         # [1,16] by [3,8]) is refused rather than counted as if it ran
-        onnx.checker.check_model(str(path) if external and path is not None else checked, full_check=True)
+        onnx.checker.check_model(checked, full_check=True)
     except Exception as e:  # noqa: BLE001
         msg = first_line(e) or type(e).__name__
         raise ArchFeaturesError(f"invalid ONNX model: {msg[:300]}", source=source, step="check onnx") from None
@@ -1035,13 +1123,16 @@ def frozen_names(init: list, frozen: Sequence[str] = (), trained: Sequence[str] 
     return frozenset(t.name for t in init if t.name not in buffers and is_frozen_name(t.name, frozen))
 
 
-def frozen_initializers(init: list, frozen: frozenset[str]) -> tuple[float, float]:
+def frozen_initializers(init: list, frozen: frozenset[str], params: frozenset[str] | None = None
+                        ) -> tuple[float, float]:
     """The bytes and count of the initializers ``init`` named in ``frozen`` (:func:`frozen_names`), summed from
-    their shapes and types."""
+    their shapes and types; the count of those that are ``params`` only (None: every one), as ``param_count``
+    counts them (a quantised weight's scale and zero point are bytes, no parameters)."""
     from perfpredict.features.graph import tensor_nbytes
 
     picked = [t for t in init if t.name in frozen]
-    return float(sum(tensor_nbytes(t) for t in picked)), float(sum(math.prod(t.dims) for t in picked))
+    return (float(sum(tensor_nbytes(t) for t in picked)),
+            float(sum(math.prod(t.dims) for t in picked if params is None or t.name in params)))
 
 
 def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
@@ -1069,6 +1160,7 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
         analyze_onnx,
         buffer_names,
         inline_functions,
+        parameter_names,
         unknown_shapes_note,
     )
 
@@ -1083,12 +1175,14 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
     notes: list[str] = []
     # every weight, a Loop's or If's own included (counted once: a body's weights are shared by its iterations)
     init = all_initializers(proto.graph)
-    # the buffers (a BatchNormalization's running statistics) are no parameters: a model file's count has none
+    # the buffers (a BatchNormalization's running statistics) are no parameters: a model file's count has none;
+    # nor are shape constants and quantisation scales (torch's count, which the training data's param_count is)
     buffers = buffer_names(proto.graph, init)
-    param_count = float(sum(math.prod(t.dims) for t in init if t.name not in buffers))
+    params = parameter_names(proto.graph, init, buffers)
+    param_count = float(sum(math.prod(t.dims) for t in init if t.name in params))
     frozen, trained = check_frozen_or_trained(frozen, trained)
     frozen_set = frozen_names(init, frozen or (), trained or (), name, buffers)
-    frozen_bytes, frozen_count = frozen_initializers(init, frozen_set)
+    frozen_bytes, frozen_count = frozen_initializers(init, frozen_set, params)
     named = check_optimizer(optimizer)
     copies, copies_note, step_bytes = (1.0, None, None) if named is None else \
         named_optimizer_probe(named, onnx_trained_weights(init, frozen_set | buffers))

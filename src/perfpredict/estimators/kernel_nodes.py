@@ -28,7 +28,7 @@ OP_CLASS: dict[str, str] = {
     "Conv": "conv", "ConvTranspose": "conv_transpose", "Gemm": "gemm", "MatMul": "gemm", "Einsum": "matmul",
     "LSTM": "lstm", "GRU": "gru", "RNN": "rnn", "Attention": "matmul",
     "ConvInteger": "conv", "QLinearConv": "conv", "MatMulInteger": "gemm", "QLinearMatMul": "gemm",
-    "FusedMatMul": "gemm",
+    "FusedMatMul": "gemm", "QGemm": "gemm",
     "BatchNormalization": "norm", "LayerNormalization": "norm", "InstanceNormalization": "norm",
     "GroupNormalization": "norm",
     "MaxPool": "maxpool", "GlobalMaxPool": "maxpool", "AveragePool": "pool", "GlobalAveragePool": "pool",

@@ -10,8 +10,9 @@ inference gives:
 - ``LSTM`` / ``GRU`` / ``RNN``: steps × batch × directions × (gates·H·I + gates·H·H)
 - ``Attention`` (opset 23): batch × heads × L × S × (E_qk + E_v)
 - their integer and quantized forms as their float ones (``ConvInteger``, ``QLinearConv``, ``MatMulInteger``,
-  ``QLinearMatMul``), and onnxruntime's ``com.microsoft`` ``FusedMatMul`` and ``Attention``
-  (:data:`CUSTOM_MAC_OPS`); any other op outside ONNX's domains leaves a note that its MACs are not counted
+  ``QLinearMatMul``), and onnxruntime's ``com.microsoft`` ``FusedMatMul``, ``Attention`` and ``QGemm`` (the
+  quantised Gemm its QOperator quantisation writes) (:data:`CUSTOM_MAC_OPS`); any other op outside ONNX's
+  domains leaves a note that its MACs are not counted
 
 A model's local functions are inlined first (each call is what its function's nodes do); a weight written as a
 ``Constant`` node is a weight as an initializer is (:func:`_constant_weights`).
@@ -60,7 +61,8 @@ INTEGER_MAC_OPS = ("MatMulInteger", "QLinearMatMul", "ConvInteger", "QLinearConv
 MAC_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum", *RECURRENT_OPS, "Attention", *INTEGER_MAC_OPS)
 #: Ops of other domains whose MACs are counted (onnxruntime's fused forms, as its optimizer writes them): any other
 #: op of a domain besides ONNX's is not counted, with a note
-CUSTOM_MAC_OPS = frozenset({("com.microsoft", "FusedMatMul"), ("com.microsoft", "Attention")})
+CUSTOM_MAC_OPS = frozenset({("com.microsoft", "FusedMatMul"), ("com.microsoft", "Attention"),
+                            ("com.microsoft", "QGemm")})
 #: Ops whose subgraphs run in their place: a loop's body once per iteration, one branch of an If
 CONTROL_FLOW_OPS = ("Loop", "Scan", "If")
 #: The most node copies the peak-live and saved-for-backward walks unroll control flow into (a Loop's trip count
@@ -280,6 +282,51 @@ def buffer_names(graph, weights: list) -> frozenset[str]:
     return frozenset(kept - trained)
 
 
+#: The inputs of the quantised ops that carry values (an activation, a weight, a bias, as the op's float form takes
+#: them); every other input of theirs is a quantisation scale or zero point (onnxruntime's ContribOperators.md for
+#: its ``com.microsoft`` ones: :func:`parameter_names`)
+QUANTISED_VALUE_INPUTS: dict[str, tuple[int, ...]] = {
+    "QuantizeLinear": (0,), "DequantizeLinear": (0,), "DynamicQuantizeLinear": (0,), "QLinearMatMul": (0, 3),
+    "QLinearConv": (0, 3, 8), "QGemm": (0, 3, 6), "MatMulInteger": (0, 1), "ConvInteger": (0, 1),
+    "DynamicQuantizeMatMul": (0, 1, 4), "QLinearAdd": (0, 3), "QLinearMul": (0, 3), "QLinearSigmoid": (0,),
+    "QLinearLeakyRelu": (0,), "QLinearSoftmax": (0,), "QLinearAveragePool": (0,), "QLinearGlobalAveragePool": (0,),
+    "QLinearReduceMean": (0,)}
+#: TensorProto element types a parameter may have without a quantised op reading it as a value: floating point
+#: (8- and 4-bit floats included) and integers of 8 bits or fewer (a quantised weight, an 8-bit embedding table)
+_PARAMETER_TYPES = frozenset({1, 10, 11, 16, 17, 18, 19, 20, 23, 24, 2, 3, 21, 22, 25, 26})
+
+
+def parameter_names(graph, weights: list, buffers: frozenset[str] = frozenset()) -> frozenset[str]:
+    """The names of the ``weights`` (:func:`all_initializers` of ``graph``) that are the model's parameters: not
+    ``buffers`` (:func:`buffer_names`), not a quantisation scale or zero point (read only at the inputs of the
+    quantised ops that :data:`QUANTISED_VALUE_INPUTS` does not list), and either of a :data:`_PARAMETER_TYPES` type
+    or read by a quantised op as a value (a quantised bias: int32). An int64 shape constant (a Reshape's target,
+    an index) is none: the dynamo exporter's were counted as parameters (68,161 for a 68,160-parameter model), as
+    were a quantised model's scales and zero points. A quantised model's parameters are its float model's: the
+    8-bit weights and their biases."""
+    import onnx
+
+    names = {t.name for t in weights}
+    quant_param, other, valued = set(), set(), set()
+
+    def walk(g) -> None:
+        for node in g.node:
+            slots = QUANTISED_VALUE_INPUTS.get(node.op_type) \
+                if node.domain in ("", "ai.onnx", "com.microsoft") else None
+            for i, x in enumerate(node.input):
+                if x in names:
+                    (other if slots is None else valued if i in slots else quant_param).add(x)
+            for a in node.attribute:
+                for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
+                            list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []):
+                    walk(sub)
+
+    walk(graph)
+    left_out = buffers | (quant_param - other - valued)
+    return frozenset(t.name for t in weights
+                     if t.name not in left_out and (t.data_type in _PARAMETER_TYPES or t.name in valued))
+
+
 #: Ops that read a weight: a ``Constant`` that reaches one of their inputs is a weight (:func:`_constant_weights`)
 _WEIGHT_READERS = frozenset({*MAC_OPS, "BatchNormalization", "LayerNormalization", "InstanceNormalization",
                              "GroupNormalization", "Gather"})
@@ -444,6 +491,7 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True,
                 model_proto, inferred = seeded, infer_shapes(seeded)
         except Exception:  # noqa: BLE001 - as above: the bodies keep the shapes they declare
             pass
+    model_proto, inferred = _with_qgemm_shapes(model_proto, inferred)
     g = inferred.graph
     shapes = _Shapes()
     for vi in list(g.input) + list(g.value_info) + list(g.output):
@@ -1376,6 +1424,62 @@ def _node_macs(node, shapes: _Shapes) -> int | None:
     return None
 
 
+def _qgemm_mnk(node, shapes: _Shapes) -> tuple[int, int, int] | None:
+    """(M, N, K) of an onnxruntime ``com.microsoft`` ``QGemm``: inputs A, a_scale, a_zero_point, B, b_scale,
+    b_zero_point, C, y_scale, y_zero_point (onnxruntime's ContribOperators.md); A ``[M, K]`` (``[K, M]`` with
+    transA), B ``[K, N]`` (``[N, K]`` with transB), Y ``[M, N]``."""
+    ins = list(node.input)
+    a, b = (shapes.shape(ins[i]) if len(ins) > i and ins[i] else None for i in (0, 3))
+    if a is None or b is None or len(a) != 2 or len(b) != 2:
+        return None
+    m, k = (a[1], a[0]) if _attr(node, "transA", 0) else (a[0], a[1])
+    n = b[0] if _attr(node, "transB", 0) else b[1]
+    return m, n, k
+
+
+def _with_qgemm_shapes(model_proto: Any, inferred: Any) -> tuple[Any, Any]:
+    """(``model_proto``, ``inferred``) with each ``com.microsoft`` ``QGemm``'s output shape declared, inferred
+    again: ONNX's shape inference does not know onnxruntime's ops, so a QGemm's output, and every op after it (the
+    next layer's QGemm), had no shape. Each round declares the QGemms whose inputs' shapes are known, as long as
+    one is; a graph without QGemm is returned as it is."""
+    import onnx
+    from onnx import helper, shape_inference
+
+    def qgemms(graph) -> list:
+        return [n for n in graph.node if n.domain == "com.microsoft" and n.op_type == "QGemm" and n.output]
+
+    if not qgemms(inferred.graph):
+        return model_proto, inferred
+    for _ in range(len(qgemms(inferred.graph))):
+        shapes = _Shapes()
+        for vi in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output):
+            shapes.add_value_info(vi)
+        for init in inferred.graph.initializer:
+            shapes.add_initializer(init)
+        elem = {vi.name: vi.type.tensor_type.elem_type for vi in inferred.graph.value_info}
+        elem.update((t.name, t.data_type) for t in inferred.graph.initializer)
+        new = []
+        for node in qgemms(inferred.graph):
+            mnk, ins = _qgemm_mnk(node, shapes), list(node.input)
+            if mnk is None or shapes.shape(node.output[0]) is not None:
+                continue
+            # Y: 8-bit, of y_zero_point's type, where y_scale is given; float otherwise
+            quantised = len(ins) > 7 and ins[7]
+            t = elem.get(ins[8], onnx.TensorProto.UINT8) if quantised and len(ins) > 8 and ins[8] else \
+                onnx.TensorProto.UINT8 if quantised else onnx.TensorProto.FLOAT
+            new.append(helper.make_tensor_value_info(node.output[0], t, list(mnk[:2])))
+        if not new:
+            break
+        m = onnx.ModelProto()
+        m.CopyFrom(model_proto)
+        m.graph.value_info.extend(new)
+        try:
+            model_proto, inferred = m, shape_inference.infer_shapes(m, data_prop=True)
+        except Exception:  # noqa: BLE001 - best effort, as the first inference
+            break
+    return model_proto, inferred
+
+
 def _custom_macs(node, shapes: _Shapes) -> int | None:
     """MACs of a :data:`CUSTOM_MAC_OPS` node, from its inputs' shapes (ONNX's shape inference does not know these
     ops, so their outputs' shapes are often unknown): onnxruntime's ``FusedMatMul`` (a MatMul with transposed
@@ -1383,6 +1487,9 @@ def _custom_macs(node, shapes: _Shapes) -> int | None:
     ``[H_in, H_q + H_k + H_v]``, then B·S·S·(H_q + H_v) for the scores and their weighted sum, heads cancelling)."""
     ins = list(node.input)
     shp = [shapes.shape(i) if i else None for i in ins]
+    if node.op_type == "QGemm":
+        mnk = _qgemm_mnk(node, shapes)
+        return None if mnk is None else prod(mnk)
     if node.op_type == "FusedMatMul":
         a, b = shp[0], shp[1] if len(shp) > 1 else None
         if a is None or b is None or len(a) < 2 or len(b) < 2 \
