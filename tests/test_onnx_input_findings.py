@@ -76,6 +76,32 @@ def test_weights_that_only_share_transposed_shapes_are_both_counted(tmp_path):
     assert from_onnx_file(path).param_count == _params(model) == 128_000
 
 
+class _IdentityBottleneck(torch.nn.Module):
+    """A down and an up projection both initialised as identities (``nn.init.eye_``): two parameters whose
+    values are each other's transpose, neither tied to the other."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = torch.nn.Linear(256, 64, bias=False)
+        self.up = torch.nn.Linear(64, 256, bias=False)
+        torch.nn.init.eye_(self.down.weight)
+        torch.nn.init.eye_(self.up.weight)
+
+    def forward(self, x):
+        return x + self.up(torch.relu(self.down(x)))
+
+
+@pytest.mark.parametrize("shape", [(2, 256), (2, 8, 256)])
+def test_two_weights_that_are_only_equal_transposes_are_both_counted(tmp_path, shape):
+    """The exporter folds both projections' transposes (``onnx::MatMul_9`` and ``onnx::MatMul_10``), which are
+    each other's transpose: taken for one tied weight, 16,384 parameters were counted for this 32,768."""
+    from perfpredict.estimators.arch import from_onnx_file
+
+    model = _IdentityBottleneck()
+    path = _export(model, (torch.randn(*shape),), tmp_path / "b.onnx", dynamo=False, opset_version=17)
+    assert from_onnx_file(path).param_count == _params(model) == 32_768
+
+
 @pytest.fixture(scope="module")
 def client():
     pytest.importorskip("fastapi")

@@ -823,9 +823,11 @@ def _tied_transposes_as_nodes(proto):
     embedding table (a language model's output projection) is then stored twice, as the table and as its
     transpose, and its parameters were counted twice (132,160 for a 68,160-parameter model: weights, gradients
     and optimizer state all charged twice). The dynamo exporter keeps one initializer and a ``Transpose`` node,
-    which is what this writes. A pair is tied when its shapes are each other's transpose (not square) and its
-    values are too; a constant-valued tensor (zeros) is never taken for a copy. Data held in external files is
-    not read: such pairs stay as they are."""
+    which is what this writes. A pair is tied when its shapes are each other's transpose (not square), its values
+    are too, and one of the two is such a folded constant (``onnx::``) while the other is not: two weights of
+    the model (two parameters, or the folded transposes of two) that are only equal, as an identity-initialised
+    down and up projection are, stay two; a constant-valued tensor (zeros) is never taken for a copy. Data held
+    in external files is not read: such pairs stay as they are."""
     import numpy as np
     import onnx
     from onnx import helper, numpy_helper
@@ -854,11 +856,14 @@ def _tied_transposes_as_nodes(proto):
             if (a == a.flat[0]).all():
                 continue
             for u, b in by_column.get(a[0].tobytes(), []):
-                if u.name not in copies and np.array_equal(b, a.T):
-                    # the exporter's folded constant is the copy; a parameter's own name is kept
-                    copy, kept = (t, u) if t.name.startswith("onnx::") and not u.name.startswith("onnx::") else (u, t)
-                    copies[copy.name] = kept.name
+                folded = t.name.startswith("onnx::")
+                if folded == u.name.startswith("onnx::") or u.name in copies or not np.array_equal(b, a.T):
+                    continue
+                # the exporter's folded constant is the copy, the parameter's own name is kept
+                if folded:
+                    copies[t.name] = u.name
                     break
+                copies[u.name] = t.name
     if not copies:
         return proto
     m = onnx.ModelProto()

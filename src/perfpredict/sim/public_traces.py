@@ -188,8 +188,8 @@ def _zone(name: Any, p: Path) -> tzinfo:
     if isinstance(name, str) and name.strip():
         try:
             return ZoneInfo(name.strip())
-        except (ZoneInfoNotFoundError, ValueError):  # ValueError: not a zone key at all ("../etc", "/abs")
-            pass
+        except (ZoneInfoNotFoundError, ValueError, OSError):  # ValueError: not a zone key at all ("../etc",
+            pass  # "/abs"); OSError: a folder of the database ("America": IsADirectoryError), a name too long
     raise TraceError(f"tz={name!r} is not a time zone name (an IANA name such as {PHILLY_TZ} or UTC)", path=p)
 
 
