@@ -1166,6 +1166,7 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
         buffer_names,
         inline_functions,
         parameter_names,
+        recurrent_initial_states,
         unknown_shapes_note,
     )
 
@@ -1181,19 +1182,20 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
     # every weight, a Loop's or If's own included (counted once: a body's weights are shared by its iterations)
     init = all_initializers(proto.graph)
     # the buffers (a BatchNormalization's running statistics) are no parameters: a model file's count has none;
-    # nor are shape constants and quantisation scales (torch's count, which the training data's param_count is)
-    buffers = buffer_names(proto.graph, init)
-    params = parameter_names(proto.graph, init, buffers)
+    # nor are shape constants and quantisation scales (torch's count, which the training data's param_count is),
+    # nor a recurrent op's zero initial state that the dynamo exporter folds into an initializer: none trains
+    held = buffer_names(proto.graph, init) | recurrent_initial_states(proto.graph, init)
+    params = parameter_names(proto.graph, init, held)
     param_count = float(sum(math.prod(t.dims) for t in init if t.name in params))
     frozen, trained = check_frozen_or_trained(frozen, trained)
-    frozen_set = frozen_names(init, frozen or (), trained or (), name, buffers)
+    frozen_set = frozen_names(init, frozen or (), trained or (), name, held)
     frozen_bytes, frozen_count = frozen_initializers(init, frozen_set, params)
     named = check_optimizer(optimizer)
     copies, copies_note, step_bytes = (1.0, None, None) if named is None else \
-        named_optimizer_probe(named, onnx_trained_weights(init, frozen_set | buffers))
+        named_optimizer_probe(named, onnx_trained_weights(init, frozen_set | held))
     proto = _without_weight_data(proto)
     # the frozen weights' layers keep no tensors for backward where no trained weight lies upstream
-    trains = (lambda n: n not in frozen_set and n not in buffers) if frozen_count > 0 else None
+    trains = (lambda n: n not in frozen_set and n not in held) if frozen_count > 0 else None
     try:
         if symbolic:
             s1 = analyze_onnx(_with_batch(proto, 1, batch_param, axis), run_for_shapes=False, trained=trains)
@@ -1243,7 +1245,7 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
                                 step="analyse onnx")
     ratio = None
     if frozen_count > 0:
-        ratio = frozen_step_ratio(work_stats, trains, lambda n: n not in buffers)
+        ratio = frozen_step_ratio(work_stats, trains, lambda n: n not in held)
     _check_counts_bounded(name, forward_macs_per_sample=macs, forward_macs_fixed=macs_fixed,
                           param_count=param_count, param_bytes=stats.initializer_bytes,
                           activation_bytes_per_sample=act, activation_bytes_fixed=act_fixed,

@@ -48,7 +48,7 @@ together (:func:`sequence_sizes`).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from math import prod
 from typing import Any
@@ -257,29 +257,48 @@ BUFFER_INPUTS: dict[str, tuple[int, ...]] = {"BatchNormalization": (3, 4), "Resi
                                              "Clip": (1, 2), "Pad": (1, 2, 3)}
 
 
-def buffer_names(graph, weights: list) -> frozenset[str]:
-    """The names of the ``weights`` (:func:`all_initializers` of ``graph``) that are buffers: every node that takes
-    one, in ``graph`` or any subgraph of it, takes it at a position :data:`BUFFER_INPUTS` names (a BatchNormalization's
-    running statistics). They are held in memory, as torch's ``model.buffers()`` are, but get no gradient nor
-    optimizer state; a weight that feeds a trainable position anywhere (a tied one) is not a buffer."""
+def _read_only_at(graph, weights: list, positions: Mapping[str, tuple[int, ...]]) -> frozenset[str]:
+    """The names of the ``weights`` that every node taking one, in ``graph`` or any subgraph of it, takes at a
+    position ``positions`` names for its op type (ONNX's own domain); a weight read anywhere else is not one."""
     import onnx
 
     names = {t.name for t in weights}
-    kept, trained = set(), set()
+    kept, other = set(), set()
 
     def walk(g) -> None:
         for node in g.node:
-            fixed = BUFFER_INPUTS.get(node.op_type, ()) if node.domain in ("", "ai.onnx") else ()
+            fixed = positions.get(node.op_type, ()) if node.domain in ("", "ai.onnx") else ()
             for i, x in enumerate(node.input):
                 if x in names:
-                    (kept if i in fixed else trained).add(x)
+                    (kept if i in fixed else other).add(x)
             for a in node.attribute:
                 for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else
                             list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else []):
                     walk(sub)
 
     walk(graph)
-    return frozenset(kept - trained)
+    return frozenset(kept - other)
+
+
+def buffer_names(graph, weights: list) -> frozenset[str]:
+    """The names of the ``weights`` (:func:`all_initializers` of ``graph``) that are buffers: every node that takes
+    one, in ``graph`` or any subgraph of it, takes it at a position :data:`BUFFER_INPUTS` names (a BatchNormalization's
+    running statistics). They are held in memory, as torch's ``model.buffers()`` are, but get no gradient nor
+    optimizer state; a weight that feeds a trainable position anywhere (a tied one) is not a buffer."""
+    return _read_only_at(graph, weights, BUFFER_INPUTS)
+
+
+#: The input positions of a recurrent op's initial states (LSTM: initial_h, initial_c; GRU, RNN: initial_h)
+RECURRENT_STATE_INPUTS: dict[str, tuple[int, ...]] = {"LSTM": (5, 6), "GRU": (5,), "RNN": (5,)}
+
+
+def recurrent_initial_states(graph, weights: list) -> frozenset[str]:
+    """The names of the ``weights`` that are only ever a recurrent op's initial state (:data:`RECURRENT_STATE_INPUTS`):
+    the zeros PyTorch makes on each call when no state is given, which the dynamo exporter constant-folds into an
+    initializer of the export's batch size (``[layers, batch, hidden]``; the TorchScript exporter computes it
+    from the input's shape). They are no parameters nor buffers of the model (its ``parameters()`` and
+    ``buffers()`` have none), so neither ``param_count`` nor the parameter bytes count them."""
+    return _read_only_at(graph, weights, RECURRENT_STATE_INPUTS)
 
 
 #: The inputs of the quantised ops that carry values (an activation, a weight, a bias, as the op's float form takes
@@ -519,7 +538,9 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True,
     # the main graph's weights a Gather may read (its Constant-node weights too), for ``lookup_param_bytes``
     main_weights = list(g.initializer) + _constant_weights(g)
     table_names = {t.name for t in main_weights}
-    stats.initializer_bytes = sum(tensor_nbytes(t) for t in weights_anywhere)
+    # a recurrent op's zero initial state, folded into an initializer by the dynamo exporter, is no weight
+    states = recurrent_initial_states(g, weights_anywhere)
+    stats.initializer_bytes = sum(tensor_nbytes(t) for t in weights_anywhere if t.name not in states)
     buffers = buffer_names(g, weights_anywhere)
     stats.buffer_bytes = sum(tensor_nbytes(t) for t in weights_anywhere if t.name in buffers)
 
@@ -540,6 +561,7 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True,
     # how each control-flow node runs, for :class:`_Unrolled`, by where it is (:func:`_where`): sibling subgraphs
     # may reuse a name, so a node's outputs do not say which one it is
     plan: dict[tuple, tuple[str, Any]] = {}
+    attention_probs: dict[str, int] = {}  # an Attention node's first output -> its probabilities' bytes
 
     def walk(graph, tally: _Tally, weights: set[str], main: bool = False, where: tuple = ()) -> None:
         if not main:  # a subgraph: its shapes (inferred in place), its own weights
@@ -590,6 +612,10 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True,
                     unknown[node.op_type] += 1
                 else:
                     tally.macs[node.op_type] += m
+            if node.op_type == "Attention" and node.domain in ("", "ai.onnx") and node.output and node.output[0]:
+                probs = _attention_probs_bytes(node, shapes)
+                if probs is not None:
+                    attention_probs[node.output[0]] = probs
             if node.op_type in RECURRENT_OPS:
                 n_steps = _recurrent_steps(node, shapes)
                 if n_steps is not None:
@@ -644,7 +670,8 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True,
     ends = [r[-1] for r in step_nodes[1:]] + [sum(top.macs.values())]
     stats.step_nodes = [(op, ins, outs, int(end - start), sub) for (op, ins, outs, sub, start), end
                         in zip(step_nodes, ends)]
-    stats.float_initializers = frozenset(t.name for t in main_weights if t.data_type in _FLOAT_TYPES)
+    stats.float_initializers = frozenset(t.name for t in main_weights
+                                         if t.data_type in _FLOAT_TYPES and t.name not in states)
     stats.step_recurrent_shares = recurrent_shares
     lookup_only = gathered - read_whole  # a table tied to an output projection is read whole
     stats.lookup_param_bytes = int(sum(tensor_nbytes(t) for t in main_weights if t.name in lookup_only))
@@ -682,7 +709,8 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True,
     float_outputs = [o.name for o in g.output if o.type.tensor_type.elem_type in _FLOAT_TYPES]
     floats = {t.name for t in weights_anywhere if t.data_type in _FLOAT_TYPES}
     seeds = None if trained is None else {n for n in weights if orig.get(n, n) in floats and trained(orig.get(n, n))}
-    stats.graph_saved_bytes = saved_for_backward_bytes(nodes, weights, nbytes, float_outputs, seeds)
+    stats.graph_saved_bytes = saved_for_backward_bytes(nodes, weights, nbytes, float_outputs, seeds,
+                                                       lambda o: attention_probs.get(orig.get(o, o)))
     return stats
 
 
@@ -1034,7 +1062,8 @@ def sequence_sizes(nodes: list[tuple[str, list[str], list[str]]], nbytes, seqs: 
 
 
 def saved_for_backward_bytes(nodes: list[tuple[str, list[str], list[str]]], init_names: set[str], nbytes,
-                             loss_inputs: Sequence[str] = (), trained: set[str] | None = None) -> int:
+                             loss_inputs: Sequence[str] = (), trained: set[str] | None = None,
+                             attention_probs: Callable[[str], int | None] | None = None) -> int:
     """The activation bytes a training step's backward pass would keep, read off a forward graph by per-op
     rules (:data:`_SAVES_FIRST_INPUT`, :data:`_SAVES_ACTIVATION_INPUTS`, :data:`_SAVES_OUTPUT`), each tensor
     counted once however many ops keep it, at the size of the storage it shares (a saved view keeps its
@@ -1053,6 +1082,12 @@ def saved_for_backward_bytes(nodes: list[tuple[str, list[str], list[str]]], init
     keep less than their unfused ops (``scaled_dot_product_attention`` fused on CUDA, and on the CPU without attention
     dropout: a GPT-style decoder's rule count is 1.3x autograd's), and whether an activation ran in place (LeakyReLU
     and ELU then keep their output instead of their input: one tensor fewer).
+
+    An ONNX ``Attention`` node (opset 23; the dynamo exporter writes it for ``scaled_dot_product_attention`` at
+    that opset) keeps what the rules give its decomposed form, where the other exporters' graphs have it: its
+    query and key (scaled: tensors of their own), its value and the attention probabilities,
+    ``attention_probs(its first output)`` bytes
+    (:func:`_attention_probs_bytes`; None or 0: unknown, not counted).
 
     ``trained``: the weights that train (None: every one). Autograd records no node, and so keeps nothing, for
     an op none of whose inputs needs a gradient (a trained weight, or a tensor a trained weight lies upstream
@@ -1118,6 +1153,15 @@ def saved_for_backward_bytes(nodes: list[tuple[str, list[str], list[str]]], init
                 kept.update({root(x): size(x) for x in acts if x not in inner})
         elif op in _SAVES_OUTPUT and out:
             kept[root(out)] = size(out)
+        elif op == "Attention" and out:
+            # as its decomposed form: the scores' MatMul keeps Q and K scaled (fresh tensors, whatever they are
+            # views of), the output's MatMul the softmax's probabilities and V (a view keeps its base)
+            for tag, x in zip(("q", "k"), ins[:2]):
+                if x and x not in const:
+                    kept[f"{out}#{tag}"] = nbytes(x) or 0
+            if len(ins) > 2 and ins[2] and ins[2] not in const:
+                kept[root(ins[2])] = size(ins[2])
+            kept[f"{out}#probs"] = (attention_probs(out) if attention_probs else None) or 0
         elif op in RECURRENT_SAVED_PER_OUTPUT and out:
             kept[root(acts[0])] = size(acts[0])
             kept[root(out)] = size(out)
@@ -1422,6 +1466,25 @@ def _node_macs(node, shapes: _Shapes) -> int | None:
         kvh = int(_attr(node, "kv_num_heads", qh) or qh)
         return q[0] * q[1] * k[1] * (q[2] + v[2] * qh // max(kvh, 1))
     return None
+
+
+def _attention_probs_bytes(node, shapes: _Shapes) -> int | None:
+    """Bytes of the attention probabilities an ONNX ``Attention`` node (opset 23) computes inside it, batch x
+    heads x L x S at its query's element size: its decomposed form (MatMul, Softmax, MatMul, as the TorchScript
+    exporter and the dynamo exporter below opset 23 write it) has them as the Softmax's output. None where the
+    shapes are unknown."""
+    ins = list(node.input)
+    q, k = (shapes.shape(i) if i else None for i in ins[:2]) if len(ins) > 1 else (None, None)
+    q_bytes = shapes.nbytes(ins[0]) if ins and ins[0] else None
+    if q is None or k is None or not q_bytes or not prod(q):
+        return None
+    if len(q) == 4 and len(k) == 4:  # [B, H, L, E], [B, Hkv, S, E]
+        elems = q[0] * q[1] * q[2] * k[2]
+    elif len(q) == 3 and len(k) == 3:  # [B, L, H*E], [B, S, Hkv*E]
+        elems = q[0] * q[1] * k[1] * int(_attr(node, "q_num_heads", 1) or 1)
+    else:
+        return None
+    return elems * (q_bytes // prod(q))
 
 
 def _qgemm_mnk(node, shapes: _Shapes) -> tuple[int, int, int] | None:
