@@ -701,9 +701,6 @@ class Predictor:
         # The batch sizes are checked first: a model file is run and exported before its features exist.
         if batch_size is not None and batch_sizes is not None:
             raise UsageError("give batch_size or batch_sizes, not both", step="predict")
-        if isinstance(batch_sizes, (str, bytes)):
-            raise UsageError(f"batch_sizes must be a list of integers such as [16, 32], not the string {batch_sizes!r}",
-                             step="predict")
         bs = _check_batches(batch_sizes if batch_sizes is not None else [32 if batch_size is None else batch_size])
         # and that a model set answers (the same condition _set_for ends on), before the model file is run
         self.model_set(device_type, mode, precision)
@@ -808,6 +805,9 @@ class Predictor:
         for i, given in enumerate(jobs):
             try:
                 req = CardRequest.of(given)
+                if req.source is not None and not isinstance(req.source, str):  # the card's pydantic error, raw
+                    raise UsageError(f"a job's source names it on its card: text, got {type(req.source).__name__}",
+                                     step="predict")
                 arch = with_optimizer_state_copies(_as_arch(req.features),
                                                    check_optimizer_state_copies(req.optimizer_state_copies))
                 ready[i] = req, self._job(arch, req.batch_sizes, req.device_type, req.mode, req.precision,
@@ -1469,6 +1469,9 @@ def _graph_features_of(model: str | None, onnx_path: str | Path | None,
 def _check_batches(batch_sizes: Sequence[int]) -> list[int]:
     from perfpredict.workload_args import whole_numbers
 
+    if isinstance(batch_sizes, (str, bytes, bytearray)):  # b"32" read as the batch sizes [50, 51]
+        raise UsageError(f"batch_sizes must be a list of integers such as [16, 32], not the string "
+                         f"{batch_sizes!r}"[:200], step="predict")
     bs = whole_numbers(batch_sizes, step="predict")
     if not bs or any(not 1 <= b <= MAX_BATCH_SIZE for b in bs) or len(bs) > MAX_BATCH_SIZES:
         raise UsageError(f"give 1 to {MAX_BATCH_SIZES} batch sizes, each from 1 to {MAX_BATCH_SIZE:,}, got "

@@ -647,10 +647,14 @@ def _external_extent(tensor, folder: Path, source: str) -> int:
               "without '..')")
     if not loc or any(p.is_absolute() or ".." in p.parts for p in (PurePosixPath(loc), PureWindowsPath(loc))):
         raise refuse(f"at {shown}, outside the model's folder: {inside}")
-    f = (folder / loc).resolve()
-    if not f.is_relative_to(folder):
+    try:  # a NUL byte, a name too long, a link loop: refused, as ONNX's checker refused them
+        f = (folder / loc).resolve()
+        inside_folder, is_file = f.is_relative_to(folder), f.is_file()
+    except (OSError, ValueError, RuntimeError) as e:
+        raise refuse(f"at {shown}, which names no file that can be read ({first_line(e)[:100]})") from None
+    if not inside_folder:
         raise refuse(f"at {shown}, a link out of the model's folder: {inside}")
-    if not f.is_file():
+    if not is_file:
         raise refuse(f"{shown} that is not in the model's folder ({str(folder)[:120]})")
     size = f.stat().st_size
     offset = info.offset or 0
