@@ -430,6 +430,7 @@ def test_runtime_shapes_feed_zeros_for_weights_kept_as_external_references(zoo, 
     from perfpredict.features import shape_folding
     from perfpredict.features.graph import analyze_onnx
 
+    zoo("transformer")  # exports it, when no earlier test of the module has (run alone, or on another worker)
     proto = onnx.load(str(zoo.dir / "transformer.onnx"))
     onnx.save(proto, str(tmp_path / "t.onnx"), save_as_external_data=True, location="t.onnx.data",
               size_threshold=1024)
