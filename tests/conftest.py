@@ -39,6 +39,7 @@ PARALLEL_SAFE_MODULES = frozenset({
     "test_onnx_variety_findings",
     "test_onnx_file_findings",
     "test_onnx_dynamo_exports",
+    "test_dynamo_review_findings",
     "test_review46c_findings",
     "test_user_models_findings",
     "test_control_flow_memory_fixes",

@@ -659,6 +659,8 @@ def _external_extent(tensor, folder: Path, source: str) -> int:
     size = f.stat().st_size
     offset = info.offset or 0
     length = size - offset if info.length is None else info.length
+    if offset < 0 or length < 0:  # onnx before 1.20 parses them: a seek before the file's start
+        raise refuse(f"{shown} at a negative offset or length ({offset}, {length})")
     if offset + length > size:
         raise refuse(f"{shown} at bytes {offset}-{offset + length}, past the file's end ({size} bytes)")
     return length
@@ -670,9 +672,11 @@ def _external_values_loaded(proto, path: Path, source: str):
     no external data (a Reshape whose target lies in a file was refused: "Cannot parse data from external
     tensors"). Every external location, the weights' too, must be a file in the model's folder
     (:func:`_external_extent`); at most :data:`EXTERNAL_VALUES_LIMIT_BYTES` are read. The weights stay references
-    (their shapes are what the features read)."""
+    (their shapes are what the features read), but for those only ever a recurrent op's initial state, whose
+    values say whether it is the exporter's zeros or a learned state (:func:`recurrent_initial_states`)."""
     import onnx
-    from onnx.external_data_helper import load_external_data_for_tensor
+
+    from perfpredict.features.graph import recurrent_initial_states
 
     m = onnx.ModelProto()
     m.CopyFrom(proto)
@@ -680,6 +684,8 @@ def _external_values_loaded(proto, path: Path, source: str):
     weights, others = _external_tensors(m)
     for t in weights:
         _external_extent(t, folder, source)
+    states = recurrent_initial_states(m.graph, weights)  # every candidate: their values are not read yet
+    others += [t for t in weights if t.name in states]
     total = sum(_external_extent(t, folder, source) for t in others)
     if total > EXTERNAL_VALUES_LIMIT_BYTES:
         raise ArchFeaturesError(f"the model's externally stored tensors besides its floating-point weights (shapes, "
@@ -687,8 +693,24 @@ def _external_values_loaded(proto, path: Path, source: str):
                                 f"{EXTERNAL_VALUES_LIMIT_BYTES // 2**20} MiB read from beside a model", source=source,
                                 step="read onnx")
     for t in others:
-        load_external_data_for_tensor(t, str(folder))
+        _external_data_read(t, folder, source)
     return m
+
+
+def _external_data_read(tensor, folder: Path, source: str) -> None:
+    """``tensor``'s values read into it from its external file in ``folder`` (its place checked by
+    :func:`_external_extent`), no longer a reference (as onnx 1.20 and later leave it; earlier ones kept the
+    reference beside the values); a file that cannot be read (permission denied, gone since) is one line."""
+    import onnx
+    from onnx.external_data_helper import load_external_data_for_tensor
+
+    try:
+        load_external_data_for_tensor(tensor, str(folder))
+    except OSError as e:
+        raise ArchFeaturesError(f"tensor {tensor.name[:60]!r} is stored in an external file that cannot be read "
+                                f"({first_line(e)[:100]})", source=source, step="read onnx") from None
+    tensor.data_location = onnx.TensorProto.DEFAULT
+    del tensor.external_data[:]
 
 
 def _external_weights_as_shapes(proto, source: str):
@@ -1188,7 +1210,8 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
     # the buffers (a BatchNormalization's running statistics) are no parameters: a model file's count has none;
     # nor are shape constants and quantisation scales (torch's count, which the training data's param_count is),
     # nor a recurrent op's zero initial state that the dynamo exporter folds into an initializer: none trains
-    held = buffer_names(proto.graph, init) | recurrent_initial_states(proto.graph, init)
+    states = recurrent_initial_states(proto.graph, init)  # read off their values, before those are dropped
+    held = buffer_names(proto.graph, init) | states
     params = parameter_names(proto.graph, init, held)
     param_count = float(sum(math.prod(t.dims) for t in init if t.name in params))
     frozen, trained = check_frozen_or_trained(frozen, trained)
@@ -1202,8 +1225,10 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
     trains = (lambda n: n not in frozen_set and n not in held) if frozen_count > 0 else None
     try:
         if symbolic:
-            s1 = analyze_onnx(_with_batch(proto, 1, batch_param, axis), run_for_shapes=False, trained=trains)
-            s2 = analyze_onnx(_with_batch(proto, 2, batch_param, axis), run_for_shapes=False, trained=trains)
+            s1 = analyze_onnx(_with_batch(proto, 1, batch_param, axis), run_for_shapes=False, trained=trains,
+                              initial_states=states)
+            s2 = analyze_onnx(_with_batch(proto, 2, batch_param, axis), run_for_shapes=False, trained=trains,
+                              initial_states=states)
             g = _from_stats(s1, s2, 1, 2)  # the per-sample / fixed split a model file's two exports get
             macs, macs_fixed = g.forward_macs_per_sample, g.forward_macs_fixed
             act, act_fixed = g.activation_bytes_per_sample, g.activation_bytes_fixed
@@ -1214,7 +1239,8 @@ def from_onnx_proto(proto, name: str = "onnx", batch_axis: int | None = None,
             stats, work_stats = s1, s2  # the frozen weights' share of a step's work: at batch 2, as a model file's
         else:
             b = static or 1
-            stats = work_stats = analyze_onnx(proto, run_for_shapes=False, trained=trains)
+            stats = work_stats = analyze_onnx(proto, run_for_shapes=False, trained=trains,
+                                              initial_states=states)
             macs, macs_fixed = stats.macs / b, 0
             act, act_fixed = stats.activation_bytes / b, 0
             live, live_fixed = stats.peak_live_activation_bytes / b, 0

@@ -8,7 +8,7 @@ inference gives:
 - ``Gemm`` / ``MatMul``: output elements × the contracted dimension
 - ``Einsum``: the product of the sizes of every index in the equation (those under ``...`` included)
 - ``LSTM`` / ``GRU`` / ``RNN``: steps × batch × directions × (gates·H·I + gates·H·H)
-- ``Attention`` (opset 23): batch × heads × L × S × (E_qk + E_v)
+- ``Attention`` (opset 23): batch × heads × L × S × (E_qk + E_v), S counting a past key's positions
 - their integer and quantized forms as their float ones (``ConvInteger``, ``QLinearConv``, ``MatMulInteger``,
   ``QLinearMatMul``), and onnxruntime's ``com.microsoft`` ``FusedMatMul``, ``Attention`` and ``QGemm`` (the
   quantised Gemm its QOperator quantisation writes) (:data:`CUSTOM_MAC_OPS`); any other op outside ONNX's
@@ -51,7 +51,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from math import prod
-from typing import Any
+from typing import Any, NamedTuple
 
 from perfpredict.estimators.kernel_nodes import FREE_OPS, KernelNode, kernel_class
 
@@ -293,12 +293,31 @@ RECURRENT_STATE_INPUTS: dict[str, tuple[int, ...]] = {"LSTM": (5, 6), "GRU": (5,
 
 
 def recurrent_initial_states(graph, weights: list) -> frozenset[str]:
-    """The names of the ``weights`` that are only ever a recurrent op's initial state (:data:`RECURRENT_STATE_INPUTS`):
-    the zeros PyTorch makes on each call when no state is given, which the dynamo exporter constant-folds into an
-    initializer of the export's batch size (``[layers, batch, hidden]``; the TorchScript exporter computes it
-    from the input's shape). They are no parameters nor buffers of the model (its ``parameters()`` and
-    ``buffers()`` have none), so neither ``param_count`` nor the parameter bytes count them."""
-    return _read_only_at(graph, weights, RECURRENT_STATE_INPUTS)
+    """The names of the ``weights`` that are only ever a recurrent op's initial state (:data:`RECURRENT_STATE_INPUTS`)
+    and hold zeros: the zeros PyTorch makes on each call when no state is given, which the dynamo exporter
+    constant-folds into an initializer of the export's batch size (``[layers, batch, hidden]``; the TorchScript
+    exporter computes it from the input's shape). They are no parameters nor buffers of the model (its
+    ``parameters()`` and ``buffers()`` have none), so neither ``param_count`` nor the parameter bytes count them.
+    A state holding a nonzero value is a weight of the model, a learned initial state (``nn.Parameter`` h0, which
+    both exporters write as an initializer read only there), and stays a parameter (a registered nonzero buffer
+    looks the same, and is counted as one too); one whose values the proto does not hold (external, or dropped)
+    is taken for the exporter's zeros, as is an all-zero learned state."""
+    states = _read_only_at(graph, weights, RECURRENT_STATE_INPUTS)
+    return frozenset(t.name for t in weights if t.name in states and not _holds_nonzero(t))
+
+
+def _holds_nonzero(t) -> bool:
+    """Whether the proto holds the tensor ``t``'s values and one of them is not zero (False where it holds none:
+    external data, or values dropped for shape inference)."""
+    import onnx
+    from onnx import numpy_helper
+
+    if t.data_location == onnx.TensorProto.EXTERNAL:
+        return False
+    try:
+        return bool(numpy_helper.to_array(t).any())
+    except Exception:  # noqa: BLE001 - no values held (their fields cleared): unknown, not nonzero
+        return False
 
 
 #: The inputs of the quantised ops that carry values (an activation, a weight, a bias, as the op's float form takes
@@ -483,7 +502,8 @@ def _seed_loop_bodies(model_proto: Any, inferred: Any) -> Any | None:
 
 
 def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True,
-                 trained: Callable[[str], bool] | None = None) -> GraphStats:
+                 trained: Callable[[str], bool] | None = None,
+                 initial_states: frozenset[str] | None = None) -> GraphStats:
     """Shape-infer ``model_proto`` and compute :class:`GraphStats` over the whole graph.
 
     ONNX shape inference loses dimensions that flow through computed shapes (e.g. the Reshapes of
@@ -492,7 +512,9 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True,
     model file's own export gets); without, by folding the graph's integer shape arithmetic
     (:mod:`perfpredict.features.shape_folding`, nothing executed: an uploaded file's path). ``trained``: which
     floating-point initializers train, by name (None: every one), for the saved-for-backward count
-    (:func:`saved_for_backward_bytes`).
+    (:func:`saved_for_backward_bytes`). ``initial_states``: the initializers that are a recurrent op's zero
+    initial state, left out of the weights (None: :func:`recurrent_initial_states` of ``model_proto``, which
+    needs their values: a caller that dropped them passes what it read before).
     """
     import onnx
 
@@ -539,7 +561,7 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True,
     main_weights = list(g.initializer) + _constant_weights(g)
     table_names = {t.name for t in main_weights}
     # a recurrent op's zero initial state, folded into an initializer by the dynamo exporter, is no weight
-    states = recurrent_initial_states(g, weights_anywhere)
+    states = recurrent_initial_states(g, weights_anywhere) if initial_states is None else initial_states
     stats.initializer_bytes = sum(tensor_nbytes(t) for t in weights_anywhere if t.name not in states)
     buffers = buffer_names(g, weights_anywhere)
     stats.buffer_bytes = sum(tensor_nbytes(t) for t in weights_anywhere if t.name in buffers)
@@ -561,7 +583,7 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True,
     # how each control-flow node runs, for :class:`_Unrolled`, by where it is (:func:`_where`): sibling subgraphs
     # may reuse a name, so a node's outputs do not say which one it is
     plan: dict[tuple, tuple[str, Any]] = {}
-    attention_probs: dict[str, int] = {}  # an Attention node's first output -> its probabilities' bytes
+    attention_kept: dict[str, AttentionKept] = {}  # an Attention node's first output -> what it keeps
 
     def walk(graph, tally: _Tally, weights: set[str], main: bool = False, where: tuple = ()) -> None:
         if not main:  # a subgraph: its shapes (inferred in place), its own weights
@@ -613,9 +635,9 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True,
                 else:
                     tally.macs[node.op_type] += m
             if node.op_type == "Attention" and node.domain in ("", "ai.onnx") and node.output and node.output[0]:
-                probs = _attention_probs_bytes(node, shapes)
-                if probs is not None:
-                    attention_probs[node.output[0]] = probs
+                att = _attention_kept(node, shapes)
+                if att is not None:
+                    attention_kept[node.output[0]] = att
             if node.op_type in RECURRENT_OPS:
                 n_steps = _recurrent_steps(node, shapes)
                 if n_steps is not None:
@@ -710,7 +732,7 @@ def analyze_onnx(model_proto: Any, *, run_for_shapes: bool = True,
     floats = {t.name for t in weights_anywhere if t.data_type in _FLOAT_TYPES}
     seeds = None if trained is None else {n for n in weights if orig.get(n, n) in floats and trained(orig.get(n, n))}
     stats.graph_saved_bytes = saved_for_backward_bytes(nodes, weights, nbytes, float_outputs, seeds,
-                                                       lambda o: attention_probs.get(orig.get(o, o)))
+                                                       lambda o: attention_kept.get(orig.get(o, o)))
     return stats
 
 
@@ -1063,7 +1085,7 @@ def sequence_sizes(nodes: list[tuple[str, list[str], list[str]]], nbytes, seqs: 
 
 def saved_for_backward_bytes(nodes: list[tuple[str, list[str], list[str]]], init_names: set[str], nbytes,
                              loss_inputs: Sequence[str] = (), trained: set[str] | None = None,
-                             attention_probs: Callable[[str], int | None] | None = None) -> int:
+                             attention_kept: Callable[[str], AttentionKept | None] | None = None) -> int:
     """The activation bytes a training step's backward pass would keep, read off a forward graph by per-op
     rules (:data:`_SAVES_FIRST_INPUT`, :data:`_SAVES_ACTIVATION_INPUTS`, :data:`_SAVES_OUTPUT`), each tensor
     counted once however many ops keep it, at the size of the storage it shares (a saved view keeps its
@@ -1085,9 +1107,9 @@ def saved_for_backward_bytes(nodes: list[tuple[str, list[str], list[str]]], init
 
     An ONNX ``Attention`` node (opset 23; the dynamo exporter writes it for ``scaled_dot_product_attention`` at
     that opset) keeps what the rules give its decomposed form, where the other exporters' graphs have it: its
-    query and key (scaled: tensors of their own), its value and the attention probabilities,
-    ``attention_probs(its first output)`` bytes
-    (:func:`_attention_probs_bytes`; None or 0: unknown, not counted).
+    query and key (scaled: tensors of their own), its value and the attention probabilities, as
+    ``attention_kept(its first output)`` gives them (:func:`_attention_kept`: the key and value repeated to the
+    query's heads and past positions; None: unknown, the probabilities not counted).
 
     ``trained``: the weights that train (None: every one). Autograd records no node, and so keeps nothing, for
     an op none of whose inputs needs a gradient (a trained weight, or a tensor a trained weight lies upstream
@@ -1156,12 +1178,16 @@ def saved_for_backward_bytes(nodes: list[tuple[str, list[str], list[str]]], init
         elif op == "Attention" and out:
             # as its decomposed form: the scores' MatMul keeps Q and K scaled (fresh tensors, whatever they are
             # views of), the output's MatMul the softmax's probabilities and V (a view keeps its base)
-            for tag, x in zip(("q", "k"), ins[:2]):
-                if x and x not in const:
-                    kept[f"{out}#{tag}"] = nbytes(x) or 0
-            if len(ins) > 2 and ins[2] and ins[2] not in const:
+            att = attention_kept(out) if attention_kept else None
+            if ins[0] and ins[0] not in const:
+                kept[f"{out}#q"] = nbytes(ins[0]) or 0
+            if len(ins) > 1 and ins[1] and ins[1] not in const:
+                kept[f"{out}#k"] = att.key if att else nbytes(ins[1]) or 0
+            if att and att.value:  # repeated to the query's heads, or after its past: a tensor of its own
+                kept[f"{out}#v"] = att.value
+            elif len(ins) > 2 and ins[2] and ins[2] not in const:
                 kept[root(ins[2])] = size(ins[2])
-            kept[f"{out}#probs"] = (attention_probs(out) if attention_probs else None) or 0
+            kept[f"{out}#probs"] = att.probs if att else 0
         elif op in RECURRENT_SAVED_PER_OUTPUT and out:
             kept[root(acts[0])] = size(acts[0])
             kept[root(out)] = size(out)
@@ -1458,33 +1484,61 @@ def _node_macs(node, shapes: _Shapes) -> int | None:
         q, k, v = (shapes.shape(i) for i in ins[:3])
         if q is None or k is None or v is None:
             return None
+        past = _attention_past_len(node, shapes)  # a past key and value: S of them attended to first
         if len(q) == 4:  # [B, H, L, E], [B, Hkv, S, E], [B, Hkv, S, Ev]
             b, h, l_, e = q
-            return b * h * l_ * k[2] * (e + v[3])
+            return b * h * l_ * (k[2] + past) * (e + v[3])
         # 3-D: [B, L, H*E], [B, S, Hkv*E], [B, S, Hkv*Ev]; heads cancel: B·L·S·(q_hidden + v_hidden·H/Hkv)
         qh = int(_attr(node, "q_num_heads", 1) or 1)
         kvh = int(_attr(node, "kv_num_heads", qh) or qh)
-        return q[0] * q[1] * k[1] * (q[2] + v[2] * qh // max(kvh, 1))
+        return q[0] * q[1] * (k[1] + past) * (q[2] + v[2] * qh // max(kvh, 1))
     return None
 
 
-def _attention_probs_bytes(node, shapes: _Shapes) -> int | None:
-    """Bytes of the attention probabilities an ONNX ``Attention`` node (opset 23) computes inside it, batch x
-    heads x L x S at its query's element size: its decomposed form (MatMul, Softmax, MatMul, as the TorchScript
-    exporter and the dynamo exporter below opset 23 write it) has them as the Softmax's output. None where the
-    shapes are unknown."""
-    ins = list(node.input)
-    q, k = (shapes.shape(i) if i else None for i in ins[:2]) if len(ins) > 1 else (None, None)
-    q_bytes = shapes.nbytes(ins[0]) if ins and ins[0] else None
-    if q is None or k is None or not q_bytes or not prod(q):
+class AttentionKept(NamedTuple):
+    """What an ONNX ``Attention`` node's decomposed form keeps for backward beyond its query (bytes): the
+    attention probabilities (batch x heads x L x S), the scaled key, and the value where it is a tensor of its own
+    (0: the value itself, at its base). With fewer key/value heads than query heads (grouped-query attention) the
+    decomposed form repeats the key and value to the query's heads, and with a past key and value it concatenates
+    them first: S counts the past's positions, and both are then fresh tensors of that size."""
+
+    probs: int
+    key: int
+    value: int
+
+
+def _attention_kept(node, shapes: _Shapes) -> AttentionKept | None:
+    """:class:`AttentionKept` of an ONNX ``Attention`` node (opset 23: Q, K, V, attn_mask, past_key, past_value;
+    4-D ``[B, H, L, E]``, ``[B, Hkv, S, E]``, ``[B, Hkv, S, Ev]``, or 3-D ``[B, L, H*E]``, ``[B, S, Hkv*E]``,
+    ``[B, S, Hkv*Ev]`` with ``q_num_heads`` and ``kv_num_heads``; a past ``[B, Hkv, P, E]``) at its query's
+    element size: its decomposed form (MatMul, Softmax, MatMul, as the TorchScript exporter and the dynamo
+    exporter below opset 23 write it) has the probabilities as the Softmax's output. None where the shapes are
+    unknown."""
+    ins = list(node.input) + [""] * 6
+    q, k, v = (shapes.shape(i) if i else None for i in ins[:3])
+    q_bytes = shapes.nbytes(ins[0]) if ins[0] else None
+    if q is None or k is None or v is None or not q_bytes or not prod(q) or len(q) != len(k) or len(k) != len(v):
         return None
-    if len(q) == 4 and len(k) == 4:  # [B, H, L, E], [B, Hkv, S, E]
-        elems = q[0] * q[1] * q[2] * k[2]
-    elif len(q) == 3 and len(k) == 3:  # [B, L, H*E], [B, S, Hkv*E]
-        elems = q[0] * q[1] * k[1] * int(_attr(node, "q_num_heads", 1) or 1)
+    if len(q) == 4:
+        b, heads, l_, kv_heads, s, e, ev = q[0], q[1], q[2], k[1], k[2], k[3], v[3]
+    elif len(q) == 3:
+        heads = int(_attr(node, "q_num_heads", 1) or 1)
+        kv_heads = int(_attr(node, "kv_num_heads", heads) or heads)
+        b, l_, s, e, ev = q[0], q[1], k[1], k[2] // max(kv_heads, 1), v[2] // max(kv_heads, 1)
     else:
         return None
-    return elems * (q_bytes // prod(q))
+    s += _attention_past_len(node, shapes)
+    elem = q_bytes // prod(q)
+    fresh_value = heads != kv_heads or s != (k[2] if len(k) == 4 else k[1])
+    return AttentionKept(b * heads * l_ * s * elem, b * heads * s * e * elem,
+                         b * heads * s * ev * elem if fresh_value else 0)
+
+
+def _attention_past_len(node, shapes: _Shapes) -> int:
+    """The positions of an ONNX ``Attention`` node's past key (``[B, Hkv, P, E]``, its fifth input), which it
+    attends to before its key's: 0 where it has none or its shape is unknown."""
+    past = shapes.shape(node.input[4]) if len(node.input) > 4 and node.input[4] else None
+    return past[2] if past is not None and len(past) == 4 else 0
 
 
 def _qgemm_mnk(node, shapes: _Shapes) -> tuple[int, int, int] | None:
