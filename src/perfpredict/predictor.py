@@ -35,7 +35,8 @@ from perfpredict.estimators.evaluate import calibrated
 from perfpredict.estimators.forest import compile_model_file
 from perfpredict.estimators.models import (
     LEGACY_MEMORY_TERMS,
-    baseline_components,
+    TermComponents,
+    components_of,
     rowwise_dot,
     with_utilization_prior,
 )
@@ -101,35 +102,41 @@ class _Target:
         """The factor the upper quantile grows by per doubling past the trained batch sizes (1: none)."""
         return math.exp(self.upper_extrapolation_margin)
 
-    def _base(self, X: np.ndarray, coef: np.ndarray, floor: float = 1.0) -> np.ndarray:
-        return np.maximum(rowwise_dot(baseline_components(X, self.terms or LEGACY_MEMORY_TERMS), coef), floor)
+    def _base(self, X: np.ndarray, coef: np.ndarray, floor: float = 1.0,
+              components: TermComponents | None = None) -> np.ndarray:
+        """The physical baseline per row; ``components``: ``X``'s, where the caller has them."""
+        C = components_of(X, components)(self.terms or LEGACY_MEMORY_TERMS)
+        return np.maximum(rowwise_dot(C, coef), floor)
 
-    def baseline_shares(self, X: np.ndarray) -> list[dict[str, float]] | None:
+    def baseline_shares(self, X: np.ndarray,
+                        components: TermComponents | None = None) -> list[dict[str, float]] | None:
         """Per row, each term's share of the physical baseline (median model, before its learned correction),
         keyed by :data:`BASELINE_TERM_LABELS`; None for a target without a baseline."""
         if self.coef_point is None or self.terms is None:
             return None
-        parts = baseline_components(X, self.terms) * self.coef_point
+        parts = components_of(X, components)(self.terms) * self.coef_point
         labels = ["fixed per step", *(BASELINE_TERM_LABELS.get(tuple(t), "+".join(t)) for t in self.terms)]
         total = np.maximum(parts.sum(axis=1), 1e-300)
         return [{lab: float(v) for lab, v in zip(labels, row / tot) if v > 0} for row, tot in zip(parts, total)]
 
-    def predict(self, X: np.ndarray, estimated_counts: bool = False,
-                doublings_past: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def predict(self, X: np.ndarray, estimated_counts: bool = False, doublings_past: np.ndarray | None = None,
+                components: TermComponents | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(median point prediction, quantiles n × 3) on the target's natural scale; ``estimated_counts``: the
         rows' saved-tensor counts were estimated from the graph, so the interval takes that margin;
         ``doublings_past``: per row, log2 of the batch size over the largest trained one, 0 inside the range
         (:meth:`ModelSet.doublings_past`), which widens the upper quantile by :attr:`upper_extrapolation_margin`
-        per doubling."""
-        Xb = X if self.prior is None else with_utilization_prior(X, *self.prior)
+        per doubling. ``components``: ``X``'s :class:`~perfpredict.estimators.models.TermComponents`, where the
+        caller has them (the baselines and the utilisation prior share them)."""
+        components = components_of(X, components)
+        Xb = X if self.prior is None else with_utilization_prior(X, *self.prior, components=components)
         z = (np.zeros(len(X)) if self.point is None
              else np.asarray(self.point.inplace_predict(Xb), float).reshape(len(X)))
         q = (np.tile(self.residual_quantiles, (len(X), 1)) if self.quantile is None
              else np.asarray(self.quantile.inplace_predict(Xb), float).reshape(len(X), -1))
         if self.coef_point is not None:  # a physical baseline (memory, time) × its log-correction
             floor = 1.0 if self.transform == "structured_memory" else 1e-6  # bytes / seconds, as in training
-            y = self._base(X, self.coef_point, floor) * np.exp(z)
-            yq = self._base(X, self.coef_quantile, floor)[:, None] * np.exp(q)
+            y = self._base(X, self.coef_point, floor, components) * np.exp(z)
+            yq = self._base(X, self.coef_quantile, floor, components)[:, None] * np.exp(q)
         elif self.transform == "log":
             y, yq = np.exp(z), np.exp(q)
         else:
@@ -908,7 +915,7 @@ class Predictor:
             notes.append(f"no kernels given (kernel_nodes): {what}, so iteration time is rougher; send kernel_nodes "
                          "(an ONNX file or a model file gives them, unless its graph changes with the batch)")
         points = []
-        shares = ms.targets["iter_time"].baseline_shares(e.X) if method == "estimator" else None
+        shares = ms.targets["iter_time"].baseline_shares(e.X, e.components) if method == "estimator" else None
         for i, b in enumerate(batch_sizes):
             t, tq = preds["iter_time"][0][i], preds["iter_time"][1][i]
             m, mq = preds["peak_memory"][0][i], preds["peak_memory"][1][i]
@@ -1247,7 +1254,7 @@ def recomputed_saved_bytes(arch: ArchFeatures, term: tuple[str, ...], batch_size
 
 
 def _training_memory(ms: ModelSet, arch: ArchFeatures, X: np.ndarray, batch_sizes: Sequence[int], preds: dict,
-                     estimated: frozenset[str] = frozenset()) -> dict:
+                     estimated: frozenset[str] = frozenset(), components: TermComponents | None = None) -> dict:
     """Training memory with the frozen parameters charged their weights alone, the optimizer's state as the
     job's optimizer keeps it, and activation checkpointing's recomputed activations. The sets were trained on
     models that train every parameter with SGD with momentum, so their memory baselines charge each parameter
@@ -1284,7 +1291,7 @@ def _training_memory(ms: ModelSet, arch: ArchFeatures, X: np.ndarray, batch_size
             if k is None:
                 break
             added = extra + sum(r * (_term_charge(t, coef, term) or 0.0) for term, r in recomputed.items())
-            base = t._base(X, coef, 1.0)
+            base = t._base(X, coef, 1.0, components)
             kept.append(np.maximum(base - max(k - 1.0, 0.0) * max(frozen, 0.0) + added, 1.0) / base)
         if len(kept) == 2:
             out[name] = (y * kept[0], q * kept[1][:, None])
@@ -1490,6 +1497,7 @@ class _Estimate:
     reach: int  # the largest batch size it was measured at
     past: np.ndarray  # per batch size, doublings past ``reach``
     method: str  # "estimator", or "nearest_profiled" when the fallback answered
+    components: TermComponents  # ``X``'s baseline components
 
 
 @dataclass(frozen=True)
@@ -1535,6 +1543,7 @@ def _estimates(ms: ModelSet, jobs: Sequence[_Job]) -> list[_Estimate]:
     gets alone, to the last bit; what is per job in Python (the design rows, the fallback, the training memory)
     stays per job."""
     X = design_matrix([(j.arch, b) for j in jobs for b in j.batch_sizes], device_kind=ms.device_kind)
+    components = TermComponents(X)  # the baselines' terms, computed once for every estimator (and the card)
     ends = np.cumsum([len(j.batch_sizes) for j in jobs])
     spans = [slice(e - len(j.batch_sizes), e) for j, e in zip(jobs, ends, strict=True)]
     nearest = ms.nearest_each([j.arch for j in jobs])
@@ -1545,37 +1554,41 @@ def _estimates(ms: ModelSet, jobs: Sequence[_Job]) -> list[_Estimate]:
         members = [k for k, j in enumerate(jobs) if bool(j.estimated) == flag]
         rows = (slice(None) if len(members) == len(jobs)
                 else np.concatenate([np.arange(len(X))[spans[k]] for k in members]))
+        rows_components = components.rows(rows)
         for name, t in ms.targets.items():
-            y, q = _in_blocks(t, X[rows], flag, past[rows])
+            y, q = _in_blocks(t, X[rows], flag, past[rows], rows_components)
             at = 0
             for k in members:
                 n = len(jobs[k].batch_sizes)
                 raw[k][name] = y[at:at + n], q[at:at + n]
                 at += n
     return [_finished(ms, j.arch, j.batch_sizes, j.estimated, j.allow_fallback, X[span], near, dist, r,
-                      past[span], preds)
+                      past[span], preds, components.rows(span))
             for j, span, (near, dist), r, preds in zip(jobs, spans, nearest, reach, raw, strict=True)]
 
 
-def _in_blocks(t: _Target, X: np.ndarray, estimated: bool, past: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``t.predict`` on ``X``, :data:`_ROWS_PER_CALL` rows at a time."""
+def _in_blocks(t: _Target, X: np.ndarray, estimated: bool, past: np.ndarray,
+               components: TermComponents) -> tuple[np.ndarray, np.ndarray]:
+    """``t.predict`` on ``X`` (``components``: its baseline components), :data:`_ROWS_PER_CALL` rows at a time."""
     if len(X) <= _ROWS_PER_CALL:
-        return t.predict(X, estimated_counts=estimated, doublings_past=past)
-    parts = [t.predict(X[a:a + _ROWS_PER_CALL], estimated_counts=estimated, doublings_past=past[a:a + _ROWS_PER_CALL])
+        return t.predict(X, estimated_counts=estimated, doublings_past=past, components=components)
+    parts = [t.predict(X[a:a + _ROWS_PER_CALL], estimated_counts=estimated, doublings_past=past[a:a + _ROWS_PER_CALL],
+                       components=components.rows(slice(a, a + _ROWS_PER_CALL)))
              for a in range(0, len(X), _ROWS_PER_CALL)]
     return np.concatenate([y for y, _ in parts]), np.concatenate([q for _, q in parts])
 
 
 def _finished(ms: ModelSet, arch: ArchFeatures, batch_sizes: Sequence[int], estimated: frozenset[str],
               allow_fallback: bool, X: np.ndarray, near: str, dist: float, reach: int, past: np.ndarray,
-              preds: dict[str, tuple[np.ndarray, np.ndarray]]) -> _Estimate:
-    """One job's estimate from its estimators' predictions ``preds`` (its rows ``X``): the fallback out of
-    distribution, training memory's charges, and the intervals made to hold their medians."""
+              preds: dict[str, tuple[np.ndarray, np.ndarray]], components: TermComponents) -> _Estimate:
+    """One job's estimate from its estimators' predictions ``preds`` (its rows ``X``, their baseline
+    ``components``): the fallback out of distribution, training memory's charges, and the intervals made to hold
+    their medians."""
     method = "estimator"
     if allow_fallback and dist > ms.ood_threshold:
         method = "nearest_profiled"
         preds = _fallback(ms, near, arch, batch_sizes, preds)
-    preds = _training_memory(ms, arch, X, batch_sizes, preds, estimated)
+    preds = _training_memory(ms, arch, X, batch_sizes, preds, estimated, components)
     if "device_memory" in preds and "peak_memory" in preds:
         preds["device_memory"] = _at_least(preds["device_memory"], preds["peak_memory"])
     for factor in (frozen_time_factor(arch, ms), recompute_time_factor(arch, ms)):
@@ -1586,7 +1599,8 @@ def _finished(ms: ModelSet, arch: ArchFeatures, batch_sizes: Sequence[int], esti
              for k, (y, q) in preds.items()}
     if "gpu_utilization" in preds:  # a fallback's measured median is not clipped as the estimators' are
         preds["gpu_utilization"] = tuple(np.clip(a, 0.005, 1.0) for a in preds["gpu_utilization"])
-    return _Estimate(X=X, preds=preds, near=near, dist=dist, reach=reach, past=past, method=method)
+    return _Estimate(X=X, preds=preds, near=near, dist=dist, reach=reach, past=past, method=method,
+                     components=components)
 
 
 def _at_least(device: tuple, peak: tuple) -> tuple:
@@ -1620,6 +1634,8 @@ def _fallback(ms: ModelSet, name: str, arch: ArchFeatures, batch_sizes: Sequence
     X_job = design_matrix([(replace(arch, kernel_nodes=()), b) for b in batch_sizes], device_kind=ms.device_kind)
     X_near = design_matrix([(near, m) for m in measured], device_kind=ms.device_kind)
     X_job_at = design_matrix([(replace(arch, kernel_nodes=()), m) for m in measured], device_kind=ms.device_kind)
+    # each target's baseline reads the same terms of these rows (memory's, time's): computed once each
+    job_c, near_c, job_at_c = TermComponents(X_job), TermComponents(X_near), TermComponents(X_job_at)
     at = np.log2(np.asarray(batch_sizes, float))
     out = {}
     keys = {"iter_time": "iter_time_s", "peak_memory": "peak_memory_bytes", "gpu_utilization": "gpu_utilization",
@@ -1633,12 +1649,14 @@ def _fallback(ms: ModelSet, name: str, arch: ArchFeatures, batch_sizes: Sequence
             continue
         vals = np.array([pts[str(measured[i])][keys[tname]] for i in have], float)
         xs = np.log2(np.array([measured[i] for i in have], float))
+        near_have, job_at_have = near_c.rows(have), job_at_c.rows(have)
         if t.transform == "structured_memory":
-            v = _memory_carried(vals / t._base(X_near[have], t.coef_point, 1.0), xs,
-                                t._base(X_job, t.coef_point, 1.0), t._base(X_job_at[have], t.coef_point, 1.0), at)
+            v = _memory_carried(vals / t._base(X_near[have], t.coef_point, 1.0, near_have), xs,
+                                t._base(X_job, t.coef_point, 1.0, job_c),
+                                t._base(X_job_at[have], t.coef_point, 1.0, job_at_have), at)
         elif getattr(t, "coef_point", None) is not None:  # time: a physical baseline to carry over
-            ratio = vals / t._base(X_near[have], t.coef_point, 1e-6)
-            v = t._base(X_job, t.coef_point, 1e-6) * np.interp(at, xs, ratio)
+            ratio = vals / t._base(X_near[have], t.coef_point, 1e-6, near_have)
+            v = t._base(X_job, t.coef_point, 1e-6, job_c) * np.interp(at, xs, ratio)
         else:
             v = np.interp(at, xs, vals)
         if tname == "iter_time":

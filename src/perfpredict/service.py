@@ -360,11 +360,15 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
     @app.post("/colocation", responses={200: {"model": PairPrediction}, **_REFUSED})
     def colocation(req: ColocationRequest) -> dict[str, Any]:
         """Two jobs sharing one GPU: each job's predicted card, then the interference model's slowdown at their
-        cumulative predicted utilisation (``Predictor.colocation``)."""
-        cards = [pred.card_for(with_optimizer_state_copies(ArchFeatures.from_dict(request_features(j.features)),
-                                                           j.optimizer_state_copies), [j.batch_size],
-                               device_type=req.device_type or "cuda", source="features",
-                               allow_fallback=req.allow_fallback) for j in req.jobs]
+        cumulative predicted utilisation (``Predictor.colocation``). Both cards come from one ``cards_for``: one
+        design matrix and one estimator call per target for the pair."""
+        cards = pred.cards_for([CardRequest(with_optimizer_state_copies(ArchFeatures.from_dict(
+            request_features(j.features)), j.optimizer_state_copies), [j.batch_size],
+            device_type=req.device_type or "cuda", allow_fallback=req.allow_fallback, source="features")
+            for j in req.jobs])
+        for card in cards:  # the first job's error first, as predicting them one by one raised it
+            if isinstance(card, CardError):
+                raise card.error
         return pred.colocation(*cards, device_type=req.device_type).model_dump(mode="json")
 
     @app.post("/max-batch", responses={200: {"model": BatchLimit}, **_REFUSED})

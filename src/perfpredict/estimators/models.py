@@ -234,6 +234,48 @@ def baseline_components(X: np.ndarray, terms: tuple[tuple[str, ...], ...] = MEMO
     return np.column_stack(cols)
 
 
+class TermComponents:
+    """:func:`baseline_components` of one design matrix ``X``, each set of terms computed once: one prediction
+    asks for the same sets about ten times over the same rows (each target's median and quantile baselines, the
+    utilisation prior's busy, idle and time terms, the card's baseline shares). Made once per design matrix and
+    passed down with it; the arrays it hands out are shared, so they are read-only."""
+
+    def __init__(self, X: np.ndarray) -> None:
+        self._X = np.asarray(X, float)
+        self._by_terms: dict[tuple[tuple[str, ...], ...], np.ndarray] = {}
+
+    def __call__(self, terms: tuple[tuple[str, ...], ...]) -> np.ndarray:
+        C = self._by_terms.get(terms)
+        if C is None:
+            C = self._by_terms[terms] = self._computed(terms)
+            C.flags.writeable = False
+        return C
+
+    def _computed(self, terms: tuple[tuple[str, ...], ...]) -> np.ndarray:
+        return baseline_components(self._X, terms)
+
+    def rows(self, sel: slice | np.ndarray) -> TermComponents:
+        """The components of ``X[sel]``."""
+        return _RowsOf(self, sel)
+
+
+class _RowsOf(TermComponents):
+    """Rows ``sel`` of another matrix's :class:`TermComponents`: its arrays, sliced. A row's components depend on
+    that row alone, so these are the bits ``baseline_components(X[sel])`` gives."""
+
+    def __init__(self, whole: TermComponents, sel: slice | np.ndarray) -> None:
+        self._whole, self._sel = whole, sel
+        self._by_terms = {}
+
+    def _computed(self, terms: tuple[tuple[str, ...], ...]) -> np.ndarray:
+        return self._whole(terms)[self._sel]
+
+
+def components_of(X: np.ndarray, components: TermComponents | None) -> TermComponents:
+    """``components`` (those of ``X``, made by the caller), or ``X``'s made here."""
+    return components if components is not None else TermComponents(X)
+
+
 def rowwise_dot(C: np.ndarray, coef: np.ndarray) -> np.ndarray:
     """``C @ coef``, summed one column after another, so that each row's value depends on that row alone. BLAS's
     matrix-vector product sums in an order that depends on how many rows it is given: a job's baseline came out
@@ -364,37 +406,42 @@ class StructuredMemoryModel(LogBaselineModel):
 
 def with_utilization_prior(X: np.ndarray, busy_coef: np.ndarray, idle_coef: np.ndarray,
                            time_coef: np.ndarray | None = None,
-                           prior_time_terms: tuple[tuple[str, ...], ...] | None = None) -> np.ndarray:
+                           prior_time_terms: tuple[tuple[str, ...], ...] | None = None,
+                           components: TermComponents | None = None) -> np.ndarray:
     """``X`` with the prior columns appended, what the utilisation boosters take: :func:`utilization_prior`,
     and with ``time_coef`` and its ``prior_time_terms`` (sets trained since the launch term)
-    :func:`busy_share_prior` too."""
+    :func:`busy_share_prior` too. ``components``: ``X``'s :class:`TermComponents`, if the caller has them."""
     X = np.asarray(X, float)
-    cols = [X, utilization_prior(X, busy_coef, idle_coef)]
+    components = components_of(X, components)
+    cols = [X, utilization_prior(X, busy_coef, idle_coef, components)]
     if time_coef is not None:
         if not prior_time_terms:
             raise ValueError("time coefficients need the terms they were fitted on")
-        cols.append(busy_share_prior(X, busy_coef, time_coef, prior_time_terms))
+        cols.append(busy_share_prior(X, busy_coef, time_coef, prior_time_terms, components))
     return np.column_stack(cols)
 
 
-def _busy_seconds(X: np.ndarray, busy_coef: np.ndarray) -> np.ndarray:
-    return np.maximum(rowwise_dot(baseline_components(X, BUSY_TERMS)[:, 1:], busy_coef), 1e-9)
+def _busy_seconds(components: TermComponents, busy_coef: np.ndarray) -> np.ndarray:
+    return np.maximum(rowwise_dot(components(BUSY_TERMS)[:, 1:], busy_coef), 1e-9)
 
 
-def utilization_prior(X: np.ndarray, busy_coef: np.ndarray, idle_coef: np.ndarray) -> np.ndarray:
+def utilization_prior(X: np.ndarray, busy_coef: np.ndarray, idle_coef: np.ndarray,
+                      components: TermComponents | None = None) -> np.ndarray:
     """``log(B / I)`` per row: the physical model's busy over idle seconds per iteration (``logit`` of its
     utilisation ``B / (B + I)``)."""
-    idle = rowwise_dot(baseline_components(X, IDLE_TERMS), idle_coef)
-    return np.log(_busy_seconds(X, busy_coef)) - np.log(np.maximum(idle, 1e-9))
+    components = components_of(X, components)
+    idle = rowwise_dot(components(IDLE_TERMS), idle_coef)
+    return np.log(_busy_seconds(components, busy_coef)) - np.log(np.maximum(idle, 1e-9))
 
 
 def busy_share_prior(X: np.ndarray, busy_coef: np.ndarray, time_coef: np.ndarray,
-                     terms: tuple[tuple[str, ...], ...]) -> np.ndarray:
+                     terms: tuple[tuple[str, ...], ...], components: TermComponents | None = None) -> np.ndarray:
     """``log(B / t̂)`` per row: the busy seconds over the iteration time the GPU's time baseline predicts
     (roofline + a cost per kernel launched + per recurrent step, :func:`time_terms`), NVML's ``u = B / t``
     read with the time model that knows what a step's launches cost."""
-    t = np.maximum(rowwise_dot(baseline_components(X, terms), time_coef), 1e-9)
-    return np.log(_busy_seconds(X, busy_coef)) - np.log(t)
+    components = components_of(X, components)
+    t = np.maximum(rowwise_dot(components(terms), time_coef), 1e-9)
+    return np.log(_busy_seconds(components, busy_coef)) - np.log(t)
 
 
 class UtilizationPriorModel:
