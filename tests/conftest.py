@@ -82,6 +82,7 @@ PARALLEL_SAFE_MODULES = frozenset({
     "test_predict_batch",
     "test_review49_findings",
     "test_baseline_components_once",
+    "test_review49c_findings",
     "test_experiments", "test_failure_report", "test_features", "test_kept_runs", "test_training_input_guards", "test_parallel_runs",
     "test_features_findings", "test_fit_comm", "test_fit_findings", "test_formulas_findings", "test_fit_interference", "test_fit_rate", "test_fit_speedup", "test_forest",
     "test_fuzz_findings", "test_genie", "test_genie_andreas_mech_findings", "test_gpu_session", "test_gpu_set_choice", "test_graph_saved", "test_horus",

@@ -8,7 +8,7 @@
 - ``POST /predict`` — JSON ``{"features": {...graph features...}, "batch_sizes": [32], "device_type": ...}``,
   answered with a predicted :class:`~perfpredict.card.PerformanceCard`;
 - ``POST /predict/batch`` — JSON ``{"jobs": [<a /predict body>, ...]}`` (1 to 1,000 jobs, at most 16,384 batch
-  sizes in all, else one 422): a scheduler's round
+  sizes in all, each job's distinct ones counted, else one 422): a scheduler's round
   in one request, answered with ``{"results": [...], "errors": <count>}``, one result per job in order: ``{"status":
   200, "card": {...}}``, the card /predict gives for it, or ``{"status": 422, "detail": ...}``, the error /predict
   gives for it (a bad job does not fail the others);
@@ -41,8 +41,9 @@ from perfpredict.predictor import MAX_BATCH_SIZE, MAX_BATCH_SIZES, MAX_OPTIMIZER
 
 #: The most jobs one POST /predict/batch may hold (its body is held to the upload limit besides, as every route's)
 MAX_BATCH_JOBS = 1000
-#: The most cards' rows (batch sizes, summed over its valid jobs) one POST /predict/batch may ask for: 1,000 jobs
-#: at 64 batch sizes each took 33 s and 450 MiB on a 2-vCPU VM, a worker held that long by one client
+#: The most cards' rows (each valid job's distinct batch sizes, a card's points, summed) one POST /predict/batch may
+#: ask for: 1,000 jobs at 64 batch sizes each took 33 s and 450 MiB on a 2-vCPU VM, a worker held that long by one
+#: client
 MAX_BATCH_ROWS = 16_384
 
 DEFAULT_MAX_UPLOAD_BYTES = 256 * 1024 * 1024
@@ -101,7 +102,9 @@ class PredictRequest(_Request):
 class BatchPredictRequest(_Request):
     jobs: list[Any] = Field(min_length=1, max_length=MAX_BATCH_JOBS,
                             description=f"1 to {MAX_BATCH_JOBS} jobs, each a /predict request body; one that is not "
-                                        "valid gets its own 422 in the results, the others their cards")
+                                        "valid gets its own 422 in the results, the others their cards. At most "
+                                        f"{MAX_BATCH_ROWS:,} batch sizes in all (each job's distinct ones), "
+                                        "else the request's one 422")
 
 
 class BatchResult(BaseModel):
@@ -356,10 +359,10 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
             jobs.append(CardRequest(arch, one.batch_sizes, device_type=one.device_type, mode=one.mode,
                                     precision=one.precision, allow_fallback=one.allow_fallback,
                                     source=arch.name or "features"))
-        rows = sum(len(j.batch_sizes) for j in jobs)
+        rows = sum(len(set(j.batch_sizes)) for j in jobs)  # a card's points: [32, 32] is one, as for /predict
         if rows > MAX_BATCH_ROWS:
-            raise UsageError(f"the jobs ask for {rows:,} batch sizes in all; one request may ask for at most "
-                             f"{MAX_BATCH_ROWS:,}: split the round over several requests")
+            raise UsageError(f"the jobs ask for {rows:,} batch sizes in all (each job's distinct ones); one request "
+                             f"may ask for at most {MAX_BATCH_ROWS:,}: split the round over several requests")
         for i, r in zip(valid, pred.cards_for(jobs), strict=True):
             results[i] = ({"status": 422, "detail": _bounded(str(r.error))} if isinstance(r, CardError)
                           else {"status": 200, "card": r.model_dump(mode="json")})
