@@ -38,3 +38,14 @@ def test_the_batch_row_cap_counts_a_jobs_repeated_batch_sizes_once(client, monke
     r = client.post("/predict/batch", json={"jobs": [{"features": F, "batch_sizes": [32, 32, 64]}] * 3})
     assert r.status_code == 422
     assert "6 batch sizes in all (each job's distinct ones)" in r.json()["detail"] and "at most 5" in r.json()["detail"]
+
+
+@pytest.mark.parametrize("bad,word", [(memoryview(b"  "), "string"), ({32: 1}, "mapping")])
+def test_a_memoryview_or_a_mapping_is_no_list_of_batch_sizes(bad, word):
+    """memoryview(b"  ") was read as the batch sizes [32, 32] and {32: 1} as [32], as b"32" was as [50, 51]."""
+    from perfpredict import Predictor
+    from perfpredict.errors import UsageError
+
+    pred = Predictor.load(REPO / "trained_models")
+    with pytest.raises(UsageError, match=f"batch_sizes must be a list of integers .*{word}"):
+        pred.predict_values(F, bad)

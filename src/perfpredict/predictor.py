@@ -1476,9 +1476,12 @@ def _graph_features_of(model: str | None, onnx_path: str | Path | None,
 def _check_batches(batch_sizes: Sequence[int]) -> list[int]:
     from perfpredict.workload_args import whole_numbers
 
-    if isinstance(batch_sizes, (str, bytes, bytearray)):  # b"32" read as the batch sizes [50, 51]
+    if isinstance(batch_sizes, (str, bytes, bytearray, memoryview)):  # b"32" read as the batch sizes [50, 51]
         raise UsageError(f"batch_sizes must be a list of integers such as [16, 32], not the string "
                          f"{batch_sizes!r}"[:200], step="predict")
+    if isinstance(batch_sizes, Mapping):  # {32: 1} read as [32], its values dropped without a word
+        raise UsageError(f"batch_sizes must be a list of integers such as [16, 32], not a mapping "
+                         f"{dict(batch_sizes)!r}"[:200], step="predict")
     bs = whole_numbers(batch_sizes, step="predict")
     if not bs or any(not 1 <= b <= MAX_BATCH_SIZE for b in bs) or len(bs) > MAX_BATCH_SIZES:
         raise UsageError(f"give 1 to {MAX_BATCH_SIZES} batch sizes, each from 1 to {MAX_BATCH_SIZE:,}, got "
