@@ -105,3 +105,68 @@ def test_a_predicted_card_predicts_again_as_it_is(predictor, target, device_type
     section["lookup_param_bytes"] = None  # what an older card writes: "not given"
     section["param_count"] = card.model.parameters
     assert predictor.predict(features=section, batch_size=16, device_type=device_type).prediction.points
+
+
+def _rows_built(predictor, monkeypatch, arch, device_type: str) -> list:
+    """The (architecture, batch size) rows the Predictor builds for ``arch``'s card at :data:`BATCHES`, once the
+    set has answered a fallback from the same neighbour (the first call may build what the set keeps)."""
+    import perfpredict.predictor as module
+
+    predictor.card_for(arch, BATCHES, device_type=device_type)
+    built = []
+    real = module.design_matrix
+
+    def counting(items, *args, **kwargs):
+        items = list(items)
+        built.extend(items)
+        return real(items, *args, **kwargs)
+
+    monkeypatch.setattr(module, "design_matrix", counting)
+    card = predictor.card_for(arch, BATCHES, device_type=device_type)
+    monkeypatch.undo()
+    assert card.prediction.method == "nearest_profiled"
+    return built
+
+
+@pytest.mark.parametrize("kernel_rows", [True, False])
+def test_a_fallback_card_builds_neither_the_neighbours_rows_nor_the_jobs_twice(predictor, big_mlp, monkeypatch,
+                                                                               kernel_rows):
+    """Each fallback card built the neighbour's design rows at its measured batch sizes again, though they
+    depend on the model set alone, and a job without kernel rows got its rows at its batch sizes built twice
+    (once for the estimators, once "without kernel rows"). The card is the same either way
+    (tests/test_predict_batch.py holds it to the bit)."""
+    arch = big_mlp if kernel_rows else replace(big_mlp, kernel_nodes=())
+    assert bool(arch.kernel_nodes) == kernel_rows
+    ms = predictor.sets[SET]
+    name = predictor.card_for(arch, BATCHES, device_type=SET).prediction.nearest.name
+    measured = ms.profiled[name]["points"]  # the batch sizes the neighbour was measured at
+    built = _rows_built(predictor, monkeypatch, arch, SET)
+    neighbour = ms.with_graph_counts(ms.profiled_archs[name])
+    assert not [b for a, b in built if a == neighbour]
+    # the job's rows for the estimators, batch 32's for the distance, and without kernel rows: at its batch sizes
+    # where it has kernel rows, and at the neighbour's batch sizes for memory
+    assert len(built) == len(BATCHES) + 1 + len(BATCHES) * kernel_rows + len(measured)
+
+
+def test_the_neighbours_side_is_read_only_and_threads_get_the_serial_cards(big_mlp):
+    """What the set keeps of a neighbour is shared by every job (and the HTTP service's threads): read-only, and
+    threads falling back at once, on a fresh set, answer as one thread does."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from perfpredict import Predictor
+
+    jobs = [(replace(big_mlp, param_bytes=k * big_mlp.param_bytes, kernel_nodes=() if k % 2 else big_mlp.kernel_nodes),
+             [8 * k]) for k in range(1, 9)]
+    alone = Predictor.load(REPO / "trained_models")
+    serial = [alone.card_for(a, b, device_type=SET) for a, b in jobs]
+    fresh = Predictor.load(REPO / "trained_models")
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        threaded = list(pool.map(lambda job: fresh.card_for(*job, device_type=SET), jobs))
+    for a, b in zip(serial, threaded, strict=True):
+        assert a.prediction.method == "nearest_profiled"
+        assert a.prediction.model_dump(mode="json") == b.prediction.model_dump(mode="json")
+    for nb in fresh.sets[SET]._neighbours.values():
+        for c in nb.carried.values():
+            for arr in (c.have, c.xs, c.values):
+                with pytest.raises(ValueError):
+                    arr[0] = 0

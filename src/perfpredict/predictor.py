@@ -21,9 +21,11 @@ import json
 import math
 import os
 import re
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -288,6 +290,9 @@ class ModelSet:
         mem = ((self.meta.get("provenance") or {}).get("device_info") or {}).get("memory_bytes")
         self.device_memory_bytes: int | None = int(mem) if mem else None
         self._check_models_answer(archs[0] if archs else None)
+        #: :meth:`neighbour`'s, per profiled architecture, filled as the fallback first answers from each
+        self._neighbours: dict[str, _Neighbour] = {}
+        self._neighbours_lock = threading.Lock()
 
     def _check_models_answer(self, arch: ArchFeatures | None) -> None:
         """Each target predicts for one profiled architecture: a booster or baseline of another set copied here
@@ -368,6 +373,20 @@ class ModelSet:
 
     def nearest(self, arch: ArchFeatures) -> tuple[str, float]:
         return self.nearest_each([arch])[0]
+
+    def neighbour(self, name: str) -> _Neighbour:
+        """What the nearest-profiled fallback (:func:`_fallback`) carries from profiled architecture ``name``. It
+        depends on the set alone (its targets and profiled.json), so it is built the first time a job falls back to
+        ``name`` and shared by every job after: before, each fallback card built the neighbour's design rows and
+        baselines again. Built under a lock (the HTTP service predicts from a threadpool); read-only. A calibrated
+        set reaches its source's (the same baselines; its time factor applies after)."""
+        got = self._neighbours.get(name)
+        if got is None:
+            with self._neighbours_lock:
+                got = self._neighbours.get(name)
+                if got is None:
+                    got = self._neighbours[name] = _neighbour_of(self, name)
+        return got
 
     def nearest_each(self, archs: Sequence[ArchFeatures]) -> list[tuple[str, float]]:
         """Per architecture, the nearest profiled one and its distance (one design matrix for them all)."""
@@ -1590,7 +1609,7 @@ def _finished(ms: ModelSet, arch: ArchFeatures, batch_sizes: Sequence[int], esti
     method = "estimator"
     if allow_fallback and dist > ms.ood_threshold:
         method = "nearest_profiled"
-        preds = _fallback(ms, near, arch, batch_sizes, preds)
+        preds = _fallback(ms, near, arch, batch_sizes, preds, X, components)
     preds = _training_memory(ms, arch, X, batch_sizes, preds, estimated, components)
     if "device_memory" in preds and "peak_memory" in preds:
         preds["device_memory"] = _at_least(preds["device_memory"], preds["peak_memory"])
@@ -1615,7 +1634,60 @@ def _at_least(device: tuple, peak: tuple) -> tuple:
     return np.maximum(d, m), np.maximum(dq, mq)
 
 
-def _fallback(ms: ModelSet, name: str, arch: ArchFeatures, batch_sizes: Sequence[int], preds: dict) -> dict:
+#: Each target's column in profiled.json's points.
+_PROFILED_KEYS = {"iter_time": "iter_time_s", "peak_memory": "peak_memory_bytes",
+                  "gpu_utilization": "gpu_utilization", "device_memory": "nvml_process_bytes"}
+
+
+@dataclass(frozen=True)
+class _Carried:
+    """One target's measurements of a profiled architecture, as :func:`_fallback` carries them."""
+
+    have: np.ndarray  # indices of the measured batch sizes with a measurement of the target
+    xs: np.ndarray  # log2 of those batch sizes
+    values: np.ndarray  # there, memory's and time's measurement over the neighbour's own baseline; else as measured
+
+
+@dataclass(frozen=True)
+class _Neighbour:
+    """A profiled architecture as the fallback answers from it (:meth:`ModelSet.neighbour`)."""
+
+    measured: tuple[int, ...]  # the batch sizes it was measured at, ascending
+    carried: Mapping[str, _Carried]  # per target with a measurement
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+def _neighbour_of(ms: ModelSet, name: str) -> _Neighbour:
+    """:meth:`ModelSet.neighbour`, computed: the neighbour's design rows at its measured batch sizes and each
+    target's measurements over its baseline there (nothing of the job's)."""
+    pts = ms.profiled[name]["points"]
+    measured = sorted(int(b) for b in pts)
+    # the neighbour's saved-tensor counts are its own (exact at training); profiled.json has no kernel rows
+    near = ms.with_graph_counts(ms.profiled_archs[name])
+    X_near = design_matrix([(near, m) for m in measured], device_kind=ms.device_kind)
+    near_c = TermComponents(X_near)  # each target's baseline reads the same terms (memory's, time's)
+    carried = {}
+    for tname, t in ms.targets.items():
+        # a set trained before profiled.json left them out may hold what training took for no measurement
+        have = [i for i, m in enumerate(measured) if _measured(pts[str(m)][_PROFILED_KEYS[tname]])]
+        if not have:
+            continue
+        vals = np.array([pts[str(measured[i])][_PROFILED_KEYS[tname]] for i in have], float)
+        xs = np.log2(np.array([measured[i] for i in have], float))
+        if t.transform == "structured_memory":
+            vals = vals / t._base(X_near[have], t.coef_point, 1.0, near_c.rows(have))
+        elif getattr(t, "coef_point", None) is not None:  # time: a physical baseline to carry over
+            vals = vals / t._base(X_near[have], t.coef_point, 1e-6, near_c.rows(have))
+        carried[tname] = _Carried(_read_only(np.array(have)), _read_only(xs), _read_only(vals))
+    return _Neighbour(tuple(measured), MappingProxyType(carried))
+
+
+def _fallback(ms: ModelSet, name: str, arch: ArchFeatures, batch_sizes: Sequence[int], preds: dict,
+              X: np.ndarray | None = None, components: TermComponents | None = None) -> dict:
     """What the nearest profiled model ``name`` measured, carried to ``arch``, for a job out of distribution
     (GENIE §6's most similar known model).
 
@@ -1627,41 +1699,35 @@ def _fallback(ms: ModelSet, name: str, arch: ArchFeatures, batch_sizes: Sequence
     extrapolated. Both baselines are computed without kernel rows (profiled.json has none), so the ratio
     compares like with like. Memory's carried values are made non-decreasing across the neighbour's measured
     batch sizes (:func:`_memory_carried`). The interval keeps the estimators' shape, moved to the new median. A
-    calibrated set's measurements are another CPU's, so their times take its factor."""
-    from dataclasses import replace
+    calibrated set's measurements are another CPU's, so their times take its factor.
 
-    pts = ms.profiled[name]["points"]
-    measured = sorted(int(b) for b in pts)
-    # the neighbour's saved-tensor counts are its own (exact at training); the job's as the estimators saw them
-    near = ms.with_graph_counts(ms.profiled_archs[name])
-    X_job = design_matrix([(replace(arch, kernel_nodes=()), b) for b in batch_sizes], device_kind=ms.device_kind)
-    X_near = design_matrix([(near, m) for m in measured], device_kind=ms.device_kind)
-    X_job_at = design_matrix([(replace(arch, kernel_nodes=()), m) for m in measured], device_kind=ms.device_kind)
-    # each target's baseline reads the same terms of these rows (memory's, time's): computed once each
-    job_c, near_c, job_at_c = TermComponents(X_job), TermComponents(X_near), TermComponents(X_job_at)
+    ``X``, ``components``: the job's design rows at ``batch_sizes`` and their baseline components, which are
+    the rows without kernel rows where the job has none (then not built again). The neighbour's side is the
+    set's (:meth:`ModelSet.neighbour`)."""
+    nb = ms.neighbour(name)
+    bare = replace(arch, kernel_nodes=())
+    if X is None or arch.kernel_nodes:
+        X, components = design_matrix([(bare, b) for b in batch_sizes], device_kind=ms.device_kind), None
+    job_c = components_of(X, components)
+    job_at: tuple[np.ndarray, TermComponents] | None = None  # the job at the neighbour's batch sizes: memory's
     at = np.log2(np.asarray(batch_sizes, float))
     out = {}
-    keys = {"iter_time": "iter_time_s", "peak_memory": "peak_memory_bytes", "gpu_utilization": "gpu_utilization",
-            "device_memory": "nvml_process_bytes"}
     for tname, (y, q) in preds.items():
         t = ms.targets[tname]
-        # a set trained before profiled.json left them out may hold what training took for no measurement
-        have = [i for i, m in enumerate(measured) if _measured(pts[str(m)][keys[tname]])]
-        if not have:
+        c = nb.carried.get(tname)
+        if c is None:
             out[tname] = (y, q)
             continue
-        vals = np.array([pts[str(measured[i])][keys[tname]] for i in have], float)
-        xs = np.log2(np.array([measured[i] for i in have], float))
-        near_have, job_at_have = near_c.rows(have), job_at_c.rows(have)
         if t.transform == "structured_memory":
-            v = _memory_carried(vals / t._base(X_near[have], t.coef_point, 1.0, near_have), xs,
-                                t._base(X_job, t.coef_point, 1.0, job_c),
-                                t._base(X_job_at[have], t.coef_point, 1.0, job_at_have), at)
+            if job_at is None:
+                X_at = design_matrix([(bare, m) for m in nb.measured], device_kind=ms.device_kind)
+                job_at = X_at, TermComponents(X_at)
+            v = _memory_carried(c.values, c.xs, t._base(X, t.coef_point, 1.0, job_c),
+                                t._base(job_at[0][c.have], t.coef_point, 1.0, job_at[1].rows(c.have)), at)
         elif getattr(t, "coef_point", None) is not None:  # time: a physical baseline to carry over
-            ratio = vals / t._base(X_near[have], t.coef_point, 1e-6, near_have)
-            v = t._base(X_job, t.coef_point, 1e-6, job_c) * np.interp(at, xs, ratio)
+            v = t._base(X, t.coef_point, 1e-6, job_c) * np.interp(at, c.xs, c.values)
         else:
-            v = np.interp(at, xs, vals)
+            v = np.interp(at, c.xs, c.values)
         if tname == "iter_time":
             v = v * ms.time_factor
         shift = np.where(y > 0, v / np.where(y > 0, y, 1.0), 1.0)
