@@ -58,6 +58,7 @@ PARALLEL_SAFE_MODULES = frozenset({
     "test_frozen_memory_fixes",
     "test_export_fastpath_fixes",
     "test_optimizer_state_fixes",
+    "test_design_row_work",
     "test_review46_findings",
     "test_review46b_findings",
     "test_optimizer_step_memory",

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 _ARCH_COLUMNS = [i for i, n in enumerate(FEATURE_NAMES)
                  if n.startswith(("log_macs_per_sample", "log_params", "log_act_bytes_per_sample", "log_nodes",
                                   "share_", "ops_")) and n != "ops_onednn"]
+_ARCH_FEATURES = [FEATURE_NAMES[i] for i in _ARCH_COLUMNS]
 
 
 def model_set_dirs(root: Path) -> list[Path]:
@@ -270,6 +271,8 @@ class ModelSet:
         archs = [ArchFeatures.from_dict(prof[n]["features"]) for n in self.profiled_names]
         #: the profiled architectures' features (without their kernel rows: profiled.json leaves them out)
         self.profiled_archs: dict[str, ArchFeatures] = dict(zip(self.profiled_names, archs, strict=True))
+        # columns taken from the full matrix (a Fortran-ordered copy): numpy sums a C-ordered one's columns in
+        # another order, and the last bits of every distance would move
         A = design_matrix([(a, 32) for a in archs])[:, _ARCH_COLUMNS]
         self._mu, self._sd = A.mean(axis=0), np.where(A.std(axis=0) > 1e-9, A.std(axis=0), 1.0)
         self._ref = (A - self._mu) / self._sd
@@ -369,7 +372,7 @@ class ModelSet:
     def standardized(self, archs: Sequence[ArchFeatures]) -> np.ndarray:
         """Architectures as points of the space :meth:`nearest` measures distances in: their graph features at
         batch 32, standardized by the profiled architectures' mean and spread."""
-        return (design_matrix([(a, 32) for a in archs])[:, _ARCH_COLUMNS] - self._mu) / self._sd
+        return (design_matrix([(a, 32) for a in archs], columns=_ARCH_FEATURES) - self._mu) / self._sd
 
     def nearest(self, arch: ArchFeatures) -> tuple[str, float]:
         return self.nearest_each([arch])[0]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from perfpredict.estimators.arch import ArchFeatures
 from perfpredict.estimators.code_footprint import code_bytes
@@ -138,56 +139,97 @@ def horus_train_memory(arch: ArchFeatures, batch_size: int, optimizer_state_copi
     return 2.0 * acts + (arch.param_bytes + (1.0 + optimizer_state_copies) * trainable)
 
 
-def design_row(arch: ArchFeatures, batch_size: int, bare_stand_in: bool = False) -> dict[str, float]:
-    """The feature vector (``FEATURE_NAMES``) for ``arch`` at ``batch_size``. ``bare_stand_in``: a graph known
-    by neither kernels nor op types (a feature vector cut to the required fields) gets one stand-in kernel row
-    per node, the forward MACs and activation bytes split evenly over them (:func:`bare_kernel_rows`)."""
-    b = float(batch_size)
-    macs_iter = arch.forward_macs_per_sample * b + arch.forward_macs_fixed
-    act_iter = arch.activation_bytes_per_sample * b + arch.activation_bytes_fixed
+def design_row(arch: ArchFeatures, batch_size: int, bare_stand_in: bool = False,
+               columns: Sequence[str] = FEATURE_NAMES) -> dict[str, float]:
+    """The feature vector (``columns``, by default :data:`FEATURE_NAMES`) for ``arch`` at ``batch_size``.
+    ``bare_stand_in``: a graph known by neither kernels nor op types (a feature vector cut to the required fields)
+    gets one stand-in kernel row per node, the forward MACs and activation bytes split evenly over them
+    (:func:`bare_kernel_rows`)."""
+    row = _row_at(arch, _arch_terms(arch, bare_stand_in, frozenset(columns)), batch_size)
+    return {k: row[k] for k in columns}
+
+
+#: The columns priced from the kernel rows at each batch size (the costliest to compute): a column list without
+#: them (a CUDA set's) does not price them at all.
+_KERNEL_NS_COLUMNS = frozenset(f"log_kernel_ns_{mode}" for mode in ("infer", "train"))
+_CODE_BYTES_COLUMNS = frozenset(f"log_code_bytes_{mode}" for mode in ("infer", "train"))
+
+
+@dataclass(frozen=True)
+class _ArchTerms:
+    """What a design row needs of an architecture whatever the batch size: made once per architecture of a
+    design matrix, however many batch sizes it is asked at."""
+
+    #: the columns that do not depend on the batch size (those asked for of the costly ones)
+    fixed: dict[str, float]
+    #: :func:`activation_bytes_by_group`
+    act_groups: dict[str, float]
+    #: the kernel rows to price at each batch size (:func:`priced_kernels`); None when no kernel time is asked for
+    kernels: list | None
+
+
+def _arch_terms(arch: ArchFeatures, bare_stand_in: bool, columns: frozenset[str]) -> _ArchTerms:
+    """:class:`_ArchTerms` of ``arch`` for a design row of ``columns``: the kernel rows, the code bytes and the
+    kernel times are made only where ``columns`` has a column that needs them."""
     total_macs = max(sum(arch.macs_by_op.values()), 1.0)
-    groups = _group_counts(arch.op_counts)
-    row = {
-        "log2_batch": math.log2(max(b, 1.0)),
+    fixed = {
         "log_macs_per_sample": _log10(arch.forward_macs_per_sample),
-        "log_macs_per_iter": _log10(macs_iter),
         "log_params": _log10(arch.param_count),
         "log_param_bytes": _log10(arch.param_bytes),
         "log_act_bytes_per_sample": _log10(arch.activation_bytes_per_sample),
-        "log_act_bytes_per_iter": _log10(act_iter),
-        "log_input_bytes_per_iter": _log10(arch.input_bytes_per_sample * b),
         "log_nodes": _log10(arch.num_nodes),
-        # MACs per byte touched: compute-bound (high) vs memory/launch-bound (low) iterations
-        "log_intensity": _log10(macs_iter / max(act_iter + arch.param_bytes, 1.0)),
-        "log_horus_memory": _log10(horus_train_memory(arch, batch_size)),
-        # work per kernel launch, roughly: small values mean launch-bound on a big GPU
-        "log_macs_per_node_iter": _log10(macs_iter / max(arch.num_nodes, 1.0)),
         "share_macs_conv": sum(arch.macs_by_op.get(k, 0) for k in OP_GROUPS["conv"]) / total_macs,
         "share_macs_matmul": sum(arch.macs_by_op.get(k, 0) for k in OP_GROUPS["matmul"] + ("Attention",))
         / total_macs,
         "share_macs_rnn": sum(arch.macs_by_op.get(k, 0) for k in OP_GROUPS["rnn"]) / total_macs,
     }
-    for g, n in groups.items():
-        row[f"ops_{g}"] = math.log1p(n)
-    for g, nb in activation_bytes_by_group(arch).items():
+    for g, n in _group_counts(arch.op_counts).items():
+        fixed[f"ops_{g}"] = math.log1p(n)
+    fixed["log_dense_param_bytes"] = _log10(arch.param_bytes - arch.lookup_param_bytes)
+    steps = arch.recurrent_steps_by_op
+    fixed["log_recurrent_steps"] = _log10(sum(steps.values()))
+    fixed["log_stepwise_rnn_gate_steps"] = _log10(sum(g * steps.get(op, 0) for op, g in STEPWISE_RNN_GATES.items()))
+    fixed["ops_onednn"] = math.log1p(sum(arch.op_counts.get(op, 0) for op in ONEDNN_OPS))
+    if columns & _CODE_BYTES_COLUMNS:
+        for mode in ("infer", "train"):
+            fixed[f"log_code_bytes_{mode}"] = _log10(code_bytes(arch.op_counts, mode))
+    kernels = None
+    if "log_kernel_calls" in columns or columns & _KERNEL_NS_COLUMNS:
+        kernels = priced_kernels(arch, bare_stand_in)
+        fixed["log_kernel_calls"] = _log10(sum(int(r[1]) for r in kernels))
+    return _ArchTerms(fixed, activation_bytes_by_group(arch),
+                      kernels if columns & _KERNEL_NS_COLUMNS else None)
+
+
+def _row_at(arch: ArchFeatures, terms: _ArchTerms, batch_size: int) -> dict[str, float]:
+    """The design row of ``arch`` (whose batch-independent part is ``terms``) at ``batch_size``: the columns
+    ``terms`` was made for, and the batch-dependent ones."""
+    b = float(batch_size)
+    macs_iter = arch.forward_macs_per_sample * b + arch.forward_macs_fixed
+    act_iter = arch.activation_bytes_per_sample * b + arch.activation_bytes_fixed
+    row = {
+        **terms.fixed,
+        "log2_batch": math.log2(max(b, 1.0)),
+        "log_macs_per_iter": _log10(macs_iter),
+        "log_act_bytes_per_iter": _log10(act_iter),
+        "log_input_bytes_per_iter": _log10(arch.input_bytes_per_sample * b),
+        # MACs per byte touched: compute-bound (high) vs memory/launch-bound (low) iterations
+        "log_intensity": _log10(macs_iter / max(act_iter + arch.param_bytes, 1.0)),
+        "log_horus_memory": _log10(horus_train_memory(arch, batch_size)),
+        # work per kernel launch, roughly: small values mean launch-bound on a big GPU
+        "log_macs_per_node_iter": _log10(macs_iter / max(arch.num_nodes, 1.0)),
+    }
+    for g, nb in terms.act_groups.items():
         row[f"log_act_{g}_iter"] = _log10(nb * b)
     row["log_saved_bytes_iter"] = (math.nan if arch.saved_bytes_per_sample is None
                                    else _log10(arch.saved_bytes_per_sample * b + arch.saved_bytes_fixed))
-    row["log_dense_param_bytes"] = _log10(arch.param_bytes - arch.lookup_param_bytes)
-    steps = arch.recurrent_steps_by_op
-    row["log_recurrent_steps"] = _log10(sum(steps.values()))
-    row["log_stepwise_rnn_gate_steps"] = _log10(sum(g * steps.get(op, 0) for op, g in STEPWISE_RNN_GATES.items()))
     row["log_saved_cpu_bytes_iter"] = (math.nan if arch.saved_cpu_bytes_per_sample is None
                                        else _log10(arch.saved_cpu_bytes_per_sample * b + arch.saved_cpu_bytes_fixed))
-    row["ops_onednn"] = math.log1p(sum(arch.op_counts.get(op, 0) for op in ONEDNN_OPS))
     row["log_peak_live_bytes_iter"] = (math.nan if arch.peak_live_bytes_per_sample is None else
                                        _log10(arch.peak_live_bytes_per_sample * b + arch.peak_live_bytes_fixed))
-    kernels = priced_kernels(arch, bare_stand_in)
-    for mode in ("infer", "train"):
-        row[f"log_code_bytes_{mode}"] = _log10(code_bytes(arch.op_counts, mode))
-    row["log_kernel_calls"] = _log10(sum(int(r[1]) for r in kernels))
-    for mode, seconds in kernel_seconds_by_mode(kernels, int(b)).items():
-        row[f"log_kernel_ns_{mode}"] = _log10(1e9 * seconds)
+    if terms.kernels is not None:
+        for mode, seconds in kernel_seconds_by_mode(terms.kernels, int(b)).items():
+            row[f"log_kernel_ns_{mode}"] = _log10(1e9 * seconds)
     return row
 
 
@@ -241,12 +283,23 @@ def bare_kernel_rows(arch: ArchFeatures) -> list:
     return rows
 
 
-def design_matrix(items: Iterable[tuple[ArchFeatures, int]], device_kind: str = "cpu"):
-    """A float ndarray (rows × :func:`feature_names` of ``device_kind``) for (architecture, batch size) pairs. On
-    the CPU a graph known by neither kernels nor op types gets stand-in kernels (:func:`bare_kernel_rows`); a
-    GPU set's time baseline has a MAC term of its own, and did better without them."""
+def design_matrix(items: Iterable[tuple[ArchFeatures, int]], device_kind: str = "cpu",
+                  columns: Sequence[str] | None = None):
+    """A float ndarray (rows × ``columns``, by default :func:`feature_names` of ``device_kind``: a model set's own
+    feature list) for (architecture, batch size) pairs. On the CPU a graph known by neither kernels nor op types
+    gets stand-in kernels (:func:`bare_kernel_rows`); a GPU set's time baseline has a MAC term of its own, and did
+    better without them. Only the asked-for columns' costly parts are computed (a CUDA set's rows price no kernel
+    times), and an architecture's batch-independent part once however many of its batch sizes ``items`` holds."""
     import numpy as np
 
-    names = feature_names(device_kind)
-    rows = [design_row(a, b, bare_stand_in=device_kind == "cpu") for a, b in items]
+    names = feature_names(device_kind) if columns is None else list(columns)
+    wanted = frozenset(names)
+    # by identity, each architecture kept with its terms so that its id is not reused while the rows are made
+    terms: dict[int, tuple[ArchFeatures, _ArchTerms]] = {}
+    rows = []
+    for a, b in items:
+        got = terms.get(id(a))
+        if got is None:
+            got = terms[id(a)] = (a, _arch_terms(a, device_kind == "cpu", wanted))
+        rows.append(_row_at(a, got[1], b))
     return np.array([[r[k] for k in names] for r in rows], dtype=float).reshape(len(rows), len(names))
