@@ -3,10 +3,6 @@ of the ONNX external-data reads: a learned initial state stays a parameter; an A
 heads than query heads, or with a past key and value, keeps and computes what its decomposed form does; a negative
 external offset or length, and an external file that cannot be read, are one-line errors."""
 
-import contextlib
-import io
-import logging
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -20,20 +16,7 @@ pytest.importorskip("onnxscript")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from perfpredict.estimators.arch import ArchFeaturesError, from_onnx_file  # noqa: E402
-
-
-def _export(model: nn.Module, args: tuple, path: Path, **kwargs) -> Path:
-    """``model`` exported to ``path`` in eval mode, the exporters' chatter silenced."""
-    model.eval()
-    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-        warnings.simplefilter("ignore")
-        was = logging.root.manager.disable
-        logging.disable(logging.CRITICAL)
-        try:
-            torch.onnx.export(model, args, str(path), **kwargs)
-        finally:
-            logging.disable(was)
-    return path
+from tests.test_onnx_dynamo_exports import _export, attention_both_ways  # noqa: E402
 
 
 class _LearnedStateLSTM(nn.Module):
@@ -84,11 +67,7 @@ def test_a_grouped_query_attention_node_keeps_its_key_repeated_to_the_querys_hea
     its MatMuls, which keep them: the Attention node (opset 23) was read as keeping K at 2 heads, 53,760 bytes per
     sample where the decomposed graph's rules give 56,320."""
     torch.manual_seed(0)
-    model, x = _GroupedQueryAttention(), torch.randn(2, 40, 32)
-    fused = from_onnx_file(_export(model, (x,), tmp_path / "op23.onnx", dynamo=True, opset_version=23))
-    decomposed = from_onnx_file(_export(model, (x,), tmp_path / "op20.onnx", dynamo=True, opset_version=20))
-    assert fused.op_counts.get("Attention") == 1 and "Attention" not in decomposed.op_counts
-    assert fused.forward_macs_per_sample == decomposed.forward_macs_per_sample
+    fused, decomposed = attention_both_ways(_GroupedQueryAttention(), torch.randn(2, 40, 32), tmp_path)
     assert fused.graph_saved_bytes_per_sample == decomposed.graph_saved_bytes_per_sample == 56_320
 
 

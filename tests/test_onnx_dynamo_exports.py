@@ -77,17 +77,23 @@ class _SelfAttention(nn.Module):
         return self.out(torch.relu(y.transpose(1, 2).reshape(b, n, d)))
 
 
+def attention_both_ways(model: nn.Module, x: torch.Tensor, tmp_path):
+    """(the dynamo export at opset 23, with one ``Attention`` node; at opset 20, decomposed), read as files, their
+    MACs checked equal."""
+    fused = from_onnx_file(_export(model, (x,), tmp_path / "op23.onnx", dynamo=True, opset_version=23))
+    decomposed = from_onnx_file(_export(model, (x,), tmp_path / "op20.onnx", dynamo=True, opset_version=20))
+    assert fused.op_counts.get("Attention") == 1 and "Attention" not in decomposed.op_counts
+    assert fused.forward_macs_per_sample == decomposed.forward_macs_per_sample
+    return fused, decomposed
+
 def test_an_attention_node_keeps_what_its_decomposed_form_keeps(tmp_path):
     """At opset 23 the dynamo exporter writes scaled_dot_product_attention as one ``Attention`` node, below it as
     MatMul, Softmax, MatMul: the saved-for-backward rules had none for Attention, so the same model's training
     step was read as keeping its query, key, value and attention probabilities at opset 20 and none of them at
     opset 23 (here 15,360 bytes per sample where the decomposed graph's rules give 66,560)."""
     torch.manual_seed(0)
-    model, x = _SelfAttention(), torch.randn(2, 40, 32)
-    fused = from_onnx_file(_export(model, (x,), tmp_path / "op23.onnx", dynamo=True, opset_version=23))
-    decomposed = from_onnx_file(_export(model, (x,), tmp_path / "op20.onnx", dynamo=True, opset_version=20))
-    assert fused.op_counts.get("Attention") == 1 and "Attention" not in decomposed.op_counts
-    assert fused.forward_macs_per_sample == decomposed.forward_macs_per_sample
+    model = _SelfAttention()
+    fused, decomposed = attention_both_ways(model, torch.randn(2, 40, 32), tmp_path)
     assert fused.graph_saved_bytes_per_sample == decomposed.graph_saved_bytes_per_sample
     # the decomposed form's 1-element scale initializer is counted as a parameter (a learnable scalar looks the same)
     assert fused.param_count == decomposed.param_count - 1 == sum(p.numel() for p in model.parameters())

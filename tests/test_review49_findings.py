@@ -9,20 +9,10 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-#: the service tests' small feature vector
-F = {"forward_macs_per_sample": 1e6, "param_count": 1e5, "param_bytes": 4e5, "activation_bytes_per_sample": 1e4,
-     "num_nodes": 5}
+from tests.test_predict_batch import REPO, F, predictor  # noqa: F401 - the module's fixture, shared
 
 
-@pytest.fixture(scope="module")
-def predictor():
-    from perfpredict import Predictor
-
-    return Predictor.load(REPO / "trained_models")
-
-
-def test_a_job_whose_source_is_not_text_gets_its_error_and_the_others_their_cards(predictor):
+def test_a_job_whose_source_is_not_text_gets_its_error_and_the_others_their_cards(predictor):  # noqa: F811
     """``source=5`` raised the card's raw pydantic ValidationError out of ``cards_for``: no job got its card."""
     from perfpredict.errors import UsageError
     from perfpredict.predictor import CardError, CardRequest
@@ -36,7 +26,7 @@ def test_a_job_whose_source_is_not_text_gets_its_error_and_the_others_their_card
 
 
 @pytest.mark.parametrize("bs", [b"32", bytearray(b"8")])
-def test_bytes_are_no_batch_sizes(predictor, bs):
+def test_bytes_are_no_batch_sizes(predictor, bs):  # noqa: F811
     """``predict`` refuses a string of batch sizes; ``cards_for`` and ``predict_values`` read b"32" as the batch
     sizes [50, 51] (its bytes' codes) and answered for them."""
     from perfpredict.errors import UsageError
