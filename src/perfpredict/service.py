@@ -287,6 +287,10 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
     async def _pp_error(request: Request, exc: PerfPredictError):  # noqa: ARG001
         return JSONResponse(status_code=422, content={"detail": _bounded(str(exc))})
 
+    def _arch(features: FeatureVector, copies: float | None) -> ArchFeatures:
+        """A request's feature vector as the Predictor takes it, with the optimizer state copies it gives."""
+        return with_optimizer_state_copies(ArchFeatures.from_dict(request_features(features)), copies)
+
     def _schema_errors(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
         # FastAPI's own rendering, save that it cannot render a NaN the client sent back to it (a 500)
         return _json_safe(jsonable_encoder(_short_inputs(errors)))
@@ -330,8 +334,7 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
 
     @app.post("/predict", responses={200: {"model": PerformanceCard}, **_REFUSED})
     def predict(req: PredictRequest) -> dict[str, Any]:
-        arch = with_optimizer_state_copies(ArchFeatures.from_dict(request_features(req.features)),
-                                           req.optimizer_state_copies)
+        arch = _arch(req.features, req.optimizer_state_copies)
         card = pred.card_for(arch, req.batch_sizes, device_type=req.device_type, source=arch.name or "features",
                              allow_fallback=req.allow_fallback, mode=req.mode, precision=req.precision)
         return card.model_dump(mode="json")
@@ -346,8 +349,7 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
         for i, body in enumerate(req.jobs):
             try:
                 one = PredictRequest.model_validate(body)
-                arch = with_optimizer_state_copies(ArchFeatures.from_dict(request_features(one.features)),
-                                                   one.optimizer_state_copies)
+                arch = _arch(one.features, one.optimizer_state_copies)
             except ValidationError as e:
                 errors = [{**err, "loc": ("body", "jobs", i, *err["loc"])} for err in e.errors(include_url=False)]
                 results[i] = {"status": 422, "detail": _schema_errors(errors)}
@@ -373,10 +375,9 @@ def create_app(predictor=None, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYT
         """Two jobs sharing one GPU: each job's predicted card, then the interference model's slowdown at their
         cumulative predicted utilisation (``Predictor.colocation``). Both cards come from one ``cards_for``: one
         design matrix and one estimator call per target for the pair."""
-        cards = pred.cards_for([CardRequest(with_optimizer_state_copies(ArchFeatures.from_dict(
-            request_features(j.features)), j.optimizer_state_copies), [j.batch_size],
-            device_type=req.device_type or "cuda", allow_fallback=req.allow_fallback, source="features")
-            for j in req.jobs])
+        cards = pred.cards_for([CardRequest(_arch(j.features, j.optimizer_state_copies), [j.batch_size],
+                                            device_type=req.device_type or "cuda", allow_fallback=req.allow_fallback,
+                                            source="features") for j in req.jobs])
         for card in cards:  # the first job's error first, as predicting them one by one raised it
             if isinstance(card, CardError):
                 raise card.error
